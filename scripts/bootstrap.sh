@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Idempotent set-up of everything tinytrain needs on a fresh Debian machine:
+# Debian toolchain packages (arm-none-eabi-gcc, newlib, qemu-system-arm), a virtual environment
+# in .venv with the package and its test extras, and the offline PlatformIO parts.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$here"
+
+need_apt=()
+command -v arm-none-eabi-gcc >/dev/null 2>&1 || need_apt+=(gcc-arm-none-eabi)
+[ -d /usr/lib/arm-none-eabi/newlib ] || need_apt+=(libnewlib-arm-none-eabi)
+command -v qemu-system-arm >/dev/null 2>&1 || need_apt+=(qemu-system-arm)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  echo "[bootstrap] installing Debian packages: ${need_apt[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  echo "[bootstrap] creating .venv"
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.tinytrain-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "[bootstrap] installing tinytrain and its test extras into .venv"
+  .venv/bin/pip install -q --upgrade pip >/dev/null
+  .venv/bin/pip install -q -e ".[test,device]"
+  touch "$stamp"
+fi
+if [ -f tinytrain/toolchain.py ]; then
+  .venv/bin/python -m tinytrain.toolchain setup --quiet
+fi
