@@ -1,0 +1,101 @@
+/* tt_port for the MPS2 images under QEMU: CMSDK APB UART0 (serial link), CMSDK APB timer 0
+ * (instruction counter), semihosting SYS_EXIT_EXTENDED (exit code to QEMU).
+ *
+ * Instruction counting: QEMU is run with `-icount shift=0`, so its virtual clock advances exactly
+ * 1 ns per guest instruction. Timer 0 is clocked from the 25 MHz SYSCLK of the MPS2 model, i.e. it
+ * ticks once every 40 virtual ns = 40 instructions. tt_port_cycles() returns ticks * 40: the number
+ * of instructions executed since tt_port_init(), deterministic from run to run, with a resolution of
+ * 40 instructions (a difference of two readings is exact to within +-40). */
+#include <stdint.h>
+
+#include "tt_port.h"
+
+#define MPS2_SYSCLK_HZ 25000000u
+#define NS_PER_TICK (1000000000u / MPS2_SYSCLK_HZ) /* = instructions per tick at shift=0 */
+#define TT_BAUD 115200u
+
+/* CMSDK APB UART (ARM DDI 0479C, 4.3) */
+typedef struct {
+    volatile uint32_t DATA;      /* 0x00 [7:0] rx/tx byte */
+    volatile uint32_t STATE;     /* 0x04 bit0 TX buffer full, bit1 RX buffer full */
+    volatile uint32_t CTRL;      /* 0x08 bit0 TX enable, bit1 RX enable */
+    volatile uint32_t INTSTATUS; /* 0x0C */
+    volatile uint32_t BAUDDIV;   /* 0x10 >= 16 */
+} cmsdk_uart_t;
+
+/* CMSDK APB timer (ARM DDI 0479C, 4.4): 32-bit down counter, reloads on reaching 0. */
+typedef struct {
+    volatile uint32_t CTRL;      /* 0x00 bit0 enable */
+    volatile uint32_t VALUE;     /* 0x04 */
+    volatile uint32_t RELOAD;    /* 0x08 */
+    volatile uint32_t INTSTATUS; /* 0x0C */
+} cmsdk_timer_t;
+
+#define UART0 ((cmsdk_uart_t *)0x40004000u)
+#define TIMER0 ((cmsdk_timer_t *)0x40000000u)
+
+#define UART_STATE_TXFULL 0x1u
+#define UART_STATE_RXFULL 0x2u
+
+void tt_port_init(void)
+{
+    UART0->BAUDDIV = MPS2_SYSCLK_HZ / TT_BAUD; /* QEMU ignores the rate but checks >= 16 */
+    UART0->CTRL = 0x3u;
+
+    TIMER0->CTRL = 0u;
+    TIMER0->RELOAD = 0xFFFFFFFFu;
+    TIMER0->VALUE = 0xFFFFFFFFu;
+    TIMER0->CTRL = 0x1u;
+}
+
+void tt_port_putc(uint8_t c)
+{
+    while ((UART0->STATE & UART_STATE_TXFULL) != 0u) {
+    }
+    UART0->DATA = c;
+}
+
+int tt_port_trygetc(void)
+{
+    if ((UART0->STATE & UART_STATE_RXFULL) == 0u) {
+        return -1;
+    }
+    return (int)(UART0->DATA & 0xFFu);
+}
+
+int tt_port_getc(void)
+{
+    int c;
+    do {
+        c = tt_port_trygetc();
+    } while (c < 0);
+    return c;
+}
+
+uint32_t tt_port_cycles(void)
+{
+    /* elapsed ticks modulo 2^32; the product wraps modulo 2^32 consistently with it */
+    uint32_t ticks = 0xFFFFFFFFu - TIMER0->VALUE;
+    return ticks * NS_PER_TICK;
+}
+
+uint32_t tt_port_cycles_resolution(void)
+{
+    return NS_PER_TICK;
+}
+
+/* ARM semihosting, SYS_EXIT_EXTENDED (0x20): QEMU exits with `code` when started with
+ * -semihosting; on hardware without a debugger the BKPT faults and the core stops. */
+void tt_port_exit(int code)
+{
+    static volatile uint32_t block[2];
+    block[0] = 0x20026u; /* ADP_Stopped_ApplicationExit */
+    block[1] = (uint32_t)code;
+    while ((UART0->STATE & UART_STATE_TXFULL) != 0u) {
+    }
+    for (;;) {
+        register uint32_t r0 __asm__("r0") = 0x20u;
+        register volatile uint32_t *r1 __asm__("r1") = block;
+        __asm__ volatile("bkpt 0xab" : "+r"(r0) : "r"(r1) : "memory");
+    }
+}
