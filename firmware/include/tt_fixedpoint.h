@@ -1,0 +1,131 @@
+/** Fixed-point primitives of tinytrain, mirrored 1:1 from tinytrain/fixedpoint.py. */
+#ifndef TT_FIXEDPOINT_H
+#define TT_FIXEDPOINT_H
+
+#include <stdint.h>
+
+/* C99 leaves >> of negative values implementation-defined; every tinytrain kernel needs it
+ * to be arithmetic (floor). This typedef fails to compile on a compiler where it is not. */
+typedef char tt_require_arith_shift[((-1) >> 1) == -1 && ((int64_t)-5 >> 1) == -3 ? 1 : -1];
+
+#define TT_S8_MAX 127
+#define TT_S16_MAX 32767
+#define TT_ALIGN_LIM (1L << 30)
+
+/** Saturation counters reported by kernels (the simulator keeps the same counts). */
+typedef struct tt_stats {
+    uint32_t saturated;  /* values clamped by a saturating cast */
+} tt_stats;
+
+/** Round-to-nearest right shift, ties toward +inf; s in [0, 62]. Never overflows. */
+static inline int64_t tt_rshift_round_s64(int64_t x, int32_t s)
+{
+    return s == 0 ? x : (x >> s) + ((x >> (s - 1)) & 1);
+}
+
+/** Round-to-nearest right shift of an int32, ties toward +inf; s in [0, 31]. */
+static inline int32_t tt_rshift_round_s32(int32_t x, int32_t s)
+{
+    return s == 0 ? x : (x >> s) + ((x >> (s - 1)) & 1);
+}
+
+/** Stochastic rounding right shift: floor((x + (r mod 2^s)) / 2^s); s in [0, 31]. */
+static inline int64_t tt_rshift_stoch_s64(int64_t x, int32_t s, uint32_t r)
+{
+    uint64_t m;
+    if (s == 0) return x;
+    m = ((uint64_t)1 << s) - 1u;
+    return (x >> s) + (int64_t)((((uint64_t)x & m) + ((uint64_t)r & m)) >> s);
+}
+
+/** Clamp to the symmetric int8 range [-127, 127]. */
+static inline int8_t tt_sat_s8(int64_t x)
+{
+    return (int8_t)(x > TT_S8_MAX ? TT_S8_MAX : x < -TT_S8_MAX ? -TT_S8_MAX : x);
+}
+
+/** Clamp to the symmetric int16 range [-32767, 32767]. */
+static inline int16_t tt_sat_s16(int64_t x)
+{
+    return (int16_t)(x > TT_S16_MAX ? TT_S16_MAX : x < -TT_S16_MAX ? -TT_S16_MAX : x);
+}
+
+/** Clamp to the full int32 range. */
+static inline int32_t tt_sat_s32(int64_t x)
+{
+    return (int32_t)(x > INT32_MAX ? INT32_MAX : x < INT32_MIN ? INT32_MIN : x);
+}
+
+/** Number of bits of a uint64 value (0 for 0). */
+static inline int32_t tt_bitwidth_u64(uint64_t v)
+{
+    int32_t n = 0;
+    while (v >= 256u) { v >>= 8; n += 8; }
+    while (v) { v >>= 1; n += 1; }
+    return n;
+}
+
+/** |x| of an int64 as uint64 without overflow on INT64_MIN. */
+static inline uint64_t tt_abs_u64(int64_t x)
+{
+    return x < 0 ? (uint64_t)0 - (uint64_t)x : (uint64_t)x;
+}
+
+/** Right shift that brings values with this max |.| into a signed bits-bit range. */
+static inline int32_t tt_requant_shift(uint64_t max_abs, int32_t bits)
+{
+    int32_t s = tt_bitwidth_u64(max_abs) - (bits - 1);
+    return s > 0 ? s : 0;
+}
+
+/** Clamp to [-2^30, 2^30] (aligned bias / residual term). */
+static inline int64_t tt_clamp_align(int64_t x)
+{
+    return x > TT_ALIGN_LIM ? TT_ALIGN_LIM : x < -TT_ALIGN_LIM ? -TT_ALIGN_LIM : x;
+}
+
+/** Re-express an int32 at exponent e_from at exponent e_to (see ops/_common.align_to). */
+static inline int64_t tt_align(int32_t v, int32_t e_from, int32_t e_to)
+{
+    int64_t r;
+    if (e_to >= e_from) {
+        int32_t d = e_to - e_from;
+        r = tt_rshift_round_s64((int64_t)v, d > 62 ? 62 : d);
+    } else {
+        int32_t d = e_from - e_to;
+        r = (int64_t)((uint64_t)(int64_t)v << (d > 31 ? 31 : d)); /* |v| <= 2^31: no overflow */
+    }
+    return tt_clamp_align(r);
+}
+
+/** Requantize n int64 values to int8 with a shared dynamic exponent; returns the shift. */
+int32_t tt_requant_s8_from_s64(const int64_t *acc, int32_t n, int8_t *y, tt_stats *st);
+/** Same for int32 accumulators. */
+int32_t tt_requant_s8_from_s32(const int32_t *acc, int32_t n, int8_t *y, tt_stats *st);
+
+/** Integer division truncating toward zero (C99 semantics); b != 0. */
+static inline int32_t tt_div_trunc_s32(int32_t a, int32_t b) { return a / b; }
+
+/** floor(sqrt(x)) by the bit-by-bit method. */
+uint32_t tt_isqrt_u32(uint32_t x);
+
+/** 2^(t/256) in Q15 for t <= 0 (Q8). */
+int32_t tt_exp2_neg_q15(int32_t t_q8);
+/** log2(x) in Q16 for x >= 1. */
+int32_t tt_log2_q16(uint32_t x);
+
+/** xorshift32 step (13, 17, 5): returns the new state, which is the draw. */
+static inline uint32_t tt_prng_next(uint32_t *state)
+{
+    uint32_t x = *state;
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    *state = x;
+    return x;
+}
+
+/** Map a seed to a non-zero xorshift32 state. */
+uint32_t tt_prng_seed(uint32_t seed);
+
+#endif /* TT_FIXEDPOINT_H */

@@ -1,0 +1,52 @@
+"""Shared fixtures: the firmware runtime compiled for the host (cffi), once per session."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tinytrain import cbuild
+
+HERE = Path(__file__).parent
+SHIM_CDEF = """
+int64_t tt_t_rshift_round_s64(int64_t x, int32_t s);
+int32_t tt_t_rshift_round_s32(int32_t x, int32_t s);
+int64_t tt_t_rshift_stoch_s64(int64_t x, int32_t s, uint32_t r);
+int8_t tt_t_sat_s8(int64_t x);
+int16_t tt_t_sat_s16(int64_t x);
+int32_t tt_t_sat_s32(int64_t x);
+int32_t tt_t_bitwidth_u64(uint64_t v);
+int32_t tt_t_requant_shift(uint64_t m, int32_t bits);
+int64_t tt_t_align(int32_t v, int32_t ef, int32_t et);
+int32_t tt_t_div_trunc_s32(int32_t a, int32_t b);
+uint32_t tt_t_prng_next(uint32_t s);
+"""
+
+
+def runtime_cdef() -> str:
+    parts = [SHIM_CDEF]
+    headers = sorted(cbuild.FIRMWARE_INCLUDE.glob("tt_*.h"), key=lambda h: h.stem != "tt_fixedpoint")
+    for h in headers:
+        if h.stem in ("tt_port", "tt_device", "tt_protocol", "tt_cobs", "tt_crc32"):
+            continue
+        parts.append(cbuild.cdef_from_header(h))
+    return "\n".join(parts)
+
+
+def _build(sanitize: bool):
+    srcs = [p for p in cbuild.runtime_sources() if p.stem not in ("tt_protocol", "tt_cobs", "tt_crc32")]
+    return cbuild.compile_shared(
+        [*srcs, HERE / "c" / "tt_test_shim.c"], runtime_cdef(), sanitize=sanitize, name="ttrt"
+    )
+
+
+@pytest.fixture(scope="session")
+def clib():
+    """(ffi, lib) of the whole runtime built for the host."""
+    return _build(sanitize=False)
+
+
+@pytest.fixture(scope="session")
+def clib_ubsan():
+    """The runtime built with -fsanitize=undefined (aborts on any UB)."""
+    return _build(sanitize=True)
