@@ -40,6 +40,7 @@ env.Replace(
     SIZEDATAREGEXP=r"^(?:\.data|\.bss|\.noinit|\.stack|\.heap)\s+(\d+).*",
     SIZECHECKCMD="$SIZETOOL -A -d $SOURCES",
     SIZEPRINTCMD="$SIZETOOL -B -d $SOURCES",
+    PROGNAME="firmware",
     PROGSUFFIX=".elf",
 )
 

@@ -1,0 +1,203 @@
+"""Run firmware on an emulated board (qemu-system-arm) with its UART on a local TCP socket.
+
+    from tinytrain.emulator import Emulator
+    with Emulator("mps2_an386", elf) as emu:          # QEMU always killed on exit
+        ser = emu.open_serial(timeout=2)               # pyserial, socket://127.0.0.1:PORT
+        print(ser.readline())
+    # or: emu.url -> "socket://127.0.0.1:PORT" for serial.serial_for_url() yourself
+
+UART0 of the board is QEMU's first ``-serial``, a TCP server on 127.0.0.1 with ``wait=on``: the
+guest does not start until the host connects, so nothing it prints is lost. The port is a free
+one chosen at start (retried if taken in between).
+
+Instruction counting. QEMU runs with ``-icount shift=0``: the virtual clock advances exactly 1 ns
+per executed instruction, independently of host speed. Every timer of the board therefore counts
+instructions; on MPS2 the 25 MHz CMSDK timer 0 ticks every 40 instructions, and the firmware's
+``tt_port_cycles()`` returns ticks * 40 = instructions executed (resolution 40). The difference
+between two readings around a piece of code is the same on every run as long as that code does
+not wait for host input (a wait loop spins a host-timing-dependent number of times).
+``-semihosting`` lets ``tt_port_exit(code)`` end QEMU with exit status ``code``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from .boards import Board, get_board
+
+__all__ = ["Emulator", "EmulatorError", "qemu_command", "find_qemu"]
+
+HOST = "127.0.0.1"
+
+
+class EmulatorError(RuntimeError):
+    """QEMU is missing, the board is not emulated, or QEMU failed to start."""
+
+
+def find_qemu() -> str:
+    exe = shutil.which("qemu-system-arm")
+    if not exe:
+        raise EmulatorError("qemu-system-arm not found: sudo apt-get install -y qemu-system-arm")
+    return exe
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def qemu_command(board: str | Board, elf: str | Path, port: int, *, icount: bool = True,
+                 extra_args: tuple[str, ...] = ()) -> list[str]:
+    """The qemu-system-arm command line that runs `elf` with UART0 on TCP `port` (server, wait)."""
+    b = get_board(board)
+    if not b.is_emulated:
+        raise EmulatorError(f"board {b.name!r} is a real board, not emulated; run it on hardware")
+    cmd = [find_qemu(), "-machine", b.qemu_machine, "-display", "none", "-monitor", "none",
+           "-chardev", f"socket,id=uart0,host={HOST},port={port},server=on,wait=on,nodelay=on",
+           "-serial", "chardev:uart0",
+           "-semihosting-config", "enable=on,target=native",
+           "-kernel", str(elf)]
+    if icount:
+        cmd[1:1] = ["-icount", "shift=0"]
+    return cmd + list(extra_args)
+
+
+def _listening(port: int) -> bool:
+    """True once something listens on 127.0.0.1:`port` (read from /proc; no connection made,
+    since connecting would start the guest)."""
+    want = f"0100007F:{port:04X}"
+    for table in ("/proc/net/tcp",):
+        try:
+            with open(table) as f:
+                for line in f.readlines()[1:]:
+                    cols = line.split()
+                    if cols[1] == want and cols[3] == "0A":  # 0A = TCP_LISTEN
+                        return True
+        except OSError:
+            return True  # no /proc: let the caller's connect retries handle it
+    return False
+
+
+class Emulator:
+    """One QEMU process for `board` running `elf`. A context manager; :meth:`stop` always kills it."""
+
+    def __init__(self, board: str | Board | None, elf: str | Path, *, icount: bool = True,
+                 extra_args: tuple[str, ...] = (), start_timeout: float = 10.0):
+        from .boards import default_board
+
+        self.board = get_board(board) if board is not None else default_board()
+        self.elf = Path(elf)
+        if not self.elf.is_file():
+            raise EmulatorError(f"firmware {self.elf} does not exist")
+        self.icount = icount
+        self.extra_args = tuple(extra_args)
+        self.start_timeout = start_timeout
+        self.proc: subprocess.Popen | None = None
+        self.port: int | None = None
+        self._log = None
+        self._serial = None
+
+    # -- life cycle ----------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        if self.port is None:
+            raise EmulatorError("emulator not started")
+        return f"socket://{HOST}:{self.port}"
+
+    def start(self) -> str:
+        """Start QEMU; returns the UART URL once QEMU listens (the guest starts on connect)."""
+        if self.proc is not None:
+            return self.url
+        last = ""
+        for _attempt in range(5):
+            port = _free_port()
+            self._log = tempfile.TemporaryFile()
+            cmd = qemu_command(self.board, self.elf, port, icount=self.icount, extra_args=self.extra_args)
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log,
+                                         stderr=subprocess.STDOUT)
+            self.port = port
+            deadline = time.monotonic() + self.start_timeout
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    break
+                if _listening(port):
+                    return self.url
+                time.sleep(0.01)
+            last = self.output()
+            self.stop()
+            if "in use" not in last:  # anything but a port race is fatal
+                break
+        raise EmulatorError(f"QEMU did not start for {self.board.name}: {last.strip() or 'timeout'}")
+
+    def open_serial(self, timeout: float = 5.0, retries: int = 50):
+        """Connect pyserial to the UART (starts the guest). Kept and closed by :meth:`stop`."""
+        import serial
+
+        url = self.start()
+        err = None
+        for _ in range(retries):
+            try:
+                self._serial = serial.serial_for_url(url, timeout=timeout)
+                return self._serial
+            except serial.SerialException as exc:  # not listening yet (no /proc)
+                err = exc
+                time.sleep(0.05)
+        raise EmulatorError(f"cannot connect to {url}: {err}")
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the guest to call tt_port_exit(); returns its exit code."""
+        if self.proc is None:
+            raise EmulatorError("emulator not started")
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise EmulatorError(f"QEMU ({self.board.name}) still running after {timeout} s") from None
+
+    def output(self) -> str:
+        """What QEMU itself printed (errors, warnings), not the guest's UART."""
+        if self._log is None:
+            return ""
+        self._log.seek(0)
+        return self._log.read().decode(errors="replace")
+
+    def stop(self) -> int | None:
+        """Close the serial link and kill QEMU if still running; returns its exit code."""
+        if self._serial is not None:
+            try:
+                self._serial.close()
+            except Exception:  # noqa: BLE001 - closing a dead socket must not mask the real error
+                pass
+            self._serial = None
+        rc = None
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+            rc = self.proc.wait()
+            self.proc = None
+        return rc
+
+    def __enter__(self) -> "Emulator":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __del__(self):  # last resort; the context manager is the contract
+        proc = getattr(self, "proc", None)
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+
+
+if os.name != "posix":  # pragma: no cover
+    raise ImportError("tinytrain.emulator needs a POSIX host")
