@@ -1,0 +1,158 @@
+"""Board registry, offline PlatformIO build and QEMU boot of the echo firmware.
+
+The qemu-marked tests build firmware/apps/echo through PlatformIO (offline platform
+boards/platform-qemu-cortexm, system arm-none-eabi-gcc), boot it in qemu-system-arm and talk to it
+over pyserial through the socket URL. They skip only when qemu-system-arm, arm-none-eabi-gcc or
+PlatformIO is missing.
+"""
+
+import json
+import re
+import shutil
+
+import pytest
+
+from tinytrain.boards import (QEMU_PLATFORM_DIR, BoardError, board_names, default_board, get_board,
+                              load_boards)
+
+EMULATED = ["mps2_an385", "mps2_an386", "mps2_an500"]
+ECHO_APP = get_board("mps2_an386").port_dir.parent.parent / "apps" / "echo"
+
+
+def _missing_tools():
+    missing = [t for t in ("qemu-system-arm", "arm-none-eabi-gcc") if shutil.which(t) is None]
+    try:
+        import platformio  # noqa: F401
+    except ImportError:
+        missing.append("platformio (pip install -e '.[device]')")
+    return missing
+
+
+needs_qemu = pytest.mark.skipif(bool(_missing_tools()), reason=f"missing: {', '.join(_missing_tools())}")
+
+
+# --- registry ---------------------------------------------------------------------------------
+
+def test_registry_lists_emulated_and_real_boards():
+    boards = load_boards()
+    assert [n for n, b in boards.items() if b.is_emulated] == EMULATED
+    for name in ("nucleo_f446re", "bluepill_f103c8", "nano33ble", "pico", "disco_f746ng"):
+        b = boards[name]
+        assert not b.is_emulated and b.pio_framework == "arduino"
+        assert b.pio_platform in ("ststm32", "nordicnrf52", "raspberrypi")
+    assert get_board("bluepill_f103c8").ram == 20 * 1024
+    assert get_board("pico").cpu == "cortex-m0plus" and get_board("pico").cycles_resolution == 0
+    assert default_board().name == "mps2_an386" and default_board().is_emulated
+
+
+def test_unknown_board_names_the_valid_ones():
+    with pytest.raises(BoardError) as exc:
+        get_board("arduino_uno")
+    msg = str(exc.value)
+    assert "arduino_uno" in msg
+    for name in board_names():
+        assert name in msg
+
+
+def test_platform_boards_match_registry():
+    for name in EMULATED:
+        b = get_board(name)
+        manifest = json.loads((QEMU_PLATFORM_DIR / "boards" / f"{name}.json").read_text())
+        assert manifest["build"]["cpu"] == b.cpu
+        assert manifest["build"]["qemu_machine"] == b.qemu_machine
+        assert manifest["upload"]["maximum_ram_size"] == b.ram
+
+
+def test_real_board_offline_fails_with_clear_message(tmp_path):
+    from tinytrain.pio_project import BuildError, build, platform_installed, write_project
+
+    if platform_installed("nucleo_f446re"):
+        pytest.skip("ststm32 is installed here; the offline error cannot be shown")
+    write_project(tmp_path, ["nucleo_f446re"], sources=[ECHO_APP])
+    with pytest.raises(BuildError, match=r"platform 'ststm32'.*not installed.*pio pkg install"):
+        build(tmp_path, "nucleo_f446re", offline=True)
+
+
+def test_tool_scons_on_a_fresh_core_dir(tmp_path, monkeypatch):
+    from tinytrain import toolchain
+
+    monkeypatch.setenv("PLATFORMIO_CORE_DIR", str(tmp_path / "core"))
+    dest = toolchain.install_tool_scons(quiet=True)
+    meta = json.loads((dest / ".piopm").read_text())
+    from platformio.dependencies import get_core_dependencies
+    import semantic_version
+
+    assert meta["spec"]["owner"] == "platformio" and meta["name"] == "tool-scons"
+    req = semantic_version.SimpleSpec(get_core_dependencies()["tool-scons"])
+    assert semantic_version.Version(meta["version"]) in req
+    assert (dest / "scons.py").is_file() and (dest / "SCons" / "Script").is_dir()
+    assert toolchain.install_tool_scons(quiet=True) == dest  # idempotent
+
+
+# --- build and boot -------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def echo_project(tmp_path_factory):
+    from tinytrain.pio_project import write_project
+
+    return write_project(tmp_path_factory.mktemp("echo"), EMULATED, sources=[ECHO_APP])
+
+
+BANNER = re.compile(rb"cycles res=(\d+) t0=(\d+) t1=(\d+) t2=(\d+) loop=(\d+)")
+
+
+def _boot(board, elf, payload=b"hello, board\x00\xff\r\n"):
+    from tinytrain.emulator import Emulator
+
+    with Emulator(board, elf) as emu:
+        ser = emu.open_serial(timeout=5)
+        assert ser.readline() == f"tinytrain echo board={board}\r\n".encode()
+        m = BANNER.match(ser.readline())
+        assert m, "no cycles line"
+        assert ser.readline() == b"ready\r\n"
+        ser.write(payload)
+        echoed = ser.read(len(payload))
+        ser.write(b"\x04")  # EOT: firmware returns 0 from main -> semihosting exit
+        rc = emu.wait(10)
+    return echoed, rc, [int(x) for x in m.groups()]
+
+
+@pytest.mark.qemu
+@needs_qemu
+@pytest.mark.parametrize("board", EMULATED)
+def test_echo_firmware_builds_boots_and_echoes(echo_project, board):
+    from tinytrain.pio_project import build
+
+    elf = build(echo_project, board)
+    payload = bytes(b for b in range(256) if b != 0x04)  # 0x04 ends the firmware
+    echoed, rc, _ = _boot(board, elf, payload)
+    assert echoed == payload
+    assert rc == 0
+
+
+@pytest.mark.qemu
+@needs_qemu
+def test_instruction_counter_monotonic_and_deterministic(echo_project):
+    from tinytrain.pio_project import build
+
+    elf = build(echo_project, "mps2_an386")
+    runs = [_boot("mps2_an386", elf)[2] for _ in range(2)]
+    res, t0, t1, t2, loop = runs[0]
+    assert res == 40
+    assert t0 <= t1 < t2 and loop == t2 - t1
+    assert t0 % res == 0 and loop % res == 0
+    # fixed_work() runs 10000 iterations of a loop of at least 3 instructions
+    assert 3 * 10000 <= loop <= 20 * 10000
+    assert runs[0] == runs[1], "instruction counts differ between two identical runs"
+
+
+@pytest.mark.qemu
+@needs_qemu
+def test_compile_error_is_reported(tmp_path):
+    from tinytrain.pio_project import BuildError, build, write_project
+
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "main.c").write_text("int main(void) { return undefined_symbol_xyz; }\n")
+    write_project(tmp_path / "proj", ["mps2_an385"], sources=[tmp_path / "app"])
+    with pytest.raises(BuildError, match=r"main\.c.*undefined_symbol_xyz"):
+        build(tmp_path / "proj", "mps2_an385")
