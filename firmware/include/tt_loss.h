@@ -1,0 +1,21 @@
+/** Loss heads: integer softmax cross-entropy and MSE (see tinytrain/ops/softmax_ce.py, mse.py). */
+#ifndef TT_LOSS_H
+#define TT_LOSS_H
+
+#include <stdint.h>
+#include "tt_fixedpoint.h"
+
+/** Softmax CE on int8 logits z[N] (exponent ez) for label; writes the int8 error e[N] and its
+ *  exponent *ee, -log2(p_label) in Q16 to *loss_q16; returns argmax(z). g: N int64 scratch. */
+int32_t tt_softmax_ce_s8(const int8_t *z, int32_t ez, int32_t label, int32_t N, int64_t *g,
+                         int8_t *e, int32_t *ee, int32_t *loss_q16, tt_stats *st);
+
+/** MSE on int8 y[N] (ey) against int8 t[N] (et); writes error e[N], *ee, the sum of squares
+ *  *loss (exponent 2*min(ey, et)). g: N int64 scratch. */
+void tt_mse_s8(const int8_t *y, int32_t ey, const int8_t *t, int32_t et, int32_t N, int64_t *g,
+               int8_t *e, int32_t *ee, int64_t *loss, tt_stats *st);
+
+/** argmax with the first index on ties. */
+int32_t tt_argmax_s8(const int8_t *z, int32_t N);
+
+#endif /* TT_LOSS_H */

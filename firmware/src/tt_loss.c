@@ -1,0 +1,52 @@
+/** Loss heads: integer softmax cross-entropy and MSE. */
+#include "tt_loss.h"
+
+#define TT_LOG2E_Q15 47274
+#define TT_T_MIN (-16 * 256 - 1)
+
+int32_t tt_argmax_s8(const int8_t *z, int32_t N)
+{
+    int32_t i, best = 0;
+    for (i = 1; i < N; i++)
+        if (z[i] > z[best]) best = i;
+    return best;
+}
+
+int32_t tt_softmax_ce_s8(const int8_t *z, int32_t ez, int32_t label, int32_t N, int64_t *g,
+                         int8_t *e, int32_t *ee, int32_t *loss_q16, tt_stats *st)
+{
+    const int32_t pred = tt_argmax_s8(z, N);
+    const int32_t zmax = z[pred];
+    int32_t i, sh = 7 - ez;
+    int64_t S = 0, pc;
+    if (sh < -24) sh = -24;
+    for (i = 0; i < N; i++) {
+        const int64_t v = (int64_t)(z[i] - zmax) * TT_LOG2E_Q15; /* <= 0 */
+        int64_t t = sh >= 0 ? tt_rshift_round_s64(v, sh) : v * ((int64_t)1 << -sh);
+        if (t < TT_T_MIN) t = TT_T_MIN;
+        g[i] = tt_exp2_neg_q15((int32_t)t);
+        S += g[i];
+    }
+    for (i = 0; i < N; i++) g[i] = (g[i] << 15) / S; /* operands >= 0: truncation == floor */
+    pc = g[label];
+    g[label] -= 32768;
+    *ee = -15 + tt_requant_s8_from_s64(g, N, e, st);
+    *loss_q16 = (15 << 16) - tt_log2_q16((uint32_t)(pc > 1 ? pc : 1));
+    return pred;
+}
+
+void tt_mse_s8(const int8_t *y, int32_t ey, const int8_t *t, int32_t et, int32_t N, int64_t *g,
+               int8_t *e, int32_t *ee, int64_t *loss, tt_stats *st)
+{
+    const int32_t emin = ey < et ? ey : et;
+    int64_t L = 0;
+    int32_t i;
+    for (i = 0; i < N; i++) {
+        const int64_t d = (int64_t)y[i] * ((int64_t)1 << (ey - emin))
+                        - (int64_t)t[i] * ((int64_t)1 << (et - emin));
+        g[i] = d;
+        L += d * d;
+    }
+    *ee = emin + tt_requant_s8_from_s64(g, N, e, st);
+    *loss = L;
+}

@@ -1,0 +1,101 @@
+"""numba twins of tinytrain/optim.py update rules (flat arrays; meta[0] is the PRNG state)."""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from ._common import rshift_round
+
+GUARD_BITS = 8
+
+
+@njit(cache=True, inline="always")
+def _xorshift(st):
+    st ^= (st << 13) & 0xFFFFFFFF
+    st ^= st >> 17
+    st ^= (st << 5) & 0xFFFFFFFF
+    return st
+
+
+@njit(cache=True, inline="always")
+def _shift1(v, s, sr, meta):
+    if s <= 0:
+        if s < 0:
+            t = -s if -s < 40 else 40
+            lim = np.int64(1) << 62
+            if v > (lim >> t):
+                return lim
+            if v < -(lim >> t):
+                return -lim
+            return v << t
+        return v
+    if not sr:
+        return rshift_round(v, s if s < 62 else 62)
+    st = _xorshift(meta[0])
+    meta[0] = st
+    ss = s if s < 31 else 31
+    m = (np.int64(1) << ss) - 1
+    r = (v >> ss) + (((v & m) + (st & m)) >> ss)
+    if s > 31:
+        r >>= s - ss
+    return r
+
+
+@njit(cache=True, inline="always")
+def _sat_store(v, lim_lo, lim_hi):
+    return lim_lo if v < lim_lo else lim_hi if v > lim_hi else v
+
+
+@njit(cache=True)
+def update_direct(w, ew_store, g, eg, k, m_t, sr, wd_m, wd_k, lo, hi, meta, stats):
+    s = ew_store + k - eg
+    for i in range(w.size):
+        d = _shift1(m_t * np.int64(g[i]), s, sr, meta)
+        wi = np.int64(w[i])
+        if wd_m != 0:
+            d += rshift_round(wi * wd_m, wd_k)
+        v = wi - d
+        nv = _sat_store(v, lo, hi)
+        if nv != v:
+            stats[1] += 1
+        w[i] = nv
+
+
+@njit(cache=True)
+def accumulate(A, ew_store, g, eg, k, m_t, sr, meta):
+    s = ew_store + k - eg - GUARD_BITS
+    for i in range(A.size):
+        d = _shift1(m_t * np.int64(g[i]), s, sr, meta)
+        A[i] = _sat_store(np.int64(A[i]) + d, -(np.int64(1) << 31), (np.int64(1) << 31) - 1)
+
+
+@njit(cache=True)
+def apply_accumulated(w, A, V, bs, ib_m, ib_k, mu_m, mu_k, wd_m, wd_k, sr, lo, hi, meta, stats):
+    i32lo = -(np.int64(1) << 31)
+    i32hi = (np.int64(1) << 31) - 1
+    for i in range(w.size):
+        u = np.int64(A[i])
+        if bs > 1:
+            u = rshift_round(u * ib_m, ib_k)
+        A[i] = 0
+        if mu_m != 0:
+            vv = _sat_store(rshift_round(np.int64(V[i]) * mu_m, mu_k) + u, i32lo, i32hi)
+            V[i] = vv
+            u = vv
+        wi = np.int64(w[i])
+        if wd_m != 0:
+            s = wd_k - GUARD_BITS
+            wd = wi * wd_m
+            u += rshift_round(wd, s) if s >= 0 else wd << (-s)
+        v = wi - _shift1(u, GUARD_BITS, sr, meta)
+        nv = _sat_store(v, lo, hi)
+        if nv != v:
+            stats[1] += 1
+        w[i] = nv
+
+
+@njit(cache=True)
+def refresh_copy(master, w16):
+    for i in range(master.size):
+        v = rshift_round(np.int64(master[i]), 16)
+        w16[i] = 32767 if v > 32767 else -32767 if v < -32767 else v

@@ -1,0 +1,196 @@
+"""Layers: configuration, parameter initialisation (build time, float allowed), and the glue
+that calls each op's reference (simulator spec), numba kernel (fast path) and C kernel
+(codegen). One class per layer type; the arithmetic lives in ops/, kernels/ and firmware/."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .ops import dense as r_dense
+from .ops import _common
+
+
+class ModelError(ValueError):
+    """A model definition that cannot be built (unknown layer, bad shape, bad option)."""
+
+
+@dataclass
+class Param:
+    name: str
+    data: np.ndarray  # int16 weights, int32 biases / state
+    exp: int
+    role: str = "weight"  # weight | bias | state (state: updated by the layer, not the optimizer)
+
+    @property
+    def trainable(self) -> bool:
+        return self.role in ("weight", "bias")
+
+
+def _weight_exp(bound: float) -> int:
+    """Fixed int16 exponent leaving 4x headroom above the init bound (range >= 4 * bound)."""
+    return math.ceil(math.log2(4.0 * bound)) - 15
+
+
+def _quantize(v: np.ndarray, exp: int, dtype) -> np.ndarray:
+    info = np.iinfo(dtype)
+    q = np.floor(v / 2.0**exp + 0.5)
+    return np.clip(q, -info.max, info.max).astype(dtype)
+
+
+class Layer:
+    kind = "layer"
+    params: list
+
+    def __init__(self):
+        self.params = []
+        self.in_shape = self.out_shape = None
+
+    def config(self) -> dict:
+        return {}
+
+    def build(self, in_shape, rng: np.random.Generator):
+        self.in_shape = tuple(in_shape)
+        self.out_shape = tuple(self._out_shape(self.in_shape))
+        self.params = self._init_params(rng)
+        return self.out_shape
+
+    def _out_shape(self, in_shape):
+        return in_shape
+
+    def _init_params(self, rng):
+        return []
+
+    @property
+    def in_size(self):
+        return int(np.prod(self.in_shape))
+
+    @property
+    def out_size(self):
+        return int(np.prod(self.out_shape))
+
+    def macs(self) -> int:
+        return 0
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
+        return f"{type(self).__name__}({args})"
+
+
+class Dense(Layer):
+    kind = "dense"
+
+    def __init__(self, units: int):
+        super().__init__()
+        if not (isinstance(units, int) and units > 0):
+            raise ModelError(f"Dense(units={units!r}): units must be a positive integer")
+        self.units = units
+
+    def config(self):
+        return {"units": self.units}
+
+    def _out_shape(self, in_shape):
+        if len(in_shape) != 1:
+            raise ModelError(
+                f"Dense expects a flat input, got shape {in_shape}: put a Flatten() before it"
+            )
+        return (self.units,)
+
+    def _init_params(self, rng):
+        K = self.in_shape[0]
+        bound = math.sqrt(6.0 / K)  # He-uniform, as for ReLU networks
+        ew = _weight_exp(bound)
+        w = _quantize(rng.uniform(-bound, bound, (self.units, K)), ew, np.int16)
+        return [Param("w", w, ew, "weight"), Param("b", np.zeros(self.units, np.int32), ew - 8, "bias")]
+
+    def macs(self):
+        return self.units * self.in_shape[0]
+
+    def ref_forward(self, x, ex, train):
+        w, b = self.params
+        y, ey, nsat = r_dense.forward(x, ex, w.data, w.exp, b.data, b.exp)
+        return y, ey, nsat, (x, ex)
+
+    def ref_backward(self, e, ee, saved, need_dx):
+        x, ex = saved
+        w = self.params[0]
+        return r_dense.backward(e, ee, x, ex, w.data, w.exp, need_dx)
+
+
+class ReLU(Layer):
+    kind = "relu"
+
+    def ref_forward(self, x, ex, train):
+        y = np.maximum(x, 0).astype(np.int8)
+        return y, ex, 0, y
+
+    def ref_backward(self, e, ee, saved, need_dx):
+        return np.where(saved > 0, e, 0).astype(np.int8), ee, 0, []
+
+
+class Flatten(Layer):
+    kind = "flatten"
+
+    def _out_shape(self, in_shape):
+        return (int(np.prod(in_shape)),)
+
+    def ref_forward(self, x, ex, train):
+        return x.reshape(-1), ex, 0, None
+
+    def ref_backward(self, e, ee, saved, need_dx):
+        return e.reshape(self.in_shape), ee, 0, []
+
+
+LAYER_TYPES = {cls.kind: cls for cls in (Dense, ReLU, Flatten)}
+
+
+def register(cls):
+    LAYER_TYPES[cls.kind] = cls
+    return cls
+
+
+def layer_from_config(d: dict) -> Layer:
+    d = dict(d)
+    kind = d.pop("type", None)
+    if kind not in LAYER_TYPES:
+        raise ModelError(
+            f"unknown layer type {kind!r}: known types are {', '.join(sorted(LAYER_TYPES))}"
+        )
+    try:
+        return LAYER_TYPES[kind](**d)
+    except TypeError as exc:
+        raise ModelError(f"bad options for layer {kind!r}: {exc}") from None
+
+
+# ---------------------------------------------------------------------------------------
+# numba emitters: each returns source lines for the generated training function (sim.py).
+# ctx provides: x (input buffer expr), ex (input exponent expr), y (output buffer expr),
+# p(j) (param j storage expr, shaped), pe(j) (its exponent literal), e (output-error expr),
+# dx (input-error expr or None), g(j) (gradient buffer expr for param j), buf(j) (extra buffer).
+
+def _nb_dense_fwd(self, c):
+    return [f"{c.ey} = dense_fwd({c.x}, {c.ex}, {c.p(0)}, {c.pe(0)}, {c.p(1)}, {c.pe(1)}, S64[:{self.units}], {c.y}, stats)"]
+
+
+def _nb_dense_bwd(self, c):
+    lines = []
+    if c.dx is not None:
+        lines.append(f"{c.edx} = dense_bwd({c.e}, {c.ee}, {c.p(0)}, {c.pe(0)}, S64[:{self.in_shape[0]}], {c.dx}, stats)")
+    lines.append(f"dense_grad({c.e}, {c.x}, {c.g(0)}, {c.g(1)})")
+    lines.append(f"{c.geo(0)} = {c.ee} + {c.ex}")
+    lines.append(f"{c.geo(1)} = {c.ee}")
+    return lines
+
+
+Dense.nb_imports = ["from tinytrain.kernels.dense import dense_fwd, dense_bwd, dense_grad"]
+Dense.nb_forward = _nb_dense_fwd
+Dense.nb_backward = _nb_dense_bwd
+
+ReLU.nb_imports = ["from tinytrain.kernels.elementwise_sim import relu_fwd, relu_bwd"]
+ReLU.nb_forward = lambda self, c: [f"relu_fwd({c.x}, {c.y})", f"{c.ey} = {c.ex}"]
+ReLU.nb_backward = lambda self, c: ([f"relu_bwd({c.e}, {c.y}, {c.dx})", f"{c.edx} = {c.ee}"] if c.dx is not None else [])
+
+Flatten.nb_imports = ["from tinytrain.kernels.elementwise_sim import copy_s8"]
+Flatten.nb_forward = lambda self, c: [f"copy_s8({c.x}, {c.y})", f"{c.ey} = {c.ex}"]
+Flatten.nb_backward = lambda self, c: ([f"copy_s8({c.e}, {c.dx})", f"{c.edx} = {c.ee}"] if c.dx is not None else [])

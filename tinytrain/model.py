@@ -1,0 +1,261 @@
+"""Sequential models: definition, integer training state, and the reference training step.
+
+The reference step (``Model.ref_train_step``) is the executable specification of one training
+step; the numba fast path (sim.py) and the generated C (codegen) must leave the model in a
+state with the same ``state_hash`` after every step.
+
+Order of a step (one sample): forward through all layers (activations kept), loss head,
+backward from the last layer: each layer computes dx with its current parameters, then its
+parameter gradients, which the optimizer applies (direct mode) or accumulates (batch mode).
+In batch mode, after the last sample of a batch the accumulated updates are applied layer by
+layer in forward order. PRNG draws (stochastic rounding) happen in exactly this order.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import fixedpoint as fp
+from .layers import Layer, ModelError, Param, layer_from_config
+from .ops import mse as r_mse
+from .ops import softmax_ce as r_ce
+from .optim import SGD, IntSGD, MASTER_EXTRA_BITS
+from . import optim as r_opt
+
+LOSSES = ("softmax_ce", "mse")
+
+
+class Sequential:
+    """A stack of layers trained with integer SGD.
+
+    >>> m = Sequential([Dense(32), ReLU(), Dense(10)], input_shape=(64,), input_exp=-2)
+    """
+
+    def __init__(self, layers: list[Layer], input_shape, input_exp: int = 0, n_classes: int | None = None,
+                 loss: str = "softmax_ce", optimizer: SGD | None = None, seed: int = 0, name: str = "model"):
+        if not layers:
+            raise ModelError("a model needs at least one layer")
+        for i, l in enumerate(layers):
+            if not isinstance(l, Layer):
+                raise ModelError(f"layer {i} is {l!r}, not a tinytrain layer")
+        if loss not in LOSSES:
+            raise ModelError(f"unknown loss {loss!r}: use one of {', '.join(LOSSES)}")
+        self.layers = list(layers)
+        self.input_shape = tuple(int(v) for v in input_shape)
+        self.input_exp = int(input_exp)
+        self.loss = loss
+        self.optimizer = optimizer or SGD()
+        self.seed = int(seed)
+        self.name = name
+        rng = np.random.default_rng(self.seed)  # build-time float init only
+        shape = self.input_shape
+        for i, l in enumerate(self.layers):
+            try:
+                shape = l.build(shape, rng)
+            except ModelError as exc:
+                raise ModelError(f"layer {i} ({l.kind}): {exc}") from None
+        self.output_shape = shape
+        if loss == "softmax_ce":
+            if len(shape) != 1:
+                raise ModelError(f"softmax_ce needs a flat output, the model ends with shape {shape}")
+            self.n_classes = shape[0] if n_classes is None else n_classes
+            if self.n_classes != shape[0]:
+                raise ModelError(f"the last layer has {shape[0]} outputs but the data has {self.n_classes} classes")
+        else:
+            self.n_classes = 0
+        self.opt: IntSGD = self.optimizer.compile()
+        self._init_training_state()
+
+    # ------------------------------------------------------------------ state
+    def _init_training_state(self):
+        opt = self.opt
+        self.trainable = self._trainable_mask()
+        self.master = {}
+        self.accum = {}
+        self.velocity = {}
+        for li, l in enumerate(self.layers):
+            for pi, p in enumerate(l.params):
+                if not (p.trainable and self.trainable[li][pi]):
+                    continue
+                key = (li, pi)
+                if opt.master and p.data.dtype == np.int16:
+                    self.master[key] = p.data.astype(np.int32) << MASTER_EXTRA_BITS
+                if opt.accumulate:
+                    self.accum[key] = np.zeros(p.data.shape, np.int32)
+                if opt.mu_m:
+                    self.velocity[key] = np.zeros(p.data.shape, np.int32)
+        # scalars: PRNG state, optimizer step, samples in the current batch
+        self.meta = np.array([fp.prng_seed(self.seed), 0, 0], dtype=np.int64)
+        self.stats = np.zeros(4, dtype=np.int64)  # [act saturations, weight saturations, -, -]
+
+    def _trainable_mask(self):
+        spec = self.optimizer.train
+        with_params = [i for i, l in enumerate(self.layers) if any(p.trainable for p in l.params)]
+        mask = [[p.trainable for p in l.params] for l in self.layers]
+        if spec in ("all", None):
+            return mask
+        if spec == "bias":
+            return [[p.role == "bias" for p in l.params] for l in self.layers]
+        if isinstance(spec, str) and spec.startswith("last:"):
+            k = int(spec.split(":", 1)[1])
+            keep = set(with_params[-k:]) if k > 0 else set()
+            return [[m and i in keep for m in row] for i, row in enumerate(mask)]
+        if isinstance(spec, (list, tuple)):
+            keep = set(int(i) for i in spec)
+            bad = keep - set(range(len(self.layers)))
+            if bad:
+                raise ModelError(f"train= names layers {sorted(bad)} but the model has {len(self.layers)} layers")
+            return [[m and i in keep for m in row] for i, row in enumerate(mask)]
+        raise ModelError(f"train={spec!r}: use 'all', 'bias', 'last:K' or a list of layer indices")
+
+    def state_tensors(self):
+        """The ordered state covered by the state hash (the model schema order)."""
+        out = []
+        for li, l in enumerate(self.layers):
+            for pi, p in enumerate(l.params):
+                key = (li, pi)
+                out.append(self.master[key] if key in self.master else p.data)
+                if key in self.accum:
+                    out.append(self.accum[key])
+                if key in self.velocity:
+                    out.append(self.velocity[key])
+        out.append(self.meta.astype(np.uint32))
+        return out
+
+    def state_hash(self) -> int:
+        return fp.state_hash(self.state_tensors())
+
+    def schema(self) -> dict:
+        return {
+            "input_shape": list(self.input_shape), "input_exp": self.input_exp, "loss": self.loss,
+            "n_classes": self.n_classes, "layers": [{"type": l.kind, **l.config()} for l in self.layers],
+            "optimizer": self.optimizer.to_dict(),
+            "params": [[p.name, str(p.data.dtype), list(p.data.shape), p.exp, p.role] for l in self.layers for p in l.params],
+        }
+
+    def schema_hash(self) -> int:
+        import json
+        return fp.crc32(json.dumps(self.schema(), sort_keys=True).encode())
+
+    def param_count(self) -> int:
+        return sum(p.data.size for l in self.layers for p in l.params if p.trainable)
+
+    def macs(self) -> int:
+        return sum(l.macs() for l in self.layers)
+
+    def summary(self) -> str:
+        lines = [f"{self.name}: input {self.input_shape} (exp {self.input_exp}), loss {self.loss}"]
+        for i, l in enumerate(self.layers):
+            ps = ", ".join(f"{p.name}{list(p.data.shape)}:{p.data.dtype}@2^{p.exp}" for p in l.params)
+            lines.append(f"  {i:2d} {l!r:32s} -> {l.out_shape}  {ps}")
+        lines.append(f"  trainable parameters: {self.param_count()}, MACs/forward: {self.macs()}")
+        return "\n".join(lines)
+
+    # --------------------------------------------------------- validation
+    def check_sample(self, x: np.ndarray, label):
+        if x.dtype != np.int8:
+            raise ModelError(f"inputs must be int8 (quantized), got {x.dtype}: quantize with tinytrain.data.quantize_inputs")
+        if tuple(x.shape) != self.input_shape:
+            raise ModelError(f"input shape {tuple(x.shape)} does not match the model's input {self.input_shape}")
+        if self.loss == "softmax_ce" and not 0 <= int(label) < self.n_classes:
+            raise ModelError(f"label {label} out of range for {self.n_classes} classes")
+
+    # ------------------------------------------------------ reference step
+    def ref_forward(self, x, train=False):
+        a, ea, saved = x, self.input_exp, []
+        for l in self.layers:
+            a, ea, nsat, s = l.ref_forward(a, ea, train)
+            self.stats[0] += nsat
+            saved.append(s)
+        return a, ea, saved
+
+    def ref_predict(self, x) -> int:
+        z, ez, _ = self.ref_forward(x, train=False)
+        return int(np.argmax(z))
+
+    def ref_train_step(self, x, label):
+        """One training step on one sample with the plain numpy reference. Returns
+        (loss_q16, pred)."""
+        self.check_sample(x, label)
+        opt = self.opt
+        z, ez, saved = self.ref_forward(x, train=True)
+        if self.loss == "softmax_ce":
+            e, ee, nsat, loss, pred = r_ce.forward_backward(z, ez, int(label))
+        else:
+            t = np.asarray(label, dtype=np.int8).reshape(-1)
+            e, ee, nsat, loss, _ = r_mse.forward_backward(z, ez, t, self.target_exp)
+            pred = 0
+        self.stats[0] += nsat
+        prng = [int(self.meta[0])]
+        m_t = opt.lr_mult(int(self.meta[1]))
+        first_trainable = min((i for i, row in enumerate(self.trainable) if any(row)), default=len(self.layers))
+        for li in range(len(self.layers) - 1, -1, -1):
+            if li < first_trainable:
+                break
+            l = self.layers[li]
+            need_dx = li > first_trainable
+            dx, edx, nsat, grads = l.ref_backward(e, ee, saved[li], need_dx)
+            self.stats[0] += nsat
+            for pi, (g, eg) in enumerate(grads):
+                if not self.trainable[li][pi]:
+                    continue
+                self._apply_grad(li, pi, g, eg, m_t, prng)
+            e, ee = dx, edx
+        self.meta[0] = prng[0]
+        self.meta[2] += 1
+        if not opt.accumulate:
+            self.meta[1] += 1
+        elif self.meta[2] == opt.batch_size:
+            self._apply_batch(prng)
+        self.meta[0] = prng[0]
+        return loss, pred
+
+    def _store(self, li, pi):
+        key = (li, pi)
+        p = self.layers[li].params[pi]
+        if key in self.master:
+            return self.master[key], p.exp - MASTER_EXTRA_BITS
+        return p.data, p.exp
+
+    def _apply_grad(self, li, pi, g, eg, m_t, prng):
+        w, ew = self._store(li, pi)
+        if self.opt.accumulate:
+            r_opt.accumulate_ref(self.accum[(li, pi)], ew, g, eg, self.opt, m_t, prng)
+        else:
+            self.stats[1] += r_opt.update_direct_ref(w, ew, g, eg, self.opt, m_t, prng)
+            self._refresh(li, pi)
+
+    def _refresh(self, li, pi):
+        if (li, pi) in self.master:
+            r_opt.refresh_compute_copy(self.master[(li, pi)], self.layers[li].params[pi].data)
+
+    def _apply_batch(self, prng):
+        for li, l in enumerate(self.layers):
+            for pi in range(len(l.params)):
+                if (li, pi) not in self.accum:
+                    continue
+                w, _ = self._store(li, pi)
+                self.stats[1] += r_opt.apply_accumulated_ref(w, self.accum[(li, pi)], self.velocity.get((li, pi)), self.opt, prng)
+                self._refresh(li, pi)
+        self.meta[1] += 1
+        self.meta[2] = 0
+
+    target_exp = 0
+
+    # ------------------------------------------------------------ copying
+    def copy(self) -> "Sequential":
+        import copy
+        return copy.deepcopy(self)
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> "Sequential":
+        layers = [layer_from_config(d) for d in cfg["layers"]]
+        opt = SGD.from_dict(cfg.get("optimizer", {}))
+        return cls(layers, input_shape=cfg["input_shape"], input_exp=cfg.get("input_exp", 0),
+                   n_classes=cfg.get("n_classes"), loss=cfg.get("loss", "softmax_ce"),
+                   optimizer=opt, seed=cfg.get("seed", 0), name=cfg.get("name", "model"))
+
+    def config(self) -> dict:
+        return {"name": self.name, "input_shape": list(self.input_shape), "input_exp": self.input_exp,
+                "n_classes": self.n_classes, "loss": self.loss, "seed": self.seed,
+                "layers": [{"type": l.kind, **l.config()} for l in self.layers],
+                "optimizer": self.optimizer.to_dict()}

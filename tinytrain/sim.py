@@ -1,0 +1,224 @@
+"""The fast host simulator: the whole training loop of a model compiled by numba.
+
+From a Sequential model this module generates the source of two numba functions,
+``train_run`` (forward, loss, backward and update for a range of samples, no Python in the
+loop) and ``predict_run``, specialised with the model's shapes and constants. The source is
+written to the cache directory and imported, so numba's on-disk cache applies across runs.
+It computes exactly what ``Sequential.ref_train_step`` computes (tests/test_sim.py).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from .layers import Layer
+from .optim import GUARD_BITS, MASTER_EXTRA_BITS
+
+
+def _cache_dir() -> Path:
+    d = Path(os.environ.get("TINYTRAIN_CACHE", Path.home() / ".cache" / "tinytrain")) / "sim"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+class _Ctx:
+    """Names an emitter uses for one layer in the generated source."""
+
+    def __init__(self, li, pidx, x, ex, y, ey, e=None, ee=None, dx=None, edx=None, gidx=None, bidx=None):
+        self.li, self._pidx, self.x, self.ex, self.y, self.ey = li, pidx, x, ex, y, ey
+        self.e, self.ee, self.dx, self.edx = e, ee, dx, edx
+        self._gidx, self._bidx = gidx or {}, bidx or []
+        self.layer: Layer | None = None
+
+    def p(self, j):
+        return f"P[{self._pidx[j]}]"
+
+    def pe(self, j):
+        return str(self.layer.params[j].exp)
+
+    def g(self, j):
+        return f"G[{self._gidx[j]}]" if j in self._gidx else f"GD[{self._pidx[j]}]"
+
+    def geo(self, j):
+        return f"ge_{self.li}_{j}"
+
+    def buf(self, j):
+        return f"B[{self._bidx[j]}]"
+
+
+def generate_source(model) -> str:
+    opt = model.opt
+    L = len(model.layers)
+    imports = {"import numpy as np", "from numba import njit",
+               "from tinytrain.kernels.loss import softmax_ce, mse",
+               "from tinytrain.kernels.optim import update_direct, accumulate, apply_accumulated, refresh_copy",
+               "from tinytrain.sim_rt import lr_mult"}
+    pidx, k = [], 0
+    for l in model.layers:
+        pidx.append(list(range(k, k + len(l.params))))
+        k += len(l.params)
+    keys = [(li, pi) for li, l in enumerate(model.layers) for pi in range(len(l.params))]
+    train_keys = [key for key in keys if model.layers[key[0]].params[key[1]].trainable and model.trainable[key[0]][key[1]]]
+    gidx = {key: i for i, key in enumerate(train_keys)}
+    bidx, nb = [], 0
+    for l in model.layers:
+        n = len(getattr(l, "nb_buffers", lambda: [])())
+        bidx.append(list(range(nb, nb + n)))
+        nb += n
+    first = min((li for li, _ in train_keys), default=L)
+
+    def ctx(li, train):
+        c = _Ctx(li, pidx[li], "x" if li == 0 else f"A[{li - 1}]", f"e{li}", f"A[{li}]", f"e{li + 1}",
+                 gidx={pi: gidx[(li, pi)] for pi in range(len(model.layers[li].params)) if (li, pi) in gidx},
+                 bidx=bidx[li])
+        c.layer = model.layers[li]
+        c.train = train
+        return c
+
+    def fwd(train):
+        out = []
+        for li, l in enumerate(model.layers):
+            imports.update(l.nb_imports)
+            c = ctx(li, train)
+            out += l.nb_forward(c) if train or not hasattr(l, "nb_forward_eval") else l.nb_forward_eval(c)
+        return out
+
+    body = ["for n in range(order.size):", "    i = order[n]", "    x = X[i]", f"    e0 = {model.input_exp}"]
+    body += ["    " + s for s in fwd(True)]
+    zl = f"A[{L - 1}]"
+    if model.loss == "softmax_ce":
+        body.append(f"    ee, loss, pred = softmax_ce({zl}, e{L}, Y[i], S64[:{model.output_shape[0]}], D[{L - 1}], stats)")
+    else:
+        body.append(f"    ee, loss, lexp = mse({zl}, e{L}, T[i], {model.target_exp}, S64[:{model.output_shape[0]}], D[{L - 1}], stats)")
+        body.append("    pred = 0")
+    body.append("    out[n, 0] = loss")
+    body.append("    out[n, 1] = pred")
+    body.append(f"    m_t = lr_mult({opt.m}, {opt.schedule}, {opt.gamma_q15}, {opt.step_size}, {opt.total_steps}, cos, meta[1])")
+    body.append(f"    de{L - 1} = ee")
+    for li in range(L - 1, first - 1, -1):
+        l = model.layers[li]
+        c = ctx(li, True)
+        c.e, c.ee = f"D[{li}]", f"de{li}"
+        if li > first:
+            c.dx, c.edx = f"D[{li - 1}]", f"de{li - 1}"
+        body += ["    " + s for s in l.nb_backward(c)]
+        for pi, p in enumerate(l.params):
+            key = (li, pi)
+            if key not in gidx:
+                continue
+            g = f"G[{gidx[key]}].reshape(-1)"
+            ge = c.geo(pi)
+            is_master = key in model.master
+            store, ews = (f"MS[{gidx[key]}].reshape(-1)", p.exp - MASTER_EXTRA_BITS) if is_master else (f"P[{pidx[li][pi]}].reshape(-1)", p.exp)
+            lo, hi = (-32767, 32767) if (p.data.dtype == np.int16 and not is_master) else (-(2**31), 2**31 - 1)
+            if opt.accumulate:
+                body.append(f"    accumulate(ACC[{gidx[key]}].reshape(-1), {ews}, {g}, {ge}, {opt.k}, m_t, {opt.sr}, meta)")
+            else:
+                body.append(f"    update_direct({store}, {ews}, {g}, {ge}, {opt.k}, m_t, {opt.sr}, {opt.wd_m}, {opt.wd_k}, {lo}, {hi}, meta, stats)")
+                if is_master:
+                    body.append(f"    refresh_copy({store}, P[{pidx[li][pi]}].reshape(-1))")
+    body.append("    meta[2] += 1")
+    if not opt.accumulate:
+        body.append("    meta[1] += 1")
+    else:
+        body.append(f"    if meta[2] == {opt.batch_size}:")
+        for key in sorted(train_keys):
+            li, pi = key
+            p = model.layers[li].params[pi]
+            is_master = key in model.master
+            store = f"MS[{gidx[key]}].reshape(-1)" if is_master else f"P[{pidx[li][pi]}].reshape(-1)"
+            lo, hi = (-32767, 32767) if (p.data.dtype == np.int16 and not is_master) else (-(2**31), 2**31 - 1)
+            vel = f"VEL[{gidx[key]}].reshape(-1)" if opt.mu_m else f"ACC[{gidx[key]}].reshape(-1)"
+            body.append(f"        apply_accumulated({store}, ACC[{gidx[key]}].reshape(-1), {vel}, {opt.batch_size}, {opt.ib_m}, {opt.ib_k}, {opt.mu_m}, {opt.mu_k}, {opt.wd_m}, {opt.wd_k}, {opt.sr}, {lo}, {hi}, meta, stats)")
+            if is_master:
+                body.append(f"        refresh_copy({store}, P[{pidx[li][pi]}].reshape(-1))")
+        body.append("        meta[1] += 1")
+        body.append("        meta[2] = 0")
+
+    pred_body = ["for n in range(X.shape[0]):", "    x = X[n]", f"    e0 = {model.input_exp}"]
+    pred_body += ["    " + s for s in fwd(False)]
+    if model.loss == "softmax_ce":
+        pred_body += [f"    z = A[{L - 1}]", "    best = 0", "    for j in range(1, z.size):",
+                      "        if z[j] > z[best]:", "            best = j", "    preds[n] = best"]
+    else:
+        pred_body += [f"    outs[n, :] = A[{L - 1}]", f"    oexp[n] = e{L}"]
+    src = ["# generated by tinytrain.sim -- do not edit", *sorted(imports), "", "",
+           "@njit(cache=True)",
+           "def train_run(X, Y, T, order, P, MS, ACC, VEL, G, GD, A, D, B, S64, meta, stats, cos, out):",
+           *["    " + s for s in body], "", "",
+           "@njit(cache=True)",
+           "def predict_run(X, P, A, B, S64, stats, preds, outs, oexp):",
+           *["    " + s for s in pred_body], ""]
+    return "\n".join(src)
+
+
+def _load(src: str):
+    key = hashlib.sha256(src.encode()).hexdigest()[:16]
+    name = f"tt_sim_{key}"
+    if name in sys.modules:
+        return sys.modules[name]
+    path = _cache_dir() / f"{name}.py"
+    if not path.exists():
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(src)
+        os.replace(tmp, path)
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class Simulator:
+    """Binds a model's arrays to its compiled training loop. The model's arrays are used in
+    place, so the model object always holds the current state."""
+
+    def __init__(self, model):
+        self.model = model
+        self.src = generate_source(model)
+        self.mod = _load(self.src)
+        m = model
+        keys = [(li, pi) for li, l in enumerate(m.layers) for pi in range(len(l.params))]
+        train_keys = [k for k in keys if m.layers[k[0]].params[k[1]].trainable and m.trainable[k[0]][k[1]]]
+        self.P = tuple(m.layers[li].params[pi].data for li, pi in keys)
+        dummy32 = np.zeros(1, np.int32)
+        self.MS = tuple(m.master.get(k, dummy32) for k in train_keys) or (dummy32,)
+        self.ACC = tuple(m.accum.get(k, dummy32) for k in train_keys) or (dummy32,)
+        self.VEL = tuple(m.velocity.get(k, dummy32) for k in train_keys) or (dummy32,)
+        self.G = tuple(np.zeros(m.layers[li].params[pi].data.shape, np.int32) for li, pi in train_keys) or (dummy32,)
+        self.GD = tuple(np.zeros(p.shape, np.int32) for p in self.P) or (dummy32,)  # grads of frozen params
+        self.A = tuple(np.zeros(l.out_size, np.int8) for l in m.layers)
+        self.D = tuple(np.zeros(l.out_size, np.int8) for l in m.layers)
+        bufs = []
+        for l in m.layers:
+            for shape, dt in getattr(l, "nb_buffers", lambda: [])():
+                bufs.append(np.zeros(shape, dt))
+        self.B = tuple(bufs) or (np.zeros(1, np.int32),)
+        width = max([m.input_shape and int(np.prod(m.input_shape))] + [l.out_size for l in m.layers] + [l.in_size for l in m.layers])
+        self.S64 = np.zeros(max(width, getattr(m, "scratch_words", 0)), np.int64)
+        self.cos = m.opt.cosine.astype(np.int64)
+
+    def train(self, X, Y, order, T=None):
+        """Train on samples X[order] in that order. X: (n, *input_shape) int8. Returns an
+        (len(order), 2) int64 array of (loss_q16, prediction)."""
+        Xf = np.ascontiguousarray(X.reshape(X.shape[0], -1))
+        out = np.zeros((len(order), 2), np.int64)
+        Yv = np.asarray(Y if Y is not None else np.zeros(len(X), np.int32), dtype=np.int32)
+        Tv = np.zeros((1, 1), np.int8) if T is None else np.ascontiguousarray(T.reshape(T.shape[0], -1)).astype(np.int8)
+        self.mod.train_run(Xf, Yv, Tv, np.asarray(order, np.int64), self.P, self.MS, self.ACC, self.VEL,
+                           self.G, self.GD, self.A, self.D, self.B, self.S64, self.model.meta,
+                           self.model.stats, self.cos, out)
+        return out
+
+    def predict(self, X):
+        Xf = np.ascontiguousarray(X.reshape(X.shape[0], -1))
+        preds = np.zeros(len(X), np.int64)
+        outs = np.zeros((len(X), self.model.layers[-1].out_size), np.int8)
+        oexp = np.zeros(len(X), np.int64)
+        self.mod.predict_run(Xf, self.P, self.A, self.B, self.S64, self.model.stats, preds, outs, oexp)
+        return preds if self.model.loss == "softmax_ce" else (outs, oexp)
