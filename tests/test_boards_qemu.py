@@ -15,7 +15,7 @@ import pytest
 from tinytrain.boards import (QEMU_PLATFORM_DIR, BoardError, board_names, default_board, get_board,
                               load_boards)
 
-EMULATED = ["mps2_an385", "mps2_an386", "mps2_an500"]
+EMULATED = ["mps2_an385", "mps2_an386", "mps2_an500", "microbit"]
 ECHO_APP = get_board("mps2_an386").port_dir.parent.parent / "apps" / "echo"
 
 
@@ -132,13 +132,14 @@ def test_echo_firmware_builds_boots_and_echoes(echo_project, board):
 
 @pytest.mark.qemu
 @needs_qemu
-def test_instruction_counter_monotonic_and_deterministic(echo_project):
+@pytest.mark.parametrize("board", ["mps2_an386", "microbit"])
+def test_instruction_counter_monotonic_and_deterministic(echo_project, board):
     from tinytrain.pio_project import build
 
-    elf = build(echo_project, "mps2_an386")
-    runs = [_boot("mps2_an386", elf)[2] for _ in range(2)]
+    elf = build(echo_project, board)
+    runs = [_boot(board, elf)[2] for _ in range(2)]
     res, t0, t1, t2, loop = runs[0]
-    assert res == 40
+    assert res == get_board(board).cycles_resolution  # 40 on MPS2, 125 on micro:bit
     assert t0 <= t1 < t2 and loop == t2 - t1
     assert t0 % res == 0 and loop % res == 0
     # fixed_work() runs 10000 iterations of a loop of at least 3 instructions
