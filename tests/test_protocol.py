@@ -1,0 +1,590 @@
+"""Serial protocol: Python framing helpers, and whole conversations between the Python host
+(tinytrain.protocol.DeviceLink) and the C device side (firmware/src/tt_protocol.c, built for
+the host with cffi and -fsanitize=undefined) running the fake model of tests/c/tt_fake_model.c."""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import struct
+import subprocess
+import threading
+import time
+import tty
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from tinytrain import cbuild
+from tinytrain import protocol as P
+
+HERE = Path(__file__).parent
+SCHEMA = 0x5EED5EED
+N_PARAMS, N_IN, N_CLASSES = 1000, 16, 10
+
+HARNESS_CDEF = """
+void tth_power_on(void);
+void tth_feed(const uint8_t *p, uint32_t n);
+uint32_t tth_drain(uint8_t *dst, uint32_t cap);
+void tth_log(const char *s);
+uint32_t tth_cobs_encode(const uint8_t *src, uint32_t n, uint8_t *dst, uint32_t cap);
+int tth_cobs_decode(const uint8_t *src, uint32_t n, uint8_t *dst, uint32_t cap, uint32_t *len);
+uint32_t tt_crc32_update(uint32_t crc, const uint8_t *p, uint32_t n);
+int tth_run_device(int fd);
+void tth_port_stop(void);
+"""
+DEVICE_SOURCES = ["tt_crc32", "tt_cobs", "tt_protocol", "tt_device_main"]
+
+
+@pytest.fixture(scope="module")
+def dev():
+    """(ffi, lib): the device side + fake model + harness, with UBSan (aborts on any UB)."""
+    srcs = [*cbuild.runtime_sources(DEVICE_SOURCES), HERE / "c" / "tt_fake_model.c",
+            HERE / "c" / "tt_proto_harness.c"]
+    return cbuild.compile_shared(srcs, HARNESS_CDEF, include_dirs=[HERE / "c"], sanitize=True,
+                                 name="ttproto")
+
+
+class CDevice:
+    """A pyserial-like transport whose other end is the C device, run synchronously in-process.
+    Fault injection: `dead` swallows writes; `mutate(frame_bytes) -> bytes` rewrites what the
+    host sends; `drop_replies` discards that many device->host writes."""
+
+    def __init__(self, dev):
+        self.ffi, self.lib = dev
+        self.name = "cffi://fake-device"
+        self.timeout = 0.05
+        self.rx = bytearray()
+        self.dead = False
+        self.mutate = None
+        self.drop_replies = 0
+        self.sent: list[P.Frame] = []  # every well-formed request the host wrote
+        self._buf = self.ffi.new("uint8_t[]", 1 << 16)
+        self.lib.tth_power_on()
+        self._pull()
+
+    def _pull(self):
+        n = self.lib.tth_drain(self._buf, 1 << 16)
+        data = bytes(self.ffi.buffer(self._buf, n))
+        if data and self.drop_replies:
+            self.drop_replies -= 1
+            return
+        self.rx += data
+
+    def power_cycle(self):
+        self.lib.tth_power_on()
+        self._pull()
+
+    def log(self, text: str):
+        self.lib.tth_log(text.encode())
+        self._pull()
+
+    def write(self, data: bytes) -> int:
+        for wire in P.FrameSplitter().feed(bytes(data)):
+            try:
+                self.sent.append(P.decode_frame(wire))
+            except P.ProtocolError:
+                pass
+        if self.dead:
+            return len(data)
+        if self.mutate is not None:
+            data = self.mutate(bytes(data))
+        self.lib.tth_feed(data, len(data))
+        self._pull()
+        return len(data)
+
+    @property
+    def in_waiting(self) -> int:
+        return len(self.rx)
+
+    def read(self, n: int = 1) -> bytes:
+        if not self.rx:
+            time.sleep(min(self.timeout or 0, 0.005))
+            return b""
+        out = bytes(self.rx[:n])
+        del self.rx[:n]
+        return out
+
+    def close(self):
+        pass
+
+    def count(self, msg) -> int:
+        return sum(f.type == msg for f in self.sent)
+
+
+@pytest.fixture
+def link(dev):
+    t = CDevice(dev)
+    return P.DeviceLink(t, timeout=0.3, retries=2), t
+
+
+def sample(rng, n=N_IN):
+    return rng.integers(-100, 100, n, dtype=np.int8)
+
+
+# ------------------------------------------------------------------------------ COBS and CRC
+
+@given(st.binary(max_size=1200))
+@settings(max_examples=300, deadline=None)
+def test_cobs_round_trip(data):
+    enc = P.cobs_encode(data)
+    assert 0 not in enc
+    assert len(enc) <= len(data) + len(data) // 254 + 1
+    assert P.cobs_decode(enc) == data
+
+
+@pytest.mark.parametrize("data, enc", [  # the examples of the COBS paper / Wikipedia
+    (b"", b"\x01"),
+    (b"\x00", b"\x01\x01"),
+    (b"\x00\x00", b"\x01\x01\x01"),
+    (b"\x11\x22\x00\x33", b"\x03\x11\x22\x02\x33"),
+    (b"\x11\x00\x00\x00", b"\x02\x11\x01\x01\x01"),
+    (bytes(range(1, 255)), b"\xff" + bytes(range(1, 255))),
+    (bytes(range(0, 255)), b"\x01\xff" + bytes(range(1, 255))),
+    (bytes(range(1, 256)), b"\xff" + bytes(range(1, 255)) + b"\x02\xff"),
+])
+def test_cobs_known_vectors(data, enc):
+    assert P.cobs_encode(data) == enc
+    assert P.cobs_decode(enc) == data
+
+
+def test_cobs_decoder_accepts_trailing_empty_block():
+    # some encoders add a 0x01 after a final full block; both forms mean the same bytes
+    data = bytes(range(1, 255))
+    assert P.cobs_decode(b"\xff" + data + b"\x01") == data
+
+
+@pytest.mark.parametrize("bad", [b"", b"\x05\x11\x22", b"\x02\x00", b"\x03\x11\x00"])
+def test_cobs_decode_malformed(bad):
+    with pytest.raises(P.FramingError):
+        P.cobs_decode(bad)
+
+
+@given(st.binary(max_size=700))
+@settings(max_examples=200, deadline=None)
+def test_c_cobs_matches_python(dev, data):
+    ffi, lib = dev
+    dst = ffi.new("uint8_t[]", 2000)
+    n = lib.tth_cobs_encode(data, len(data), dst, 2000)
+    assert bytes(ffi.buffer(dst, n)) == P.cobs_encode(data)
+    ln = ffi.new("uint32_t *")
+    enc = P.cobs_encode(data) + b"\x00"
+    assert lib.tth_cobs_decode(enc, len(enc), dst, 2000, ln) == 1
+    assert bytes(ffi.buffer(dst, ln[0])) == data
+
+
+@given(st.binary(max_size=600), st.integers(0, 64))
+@settings(max_examples=300, deadline=None)
+def test_c_cobs_decoder_bounded_on_any_input(dev, junk, cap):
+    """Arbitrary bytes into a small buffer: no write beyond cap (UBSan/guard bytes), sane code."""
+    ffi, lib = dev
+    dst = ffi.new("uint8_t[]", cap + 16)
+    for i in range(cap, cap + 16):
+        dst[i] = 0xA5
+    ln = ffi.new("uint32_t *")
+    rc = lib.tth_cobs_decode(junk, len(junk), dst, cap, ln)
+    assert rc in (0, 1, -1, -2)
+    assert ln[0] <= cap
+    assert all(dst[i] == 0xA5 for i in range(cap, cap + 16))
+
+
+@pytest.mark.parametrize("data", [b"", b"a", b"123456789", bytes(range(256)) * 3])
+def test_crc32_matches_zlib(dev, data):
+    ffi, lib = dev
+    assert P.crc32(data) == zlib.crc32(data)
+    assert lib.tt_crc32_update(0, data, len(data)) == zlib.crc32(data)
+    assert P.crc32(b"123456789") == 0xCBF43926  # the CRC-32/IEEE check value
+
+
+@given(st.binary(max_size=300), st.binary(max_size=300))
+@settings(max_examples=100, deadline=None)
+def test_crc32_incremental(dev, a, b):
+    ffi, lib = dev
+    assert lib.tt_crc32_update(lib.tt_crc32_update(0, a, len(a)), b, len(b)) == zlib.crc32(a + b)
+
+
+# ------------------------------------------------------------------------------------ frames
+
+def test_frame_round_trip_and_layout():
+    raw = P.build_frame(P.Msg.TRAIN, 0x1234, b"\x01\x02", schema=SCHEMA, flags=4)
+    assert raw[:12] == bytes([1, 5, 0x34, 0x12, 4, 0, 2, 0]) + SCHEMA.to_bytes(4, "little")
+    assert raw[-4:] == zlib.crc32(raw[:-4]).to_bytes(4, "little")
+    f = P.decode_frame(P.encode_frame(P.Msg.TRAIN, 0x1234, b"\x01\x02", schema=SCHEMA, flags=4))
+    assert (f.type, f.seq, f.payload, f.flags, f.schema) == (5, 0x1234, b"\x01\x02", 4, SCHEMA)
+
+
+@given(st.binary(min_size=0, max_size=64), st.data())
+@settings(max_examples=200, deadline=None)
+def test_frame_any_corrupted_byte_is_a_crc_error(payload, data):
+    raw = bytearray(P.build_frame(P.Msg.PREDICT, 7, payload, schema=SCHEMA))
+    i = data.draw(st.integers(0, len(raw) - 1))
+    raw[i] ^= data.draw(st.integers(1, 255))
+    with pytest.raises(P.CrcError):
+        P.parse_frame(bytes(raw))
+
+
+@pytest.mark.parametrize("cut", [0, 1, 11, 15])
+def test_frame_truncated(cut):
+    raw = P.build_frame(P.Msg.HELLO, 1)
+    with pytest.raises(P.FramingError, match="shorter than header"):
+        P.parse_frame(raw[:cut])
+
+
+def test_frame_truncated_payload_is_crc_error():
+    raw = P.build_frame(P.Msg.HELLO, 1, b"abcdef")
+    with pytest.raises(P.CrcError):
+        P.parse_frame(raw[:-5] + raw[-4:])
+
+
+def test_frame_wrong_version():
+    with pytest.raises(P.VersionMismatch, match="version 2"):
+        P.parse_frame(P.build_frame(P.Msg.HELLO, 1, version=2))
+
+
+def test_frame_wrong_length_field():
+    body = bytearray(P.build_frame(P.Msg.HELLO, 1, b"xy")[:-4])
+    body[6] = 3
+    with pytest.raises(P.FramingError, match="length field"):
+        P.parse_frame(bytes(body) + struct.pack("<I", zlib.crc32(body)))
+
+
+def test_frame_wrong_schema():
+    raw = P.build_frame(P.Msg.HELLO, 1, schema=0x11111111)
+    with pytest.raises(P.SchemaMismatch, match="0x11111111.*0x5eed5eed"):
+        P.parse_frame(raw, schema=SCHEMA)
+    assert P.parse_frame(raw, schema=None).schema == 0x11111111
+
+
+def test_bad_cobs_is_framing_error():
+    with pytest.raises(P.FramingError):
+        P.decode_frame(b"\x09\x01\x02")
+
+
+def test_splitter_resyncs_on_delimiters():
+    a, b = P.encode_frame(1, 1), P.encode_frame(2, 2)
+    s = P.FrameSplitter()
+    got = s.feed(b"\x00\x00junk\x00" + a[:5]) + s.feed(a[5:] + b"\x00" + b)
+    assert [P.decode_frame(w).type for w in got[1:]] == [1, 2]
+
+
+# ------------------------------------------------------------------- host <-> C device
+
+def test_hello(link):
+    lk, t = link
+    info = lk.info
+    assert (info.protocol_version, info.schema_hash, info.param_bytes) == (1, SCHEMA, N_PARAMS)
+    assert (info.input_len, info.n_classes, info.max_payload, info.step) == (N_IN, N_CLASSES, 256, 0)
+    assert info.atomic_load and info.ram_bytes == 2 * N_PARAMS + 8 and info.fw_version_str == "0.1.0"
+    assert lk.boots_seen == 1  # the power-on HELLO, before the link's own, is not a reset
+    assert lk.expected_schema == SCHEMA
+
+
+def fake_train_reference(params: bytearray, step: int, x: np.ndarray, label: int):
+    for i, v in enumerate(x.astype(np.int64)):
+        k = (i + step) % N_PARAMS
+        params[k] = (params[k] + int(v)) & 0xFF
+    params[N_PARAMS - 1 - label] ^= 0x5A
+    return int(x.astype(np.int64).sum()) * 3 - label
+
+
+def fake_hash(params, step, seed):
+    return zlib.crc32(struct.pack("<II", step, seed), zlib.crc32(bytes(params)))
+
+
+def test_train_predict_state_hash_and_tensors(link):
+    lk, t = link
+    rng = np.random.default_rng(0)
+    params = bytearray((i * 7 + 1) & 0xFF for i in range(N_PARAMS))
+    seed = 1
+    assert lk.read_params() == bytes(params)
+    for step in range(5):
+        x, y = sample(rng), int(rng.integers(0, N_CLASSES))
+        loss = fake_train_reference(params, step, x, y)
+        seed = (seed * 1664525 + 1013904223) & 0xFFFFFFFF
+        r = lk.train(x, y)
+        assert r == (step + 1, fake_hash(params, step + 1, seed), loss, 1234)
+    assert lk.state_hash() == r.state_hash
+    x = sample(rng)
+    assert lk.predict(x) == (sum(params) + int(x.view(np.uint8).astype(int).sum())) % N_CLASSES
+    assert lk.get_tensor(0) == bytes(params[:600]) and lk.get_tensor(1) == bytes(params[600:])
+    assert lk.read_params() == bytes(params)
+    lk.set_seed(0xDEADBEEF)
+    assert lk.get_tensor(2) == struct.pack("<I", 0xDEADBEEF)
+    assert lk.state_hash() == fake_hash(params, 5, 0xDEADBEEF)
+    r = lk.train_batch([sample(rng) for _ in range(3)], [1, 2, 3])
+    assert r.step == 8 and r.cycles == 3 * 1234
+    lk.reset()
+    assert lk.state_hash() == fake_hash(bytearray((i * 7 + 1) & 0xFF for i in range(N_PARAMS)), 0, 1)
+
+
+def test_device_errors_are_precise(link):
+    lk, t = link
+    with pytest.raises(ValueError, match="outside 0..9"):
+        lk.train(np.zeros(N_IN, np.int8), 10)
+    with pytest.raises(ValueError, match="takes 16 int8"):
+        lk.predict(np.zeros(3, np.int8))
+    # bypass the host checks: the device checks too
+    with pytest.raises(P.DeviceError) as e:
+        lk.request(P.Msg.TRAIN, struct.pack("<H", 12) + bytes(N_IN))
+    assert e.value.code == P.ErrorCode.RANGE and e.value.detail == 12
+    with pytest.raises(P.DeviceError) as e:
+        lk.request(P.Msg.TRAIN, bytes(5))
+    assert e.value.code == P.ErrorCode.LENGTH and e.value.detail == 2 + N_IN
+    with pytest.raises(P.DeviceError) as e:
+        lk.request(0x33)
+    assert e.value.code == P.ErrorCode.UNKNOWN_CMD and "unknown command" in str(e.value)
+    with pytest.raises(P.DeviceError) as e:
+        lk.get_tensor(7)
+    assert e.value.code == P.ErrorCode.RANGE
+    h = lk.state_hash()
+    with pytest.raises(P.DeviceError) as e:  # the fake model fails on x[0] == -128 with code 99
+        lk.train(np.array([-128] + [1] * 15, np.int8), 1)
+    assert e.value.code == P.ErrorCode.MODEL and e.value.detail == 99
+    assert lk.state_hash() == h
+
+
+def test_schema_mismatch(link, dev):
+    lk, t = link
+    lk.expected_schema = 0x12345678
+    with pytest.raises(P.SchemaMismatch, match="0x5eed5eed but the host expects 0x12345678"):
+        lk.state_hash()
+    with pytest.raises(P.SchemaMismatch):
+        P.DeviceLink(CDevice(dev), schema_hash=0x12345678, timeout=0.3)
+
+
+def test_device_rejects_wrong_version(link):
+    lk, t = link
+    t.write(P.encode_frame(P.Msg.STATE_HASH, 77, version=9))
+    f = P.decode_frame(bytes(t.rx[:t.rx.index(0) + 1]))
+    t.rx.clear()
+    err = P._device_error(f)
+    assert (f.seq, err.code, err.detail) == (77, P.ErrorCode.VERSION, 1)
+    assert isinstance(lk._translate(err), P.VersionMismatch)
+
+
+def test_log_lines_reach_callback(dev):
+    t = CDevice(dev)
+    lines = []
+    lk = P.DeviceLink(t, timeout=0.3, on_log=lines.append)
+    t.log("epoch 1 done")
+    lk.state_hash()
+    assert lines == ["epoch 1 done"]
+
+
+def test_timeout_message_names_problem_and_fix(link):
+    lk, t = link
+    t.dead = True
+    with pytest.raises(P.DeviceTimeout, match=r"no reply from device on cffi://fake-device within "
+                       r"0\.3 s .*is the firmware running and the baud rate 115200\?"):
+        lk.state_hash()
+    assert t.count(P.Msg.STATE_HASH) == 3  # 1 + retries
+
+
+def test_lost_reply_is_retried_without_training_twice(link):
+    lk, t = link
+    rng = np.random.default_rng(1)
+    x = sample(rng)
+    t.drop_replies = 1
+    r = lk.train(x, 3)
+    assert r.step == 1 and lk.replays_seen == 1
+    assert t.count(P.Msg.TRAIN) == 2 and lk.state_hash() == r.state_hash
+
+
+def test_corrupted_request_is_retried(link):
+    lk, t = link
+    hits = []
+
+    def flip_once(data):
+        if not hits:
+            hits.append(1)
+            b = bytearray(data)
+            b[3] ^= 0x10
+            return bytes(b)
+        return data
+
+    t.mutate = flip_once
+    assert lk.train(np.ones(N_IN, np.int8), 0).step == 1
+    assert t.count(P.Msg.TRAIN) == 2 and lk.replays_seen == 0
+
+
+def test_chunked_load_with_interruption_and_resume(link):
+    lk, t = link
+    blob = bytes(random.Random(5).randbytes(N_PARAMS))
+    h0 = lk.state_hash()
+    n_ok = 0
+
+    def progress(off, total):
+        nonlocal n_ok
+        n_ok += 1
+        if n_ok == 6:
+            t.dead = True  # the cable is pulled after 6 acked chunks of 64 bytes
+
+    with pytest.raises(P.DeviceTimeout):
+        lk.load_params(blob, chunk=64, progress=progress)
+    t.dead = False  # plugged back in
+    assert lk.state_hash() == h0  # nothing committed: old parameters still live
+    assert lk.load_status()[:2] == (6 * 64, zlib.crc32(blob[:6 * 64]))
+    before = t.count(P.Msg.LOAD_PARAMS)
+    h = lk.load_params(blob, chunk=64)
+    assert lk.last_load_start == 6 * 64
+    assert t.count(P.Msg.LOAD_PARAMS) - before == -(-(N_PARAMS - 6 * 64) // 64)
+    assert lk.read_params() == blob and h == lk.state_hash() != h0
+    assert lk.load_status()[0] == 0
+
+
+def test_resume_with_different_blob_restarts(link):
+    lk, t = link
+    a, b = bytes(range(256)) * 3 + bytes(232), bytes(N_PARAMS)
+    t.dead = False
+    lk.request(P.Msg.LOAD_PARAMS, struct.pack("<I", 0) + a[:200])
+    lk.load_params(b, chunk=100)
+    assert lk.last_load_start == 0 and lk.read_params() == b
+
+
+def test_corrupt_load_leaves_old_parameters(link):
+    """A byte changed in flight with the frame CRC fixed up (so only the blob CRC can catch it):
+    the commit is refused and the old parameters, state hash included, stay live."""
+    lk, t = link
+    rng = np.random.default_rng(2)
+    lk.train(sample(rng), 1)
+    old, h0 = lk.read_params(), lk.state_hash()
+    blob = bytes(random.Random(6).randbytes(N_PARAMS))
+
+    def forge(data):
+        f = P.decode_frame(data)
+        if f.type == P.Msg.LOAD_PARAMS and struct.unpack_from("<I", f.payload)[0] == 256:
+            pl = bytearray(f.payload)
+            pl[10] ^= 0xFF
+            return P.encode_frame(f.type, f.seq, bytes(pl), schema=f.schema)
+        return data
+
+    t.mutate = forge
+    with pytest.raises(P.DeviceError) as e:
+        lk.load_params(blob, chunk=128)
+    assert e.value.code == P.ErrorCode.BLOB_CRC
+    t.mutate = None
+    assert lk.state_hash() == h0 and lk.read_params() == old
+    assert lk.load_status()[0] == 0  # the bad staging was dropped
+    with pytest.raises(P.DeviceError) as e:  # commit with nothing staged
+        lk.request(P.Msg.LOAD_COMMIT, struct.pack("<II", N_PARAMS, zlib.crc32(blob)))
+    assert e.value.code == P.ErrorCode.LOAD_INCOMPLETE
+    lk.load_params(blob)
+    assert lk.read_params() == blob
+
+
+def test_load_gap_is_sequence_error(link):
+    lk, t = link
+    lk.request(P.Msg.LOAD_PARAMS, struct.pack("<I", 0) + bytes(10))
+    with pytest.raises(P.DeviceError) as e:
+        lk.request(P.Msg.LOAD_PARAMS, struct.pack("<I", 50) + bytes(10))
+    assert e.value.code == P.ErrorCode.SEQUENCE and e.value.detail == 10
+    with pytest.raises(ValueError, match="expects 1000"):
+        lk.load_params(bytes(10))
+
+
+def test_device_reset_mid_session_is_detected(link):
+    lk, t = link
+    lk.train(np.ones(N_IN, np.int8), 2)
+    t.power_cycle()  # the board reboots: boot HELLO, then silence
+    with pytest.raises(P.DeviceReset, match="restarted.*reload parameters") as e:
+        lk.train(np.ones(N_IN, np.int8), 2)
+    assert e.value.info.step == 0
+    # the request written after the reboot did run on the fresh device; its reply is stale now
+    assert lk.hello().step == 1
+    assert lk.reset() == lk.state_hash()  # the host recovers by starting over
+    assert lk.train(np.ones(N_IN, np.int8), 2).step == 1
+
+
+def test_silent_reset_seen_by_step_counter(link):
+    lk, t = link
+    lk.train(np.ones(N_IN, np.int8), 2)
+    lk.train(np.ones(N_IN, np.int8), 2)
+    t.lib.tth_power_on()
+    t.lib.tth_drain(t._buf, 1 << 16)  # the boot frame is lost
+    with pytest.raises(P.DeviceReset, match="went back from 2 to 1"):
+        lk.train(np.ones(N_IN, np.int8), 2)
+
+
+def test_device_main_loop_over_a_pty(dev):
+    """tt_device_run itself, in a thread, behind a pseudo-terminal opened by URL with pyserial."""
+    ffi, lib = dev
+    master, slave = os.openpty()
+    tty.setraw(master)
+    tty.setraw(slave)
+    th = threading.Thread(target=lib.tth_run_device, args=(master,), daemon=True)
+    th.start()
+    try:
+        with P.DeviceLink(os.ttyname(slave), timeout=1.0) as lk:
+            assert lk.info.schema_hash == SCHEMA
+            r = lk.train(np.arange(N_IN, dtype=np.int8), 4)
+            assert r.step == 1 and r.cycles == 1234  # two tt_port_cycles() reads, 1234 apart
+            assert lk.state_hash() == r.state_hash
+            assert len(lk.read_params()) == N_PARAMS
+    finally:
+        lib.tth_port_stop()
+        th.join(2)
+        os.close(master)
+        os.close(slave)
+    assert not th.is_alive()
+
+
+# ------------------------------------------------------------------------------------ fuzz
+
+def test_fuzz_parser_through_cffi(dev):
+    """Seeded random / mutated frames into the UBSan-built parser (bounded to ~4 s): every byte
+    the device emits must parse as a valid frame with a known type and error code."""
+    t = CDevice(dev)
+    rng = random.Random(1234)
+    types = [*range(1, 12), 0x33, 0x85]
+    out = P.FrameSplitter()
+    t0, n = time.monotonic(), 0
+    while n < 20000 and time.monotonic() - t0 < 4.0:
+        typ = rng.choice(types)
+        payload = rng.randbytes(rng.choice([0, 2, 4, 8, 18, rng.randrange(0, 300)]))
+        if typ == P.Msg.LOAD_PARAMS and len(payload) > 4 and rng.random() < 0.7:
+            payload = struct.pack("<I", rng.choice([0, 0, 64, 999, 2**32 - 1])) + payload[4:]
+        raw = bytearray(P.build_frame(typ, rng.randrange(65536), payload,
+                                      schema=rng.choice([SCHEMA, SCHEMA, 0, 7])))
+        m = rng.randrange(6)
+        if m == 0:
+            raw[rng.randrange(len(raw))] ^= 1 << rng.randrange(8)
+        elif m == 1:
+            del raw[rng.randrange(len(raw)):]
+        wire = P.cobs_encode(bytes(raw)) + b"\x00"
+        if m == 2:
+            wire = bytes(rng.randrange(256) for _ in range(rng.randrange(40)))
+        t.lib.tth_feed(wire, len(wire))
+        n += 1
+        t._pull()
+        for w in out.feed(bytes(t.rx)):
+            f = P.decode_frame(w, schema=SCHEMA)
+            assert f.type in {P.Msg.ERROR, P.Msg.LOG} | {m_ | P.REPLY for m_ in range(1, 12)}
+            if f.type == P.Msg.ERROR:
+                P.ErrorCode(P._device_error(f).code)
+        t.rx.clear()
+    assert n > 1000
+
+
+def test_fuzz_standalone_asan(tmp_path):
+    """The libFuzzer target's standalone driver: 200k seeded inputs under ASan + UBSan."""
+    cc = shutil.which("gcc")
+    if cc is None:
+        pytest.skip("gcc not found")
+    exe = tmp_path / "fuzz_frames"
+    src = cbuild.FIRMWARE_SRC
+    cmd = [cc, "-std=c99", "-Wall", "-Wextra", "-Werror", "-g", "-O1",
+           "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-DTT_FUZZ_STANDALONE",
+           f"-I{cbuild.FIRMWARE_INCLUDE}", f"-I{HERE / 'c'}", str(HERE / "fuzz" / "fuzz_frame_parser.c"),
+           str(HERE / "c" / "tt_fake_model.c"), *(str(src / f"{s}.c") for s in
+                                                   ("tt_protocol", "tt_cobs", "tt_crc32")),
+           "-o", str(exe)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0 and "sanitize" in r.stderr and "cannot find" in r.stderr:
+        pytest.skip(f"sanitizer runtime missing: {r.stderr.strip()[:200]}")
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([str(exe), "7", "200000"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "fuzz ok: 200000 inputs" in r.stdout
