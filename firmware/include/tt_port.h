@@ -2,7 +2,8 @@
  * tt_port.h — the board interface the tinytrain firmware runs on.
  *
  * One implementation per port (firmware/ports/<port>/): mps2 (QEMU MPS2 AN385/AN386/AN500, CMSDK
- * UART0) and arduino (real boards, Arduino `Serial`). C99, no heap, no floating point.
+ * UART0), nrf51 (QEMU micro:bit, Cortex-M0) and arduino (real boards, Arduino `Serial`).
+ * C99, no heap, no floating point.
  *
  * The application provides `int main(void)` and calls tt_port_init() first. On bare-metal ports
  * the reset handler calls main() and a return from it calls tt_port_exit(return value); on the
@@ -33,8 +34,8 @@ int tt_port_trygetc(void);
  * Free-running 32-bit counter of executed work, wrapping modulo 2^32 (subtract as uint32_t; an
  * interval must be shorter than 2^32 units). Units:
  *  - QEMU boards (run with -icount shift=0): instructions executed, exact and deterministic but
- *    quantised to tt_port_cycles_resolution() instructions (40 on MPS2: 1 ns per instruction,
- *    25 MHz timer);
+ *    quantised to tt_port_cycles_resolution() instructions (1 ns per instruction; 40 on MPS2 with
+ *    its 25 MHz timer, 125 on the micro:bit with its 8 MHz timer);
  *  - real Cortex-M3/M4/M7 boards: CPU clock cycles (DWT CYCCNT), resolution 1;
  *  - boards without a counter (Cortex-M0/M0+): always 0.
  */
