@@ -21,7 +21,6 @@ not wait for host input (a wait loop spins a host-timing-dependent number of tim
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
@@ -197,7 +196,3 @@ class Emulator:
         proc = getattr(self, "proc", None)
         if proc is not None and proc.poll() is None:
             proc.kill()
-
-
-if os.name != "posix":  # pragma: no cover
-    raise ImportError("tinytrain.emulator needs a POSIX host")

@@ -7,7 +7,7 @@
 A project has one ``[env:<board>]`` per target and a common ``[env]``. Sources (files or folders)
 are copied into ``src/app/``; each board's port (``firmware/ports/<port>/`` plus
 ``firmware/ports/common/``) into ``src/port_<port>/``, selected per env by ``build_src_filter``.
-Project sources are compiled with ``-std=c99 -Wall -Wextra -Werror`` (``build_src_flags``, so
+Project sources are compiled with ``-Wall -Wextra -Werror`` (C as ``-std=c99``) (``build_src_flags``, so
 framework code of the real boards is not held to it). Emulated boards use the offline platform
 ``boards/platform-qemu-cortexm`` (``platform = symlink://...``); real boards use the official
 platforms, which PlatformIO downloads on first use (needs internet).
@@ -108,8 +108,7 @@ def write_project(out_dir: str | Path, boards=None, sources: Sequence[str | Path
         src_flags = [*WARN_FLAGS, f'-DTT_BOARD_NAME="{b.name}"']
         if b.port == "arduino":
             src_flags.append("-Dmain=tt_app_main")  # the Arduino core owns main()
-        else:
-            src_flags.append("-std=c99")
+        else:  # the qemu-cortexm builder compiles C as -std=c99
             lines.append(f"board_build.ldscript = {b.port_dir / (b.port + '.ld')}")
         lines.append("build_src_flags = " + " ".join(_quote(f) for f in src_flags))
         others = " ".join(f"-<port_{p}/>" for p in ports if p != b.port)

@@ -80,7 +80,6 @@ target_elf = env.BuildProgram()
 target_bin = env.ElfToBin(os.path.join("$BUILD_DIR", "${PROGNAME}"), target_elf)
 env.Depends(target_bin, "checkprogsize")
 
-AlwaysBuild(env.Alias("nobuild", target_bin))
 target_buildprog = env.Alias("buildprog", target_bin, target_bin)
 
 target_size = env.Alias("size", target_elf, env.VerboseAction("$SIZEPRINTCMD", "Calculating size $SOURCE"))
