@@ -150,3 +150,19 @@ def test_add_against_python_ints(seed):
     s = max(0, max(abs(v) for v in acc).bit_length() - 7)
     want = [max(-127, min(127, align(v, s))) for v in acc]
     assert y.tolist() == want and ey == e + s
+
+
+def test_relu_flatten_edges_ubsan(clib_ubsan):
+    ffi, lib = clib_ubsan
+    x = np.array([-127, -1, 0, 1, 127, 5], np.int8)
+    e = np.array([127, -127, 127, -127, 127, 0], np.int8)
+    st_c = ffi.new("tt_stats *")
+    assert lib.tt_relu_fwd_s8(c_i8(ffi, x), -3, x.size, c_i8(ffi, x), st_c) == -3  # in place
+    assert x.tolist() == [0, 0, 0, 1, 127, 5]
+    dx = np.zeros_like(e)
+    assert lib.tt_relu_bwd_s8(c_i8(ffi, e), 2, c_i8(ffi, x), e.size, c_i8(ffi, dx), st_c) == 2
+    assert dx.tolist() == [0, 0, 0, -127, 127, 0]
+    y = np.zeros_like(e)
+    assert lib.tt_flatten_fwd_s8(c_i8(ffi, e), 1, e.size, c_i8(ffi, y), st_c) == 1
+    assert lib.tt_flatten_bwd_s8(c_i8(ffi, y), 1, 0, c_i8(ffi, y), st_c) == 1
+    assert np.array_equal(y, e) and st_c.saturated == 0

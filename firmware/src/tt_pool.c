@@ -1,0 +1,176 @@
+/** Pooling kernels: portable scalar path. */
+#include <string.h>
+#include "tt_pool.h"
+
+static int8_t round_s8(int64_t acc, int32_t s, tt_stats *st)
+{
+    int64_t r = tt_rshift_round_s64(acc, s);
+    if (r > TT_S8_MAX || r < -TT_S8_MAX) st->saturated++;
+    return tt_sat_s8(r);
+}
+
+/* Flat index h*W + w of the first maximum (strict > row-major scan) of channel c of the
+ * window whose top-left corner is (h0, w0). */
+static int32_t argmax(const int8_t *x, int32_t W, int32_t C, int32_t h0, int32_t w0,
+                      int32_t c, int32_t kh, int32_t kw)
+{
+    int32_t i, j, best_pos = h0 * W + w0;
+    int8_t best = x[best_pos * C + c];
+    for (i = 0; i < kh; i++) {
+        for (j = 0; j < kw; j++) {
+            const int32_t pos = (h0 + i) * W + w0 + j;
+            if (x[pos * C + c] > best) {
+                best = x[pos * C + c];
+                best_pos = pos;
+            }
+        }
+    }
+    return best_pos;
+}
+
+int32_t tt_maxpool2d_fwd_s8(const int8_t *x, int32_t ex, int32_t H, int32_t W, int32_t C,
+                            int32_t kh, int32_t kw, int32_t sh, int32_t sw, int8_t *y,
+                            tt_stats *st)
+{
+    const int32_t OH = TT_POOL_OUT(H, kh, sh), OW = TT_POOL_OUT(W, kw, sw);
+    int32_t oh, ow, c;
+    (void)st;
+    for (oh = 0; oh < OH; oh++)
+        for (ow = 0; ow < OW; ow++)
+            for (c = 0; c < C; c++)
+                *y++ = x[argmax(x, W, C, oh * sh, ow * sw, c, kh, kw) * C + c];
+    return ex;
+}
+
+int32_t tt_maxpool2d_bwd_s8(const int8_t *e, int32_t ee, const int8_t *x, int32_t H,
+                            int32_t W, int32_t C, int32_t kh, int32_t kw, int32_t sh,
+                            int32_t sw, int32_t *scratch, int8_t *dx, tt_stats *st)
+{
+    const int32_t OH = TT_POOL_OUT(H, kh, sh), OW = TT_POOL_OUT(W, kw, sw);
+    const int32_t n = H * W * C;
+    int32_t oh, ow, c, i;
+    if (sh >= kh && sw >= kw) {
+        /* each input in at most one window: |dx_acc| <= 127, requant shift 0 */
+        memset(dx, 0, (size_t)n);
+        for (oh = 0; oh < OH; oh++)
+            for (ow = 0; ow < OW; ow++)
+                for (c = 0; c < C; c++)
+                    dx[argmax(x, W, C, oh * sh, ow * sw, c, kh, kw) * C + c] = *e++;
+        return ee;
+    }
+    for (i = 0; i < n; i++) scratch[i] = 0;
+    for (oh = 0; oh < OH; oh++)
+        for (ow = 0; ow < OW; ow++)
+            for (c = 0; c < C; c++)
+                scratch[argmax(x, W, C, oh * sh, ow * sw, c, kh, kw) * C + c] += *e++;
+    return ee + tt_requant_s8_from_s32(scratch, n, dx, st);
+}
+
+int32_t tt_maxpool1d_fwd_s8(const int8_t *x, int32_t ex, int32_t L, int32_t C, int32_t k,
+                            int32_t s, int8_t *y, tt_stats *st)
+{
+    return tt_maxpool2d_fwd_s8(x, ex, 1, L, C, 1, k, 1, s, y, st);
+}
+
+int32_t tt_maxpool1d_bwd_s8(const int8_t *e, int32_t ee, const int8_t *x, int32_t L,
+                            int32_t C, int32_t k, int32_t s, int32_t *scratch, int8_t *dx,
+                            tt_stats *st)
+{
+    return tt_maxpool2d_bwd_s8(e, ee, x, 1, L, C, 1, k, 1, s, scratch, dx, st);
+}
+
+/* mult * (sum of channel c over the window at (h0, w0)); |sum| <= 127 P < 2^31. */
+static int64_t window_acc(const int8_t *x, int32_t W, int32_t C, int32_t h0, int32_t w0,
+                          int32_t c, int32_t kh, int32_t kw, int32_t mult)
+{
+    int32_t i, j, t = 0;
+    for (i = 0; i < kh; i++)
+        for (j = 0; j < kw; j++) t += x[((h0 + i) * W + w0 + j) * C + c];
+    return (int64_t)t * mult;
+}
+
+int32_t tt_avgpool2d_fwd_s8(const int8_t *x, int32_t ex, int32_t H, int32_t W, int32_t C,
+                            int32_t kh, int32_t kw, int32_t sh, int32_t sw, int32_t mult,
+                            int32_t shift, int8_t *y, tt_stats *st)
+{
+    const int32_t OH = TT_POOL_OUT(H, kh, sh), OW = TT_POOL_OUT(W, kw, sw);
+    int32_t oh, ow, c, s;
+    uint64_t m = 0;
+    for (oh = 0; oh < OH; oh++)
+        for (ow = 0; ow < OW; ow++)
+            for (c = 0; c < C; c++) {
+                uint64_t a = tt_abs_u64(window_acc(x, W, C, oh * sh, ow * sw, c, kh, kw, mult));
+                if (a > m) m = a;
+            }
+    s = tt_requant_shift(m, 8);
+    for (oh = 0; oh < OH; oh++)
+        for (ow = 0; ow < OW; ow++)
+            for (c = 0; c < C; c++)
+                *y++ = round_s8(window_acc(x, W, C, oh * sh, ow * sw, c, kh, kw, mult), s, st);
+    return ex - shift + s;
+}
+
+/* [*lo, *hi): the windows (size k, stride s, n_out of them) that contain index h. */
+static void cover(int32_t h, int32_t k, int32_t s, int32_t n_out, int32_t *lo, int32_t *hi)
+{
+    *lo = h < k ? 0 : (h - k + s) / s;
+    *hi = h / s + 1 < n_out ? h / s + 1 : n_out;
+}
+
+/* mult * (sum of e[oh][ow][c] over the windows covering input (h, w)). */
+static int64_t spread_acc(const int8_t *e, int32_t OH, int32_t OW, int32_t C, int32_t h,
+                          int32_t w, int32_t c, int32_t kh, int32_t kw, int32_t sh,
+                          int32_t sw, int32_t mult)
+{
+    int32_t oh, ow, lo_h, hi_h, lo_w, hi_w, t = 0;
+    cover(h, kh, sh, OH, &lo_h, &hi_h);
+    cover(w, kw, sw, OW, &lo_w, &hi_w);
+    for (oh = lo_h; oh < hi_h; oh++)
+        for (ow = lo_w; ow < hi_w; ow++) t += e[(oh * OW + ow) * C + c];
+    return (int64_t)t * mult;
+}
+
+int32_t tt_avgpool2d_bwd_s8(const int8_t *e, int32_t ee, int32_t H, int32_t W, int32_t C,
+                            int32_t kh, int32_t kw, int32_t sh, int32_t sw, int32_t mult,
+                            int32_t shift, int8_t *dx, tt_stats *st)
+{
+    const int32_t OH = TT_POOL_OUT(H, kh, sh), OW = TT_POOL_OUT(W, kw, sw);
+    int32_t h, w, c, s;
+    uint64_t m = 0;
+    for (h = 0; h < H; h++)
+        for (w = 0; w < W; w++)
+            for (c = 0; c < C; c++) {
+                uint64_t a = tt_abs_u64(spread_acc(e, OH, OW, C, h, w, c, kh, kw, sh, sw, mult));
+                if (a > m) m = a;
+            }
+    s = tt_requant_shift(m, 8);
+    for (h = 0; h < H; h++)
+        for (w = 0; w < W; w++)
+            for (c = 0; c < C; c++)
+                *dx++ = round_s8(spread_acc(e, OH, OW, C, h, w, c, kh, kw, sh, sw, mult), s, st);
+    return ee - shift + s;
+}
+
+int32_t tt_avgpool1d_fwd_s8(const int8_t *x, int32_t ex, int32_t L, int32_t C, int32_t k,
+                            int32_t s, int32_t mult, int32_t shift, int8_t *y, tt_stats *st)
+{
+    return tt_avgpool2d_fwd_s8(x, ex, 1, L, C, 1, k, 1, s, mult, shift, y, st);
+}
+
+int32_t tt_avgpool1d_bwd_s8(const int8_t *e, int32_t ee, int32_t L, int32_t C, int32_t k,
+                            int32_t s, int32_t mult, int32_t shift, int8_t *dx, tt_stats *st)
+{
+    return tt_avgpool2d_bwd_s8(e, ee, 1, L, C, 1, k, 1, s, mult, shift, dx, st);
+}
+
+int32_t tt_global_avgpool_fwd_s8(const int8_t *x, int32_t ex, int32_t P, int32_t C,
+                                 int32_t mult, int32_t shift, int8_t *y, tt_stats *st)
+{
+    return tt_avgpool2d_fwd_s8(x, ex, 1, P, C, 1, P, 1, 1, mult, shift, y, st);
+}
+
+int32_t tt_global_avgpool_bwd_s8(const int8_t *e, int32_t ee, int32_t P, int32_t C,
+                                 int32_t mult, int32_t shift, int8_t *dx, tt_stats *st)
+{
+    return tt_avgpool2d_bwd_s8(e, ee, 1, P, C, 1, P, 1, 1, mult, shift, dx, st);
+}
