@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import socket
 import struct
 import subprocess
 import threading
@@ -508,17 +509,39 @@ def test_silent_reset_seen_by_step_counter(link):
         lk.train(np.ones(N_IN, np.int8), 2)
 
 
-def test_device_main_loop_over_a_pty(dev):
-    """tt_device_run itself, in a thread, behind a pseudo-terminal opened by URL with pyserial."""
-    ffi, lib = dev
+def _device_over_pty(lib):
     master, slave = os.openpty()
     tty.setraw(master)
     tty.setraw(slave)
     th = threading.Thread(target=lib.tth_run_device, args=(master,), daemon=True)
     th.start()
+    return os.ttyname(slave), th, [master, slave]
+
+
+def _device_over_socket(lib):
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    conns = [server]
+
+    def serve():
+        conn, _ = server.accept()
+        conns.append(conn)
+        lib.tth_run_device(conn.fileno())
+
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    return f"socket://127.0.0.1:{port}", th, conns
+
+
+@pytest.mark.parametrize("transport", ["pty", "socket"])
+def test_device_main_loop_by_url(dev, transport):
+    """tt_device_run itself, in a thread, behind a pseudo-terminal or a TCP socket, reached by
+    pyserial URL exactly as a board or QEMU would be."""
+    ffi, lib = dev
+    url, th, handles = (_device_over_pty if transport == "pty" else _device_over_socket)(lib)
     try:
-        with P.DeviceLink(os.ttyname(slave), timeout=1.0) as lk:
-            assert lk.info.schema_hash == SCHEMA
+        with P.DeviceLink(url, timeout=1.0) as lk:
+            assert lk.info.schema_hash == SCHEMA and lk.url == url
             r = lk.train(np.arange(N_IN, dtype=np.int8), 4)
             assert r.step == 1 and r.cycles == 1234  # two tt_port_cycles() reads, 1234 apart
             assert lk.state_hash() == r.state_hash
@@ -526,8 +549,8 @@ def test_device_main_loop_over_a_pty(dev):
     finally:
         lib.tth_port_stop()
         th.join(2)
-        os.close(master)
-        os.close(slave)
+        for h in handles:
+            h.close() if hasattr(h, "close") else os.close(h)
     assert not th.is_alive()
 
 

@@ -109,10 +109,7 @@ class DeviceError(ProtocolError):
             name = ErrorCode(code).name
         except ValueError:
             name = f"code {code}"
-        try:
-            req = Msg(request).name
-        except ValueError:
-            req = f"0x{request:02x}"
+        req = _msg_name(request)
         super().__init__(f"device error {name} ({code}) on {req}: {message} (detail {detail})")
 
 
@@ -335,6 +332,7 @@ class DeviceLink:
         self._split = FrameSplitter()
         self._seq = int.from_bytes(os.urandom(2), "little") or 1
         self._last_step: int | None = None
+        self._synced = False
         if hello:
             self.hello()
 
@@ -427,6 +425,9 @@ class DeviceLink:
         # time for the bytes themselves at 10 bits per byte, both ways
         timeout += 2 * 10 * len(wire) / max(self.baudrate, 1)
         last: Exception | None = None
+        if not self._synced:  # end any partial frame in the device's decoder (ignored if none)
+            self._ser.write(b"\x00")
+            self._synced = True
         for _attempt in range(1 + self.retries):
             self._ser.write(wire)
             try:
@@ -435,8 +436,8 @@ class DeviceLink:
                 last = e
             except _Garbled as e:
                 last = e
-                log.debug("retrying %s seq %d: %s", Msg(req).name, seq, e)
-        name = Msg(req).name
+                log.debug("retrying %s seq %d: %s", _msg_name(req), seq, e)
+        name = _msg_name(req)
         if isinstance(last, _Garbled):
             raise CrcError(f"{name} to device on {self.url} failed {1 + self.retries} times: "
                            f"{last}: check the cable, the baud rate ({self.baudrate}) and "
@@ -592,6 +593,13 @@ class DeviceLink:
         step, h = struct.unpack("<II", self.request(Msg.RESET).payload[:8])
         self._last_step = step
         return h
+
+
+def _msg_name(t: int) -> str:
+    try:
+        return Msg(t).name
+    except ValueError:
+        return f"message 0x{t:02x}"
 
 
 def _device_error(f: Frame) -> DeviceError:
