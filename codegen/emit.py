@@ -1,0 +1,416 @@
+"""Emit a self-contained C99 model (header + source) for a tinytrain Sequential model.
+
+The generated code holds the model's whole training state in static arrays planned at
+build time (no malloc), calls one runtime kernel per op (firmware/), and exposes:
+
+    int32_t <p>_train_step(const int8_t *x, int32_t label, int32_t *loss_q16);   -> prediction
+    int32_t <p>_predict(const int8_t *x);
+    uint32_t <p>_state_hash(void);
+    uint32_t <p>_state_size(void);
+    int <p>_read_state(uint32_t off, uint8_t *dst, uint32_t n);
+    int <p>_write_state(uint32_t off, const uint8_t *src, uint32_t n);
+    void <p>_reset(void);  void <p>_set_seed(uint32_t seed);
+    int <p>_get_tensor(uint32_t id, uint32_t off, uint8_t *dst, uint32_t n, uint32_t *total);
+
+The state blob is the concatenation, in schema order, of the tensors of
+``Sequential.state_tensors()`` (little-endian), so its CRC-32 is the state hash.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..optim import MASTER_EXTRA_BITS
+
+CTYPE = {np.dtype(np.int8): "int8_t", np.dtype(np.int16): "int16_t", np.dtype(np.int32): "int32_t",
+         np.dtype(np.uint32): "uint32_t"}
+
+
+class CodegenError(ValueError):
+    """The model cannot be emitted as C (an op without a C kernel, a bad prefix...)."""
+
+
+def c_array(ctype: str, name: str, values: np.ndarray, const=False, per_line=16) -> str:
+    vals = [str(int(v)) for v in np.asarray(values).reshape(-1)]
+    rows = [", ".join(vals[i:i + per_line]) for i in range(0, len(vals), per_line)] or ["0"]
+    body = ",\n    ".join(rows)
+    return f"{'static const' if const else 'static'} {ctype} {name}[{max(1, len(vals))}] = {{\n    {body}\n}};"
+
+
+@dataclass
+class Tensor:
+    """One buffer of the generated model with its role, for the memory report."""
+
+    name: str
+    ctype: str
+    count: int
+    role: str  # param | master | accum | velocity | activation | error | grad | scratch | meta
+    layer: int = -1
+    init: np.ndarray | None = None
+
+    @property
+    def bytes(self) -> int:
+        return self.count * {"int8_t": 1, "int16_t": 2, "int32_t": 4, "uint32_t": 4, "int64_t": 8}[self.ctype]
+
+
+@dataclass
+class Emitted:
+    header: str
+    source: str
+    prefix: str
+    tensors: list = field(default_factory=list)
+    state_order: list = field(default_factory=list)  # names of the tensors hashed, in order
+    flash_const_bytes: int = 0
+
+    def write(self, out_dir) -> list[Path]:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        h, c = out / f"{self.prefix}.h", out / f"{self.prefix}.c"
+        h.write_text(self.header)
+        c.write_text(self.source)
+        return [h, c]
+
+
+class _C:
+    """Names of one layer's buffers inside the generated step function."""
+
+    def __init__(self, em, li):
+        self.em, self.li = em, li
+        l = em.model.layers[li]
+        self.layer = l
+        self.x = "x" if li == 0 else em.sym(f"a{li - 1}")
+        self.ex = f"e{li}"
+        self.y = em.sym(f"a{li}")
+        self.ey = f"e{li + 1}"
+        self.e = self.ee = self.dx = self.edx = None
+
+    def p(self, j):
+        return self.em.sym(f"l{self.li}_{self.layer.params[j].name}")
+
+    def pe(self, j):
+        return str(self.layer.params[j].exp)
+
+    def g(self, j):
+        return self.em.grad_name(self.li, j)
+
+    def geo(self, j):
+        return f"ge{j}"
+
+
+def _dense_fwd(l, c):
+    K, N = l.in_shape[0], l.units
+    return [f"{c.ey} = tt_dense_fwd_s8({c.x}, {c.ex}, {c.p(0)}, {c.pe(0)}, {c.p(1)}, {c.pe(1)}, {K}, {N}, SCRATCH, {c.y}, &STATS);"]
+
+
+def _dense_bwd(l, c):
+    K, N = l.in_shape[0], l.units
+    out = []
+    if c.dx:
+        out.append(f"{c.edx} = tt_dense_bwd_s8({c.e}, {c.ee}, {c.p(0)}, {c.pe(0)}, {K}, {N}, SCRATCH, {c.dx}, &STATS);")
+    out.append(f"tt_dense_grad_s32({c.e}, {c.x}, {K}, {N}, {c.g(0)}, {c.g(1)});")
+    out.append(f"{c.geo(0)} = {c.ee} + {c.ex};")
+    out.append(f"{c.geo(1)} = {c.ee};")
+    return out
+
+
+def _relu_fwd(l, c):
+    return [f"{c.ey} = tt_relu_fwd_s8({c.x}, {c.ex}, {l.in_size}, {c.y}, &STATS);"]
+
+
+def _relu_bwd(l, c):
+    return [f"{c.edx} = tt_relu_bwd_s8({c.e}, {c.ee}, {c.y}, {l.in_size}, {c.dx}, &STATS);"] if c.dx else []
+
+
+def _flatten_fwd(l, c):
+    return [f"{c.ey} = tt_flatten_fwd_s8({c.x}, {c.ex}, {l.in_size}, {c.y}, &STATS);"]
+
+
+def _flatten_bwd(l, c):
+    return [f"{c.edx} = tt_flatten_bwd_s8({c.e}, {c.ee}, {l.in_size}, {c.dx}, &STATS);"] if c.dx else []
+
+
+#: kind -> (headers, forward emitter, backward emitter, extra scratch words(int64) needed)
+EMITTERS = {
+    "dense": (["tt_dense.h"], _dense_fwd, _dense_bwd),
+    "relu": (["tt_relu.h"], _relu_fwd, _relu_bwd),
+    "flatten": (["tt_flatten.h"], _flatten_fwd, _flatten_bwd),
+}
+
+
+def scratch_words(l) -> int:
+    """int64 scratch words a layer needs (the widest of its inputs and outputs by default)."""
+    return int(getattr(l, "c_scratch_words", lambda: max(l.in_size, l.out_size))())
+
+
+class Emitter:
+    def __init__(self, model, prefix="tt_model"):
+        if not prefix.isidentifier():
+            raise CodegenError(f"prefix {prefix!r} is not a valid C identifier")
+        self.model, self.prefix = model, prefix
+        for i, l in enumerate(model.layers):
+            if l.kind not in EMITTERS:
+                raise CodegenError(f"layer {i} ({l.kind}) has no C kernel yet: the code generator "
+                                   f"supports {', '.join(sorted(EMITTERS))}")
+
+    def sym(self, name: str) -> str:
+        """Every emitted symbol goes through this one prefixing function."""
+        return f"{self.prefix}_{name}"
+
+    def grad_name(self, li, pi):
+        return self.sym(f"grad{pi}")
+
+    # ---------------------------------------------------------------- planning
+    def plan(self):
+        m = self.model
+        T, order = [], []
+        for li, l in enumerate(m.layers):
+            for pi, p in enumerate(l.params):
+                key = (li, pi)
+                nm = self.sym(f"l{li}_{p.name}")
+                T.append(Tensor(nm, CTYPE[p.data.dtype], p.data.size, "param", li, p.data))
+                if key in m.master:
+                    T.append(Tensor(self.sym(f"l{li}_{p.name}_master"), "int32_t", p.data.size, "master", li, m.master[key]))
+                    order.append(T[-1].name)
+                else:
+                    order.append(nm)
+                if key in m.accum:
+                    T.append(Tensor(self.sym(f"l{li}_{p.name}_acc"), "int32_t", p.data.size, "accum", li, m.accum[key]))
+                    order.append(T[-1].name)
+                if key in m.velocity:
+                    T.append(Tensor(self.sym(f"l{li}_{p.name}_vel"), "int32_t", p.data.size, "velocity", li, m.velocity[key]))
+                    order.append(T[-1].name)
+        T.append(Tensor(self.sym("meta"), "uint32_t", 3, "meta", -1, m.meta.astype(np.uint32)))
+        order.append(self.sym("meta"))
+        for li, l in enumerate(m.layers):
+            T.append(Tensor(self.sym(f"a{li}"), "int8_t", l.out_size, "activation", li))
+        emax = max(l.out_size for l in m.layers)
+        T.append(Tensor(self.sym("err0"), "int8_t", emax, "error"))
+        T.append(Tensor(self.sym("err1"), "int8_t", emax, "error"))
+        gmax = [0, 0, 0, 0]
+        for li, l in enumerate(m.layers):
+            for pi, p in enumerate(l.params):
+                if p.trainable and m.trainable[li][pi]:
+                    gmax[pi] = max(gmax[pi], p.data.size)
+        for pi, n in enumerate(gmax):
+            if n:
+                T.append(Tensor(self.grad_name(0, pi), "int32_t", n, "grad"))
+        sw = max([int(np.prod(m.input_shape))] + [scratch_words(l) for l in m.layers])
+        T.append(Tensor(self.sym("scratch"), "int64_t", sw, "scratch"))
+        self.tensors, self.state_order = T, order
+        return T
+
+    # ---------------------------------------------------------------- emission
+    def emit(self) -> Emitted:
+        m, P = self.model, self.prefix
+        T = self.plan()
+        opt = m.opt
+        headers = sorted({h for l in m.layers for h in EMITTERS[l.kind][0]})
+        in_size = int(np.prod(m.input_shape))
+        out_size = m.layers[-1].out_size
+        schema = m.schema_hash()
+        hdr = f"""/** {P}: generated by tinytrain.codegen for model '{m.name}' (schema 0x{schema:08x}). Do not edit. */
+#ifndef {P.upper()}_H
+#define {P.upper()}_H
+
+#include <stdint.h>
+
+#define {P.upper()}_SCHEMA_HASH 0x{schema:08x}u
+#define {P.upper()}_INPUT_LEN {in_size}
+#define {P.upper()}_OUTPUT_LEN {out_size}
+#define {P.upper()}_N_CLASSES {m.n_classes}
+#define {P.upper()}_INPUT_EXP ({m.input_exp})
+
+/** One training step on one int8 sample; writes -log2 p(label) in Q16; returns the prediction. */
+int32_t {P}_train_step(const int8_t *x, int32_t label, int32_t *loss_q16);
+/** Forward pass only (eval mode); returns argmax of the output. */
+int32_t {P}_predict(const int8_t *x);
+/** CRC-32 over the training state in schema order (equals tinytrain's state_hash). */
+uint32_t {P}_state_hash(void);
+/** Bytes of the state blob (all state tensors, schema order, little-endian). */
+uint32_t {P}_state_size(void);
+/** Copy n bytes of the state blob from offset off; 0 on success, -1 if out of range. */
+int {P}_read_state(uint32_t off, uint8_t *dst, uint32_t n);
+/** Overwrite n bytes of the state blob at offset off; 0 on success, -1 if out of range. */
+int {P}_write_state(uint32_t off, const uint8_t *src, uint32_t n);
+/** Restore the initial state (parameters as generated, optimizer state cleared). */
+void {P}_reset(void);
+/** Reseed the training PRNG. */
+void {P}_set_seed(uint32_t seed);
+/** Number of inspectable tensors (state tensors first, then activations). */
+uint32_t {P}_tensor_count(void);
+/** Copy part of tensor id; *total receives its size in bytes. 0 on success, -1 bad id/range. */
+int {P}_get_tensor(uint32_t id, uint32_t off, uint8_t *dst, uint32_t n, uint32_t *total);
+/** Saturation events counted by the kernels since reset. */
+uint32_t {P}_saturations(void);
+
+#endif /* {P.upper()}_H */
+"""
+        src = [f"/** {P}: generated by tinytrain.codegen for model '{m.name}'. Do not edit. */",
+               f'#include "{P}.h"', '#include <string.h>', '#include "tt_fixedpoint.h"',
+               '#include "tt_sgd.h"', '#include "tt_loss.h"', '#include "tt_crc32.h"']
+        src += [f'#include "{h}"' for h in headers]
+        src += ["", f"#define SCRATCH {self.sym('scratch')}", f"#define STATS {self.sym('stats')}", ""]
+        src.append(f"static tt_stats STATS;")
+        flash = 0
+        src.append("/* ---- training state (RAM); initial values kept in flash for reset ---- */")
+        for t in T:
+            if t.role in ("param", "master", "accum", "velocity", "meta"):
+                src.append(f"/** {t.role} of layer {t.layer} ({t.count} x {t.ctype}) */" if t.layer >= 0 else f"/** [prng state, optimizer step, samples in batch] */")
+                src.append(c_array(t.ctype, t.name, t.init))
+                if t.role in ("param", "master", "meta"):
+                    src.append(c_array(t.ctype, t.name + "_init", t.init, const=True))
+                    flash += t.bytes
+        src.append("")
+        src.append("/* ---- activations kept for backward, error ping-pong, gradients, scratch ---- */")
+        for t in T:
+            if t.role in ("activation", "error", "grad", "scratch"):
+                src.append(f"static {t.ctype} {t.name}[{t.count}];  /* {t.role} */")
+        cos = ", ".join(str(int(v)) for v in opt.cosine)
+        src.append("")
+        src.append(f"static const int32_t {self.sym('cosine')}[65] = {{{cos}}};")
+        src.append(f"static const tt_sgd {self.sym('opt')} = {{{opt.m}, {opt.k}, {opt.mu_m}, {opt.mu_k}, {opt.wd_m}, {opt.wd_k}, "
+                   f"{opt.ib_m}, {opt.ib_k}, {opt.batch_size}, {opt.schedule}, {opt.gamma_q15}, {opt.step_size}, "
+                   f"{opt.total_steps}, {int(opt.sr)}, {self.sym('cosine')}}};")
+        src += self._emit_step()
+        src += self._emit_predict()
+        src += self._emit_state_api()
+        return Emitted(hdr, "\n".join(src) + "\n", P, T, self.state_order, flash)
+
+    def _lvars(self):
+        L = len(self.model.layers)
+        return "int32_t " + ", ".join(f"e{i}" for i in range(L + 1)) + ";"
+
+    def _emit_step(self):
+        m, opt, P = self.model, self.model.opt, self.prefix
+        L = len(m.layers)
+        out = ["", f"int32_t {P}_train_step(const int8_t *x, int32_t label, int32_t *loss_q16)", "{",
+               "    " + self._lvars(), "    int32_t ee, de, pred, ge0 = 0, ge1 = 0, ge2 = 0, ge3 = 0;",
+               f"    int32_t m_t = tt_sgd_lr_mult(&{self.sym('opt')}, {self.sym('meta')}[1]);",
+               f"    e0 = {m.input_exp};"]
+        for li, l in enumerate(m.layers):
+            c = _C(self, li)
+            out.append(f"    /* layer {li}: {l!r} {l.in_shape} -> {l.out_shape} */")
+            out += ["    " + s for s in EMITTERS[l.kind][1](l, c)]
+        zl = self.sym(f"a{L - 1}")
+        errs = [self.sym("err0"), self.sym("err1")]
+        if m.loss == "softmax_ce":
+            out.append(f"    pred = tt_softmax_ce_s8({zl}, e{L}, label, {m.output_shape[0]}, SCRATCH, {errs[(L - 1) % 2]}, &ee, loss_q16, &STATS);")
+        else:
+            raise CodegenError("MSE models are not emitted to C yet")
+        out.append("    de = ee;")
+        first = min((li for li in range(L) if any(m.trainable[li][pi] and p.trainable for pi, p in enumerate(m.layers[li].params))), default=L)
+        for li in range(L - 1, first - 1, -1):
+            l = m.layers[li]
+            c = _C(self, li)
+            c.e, c.ee = errs[li % 2], "de"
+            if li > first:
+                # dx's exponent goes to ee; de (this layer's error exponent) is still needed
+                # for the parameter gradients and is replaced after the update
+                c.dx, c.edx = errs[(li - 1) % 2], "ee"
+            out.append(f"    /* backward {li}: {l!r} */")
+            out += ["    " + s for s in EMITTERS[l.kind][2](l, c)]
+            for pi, p in enumerate(l.params):
+                key = (li, pi)
+                if not (p.trainable and m.trainable[li][pi]):
+                    continue
+                pn = self.sym(f"l{li}_{p.name}")
+                w16, w32, ews = (pn, "0", p.exp) if p.data.dtype == np.int16 else ("0", pn, p.exp)
+                if key in m.master:
+                    w16, w32, ews = "0", pn + "_master", p.exp - MASTER_EXTRA_BITS
+                if opt.accumulate:
+                    out.append(f"    tt_sgd_accumulate({pn}_acc, {p.data.size}, {ews}, {c.g(pi)}, ge{pi}, &{self.sym('opt')}, m_t, &{self.sym('meta')}[0]);")
+                else:
+                    out.append(f"    tt_sgd_update_direct({w16}, {w32}, {p.data.size}, {ews}, {c.g(pi)}, ge{pi}, &{self.sym('opt')}, m_t, &{self.sym('meta')}[0], &STATS);")
+                    if key in m.master:
+                        out.append(f"    tt_sgd_refresh_copy({pn}_master, {pn}, {p.data.size});")
+            if c.dx:
+                out.append("    de = ee;")
+        meta = self.sym("meta")
+        out.append(f"    {meta}[2] += 1;")
+        if not opt.accumulate:
+            out.append(f"    {meta}[1] += 1;")
+        else:
+            out.append(f"    if ({meta}[2] == {opt.batch_size}u) {{")
+            for li, l in enumerate(m.layers):
+                for pi, p in enumerate(l.params):
+                    key = (li, pi)
+                    if key not in m.accum:
+                        continue
+                    pn = self.sym(f"l{li}_{p.name}")
+                    w16, w32 = (pn, "0") if p.data.dtype == np.int16 else ("0", pn)
+                    if key in m.master:
+                        w16, w32 = "0", pn + "_master"
+                    vel = f"{pn}_vel" if key in m.velocity else "0"
+                    out.append(f"        tt_sgd_apply_accumulated({w16}, {w32}, {pn}_acc, {vel}, {p.data.size}, &{self.sym('opt')}, &{meta}[0], &STATS);")
+                    if key in m.master:
+                        out.append(f"        tt_sgd_refresh_copy({pn}_master, {pn}, {p.data.size});")
+            out.append(f"        {meta}[1] += 1;")
+            out.append(f"        {meta}[2] = 0;")
+            out.append("    }")
+        out += ["    (void)ge0; (void)ge1; (void)ge2; (void)ge3; (void)de;", "    return pred;", "}"]
+        return out
+
+    def _emit_predict(self):
+        m, P = self.model, self.prefix
+        L = len(m.layers)
+        out = ["", f"int32_t {P}_predict(const int8_t *x)", "{", "    " + self._lvars(), f"    e0 = {m.input_exp};"]
+        for li, l in enumerate(m.layers):
+            c = _C(self, li)
+            fwd = getattr(l, "c_forward_eval", None)
+            out += ["    " + s for s in (fwd(c) if fwd else EMITTERS[l.kind][1](l, c))]
+        out.append(f"    (void)e{L};")
+        out += [f"    return tt_argmax_s8({self.sym(f'a{L - 1}')}, {m.layers[-1].out_size});", "}"]
+        return out
+
+    def _emit_state_api(self):
+        P = self.prefix
+        byname = {t.name: t for t in self.tensors}
+        state = [byname[n] for n in self.state_order]
+        inspect = state + [t for t in self.tensors if t.role == "activation"]
+        resettable = [t for t in self.tensors if t.role in ("param", "master", "meta")]
+        zeroed = [t for t in self.tensors if t.role in ("accum", "velocity")]
+        out = ["", "typedef struct { void *p; uint32_t bytes; } tt_span;", "",
+               f"static const tt_span {self.sym('state')}[{len(state)}] = {{"]
+        out += [f"    {{{t.name}, sizeof({t.name})}}," for t in state] + ["};"]
+        out += [f"static const tt_span {self.sym('tensors')}[{len(inspect)}] = {{"]
+        out += [f"    {{{t.name}, sizeof({t.name})}}," for t in inspect] + ["};"]
+        n = len(state)
+        out += ["", f"uint32_t {P}_state_hash(void)", "{", "    uint32_t i, crc = 0;",
+                f"    for (i = 0; i < {n}u; i++)",
+                f"        crc = tt_crc32_update(crc, (const uint8_t *){self.sym('state')}[i].p, {self.sym('state')}[i].bytes);",
+                "    return crc;", "}", "",
+                f"uint32_t {P}_state_size(void)", "{", "    uint32_t i, s = 0;",
+                f"    for (i = 0; i < {n}u; i++) s += {self.sym('state')}[i].bytes;", "    return s;", "}", "",
+                f"static int {self.sym('blob_io')}(uint32_t off, uint8_t *dst, const uint8_t *src, uint32_t n)",
+                "{", "    uint32_t i;",
+                f"    if (off > {P}_state_size() || n > {P}_state_size() - off) return -1;",
+                f"    for (i = 0; i < {n}u && n > 0; i++) {{",
+                f"        const tt_span *s = &{self.sym('state')}[i];",
+                "        if (off < s->bytes) {", "            uint32_t k = s->bytes - off < n ? s->bytes - off : n;",
+                "            if (dst) memcpy(dst, (const uint8_t *)s->p + off, k);",
+                "            else memcpy((uint8_t *)s->p + off, src, k);",
+                "            if (dst) dst += k; else src += k;", "            n -= k;", "            off = 0;",
+                "        } else {", "            off -= s->bytes;", "        }", "    }", "    return 0;", "}", "",
+                f"int {P}_read_state(uint32_t off, uint8_t *dst, uint32_t n) {{ return {self.sym('blob_io')}(off, dst, 0, n); }}",
+                f"int {P}_write_state(uint32_t off, const uint8_t *src, uint32_t n) {{ return {self.sym('blob_io')}(off, 0, src, n); }}",
+                "", f"void {P}_reset(void)", "{"]
+        out += [f"    memcpy({t.name}, {t.name}_init, sizeof({t.name}));" for t in resettable]
+        out += [f"    memset({t.name}, 0, sizeof({t.name}));" for t in zeroed]
+        out += ["    STATS.saturated = 0;", "}", "",
+                f"void {P}_set_seed(uint32_t seed) {{ {self.sym('meta')}[0] = tt_prng_seed(seed); }}", "",
+                f"uint32_t {P}_tensor_count(void) {{ return {len(inspect)}u; }}", "",
+                f"int {P}_get_tensor(uint32_t id, uint32_t off, uint8_t *dst, uint32_t n, uint32_t *total)", "{",
+                f"    if (id >= {len(inspect)}u) return -1;",
+                f"    *total = {self.sym('tensors')}[id].bytes;",
+                "    if (off > *total || n > *total - off) return -1;",
+                f"    memcpy(dst, (const uint8_t *){self.sym('tensors')}[id].p + off, n);", "    return 0;", "}", "",
+                f"uint32_t {P}_saturations(void) {{ return STATS.saturated; }}"]
+        return out
+
+
+def generate(model, prefix: str = "tt_model") -> Emitted:
+    """Emit C for ``model`` with its current training state as the initial state."""
+    return Emitter(model, prefix).emit()

@@ -1,0 +1,42 @@
+/** Integer SGD update rules (see tinytrain/optim.py; numba twin tinytrain/kernels/optim.py). */
+#ifndef TT_SGD_H
+#define TT_SGD_H
+
+#include <stdint.h>
+#include "tt_fixedpoint.h"
+
+#define TT_SGD_GUARD_BITS 8
+
+/** Integer constants of one SGD configuration (built by tinytrain.optim.SGD.compile). */
+typedef struct tt_sgd {
+    int32_t m, k;            /* lr = m * 2^-k */
+    int32_t mu_m, mu_k;      /* momentum */
+    int32_t wd_m, wd_k;      /* lr * weight decay */
+    int32_t ib_m, ib_k;      /* 1 / batch size */
+    int32_t batch_size;
+    int32_t schedule;        /* 0 constant, 1 step, 2 cosine */
+    int32_t gamma_q15, step_size, total_steps;
+    int32_t sr;              /* stochastic rounding on/off */
+    const int32_t *cosine;   /* 65 Q15 entries */
+} tt_sgd;
+
+/** Learning-rate multiplier m_t at optimizer step t. */
+int32_t tt_sgd_lr_mult(const tt_sgd *o, uint32_t t);
+
+/** Direct mode: w -= shift(m_t * g, ew + k - eg) (+ decay), saturating to [lo, hi].
+ *  w is int16 (w16 != NULL) or int32 (w32 != NULL). prng: state for stochastic rounding. */
+void tt_sgd_update_direct(int16_t *w16, int32_t *w32, int32_t n, int32_t ew, const int32_t *g,
+                          int32_t eg, const tt_sgd *o, int32_t m_t, uint32_t *prng, tt_stats *st);
+
+/** Accumulate mode, per sample: A = sat32(A + shift(m_t * g, ew + k - eg - G)). */
+void tt_sgd_accumulate(int32_t *A, int32_t n, int32_t ew, const int32_t *g, int32_t eg,
+                       const tt_sgd *o, int32_t m_t, uint32_t *prng);
+
+/** Accumulate mode, end of batch: averaging, momentum V (may be NULL), decay, update, A = 0. */
+void tt_sgd_apply_accumulated(int16_t *w16, int32_t *w32, int32_t *A, int32_t *V, int32_t n,
+                              const tt_sgd *o, uint32_t *prng, tt_stats *st);
+
+/** int16 compute copy of an int32 master: sat_s16(rshift_round(master, 16)). */
+void tt_sgd_refresh_copy(const int32_t *master, int16_t *w16, int32_t n);
+
+#endif /* TT_SGD_H */
