@@ -384,6 +384,14 @@ def test_timeout_message_names_problem_and_fix(link):
     assert t.count(P.Msg.STATE_HASH) == 3  # 1 + retries
 
 
+def test_url_errors_name_the_fix():
+    with pytest.raises(P.ProtocolError, match="cannot open '/dev/nonexistent-tty'.*check the device"):
+        P.DeviceLink("/dev/nonexistent-tty")
+    # loop:// echoes the host's own requests: they are not replies, so this is a silent device
+    with pytest.raises(P.DeviceTimeout, match="no reply from device on loop:// within 0.1 s"):
+        P.DeviceLink("loop://", timeout=0.1, retries=0)
+
+
 def test_lost_reply_is_retried_without_training_twice(link):
     lk, t = link
     rng = np.random.default_rng(1)

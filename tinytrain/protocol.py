@@ -334,7 +334,11 @@ class DeviceLink:
         self._last_step: int | None = None
         self._synced = False
         if hello:
-            self.hello()
+            try:
+                self.hello()
+            except BaseException:
+                self.close()
+                raise
 
     # ------------------------------------------------------------------ plumbing
 
@@ -358,7 +362,9 @@ class DeviceLink:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return []
-        self._ser.timeout = min(remaining, 0.05)
+        t = min(remaining, 0.05)
+        if self._ser.timeout != t:  # reconfiguring a real tty costs a syscall: only when needed
+            self._ser.timeout = t
         n = getattr(self._ser, "in_waiting", 0) or 1
         data = self._ser.read(n)
         return self._split.feed(data) if data else []
