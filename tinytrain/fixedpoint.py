@@ -18,7 +18,8 @@ Rounding rules (stated once, used everywhere)
 * ``rshift_stoch(x, s, r)``: floor((x + (r mod 2^s)) / 2^s) with r a uniform random uint32:
   unbiased stochastic rounding, also overflow-free.
 * ``div_trunc(a, b)``: integer division truncating toward zero (C99 semantics; numpy's
-  ``//`` floors, so it is not used for signed division anywhere).
+  ``//`` floors, so it is not used for signed division except through ``div_floor``).
+* ``div_floor(a, b)``: integer division rounding toward -inf, divisor b > 0 only.
 * ``isqrt(x)``: floor(sqrt(x)) for 0 <= x < 2^32.
 * Saturating casts clamp to [-2^(n-1)+1, 2^(n-1)-1] for activations (symmetric: int8 in
   [-127, 127], so negation never overflows) and to the full range for ``sat_s32``.
@@ -146,6 +147,18 @@ def div_trunc(a, b):
         raise ZeroDivisionError("div_trunc by zero")
     q = abs(a) // abs(b)
     return -q if (a < 0) ^ (b < 0) else q
+
+
+def div_floor(a, b):
+    """Integer division rounding toward -inf (Python's ``//``) for a divisor b > 0.
+
+    C twin: the truncating quotient, minus one when the remainder is negative.
+    """
+    if isinstance(b, np.ndarray) or isinstance(a, np.ndarray):
+        return np.asarray(a, dtype=np.int64) // np.asarray(b, dtype=np.int64)
+    if b <= 0:
+        raise ValueError(f"div_floor: divisor {b} must be positive")
+    return int(a) // int(b)
 
 
 def isqrt(x: int) -> int:

@@ -106,6 +106,13 @@ int32_t tt_requant_s8_from_s32(const int32_t *acc, int32_t n, int8_t *y, tt_stat
 /** Integer division truncating toward zero (C99 semantics); b != 0. */
 static inline int32_t tt_div_trunc_s32(int32_t a, int32_t b) { return a / b; }
 
+/** Integer division rounding toward -inf (Python //); b > 0. */
+static inline int64_t tt_div_floor_s64(int64_t a, int64_t b)
+{
+    int64_t q = a / b;
+    return a % b < 0 ? q - 1 : q;
+}
+
 /** floor(sqrt(x)) by the bit-by-bit method. */
 uint32_t tt_isqrt_u32(uint32_t x);
 
