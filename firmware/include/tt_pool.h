@@ -25,7 +25,8 @@ int32_t tt_maxpool2d_fwd_s8(const int8_t *x, int32_t ex, int32_t H, int32_t W, i
                             tt_stats *st);
 
 /** dx[H][W][C] = requant_s8(e routed to each window's argmax, recomputed from the saved
- * input x); returns edx. scratch: TT_MAXPOOL2D_BUFFER_SIZE bytes (NULL if 0). */
+ * input x); returns edx. scratch: TT_MAXPOOL2D_BUFFER_SIZE bytes (NULL if 0). dx must not
+ * alias x. */
 int32_t tt_maxpool2d_bwd_s8(const int8_t *e, int32_t ee, const int8_t *x, int32_t H,
                             int32_t W, int32_t C, int32_t kh, int32_t kw, int32_t sh,
                             int32_t sw, int32_t *scratch, int8_t *dx, tt_stats *st);
