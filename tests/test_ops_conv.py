@@ -78,11 +78,13 @@ def run_ref(mod, c, **cfg):
 def run_numba(fwd, bwd, grad, c, cfg_args, x, w, e):
     ex, ew, eb, ee = c["exps"]
     stats = np.zeros(4, np.int64)
+    scratch = np.full(max(e.size, x.size), -(2**62), np.int64)  # shared, stale contents
     y = np.zeros(e.shape, np.int8)
-    ey = fwd(x, ex, w, ew, c["b"], eb, *cfg_args, np.zeros(e.size, np.int64), y, stats)
+    ey = fwd(x, ex, w, ew, c["b"], eb, *cfg_args, scratch, y, stats)
     nsat = int(stats[0])
     dx = np.zeros(x.shape, np.int8)
-    edx = bwd(e, ee, w, ew, *cfg_args, np.zeros(x.size, np.int64), dx, stats)
+    scratch[:] = 2**62
+    edx = bwd(e, ee, w, ew, *cfg_args, scratch, dx, stats)
     gw, gb = np.zeros(w.shape, np.int32), np.zeros(e.shape[-1], np.int32)
     grad(e, x, *cfg_args, gw, gb)
     return y, ey, nsat, dx, edx, int(stats[0]) - nsat, gw, gb
@@ -92,7 +94,7 @@ def run_c(ffi, fwd, bwd, grad, c, dims, x, w, e):
     """dims: the C geometry arguments between the eb / ew and the scratch arguments."""
     ex, ew, eb, ee = c["exps"]
     nscr = max(e.size, x.size)
-    scr_g, scr = guarded(nscr, np.int64)
+    scr_g, scr = guarded(nscr, np.int64, fill=-(2**62))
     st_c = ffi.new("tt_stats *")
     y_g, y = guarded(e.size, np.int8)
     ey = fwd(c_i8(ffi, x), ex, c_i16(ffi, w), ew, c_i32(ffi, c["b"]), eb, *dims,
@@ -127,7 +129,8 @@ def check_conv2d(clib, c):
     ref = run_ref(r2, c, stride=c["stride"], padding=c["padding"])
     (sh, sw), (pt, _, pl, _) = c["stride"], c["pads"]
     cfg = (sh, sw, pt, pl)
-    assert_same(ref, run_numba(kc.conv2d_fwd, kc.conv2d_bwd, kc.conv2d_grad, c, cfg, x, w, e), "numba")
+    nb = run_numba(kc.conv2d_fwd, kc.conv2d_bwd, kc.conv2d_grad, c, cfg, x, w, e)
+    assert_same(ref, nb, "numba")
     H, W, Cin = x.shape
     Cout, KH, KW, _ = w.shape
     OH, OW, _ = e.shape
@@ -142,8 +145,8 @@ def check_depthwise(clib, c):
     ref = run_ref(rdw, c, stride=c["stride"], padding=c["padding"])
     (sh, sw), (pt, _, pl, _) = c["stride"], c["pads"]
     cfg = (sh, sw, pt, pl)
-    assert_same(ref, run_numba(kc.depthwise_fwd, kc.depthwise_bwd, kc.depthwise_grad, c, cfg, x, w, e),
-                "numba")
+    nb = run_numba(kc.depthwise_fwd, kc.depthwise_bwd, kc.depthwise_grad, c, cfg, x, w, e)
+    assert_same(ref, nb, "numba")
     H, W, C = x.shape
     KH, KW, _ = w.shape
     OH, OW, _ = e.shape
@@ -239,7 +242,8 @@ def test_conv2d_forward_acc_against_python_ints():
                     for kw in range(2):
                         ih, iw = oh * sh + kh - pt, ow * sw + kw - pl
                         if 0 <= ih < 5 and 0 <= iw < 6:
-                            want += sum(int(x[ih, iw, ci]) * int(w[co, kh, kw, ci]) for ci in range(3))
+                            want += sum(int(x[ih, iw, ci]) * int(w[co, kh, kw, ci])
+                                        for ci in range(3))
                 assert int(acc[oh, ow, co]) == want
 
 
@@ -250,7 +254,8 @@ def test_conv2d_forward_requant_against_python_ints():
     b = rng.integers(-(2**31) + 1, 2**31, 3).astype(np.int32)
     y, ey, _ = r2.forward(x, -4, w, -15, b, -25, 1, "valid")
     acc = r2.forward_acc(x, w, 1, "valid").astype(object)
-    acc = acc + np.array([(int(v) >> 6) + ((int(v) >> 5) & 1) for v in b], dtype=object)  # -25 -> -19
+    # b at -25 aligned to -4 + -15 = -19: round-to-nearest right shift by 6
+    acc = acc + np.array([(int(v) >> 6) + ((int(v) >> 5) & 1) for v in b], dtype=object)
     m = max(abs(int(a)) for a in acc.ravel())
     s = max(0, m.bit_length() - 7)
     want = [max(-127, min(127, (int(a) >> s) + ((int(a) >> (s - 1)) & 1) if s else int(a)))
@@ -264,7 +269,8 @@ def test_conv1d_against_np_correlate(stride, pads):
     x = rng.integers(-127, 128, (23, 1)).astype(np.int8)
     w = rng.integers(-32767, 32768, (1, 4, 1)).astype(np.int16)
     acc = r1.forward_acc(x, w, stride, pads)
-    want = np.correlate(np.pad(x[:, 0].astype(np.int64), pads), w[0, :, 0].astype(np.int64), "valid")
+    xp = np.pad(x[:, 0].astype(np.int64), pads)
+    want = np.correlate(xp, w[0, :, 0].astype(np.int64), "valid")
     assert np.array_equal(acc[:, 0], want[::stride])
 
 
@@ -342,5 +348,31 @@ def test_grad_exact_at_the_int32_bound(clib):
     kc.conv1d_grad(e, x, 1, 0, gw, gb)
     assert int(gw[0, 0, 0]) == want and int(gb[0]) == n * 127
     gw[:], gb[:] = 0, 0
-    lib.tt_conv1d_grad_s32(c_i8(ffi, e), c_i8(ffi, x), n, 1, 1, 1, 1, 0, n, c_i32(ffi, gw), c_i32(ffi, gb))
+    lib.tt_conv1d_grad_s32(c_i8(ffi, e), c_i8(ffi, x), n, 1, 1, 1, 1, 0, n,
+                           c_i32(ffi, gw), c_i32(ffi, gb))
     assert int(gw[0, 0, 0]) == want and int(gb[0]) == n * 127
+
+
+def test_buffer_size_macros():
+    """The TT_*_BUFFER_SIZE macros give 8 bytes per element of the larger of input and output,
+    which is exactly the scratch the guarded C runs above use."""
+    from tinytrain import cbuild
+
+    src = """#include "tt_conv.h"
+int32_t m2(int32_t H, int32_t W, int32_t Ci, int32_t OH, int32_t OW, int32_t Co)
+{ return TT_CONV2D_BUFFER_SIZE(H, W, Ci, OH, OW, Co); }
+int32_t mdw(int32_t H, int32_t W, int32_t C, int32_t OH, int32_t OW)
+{ return TT_DEPTHWISE_BUFFER_SIZE(H, W, C, OH, OW); }
+int32_t m1(int32_t L, int32_t Ci, int32_t OL, int32_t Co)
+{ return TT_CONV1D_BUFFER_SIZE(L, Ci, OL, Co); }
+int32_t mpos(void) { return TT_CONV_GRAD_MAX_POSITIONS; }
+"""
+    cdef = """int32_t m2(int32_t, int32_t, int32_t, int32_t, int32_t, int32_t);
+int32_t mdw(int32_t, int32_t, int32_t, int32_t, int32_t);
+int32_t m1(int32_t, int32_t, int32_t, int32_t); int32_t mpos(void);"""
+    _, lib = cbuild.compile_shared([("tt_conv_macros.c", src)], cdef, name="ttconvmacros")
+    assert lib.mpos() == r2.GRAD_MAX_POSITIONS
+    for H, W, Ci, OH, OW, Co in [(8, 8, 1, 8, 8, 4), (8, 8, 16, 4, 4, 3), (1, 40, 1, 1, 20, 32)]:
+        assert lib.m2(H, W, Ci, OH, OW, Co) == 8 * max(H * W * Ci, OH * OW * Co)
+        assert lib.mdw(H, W, Ci, OH, OW) == 8 * Ci * max(H * W, OH * OW)
+        assert lib.m1(W, Ci, OW, Co) == 8 * max(W * Ci, OW * Co)

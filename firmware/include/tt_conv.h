@@ -14,14 +14,16 @@
 /** floor((2^31 - 1) / (127 * 127)): most output positions an int32 gradient sum can hold. */
 #define TT_CONV_GRAD_MAX_POSITIONS 133144
 
+/** The larger of two sizes, as a constant expression (for static scratch arrays). */
+#define TT_CONV_MAX(a, b) ((a) > (b) ? (a) : (b))
 /** Scratch bytes for conv2d fwd and bwd: one int64 per output element or per input element. */
-#define TT_CONV2D_BUFFER_SIZE(H, W, Cin, OH, OW, Cout) (8 * ((OH) * (OW) * (Cout) > (H) * (W) * (Cin) ? (OH) * (OW) * (Cout) : (H) * (W) * (Cin)))
+#define TT_CONV2D_BUFFER_SIZE(H, W, Cin, OH, OW, Cout) (8 * TT_CONV_MAX((OH) * (OW) * (Cout), (H) * (W) * (Cin)))
 /** Scratch bytes for depthwise fwd and bwd. */
-#define TT_DEPTHWISE_BUFFER_SIZE(H, W, C, OH, OW) (8 * (C) * ((OH) * (OW) > (H) * (W) ? (OH) * (OW) : (H) * (W)))
+#define TT_DEPTHWISE_BUFFER_SIZE(H, W, C, OH, OW) (8 * (C) * TT_CONV_MAX((OH) * (OW), (H) * (W)))
 /** Scratch bytes for conv1d fwd and bwd. */
-#define TT_CONV1D_BUFFER_SIZE(L, Cin, OL, Cout) (8 * ((OL) * (Cout) > (L) * (Cin) ? (OL) * (Cout) : (L) * (Cin)))
+#define TT_CONV1D_BUFFER_SIZE(L, Cin, OL, Cout) (8 * TT_CONV_MAX((OL) * (Cout), (L) * (Cin)))
 
-/** y[OH][OW][Cout] = requant_s8(conv(x[H][W][Cin], w[Cout][KH][KW][Cin]) + align(b)); returns ey. */
+/** y[OH][OW][Cout] = requant_s8(conv(x[H][W][Cin], w[Cout][KH][KW][Cin]) + align(b)); -> ey. */
 int32_t tt_conv2d_fwd_s8(const int8_t *x, int32_t ex, const int16_t *w, int32_t ew,
                          const int32_t *b, int32_t eb, int32_t H, int32_t W, int32_t Cin,
                          int32_t Cout, int32_t KH, int32_t KW, int32_t sh, int32_t sw,
@@ -34,7 +36,7 @@ int32_t tt_conv2d_bwd_s8(const int8_t *e, int32_t ee, const int16_t *w, int32_t 
                          int32_t sh, int32_t sw, int32_t pt, int32_t pl, int32_t OH, int32_t OW,
                          int64_t *scratch, int8_t *dx, tt_stats *st);
 
-/** gw[Cout][KH][KW][Cin] = sum over positions of e x (exponent ee + ex), gb[Cout] = sum of e (ee). */
+/** gw[Cout][KH][KW][Cin] = sum over positions of e x (at ee + ex), gb[Cout] = sum of e (ee). */
 void tt_conv2d_grad_s32(const int8_t *e, const int8_t *x, int32_t H, int32_t W, int32_t Cin,
                         int32_t Cout, int32_t KH, int32_t KW, int32_t sh, int32_t sw,
                         int32_t pt, int32_t pl, int32_t OH, int32_t OW, int32_t *gw, int32_t *gb);

@@ -4,8 +4,9 @@ ops.depthwise and ops.conv1d (tests/test_ops_conv.py).
 Static configuration: stride (sh, sw) and the top / left padding (pt, pl); the output size is
 y.shape / e.shape (bottom / right padding only decide it). Resolve it with
 ``ops.conv2d.geometry``, which also rejects layers whose int32 weight gradient could overflow.
-Scratch: fwd needs acc with one int64 per output element, bwd one int64 per input element
-(flat, C order). Arrays must be C-contiguous.
+Scratch: acc is a flat int64 array of at least one element per output (fwd) or per input
+(bwd); only that prefix is used, so one buffer of the larger size serves both, as in C
+(TT_CONV2D_BUFFER_SIZE). All arrays must be C-contiguous.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from ._common import align, requant_s8
 @njit(cache=True)
 def conv2d_fwd(x, ex, w, ew, b, eb, sh, sw, pt, pl, acc, y, stats):
     """x (H, W, Cin) int8, w (Cout, KH, KW, Cin) int16, b (Cout,) int32,
-    acc (OH*OW*Cout,) int64 scratch, y (OH, OW, Cout) int8 -> ey."""
+    acc (>= OH*OW*Cout,) int64 scratch, y (OH, OW, Cout) int8 -> ey."""
     H, W, Cin = x.shape
     Cout, KH, KW, _ = w.shape
     OH, OW, _ = y.shape
@@ -39,17 +40,17 @@ def conv2d_fwd(x, ex, w, ew, b, eb, sh, sw, pt, pl, acc, y, stats):
                             a += x[ih, iw, ci] * w[co, kh, kw, ci]
                 acc[i] = a
                 i += 1
-    return ea + requant_s8(acc, y.reshape(-1), stats)
+    return ea + requant_s8(acc[: y.size], y.reshape(-1), stats)
 
 
 @njit(cache=True)
 def conv2d_bwd(e, ee, w, ew, sh, sw, pt, pl, acc, dx, stats):
     """e (OH, OW, Cout) int8, dx (H, W, Cin) int8 = requant(transposed conv of e);
-    acc (H*W*Cin,) int64 scratch -> edx."""
+    acc (>= H*W*Cin,) int64 scratch -> edx."""
     OH, OW, Cout = e.shape
     _, KH, KW, _ = w.shape
     H, W, Cin = dx.shape
-    a3 = acc.reshape(H, W, Cin)
+    a3 = acc[: dx.size].reshape(H, W, Cin)
     a3[:] = 0
     for oh in range(OH):
         for ow in range(OW):
@@ -67,7 +68,7 @@ def conv2d_bwd(e, ee, w, ew, sh, sw, pt, pl, acc, dx, stats):
                             continue
                         for ci in range(Cin):
                             a3[ih, iw, ci] += ev * w[co, kh, kw, ci]
-    return ee + ew + requant_s8(acc, dx.reshape(-1), stats)
+    return ee + ew + requant_s8(acc[: dx.size], dx.reshape(-1), stats)
 
 
 @njit(cache=True)
@@ -99,13 +100,13 @@ def conv2d_grad(e, x, sh, sw, pt, pl, gw, gb):
 
 @njit(cache=True)
 def depthwise_fwd(x, ex, w, ew, b, eb, sh, sw, pt, pl, acc, y, stats):
-    """x (H, W, C) int8, w (KH, KW, C) int16, b (C,) int32, acc (OH*OW*C,) int64 scratch,
+    """x (H, W, C) int8, w (KH, KW, C) int16, b (C,) int32, acc (>= OH*OW*C,) int64 scratch,
     y (OH, OW, C) int8 -> ey."""
     H, W, C = x.shape
     KH, KW, _ = w.shape
     OH, OW, _ = y.shape
     ea = ex + ew
-    a3 = acc.reshape(OH, OW, C)
+    a3 = acc[: y.size].reshape(OH, OW, C)
     for oh in range(OH):
         for ow in range(OW):
             for c in range(C):
@@ -120,16 +121,16 @@ def depthwise_fwd(x, ex, w, ew, b, eb, sh, sw, pt, pl, acc, y, stats):
                         continue
                     for c in range(C):
                         a3[oh, ow, c] += x[ih, iw, c] * w[kh, kw, c]
-    return ea + requant_s8(acc, y.reshape(-1), stats)
+    return ea + requant_s8(acc[: y.size], y.reshape(-1), stats)
 
 
 @njit(cache=True)
 def depthwise_bwd(e, ee, w, ew, sh, sw, pt, pl, acc, dx, stats):
-    """e (OH, OW, C) int8, dx (H, W, C) int8; acc (H*W*C,) int64 scratch -> edx."""
+    """e (OH, OW, C) int8, dx (H, W, C) int8; acc (>= H*W*C,) int64 scratch -> edx."""
     OH, OW, C = e.shape
     KH, KW, _ = w.shape
     H, W, _ = dx.shape
-    a3 = acc.reshape(H, W, C)
+    a3 = acc[: dx.size].reshape(H, W, C)
     a3[:] = 0
     for oh in range(OH):
         for ow in range(OW):
@@ -143,7 +144,7 @@ def depthwise_bwd(e, ee, w, ew, sh, sw, pt, pl, acc, dx, stats):
                         continue
                     for c in range(C):
                         a3[ih, iw, c] += e[oh, ow, c] * w[kh, kw, c]
-    return ee + ew + requant_s8(acc, dx.reshape(-1), stats)
+    return ee + ew + requant_s8(acc[: dx.size], dx.reshape(-1), stats)
 
 
 @njit(cache=True)
@@ -172,7 +173,7 @@ def depthwise_grad(e, x, sh, sw, pt, pl, gw, gb):
 
 @njit(cache=True)
 def conv1d_fwd(x, ex, w, ew, b, eb, s, pad_left, acc, y, stats):
-    """x (L, Cin) int8, w (Cout, K, Cin) int16, b (Cout,) int32, acc (OL*Cout,) int64,
+    """x (L, Cin) int8, w (Cout, K, Cin) int16, b (Cout,) int32, acc (>= OL*Cout,) int64,
     y (OL, Cout) int8 -> ey. Conv2d with H = KH = 1."""
     L, Cin = x.shape
     Cout, K, _ = w.shape
@@ -183,7 +184,7 @@ def conv1d_fwd(x, ex, w, ew, b, eb, s, pad_left, acc, y, stats):
 
 @njit(cache=True)
 def conv1d_bwd(e, ee, w, ew, s, pad_left, acc, dx, stats):
-    """e (OL, Cout) int8, dx (L, Cin) int8; acc (L*Cin,) int64 scratch -> edx."""
+    """e (OL, Cout) int8, dx (L, Cin) int8; acc (>= L*Cin,) int64 scratch -> edx."""
     OL, Cout = e.shape
     _, K, Cin = w.shape
     L = dx.shape[0]

@@ -77,7 +77,7 @@ def geometry(H, W, KH, KW, stride=(1, 1), padding=(0, 0, 0, 0), op="conv2d"):
     return OH, OW, (sh, sw), pads
 
 
-def _windows(xp, KH, KW, sh, sw, OH, OW):
+def windows(xp, KH, KW, sh, sw, OH, OW):
     """For each (kh, kw): the (OH, OW, C) slice of the padded input it multiplies."""
     for kh in range(KH):
         for kw in range(KW):
@@ -92,7 +92,7 @@ def forward_acc(x, w, stride=(1, 1), padding=(0, 0, 0, 0)):
     xp = np.pad(x.astype(np.int64), ((pt, pb), (pl, pr), (0, 0)))
     acc = np.zeros((OH, OW, Cout), np.int64)
     w64 = w.astype(np.int64)
-    for kh, kw, xs in _windows(xp, KH, KW, sh, sw, OH, OW):
+    for kh, kw, xs in windows(xp, KH, KW, sh, sw, OH, OW):
         acc += xs @ w64[:, kh, kw, :].T
     return acc
 
@@ -104,7 +104,7 @@ def backward_acc(e, w, x_shape, stride=(1, 1), padding=(0, 0, 0, 0)):
     OH, OW, (sh, sw), (pt, pb, pl, pr) = geometry(H, W, KH, KW, stride, padding)
     dxp = np.zeros((H + pt + pb, W + pl + pr, Cin), np.int64)
     e64, w64 = e.astype(np.int64), w.astype(np.int64)
-    for kh, kw, ds in _windows(dxp, KH, KW, sh, sw, OH, OW):
+    for kh, kw, ds in windows(dxp, KH, KW, sh, sw, OH, OW):
         ds += e64 @ w64[:, kh, kw, :]  # ds is a view of dxp; windows of one (kh, kw) never overlap
     return dxp[pt : pt + H, pl : pl + W]
 
@@ -123,7 +123,7 @@ def backward(e, ee, x, ex, w, ew, stride=(1, 1), padding=(0, 0, 0, 0), need_dx=T
     xp = np.pad(x.astype(np.int64), ((pt, pb), (pl, pr), (0, 0)))
     e2 = e.astype(np.int64).reshape(OH * OW, Cout)
     gw = np.zeros(w.shape, np.int64)
-    for kh, kw, xs in _windows(xp, KH, KW, sh, sw, OH, OW):
+    for kh, kw, xs in windows(xp, KH, KW, sh, sw, OH, OW):
         gw[:, kh, kw, :] = e2.T @ xs.reshape(OH * OW, -1)
     grads = [(gw.astype(np.int32), ee + ex), (e2.sum(axis=0).astype(np.int32), ee)]
     if not need_dx:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._common import align_to, requant_s8
-from .conv2d import _windows, geometry
+from .conv2d import geometry, windows
 
 
 def forward_acc(x, w, stride=(1, 1), padding=(0, 0, 0, 0)):
@@ -31,7 +31,7 @@ def forward_acc(x, w, stride=(1, 1), padding=(0, 0, 0, 0)):
     xp = np.pad(x.astype(np.int64), ((pt, pb), (pl, pr), (0, 0)))
     acc = np.zeros((OH, OW, C), np.int64)
     w64 = w.astype(np.int64)
-    for kh, kw, xs in _windows(xp, KH, KW, sh, sw, OH, OW):
+    for kh, kw, xs in windows(xp, KH, KW, sh, sw, OH, OW):
         acc += xs * w64[kh, kw]
     return acc
 
@@ -43,7 +43,7 @@ def backward_acc(e, w, x_shape, stride=(1, 1), padding=(0, 0, 0, 0)):
     OH, OW, (sh, sw), (pt, pb, pl, pr) = geometry(H, W, KH, KW, stride, padding, "depthwise")
     dxp = np.zeros((H + pt + pb, W + pl + pr, C), np.int64)
     e64, w64 = e.astype(np.int64), w.astype(np.int64)
-    for kh, kw, ds in _windows(dxp, KH, KW, sh, sw, OH, OW):
+    for kh, kw, ds in windows(dxp, KH, KW, sh, sw, OH, OW):
         ds += e64 * w64[kh, kw]
     return dxp[pt : pt + H, pl : pl + W]
 
@@ -62,7 +62,7 @@ def backward(e, ee, x, ex, w, ew, stride=(1, 1), padding=(0, 0, 0, 0), need_dx=T
     xp = np.pad(x.astype(np.int64), ((pt, pb), (pl, pr), (0, 0)))
     e64 = e.astype(np.int64)
     gw = np.zeros(w.shape, np.int64)
-    for kh, kw, xs in _windows(xp, KH, KW, sh, sw, OH, OW):
+    for kh, kw, xs in windows(xp, KH, KW, sh, sw, OH, OW):
         gw[kh, kw] = (e64 * xs).sum(axis=(0, 1))
     grads = [(gw.astype(np.int32), ee + ex), (e64.sum(axis=(0, 1)).astype(np.int32), ee)]
     if not need_dx:
