@@ -1,0 +1,255 @@
+"""Built-in models by name, hand-written model files, and a training-memory estimate.
+
+``build_model(name_or_path, dataset)`` returns a fresh ``Sequential`` shaped for the dataset
+(input shape, number of classes). A model file is JSON (``.json``) or TOML (``.toml``)::
+
+    {"layers": [{"type": "dense", "units": 32}, {"type": "relu"}, {"type": "dense", "units": 10}],
+     "optimizer": {"lr": 0.05}, "loss": "softmax_ce", "input_scale": "unit", "name": "my-mlp"}
+
+``input_scale`` says how the model reads the dataset's int8 codes: "unit" (default) maps the
+float training range into about [-1, 1] by a pure exponent change (model input_exp =
+data input_exp - ceil(log2(max |x|)), nothing is re-quantized); "data" uses the data's
+exponent unchanged; an integer is an explicit extra shift. A saved tinytrain model (``.tt``)
+is also accepted: training continues from its weights (fine-tuning).
+
+Every model carries ``model.data_input_exp``: the exponent of the int8 codes it was built
+for. Train/eval re-quantize data with another exponent to it (see train.prepare_inputs).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from .layers import LAYER_TYPES, ModelError, layer_from_config
+from .model import LOSSES, Sequential
+from .optim import SGD, ConfigError
+
+FILE_KEYS = {"layers", "optimizer", "loss", "input_scale", "name", "seed"}
+
+
+def unit_shift(dataset) -> int:
+    """Extra exponent shift that brings the float training range into about [-1, 1]:
+    ceil(log2(max |x|)), never negative (data already within [-1, 1] is left alone)."""
+    lo, hi = dataset.float_range
+    absmax = max(abs(float(lo)), abs(float(hi)))
+    if absmax <= 1.0:
+        return 0
+    return math.ceil(math.log2(absmax))
+
+
+def _input_exp(dataset, scale) -> int:
+    if scale in (None, "unit"):
+        return dataset.input_exp - unit_shift(dataset)
+    if scale == "data":
+        return dataset.input_exp
+    if isinstance(scale, int) and not isinstance(scale, bool):
+        return dataset.input_exp - scale
+    raise ModelError(f"input_scale={scale!r}: use 'unit', 'data' or an integer shift")
+
+
+def _optimizer(base: dict, overrides: dict, where: str) -> SGD:
+    d = dict(base)
+    d.update({k: v for k, v in overrides.items() if v is not None})
+    bad = sorted(set(d) - set(SGD.__dataclass_fields__))
+    if bad:
+        raise ModelError(f"{where}: unknown optimizer option(s) {', '.join(bad)}: known options "
+                         f"are {', '.join(SGD.__dataclass_fields__)}")
+    opt = SGD(**d)
+    try:
+        opt.compile()
+    except ConfigError as exc:
+        raise ModelError(f"{where}: {exc}") from None
+    return opt
+
+
+def from_spec(spec: dict, dataset, *, where: str = "model", seed: int = 0, **opt_overrides) -> Sequential:
+    """Build a Sequential from a model description (the dict of a model file)."""
+    if not isinstance(spec, dict):
+        raise ModelError(f"{where}: a model description is a table/object with a 'layers' list")
+    bad = sorted(set(spec) - FILE_KEYS)
+    if bad:
+        raise ModelError(f"{where}: unknown key(s) {', '.join(bad)}: known keys are "
+                         f"{', '.join(sorted(FILE_KEYS))}")
+    layers = spec.get("layers")
+    if not isinstance(layers, list) or not layers:
+        raise ModelError(f"{where}: 'layers' must be a non-empty list of layers such as "
+                         '{"type": "dense", "units": 10}')
+    built = []
+    for i, d in enumerate(layers):
+        if not isinstance(d, dict):
+            raise ModelError(f"{where}: layer {i} is {d!r}: each layer is a table/object with a 'type'")
+        try:
+            built.append(layer_from_config(d))
+        except ModelError as exc:
+            raise ModelError(f"{where}: layer {i}: {exc}") from None
+    loss = spec.get("loss", "softmax_ce" if dataset.n_classes > 0 else "mse")
+    if loss not in LOSSES:
+        raise ModelError(f"{where}: unknown loss {loss!r}: use one of {', '.join(LOSSES)}")
+    if (loss == "softmax_ce") != (dataset.n_classes > 0):
+        raise ModelError(f"{where}: loss {loss!r} does not fit the {dataset.task} dataset {dataset.name!r}")
+    opt = _optimizer(spec.get("optimizer", {}) or {}, opt_overrides, where)
+    try:
+        model = Sequential(built, input_shape=dataset.input_shape,
+                           input_exp=_input_exp(dataset, spec.get("input_scale")),
+                           n_classes=dataset.n_classes or None, loss=loss, optimizer=opt,
+                           seed=int(spec.get("seed", seed)), name=str(spec.get("name", where)))
+    except ConfigError as exc:
+        raise ModelError(f"{where}: {exc}") from None
+    except ModelError as exc:
+        raise ModelError(f"{where}: {exc}") from None
+    model.data_input_exp = int(dataset.input_exp)
+    return model
+
+
+# ------------------------------------------------------------------------ built-ins
+
+def _flat_prefix(dataset):
+    return [{"type": "flatten"}] if len(dataset.input_shape) > 1 else []
+
+
+def _digits_mlp(dataset):
+    """W1: 64-32-10 MLP, ReLU, softmax cross-entropy, integer SGD lr 0.05, batch 1."""
+    return {"name": "digits-mlp", "input_scale": "unit", "optimizer": {"lr": 0.05},
+            "layers": _flat_prefix(dataset) + [{"type": "dense", "units": 32}, {"type": "relu"},
+                                               {"type": "dense", "units": dataset.n_classes}]}
+
+
+def _digits_cnn(dataset):
+    """W3: 8x8x1 digits, conv + integer batch norm + ReLU + pooling + dense.
+    TODO(layers): fill in the stack once conv/batchnorm/pool layers are registered, then
+    remove "digits-cnn" from NOT_DEFINED."""
+    raise ModelError("digits-cnn: layer stack not defined yet")
+
+
+def _mnist1d_cnn(dataset):
+    """W2: MNIST-1D (40, 1), a small 1-D CNN.
+    TODO(layers): fill in the stack, then remove "mnist1d-cnn" from NOT_DEFINED."""
+    raise ModelError("mnist1d-cnn: layer stack not defined yet")
+
+
+#: name -> (spec builder, layer types it needs, dataset it is meant for)
+MODELS = {
+    "digits-mlp": (_digits_mlp, ("dense", "relu"), "digits"),
+    "digits-cnn": (_digits_cnn, ("conv2d", "batchnorm", "relu", "maxpool2d", "dense"), "digits-image"),
+    "mnist1d-cnn": (_mnist1d_cnn, ("conv1d", "relu", "maxpool1d", "dense"), "mnist1d"),
+}
+#: built-in names whose layer stack is still being written
+NOT_DEFINED = {"digits-cnn", "mnist1d-cnn"}
+
+
+def available(name: str) -> bool:
+    """True if the built-in model can be built with the layer types registered now."""
+    _, needs, _ = MODELS[name]
+    return name not in NOT_DEFINED and all(t in LAYER_TYPES for t in needs)
+
+
+def model_spec(name: str, dataset) -> dict:
+    """The model description of a built-in model for this dataset."""
+    if name not in MODELS:
+        raise ModelError(f"unknown model {name!r}: built-in models are {', '.join(MODELS)}, "
+                         "or give a .json/.toml model file")
+    fn, needs, _ = MODELS[name]
+    if not available(name):
+        missing = [t for t in needs if t not in LAYER_TYPES]
+        why = (f"layer type(s) {', '.join(missing)} are missing" if missing
+               else "its layer stack is not defined yet")
+        others = ", ".join(n for n in MODELS if available(n))
+        raise ModelError(f"model {name!r} is not yet available in this tinytrain ({why}); "
+                         f"use {others} or a .json/.toml model file")
+    return fn(dataset)
+
+
+def read_model_file(path) -> dict:
+    p = Path(path)
+    if not p.is_file():
+        raise ModelError(f"{p}: no such model file (built-in models are {', '.join(MODELS)})")
+    text = p.read_text(encoding="utf-8")
+    if p.suffix.lower() == ".toml":
+        import tomllib
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ModelError(f"{p}: invalid TOML: {exc}") from None
+    if p.suffix.lower() == ".json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ModelError(f"{p}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+    raise ModelError(f"{p}: unsupported model file type {p.suffix or '(none)'!r}: use .json, .toml "
+                     "or a saved .tt model")
+
+
+def build_model(name_or_path, dataset, *, seed: int = 0, lr: float | None = None,
+                batch_size: int | None = None, **opt_overrides) -> Sequential:
+    """A fresh model for ``dataset``: a built-in name, a .json/.toml model file, or a saved
+    model file (its weights and training state are kept; lr/batch overrides are refused)."""
+    s = str(name_or_path)
+    overrides = dict(opt_overrides, lr=lr, batch_size=batch_size)
+    if s in MODELS:
+        return from_spec(model_spec(s, dataset), dataset, where=s, seed=seed, **overrides)
+    p = Path(s)
+    if p.is_file():
+        from . import io as tio
+        if tio.is_model_file(p):
+            if any(v is not None for v in overrides.values()):
+                raise ModelError(f"{p} is a saved model: its optimizer is part of its training state; "
+                                 "drop --lr/--batch-size or start from a model description")
+            model, extra = tio.load(p)
+            return model
+        return from_spec(read_model_file(p), dataset, where=p.name, seed=seed, **overrides)
+    raise ModelError(f"unknown model {s!r}: built-in models are {', '.join(MODELS)}, or give the "
+                     "path of a .json/.toml model file or a saved .tt model")
+
+
+# --------------------------------------------------------------- memory estimate
+
+def memory_estimate(model: Sequential) -> dict:
+    """Bytes a device needs to train this model with its optimizer's partial-update setting.
+
+    An estimate from tensor sizes (the codegen memory planner is authoritative):
+    * flash: frozen parameters (read-only);
+    * RAM: trainable parameters (and their int32 master copies), optimizer buffers
+      (accumulators, velocity), int32 gradient buffers of the trainable tensors, layer state
+      (e.g. running statistics), the activations kept for the backward pass (outputs of the
+      layers from the one before the first trainable layer on; the input sample if layer 0
+      trains), a ping-pong pair of activation buffers for the frozen prefix, a ping-pong pair
+      of int8 error buffers for the backward pass, and an int64 scratch row.
+    """
+    L = len(model.layers)
+    trainable = [(li, pi) for li, l in enumerate(model.layers) for pi, p in enumerate(l.params)
+                 if p.trainable and model.trainable[li][pi]]
+    first = min((li for li, _ in trainable), default=L)
+    flash = ram_params = ram_state = grads = 0
+    for li, l in enumerate(model.layers):
+        for pi, p in enumerate(l.params):
+            if (li, pi) in trainable:
+                ram_params += p.data.nbytes
+                grads += p.data.size * 4
+            elif p.role == "state":
+                ram_state += p.data.nbytes
+            else:
+                flash += p.data.nbytes
+    master = sum(a.nbytes for a in model.master.values())
+    opt_bufs = sum(a.nbytes for a in model.accum.values()) + sum(a.nbytes for a in model.velocity.values())
+    in_size = int(np.prod(model.input_shape))
+    if first >= L:
+        kept = 0
+    elif first == 0:
+        kept = in_size + sum(l.out_size for l in model.layers)
+    else:
+        kept = sum(l.out_size for l in model.layers[first - 1:])
+    prefix = model.layers[:max(0, first - 1)]
+    pingpong = max([in_size] + [l.in_size + l.out_size for l in prefix]) if prefix else in_size
+    errors = 2 * max([l.out_size for l in model.layers[first:]] or [0])
+    width = max([in_size] + [l.out_size for l in model.layers] + [l.in_size for l in model.layers])
+    scratch = 8 * width
+    meta = 12
+    ram = ram_params + master + opt_bufs + grads + ram_state + kept + pingpong + errors + scratch + meta
+    return {"flash_frozen_params": flash, "ram_trainable_params": ram_params, "ram_master_weights": master,
+            "ram_optimizer_buffers": opt_bufs, "ram_gradients": grads, "ram_layer_state": ram_state,
+            "ram_activations_kept": kept, "ram_forward_pingpong": pingpong, "ram_error_buffers": errors,
+            "ram_scratch": scratch, "ram_meta": meta, "ram_total": ram,
+            "trainable_tensors": len(trainable), "first_trainable_layer": first}
