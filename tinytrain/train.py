@@ -197,6 +197,12 @@ class _Runner:
             from .sim import Simulator
             self.sim = Simulator(model)
 
+    def warm_up(self, X):
+        """Load/compile the numba functions outside the timed epochs (no state change)."""
+        if not self.reference:
+            self.sim.train(X, np.zeros(len(X), np.int32), np.zeros(0, np.int64))
+            self.sim.predict(X[:0])
+
     def train(self, X, Y, order):
         if not self.reference:
             return self.sim.train(X, Y, order)
@@ -247,6 +253,8 @@ def fit(model, dataset: Dataset, epochs: int, seed: int = 0, *, batch_size: int 
         start, state, history = _resume_from(model, checkpoint, seed)
         history.resumed_from = start
     runner = _Runner(model, reference)
+    if start < epochs:
+        runner.warm_up(X)
     bar = None
     if progress and start < epochs:
         from tqdm.auto import tqdm

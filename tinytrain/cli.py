@@ -1,0 +1,290 @@
+"""The ``tinytrain`` command line.
+
+Subcommands live in the ``SUBCOMMANDS`` registry. A module adds its own with::
+
+    from tinytrain import cli
+
+    def _args(p):            # p is that subcommand's argparse parser
+        p.add_argument("--model", required=True)
+
+    def _run(args) -> int:   # return the exit code; raise a ValueError/OSError for user errors
+        ...
+
+    cli.register("codegen", "generate C for a model", _args, _run)
+
+and lists itself in ``PLUGIN_MODULES`` (imported when the parser is built; a module that is
+not installed yet is skipped). User errors (any ValueError or OSError: ModelError, DataError,
+FileFormatError, ConfigError, TrainError, ...) print one line to stderr and exit 2; set
+TINYTRAIN_DEBUG=1 to see the traceback instead.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib
+import json
+import os
+import sys
+from typing import Callable
+
+PROG = "tinytrain"
+
+
+@dataclasses.dataclass
+class Subcommand:
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+SUBCOMMANDS: dict[str, Subcommand] = {}
+
+#: modules that register further subcommands (codegen, verify, build, flash, emulate, federate)
+PLUGIN_MODULES = [
+    "tinytrain.codegen.cli",
+    "tinytrain.verify",
+    "tinytrain.build_cli",
+    "tinytrain.federate",
+]
+
+
+def register(name: str, help: str, add_arguments, run) -> Subcommand:
+    """Add (or replace) a subcommand."""
+    sc = Subcommand(name, help, add_arguments, run)
+    SUBCOMMANDS[name] = sc
+    return sc
+
+
+def _load_plugins():
+    for mod in PLUGIN_MODULES:
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as exc:
+            if exc.name is None or not mod.startswith(exc.name):
+                if os.environ.get("TINYTRAIN_DEBUG"):
+                    raise
+        except Exception:  # a broken plugin must not take the core commands down
+            if os.environ.get("TINYTRAIN_DEBUG"):
+                raise
+
+
+def build_parser() -> argparse.ArgumentParser:
+    _load_plugins()
+    p = argparse.ArgumentParser(
+        prog=PROG, description="Integer-only on-device training for microcontrollers, "
+        "bit-exact between laptop and board.",
+        epilog="Run `tinytrain COMMAND --help` for the options of a command.")
+    from . import __version__
+    p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for sc in SUBCOMMANDS.values():
+        sp = sub.add_parser(sc.name, help=sc.help, description=sc.help)
+        sc.add_arguments(sp)
+        sp.set_defaults(_run=sc.run)
+    return p
+
+
+def _error(msg: str) -> int:
+    print(f"{PROG}: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def main(argv=None) -> int:
+    """Entry point of the console script; returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, usage errors (argparse prints them)
+        return int(exc.code or 0)
+    if not getattr(args, "_run", None):
+        parser.print_help(sys.stderr)
+        return 2
+    debug = bool(os.environ.get("TINYTRAIN_DEBUG"))
+    try:
+        return int(args._run(args) or 0)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, OSError) as exc:
+        if debug:
+            raise
+        return _error(_one_line(exc))
+    except Exception as exc:  # a bug: still one line, with the way to the traceback
+        if debug:
+            raise
+        print(f"{PROG}: internal error: {type(exc).__name__}: {_one_line(exc)} "
+              "(set TINYTRAIN_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
+        return 1
+
+
+def _one_line(exc) -> str:
+    if isinstance(exc, OSError) and exc.filename and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}"
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _emit_json(obj):
+    print(json.dumps(obj, sort_keys=True))
+
+
+# --------------------------------------------------------------------------- train
+
+def _resolve_data(data_arg: str, model_arg: str) -> str:
+    """A built-in data name may name the family ("digits"); a built-in model picks the layout
+    it is made for ("digits-cnn" reads "digits-image")."""
+    from .data import BUILTINS
+    from .models import MODELS
+    if data_arg in BUILTINS and model_arg in MODELS:
+        want = MODELS[model_arg][2]
+        if want != data_arg and want.startswith(data_arg):
+            return want
+    return data_arg
+
+
+def _train_args(p):
+    p.add_argument("--data", required=True, help="digits, mnist1d (built-ins), or a .npz/.csv file or IDX directory")
+    p.add_argument("--model", required=True, help="digits-mlp, digits-cnn, mnist1d-cnn, a .json/.toml model "
+                   "description, or a saved .tt model to fine-tune")
+    p.add_argument("--epochs", type=int, default=20, help="total number of epochs (default 20)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights, the training PRNG and the shuffling")
+    p.add_argument("--out", help="model file (.tt) written after every epoch (checkpoint)")
+    p.add_argument("--lr", type=float, help="learning rate (overrides the model's)")
+    p.add_argument("--batch-size", type=int, help="batch size (overrides the model's; default 1)")
+    p.add_argument("--plot", help="write a training-curve PNG here")
+    p.add_argument("--resume", action="store_true", help="continue from --out if it exists (bit-identical)")
+    p.add_argument("--reference", action="store_true", help="use the slow numpy reference step instead of numba")
+    p.add_argument("--limit", type=int, help="train on the first N training samples only")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="show a progress bar (default: when stderr is a terminal)")
+    p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
+
+
+def _train_run(args) -> int:
+    from . import data
+    from .models import build_model
+    from .train import TrainError, fit
+
+    if args.epochs < 0:
+        raise TrainError(f"--epochs must be >= 0, got {args.epochs}")
+    if args.resume and not args.out:
+        raise TrainError("--resume needs --out: the checkpoint to continue from")
+    ds = data.load(_resolve_data(args.data, args.model))
+    model = build_model(args.model, ds, seed=args.seed, lr=args.lr, batch_size=args.batch_size)
+    progress = sys.stderr.isatty() if args.progress is None else args.progress
+    logf = sys.stderr if args.json else sys.stdout
+    log = lambda line: print(line, file=logf, flush=True)  # noqa: E731
+    if not args.json:
+        print(model.summary())
+        print(f"data: {ds!r}")
+    h = fit(model, ds, args.epochs, seed=args.seed, progress=progress, checkpoint=args.out,
+            resume=args.resume, plot=args.plot, reference=args.reference, limit=args.limit, log=log)
+    last = h.last
+    n_seen = sum(e["samples"] for e in h.epochs[h.resumed_from:])
+    secs = sum(e["seconds"] for e in h.epochs[h.resumed_from:])
+    summary = {
+        "model": model.name, "data": ds.name, "epochs": len(h.epochs), "seed": args.seed,
+        "resumed_from_epoch": h.resumed_from,
+        "test_accuracy": last.get("test_accuracy"), "train_accuracy": last.get("train_accuracy"),
+        "train_loss": last.get("train_loss"), "train_seconds": secs,
+        "samples_per_second": (n_seen / secs) if secs > 0 else None,
+        "saturations": {"activations": int(sum(e["act_saturations"] for e in h.epochs)),
+                        "weights": int(sum(e["weight_saturations"] for e in h.epochs))},
+        "state_hash": f"{model.state_hash():08x}", "schema_hash": f"{model.schema_hash():08x}",
+        "params": model.param_count(), "out": args.out, "plot": args.plot,
+        "engine": "reference" if args.reference else "numba",
+    }
+    if args.json:
+        _emit_json(summary)
+    else:
+        acc = summary["test_accuracy"]
+        print(f"done: {summary['epochs']} epochs, test accuracy "
+              f"{acc if acc is None else f'{acc:.4f}'}, {secs:.2f}s training, "
+              f"state hash {summary['state_hash']}" + (f", saved to {args.out}" if args.out else ""))
+    return 0
+
+
+# ---------------------------------------------------------------------------- eval
+
+def _eval_args(p):
+    p.add_argument("--model", required=True, help="a saved model file (.tt)")
+    p.add_argument("--data", help="dataset (default: the one the model was trained on)")
+    p.add_argument("--split", choices=("test", "train"), default="test")
+    p.add_argument("--reference", action="store_true", help="use the numpy reference instead of numba")
+    p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
+
+
+def _eval_run(args) -> int:
+    from . import data, io as tio
+    from .train import TrainError, evaluate
+
+    model, extra = tio.load(args.model)
+    name = args.data or extra.get("dataset")
+    if not name:
+        raise TrainError(f"{args.model} does not record its dataset: pass --data")
+    ds = data.load(name)
+    r = evaluate(model, ds, split=args.split, reference=args.reference)
+    out = {"model": args.model, "data": ds.name, "split": r["split"], "accuracy": r["accuracy"],
+           f"{r['split']}_accuracy": r["accuracy"], "samples": r["samples"], "correct": r["correct"],
+           "act_saturations": r["act_saturations"], "per_class_accuracy": r["per_class_accuracy"],
+           "state_hash": f"{model.state_hash():08x}", "epoch": extra.get("epoch")}
+    if args.json:
+        _emit_json(out)
+    else:
+        print(f"{args.model} on {ds.name} ({r['split']}): accuracy {r['accuracy']:.4f} "
+              f"({r['correct']}/{r['samples']}), activation saturations {r['act_saturations']}, "
+              f"state hash {out['state_hash']}")
+        print("per class: " + " ".join(f"{c}:{a:.2f}" if a is not None else f"{c}:-"
+                                       for c, a in enumerate(r["per_class_accuracy"])))
+    return 0
+
+
+# ---------------------------------------------------------------------------- info
+
+def _info_args(p):
+    p.add_argument("file", help="a saved model file (.tt)")
+    p.add_argument("--json", action="store_true")
+
+
+def _info_run(args) -> int:
+    from pathlib import Path
+
+    from . import io as tio
+    from .models import memory_estimate
+
+    model, extra = tio.load(args.file)
+    hdr = tio.read_header(args.file)
+    mem = memory_estimate(model)
+    info = {"file": args.file, "bytes": Path(args.file).stat().st_size, "format_version": hdr["version"],
+            "writer": hdr["writer"], "state_hash": f"{model.state_hash():08x}",
+            "schema_hash": f"{model.schema_hash():08x}", "config": model.config(),
+            "params": model.param_count(), "macs": model.macs(), "memory": mem,
+            "optimizer_step": int(model.meta[1]), "epoch": extra.get("epoch"),
+            "dataset": extra.get("dataset"), "data_input_exp": getattr(model, "data_input_exp", None)}
+    hist = (extra.get("history") or {}).get("epochs") or []
+    if hist:
+        info["test_accuracy"] = hist[-1].get("test_accuracy")
+    if args.json:
+        _emit_json(info)
+        return 0
+    print(model.summary())
+    print(f"file: {args.file}, {info['bytes']} bytes, format v{info['format_version']} ({info['writer']})")
+    print(f"state hash {info['state_hash']}, schema hash {info['schema_hash']}, optimizer step "
+          f"{info['optimizer_step']}, epoch {info['epoch']}, dataset {info['dataset']}"
+          + (f", test accuracy {info['test_accuracy']:.4f}" if hist else ""))
+    print(f"optimizer: {model.optimizer}")
+    print(f"device memory estimate for training: RAM {mem['ram_total']} B, frozen weights in flash "
+          f"{mem['flash_frozen_params']} B")
+    for k, v in mem.items():
+        if k.startswith("ram_") and k != "ram_total" and v:
+            print(f"  {k[4:]:20s} {v:8d} B")
+    return 0
+
+
+register("train", "train a model on a dataset (host simulator) and save it", _train_args, _train_run)
+register("eval", "evaluate a saved model on a dataset", _eval_args, _eval_run)
+register("info", "describe a saved model: layers, training state, device memory", _info_args, _info_run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
