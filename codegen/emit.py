@@ -191,8 +191,10 @@ class Emitter:
         T.append(Tensor(self.sym("err1"), "int8_t", emax, "error"))
         gmax = [0, 0, 0, 0]
         for li, l in enumerate(m.layers):
-            for pi, p in enumerate(l.params):
-                if p.trainable and m.trainable[li][pi]:
+            if not any(p.trainable and m.trainable[li][pi] for pi, p in enumerate(l.params)):
+                continue
+            for pi, p in enumerate(l.params):  # a layer's grad kernel writes all its grads
+                if p.trainable:
                     gmax[pi] = max(gmax[pi], p.data.size)
         for pi, n in enumerate(gmax):
             if n:
@@ -350,7 +352,8 @@ uint32_t {P}_saturations(void);
             out.append(f"        {meta}[1] += 1;")
             out.append(f"        {meta}[2] = 0;")
             out.append("    }")
-        out += ["    (void)ge0; (void)ge1; (void)ge2; (void)ge3; (void)de;", "    return pred;", "}"]
+        out += [f"    (void)ge0; (void)ge1; (void)ge2; (void)ge3; (void)de; (void){errs[0]}; (void){errs[1]};",
+                "    return pred;", "}"]
         return out
 
     def _emit_predict(self):

@@ -1,0 +1,171 @@
+"""Generated C: bit-exact with the simulator after every step (host build, UBSan), snapshot
+and determinism of the emitted files, integer-only proof on Cortex-M, memory report."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tinytrain import fixedpoint as fp
+from tinytrain.codegen import memory
+from tinytrain.codegen.emit import generate, CodegenError
+from tinytrain.codegen.host import HostModel
+from tinytrain.layers import Dense, Flatten, ReLU
+from tinytrain.model import Sequential
+from tinytrain.optim import SGD
+from tinytrain.sim import Simulator
+
+
+def _data(n, shape, n_classes, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-127, 128, (n, *shape)).astype(np.int8)
+    y = rng.integers(0, n_classes, n).astype(np.int32)
+    return x, y
+
+
+def _run_both(model, x, y, epochs, seed=0):
+    hm = HostModel(model, sanitize=True)
+    assert hm.state_hash() == model.state_hash()
+    sim = Simulator(model)
+    st_ = fp.prng_seed(seed)
+    steps = 0
+    for _ in range(epochs):
+        st_, order = fp.permutation(st_, len(x))
+        for i in order:
+            o = sim.train(x, y, [i])
+            l, p = hm.train_step(x[i], y[i])
+            assert (l, p) == tuple(o[0]), f"step {steps}: C (loss, pred) {(l, p)} != sim {tuple(o[0])}"
+            assert hm.state_hash() == model.state_hash(), f"state hash differs after step {steps}"
+            steps += 1
+    blob = b"".join(np.ascontiguousarray(t).tobytes() for t in model.state_tensors())
+    assert hm.read_state() == blob
+    return hm
+
+
+OPTIMIZERS = [
+    SGD(lr=0.05),
+    SGD(lr=0.02, stochastic_rounding=True),
+    SGD(lr=0.05, batch_size=4, momentum=0.9, weight_decay=1e-4),
+    SGD(lr=0.05, master_weights=True, schedule="cosine", total_steps=200),
+    SGD(lr=0.1, batch_size=3, schedule="step", step_size=7, gamma=0.5, stochastic_rounding=True),
+    SGD(lr=0.05, train="last:1"),
+    SGD(lr=0.05, train="bias"),
+]
+
+
+@pytest.mark.parametrize("opt", OPTIMIZERS, ids=lambda o: f"bs{o.batch_size}-mu{o.momentum}-sr{int(o.stochastic_rounding)}-{o.train}")
+def test_mlp_c_equals_simulator_every_step(opt):
+    x, y = _data(60, (12,), 5, 1)
+    m = Sequential([Dense(16), ReLU(), Dense(8), ReLU(), Dense(5)], input_shape=(12,), input_exp=-7, optimizer=opt, seed=3)
+    _run_both(m, x, y, epochs=3)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(1, 24), min_size=0, max_size=3), st.integers(2, 30), st.integers(2, 8),
+       st.integers(0, 2**16), st.sampled_from([0.01, 0.05, 0.2]), st.booleans(), st.integers(-9, 2))
+def test_random_mlps_c_equals_simulator(hidden, n_in, n_cls, seed, lr, sr, in_exp):
+    layers = []
+    for h in hidden:
+        layers += [Dense(h), ReLU()]
+    layers.append(Dense(n_cls))
+    m = Sequential(layers, input_shape=(n_in,), input_exp=in_exp, optimizer=SGD(lr=lr, stochastic_rounding=sr), seed=seed)
+    x, y = _data(25, (n_in,), n_cls, seed)
+    _run_both(m, x, y, epochs=2, seed=seed)
+
+
+def test_flatten_image_input():
+    x, y = _data(30, (4, 4, 2), 3, 7)
+    m = Sequential([Flatten(), Dense(10), ReLU(), Dense(3)], input_shape=(4, 4, 2), input_exp=-7, seed=1)
+    _run_both(m, x, y, epochs=2)
+
+
+def test_reset_seed_and_state_roundtrip():
+    x, y = _data(20, (8,), 3, 2)
+    m = Sequential([Dense(6), ReLU(), Dense(3)], input_shape=(8,), input_exp=-7, seed=1)
+    h0 = m.state_hash()
+    hm = HostModel(m)
+    blob0 = hm.read_state()
+    for i in range(10):
+        hm.train_step(x[i], y[i])
+    assert hm.state_hash() != h0
+    hm.reset()
+    assert hm.state_hash() == h0 and hm.read_state() == blob0
+    assert hm.write_state(blob0[:5], off=len(blob0) - 2) == -1  # out of range refused
+    hm.set_seed(5)
+    m.meta[0] = fp.prng_seed(5)
+    assert hm.state_hash() == m.state_hash()
+
+
+def _w1(opt=None):
+    return Sequential([Dense(32), ReLU(), Dense(10)], input_shape=(64,), input_exp=-6, optimizer=opt or SGD(lr=0.05), seed=0, name="digits-mlp")
+
+
+def test_emitted_c_snapshot_substrings():
+    em = generate(_w1(), prefix="w1")
+    src, hdr = em.source, em.header
+    assert "#ifndef W1_H" in hdr and "int32_t w1_train_step(const int8_t *x, int32_t label, int32_t *loss_q16);" in hdr
+    assert "e1 = tt_dense_fwd_s8(x, e0, w1_l0_w, -14, w1_l0_b, -22, 64, 32, SCRATCH, w1_a0, &STATS);" in src
+    assert "e2 = tt_relu_fwd_s8(w1_a0, e1, 32, w1_a1, &STATS);" in src
+    assert "pred = tt_softmax_ce_s8(w1_a2, e3, label, 10, SCRATCH" in src
+    assert "float" not in src and "double" not in src and "malloc" not in src
+    for line in src.splitlines():  # every global symbol carries the prefix
+        if line.startswith("static ") and "[" in line:
+            assert " w1_" in line, line
+
+
+def test_regeneration_is_identical(tmp_path):
+    a = generate(_w1(), prefix="tt_model").write(tmp_path / "a")
+    b = generate(_w1(), prefix="tt_model").write(tmp_path / "b")
+    for fa, fb in zip(a, b):
+        assert fa.read_bytes() == fb.read_bytes()
+
+
+def test_bad_prefix_and_unknown_layer():
+    with pytest.raises(CodegenError, match="identifier"):
+        generate(_w1(), prefix="1bad")
+
+
+needs_arm = pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None, reason="arm-none-eabi-gcc not installed")
+
+
+@needs_arm
+@pytest.mark.parametrize("opt", [SGD(lr=0.05), SGD(lr=0.05, batch_size=8, momentum=0.9, stochastic_rounding=True, master_weights=True)])
+def test_integer_only_on_cortex_m(opt):
+    em = generate(_w1(opt))
+    m0 = memory.compile_arm(em, "cortex-m0")
+    assert memory.float_symbols(m0["undefined"]) == []
+    assert "__aeabi_idiv" in m0["undefined"] or "__aeabi_uidiv" in m0["undefined"]  # the check sees helpers
+    m4 = memory.compile_arm(em, "cortex-m4")
+    assert memory.vfp_instructions(m4["disasm"]) == []
+    assert m4["text"] > 1000
+
+
+@needs_arm
+def test_float_checks_do_detect_float():
+    em = generate(_w1())
+    em.source += "\nfloat tt_bad(float a, int b) { return a * (float)b; }\ndouble tt_bad2(double a) { return a / 3.0; }\n"
+    m0 = memory.compile_arm(em, "cortex-m0")
+    assert memory.float_symbols(m0["undefined"])
+    m4 = memory.compile_arm(em, "cortex-m4")
+    assert memory.vfp_instructions(m4["disasm"])
+
+
+@needs_arm
+def test_memory_report_matches_linked_sections():
+    em = generate(_w1())
+    rep = memory.report(em, cpu="cortex-m4")
+    objs = memory.compile_arm(em, "cortex-m4")
+    # the model's own .data + .bss is exactly the static RAM the report plans
+    assert objs["model_ram"] == rep.ram_static
+    assert rep.stack_estimate > 0 and rep.flash_code > 0
+
+
+def test_fits_check_names_what_to_shrink():
+    from tinytrain.boards import get_board
+    big = Sequential([Dense(512), ReLU(), Dense(10)], input_shape=(64,), input_exp=-6, seed=0)
+    rep = memory.report(generate(big), cpu=None)
+    with pytest.raises(MemoryError, match="Shrink the model"):
+        memory.check_fits(rep, get_board("microbit"))
