@@ -1,0 +1,394 @@
+"""Bit-for-bit verification: train the simulator and a target side by side, compare every step.
+
+    from tinytrain.verify import verify
+    r = verify(model, ds, 300, board="host")          # generated C via cffi
+    r = verify(model, ds, 300, board="mps2_an386")    # PlatformIO build + QEMU + serial protocol
+    r = verify(model, ds, 300, port="/dev/ttyACM0")   # a flashed board (any pyserial URL)
+    assert r["mismatches"] == 0, r["first_mismatch"]
+
+Both sides start from the model's state (the device gets it by LOAD_PARAMS unless its hash
+already matches) and see the same samples: the first `steps` entries of the data PRNG's
+permutation of the training set (``fixedpoint.permutation(prng_seed(seed), n)``, repeated
+with the continued PRNG state if `steps` exceeds one epoch). After every step the state hash
+(parameters, optimizer state, PRNG, step counter) and the loss must be equal. On the first
+difference the device's state blob is fetched, compared tensor by tensor with the simulator's,
+and the first differing tensor (layer index, op kind, parameter, role) and flat index are
+reported with both values; the activations of that step are compared too (first differing op).
+Verification stops there.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import fixedpoint as fp
+
+__all__ = ["verify", "state_layout", "locate", "VerifyError", "sample_order", "firmware_sizes"]
+
+
+class VerifyError(RuntimeError):
+    """The target cannot be verified (no such board, build failed, link error...)."""
+
+
+# ------------------------------------------------------------------------ state layout
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One tensor of the state blob."""
+
+    name: str       # e.g. "layer 2 dense w (param)"
+    layer: int      # -1 for meta
+    kind: str       # op kind ("dense", ...) or "meta"
+    param: str      # parameter name, or "prng,step,batch" for meta
+    role: str       # param | master | accum | velocity | meta
+    dtype: np.dtype
+    shape: tuple
+    offset: int     # byte offset in the blob
+    nbytes: int
+
+
+def state_layout(model) -> list[Slot]:
+    """The tensors of the state blob in schema order (mirrors Sequential.state_tensors)."""
+    slots, off = [], 0
+
+    def add(li, kind, pname, role, a):
+        nonlocal off
+        a = np.asarray(a)
+        name = (f"layer {li} {kind} {pname} ({role})" if li >= 0 else "meta [prng state, optimizer step, samples]")
+        slots.append(Slot(name, li, kind, pname, role, a.dtype, a.shape, off, a.nbytes))
+        off += a.nbytes
+
+    for li, l in enumerate(model.layers):
+        for pi, p in enumerate(l.params):
+            key = (li, pi)
+            if key in model.master:
+                add(li, l.kind, p.name, "master", model.master[key])
+            else:
+                add(li, l.kind, p.name, "param", p.data)
+            if key in model.accum:
+                add(li, l.kind, p.name, "accum", model.accum[key])
+            if key in model.velocity:
+                add(li, l.kind, p.name, "velocity", model.velocity[key])
+    add(-1, "meta", "prng,step,batch", "meta", model.meta.astype(np.uint32))
+    return slots
+
+
+def state_blob(model) -> bytes:
+    return b"".join(np.ascontiguousarray(a).astype(np.asarray(a).dtype.newbyteorder("<")).tobytes()
+                    for a in model.state_tensors())
+
+
+def locate(model, expected: bytes, got: bytes) -> dict | None:
+    """First differing tensor and flat index between two state blobs of `model`'s layout."""
+    if len(expected) != len(got):
+        return {"tensor": "state blob", "index": None, "expected": len(expected), "device": len(got),
+                "note": "blob sizes differ"}
+    for s in state_layout(model):
+        dt = s.dtype.newbyteorder("<")
+        a = np.frombuffer(expected, dt, s.nbytes // dt.itemsize, s.offset)
+        b = np.frombuffer(got, dt, s.nbytes // dt.itemsize, s.offset)
+        diff = np.flatnonzero(a != b)
+        if diff.size:
+            i = int(diff[0])
+            return {"tensor": s.name, "layer": s.layer, "op": s.kind, "param": s.param, "role": s.role,
+                    "index": i, "multi_index": [int(v) for v in np.unravel_index(i, s.shape)] if s.shape else [],
+                    "expected": int(a[i]), "device": int(b[i]), "differing": int(diff.size),
+                    "byte_offset": s.offset + i * dt.itemsize}
+    return None
+
+
+# ----------------------------------------------------------------------------- samples
+
+
+def sample_order(n: int, steps: int, seed: int = 0) -> np.ndarray:
+    """Indices of the first `steps` samples: data-PRNG permutations of range(n), epoch after
+    epoch, the PRNG state carried over."""
+    state, out, have = fp.prng_seed(seed), [], 0
+    while have < steps:
+        state, perm = fp.permutation(state, n)
+        out.append(perm[:steps - have])
+        have += len(out[-1])
+    return np.concatenate(out) if out else np.zeros(0, np.int32)
+
+
+def _inputs(model, dataset):
+    """The dataset's int8 codes as the model reads them (the same codes unless the model was
+    built for another data exponent)."""
+    want = getattr(model, "data_input_exp", None)
+    if want is None or want == dataset.input_exp:
+        return dataset.x_train
+    try:
+        from .train import prepare_inputs  # noqa: PLC0415 - optional module
+    except ImportError:
+        raise VerifyError(f"model was built for data exponent {want}, dataset has "
+                          f"{dataset.input_exp}: re-quantize the data first") from None
+    return prepare_inputs(model, dataset.x_train, dataset.input_exp)
+
+
+# ----------------------------------------------------------------------------- targets
+
+
+class _HostTarget:
+    """The generated C compiled for this machine (cffi)."""
+
+    board = "host"
+    cycles_unit = None
+
+    def __init__(self, model, prefix="tt_model"):
+        from .codegen.host import HostModel
+
+        self.hm = HostModel(model, prefix=prefix)
+        self.em = self.hm.em
+        # HostModels of identical source share one dlopen()ed library (and its static state)
+        # in a process: start from this model's state explicitly
+        if self.hm.state_hash() != model.state_hash():
+            assert self.hm.write_state(state_blob(model)) == 0
+        self.n_state = len(state_layout(model))
+
+    def state_hash(self):
+        return self.hm.state_hash()
+
+    def train(self, x, y):
+        loss, _pred = self.hm.train_step(x, y)
+        return self.hm.state_hash(), loss, None
+
+    def read_state(self):
+        return self.hm.read_state()
+
+    def corrupt(self, offset, xor):
+        b = self.hm.read_state()[offset] ^ xor
+        assert self.hm.write_state(bytes([b]), offset) == 0
+
+    def activation(self, li):
+        return np.frombuffer(self.hm.get_tensor(self.n_state + li), np.int8)
+
+    def close(self):
+        pass
+
+
+class _LinkTarget:
+    """A device behind the serial protocol (QEMU socket or a real port)."""
+
+    cycles_unit = "cycles"
+
+    def __init__(self, link, model, board):
+        self.link, self.board = link, board
+        self.n_state = len(state_layout(model))
+        info = link.info or link.hello()
+        if info.schema_hash != model.schema_hash():
+            from .protocol import SchemaMismatch
+
+            raise SchemaMismatch(f"device runs schema 0x{info.schema_hash:08x}, the model is "
+                                 f"0x{model.schema_hash():08x}: build and flash the firmware of this model")
+        h = link.reset()
+        if h != model.state_hash():  # firmware built from other weights: load the model's
+            link.load_params(state_blob(model))
+
+    def state_hash(self):
+        return self.link.state_hash()
+
+    def train(self, x, y):
+        r = self.link.train(x, y)
+        return r.state_hash, r.loss, r.cycles
+
+    def read_state(self):
+        return self.link.read_params()
+
+    def corrupt(self, offset, xor):
+        blob = bytearray(self.link.read_params())
+        blob[offset] ^= xor
+        self.link.load_params(bytes(blob), resume=False)
+
+    def activation(self, li):
+        return np.frombuffer(self.link.get_tensor(self.n_state + li), np.int8)
+
+    def close(self):
+        self.link.close()
+
+
+# ----------------------------------------------------------------------------- sizes
+
+
+def firmware_sizes(elf) -> dict:
+    """flash = .isr_vector + .text + .ARM.exidx + .data (load image); ram = .data + .bss
+    (static; the reserved .stack is reported apart) from ``arm-none-eabi-size -A``."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("arm-none-eabi-size")
+    if exe is None:
+        return {}
+    out = subprocess.run([exe, "-A", "-d", str(elf)], capture_output=True, text=True, check=True).stdout
+    sec = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0].startswith(".") and parts[1].isdigit():
+            sec[parts[0]] = int(parts[1])
+    flash = sum(sec.get(k, 0) for k in (".isr_vector", ".text", ".rodata", ".ARM.exidx", ".data"))
+    return {"flash_bytes": flash, "ram_bytes": sec.get(".data", 0) + sec.get(".bss", 0),
+            "stack_reserved_bytes": sec.get(".stack", 0)}
+
+
+def _fw_dir(board: str, em_source: str) -> Path:
+    import hashlib
+    import os
+
+    from .codegen.device import FIRMWARE_INCLUDE, FIRMWARE_SRC
+
+    h = hashlib.sha256(em_source.encode())
+    for d in (FIRMWARE_SRC, FIRMWARE_INCLUDE):
+        for f in sorted(d.glob("tt_*.[ch]")):
+            h.update(f.read_bytes())
+    root = Path(os.environ.get("TINYTRAIN_CACHE", Path.home() / ".cache" / "tinytrain")) / "firmware"
+    return root / f"{board}-{h.hexdigest()[:16]}"
+
+
+def build_cached(model, board: str, out_dir=None, prefix="tt_model") -> Path:
+    """Build the firmware of `model` for `board` (once per generated source: cached by hash)."""
+    from .codegen.device import build_firmware, device_source
+    from .codegen.emit import generate
+    from .pio_project import elf_path
+
+    if out_dir is None:
+        em = generate(model, prefix)
+        out_dir = _fw_dir(board, em.source + device_source(model, em))
+        elf = elf_path(out_dir, board)
+        if elf.is_file():
+            return elf
+    return build_firmware(model, board, out_dir, prefix)
+
+
+# ----------------------------------------------------------------------------- verify
+
+
+def verify(model, dataset, steps: int, *, board: str | None = "host", port=None, json: bool = False,
+           seed: int = 0, corrupt=None, elf=None, build_dir=None, emulator=None, link=None,
+           progress=None) -> dict:
+    """Train the simulator and the target on the same `steps` samples; compare after each step.
+
+    board: "host" (generated C via cffi), an emulated board name (built and booted in QEMU), or
+    a real board name together with `port`. port: a pyserial URL of a device already running
+    this model's firmware. link: an open DeviceLink to use instead (not closed here).
+    json: the result holds only JSON-serialisable values (always true) and nothing is printed;
+    without it `progress(step, steps)` (if given) is called every step.
+    corrupt: (step, byte_offset[, xor]) - test hook: after training step `step` the device's
+    state byte at `byte_offset` is XORed with `xor` (default 0x01) through write_state /
+    LOAD_PARAMS, as a bit flip in RAM would; verification must catch and locate it.
+    Result: steps, mismatches, board, instructions_per_step (emulated boards: mean cycles of
+    the TRAIN replies; None on host), cycles_per_step (real boards), ram_bytes, flash_bytes,
+    seconds, first_mismatch (None or a dict naming step, tensor, layer, op, param, index and both
+    values), plus hash_initial.
+    """
+    from .boards import get_board
+    from .sim import Simulator
+
+    t0 = time.monotonic()
+    sim_model = copy.deepcopy(model)
+    dev_model = copy.deepcopy(model)
+    X, Y = _inputs(model, dataset), dataset.y_train
+    order = sample_order(len(X), int(steps), seed)
+    result = {"steps": 0, "mismatches": 0, "board": None, "instructions_per_step": None,
+              "cycles_per_step": None, "ram_bytes": None, "flash_bytes": None, "seconds": None,
+              "first_mismatch": None, "hash_initial": f"0x{model.state_hash():08x}"}
+    emu = None
+    b = None
+    if link is not None or port is not None:
+        from .protocol import DeviceLink
+
+        b = get_board(board) if board not in (None, "host") else None
+        result["board"] = b.name if b else "device"
+        lk = link if link is not None else DeviceLink(port)
+        target = _LinkTarget(lk, dev_model, result["board"])
+        if link is not None:
+            target.close = lambda: None
+    elif board in (None, "host"):
+        target = _HostTarget(dev_model)
+        result["board"] = "host"
+        from .codegen.device import static_ram_bytes
+
+        result["ram_bytes"] = static_ram_bytes(target.em, model) - len(state_blob(model))
+        result["flash_bytes"] = None
+    else:
+        from .emulator import Emulator
+        from .protocol import DeviceLink
+
+        b = get_board(board)
+        if not b.is_emulated:
+            raise VerifyError(f"{b.name} is a real board: flash it (tinytrain flash --board {b.name} "
+                              "--port P) and verify with port=")
+        elf = Path(elf) if elf is not None else build_cached(dev_model, b.name, build_dir)
+        result["board"] = b.name
+        result.update(firmware_sizes(elf))
+        emu = emulator or Emulator(b, elf)
+        emu.start()
+        try:
+            target = _LinkTarget(DeviceLink(emu.url, timeout=10.0), dev_model, b.name)
+        except BaseException:
+            emu.stop()
+            raise
+    sim = Simulator(sim_model)
+    cycles = []
+    corrupt = tuple(corrupt) if corrupt is not None else None
+    try:
+        h0 = target.state_hash()
+        if h0 != sim_model.state_hash():
+            result["first_mismatch"] = _mismatch(sim_model, target, -1, None, None, sim)
+            result["mismatches"] = 1
+            return result
+        for k, i in enumerate(order):
+            out = sim.train(X, Y, np.array([i], dtype=np.int64))
+            h_dev, loss_dev, cyc = target.train(X[i], int(Y[i]))
+            if cyc is not None:
+                cycles.append(cyc)
+            if corrupt is not None and corrupt[0] == k:
+                target.corrupt(int(corrupt[1]), int(corrupt[2]) if len(corrupt) > 2 else 0x01)
+                h_dev = target.state_hash()
+            result["steps"] = k + 1
+            h_sim, loss_sim = sim_model.state_hash(), int(out[0][0])
+            if h_dev != h_sim or loss_dev != loss_sim:
+                result["mismatches"] = 1
+                result["first_mismatch"] = _mismatch(sim_model, target, k, int(i), (loss_sim, loss_dev), sim,
+                                                     h_sim, h_dev)
+                break
+            if progress is not None and not json:
+                progress(k + 1, len(order))
+    finally:
+        target.close()
+        if emu is not None and emulator is None:
+            emu.stop()
+    if cycles:
+        mean = float(np.mean(cycles))
+        if b is not None and b.is_emulated:
+            result["instructions_per_step"] = mean
+        else:
+            result["cycles_per_step"] = mean
+    result["seconds"] = round(time.monotonic() - t0, 3)
+    return result
+
+
+def _mismatch(model, target, step, sample, losses, sim, h_sim=None, h_dev=None) -> dict:
+    got = target.read_state()
+    where = locate(model, state_blob(model), got) or {"tensor": None, "note": "state blobs equal (hash or loss differs)"}
+    where = {"step": step, "sample": sample, **where}
+    if h_sim is not None:
+        where["hash_expected"], where["hash_device"] = f"0x{h_sim:08x}", f"0x{h_dev:08x}"
+    if losses is not None:
+        where["loss_expected"], where["loss_device"] = losses
+    # the activations of this step (kept for backward on both sides): first differing op
+    try:
+        for li, l in enumerate(model.layers):
+            a_sim = np.asarray(sim.A[li]).reshape(-1)
+            a_dev = target.activation(li)
+            d = np.flatnonzero(a_sim != a_dev[:a_sim.size])
+            if d.size:
+                where["first_op"] = {"layer": li, "op": l.kind, "index": int(d[0]),
+                                     "expected": int(a_sim[d[0]]), "device": int(a_dev[d[0]])}
+                break
+    except Exception as e:  # noqa: BLE001 - the tensor location above is the main answer
+        where["first_op_error"] = str(e)
+    return where
