@@ -81,7 +81,7 @@ def prepare_inputs(model, dataset: Dataset) -> tuple[np.ndarray, np.ndarray, np.
     xs = [dataset.x_train, dataset.x_test]
     want = getattr(model, "data_input_exp", None)
     if want is not None and want != dataset.input_exp:
-        xs = [quantize_inputs(fx, dataset.input_bits, want, what=f"{dataset.name} x_{s}")[0]
+        xs = [quantize_inputs(fx, 8, want, what=f"{dataset.name} x_{s}")[0]
               for fx, s in ((dataset.float_x_train, "train"), (dataset.float_x_test, "test"))]
     for x, split in zip(xs, ("train", "test")):
         if not isinstance(x, np.ndarray) or x.dtype != np.int8:
@@ -168,8 +168,6 @@ def _resume_from(model, path, seed):
     from . import io as tio
     saved, extra = tio.load(path)
     mine, theirs = model.config(), saved.config()
-    if model.optimizer.schedule == "cosine" and not model.optimizer.total_steps:
-        mine["optimizer"]["total_steps"] = theirs["optimizer"]["total_steps"]
     diff = _first_difference(theirs, mine)
     if diff:
         raise TrainError(f"cannot resume from {path}: it holds a different model ({diff}); "
@@ -200,8 +198,10 @@ class _Runner:
     def warm_up(self, X):
         """Load/compile the numba functions outside the timed epochs (no state change)."""
         if not self.reference:
+            s = self.model.stats.copy()
             self.sim.train(X, np.zeros(len(X), np.int32), np.zeros(0, np.int64))
-            self.sim.predict(X[:0])
+            self.sim.predict(X[:1])
+            self.model.stats[...] = s
 
     def train(self, X, Y, order):
         if not self.reference:
