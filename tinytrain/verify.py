@@ -117,17 +117,14 @@ def sample_order(n: int, steps: int, seed: int = 0) -> np.ndarray:
 
 
 def _inputs(model, dataset):
-    """The dataset's int8 codes as the model reads them (the same codes unless the model was
-    built for another data exponent)."""
+    """The dataset's int8 training codes as the model reads them (re-quantized by
+    train.prepare_inputs when the model was built for another data exponent)."""
     want = getattr(model, "data_input_exp", None)
     if want is None or want == dataset.input_exp:
         return dataset.x_train
-    try:
-        from .train import prepare_inputs  # noqa: PLC0415 - optional module
-    except ImportError:
-        raise VerifyError(f"model was built for data exponent {want}, dataset has "
-                          f"{dataset.input_exp}: re-quantize the data first") from None
-    return prepare_inputs(model, dataset.x_train, dataset.input_exp)
+    from .train import prepare_inputs
+
+    return prepare_inputs(model, dataset)[0]
 
 
 # ----------------------------------------------------------------------------- targets
@@ -339,7 +336,7 @@ def verify(model, dataset, steps: int, *, board: str | None = "host", port=None,
         if h0 != sim_model.state_hash():
             result["first_mismatch"] = _mismatch(sim_model, target, -1, None, None, sim)
             result["mismatches"] = 1
-            return result
+            order = order[:0]
         for k, i in enumerate(order):
             out = sim.train(X, Y, np.array([i], dtype=np.int64))
             h_dev, loss_dev, cyc = target.train(X[i], int(Y[i]))
