@@ -46,6 +46,7 @@ PLUGIN_MODULES = [
     "tinytrain.verify",
     "tinytrain.build_cli",
     "tinytrain.federate",
+    "tinytrain.cli_device",  # codegen, build, verify, emulate, flash
 ]
 
 
