@@ -1,0 +1,111 @@
+"""The tinytrain command line, in process through main([...]) and once as a subprocess."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tinytrain import cli
+from tinytrain import io as tio
+
+
+def run(capsys, *argv):
+    code = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_help_subprocess():
+    exe = Path(sys.executable).parent / "tinytrain"
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "tinytrain.cli"]
+    r = subprocess.run([*cmd, "--help"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0
+    for name in ("train", "eval", "info"):
+        assert name in r.stdout
+
+
+def test_no_command_and_bad_usage(capsys):
+    assert run(capsys, "train", "--help")[0] == 0
+    code, out, err = run(capsys)
+    assert code == 2 and "usage" in err
+    code, out, err = run(capsys, "train", "--data", "digits")
+    assert code == 2 and "--model" in err
+
+
+def test_train_eval_info(capsys, tmp_path):
+    out_file, png = tmp_path / "m.tt", tmp_path / "m.png"
+    code, out, err = run(capsys, "train", "--data", "digits", "--model", "digits-mlp", "--epochs", 2,
+                         "--seed", 0, "--out", out_file, "--plot", png, "--limit", 300, "--json")
+    assert code == 0, err
+    summary = json.loads(out.strip().splitlines()[-1])
+    for k in ("test_accuracy", "train_seconds", "state_hash", "epochs", "train_accuracy", "saturations"):
+        assert k in summary
+    assert summary["epochs"] == 2 and summary["test_accuracy"] > 0.5
+    model, extra = tio.load(out_file)
+    assert f"{model.state_hash():08x}" == summary["state_hash"] and extra["epoch"] == 2
+    assert png.exists()
+
+    code, out, err = run(capsys, "eval", "--model", out_file, "--json")
+    assert code == 0, err
+    ev = json.loads(out.strip().splitlines()[-1])
+    assert ev["test_accuracy"] == summary["test_accuracy"] and ev["data"] == "digits"
+
+    code, out, err = run(capsys, "info", out_file)
+    assert code == 0 and "Dense(units=32)" in out and summary["state_hash"] in out and "RAM" in out
+
+    # resume to 3 epochs == 3 straight
+    code, out, _ = run(capsys, "train", "--data", "digits", "--model", "digits-mlp", "--epochs", 3,
+                       "--out", out_file, "--limit", 300, "--resume", "--json")
+    resumed = json.loads(out.strip().splitlines()[-1])
+    code, out, _ = run(capsys, "train", "--data", "digits", "--model", "digits-mlp", "--epochs", 3,
+                       "--limit", 300, "--json")
+    straight = json.loads(out.strip().splitlines()[-1])
+    assert resumed["resumed_from_epoch"] == 2 and resumed["state_hash"] == straight["state_hash"]
+
+
+def test_model_file_and_human_output(capsys, tmp_path):
+    spec = tmp_path / "m.json"
+    spec.write_text(json.dumps({"layers": [{"type": "dense", "units": 10}], "optimizer": {"lr": 0.02}}))
+    code, out, err = run(capsys, "train", "--data", "digits", "--model", spec, "--epochs", 1,
+                         "--limit", 100, "--lr", 0.01, "--batch-size", 2)
+    assert code == 0, err
+    assert "epoch   1/1" in out and "done: 1 epochs" in out
+
+
+@pytest.mark.parametrize("argv, match", [
+    (["train", "--data", "digits", "--model", "nope", "--epochs", "1"], "unknown model 'nope'"),
+    (["train", "--data", "nodata.npz", "--model", "digits-mlp"], "no such file"),
+    (["train", "--data", "digits", "--model", "digits-mlp", "--lr", "-1"], "learning rate"),
+    (["train", "--data", "digits", "--model", "digits-mlp", "--resume"], "--resume needs --out"),
+    (["eval", "--model", "missing.tt", "--data", "digits"], "no such model file"),
+    (["info", "missing.tt"], "no such model file"),
+])
+def test_errors_are_one_line_exit_2(capsys, tmp_path, monkeypatch, argv, match):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TINYTRAIN_DEBUG", raising=False)
+    code, out, err = run(capsys, *argv)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tinytrain: error:") and match in lines[0], err
+    assert "Traceback" not in err
+
+
+def test_corrupt_model_file(capsys, tmp_path, monkeypatch):
+    monkeypatch.delenv("TINYTRAIN_DEBUG", raising=False)
+    bad = tmp_path / "bad.tt"
+    bad.write_text('{"layers": []}')
+    code, out, err = run(capsys, "eval", "--model", bad, "--data", "digits")
+    assert code == 2 and "not a tinytrain model file" in err and len(err.strip().splitlines()) == 1
+
+
+def test_registry_accepts_new_subcommands(capsys, monkeypatch):
+    monkeypatch.setattr(cli, "SUBCOMMANDS", dict(cli.SUBCOMMANDS))
+    seen = {}
+    cli.register("hello", "say hello", lambda p: p.add_argument("--name", default="board"),
+                 lambda a: seen.setdefault("name", a.name) and 0)
+    code, _, _ = run(capsys, "hello", "--name", "qemu")
+    assert code == 0 and seen == {"name": "qemu"}
