@@ -132,11 +132,81 @@ def _flatten_bwd(l, c):
     return [f"{c.edx} = tt_flatten_bwd_s8({c.e}, {c.ee}, {l.in_size}, {c.dx}, &STATS);"] if c.dx else []
 
 
+def _conv_fwd(name):
+    def f(l, c):
+        return [f"{c.ey} = tt_{name}_fwd_s8({c.x}, {c.ex}, {c.p(0)}, {c.pe(0)}, {c.p(1)}, {c.pe(1)}, {l._cdims()}, SCRATCH, {c.y}, &STATS);"]
+    return f
+
+
+def _conv_bwd(name):
+    def f(l, c):
+        out = []
+        if c.dx:
+            out.append(f"{c.edx} = tt_{name}_bwd_s8({c.e}, {c.ee}, {c.p(0)}, {c.pe(0)}, {l._cdims()}, SCRATCH, {c.dx}, &STATS);")
+        out.append(f"tt_{name}_grad_s32({c.e}, {c.x}, {l._cdims()}, {c.g(0)}, {c.g(1)});")
+        out += [f"{c.geo(0)} = {c.ee} + {c.ex};", f"{c.geo(1)} = {c.ee};"]
+        return out
+    return f
+
+
+def _pool2(l):
+    H, W, C = l.in_shape
+    return f"{H}, {W}, {C}, {l.kernel[0]}, {l.kernel[1]}, {l.stride[0]}, {l.stride[1]}"
+
+
+def _pool1(l):
+    L, C = l.in_shape
+    return f"{L}, {C}, {l.kernel}, {l.stride}"
+
+
+def _maxpool_fwd(l, c):
+    d = "2d" if l.kind == "maxpool2d" else "1d"
+    dims = _pool2(l) if d == "2d" else _pool1(l)
+    return [f"{c.ey} = tt_maxpool{d}_fwd_s8({c.x}, {c.ex}, {dims}, {c.y}, &STATS);"]
+
+
+def _maxpool_bwd(l, c):
+    if not c.dx:
+        return []
+    d = "2d" if l.kind == "maxpool2d" else "1d"
+    dims = _pool2(l) if d == "2d" else _pool1(l)
+    return [f"{c.edx} = tt_maxpool{d}_bwd_s8({c.e}, {c.ee}, {c.x}, {dims}, 0, {c.dx}, &STATS);"]
+
+
+def _avgpool_fwd(l, c):
+    m, k = l._mk()
+    return [f"{c.ey} = tt_avgpool2d_fwd_s8({c.x}, {c.ex}, {_pool2(l)}, {m}, {k}, {c.y}, &STATS);"]
+
+
+def _avgpool_bwd(l, c):
+    if not c.dx:
+        return []
+    m, k = l._mk()
+    return [f"{c.edx} = tt_avgpool2d_bwd_s8({c.e}, {c.ee}, {_pool2(l)}, {m}, {k}, {c.dx}, &STATS);"]
+
+
+def _gap_fwd(l, c):
+    return [f"{c.ey} = tt_global_avgpool_fwd_s8({c.x}, {c.ex}, {l._P()}, {l.in_shape[-1]}, {l._k()}, {c.y}, &STATS);"]
+
+
+def _gap_bwd(l, c):
+    if not c.dx:
+        return []
+    return [f"{c.edx} = tt_global_avgpool_bwd_s8({c.e}, {c.ee}, {l._P()}, {l.in_shape[-1]}, {l._k()}, {c.dx}, &STATS);"]
+
+
 #: kind -> (headers, forward emitter, backward emitter, extra scratch words(int64) needed)
 EMITTERS = {
     "dense": (["tt_dense.h"], _dense_fwd, _dense_bwd),
     "relu": (["tt_relu.h"], _relu_fwd, _relu_bwd),
     "flatten": (["tt_flatten.h"], _flatten_fwd, _flatten_bwd),
+    "conv2d": (["tt_conv.h"], _conv_fwd("conv2d"), _conv_bwd("conv2d")),
+    "depthwise_conv2d": (["tt_conv.h"], _conv_fwd("depthwise"), _conv_bwd("depthwise")),
+    "conv1d": (["tt_conv.h"], _conv_fwd("conv1d"), _conv_bwd("conv1d")),
+    "maxpool2d": (["tt_pool.h"], _maxpool_fwd, _maxpool_bwd),
+    "maxpool1d": (["tt_pool.h"], _maxpool_fwd, _maxpool_bwd),
+    "avgpool2d": (["tt_pool.h"], _avgpool_fwd, _avgpool_bwd),
+    "global_avgpool": (["tt_pool.h"], _gap_fwd, _gap_bwd),
 }
 
 

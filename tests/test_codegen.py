@@ -169,3 +169,26 @@ def test_fits_check_names_what_to_shrink():
     rep = memory.report(generate(big), cpu=None)
     with pytest.raises(MemoryError, match="Shrink the model"):
         memory.check_fits(rep, get_board("microbit"))
+
+
+def test_conv_pool_models_reference_sim_and_c_equal():
+    from tinytrain.layers_conv import AvgPool2d, Conv1d, Conv2d, DepthwiseConv2d, GlobalAvgPool, MaxPool1d, MaxPool2d
+    rng = np.random.default_rng(0)
+    cases = [
+        ((8, 8, 1), [Conv2d(4, 3, padding="same"), ReLU(), MaxPool2d(2), DepthwiseConv2d(3, padding="same"), ReLU(),
+                     AvgPool2d(2), Flatten(), Dense(5)], SGD(lr=0.05)),
+        ((20, 2), [Conv1d(4, 5, stride=2), ReLU(), MaxPool1d(2), Conv1d(3, 3, padding="same"), GlobalAvgPool(), Dense(5)],
+         SGD(lr=0.05, batch_size=2, momentum=0.5, stochastic_rounding=True)),
+    ]
+    for shape, layers, opt in cases:
+        x = rng.integers(-127, 128, (30, *shape)).astype(np.int8)
+        y = rng.integers(0, 5, 30).astype(np.int32)
+        ref = Sequential(layers, input_shape=shape, input_exp=-7, optimizer=opt, seed=1)
+        fast = ref.copy()
+        sim, hm = Simulator(fast), HostModel(fast, sanitize=True)
+        for i in range(30):
+            lr_ = ref.ref_train_step(x[i], y[i])
+            o = sim.train(x, y, [i])
+            lc = hm.train_step(x[i], y[i])
+            assert ref.state_hash() == fast.state_hash() == hm.state_hash(), f"{shape}: step {i}"
+            assert tuple(lr_) == tuple(o[0]) == lc
