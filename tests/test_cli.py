@@ -109,3 +109,22 @@ def test_registry_accepts_new_subcommands(capsys, monkeypatch):
                  lambda a: seen.setdefault("name", a.name) and 0)
     code, _, _ = run(capsys, "hello", "--name", "qemu")
     assert code == 0 and seen == {"name": "qemu"}
+
+
+def test_epochs_zero_saves_the_initial_model(capsys, tmp_path):
+    out_file = tmp_path / "init.tt"
+    code, out, err = run(capsys, "train", "--data", "digits", "--model", "digits-mlp", "--epochs", 0,
+                         "--out", out_file, "--json")
+    assert code == 0, err
+    summary = json.loads(out.strip().splitlines()[-1])
+    model, extra = tio.load(out_file)
+    assert extra["epoch"] == 0 and f"{model.state_hash():08x}" == summary["state_hash"]
+    assert 0 <= summary["test_accuracy"] <= 1
+
+
+def test_import_is_light_and_api_is_exported():
+    code = ("import sys, tinytrain as tt; assert 'numba' not in sys.modules and 'numpy' not in sys.modules; "
+            "names = ['Sequential', 'Dense', 'ReLU', 'Flatten', 'SGD', 'load', 'save', 'fit', 'evaluate', "
+            "'datasets', 'build_model', 'load_dataset']; assert all(getattr(tt, n) for n in names)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr

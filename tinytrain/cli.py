@@ -164,7 +164,7 @@ def _train_args(p):
 def _train_run(args) -> int:
     from . import data
     from .models import build_model
-    from .train import TrainError, fit
+    from .train import TrainError, evaluate, fit
 
     if args.epochs < 0:
         raise TrainError(f"--epochs must be >= 0, got {args.epochs}")
@@ -180,7 +180,9 @@ def _train_run(args) -> int:
         print(f"data: {ds!r}")
     h = fit(model, ds, args.epochs, seed=args.seed, progress=progress, checkpoint=args.out,
             resume=args.resume, plot=args.plot, reference=args.reference, limit=args.limit, log=log)
-    last = h.last
+    last = dict(h.last)
+    if not h.epochs:  # --epochs 0: report the untrained model
+        last["test_accuracy"] = evaluate(model, ds)["accuracy"]
     n_seen = sum(e["samples"] for e in h.epochs[h.resumed_from:])
     secs = sum(e["seconds"] for e in h.epochs[h.resumed_from:])
     summary = {

@@ -241,6 +241,8 @@ def fit(model, dataset: Dataset, epochs: int, seed: int = 0, *, batch_size: int 
         raise TrainError(f"seed must be an integer, got {seed!r}")
     X, Y, Xt, Yt = prepare_inputs(model, dataset)
     if limit is not None:
+        if not (isinstance(limit, int) and limit >= 1):
+            raise TrainError(f"limit must be a positive number of samples, got {limit!r}")
         X, Y = X[:limit], Y[:limit]
     n = len(X)
     if n == 0:
@@ -252,6 +254,8 @@ def fit(model, dataset: Dataset, epochs: int, seed: int = 0, *, batch_size: int 
     if resume and checkpoint is not None and Path(checkpoint).exists():
         start, state, history = _resume_from(model, checkpoint, seed)
         history.resumed_from = start
+    if checkpoint is not None and start == 0 and epochs == 0:
+        _save_checkpoint(model, checkpoint, 0, state, seed, dataset, history)
     runner = _Runner(model, reference)
     if start < epochs:
         runner.warm_up(X)
@@ -285,15 +289,19 @@ def fit(model, dataset: Dataset, epochs: int, seed: int = 0, *, batch_size: int 
             if log is not None:
                 log(format_epoch(rec, epochs))
             if checkpoint is not None:
-                from . import io as tio
-                tio.save(model, checkpoint, extra={"epoch": ep + 1, "data_prng": int(state), "seed": seed,
-                                                   "dataset": dataset.name, "history": history.to_dict()})
+                _save_checkpoint(model, checkpoint, ep + 1, state, seed, dataset, history)
     finally:
         if bar is not None:
             bar.close()
     if plot is not None:
         plot_history(history, plot, title=f"{model.name} on {dataset.name}")
     return history
+
+
+def _save_checkpoint(model, path, epoch, state, seed, dataset, history):
+    from . import io as tio
+    tio.save(model, path, extra={"epoch": epoch, "data_prng": int(state), "seed": seed,
+                                 "dataset": dataset.name, "history": history.to_dict()})
 
 
 def _eval_accuracy(model, runner, Xt, Yt) -> float:
