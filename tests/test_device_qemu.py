@@ -1,0 +1,128 @@
+"""The end-to-end device path: W1 built with PlatformIO for emulated Cortex-M boards, booted in
+QEMU, driven over the serial protocol (socket URL) and checked bit for bit against the
+simulator after every training step. Skips only when qemu/arm-gcc/PlatformIO are missing."""
+import shutil
+import socket
+import subprocess
+import time
+
+import numpy as np
+import pytest
+
+from tinytrain import data
+from tinytrain.layers import Dense, ReLU
+from tinytrain.model import Sequential
+from tinytrain.optim import SGD
+from tinytrain.sim import Simulator
+from tinytrain.verify import firmware_sizes, sample_order, state_blob, state_layout, verify
+
+
+def _missing_tools():
+    missing = [t for t in ("qemu-system-arm", "arm-none-eabi-gcc") if shutil.which(t) is None]
+    try:
+        import platformio  # noqa: F401
+    except ImportError:
+        missing.append("platformio")
+    return missing
+
+
+pytestmark = [pytest.mark.qemu,
+              pytest.mark.skipif(bool(_missing_tools()), reason=f"missing: {', '.join(_missing_tools())}")]
+
+BOARDS = ["mps2_an385", "mps2_an386"]
+
+
+@pytest.fixture(scope="module")
+def ds():
+    return data.load("digits")
+
+
+def w1(ds):
+    return Sequential([Dense(32), ReLU(), Dense(10)], input_shape=(64,), input_exp=ds.input_exp - 4,
+                      optimizer=SGD(lr=0.05), seed=0)
+
+
+@pytest.fixture(scope="module")
+def firmware(ds, tmp_path_factory):
+    """One PlatformIO build of W1 per board per session: board -> (project dir, ELF)."""
+    from tinytrain.codegen.device import build_firmware
+
+    built = {}
+
+    def get(board):
+        if board not in built:
+            out = tmp_path_factory.mktemp(f"fw_{board}")
+            built[board] = (out, build_firmware(w1(ds), board, out))
+        return built[board]
+    return get
+
+
+@pytest.mark.parametrize("board", BOARDS)
+def test_w1_trains_bit_exact_in_qemu(ds, firmware, board):
+    _, elf = firmware(board)
+    r = verify(w1(ds), ds, 200, board=board, elf=elf)
+    assert r["mismatches"] == 0 and r["first_mismatch"] is None, r["first_mismatch"]
+    assert r["steps"] == 200 and r["board"] == board
+    # instruction counts are exact under -icount (quantised to the MPS2 timer's 40)
+    assert 10_000 < r["instructions_per_step"] < 5_000_000
+    assert 0 < r["ram_bytes"] < 64 * 1024 and 0 < r["flash_bytes"] < 64 * 1024
+
+
+def test_project_is_self_contained_and_float_free(ds, firmware):
+    proj, elf = firmware("mps2_an386")
+    ini = (proj / "platformio.ini").read_text()
+    repo_refs = [ln for ln in ini.splitlines() if "/firmware/" in ln or "-I" in ln]
+    assert not repo_refs, repo_refs  # only the local platform symlink points outside
+    assert (proj / "include" / "tt_device.h").is_file()
+    assert (proj / "src" / "app" / "tt_model_device.c").is_file()
+    nm = subprocess.run(["arm-none-eabi-nm", str(elf)], capture_output=True, text=True, check=True).stdout
+    assert "tt_model_device" in nm
+    assert not [ln for ln in nm.splitlines() if "__aeabi_f" in ln or "__aeabi_d" in ln]
+    assert firmware_sizes(elf)["ram_bytes"] > len(state_blob(w1(ds)))
+
+
+def test_corrupted_parameter_on_device_is_located(ds, firmware):
+    _, elf = firmware("mps2_an386")
+    m = w1(ds)
+    s = next(s for s in state_layout(m) if s.layer == 0 and s.param == "b")  # int32 (32,)
+    r = verify(m, ds, 60, board="mps2_an386", elf=elf, corrupt=(30, s.offset + 4 * 5 + 2))
+    fm = r["first_mismatch"]
+    assert r["mismatches"] == 1 and fm["step"] == 30
+    assert (fm["layer"], fm["op"], fm["param"], fm["index"]) == (0, "dense", "b", 5)
+    assert fm["device"] ^ fm["expected"] == 1 << 16
+
+
+def test_device_reset_mid_session_is_reported_and_recovered(ds, firmware):
+    """A reset (QEMU system_reset: the reset button) between steps: the next request raises
+    DeviceReset; hello + load_params of the last agreed state resume bit-exact training."""
+    from tinytrain.emulator import Emulator, _free_port
+    from tinytrain.protocol import DeviceLink, DeviceReset
+
+    _, elf = firmware("mps2_an386")
+    m = w1(ds)
+    sim = Simulator(m)
+    order = sample_order(len(ds.x_train), 40, seed=0)
+    X, Y = ds.x_train, ds.y_train
+    mport = _free_port()
+    monitor = ("-monitor", f"tcp:127.0.0.1:{mport},server=on,wait=off")
+    with Emulator("mps2_an386", elf, extra_args=monitor) as emu:
+        link = DeviceLink(emu.url, timeout=5.0)
+        for i in order[:20]:
+            sim.train(X, Y, np.array([i]))
+            assert link.train(X[i], int(Y[i])).state_hash == m.state_hash()
+        checkpoint = state_blob(m)
+        with socket.create_connection(("127.0.0.1", mport)) as mon:
+            mon.sendall(b"system_reset\n")
+            time.sleep(0.2)
+        with pytest.raises(DeviceReset) as exc:
+            link.train(X[order[20]], int(Y[order[20]]))
+        assert exc.value.info.step == 0
+        assert "restarted" in str(exc.value)
+        link.hello()
+        assert link.load_params(checkpoint) == m.state_hash()
+        for step, i in enumerate(order[20:], start=21):
+            sim.train(X, Y, np.array([i]))
+            r = link.train(X[i], int(Y[i]))
+            assert (r.step, r.state_hash) == (step, m.state_hash())
+        assert link.state_hash() == m.state_hash()
+        link.close()

@@ -1,0 +1,71 @@
+"""verify() on the host target: the generated C (cffi) against the simulator, step by step."""
+import numpy as np
+import pytest
+
+from tinytrain import data
+from tinytrain.layers import Dense, ReLU
+from tinytrain.model import Sequential
+from tinytrain.optim import SGD
+from tinytrain.verify import locate, sample_order, state_blob, state_layout, verify
+
+
+@pytest.fixture(scope="module")
+def ds():
+    return data.load("digits")
+
+
+def w1(ds, **opt):
+    return Sequential([Dense(32), ReLU(), Dense(10)], input_shape=(64,), input_exp=ds.input_exp - 4,
+                      optimizer=SGD(lr=0.05, **opt), seed=0)
+
+
+def slot(model, layer, param):
+    return next(s for s in state_layout(model) if s.layer == layer and s.param == param)
+
+
+def test_w1_host_bit_exact_every_step(ds):
+    m = w1(ds)
+    h0 = m.state_hash()
+    r = verify(m, ds, 400, board="host")
+    assert r["mismatches"] == 0 and r["first_mismatch"] is None, r["first_mismatch"]
+    assert r["steps"] == 400 and r["board"] == "host" and r["instructions_per_step"] is None
+    assert r["ram_bytes"] > 0
+    assert m.state_hash() == h0  # the caller's model is not trained
+
+
+def test_w1_host_with_sr_momentum_batch(ds):
+    m = w1(ds, stochastic_rounding=True, batch_size=4, momentum=0.9)
+    r = verify(m, ds, 120, board="host", seed=3)
+    assert r["mismatches"] == 0, r["first_mismatch"]
+
+
+def test_corrupted_parameter_is_caught_and_located(ds):
+    m = w1(ds)
+    s = slot(m, 2, "w")  # int16 (10, 32): flip the high byte of element 37 -> value +-256
+    r = verify(m, ds, 100, board="host", corrupt=(25, s.offset + 2 * 37 + 1))
+    fm = r["first_mismatch"]
+    assert r["mismatches"] == 1 and r["steps"] == 26 and fm["step"] == 25
+    assert (fm["layer"], fm["op"], fm["param"], fm["role"]) == (2, "dense", "w", "param")
+    assert fm["index"] == 37 and fm["multi_index"] == [1, 5] and fm["differing"] == 1
+    assert abs(fm["expected"] - fm["device"]) == 256
+    assert fm["hash_expected"] != fm["hash_device"]
+
+
+def test_locate_names_meta_and_sizes(ds):
+    m = w1(ds)
+    blob = bytearray(state_blob(m))
+    assert len(blob) == sum(s.nbytes for s in state_layout(m))
+    assert locate(m, bytes(blob), bytes(blob)) is None
+    blob[-8] ^= 0xFF  # meta[1]: the optimizer step
+    where = locate(m, state_blob(m), bytes(blob))
+    assert where["role"] == "meta" and where["index"] == 1
+    assert locate(m, bytes(blob), bytes(blob[:-1]))["note"] == "blob sizes differ"
+
+
+def test_sample_order_is_the_data_prng_permutation():
+    o = sample_order(10, 25, seed=1)
+    assert len(o) == 25
+    for epoch in (o[:10], o[10:20]):
+        assert sorted(epoch) == list(range(10))
+    assert not np.array_equal(o[:10], o[10:20])
+    assert np.array_equal(sample_order(10, 7, seed=1), o[:7])
