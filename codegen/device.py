@@ -3,6 +3,8 @@
 ``device_source(model, emitted)`` emits ``<prefix>_device.c``: a ``tt_device_model`` (see
 firmware/include/tt_device.h) wired to the generated ``<prefix>_*`` functions, a shadow buffer
 for atomic parameter loads, and ``main()`` = ``tt_port_init(); tt_device_run(&model)``.
+On bare-metal ports main() first paints the stack; GET_TENSOR id 0xFFFE (``TENSOR_STACK``)
+then answers the peak stack bytes used so far (4 bytes LE), so peak RAM = .data + .bss + that.
 
 ``build_firmware(model, board, out_dir)`` writes a self-contained PlatformIO project into
 ``out_dir`` and builds it (offline for emulated boards)::
@@ -29,6 +31,7 @@ from .emit import Emitted, generate
 
 FIRMWARE_SRC = Path(__file__).resolve().parent.parent / "firmware" / "src"
 FIRMWARE_INCLUDE = FIRMWARE_SRC.parent / "include"
+TENSOR_STACK = 0xFFFE  # GET_TENSOR id of the glue's stack high-water reading
 
 
 def state_bytes(model) -> int:
@@ -57,6 +60,47 @@ def device_source(model, em: Emitted) -> str:
 #include "tt_port.h"
 
 #define {U}_STATE_BYTES {n}u
+
+/* GET_TENSOR id of a 4-byte (LE) reading: peak stack bytes used since boot (bare-metal ports,
+ * by stack painting; 0 where unknown). */
+#define {U}_TENSOR_STACK 0xFFFEu
+
+#if !defined(ARDUINO)
+/* Linker symbols of the bare-metal ports (firmware/ports/<port>/<port>.ld). */
+extern uint32_t __stack_top__;
+extern uint32_t __stack_size;
+#define {U}_PAINT 0xA5A5A5A5u
+
+static uint32_t *{P}_stack_low(void)
+{{
+    return (uint32_t *)((uintptr_t)&__stack_top__ - (uintptr_t)&__stack_size);
+}}
+
+/* Fill the unused stack below this frame (minus a margin) with a pattern. */
+static void {P}_stack_paint(void)
+{{
+    volatile uint32_t here = 0;
+    uint32_t *lo = {P}_stack_low();
+    uint32_t *p = (uint32_t *)(((uintptr_t)&here - 256u) & ~(uintptr_t)3u);
+    while (p > lo) {{
+        *--p = {U}_PAINT;
+    }}
+    (void)here;
+}}
+
+static uint32_t {P}_stack_used(void)
+{{
+    const uint32_t *p = {P}_stack_low();
+    const uint32_t *top = (const uint32_t *)(uintptr_t)&__stack_top__;
+    while (p < top && *p == {U}_PAINT) {{
+        p++;
+    }}
+    return (uint32_t)((uintptr_t)top - (uintptr_t)p);
+}}
+#else
+static void {P}_stack_paint(void) {{ }}
+static uint32_t {P}_stack_used(void) {{ return 0u; }}
+#endif
 
 /* LOAD_PARAMS stages here; the live state changes only in commit (atomic load). */
 static uint8_t {P}_shadow[{U}_STATE_BYTES];
@@ -107,6 +151,17 @@ static int {P}_dev_commit(void)
 static int {P}_dev_tensor(uint16_t id, uint32_t off, uint8_t *dst, uint32_t n, uint32_t *total)
 {{
     uint8_t probe;
+    if (id == {U}_TENSOR_STACK) {{
+        uint32_t v = {P}_stack_used(), i;
+        *total = 4u;
+        if (off > 4u) {{
+            return TT_ERR_RANGE;
+        }}
+        for (i = off; i < 4u && i - off < n; i++) {{
+            dst[i - off] = (uint8_t)(v >> (8u * i));
+        }}
+        return TT_OK;
+    }}
     if ({P}_get_tensor(id, 0u, &probe, 0u, total) != 0 || off > *total) {{
         return TT_ERR_RANGE;
     }}
@@ -136,6 +191,7 @@ const tt_device_model {P}_device = {{
 
 int main(void)
 {{
+    {P}_stack_paint();
     tt_port_init();
     return tt_device_run(&{P}_device);
 }}

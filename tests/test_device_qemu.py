@@ -66,6 +66,8 @@ def test_w1_trains_bit_exact_in_qemu(ds, firmware, board):
     # instruction counts are exact under -icount (quantised to the MPS2 timer's 40)
     assert 10_000 < r["instructions_per_step"] < 5_000_000
     assert 0 < r["ram_bytes"] < 64 * 1024 and 0 < r["flash_bytes"] < 64 * 1024
+    assert 0 < r["stack_bytes"] < 8 * 1024  # painted-stack high-water mark from the glue
+    assert r["ram_peak_bytes"] == r["ram_bytes"] + r["stack_bytes"]
 
 
 def test_project_is_self_contained_and_float_free(ds, firmware):

@@ -151,7 +151,9 @@ def _verify_run(args) -> int:
     if r["cycles_per_step"] is not None:
         print(f"  {r['cycles_per_step']:.0f} cycles per training step")
     if r["ram_bytes"] is not None:
-        print(f"  static RAM {r['ram_bytes']} B" + (f", flash {r['flash_bytes']} B" if r["flash_bytes"] else ""))
+        print(f"  static RAM {r['ram_bytes']} B"
+              + (f", peak stack {r['stack_bytes']} B" if r.get("stack_bytes") else "")
+              + (f", flash {r['flash_bytes']} B" if r["flash_bytes"] else ""))
     if args.json:
         print(json.dumps(r, sort_keys=True))
     return 1 if r["mismatches"] else 0

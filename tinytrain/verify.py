@@ -204,6 +204,17 @@ class _LinkTarget:
     def activation(self, li):
         return np.frombuffer(self.link.get_tensor(self.n_state + li), np.int8)
 
+    def stack_bytes(self):
+        """Peak stack use reported by the glue (None if the firmware does not report it)."""
+        from .codegen.device import TENSOR_STACK
+        from .protocol import DeviceError
+
+        try:
+            v = int.from_bytes(self.link.get_tensor(TENSOR_STACK)[:4], "little")
+        except DeviceError:
+            return None
+        return v or None
+
     def close(self):
         self.link.close()
 
@@ -277,7 +288,9 @@ def verify(model, dataset, steps: int, *, board: str | None = "host", port=None,
     state byte at `byte_offset` is XORed with `xor` (default 0x01) through write_state /
     LOAD_PARAMS, as a bit flip in RAM would; verification must catch and locate it.
     Result: steps, mismatches, board, instructions_per_step (emulated boards: mean cycles of
-    the TRAIN replies; None on host), cycles_per_step (real boards), ram_bytes, flash_bytes,
+    the TRAIN replies; None on host), cycles_per_step (real boards), ram_bytes (static: .data +
+    .bss of the ELF; on host the generated model's buffers), stack_bytes and ram_peak_bytes
+    (devices whose firmware reports its stack high-water mark), flash_bytes,
     seconds, first_mismatch (None or a dict naming step, tensor, layer, op, param, index and both
     values), plus hash_initial.
     """
@@ -354,6 +367,11 @@ def verify(model, dataset, steps: int, *, board: str | None = "host", port=None,
                 break
             if progress is not None and not json:
                 progress(k + 1, len(order))
+        stack = getattr(target, "stack_bytes", lambda: None)()
+        if stack is not None:
+            result["stack_bytes"] = stack
+            if result["ram_bytes"] is not None:
+                result["ram_peak_bytes"] = result["ram_bytes"] + stack
     finally:
         target.close()
         if emu is not None and emulator is None:
