@@ -20,19 +20,18 @@ from .oputil import c_i8, c_i16, c_i32, c_i64, draw_array
 @st.composite
 def bn_case(draw, max_p=64):
     C = draw(st.integers(1, 8))
-    if draw(st.booleans()):
+    kind = draw(st.sampled_from(["hwc", "hwc", "lc", "lc", "c"]))
+    if kind == "hwc":
         shape = (draw(st.integers(1, 8)), draw(st.integers(1, 8)), C)
     else:
-        shape = (draw(st.integers(1, max_p)), C)
-    if int(np.prod(shape[:-1])) < 2:
-        shape = (2, C)
+        shape = (draw(st.integers(1, max_p)), C) if kind == "lc" else (C,)
     x = draw_array(draw, shape, np.int8, -127, 127)
     e = draw_array(draw, shape, np.int8, -127, 127)
     gamma = draw_array(draw, (C,), np.int16, -32767, 32767)
     beta = draw_array(draw, (C,), np.int32, -(2**31) + 1, 2**31 - 1)
     rmean = draw_array(draw, (C,), np.int32, -(2**31) + 1, 2**31 - 1)
     rvar = draw_array(draw, (C,), np.int32, -(2**31) + 1, 2**31 - 1)
-    ex, ee = draw(st.integers(-24, 8)), draw(st.integers(-24, 8))
+    ex, ee = draw(st.integers(-24, 24)), draw(st.integers(-24, 8))
     e_g, e_b = draw(st.integers(-15, -6)), draw(st.integers(-32, 0))
     e_rm, e_rv = draw(st.integers(-28, 4)), draw(st.integers(-31, 4))
     cfg = rb.config(eps=draw(st.sampled_from([0.0, 1e-5, 1e-3, 0.1, 7.0])),
@@ -124,6 +123,10 @@ def check_int_dtypes(r):
 @given(bn_case(), st.booleans())
 def test_batchnorm_ref_numba_c_equal(clib, k, train):
     ffi, lib = clib
+    if train and k["x"].size // k["x"].shape[-1] < 2:
+        with pytest.raises(ValueError, match="BatchNorm"):
+            ref_run(k, train)
+        return
     ref = ref_run(k, train)
     check_int_dtypes(ref)
     assert_same(ref, numba_run(k, train), "numba")
@@ -136,6 +139,7 @@ def test_batchnorm_ref_numba_c_equal(clib, k, train):
 @given(bn_case(max_p=300), st.booleans())
 def test_batchnorm_c_ubsan(clib_ubsan, k, train):
     ffi, lib = clib_ubsan
+    train = train and k["x"].size // k["x"].shape[-1] >= 2
     assert_same(ref_run(k, train), c_run(ffi, lib, k, train), "C-ubsan")
 
 
@@ -290,7 +294,11 @@ def float_bn(k, train):
         dx = g / np.sqrt(var + eps) * (dy - dy.mean(0) - xhat * (dy * xhat).mean(0))
     else:
         dx = g / np.sqrt(var + eps) * dy
-    return y, dx, np.max(np.abs(g / np.sqrt(var + eps))) * np.max(np.abs(dy))
+    # x_hat_q rounds to 2^-13 and its inverse sqrt is good to ~2^-15 relative
+    y_tol = np.abs(g) * (2.0**-13 + 2.0**-14 * np.abs(xhat))
+    if not train:  # the running mean is rounded to 2^(ex - EVAL_FRAC)
+        y_tol = y_tol + np.abs(g) / np.sqrt(var + eps) * 2.0 ** (k["ex"] - rb.EVAL_FRAC - 1)
+    return y, dx, np.max(np.abs(g / np.sqrt(var + eps))) * np.max(np.abs(dy)), y_tol
 
 
 @st.composite
@@ -317,17 +325,18 @@ def float_case(draw):
 @given(float_case(), st.booleans())
 def test_close_to_float_batchnorm(k, train):
     r = ref_run(k, train)
-    y_f, dx_f, dx_scale = float_bn(k, train)
+    y_f, dx_f, dx_scale, y_tol = float_bn(k, train)
     y = r["y"].reshape(y_f.shape) * 2.0 ** r["ey"]
     dx = r["dx"].reshape(dx_f.shape) * 2.0 ** r["edx"]
     # int8 rounding is half an LSB; the integer pipeline adds a small fraction of an LSB. dx
     # is a difference of terms of size gamma/sigma*|e|*|x_hat|^2 with x_hat in Q12: when the
     # true dx is much smaller (e.g. P = 2: dx ~ eps), edx gets tiny and that Q12 error shows.
     # requant_s8 may round the largest value up to 128 and saturate it to 127: one LSB there.
-    lsb = np.where(np.abs(r["y"].reshape(y_f.shape)) == 127, 1.02, 0.52) * 2.0 ** r["ey"]
-    assert np.all(np.abs(y - y_f) <= lsb)
-    err = np.max(np.abs(dx - dx_f))
-    assert err <= 1.1 * 2.0 ** r["edx"] or err <= 2.0**-12 * dx_scale * len(dx_f) ** 0.5
+    lsb = np.where(np.abs(r["y"].reshape(y_f.shape)) == 127, 1.0, 0.5) * 2.0 ** r["ey"]
+    assert np.all(np.abs(y - y_f) <= lsb + y_tol)
+    dxi = r["dx"].reshape(dx_f.shape)
+    lsb = np.where(np.abs(dxi) == 127, 1.0, 0.5) * 2.0 ** r["edx"]
+    assert np.all(np.abs(dx - dx_f) <= lsb + 2.0**-12 * dx_scale * len(dx_f) ** 0.5)
     assert np.max(np.abs(r["y"])) >= 64 or r["ey"] == k["e_g"] - rb.XHAT_FRAC  # int8 range used
     gg = r["gg"][0] * 2.0 ** r["gg"][1]
     x = k["x"].reshape(-1, y_f.shape[1]).astype(np.float64)

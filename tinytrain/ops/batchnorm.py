@@ -45,6 +45,12 @@ Bounds (P <= 4096 = 2^12): |S| < 2^19, |A*x - B| < 2^20 (train) / < 2^31 (eval),
 V < 2^62; |x_hat| <= sqrt(P-1) so |x_hat_q| < 2^18 in train and |G| <= 127 * sum|x_hat_q| <
 127 * (2^24 + 3*2^10) < 2^31 (dgamma fits int32; the saturation only acts in eval);
 |I| < 2^44 + 2^49, |J| <= 2^38, |km * J| <= 2^62; |acc| <= 2^15 * 2^31 + 2^30.
+
+Accuracy (tests/test_ops_batchnorm.py checks it against float64 batch norm): y is within half
+an output LSB (one where 127 saturates) plus |gamma| * (2^-13 + 2^-14 |x_hat|) from x_hat's
+rounding (in eval also |gamma/sigma| * 2^(ex-9) from rounding the running mean to B). dx is
+within its int8 rounding plus 2^-12 * sqrt(P) * max|gamma/sigma| * max|dy| (x_hat is Q12; that
+term shows only when the exact dx is tiny, e.g. P = 2 where it is of the order of eps).
 """
 from __future__ import annotations
 
@@ -68,9 +74,12 @@ EPS_CAP = 1 << 61
 
 def config(eps: float = 1e-5, momentum: float = 0.1) -> dict:
     """Integer config from PyTorch-style floats: eps -> (eps_m, eps_k) 15-bit multiplier and
-    shift (eps = 0 allowed), momentum -> mom_k = round(-log2(momentum)) (0.1 -> 3, i.e. 1/8)."""
-    if not 0 < momentum <= 1:
-        raise ValueError(f"BatchNorm momentum {momentum!r} must be in (0, 1]")
+    shift (eps = 0 allowed), momentum -> mom_k = round(-log2(momentum)) in [0, 31] (0.1 -> 3,
+    i.e. 1/8: the nearest power of two)."""
+    if not 2.0**-31 <= momentum <= 1:
+        raise ValueError(f"BatchNorm momentum {momentum!r} must be in [2^-31, 1]")
+    if not eps >= 0:
+        raise ValueError(f"BatchNorm eps {eps!r} must be >= 0")
     eps_m, eps_k = (0, 0) if eps == 0 else to_mult_shift(eps, 15)
     return dict(eps_m=eps_m, eps_k=eps_k, mom_k=int(round(-math.log2(momentum))))
 
