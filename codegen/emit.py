@@ -229,6 +229,10 @@ class Emitter:
         """Every emitted symbol goes through this one prefixing function."""
         return f"{self.prefix}_{name}"
 
+    def fused(self, li) -> bool:
+        """Dense layers in direct mode update without a gradient buffer (tt_sgd_dense_direct)."""
+        return self.model.layers[li].kind == "dense" and not self.model.opt.accumulate
+
     def grad_name(self, li, pi):
         return self.sym(f"grad{pi}")
 
@@ -262,6 +266,8 @@ class Emitter:
         gmax = [0, 0, 0, 0]
         for li, l in enumerate(m.layers):
             if not any(p.trainable and m.trainable[li][pi] for pi, p in enumerate(l.params)):
+                continue
+            if self.fused(li):
                 continue
             for pi, p in enumerate(l.params):  # a layer's grad kernel writes all its grads
                 if p.trainable:
@@ -383,6 +389,11 @@ uint32_t {P}_saturations(void);
                 # for the parameter gradients and is replaced after the update
                 c.dx, c.edx = errs[(li - 1) % 2], "ee"
             out.append(f"    /* backward {li}: {l!r} */")
+            if self.fused(li):
+                out += self._fused_dense(li, l, c)
+                if c.dx:
+                    out.append("    de = ee;")
+                continue
             out += ["    " + s for s in EMITTERS[l.kind][2](l, c)]
             for pi, p in enumerate(l.params):
                 key = (li, pi)
@@ -424,6 +435,25 @@ uint32_t {P}_saturations(void);
             out.append("    }")
         out += [f"    (void)ge0; (void)ge1; (void)ge2; (void)ge3; (void)de; (void){errs[0]}; (void){errs[1]};",
                 "    return pred;", "}"]
+        return out
+
+    def _fused_dense(self, li, l, c):
+        m = self.model
+        out = []
+        K, N = l.in_shape[0], l.units
+        if c.dx:
+            out.append(f"    {c.edx} = tt_dense_bwd_s8({c.e}, {c.ee}, {c.p(0)}, {c.pe(0)}, {K}, {N}, SCRATCH, {c.dx}, &STATS);")
+        w, b = l.params
+        pw, pb = c.p(0), c.p(1)
+        if (li, 0) in m.master:
+            w16, w32, ews = "0", pw + "_master", w.exp - MASTER_EXTRA_BITS
+        else:
+            w16, w32, ews = pw, "0", w.exp
+        uw, ub = int(m.trainable[li][0]), int(m.trainable[li][1])
+        out.append(f"    tt_sgd_dense_direct({c.e}, {c.ee}, {c.x}, {c.ex}, {K}, {N}, {w16}, {w32}, {ews}, {pb}, {b.exp}, "
+                   f"{uw}, {ub}, &{self.sym('opt')}, m_t, &{self.sym('meta')}[0], &STATS);")
+        if (li, 0) in m.master and uw:
+            out.append(f"    tt_sgd_refresh_copy({pw}_master, {pw}, {w.data.size});")
         return out
 
     def _emit_predict(self):

@@ -36,6 +36,17 @@ void tt_sgd_accumulate(int32_t *A, int32_t n, int32_t ew, const int32_t *g, int3
 void tt_sgd_apply_accumulated(int16_t *w16, int32_t *w32, int32_t *A, int32_t *V, int32_t n,
                               const tt_sgd *o, uint32_t *prng, tt_stats *st);
 
+/** Direct-mode update of a Dense layer without a gradient buffer: the gradient
+ *  g[n][k] = e[n] * x[k] (exponent ee + ex) and gb[n] = e[n] (exponent ee) is formed element by
+ *  element and applied exactly as tt_sgd_update_direct would (weights row-major, then biases,
+ *  same PRNG order). Rows with e[n] == 0 are skipped when that cannot change the result
+ *  (no stochastic rounding, no weight decay). w16 or w32 (master) receives the weight update;
+ *  upd_w / upd_b select which tensors learn. */
+void tt_sgd_dense_direct(const int8_t *e, int32_t ee, const int8_t *x, int32_t ex, int32_t K,
+                         int32_t N, int16_t *w16, int32_t *w32, int32_t ew, int32_t *b,
+                         int32_t eb, int32_t upd_w, int32_t upd_b, const tt_sgd *o, int32_t m_t,
+                         uint32_t *prng, tt_stats *st);
+
 /** int16 compute copy of an int32 master: sat_s16(rshift_round(master, 16)). */
 void tt_sgd_refresh_copy(const int32_t *master, int16_t *w16, int32_t n);
 

@@ -106,3 +106,41 @@ void tt_sgd_refresh_copy(const int32_t *master, int16_t *w16, int32_t n)
     int32_t i;
     for (i = 0; i < n; i++) w16[i] = tt_sat_s16(tt_rshift_round_s64(master[i], 16));
 }
+
+static void tt_sgd_apply1(int16_t *w16, int32_t *w32, int32_t i, int64_t g, int32_t s,
+                          const tt_sgd *o, int32_t m_t, uint32_t *prng, tt_stats *st)
+{
+    const int64_t lo = w16 ? -TT_S16_MAX : INT32_MIN, hi = w16 ? TT_S16_MAX : INT32_MAX;
+    const int64_t wi = w16 ? w16[i] : w32[i];
+    int64_t d = tt_sgd_shift((int64_t)m_t * g, s, o->sr, prng), v, nv;
+    if (o->wd_m) d += tt_rshift_round_s64(wi * o->wd_m, o->wd_k);
+    v = wi - d;
+    nv = tt_clamp64(v, lo, hi);
+    if (nv != v) st->saturated++;
+    if (w16) w16[i] = (int16_t)nv; else w32[i] = (int32_t)nv;
+}
+
+void tt_sgd_dense_direct(const int8_t *e, int32_t ee, const int8_t *x, int32_t ex, int32_t K,
+                         int32_t N, int16_t *w16, int32_t *w32, int32_t ew, int32_t *b,
+                         int32_t eb, int32_t upd_w, int32_t upd_b, const tt_sgd *o, int32_t m_t,
+                         uint32_t *prng, tt_stats *st)
+{
+    const int32_t can_skip = !o->sr && !o->wd_m;
+    int32_t n, k;
+    if (upd_w) {
+        const int32_t s = ew + o->k - (ee + ex);
+        for (n = 0; n < N; n++) {
+            const int32_t en = e[n];
+            if (en == 0 && can_skip) continue;
+            for (k = 0; k < K; k++)
+                tt_sgd_apply1(w16, w32, n * K + k, (int64_t)(en * (int32_t)x[k]), s, o, m_t, prng, st);
+        }
+    }
+    if (upd_b) {
+        const int32_t s = eb + o->k - ee;
+        for (n = 0; n < N; n++) {
+            if (e[n] == 0 && can_skip) continue;
+            tt_sgd_apply1(0, b, n, e[n], s, o, m_t, prng, st);
+        }
+    }
+}
