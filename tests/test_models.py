@@ -119,3 +119,12 @@ def test_memory_estimate_partial_update(digits):
     assert last["ram_gradients"] == (10 * 32 + 10) * 4
     assert bias["ram_trainable_params"] == (32 + 10) * 4
     assert full["ram_total"] > last["ram_total"] and full["ram_total"] > bias["ram_total"]
+
+
+def test_mnist1d_cnn():
+    if not available("mnist1d-cnn"):
+        pytest.skip("conv1d layers not registered")
+    ds = data.load("mnist1d")
+    m = build_model("mnist1d-cnn", ds)
+    assert [l.kind for l in m.layers] == ["conv1d", "relu"] * 3 + ["flatten", "dense"]
+    assert m.output_shape == (10,) and m.optimizer.schedule == "cosine"
