@@ -83,7 +83,8 @@ def c_run(ffi, lib, k, train):
     ey = lib.tt_batchnorm_fwd_s8(c_i8(ffi, x), k["ex"], P, C, c_i16(ffi, k["gamma"]), k["e_g"],
                                  c_i32(ffi, k["beta"]), k["e_b"], c_i32(ffi, rm), k["e_rm"],
                                  c_i32(ffi, rv), k["e_rv"], c["eps_m"], c["eps_k"], c["mom_k"],
-                                 int(train), c_i32(ffi, saved), c_i64(ffi, scratch), c_i8(ffi, y), stc)
+                                 int(train), c_i32(ffi, saved), c_i64(ffi, scratch), c_i8(ffi, y),
+                                 stc)
     nsat = stc.saturated
     dx = np.zeros(x.shape, np.int8)
     e = np.ascontiguousarray(k["e"])
@@ -105,8 +106,10 @@ def assert_same(ref, other, who):
         assert a.dtype == b.dtype and a.shape == b.shape, (who, name)
         if not np.array_equal(a, b):
             i = np.argwhere(a != b)[0]
-            raise AssertionError(f"{who} {name} differs first at {tuple(i)}: {a[tuple(i)]} vs {b[tuple(i)]}")
-    assert np.array_equal(ref["gg"][0], other["gg"]) and np.array_equal(ref["gb"][0], other["gb"]), who
+            i = tuple(i)
+            raise AssertionError(f"{who} {name} differs first at {i}: {a[i]} vs {b[i]}")
+    assert np.array_equal(ref["gg"][0], other["gg"]), (who, "dgamma")
+    assert np.array_equal(ref["gb"][0], other["gb"]), (who, "dbeta")
 
 
 def check_int_dtypes(r):
@@ -183,8 +186,8 @@ def test_running_stats_over_steps(clib):
         ref, nb, cc = ref_run(k, True), numba_run(k_np, True), c_run(ffi, lib, k_c, True)
         assert_same(ref, nb, "numba")
         assert_same(ref, cc, "C")
-        k["rmean"], k["rvar"], k_np["rmean"], k_np["rvar"] = ref["rm"], ref["rv"], nb["rm"], nb["rv"]
-        k_c["rmean"], k_c["rvar"] = cc["rm"], cc["rv"]
+        for kk, out in ((k, ref), (k_np, nb), (k_c, cc)):
+            kk["rmean"], kk["rvar"] = out["rm"], out["rv"]
     mean = k["rmean"] * 2.0 ** k["e_rm"]
     var = k["rvar"] * 2.0 ** k["e_rv"]
     assert np.all(np.abs(mean - 3.0) < 0.7) and np.all(np.abs(var - 4.0) < 2.0)  # EMA converged
@@ -223,7 +226,7 @@ def test_inv_sqrt_accuracy(v, e_v):
 @given(st.integers(0, 2**39), st.integers(-80, 80))
 def test_scale_cap(n, t):
     want = math.floor(Fraction(n) * Fraction(2) ** t + Fraction(1, 2))
-    assert rb.scale_cap(n, t) == min(want, rb.EPS_CAP) or (t > 0 and rb.scale_cap(n, t) == rb.EPS_CAP)
+    assert rb.scale_cap(n, t) == min(want, rb.EPS_CAP)
 
 
 def test_batch_statistics_exact():
@@ -343,5 +346,6 @@ def test_close_to_float_batchnorm(k, train):
     dy = k["e"].reshape(x.shape) * 2.0 ** k["ee"]
     if train:
         xhat = (x - x.mean(0)) / np.sqrt(x.var(0) + 1e-5 * 2.0 ** (-2 * k["ex"]))
-        assert np.allclose(gg, (dy * xhat).sum(0), rtol=1e-3, atol=2.0 ** (k["ee"] - 13) * 128 * len(x))
+        atol = 2.0 ** (k["ee"] - 13) * 128 * len(x)  # 127 * half a Q12 LSB per term
+        assert np.allclose(gg, (dy * xhat).sum(0), rtol=1e-3, atol=atol)
     assert np.array_equal(r["gb"][0] * 2.0 ** r["gb"][1], dy.sum(0))

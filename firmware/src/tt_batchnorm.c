@@ -45,7 +45,8 @@ static int64_t bn_shift_unsat(int64_t v, int32_t sh)
 {
     if (sh >= 0) return tt_rshift_round_s64(v, sh < 62 ? sh : 62);
     if (v == 0) return 0;
-    if (tt_bitwidth_u64(tt_abs_u64(v)) > 32 + sh) return v > 0 ? (int64_t)1 << 32 : -((int64_t)1 << 32);
+    if (tt_bitwidth_u64(tt_abs_u64(v)) > 32 + sh)
+        return v > 0 ? (int64_t)1 << 32 : -((int64_t)1 << 32);
     return v * ((int64_t)1 << -sh);
 }
 

@@ -1,4 +1,4 @@
-"""numba kernels for BatchNorm, bit-exact with tinytrain.ops.batchnorm (tests/test_ops_batchnorm.py).
+"""numba kernels for BatchNorm, bit-exact with tinytrain.ops.batchnorm (tests/test_ops_batchnorm).
 
 Arrays are (P, C) views of the (H, W, C) / (L, C) tensors. saved is int32 (3, C) rows
 [B, inv, sh] written by batchnorm_fwd and read by batchnorm_bwd / batchnorm_grad; scratch is
@@ -205,7 +205,8 @@ def batchnorm_bwd(e, ee, x, ex, saved, gamma, e_g, train, scratch, dx, stats):
     for p in range(P):
         for c in range(C):
             xh = sat(_xhat_unsat(x[p, c], A, saved, c), I32_MIN, I32_MAX) if train else 0
-            r = rshift_round(scratch[2 * C + c] * _j(e[p, c], xh, A, scratch[c], scratch[C + c], train), s)
+            j = _j(e[p, c], xh, A, scratch[c], scratch[C + c], train)
+            r = rshift_round(scratch[2 * C + c] * j, s)
             if r > 127 or r < -127:
                 stats[0] += 1
             dx[p, c] = sat(r, -127, 127)

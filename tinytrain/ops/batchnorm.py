@@ -58,7 +58,8 @@ import math
 
 import numpy as np
 
-from ..fixedpoint import INT32_MAX, INT32_MIN, div_floor, isqrt, rshift_round, sat_s32, to_mult_shift
+from ..fixedpoint import (INT32_MAX, INT32_MIN, div_floor, isqrt, rshift_round, sat_s32,
+                          to_mult_shift)
 from ._common import align_to, requant_s8
 
 XHAT_FRAC = 12
