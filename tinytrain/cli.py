@@ -223,6 +223,8 @@ def _eval_run(args) -> int:
 
     model, extra = tio.load(args.model)
     name = args.data or extra.get("dataset")
+    if not args.data and name not in data.BUILTINS and os.path.exists(str(extra.get("data_source"))):
+        name = extra["data_source"]  # trained on a file: its path
     if not name:
         raise TrainError(f"{args.model} does not record its dataset: pass --data")
     ds = data.load(name)

@@ -301,7 +301,8 @@ def fit(model, dataset: Dataset, epochs: int, seed: int = 0, *, batch_size: int 
 def _save_checkpoint(model, path, epoch, state, seed, dataset, history):
     from . import io as tio
     tio.save(model, path, extra={"epoch": epoch, "data_prng": int(state), "seed": seed,
-                                 "dataset": dataset.name, "history": history.to_dict()})
+                                 "dataset": dataset.name, "data_source": dataset.source,
+                                 "history": history.to_dict()})
 
 
 def _eval_accuracy(model, runner, Xt, Yt) -> float:
