@@ -69,3 +69,15 @@ def test_sample_order_is_the_data_prng_permutation():
         assert sorted(epoch) == list(range(10))
     assert not np.array_equal(o[:10], o[10:20])
     assert np.array_equal(sample_order(10, 7, seed=1), o[:7])
+
+
+def test_cli_verify_json_last_line(capsys):
+    import json
+
+    from tinytrain import cli
+
+    rc = cli.main(["verify", "--board", "host", "--model", "digits-mlp", "--steps", "60", "--json"])
+    out = capsys.readouterr().out.strip().splitlines()
+    r = json.loads(out[-1])
+    assert rc == 0 and r["mismatches"] == 0 and r["steps"] == 60 and r["board"] == "host"
+    assert {"instructions_per_step", "ram_bytes"} <= set(r)

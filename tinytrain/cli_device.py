@@ -171,8 +171,15 @@ def _emulate_args(p):
 
 
 def _emulate_run(args) -> int:
+    import signal
+
     from .emulator import Emulator
 
+    def stop(_sig, _frame):  # SIGTERM/SIGHUP: leave through the context manager, QEMU killed
+        raise KeyboardInterrupt
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
     with Emulator(args.board, args.firmware) as emu:
         print(f"{args.board} running {args.firmware}: UART at {emu.url} "
               "(the guest starts when a client connects; Ctrl-C stops)", flush=True)
