@@ -39,13 +39,15 @@ def state_bytes(model) -> int:
     return int(sum(np.asarray(a).nbytes for a in model.state_tensors()))
 
 
-def static_ram_bytes(em: Emitted, model) -> int:
+def static_ram_bytes(em: Emitted, model, shadow: bool = True) -> int:
     """Static RAM of the generated model: its RAM tensors plus the glue's load shadow."""
-    return int(sum(t.bytes for t in em.tensors)) + state_bytes(model)
+    return int(sum(t.bytes for t in em.tensors)) + (state_bytes(model) if shadow else 0)
 
 
-def device_source(model, em: Emitted) -> str:
-    """C source of the tt_device_model for the generated model `em` and the firmware's main()."""
+def device_source(model, em: Emitted, shadow: bool = True) -> str:
+    """C source of the tt_device_model for the generated model `em` and the firmware's main().
+    shadow=False leaves out the load shadow (state-sized RAM): LOAD_PARAMS then answers
+    UNSUPPORTED and the parameters come from the firmware image."""
     P, U = em.prefix, em.prefix.upper()
     n = state_bytes(model)
     batch = int(model.opt.batch_size) if model.opt.accumulate else 0
@@ -103,7 +105,10 @@ static uint32_t {P}_stack_used(void) {{ return 0u; }}
 #endif
 
 /* LOAD_PARAMS stages here; the live state changes only in commit (atomic load). */
+#define {U}_ATOMIC_LOAD {int(bool(shadow))}
+#if {U}_ATOMIC_LOAD
 static uint8_t {P}_shadow[{U}_STATE_BYTES];
+#endif
 
 static int {P}_dev_train(const int8_t *x, int32_t label, int32_t *loss_out)
 {{
@@ -133,6 +138,7 @@ static int {P}_dev_read(uint32_t off, uint8_t *dst, uint32_t n)
     return {P}_read_state(off, dst, n) == 0 ? TT_OK : TT_ERR_RANGE;
 }}
 
+#if {U}_ATOMIC_LOAD
 static int {P}_dev_stage(uint32_t off, const uint8_t *src, uint32_t n)
 {{
     if (off > {U}_STATE_BYTES || n > {U}_STATE_BYTES - off) {{
@@ -146,6 +152,10 @@ static int {P}_dev_commit(void)
 {{
     return {P}_write_state(0u, {P}_shadow, {U}_STATE_BYTES) == 0 ? TT_OK : TT_ERR_RANGE;
 }}
+#else
+#define {P}_dev_stage 0
+#define {P}_dev_commit 0
+#endif
 
 /* The generated getter wants an in-range n; the protocol hook clips it. */
 static int {P}_dev_tensor(uint16_t id, uint32_t off, uint8_t *dst, uint32_t n, uint32_t *total)
@@ -173,7 +183,7 @@ static int {P}_dev_tensor(uint16_t id, uint32_t off, uint8_t *dst, uint32_t n, u
 
 const tt_device_model {P}_device = {{
     {U}_SCHEMA_HASH ? {U}_SCHEMA_HASH : 1u,
-    {static_ram_bytes(em, model)}u, /* model tensors + load shadow */
+    {static_ram_bytes(em, model, shadow)}u, /* model tensors + load shadow */
     {U}_STATE_BYTES,
     {U}_INPUT_LEN,
     {U}_N_CLASSES,
@@ -198,13 +208,49 @@ int main(void)
 """
 
 
-def write_sources(model, out_dir, prefix: str = "tt_model") -> tuple[Emitted, list[Path]]:
+#: static RAM of the serial protocol state (sizeof(tt_proto), docs/protocol.md) plus the device loop
+PROTOCOL_RAM = 700
+
+
+def memory_report(model, board=None, prefix: str = "tt_model", measure_stack: bool = True,
+                  shadow: bool = True):
+    """codegen.memory's report of the generated model, plus what the firmware adds on a device
+    (load shadow, protocol buffers). With a board, the stack is measured for its CPU (when
+    arm-none-eabi-gcc is there) and the total is checked against its RAM (MemoryError)."""
+    from ..boards import get_board
+    from .memory import check_fits, report
+
+    b = get_board(board) if board is not None else None
+    em = generate(model, prefix)
+    rep = report(em, cpu=b.cpu if b is not None and measure_stack else None)
+    extra = state_bytes(model) if shadow else 0
+    if shadow:
+        rep.by_role["load shadow"] = extra
+    rep.by_role["protocol buffers"] = PROTOCOL_RAM
+    rep.ram_static += extra + PROTOCOL_RAM
+    if b is not None:
+        check_fits(rep, b)
+    return rep
+
+
+def choose_shadow(model, board, prefix="tt_model") -> bool:
+    """True if the board has RAM for the atomic-load shadow; False if only the model fits
+    (MemoryError if not even that)."""
+    try:
+        memory_report(model, board, prefix, measure_stack=False, shadow=True)
+        return True
+    except MemoryError:
+        memory_report(model, board, prefix, measure_stack=False, shadow=False)
+        return False
+
+
+def write_sources(model, out_dir, prefix: str = "tt_model", shadow: bool = True) -> tuple[Emitted, list[Path]]:
     """Write the generated model and its device glue into `out_dir` (created)."""
     em = generate(model, prefix)
     out = Path(out_dir)
     files = em.write(out)
     glue = out / f"{prefix}_device.c"
-    glue.write_text(device_source(model, em))
+    glue.write_text(device_source(model, em, shadow))
     return em, [*files, glue]
 
 
@@ -226,15 +272,18 @@ def _localize_ini(project: Path) -> None:
 
 
 def write_firmware_project(model, board, out_dir, prefix: str = "tt_model",
-                           build_flags=()) -> Path:
-    """Write the complete PlatformIO project (no build). Returns the project folder."""
+                           build_flags=(), shadow: bool | str = "auto") -> Path:
+    """Write the complete PlatformIO project (no build). Returns the project folder.
+    shadow: "auto" keeps the atomic-load shadow when the board's RAM allows it."""
     from ..pio_project import write_project
 
     out = Path(out_dir).resolve()
     gen = out / "generated"
     if gen.exists():
         shutil.rmtree(gen)
-    em, files = write_sources(model, gen, prefix)
+    if shadow == "auto":
+        shadow = choose_shadow(model, board, prefix)
+    em, files = write_sources(model, gen, prefix, bool(shadow))
     project = write_project(out, [board], sources=[*files, FIRMWARE_SRC], build_flags=build_flags)
     shutil.rmtree(gen)
     inc = project / "include"
@@ -246,10 +295,11 @@ def write_firmware_project(model, board, out_dir, prefix: str = "tt_model",
 
 
 def build_firmware(model, board, out_dir, prefix: str = "tt_model", *, build_flags=(),
-                   verbose: bool = False) -> Path:
+                   verbose: bool = False, shadow: bool | str = "auto") -> Path:
     """Write and build the firmware of `model` for `board`; returns the ELF path.
     Raises tinytrain.pio_project.BuildError (with the compiler's errors) on failure."""
     from ..pio_project import build
 
-    project = write_firmware_project(model, board, out_dir, prefix, build_flags)
+    # fails early, with a clear message (MemoryError), if RAM is short
+    project = write_firmware_project(model, board, out_dir, prefix, build_flags, shadow)
     return build(project, board, verbose=verbose)

@@ -34,7 +34,7 @@ def _user_errors(run):
 
         try:
             return run(args)
-        except (BuildError, EmulatorError, ProtocolError, VerifyError) as exc:
+        except (BuildError, EmulatorError, ProtocolError, VerifyError, MemoryError) as exc:
             raise DeviceCommandError(str(exc)) from exc
     wrapped.__name__ = run.__name__
     return wrapped
@@ -49,11 +49,23 @@ def _model_args(p, steps=False):
 
 
 def _load_model(args):
+    """(model, dataset) from --model (built-in name, model file, or saved .tt) and --data."""
     from . import data
     from .models import MODELS, build_model
 
-    name = args.data or (MODELS[args.model][2] if args.model in MODELS else "digits")
-    ds = data.load(name)
+    name = args.data
+    if name is None and args.model in MODELS:
+        name = MODELS[args.model][2]
+    if name is None and Path(args.model).is_file():
+        from . import io as tio
+
+        if tio.is_model_file(args.model):  # a saved model records the data it was trained on
+            extra = tio.load(args.model)[1]
+            src = extra.get("data_source")
+            name = extra.get("dataset")
+            if name not in data.BUILTINS and src and Path(str(src)).exists():
+                name = src
+    ds = data.load(name or "digits")
     return build_model(args.model, ds, seed=args.seed), ds
 
 
@@ -78,6 +90,9 @@ def _codegen_run(args) -> int:
         _, files = write_sources(model, args.out, args.prefix)
         for f in files:
             print(f)
+    from .codegen.device import memory_report
+
+    print(memory_report(model, args.board, args.prefix).table())
     return 0
 
 
