@@ -96,6 +96,9 @@ class _C:
     def g(self, j):
         return self.em.grad_name(self.li, j)
 
+    def saved(self):
+        return self.em.sym(f"l{self.li}_saved")
+
     def geo(self, j):
         return f"ge{j}"
 
@@ -207,6 +210,7 @@ EMITTERS = {
     "maxpool1d": (["tt_pool.h"], _maxpool_fwd, _maxpool_bwd),
     "avgpool2d": (["tt_pool.h"], _avgpool_fwd, _avgpool_bwd),
     "global_avgpool": (["tt_pool.h"], _gap_fwd, _gap_bwd),
+    "batchnorm": (["tt_batchnorm.h"], lambda l, c: l.c_forward(c), lambda l, c: l.c_backward(c)),
 }
 
 
@@ -260,6 +264,8 @@ class Emitter:
         order.append(self.sym("meta"))
         for li, l in enumerate(m.layers):
             T.append(Tensor(self.sym(f"a{li}"), "int8_t", l.out_size, "activation", li))
+            if l.kind == "batchnorm":
+                T.append(Tensor(self.sym(f"l{li}_saved"), "int32_t", 3 * l.C, "activation", li))
         emax = max(l.out_size for l in m.layers)
         T.append(Tensor(self.sym("err0"), "int8_t", emax, "error"))
         T.append(Tensor(self.sym("err1"), "int8_t", emax, "error"))
@@ -344,7 +350,7 @@ uint32_t {P}_saturations(void);
         src.append("")
         src.append("/* ---- activations kept for backward, error ping-pong, gradients, scratch ---- */")
         for t in T:
-            if t.role in ("activation", "error", "grad", "scratch"):
+            if t.role in ("activation", "error", "grad", "scratch") and t.init is None:
                 src.append(f"static {t.ctype} {t.name}[{t.count}];  /* {t.role} */")
         cos = ", ".join(str(int(v)) for v in opt.cosine)
         src.append("")

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import fixedpoint as fp
 from .layers import Layer, ModelError, Param, layer_from_config
-from . import layers_conv  # noqa: F401  (registers conv and pooling layers)
+from . import layers_conv, layers_norm  # noqa: F401  (register conv, pooling, batch norm)
 from .ops import mse as r_mse
 from .ops import softmax_ce as r_ce
 from .optim import SGD, IntSGD, MASTER_EXTRA_BITS

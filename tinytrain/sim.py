@@ -199,7 +199,8 @@ class Simulator:
             for shape, dt in getattr(l, "nb_buffers", lambda: [])():
                 bufs.append(np.zeros(shape, dt))
         self.B = tuple(bufs) or (np.zeros(1, np.int32),)
-        width = max([m.input_shape and int(np.prod(m.input_shape))] + [l.out_size for l in m.layers] + [l.in_size for l in m.layers])
+        width = max([int(np.prod(m.input_shape))] + [l.out_size for l in m.layers] + [l.in_size for l in m.layers]
+                    + [int(getattr(l, "c_scratch_words", lambda: 0)()) for l in m.layers])
         self.S64 = np.zeros(max(width, getattr(m, "scratch_words", 0)), np.int64)
         self.I32 = np.zeros(self.S64.size, np.int32)
         self.cos = m.opt.cosine.astype(np.int64)
