@@ -118,10 +118,15 @@ def _digits_mlp(dataset):
 
 
 def _digits_cnn(dataset):
-    """W3: 8x8x1 digits, conv + integer batch norm + ReLU + pooling + dense.
-    TODO(layers): fill in the stack once conv/batchnorm/pool layers are registered, then
-    remove "digits-cnn" from NOT_DEFINED."""
-    raise ModelError("digits-cnn: layer stack not defined yet")
+    """W3: 8x8x1 digits: Conv2d(8, 3x3, same) + integer BatchNorm + ReLU + MaxPool 2x2,
+    Conv2d(16, 3x3, same) + BatchNorm + ReLU + MaxPool 2x2, Flatten, Dense(10)."""
+    if len(dataset.input_shape) != 3:
+        raise ModelError("digits-cnn needs image inputs (8, 8, 1): use --data digits-image")
+    conv = lambda f: {"type": "conv2d", "filters": f, "kernel": 3, "padding": "same"}  # noqa: E731
+    return {"name": "digits-cnn", "input_scale": "unit", "optimizer": {"lr": 0.03},
+            "layers": [conv(8), {"type": "batchnorm"}, {"type": "relu"}, {"type": "maxpool2d", "kernel": 2},
+                       conv(16), {"type": "batchnorm"}, {"type": "relu"}, {"type": "maxpool2d", "kernel": 2},
+                       {"type": "flatten"}, {"type": "dense", "units": dataset.n_classes}]}
 
 
 def _mnist1d_cnn(dataset):
@@ -141,7 +146,7 @@ MODELS = {
     "mnist1d-cnn": (_mnist1d_cnn, ("conv1d", "relu", "flatten", "dense"), "mnist1d"),
 }
 #: built-in names whose layer stack is still being written
-NOT_DEFINED = {"digits-cnn"}
+NOT_DEFINED: set = set()
 
 
 def available(name: str) -> bool:
