@@ -5,6 +5,12 @@
 #include <stdint.h>
 #include "tt_fixedpoint.h"
 
+/** Largest fan-in (K) for which the forward accumulator provably fits int32 (with the bias
+ *  aligned and clamped to 2^30: K * 127 * 32767 <= 2^30). Larger layers use int64. */
+#define TT_DENSE_S32_MAX_K 258
+/** Largest fan-out (N) for which the dx column sum provably fits int32. */
+#define TT_DENSE_S32_MAX_N 516
+
 /** Scratch (bytes) the forward and backward kernels need: one int64 per output / input. */
 #define TT_DENSE_BUFFER_SIZE(K, N) (8 * ((K) > (N) ? (K) : (N)))
 

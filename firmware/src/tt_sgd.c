@@ -127,6 +127,26 @@ void tt_sgd_dense_direct(const int8_t *e, int32_t ee, const int8_t *x, int32_t e
 {
     const int32_t can_skip = !o->sr && !o->wd_m;
     int32_t n, k;
+    if (upd_w && w16 && can_skip && m_t >= 0 && m_t < 32768) {
+        const int32_t s = ew + o->k - (ee + ex);
+        if (s >= 1 && s <= 31) {
+            /* 32-bit fast path, same bits: |m_t * e * x| < 2^15 * 127 * 127 < 2^29, and the
+             * round-to-nearest shift of an int32 equals tt_rshift_round_s64 on it. */
+            for (n = 0; n < N; n++) {
+                const int32_t a = m_t * (int32_t)e[n];
+                int16_t *row = w16 + n * K;
+                if (a == 0) continue;
+                for (k = 0; k < K; k++) {
+                    const int32_t p = a * (int32_t)x[k];
+                    int32_t v = (int32_t)row[k] - ((p >> s) + ((p >> (s - 1)) & 1));
+                    if (v > TT_S16_MAX) { v = TT_S16_MAX; st->saturated++; }
+                    else if (v < -TT_S16_MAX) { v = -TT_S16_MAX; st->saturated++; }
+                    row[k] = (int16_t)v;
+                }
+            }
+            upd_w = 0;
+        }
+    }
     if (upd_w) {
         const int32_t s = ew + o->k - (ee + ex);
         for (n = 0; n < N; n++) {

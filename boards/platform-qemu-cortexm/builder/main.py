@@ -55,7 +55,7 @@ else:
 env.Append(
     ASFLAGS=machine_flags,
     ASPPFLAGS=["-x", "assembler-with-cpp"],
-    CCFLAGS=machine_flags + ["-Os", "-g", "-ffunction-sections", "-fdata-sections"],
+    CCFLAGS=machine_flags + ["-O2", "-g", "-ffunction-sections", "-fdata-sections"],
     CFLAGS=["-std=c99"],
     CPPDEFINES=[("F_CPU", "$BOARD_F_CPU"), ("TT_BOARD_%s" % board.id.upper(), 1)],
     LINKFLAGS=machine_flags + ["-Wl,--gc-sections", "--specs=nano.specs", "--specs=nosys.specs",
