@@ -248,7 +248,8 @@ class Emitter:
             for pi, p in enumerate(l.params):
                 key = (li, pi)
                 nm = self.sym(f"l{li}_{p.name}")
-                T.append(Tensor(nm, CTYPE[p.data.dtype], p.data.size, "param", li, p.data))
+                frozen = p.role != "state" and not (p.trainable and m.trainable[li][pi])
+                T.append(Tensor(nm, CTYPE[p.data.dtype], p.data.size, "frozen" if frozen else "param", li, p.data))
                 if key in m.master:
                     T.append(Tensor(self.sym(f"l{li}_{p.name}_master"), "int32_t", p.data.size, "master", li, m.master[key]))
                     order.append(T[-1].name)
@@ -341,6 +342,10 @@ uint32_t {P}_saturations(void);
         flash = 0
         src.append("/* ---- training state (RAM); initial values kept in flash for reset ---- */")
         for t in T:
+            if t.role == "frozen":
+                src.append(f"/** frozen parameter of layer {t.layer} ({t.count} x {t.ctype}), in flash */")
+                src.append(c_array(t.ctype, t.name, t.init, const=True))
+                flash += t.bytes
             if t.role in ("param", "master", "accum", "velocity", "meta"):
                 src.append(f"/** {t.role} of layer {t.layer} ({t.count} x {t.ctype}) */" if t.layer >= 0 else f"/** [prng state, optimizer step, samples in batch] */")
                 src.append(c_array(t.ctype, t.name, t.init))
@@ -456,6 +461,10 @@ uint32_t {P}_saturations(void);
         else:
             w16, w32, ews = pw, "0", w.exp
         uw, ub = int(m.trainable[li][0]), int(m.trainable[li][1])
+        if not uw:
+            w16, w32 = "0", "0"  # frozen weights are const (flash)
+        if not ub:
+            pb = "0"
         out.append(f"    tt_sgd_dense_direct({c.e}, {c.ee}, {c.x}, {c.ex}, {K}, {N}, {w16}, {w32}, {ews}, {pb}, {b.exp}, "
                    f"{uw}, {ub}, &{self.sym('opt')}, m_t, &{self.sym('meta')}[0], &STATS);")
         if (li, 0) in m.master and uw:
@@ -481,11 +490,15 @@ uint32_t {P}_saturations(void);
         inspect = state + [t for t in self.tensors if t.role == "activation"]
         resettable = [t for t in self.tensors if t.role in ("param", "master", "meta")]
         zeroed = [t for t in self.tensors if t.role in ("accum", "velocity")]
-        out = ["", "typedef struct { void *p; uint32_t bytes; } tt_span;", "",
+        out = ["", "/* ro: frozen tensor in flash, a write must leave it unchanged */",
+               "typedef struct { void *p; uint32_t bytes; int ro; } tt_span;", "",
                f"static const tt_span {self.sym('state')}[{len(state)}] = {{"]
-        out += [f"    {{{t.name}, sizeof({t.name})}}," for t in state] + ["};"]
+        def span(t):
+            ro = int(t.role == "frozen")
+            return f"    {{{'(void *)' if ro else ''}{t.name}, sizeof({t.name}), {ro}}},"
+        out += [span(t) for t in state] + ["};"]
         out += [f"static const tt_span {self.sym('tensors')}[{len(inspect)}] = {{"]
-        out += [f"    {{{t.name}, sizeof({t.name})}}," for t in inspect] + ["};"]
+        out += [span(t) for t in inspect] + ["};"]
         n = len(state)
         out += ["", f"uint32_t {P}_state_hash(void)", "{", "    uint32_t i, crc = 0;",
                 f"    for (i = 0; i < {n}u; i++)",
@@ -500,6 +513,7 @@ uint32_t {P}_saturations(void);
                 f"        const tt_span *s = &{self.sym('state')}[i];",
                 "        if (off < s->bytes) {", "            uint32_t k = s->bytes - off < n ? s->bytes - off : n;",
                 "            if (dst) memcpy(dst, (const uint8_t *)s->p + off, k);",
+                "            else if (s->ro) { if (memcmp((const uint8_t *)s->p + off, src, k) != 0) return -1; }",
                 "            else memcpy((uint8_t *)s->p + off, src, k);",
                 "            if (dst) dst += k; else src += k;", "            n -= k;", "            off = 0;",
                 "        } else {", "            off -= s->bytes;", "        }", "    }", "    return 0;", "}", "",

@@ -33,7 +33,8 @@ class HostModel:
         (self._hdir / f"{prefix}.h").write_text(self.em.header)
         srcs = [s for s in srcs if not (isinstance(s, tuple) and s[0].endswith(".h"))]
         self.ffi, self.lib = cbuild.compile_shared(srcs, _cdef(self.em.header), include_dirs=[self._hdir],
-                                                   sanitize=sanitize, extra_flags=extra_flags, name=prefix)
+                                                   sanitize=sanitize, extra_flags=extra_flags, name=prefix,
+                                                   private=True)
         self._f = lambda n: getattr(self.lib, f"{prefix}_{n}")
         self._loss = self.ffi.new("int32_t *")
         self.input_len = int(np.prod(model.input_shape))

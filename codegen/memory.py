@@ -60,7 +60,7 @@ class MemoryReport:
         return "\n".join(lines)
 
 
-ROLE_NAMES = {"param": "parameters", "master": "master weights", "accum": "grad accumulators",
+ROLE_NAMES = {"frozen": "frozen params (flash)", "param": "parameters", "master": "master weights", "accum": "grad accumulators",
               "velocity": "momentum", "meta": "prng/step", "activation": "saved activations",
               "error": "error buffers", "grad": "gradient scratch", "scratch": "kernel scratch"}
 
@@ -71,6 +71,8 @@ DEFAULT_STACK = 256
 def report(em: Emitted, cpu: str | None = "cortex-m4") -> MemoryReport:
     by = {}
     for t in em.tensors:
+        if t.role == "frozen":
+            continue
         by[ROLE_NAMES[t.role]] = by.get(ROLE_NAMES[t.role], 0) + t.bytes
     ram = sum(by.values()) + 4  # + tt_stats
     stack, code = DEFAULT_STACK, None

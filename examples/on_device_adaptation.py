@@ -82,19 +82,19 @@ def main():
           f"test accuracy all {all0:.3f}, old 0-6 {old0:.3f}, new 7-9 {new0:.3f}")
     print(f"device set: {len(dev.x_train)} samples ({a.per_class} per digit), {a.epochs} epochs, lr {a.lr}\n")
     print(f"{'update':8s} {'all':>6s} {'0-6':>6s} {'7-9':>6s} | {'RAM B':>6s} {'flash B':>7s}  "
-          "RAM = params + grads + opt state + activations + errors + scratch")
+          "RAM = params + grads + opt state + activations + errors + scratch + stack")
     for train in ("bias", "last:1", "all"):
         m = adapt_copy(base, ds, train, a.lr)
         fit(m, dev, a.epochs, seed=a.seed, progress=False)
         acc, old, new = accuracies(m, ds)
         mem = memory_estimate(m)
         parts = (mem["ram_trainable_params"] + mem["ram_master_weights"], mem["ram_gradients"],
-                 mem["ram_optimizer_buffers"], mem["ram_activations_kept"] + mem["ram_forward_pingpong"],
-                 mem["ram_error_buffers"], mem["ram_scratch"] + mem["ram_meta"])
+                 mem["ram_optimizer_buffers"], mem["ram_activations_kept"],
+                 mem["ram_error_buffers"], mem["ram_scratch"] + mem["ram_meta"], mem["ram_stack_estimate"])
         print(f"{train:8s} {acc:6.3f} {old:6.3f} {new:6.3f} | {mem['ram_total']:6d} {mem['flash_frozen_params']:7d}  "
               + " + ".join(str(p) for p in parts))
-    print("\n(RAM/flash: estimate from tensor sizes, tinytrain.models.memory_estimate; the weights "
-          "of frozen layers are read from flash)")
+    print("\n(RAM/flash: the code generator's memory plan, tinytrain.models.memory_estimate; frozen "
+          "layers are const data in flash; stack is a fixed estimate without a cross compiler)")
 
 
 if __name__ == "__main__":

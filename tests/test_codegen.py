@@ -197,3 +197,11 @@ def test_conv_pool_models_reference_sim_and_c_equal():
             assert tuple(lr_) == tuple(o[0]) == lc
         # eval mode (batch norm with running statistics) agrees too
         assert [ref.ref_predict(v) for v in x] == list(sim.predict(x)) == [hm.predict(v) for v in x]
+
+
+def test_two_host_models_have_separate_state():
+    x, y = _data(5, (8,), 3, 2)
+    m = Sequential([Dense(6), ReLU(), Dense(3)], input_shape=(8,), input_exp=-7, seed=1)
+    a, b = HostModel(m), HostModel(m)
+    a.train_step(x[0], y[0])
+    assert a.state_hash() != b.state_hash() == m.state_hash()

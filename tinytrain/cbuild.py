@@ -43,7 +43,7 @@ _DEVICE_ONLY = {"tt_device_main"}
 
 
 def compile_shared(sources, cdef: str, *, include_dirs=(), sanitize=False, extra_flags=(),
-                   name="ttlib"):
+                   name="ttlib", private=False):
     """Compile ``sources`` (paths, or (filename, text) pairs) to a shared library and return
     (ffi, lib). Results are cached by the hash of all inputs."""
     cc = os.environ.get("CC", "gcc")
@@ -82,6 +82,16 @@ def compile_shared(sources, cdef: str, *, include_dirs=(), sanitize=False, extra
         os.replace(tmp, out)
     ffi = cffi.FFI()
     ffi.cdef(cdef)
+    if private:
+        # dlopen returns the same handle (and the same static state) for the same path: a
+        # private copy gives this caller its own instance of the library's globals
+        import tempfile
+        fd, tmp = tempfile.mkstemp(suffix=".so", prefix=f"{name}-", dir=cache_dir())
+        os.close(fd)
+        shutil.copyfile(out, tmp)
+        lib = ffi.dlopen(tmp)
+        os.unlink(tmp)  # the mapping stays valid
+        return ffi, lib
     return ffi, ffi.dlopen(str(out))
 
 

@@ -216,49 +216,21 @@ def build_model(name_or_path, dataset, *, seed: int = 0, lr: float | None = None
 # --------------------------------------------------------------- memory estimate
 
 def memory_estimate(model: Sequential) -> dict:
-    """Bytes a device needs to train this model with its optimizer's partial-update setting.
+    """Bytes a device needs to train this model, from the code generator's memory plan (the
+    same buffers the generated C declares; see tinytrain.codegen.memory). Frozen parameters
+    (partial updates) are emitted as const data and live in flash."""
+    from .codegen.emit import generate
+    from .codegen.memory import report
 
-    An estimate from tensor sizes (the codegen memory planner is authoritative):
-    * flash: frozen parameters (read-only);
-    * RAM: trainable parameters (and their int32 master copies), optimizer buffers
-      (accumulators, velocity), int32 gradient buffers of the trainable tensors, layer state
-      (e.g. running statistics), the activations kept for the backward pass (outputs of the
-      layers from the one before the first trainable layer on; the input sample if layer 0
-      trains), a ping-pong pair of activation buffers for the frozen prefix, a ping-pong pair
-      of int8 error buffers for the backward pass, and an int64 scratch row.
-    """
-    L = len(model.layers)
-    trainable = [(li, pi) for li, l in enumerate(model.layers) for pi, p in enumerate(l.params)
-                 if p.trainable and model.trainable[li][pi]]
-    first = min((li for li, _ in trainable), default=L)
-    flash = ram_params = ram_state = grads = 0
-    for li, l in enumerate(model.layers):
-        for pi, p in enumerate(l.params):
-            if (li, pi) in trainable:
-                ram_params += p.data.nbytes
-                grads += p.data.size * 4
-            elif p.role == "state":
-                ram_state += p.data.nbytes
-            else:
-                flash += p.data.nbytes
-    master = sum(a.nbytes for a in model.master.values())
-    opt_bufs = sum(a.nbytes for a in model.accum.values()) + sum(a.nbytes for a in model.velocity.values())
-    in_size = int(np.prod(model.input_shape))
-    if first >= L:
-        kept = 0
-    elif first == 0:
-        kept = in_size + sum(l.out_size for l in model.layers)
-    else:
-        kept = sum(l.out_size for l in model.layers[first - 1:])
-    prefix = model.layers[:max(0, first - 1)]
-    pingpong = max([in_size] + [l.in_size + l.out_size for l in prefix]) if prefix else in_size
-    errors = 2 * max([l.out_size for l in model.layers[first:]] or [0])
-    width = max([in_size] + [l.out_size for l in model.layers] + [l.in_size for l in model.layers])
-    scratch = 8 * width
-    meta = 12
-    ram = ram_params + master + opt_bufs + grads + ram_state + kept + pingpong + errors + scratch + meta
-    return {"flash_frozen_params": flash, "ram_trainable_params": ram_params, "ram_master_weights": master,
-            "ram_optimizer_buffers": opt_bufs, "ram_gradients": grads, "ram_layer_state": ram_state,
-            "ram_activations_kept": kept, "ram_forward_pingpong": pingpong, "ram_error_buffers": errors,
-            "ram_scratch": scratch, "ram_meta": meta, "ram_total": ram,
-            "trainable_tensors": len(trainable), "first_trainable_layer": first}
+    em = generate(model)
+    rep = report(em, cpu=None)
+    by_role = {}
+    for t in em.tensors:
+        by_role[t.role] = by_role.get(t.role, 0) + t.bytes
+    return {"flash_frozen_params": by_role.get("frozen", 0), "ram_trainable_params": by_role.get("param", 0),
+            "ram_master_weights": by_role.get("master", 0),
+            "ram_optimizer_buffers": by_role.get("accum", 0) + by_role.get("velocity", 0),
+            "ram_gradients": by_role.get("grad", 0), "ram_activations_kept": by_role.get("activation", 0),
+            "ram_error_buffers": by_role.get("error", 0), "ram_scratch": by_role.get("scratch", 0),
+            "ram_meta": by_role.get("meta", 0), "ram_stack_estimate": rep.stack_estimate,
+            "ram_total": rep.ram_total}
