@@ -47,6 +47,7 @@ PLUGIN_MODULES = [
     "tinytrain.build_cli",
     "tinytrain.federate",
     "tinytrain.cli_device",  # codegen, build, verify, emulate, flash
+    "tinytrain.federated.cli",  # federate
 ]
 
 

@@ -1,0 +1,18 @@
+"""Federated learning with tinytrain devices: integer FedAvg rounds over simulated devices,
+emulated boards (QEMU) and real boards, with compressed updates and fault handling.
+
+See docs/federated.md. Modules: ``fedavg`` (the aggregation rule), ``codec`` (update
+messages, compression, error feedback), ``partition`` (IID / Dirichlet splits), ``devices``
+(the device kinds), ``engine`` (rounds, quorum, checkpoints), ``api`` (``federate``),
+``cli`` (``tinytrain federate``), ``flower`` (optional Flower apps).
+"""
+from .api import federate, make_devices, resolve
+from .codec import CODECS, CorruptUpdate, Schema
+from .devices import DeviceFault, FaultyDevice, LinkDevice, SimBackend, SimDevice, local_order
+from .engine import FedConfig, Federation, QuorumError
+from .fedavg import fedavg
+from .partition import partition
+
+__all__ = ["federate", "make_devices", "resolve", "CODECS", "CorruptUpdate", "Schema", "DeviceFault",
+           "FaultyDevice", "LinkDevice", "SimBackend", "SimDevice", "local_order", "FedConfig",
+           "Federation", "QuorumError", "fedavg", "partition"]

@@ -1,0 +1,109 @@
+"""The Python API of federated training (the ``tinytrain federate`` command mirrors it).
+
+    from tinytrain.federated import federate
+    r = federate("digits-mlp", "digits", simulated=4, rounds=10, partition="dirichlet:0.5",
+                 compress="int8", out="runs/fed")
+    r = federate("digits-mlp", "digits", board="mps2_an386", devices=4, rounds=5)   # QEMU boards
+    r = federate("digits-mlp", "digits", ports=["/dev/ttyACM0", "/dev/ttyACM1"], rounds=5)
+    print(r["final_accuracy"], r["bytes_on_wire"], r["dropped_updates"])
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .codec import Schema
+from .devices import EmulatedBoard, LinkDevice, SimBackend, SimDevice
+from .engine import FedConfig, Federation, write_plot
+from .partition import partition as split
+
+__all__ = ["federate", "make_devices", "resolve"]
+
+
+def resolve(model, dataset, seed: int = 0):
+    """(Sequential, Dataset) from objects or names (built-in model/dataset names, model files)."""
+    from .. import data
+    from ..models import MODELS, build_model
+
+    if isinstance(dataset, str) or dataset is None:
+        name = dataset or (MODELS[model][2] if isinstance(model, str) and model in MODELS else "digits")
+        dataset = data.load(name)
+    if isinstance(model, (str, Path)):
+        model = build_model(str(model), dataset, seed=seed)
+    return model, dataset
+
+
+def make_devices(model, dataset, config: FedConfig, *, simulated: int | None = None,
+                 board: str | None = None, devices: int | None = None, ports=None,
+                 elf=None, timeout: float = 10.0):
+    """Devices of one kind with their data partitions: `simulated` K in-process devices,
+    `board` B x `devices` K emulated boards (firmware built once, cached), or `ports`
+    (pyserial URLs of boards already running this model's firmware)."""
+    from ..train import prepare_inputs
+
+    X, Y, _, _ = prepare_inputs(model, dataset)
+    kinds = sum(x is not None for x in (simulated, board, ports))
+    if kinds != 1:
+        raise ValueError("name exactly one kind of device: simulated=K, board=B with devices=K, or ports=[...]")
+    k = simulated if simulated is not None else (len(ports) if ports is not None else devices)
+    if not k or k < 1:
+        raise ValueError("the number of devices must be at least 1")
+    schema = Schema.of(model)
+    parts = split(Y, int(k), config.partition, config.seed)
+    kw = dict(codec=config.compress, seed=config.seed, local_epochs=config.local_epochs,
+              local_steps=config.local_steps)
+    if simulated is not None:
+        backend = SimBackend(model, X, Y)
+        return [SimDevice(i, schema, parts[i], backend, **kw) for i in range(k)]
+    if board is not None:
+        from ..boards import get_board
+        from ..verify import build_cached
+
+        b = get_board(board)
+        if not b.is_emulated:
+            raise ValueError(f"{b.name} is a real board: flash it and pass its serial ports (--ports)")
+        elf = elf or build_cached(model, b.name)
+        out = []
+        for i in range(k):
+            eb = EmulatedBoard(b.name, elf, timeout=timeout)
+            dev = LinkDevice(i, schema, parts[i], X, Y, model, eb.connect, **kw)
+            dev.board = eb
+            dev.close = (lambda d=dev, e=eb: (LinkDevice.close(d), e.close()))
+            out.append(dev)
+        return out
+    from ..protocol import DeviceLink
+
+    return [LinkDevice(i, schema, parts[i], X, Y, model,
+                       (lambda p=p: DeviceLink(p, timeout=timeout)), **kw) for i, p in enumerate(ports)]
+
+
+def federate(model, dataset=None, *, simulated: int | None = None, board: str | None = None,
+             devices: int | None = None, ports=None, rounds: int = 10, partition: str = "iid",
+             local_epochs: int = 1, local_steps: int | None = None, compress: str = "none",
+             compress_down: str | None = None, seed: int = 0, quorum: float = 0.5, out=None, resume: bool = False, plot=None,
+             log=None, timeout: float = 10.0, device_list=None) -> dict:
+    """Run a federation and return its summary (rounds, final_accuracy, bytes_on_wire,
+    dropped_updates, accuracy_per_round, history, ...). `device_list`: prebuilt devices
+    (e.g. wrapped in devices.FaultyDevice) instead of simulated/board/ports."""
+    model, dataset = resolve(model, dataset, seed)
+    cfg = FedConfig(rounds=rounds, local_epochs=local_epochs, local_steps=local_steps,
+                    partition=partition, compress=compress, compress_down=compress_down, seed=seed,
+                    quorum=quorum)
+    devs = device_list if device_list is not None else make_devices(
+        model, dataset, cfg, simulated=simulated, board=board, devices=devices, ports=ports,
+        timeout=timeout)
+    fed = Federation(model, dataset, devs, cfg, out=out, log=log)
+    try:
+        if resume:
+            fed.resume()
+        summary = fed.run()
+    finally:
+        fed.close()
+    summary["history"] = fed.history
+    summary["global_model"] = str(Path(out) / "global.tt") if out else None
+    if plot is None and out is not None:
+        plot = Path(out) / "federated.png"
+    if plot and fed.history:
+        write_plot(fed.history, plot, title=f"{model.name}: {len(devs)} devices, {partition}, "
+                                              f"compress {compress}")
+        summary["plot"] = str(plot)
+    return summary

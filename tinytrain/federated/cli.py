@@ -1,0 +1,73 @@
+"""``tinytrain federate``: federated rounds over simulated devices, emulated boards or real
+boards on serial ports (registered in tinytrain.cli's plugin list).
+
+    tinytrain federate --simulated 4 --rounds 10 --model digits-mlp --partition dirichlet:0.5
+    tinytrain federate --board mps2_an386 --devices 4 --rounds 5 --model digits-mlp --compress int8
+    tinytrain federate --ports /dev/ttyACM0 /dev/ttyACM1 --rounds 5 --model digits-mlp --out runs/fed
+"""
+from __future__ import annotations
+
+import sys
+
+from .. import cli
+
+
+def _args(p):
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--simulated", type=int, metavar="K", help="K in-process simulated devices")
+    who.add_argument("--board", help="an emulated board (QEMU), e.g. mps2_an386; with --devices K")
+    who.add_argument("--ports", nargs="+", metavar="P", help="serial ports / pyserial URLs of boards "
+                     "running this model's firmware")
+    p.add_argument("--devices", type=int, default=4, help="number of emulated boards (with --board; default 4)")
+    p.add_argument("--rounds", type=int, required=True)
+    p.add_argument("--model", required=True, help="digits-mlp (built-in), a model file (.json/.toml) or a saved .tt")
+    p.add_argument("--data", default=None, help="dataset (default: the model's)")
+    p.add_argument("--partition", default="iid", help="iid or dirichlet:ALPHA (default iid)")
+    p.add_argument("--local-epochs", type=int, default=1, help="local epochs per round (default 1)")
+    p.add_argument("--local-steps", type=int, default=None, help="cap on samples per device per round")
+    p.add_argument("--compress", choices=("none", "int8", "int4", "sign"), default="none",
+                   help="update (and broadcast) compression, with error feedback")
+    p.add_argument("--compress-down", choices=("none", "int8", "int4", "sign"), default=None,
+                   help="broadcast compression (default: as --compress)")
+    p.add_argument("--quorum", type=float, default=0.5, help="valid updates a round needs: a fraction "
+                   "of the devices (< 1) or a count (default 0.5)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds a board may take to answer")
+    p.add_argument("--out", default=None, help="directory: global model after every round "
+                   "(global.tt), rounds/, federated.png")
+    p.add_argument("--resume", action="store_true", help="continue from --out/global.tt")
+    p.add_argument("--plot", default=None, help="PNG path (default OUT/federated.png)")
+    p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
+
+
+def _run(args) -> int:
+    import json
+
+    from .api import federate
+
+    if args.rounds < 1:
+        raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
+    if args.resume and not args.out:
+        raise ValueError("--resume needs --out")
+    logf = sys.stderr if args.json else sys.stdout
+    r = federate(args.model, args.data, simulated=args.simulated, board=args.board,
+                 devices=args.devices if args.board else None, ports=args.ports, rounds=args.rounds,
+                 partition=args.partition, local_epochs=args.local_epochs, local_steps=args.local_steps,
+                 compress=args.compress, compress_down=args.compress_down, seed=args.seed, quorum=args.quorum, out=args.out,
+                 resume=args.resume, plot=args.plot, timeout=args.timeout,
+                 log=lambda s: print(s, file=logf, flush=True))
+    r["compress_down"] = args.compress_down or args.compress
+    if args.json:
+        hist = r.pop("history")
+        r["history"] = [{k: e[k] for k in ("round", "accuracy", "accepted", "bytes_up", "bytes_down")}
+                        | {"dropped": [d["device"] for d in e["dropped"]]} for e in hist]
+        print(json.dumps(r, sort_keys=True))
+    else:
+        print(f"done: {r['rounds']} rounds, final accuracy {r['final_accuracy']:.4f}, "
+              f"{r['bytes_on_wire']} bytes on the wire, {r['dropped_updates']} dropped updates"
+              + (f", global model {r['global_model']}" if r.get("global_model") else ""))
+    return 0
+
+
+cli.register("federate", "federated training over simulated devices, emulated or real boards",
+             _args, _run)

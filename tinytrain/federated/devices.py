@@ -1,0 +1,316 @@
+"""Federated devices behind one interface: in-process simulated devices, emulated boards
+(QEMU) and real boards on serial ports (both through the serial protocol).
+
+Per round the coordinator calls ``update = dev.run_round(global_msg)`` (bytes in, bytes out),
+then ``dev.ack(round, accepted)``; ``dev.ensure_ready()`` before a round reconnects a device
+that failed earlier. A device that cannot deliver raises ``DeviceFault``.
+
+What runs where. Every device holds its own data partition and trains on it with the same
+integer step: a simulated device in the host simulator, a board in its firmware. The local
+sample order comes from the device's data PRNG for the round (``local_order``), the training
+PRNG from ``client_seed``, so a simulated device and a board started from the same global
+model end the round in the same state, bit for bit. Update compression and error feedback
+(``codec.compress``) run in the device *agent*: in-process for a simulated device; for a board,
+on the host side of its serial link, because the firmware has no codec yet - the board sends
+its full state blob over serial (GET_TENSOR), the agent checks it against the board's
+STATE_HASH, compresses it and keeps the residual. The bytes counted "on the wire" are those
+of the federated messages (global model down, update up), not of the serial link.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import fixedpoint as fp
+from .codec import CODECS, Schema, compress, decode_global, encode_update
+from .fedavg import client_seed, start_state
+
+__all__ = ["DeviceFault", "Device", "SimBackend", "SimDevice", "LinkDevice", "EmulatedBoard",
+           "FaultyDevice", "local_order"]
+
+DATA_SEED_XOR = 0x5EED
+
+
+class DeviceFault(RuntimeError):
+    """A device did not deliver its update this round (timeout, disconnect, reset...)."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+def local_order(seed: int, rnd: int, device: int, indices, epochs: int = 1,
+                steps: int | None = None) -> np.ndarray:
+    """The samples (indices into the training set) device `device` trains on in round `rnd`:
+    `epochs` data-PRNG permutations of its partition, the PRNG state carried over, starting
+    at prng_seed(client_seed ^ 0x5EED); with `steps`, the first `steps` of that sequence
+    (continuing into further permutations if `steps` exceeds the epochs)."""
+    indices = np.asarray(indices, np.int64)
+    n = len(indices)
+    want = n * epochs if steps is None else int(steps)
+    state = fp.prng_seed(client_seed(seed, rnd, device) ^ DATA_SEED_XOR)
+    out, have = [], 0
+    while have < want and n:
+        state, perm = fp.permutation(state, n)
+        out.append(indices[perm[:want - have]])
+        have += len(out[-1])
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+
+class Device:
+    """Base: the agent logic shared by all kinds (data, order, codec, error feedback)."""
+
+    kind = "device"
+
+    def __init__(self, device_id: int, schema: Schema, indices, X, Y, *, codec: str = "none",
+                 seed: int = 0, local_epochs: int = 1, local_steps: int | None = None):
+        if codec not in CODECS:
+            raise ValueError(f"compression {codec!r}: use one of {', '.join(CODECS)}")
+        self.id = int(device_id)
+        self.schema = schema
+        self.indices = np.asarray(indices, np.int64)
+        self.X, self.Y = X, Y
+        self.codec = codec
+        self.seed = int(seed)
+        self.local_epochs = int(local_epochs)
+        self.local_steps = local_steps
+        self.residual = None if codec == "none" else [np.zeros(int(np.prod(s)), np.int64) for s in schema.shapes]
+        self._pending = None  # (round, residual) waiting for the coordinator's ack
+        self.replica = None   # the last global model received (base of delta broadcasts)
+
+    @property
+    def n_samples(self) -> int:
+        return len(self.indices)
+
+    def ensure_ready(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def _train(self, store, rnd: int, step: int, order) -> tuple[bytes, int]:
+        """Train from `store` on X[order]; return (state blob, device-reported state hash)."""
+        raise NotImplementedError
+
+    def run_round(self, global_msg: bytes) -> bytes:
+        from .codec import CorruptUpdate
+
+        try:
+            rnd, step, store = decode_global(global_msg, self.schema, self.replica)
+        except CorruptUpdate as e:
+            self.replica = None
+            raise DeviceFault("desync", f"device {self.id}: {e}") from None
+        self.replica = store
+        order = local_order(self.seed, rnd, self.id, self.indices, self.local_epochs, self.local_steps)
+        if len(order) == 0:
+            raise DeviceFault("empty", f"device {self.id} has no samples")
+        blob, h = self._train(store, rnd, step, order)
+        if fp.crc32(blob) != h and self.codec != "none":  # none: the coordinator checks it
+            raise DeviceFault("corrupt", f"device {self.id}: state read back does not match its hash")
+        new_step = int(np.frombuffer(blob, "<u4", 3, len(blob) - 12)[1])
+        if self.codec == "none":
+            return encode_update("none", self.id, rnd, len(order), new_step, h, len(self.schema.slots), blob)
+        local = self.schema.store_from_blob(blob)
+        body, recon, res = compress(self.codec, local, store, self.residual)
+        self._pending = (rnd, res)
+        from .codec import store_hash
+        return encode_update(self.codec, self.id, rnd, len(order), new_step, store_hash(recon),
+                             len(self.schema.shapes), body)
+
+    def ack(self, rnd: int, accepted: bool) -> None:
+        """The coordinator's verdict on this round's update: commit the error-feedback
+        residual only if the update was used."""
+        if self._pending is not None and self._pending[0] == rnd and accepted:
+            self.residual = self._pending[1]
+        self._pending = None
+
+    # device-side state that must survive a coordinator restart (the residual)
+    def get_state(self):
+        return None if self.residual is None else np.concatenate(self.residual)
+
+    def set_state(self, flat) -> None:
+        if self.residual is None or flat is None:
+            return
+        sizes = np.cumsum([r.size for r in self.residual])[:-1]
+        self.residual = [a.astype(np.int64) for a in np.split(np.asarray(flat), sizes)]
+
+
+# ------------------------------------------------------------------------- simulated
+
+class SimBackend:
+    """One compiled Simulator shared by any number of simulated devices: a device's round
+    writes the global state into the shared model's arrays in place, trains, reads back."""
+
+    def __init__(self, model, X, Y):
+        from ..sim import Simulator
+
+        self.model = model.copy()
+        self.sim = Simulator(self.model)
+        self.X, self.Y = X, Y
+
+    def train(self, store, seed, rnd, device, step, order) -> tuple[bytes, int]:
+        from ..verify import state_blob
+
+        m = self.model
+        start_state(m, store, seed, rnd, device, step)
+        self.sim.train(self.X, self.Y, order)
+        blob = state_blob(m)
+        return blob, fp.crc32(blob)
+
+
+class SimDevice(Device):
+    kind = "simulated"
+
+    def __init__(self, device_id, schema, indices, backend: SimBackend, **kw):
+        super().__init__(device_id, schema, indices, backend.X, backend.Y, **kw)
+        self.backend = backend
+
+    def _train(self, store, rnd, step, order):
+        return self.backend.train(store, self.seed, rnd, self.id, step, order)
+
+
+# ---------------------------------------------------------------------------- boards
+
+class EmulatedBoard:
+    """A restartable QEMU board: connect() boots it if needed and opens a DeviceLink."""
+
+    def __init__(self, board: str, elf, timeout: float = 10.0):
+        from ..emulator import Emulator
+
+        self.emu = Emulator(board, elf)
+        self.timeout = timeout
+
+    def connect(self):
+        from ..protocol import DeviceLink
+
+        if self.emu.proc is not None and self.emu.proc.poll() is not None:
+            self.emu.stop()  # it died: boot a fresh one
+        self.emu.start()
+        return DeviceLink(self.emu.url, timeout=self.timeout)
+
+    def kill(self) -> None:
+        """Kill the QEMU process (fault injection: the board dies mid-round)."""
+        if self.emu.proc is not None:
+            self.emu.proc.kill()
+
+    def close(self) -> None:
+        self.emu.stop()
+
+
+class LinkDevice(Device):
+    """A board (emulated or real) behind the serial protocol. `connect()` returns an open
+    DeviceLink; it is called once and again only after a fault broke the link, so a real
+    board's port stays open across rounds."""
+
+    kind = "board"
+
+    def __init__(self, device_id, schema, indices, X, Y, model, connect, *, on_step=None,
+                 batch: bool = True, **kw):
+        super().__init__(device_id, schema, indices, X, Y, **kw)
+        self.twin = model.copy()
+        self.schema_hash = model.schema_hash()
+        self._connect = connect
+        self.link = None
+        self.batch = batch
+        self.on_step = on_step  # test hook: on_step(device, round, k) after k samples
+
+    def ensure_ready(self) -> None:
+        from ..protocol import ProtocolError
+
+        if self.link is not None:
+            return
+        try:
+            self.link = self._connect()
+        except (ProtocolError, OSError, RuntimeError) as e:
+            raise DeviceFault("disconnect", f"device {self.id}: cannot connect: {e}") from e
+        got = self.link.info.schema_hash
+        if got != self.schema_hash:
+            self._drop()
+            raise DeviceFault("schema", f"device {self.id} runs schema 0x{got:08x}, not "
+                                        f"0x{self.schema_hash:08x}: flash this model's firmware")
+
+    def _drop(self):
+        if self.link is not None:
+            try:
+                self.link.close()
+            except Exception:  # noqa: BLE001 - the link is already broken
+                pass
+        self.link = None
+
+    def _train(self, store, rnd, step, order):
+        from ..protocol import DeviceError, DeviceReset, DeviceTimeout, ProtocolError
+        from ..verify import state_blob
+
+        if self.link is None:
+            raise DeviceFault("disconnect", f"device {self.id} is not connected")
+        start_state(self.twin, store, self.seed, rnd, self.id, step)
+        blob = state_blob(self.twin)
+        lk = self.link
+        try:
+            h0 = lk.load_params(blob, resume=False)
+            if h0 != fp.crc32(blob):
+                raise DeviceFault("corrupt", f"device {self.id}: state hash after load 0x{h0:08x} "
+                                             f"!= 0x{fp.crc32(blob):08x}")
+            per = max(1, (lk.info.max_payload - 2) // (2 + lk.info.input_len)) if self.batch else 1
+            k = 0
+            while k < len(order):
+                idx = order[k:k + per]
+                if len(idx) > 1:
+                    try:
+                        lk.train_batch([self.X[i] for i in idx], [int(self.Y[i]) for i in idx])
+                    except DeviceError as e:
+                        if e.code != 13:  # UNSUPPORTED: fall back to single steps
+                            raise
+                        self.batch, per = False, 1
+                        continue
+                else:
+                    lk.train(self.X[idx[0]], int(self.Y[idx[0]]))
+                k += len(idx)
+                if self.on_step is not None:
+                    self.on_step(self, rnd, k)
+            out = lk.read_params()
+            h = lk.state_hash()
+        except DeviceReset as e:
+            raise DeviceFault("reset", f"device {self.id} restarted during round {rnd}: {e}") from e
+        except DeviceTimeout as e:
+            self._drop()
+            raise DeviceFault("timeout", f"device {self.id} timed out in round {rnd}: {e}") from e
+        except (ProtocolError, OSError) as e:
+            self._drop()
+            raise DeviceFault("disconnect", f"device {self.id} link failed in round {rnd}: {e}") from e
+        except Exception as e:  # pyserial's SerialException is an IOError; anything else: a lost link
+            self._drop()
+            raise DeviceFault("disconnect", f"device {self.id} link failed in round {rnd}: "
+                                            f"{type(e).__name__}: {e}") from e
+        return out, h
+
+    def close(self) -> None:
+        self._drop()
+
+
+# ------------------------------------------------------------------------ fault injection
+
+class FaultyDevice:
+    """Wraps a device and injects faults: plan = {(round, device_id): kind} with kind in
+    timeout, disconnect, reset (the device raises DeviceFault), corrupt (one byte of the
+    update flipped: CRC mismatch) or tamper (a byte flipped and the CRC recomputed: only the
+    hash catches it)."""
+
+    def __init__(self, dev, plan: dict):
+        self.dev, self.plan = dev, plan
+
+    def __getattr__(self, name):
+        return getattr(self.dev, name)
+
+    def run_round(self, global_msg: bytes) -> bytes:
+        import struct
+
+        rnd = struct.unpack_from("<I", global_msg, 4)[0]
+        kind = self.plan.get((rnd, self.dev.id))
+        if kind in ("timeout", "disconnect", "reset"):
+            raise DeviceFault(kind, f"device {self.dev.id}: injected {kind} in round {rnd}")
+        msg = bytearray(self.dev.run_round(global_msg))
+        if kind in ("corrupt", "tamper"):
+            msg[len(msg) // 2] ^= 0x5A
+            if kind == "tamper":
+                msg[-4:] = struct.pack("<I", fp.crc32(bytes(msg[:-4])))
+        return bytes(msg)

@@ -1,0 +1,305 @@
+"""The round engine: broadcast the global model, let every device train locally, verify and
+aggregate the updates with integer FedAvg, evaluate, save, repeat.
+
+A round r (1-based):
+ 1. the global message (round, global optimizer step, parameter store; codec.encode_global)
+    goes to every device that is ready (a device that failed before is reconnected first);
+ 2. each device trains on its own samples (devices.local_order) and returns an update;
+ 3. every update is checked (CRC-32, hash, round, length: codec.decode_update); a device that
+    raised DeviceFault or sent a bad update is left out of the round ("dropped");
+ 4. with at least `quorum` accepted updates the new global store is their integer FedAvg
+    (fedavg.Aggregator), the global step becomes the largest device step, devices are told
+    whether their update was used (error-feedback residuals commit only then); without a
+    quorum the round is attempted again (up to `max_retries` times), then QuorumError;
+ 5. the global model is evaluated on the test set and saved (checkpoint), atomically: the
+    device-side residuals to ``fleet-rNNNN.npz`` first, then ``global.tt`` (io.save: temp file,
+    fsync, os.replace) which names that round. ``global.tt`` is the commit point: resuming
+    loads it, the fleet file of its round and continues - bit-identical to never stopping.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .codec import Schema, CorruptUpdate, decode_update, encode_global
+from .devices import DeviceFault
+from .fedavg import Aggregator, set_store, store_tensors
+
+__all__ = ["FedConfig", "Federation", "QuorumError"]
+
+
+class QuorumError(RuntimeError):
+    """Too few devices delivered a valid update, even after retries."""
+
+
+@dataclass
+class FedConfig:
+    rounds: int = 10
+    local_epochs: int = 1
+    local_steps: int | None = None      # cap on samples per device per round
+    partition: str = "iid"               # iid | dirichlet:ALPHA
+    compress: str = "none"               # uplink: none | int8 | int4 | sign
+    compress_down: str | None = None     # broadcast; None: the same as compress
+    seed: int = 0
+    quorum: float = 0.5                  # < 1: fraction of devices; >= 1: a count
+    max_retries: int = 2
+    keep_rounds: bool = True             # also save rounds/global-rNNNN.tt
+
+    @property
+    def down(self) -> str:
+        return self.compress if self.compress_down is None else self.compress_down
+
+    def need(self, k: int) -> int:
+        q = self.quorum
+        return max(1, min(k, int(q) if q >= 1 else math.ceil(q * k)))
+
+
+def _atomic_write(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+class Federation:
+    """Coordinator of `devices` (objects with the devices.Device interface) training `model`
+    (its current parameters are the initial global model) on `dataset`'s test split for
+    evaluation. `out`: directory for checkpoints (None: nothing saved). `log(str)`: progress."""
+
+    def __init__(self, model, dataset, devices, config: FedConfig | None = None, *, out=None,
+                 log=None):
+        from ..sim import Simulator
+        from ..train import prepare_inputs
+
+        self.config = config or FedConfig()
+        self.model = model.copy()  # the global model (its store is the global state)
+        for d in (self.model.accum, self.model.velocity):
+            for a in d.values():
+                a[...] = 0
+        self.dataset = dataset
+        self.devices = list(devices)
+        self.schema = Schema.of(self.model)
+        _, _, self.Xt, self.Yt = prepare_inputs(self.model, dataset)
+        self._eval_model = self.model.copy()
+        self._eval_sim = Simulator(self._eval_model)
+        self.out = Path(out) if out is not None else None
+        self.log = log or (lambda s: None)
+        self.round = 0
+        self.step = int(self.model.meta[1])
+        self.history: list[dict] = []
+        self.bytes_up = self.bytes_down = 0
+        self.dropped_total = 0
+        self.held = None        # the model in-sync devices hold (last broadcast, decoded)
+        self.synced = set()     # ids of devices known to hold `held`
+
+    # ------------------------------------------------------------------ state
+    @property
+    def store(self):
+        return [t.copy() for t in store_tensors(self.model)]
+
+    def accuracy(self) -> float:
+        set_store(self._eval_model, store_tensors(self.model))
+        pred = self._eval_sim.predict(self.Xt)
+        return float(np.mean(pred == self.Yt)) if len(self.Yt) else float("nan")
+
+    def state_hash(self) -> int:
+        return self.model.state_hash()
+
+    # ------------------------------------------------------------------ rounds
+    def run_round(self) -> dict:
+        cfg, r = self.config, self.round + 1
+        need = cfg.need(len(self.devices))
+        for attempt in range(cfg.max_retries + 1):
+            rec = self._attempt(r, need, attempt)
+            if rec is not None:
+                return rec
+        raise QuorumError(f"round {r}: fewer than {need} of {len(self.devices)} devices delivered a "
+                          f"valid update in {cfg.max_retries + 1} attempts")
+
+    def _attempt(self, r: int, need: int, attempt: int) -> dict | None:
+        t0 = time.perf_counter()
+        full, glob = encode_global(r, self.step, self.store)
+        delta = None
+        if self.config.down != "none" and self.held is not None:
+            delta, glob = encode_global(r, self.step, self.store, self.config.down, self.held)
+            full, _ = encode_global(r, self.step, glob)  # late joiners get the same model whole
+        agg = Aggregator(glob)
+        up = down = 0
+        accepted, dropped, steps = [], [], []
+        for dev in self.devices:
+            try:
+                dev.ensure_ready()
+                msg = delta if (delta is not None and dev.id in self.synced) else full
+                down += len(msg)
+                reply = dev.run_round(msg)
+                up += len(reply)
+                u = decode_update(reply, self.schema, glob, r)
+                if u.device != dev.id:
+                    raise CorruptUpdate(f"update names device {u.device}, came from {dev.id}")
+                agg.add(u.store, u.n_samples)
+                accepted.append(dev)
+                steps.append(u.step)
+            except DeviceFault as e:
+                dropped.append({"device": dev.id, "reason": e.kind, "detail": str(e)})
+            except CorruptUpdate as e:
+                dropped.append({"device": dev.id, "reason": "corrupt", "detail": str(e)})
+        self.bytes_up += up
+        self.bytes_down += down
+        self.dropped_total += len(dropped)
+        ok = len(accepted) >= need
+        ids = {d.id for d in accepted} if ok else set()
+        for dev in self.devices:
+            dev.ack(r, dev.id in ids)
+        for d in dropped:
+            self.log(f"round {r}: device {d['device']} dropped ({d['reason']}): {d['detail']}")
+        if not ok:
+            self.log(f"round {r} attempt {attempt + 1}: {len(accepted)} valid updates < quorum {need}: retrying")
+            return None
+        self.held, self.synced = glob, ids
+        set_store(self.model, agg.result())
+        self.step = max(steps)
+        self.model.meta[1] = self.step
+        self.round = r
+        acc = self.accuracy()
+        rec = {"round": r, "accuracy": acc, "devices": len(self.devices), "accepted": len(accepted),
+               "dropped": dropped, "samples": agg.N, "bytes_up": up, "bytes_down": down,
+               "bytes_on_wire": up + down, "bytes_on_wire_total": self.bytes_up + self.bytes_down,
+               "attempts": attempt + 1, "seconds": time.perf_counter() - t0,
+               "state_hash": f"{self.state_hash():08x}"}
+        self.history.append(rec)
+        self._save()
+        self.log(f"round {r:3d}/{self.config.rounds}  accuracy {acc:.4f}  updates {len(accepted)}/"
+                 f"{len(self.devices)}  dropped {len(dropped)}  up {up} B  down {down} B  "
+                 f"{rec['seconds']:.2f}s")
+        return rec
+
+    def run(self, rounds: int | None = None) -> dict:
+        target = self.config.rounds if rounds is None else rounds
+        while self.round < target:
+            self.run_round()
+        return self.summary()
+
+    def summary(self) -> dict:
+        h = self.history
+        return {"rounds": self.round, "final_accuracy": h[-1]["accuracy"] if h else self.accuracy(),
+                "accuracy_per_round": [e["accuracy"] for e in h],
+                "bytes_on_wire": self.bytes_up + self.bytes_down, "bytes_up": self.bytes_up,
+                "bytes_down": self.bytes_down, "dropped_updates": self.dropped_total,
+                "devices": len(self.devices), "compress": self.config.compress,
+                "partition": self.config.partition, "state_hash": f"{self.state_hash():08x}",
+                "params": self.schema.n_params,
+                "int32_params_bytes_per_update": 4 * self.schema.n_params,
+                "out": str(self.out) if self.out else None}
+
+    # ------------------------------------------------------------- checkpoints
+    def _save(self) -> None:
+        if self.out is None:
+            return
+        from .. import io as tio
+
+        self.out.mkdir(parents=True, exist_ok=True)
+        fleet = f"fleet-r{self.round:04d}.npz"
+        states = {str(d.id): s for d in self.devices if (s := d.get_state()) is not None}
+        if self.held is not None and self.config.down != "none":
+            states.update({f"held{i}": t for i, t in enumerate(self.held)})
+        if states:
+            _atomic_write(self.out / fleet, lambda f: np.savez(f, **states))
+        extra = {"federated": {"round": self.round, "step": self.step, "config": asdict(self.config),
+                               "history": self.history, "bytes_up": self.bytes_up,
+                               "bytes_down": self.bytes_down, "dropped_total": self.dropped_total,
+                               "fleet": fleet if states else None,
+                               "devices": [d.id for d in self.devices],
+                               "synced": sorted(self.synced)},
+                 "dataset": self.dataset.name}
+        tio.save(self.model, self.out / "global.tt", extra=extra)  # the commit point
+        if self.config.keep_rounds:
+            tio.save(self.model, self.out / "rounds" / f"global-r{self.round:04d}.tt", extra=extra)
+        for old in self.out.glob("fleet-r*.npz"):
+            if old.name != fleet:
+                old.unlink()
+
+    def resume(self) -> bool:
+        """Continue from `out`/global.tt if it exists; returns whether it did."""
+        from .. import io as tio
+
+        if self.out is None or not (self.out / "global.tt").exists():
+            return False
+        saved, extra = tio.load(self.out / "global.tt")
+        fed = extra.get("federated")
+        if fed is None:
+            raise ValueError(f"{self.out / 'global.tt'} is not a federated checkpoint")
+        if saved.schema_hash() != self.model.schema_hash():
+            raise ValueError(f"{self.out / 'global.tt'} holds another model: cannot resume")
+        mine = asdict(self.config)
+        for k in ("local_epochs", "local_steps", "partition", "compress", "seed"):
+            if fed["config"].get(k) != mine[k]:
+                raise ValueError(f"cannot resume: the checkpoint used {k}={fed['config'].get(k)!r}, "
+                                 f"this run {k}={mine[k]!r}")
+        if fed["devices"] != [d.id for d in self.devices]:
+            raise ValueError("cannot resume: the checkpoint was written by another set of devices")
+        set_store(self.model, store_tensors(saved))
+        self.round, self.step = int(fed["round"]), int(fed["step"])
+        self.model.meta[1] = self.step
+        self.history = list(fed["history"])
+        self.bytes_up, self.bytes_down = int(fed["bytes_up"]), int(fed["bytes_down"])
+        self.dropped_total = int(fed["dropped_total"])
+        if fed.get("fleet"):
+            with np.load(self.out / fed["fleet"]) as z:
+                for d in self.devices:
+                    if str(d.id) in z.files:
+                        d.set_state(z[str(d.id)])
+                if "held0" in z.files:
+                    self.held = [z[f"held{i}"] for i in range(len(self.schema.shapes))]
+                    self.synced = set(fed.get("synced", []))
+                    for d in self.devices:  # their stored copy of the last broadcast
+                        if d.id in self.synced:
+                            d.replica = [t.copy() for t in self.held]
+        self.log(f"resumed from {self.out / 'global.tt'} after round {self.round}")
+        return True
+
+    def close(self) -> None:
+        for d in self.devices:
+            d.close()
+
+
+def write_plot(history, path, title="federated training") -> Path:
+    """PNG: test accuracy per round, and bytes on the wire per round (up, down)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    r = [e["round"] for e in history]
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.5))
+    a1.plot(r, [e["accuracy"] for e in history], marker="o", ms=3)
+    a1.set_xlabel("round")
+    a1.set_ylabel("test accuracy (global model)")
+    a1.grid(alpha=0.3)
+    a2.bar(r, [e["bytes_down"] for e in history], label="down (global model)")
+    a2.bar(r, [e["bytes_up"] for e in history], bottom=[e["bytes_down"] for e in history], label="up (updates)")
+    a2.set_xlabel("round")
+    a2.set_ylabel("bytes on the wire")
+    a2.legend()
+    a2.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def dumps(obj) -> str:
+    return json.dumps(obj, sort_keys=True)
