@@ -194,3 +194,41 @@ def test_every_tensor_in_a_reference_step_is_integer(digits, monkeypatch, opt):
             assert a.dtype.kind in "iu"
     assert ("forward_backward" in seen) and (2, "backward") in seen and (0, "forward") in seen
     assert ("update_direct_ref" in seen) or ("apply_accumulated_ref" in seen)
+
+
+def _all_layer_models():
+    from tinytrain.layers import Dense, Flatten, ReLU
+    from tinytrain.layers_conv import AvgPool2d, Conv1d, Conv2d, DepthwiseConv2d, GlobalAvgPool, MaxPool1d, MaxPool2d
+    from tinytrain.layers_norm import BatchNorm
+    from tinytrain.model import Sequential
+    yield Sequential([Conv2d(4, 3, padding="same"), BatchNorm(), ReLU(), MaxPool2d(2), DepthwiseConv2d(3, padding="same"),
+                      ReLU(), AvgPool2d(2), Flatten(), Dense(5)], input_shape=(8, 8, 1), input_exp=-7, seed=0)
+    yield Sequential([Conv1d(4, 3, stride=2), BatchNorm(), ReLU(), MaxPool1d(2), Conv1d(3, 3, padding="same"),
+                      GlobalAvgPool(), Dense(5)], input_shape=(20, 2), input_exp=-7,
+                     optimizer=topt.SGD(lr=0.05, batch_size=2, momentum=0.9, stochastic_rounding=True), seed=0)
+
+
+@pytest.mark.parametrize("idx", [0, 1])
+def test_every_layer_type_step_is_integer(monkeypatch, idx):
+    """Every op of every layer type (conv, depthwise, pooling, batch norm...), forward and
+    backward, takes and returns integer tensors and integer exponents only."""
+    m = list(_all_layer_models())[idx]
+    seen = set()
+    for li, layer in enumerate(m.layers):
+        for tag in ("ref_forward", "ref_backward"):
+            fn = getattr(layer, tag)
+
+            def inner(*a, _fn=fn, _tag=tag, _li=li, **k):
+                out = _fn(*a, **k)
+                _check_int(f"layer {_li} {_tag} inputs", [x for x in a if not isinstance(x, bool)])
+                _check_int(f"layer {_li} {_tag} outputs", out)
+                seen.add((_li, _tag))
+                return out
+            monkeypatch.setattr(layer, tag, inner)
+    rng = np.random.default_rng(idx)
+    x = rng.integers(-127, 128, (4, *m.input_shape)).astype(np.int8)
+    for i in range(4):
+        m.ref_train_step(x[i], i % 5)
+    assert all((li, t) in seen for li in range(len(m.layers)) for t in ("ref_forward", "ref_backward"))
+    for a in m.state_tensors():
+        assert a.dtype.kind in "iu"
