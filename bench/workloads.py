@@ -1,8 +1,10 @@
 """The benchmark workloads (DESIGN.md, Benchmarks): data, tinytrain model, hyper-parameters.
 
 One `Workload` per benchmark model; bench_accuracy.py and bench_speed.py take its name.  A
-workload's float twin lives in float_twins.py under the same name.  To add W2/W3: write the
-tinytrain model factory and the twin, and add an entry to WORKLOADS.
+workload's float twin lives in float_twins.py under the same name.  W1 lists its layers here;
+W2 and W3 are the built-in models of tinytrain/models.py (`builtin`), and the hyper-parameters
+written here (lr, schedule, input shift) are checked against the built model, so the twin can
+never silently train with other values than the integer model.
 
 Inputs: the integer model reads the dataset's int8 codes with input_exp = ds.input_exp -
 input_shift; its float twin reads float_x / 2**input_shift, the same real values.
@@ -19,6 +21,7 @@ import numpy as np
 
 from tinytrain import data
 from tinytrain import fixedpoint as fp
+from tinytrain import models
 from tinytrain.layers import Dense, ReLU
 from tinytrain.model import Sequential
 from tinytrain.optim import SGD
@@ -32,16 +35,32 @@ class Workload:
     name: str             # w1, w2, w3
     title: str            # digits-mlp, ...
     load: Callable[[], data.Dataset]
-    layers: Callable[[], list]  # fresh tinytrain layers
+    layers: Callable[[], list] | None  # fresh tinytrain layers (None: the built-in `builtin`)
     input_shift: int      # float input = float_x / 2**input_shift
     lr: float
     epochs: int
+    schedule: str = "constant"  # "cosine": to 0 over the whole run (epochs * n / batch updates)
+    builtin: str | None = None  # tinytrain/models.py name
+    goal_diff_points: float | None = None  # |integer - float twin| (mean over seeds) at most this
+    goal_min_pct: float | None = None      # integer mean test accuracy at least this
+
+    def total_steps(self, n: int, batch_size: int = 1) -> int:
+        return self.epochs * n // batch_size
 
     def model(self, ds: data.Dataset, seed: int, batch_size: int = 1) -> Sequential:
-        return Sequential(self.layers(), input_shape=ds.input_shape,
-                          input_exp=ds.input_exp - self.input_shift, n_classes=ds.n_classes,
-                          optimizer=SGD(lr=self.lr, batch_size=batch_size), seed=seed,
-                          name=f"{self.name}-{self.title}")
+        if self.builtin is None:
+            return Sequential(self.layers(), input_shape=ds.input_shape,
+                              input_exp=ds.input_exp - self.input_shift, n_classes=ds.n_classes,
+                              optimizer=SGD(lr=self.lr, batch_size=batch_size), seed=seed,
+                              name=f"{self.name}-{self.title}")
+        # As `tinytrain train` builds it; a cosine horizon is the whole run, as fit() sets it.
+        extra = {"total_steps": self.total_steps(len(ds.x_train), batch_size)} if self.schedule == "cosine" else {}
+        m = models.build_model(self.builtin, ds, seed=seed, batch_size=batch_size, **extra)
+        got = (m.optimizer.lr, m.optimizer.schedule, ds.input_exp - m.input_exp)
+        if got != (self.lr, self.schedule, self.input_shift):
+            raise ValueError(f"{self.name}: models.py's {self.builtin} has (lr, schedule, input shift) {got}, "
+                             f"this workload says {(self.lr, self.schedule, self.input_shift)}: update workloads.py")
+        return m
 
     def float_inputs(self, ds: data.Dataset) -> tuple[np.ndarray, np.ndarray]:
         s = np.float32(2.0 ** -self.input_shift)
@@ -66,6 +85,16 @@ def train_macs(model: Sequential) -> int:
 
 
 W1 = Workload(name="w1", title="digits-mlp", load=lambda: data.load_digits("flat"),
-              layers=lambda: [Dense(32), ReLU(), Dense(10)], input_shift=4, lr=0.05, epochs=20)
+              layers=lambda: [Dense(32), ReLU(), Dense(10)], input_shift=4, lr=0.05, epochs=20,
+              goal_diff_points=1.0)
 
-WORKLOADS = {"w1": W1}
+# MNIST-1D floats span about [-5.5, 4.5]: the "unit" input scale shifts by 3 (into [-1, 1]).
+# Epochs as documented in models.py (40, cosine over the run); the paper's float CNN: 94%.
+W2 = Workload(name="w2", title="mnist1d-cnn", load=lambda: data.load_mnist1d("signal"), layers=None,
+              input_shift=3, lr=0.03, epochs=40, schedule="cosine", builtin="mnist1d-cnn",
+              goal_min_pct=90.0)
+
+W3 = Workload(name="w3", title="digits-cnn", load=lambda: data.load_digits("image"), layers=None,
+              input_shift=4, lr=0.03, epochs=20, builtin="digits-cnn", goal_diff_points=1.5)
+
+WORKLOADS = {"w1": W1, "w2": W2, "w3": W3}
