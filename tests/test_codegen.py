@@ -205,3 +205,69 @@ def test_two_host_models_have_separate_state():
     a, b = HostModel(m), HostModel(m)
     a.train_step(x[0], y[0])
     assert a.state_hash() != b.state_hash() == m.state_hash()
+
+
+@st.composite
+def random_graph(draw):
+    """A random conv/pool/batch-norm graph with a random optimizer configuration."""
+    from tinytrain.layers_conv import AvgPool2d, Conv1d, Conv2d, DepthwiseConv2d, GlobalAvgPool, MaxPool1d, MaxPool2d
+    from tinytrain.layers_norm import BatchNorm
+    one_d = draw(st.booleans())
+    if one_d:
+        shape = (draw(st.integers(6, 24)), draw(st.integers(1, 3)))
+    else:
+        shape = (draw(st.integers(4, 9)), draw(st.integers(4, 9)), draw(st.integers(1, 3)))
+    layers, cur = [], shape
+    for _ in range(draw(st.integers(1, 2))):
+        k = draw(st.integers(1, 3))
+        pad = draw(st.sampled_from(["valid", "same"]))
+        stride = draw(st.integers(1, 2))
+        if one_d:
+            if cur[0] < k:
+                break
+            layers.append(Conv1d(draw(st.integers(1, 5)), k, stride=stride, padding=pad))
+        elif draw(st.booleans()):
+            if min(cur[:2]) < k:
+                break
+            layers.append(DepthwiseConv2d(k, stride=stride, padding=pad))
+        else:
+            if min(cur[:2]) < k:
+                break
+            layers.append(Conv2d(draw(st.integers(1, 5)), k, stride=stride, padding=pad))
+        probe = Sequential(layers + [Flatten(), Dense(2)], input_shape=shape, input_exp=-7)
+        cur = probe.layers[len(layers) - 1].out_shape
+        if int(np.prod(cur[:-1])) >= 2 and draw(st.booleans()):
+            layers.append(BatchNorm())
+        if draw(st.booleans()):
+            layers.append(ReLU())
+        if draw(st.booleans()) and min(cur[:-1]) >= 2:
+            if one_d:
+                layers.append(MaxPool1d(2))
+            else:
+                layers.append(draw(st.sampled_from([MaxPool2d, AvgPool2d]))(2))
+            cur = Sequential(layers + [Flatten(), Dense(2)], input_shape=shape, input_exp=-7).layers[len(layers) - 1].out_shape
+    layers.append(draw(st.sampled_from([Flatten, GlobalAvgPool]))())
+    n_cls = draw(st.integers(2, 5))
+    layers.append(Dense(n_cls))
+    opt = SGD(lr=draw(st.sampled_from([0.01, 0.05, 0.2])), batch_size=draw(st.integers(1, 3)),
+              momentum=draw(st.sampled_from([0.0, 0.9])), stochastic_rounding=draw(st.booleans()),
+              master_weights=draw(st.booleans()))
+    return Sequential(layers, input_shape=shape, input_exp=draw(st.integers(-9, 0)), optimizer=opt,
+                      seed=draw(st.integers(0, 1000))), n_cls
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_graph(), st.integers(0, 2**16))
+def test_random_cnn_graphs_reference_sim_and_c_equal(graph, seed):
+    ref, n_cls = graph
+    fast = ref.copy()
+    sim, hm = Simulator(fast), HostModel(fast, sanitize=True)
+    x, y = _data(12, ref.input_shape, n_cls, seed)
+    for epoch in range(2):
+        for i in range(len(x)):
+            a = ref.ref_train_step(x[i], y[i])
+            b = tuple(sim.train(x, y, [i])[0])
+            c = hm.train_step(x[i], y[i])
+            assert ref.state_hash() == fast.state_hash() == hm.state_hash(), f"epoch {epoch} step {i}: {ref.summary()}"
+            assert tuple(a) == b == c
+    assert [ref.ref_predict(v) for v in x] == list(sim.predict(x)) == [hm.predict(v) for v in x]
