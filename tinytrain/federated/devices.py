@@ -202,6 +202,7 @@ class LinkDevice(Device):
     board's port stays open across rounds."""
 
     kind = "board"
+    parallel = True  # its own link: may run in a thread beside other boards
 
     def __init__(self, device_id, schema, indices, X, Y, model, connect, *, on_step=None,
                  batch: bool = True, **kw):
@@ -300,6 +301,10 @@ class FaultyDevice:
 
     def __getattr__(self, name):
         return getattr(self.dev, name)
+
+    @property
+    def parallel(self):
+        return getattr(self.dev, "parallel", False)
 
     def run_round(self, global_msg: bytes) -> bytes:
         import struct

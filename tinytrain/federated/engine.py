@@ -138,12 +138,31 @@ class Federation:
         agg = Aggregator(glob)
         up = down = 0
         accepted, dropped, steps = [], [], []
-        for dev in self.devices:
+        def exchange(dev):
+            """(bytes sent to dev, its reply or the DeviceFault)."""
+            sent = 0
             try:
                 dev.ensure_ready()
                 msg = delta if (delta is not None and dev.id in self.synced) else full
-                down += len(msg)
-                reply = dev.run_round(msg)
+                sent = len(msg)
+                return sent, dev.run_round(msg)
+            except DeviceFault as e:
+                return sent, e
+
+        if len(self.devices) > 1 and all(getattr(d, "parallel", False) for d in self.devices):
+            # boards train at the same time (each one its own link); simulated devices share
+            # one simulator and run one after another
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=min(32, len(self.devices))) as pool:
+                replies = list(pool.map(exchange, self.devices))
+        else:
+            replies = [exchange(d) for d in self.devices]
+        for dev, (sent, reply) in zip(self.devices, replies):
+            down += sent
+            try:
+                if isinstance(reply, DeviceFault):
+                    raise reply
                 up += len(reply)
                 u = decode_update(reply, self.schema, glob, r)
                 if u.device != dev.id:
