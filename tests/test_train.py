@@ -232,3 +232,21 @@ def test_every_layer_type_step_is_integer(monkeypatch, idx):
     assert all((li, t) in seen for li in range(len(m.layers)) for t in ("ref_forward", "ref_backward"))
     for a in m.state_tensors():
         assert a.dtype.kind in "iu"
+
+
+def test_update_underflow_counted_same_in_reference_and_simulator(digits):
+    """Underflow of weight updates (nonzero gradient, step rounded to 0) is counted by the
+    reference and the simulator alike; stochastic rounding removes most of it."""
+    from tinytrain.sim import Simulator
+    counts = {}
+    for sr in (False, True):
+        a = build_model("digits-mlp", digits, lr=0.001, stochastic_rounding=sr)
+        b = a.copy()
+        sim = Simulator(b)
+        X = digits.x_train
+        for i in range(30):
+            a.ref_train_step(X[i], digits.y_train[i])
+        sim.train(X, digits.y_train, list(range(30)))
+        assert a.stats[2] == b.stats[2] and a.state_hash() == b.state_hash()
+        counts[sr] = int(a.stats[2])
+    assert counts[False] > 0 and counts[True] < counts[False]

@@ -86,7 +86,7 @@ class Sequential:
                     self.velocity[key] = np.zeros(p.data.shape, np.int32)
         # scalars: PRNG state, optimizer step, samples in the current batch
         self.meta = np.array([fp.prng_seed(self.seed), 0, 0], dtype=np.int64)
-        self.stats = np.zeros(4, dtype=np.int64)  # [act saturations, weight saturations, -, -]
+        self.stats = np.zeros(4, dtype=np.int64)  # [act saturations, weight saturations, update underflows, -]
 
     def _trainable_mask(self):
         spec = self.optimizer.train
@@ -220,9 +220,9 @@ class Sequential:
     def _apply_grad(self, li, pi, g, eg, m_t, prng):
         w, ew = self._store(li, pi)
         if self.opt.accumulate:
-            r_opt.accumulate_ref(self.accum[(li, pi)], ew, g, eg, self.opt, m_t, prng)
+            r_opt.accumulate_ref(self.accum[(li, pi)], ew, g, eg, self.opt, m_t, prng, self.stats)
         else:
-            self.stats[1] += r_opt.update_direct_ref(w, ew, g, eg, self.opt, m_t, prng)
+            self.stats[1] += r_opt.update_direct_ref(w, ew, g, eg, self.opt, m_t, prng, self.stats)
             self._refresh(li, pi)
 
     def _refresh(self, li, pi):

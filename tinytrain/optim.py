@@ -175,9 +175,12 @@ def _sat_store(w: np.ndarray, v: np.ndarray) -> np.ndarray:
     return (sat_s16(v) if w.dtype == np.int16 else sat_s32(v)).astype(w.dtype)
 
 
-def update_direct_ref(w, ew_store, g, eg, opt: IntSGD, m_t: int, prng: list):
-    """Direct-mode update in place (see module docstring). Returns number of saturations."""
+def update_direct_ref(w, ew_store, g, eg, opt: IntSGD, m_t: int, prng: list, stats=None):
+    """Direct-mode update in place (see module docstring). Returns number of saturations;
+    stats[2] (if given) counts update underflows: nonzero gradients whose step rounds to 0."""
     d = _shift(m_t * g.astype(np.int64), ew_store + opt.k - eg, opt.sr, prng)
+    if stats is not None:
+        stats[2] += int(np.count_nonzero((g != 0) & (d == 0)))
     if opt.wd_m:
         d = d + rshift_round(w.astype(np.int64) * opt.wd_m, opt.wd_k)
     v = w.astype(np.int64) - d
@@ -187,9 +190,11 @@ def update_direct_ref(w, ew_store, g, eg, opt: IntSGD, m_t: int, prng: list):
     return nsat
 
 
-def accumulate_ref(A, ew_store, g, eg, opt: IntSGD, m_t: int, prng: list):
+def accumulate_ref(A, ew_store, g, eg, opt: IntSGD, m_t: int, prng: list, stats=None):
     s = ew_store + opt.k - eg - GUARD_BITS
     d = _shift(m_t * g.astype(np.int64), s, opt.sr, prng)
+    if stats is not None:
+        stats[2] += int(np.count_nonzero((g != 0) & (d == 0)))
     A[...] = sat_s32(A.astype(np.int64) + d).astype(np.int32)
 
 

@@ -117,7 +117,7 @@ def generate_source(model) -> str:
             store, ews = (f"MS[{gidx[key]}].reshape(-1)", p.exp - MASTER_EXTRA_BITS) if is_master else (f"P[{pidx[li][pi]}].reshape(-1)", p.exp)
             lo, hi = (-32767, 32767) if (p.data.dtype == np.int16 and not is_master) else (-(2**31), 2**31 - 1)
             if opt.accumulate:
-                body.append(f"    accumulate(ACC[{gidx[key]}].reshape(-1), {ews}, {g}, {ge}, {opt.k}, m_t, {opt.sr}, meta)")
+                body.append(f"    accumulate(ACC[{gidx[key]}].reshape(-1), {ews}, {g}, {ge}, {opt.k}, m_t, {opt.sr}, meta, stats)")
             else:
                 body.append(f"    update_direct({store}, {ews}, {g}, {ge}, {opt.k}, m_t, {opt.sr}, {opt.wd_m}, {opt.wd_k}, {lo}, {hi}, meta, stats)")
                 if is_master:

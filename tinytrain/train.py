@@ -42,7 +42,8 @@ def loss_nats(loss_q16) -> float:
 class History:
     """Per-epoch metrics. ``epochs`` is a list of dicts with keys epoch, train_loss (nats),
     train_accuracy (online, during the epoch), test_accuracy, act_saturations,
-    weight_saturations, seconds (training only), samples."""
+    weight_saturations, update_underflows (nonzero gradients whose weight step rounded to 0:
+    consider stochastic rounding or master weights when large), seconds, samples."""
 
     epochs: list = dataclasses.field(default_factory=list)
     seed: int = 0
@@ -281,7 +282,7 @@ def fit(model, dataset: Dataset, epochs: int, seed: int = 0, *, batch_size: int 
                    "train_accuracy": _accuracy(out[:, 1], Y[order]),
                    "test_accuracy": _eval_accuracy(model, runner, Xt, Yt),
                    "act_saturations": int(ds[0]), "weight_saturations": int(ds[1]),
-                   "seconds": dt, "samples": n}
+                   "update_underflows": int(ds[2]), "seconds": dt, "samples": n}
             history.epochs.append(rec)
             if bar is not None:
                 bar.set_description(f"{model.name} epoch {min(ep + 2, epochs)}/{epochs}")
@@ -317,7 +318,7 @@ def _eval_accuracy(model, runner, Xt, Yt) -> float:
 def format_epoch(rec: dict, epochs: int) -> str:
     return (f"epoch {rec['epoch']:3d}/{epochs}  loss {rec['train_loss']:.4f}  train acc "
             f"{rec['train_accuracy']:.4f}  test acc {rec['test_accuracy']:.4f}  saturations "
-            f"act {rec['act_saturations']} w {rec['weight_saturations']}  {rec['seconds']:.2f}s")
+            f"act {rec['act_saturations']} w {rec['weight_saturations']} underflow {rec.get('update_underflows', 0)}  {rec['seconds']:.2f}s")
 
 
 def evaluate(model, dataset: Dataset, split: str = "test", reference: bool = False) -> dict:

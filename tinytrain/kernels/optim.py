@@ -51,6 +51,8 @@ def update_direct(w, ew_store, g, eg, k, m_t, sr, wd_m, wd_k, lo, hi, meta, stat
     s = ew_store + k - eg
     for i in range(w.size):
         d = _shift1(m_t * np.int64(g[i]), s, sr, meta)
+        if d == 0 and g[i] != 0:
+            stats[2] += 1
         wi = np.int64(w[i])
         if wd_m != 0:
             d += rshift_round(wi * wd_m, wd_k)
@@ -62,10 +64,12 @@ def update_direct(w, ew_store, g, eg, k, m_t, sr, wd_m, wd_k, lo, hi, meta, stat
 
 
 @njit(cache=True)
-def accumulate(A, ew_store, g, eg, k, m_t, sr, meta):
+def accumulate(A, ew_store, g, eg, k, m_t, sr, meta, stats):
     s = ew_store + k - eg - GUARD_BITS
     for i in range(A.size):
         d = _shift1(m_t * np.int64(g[i]), s, sr, meta)
+        if d == 0 and g[i] != 0:
+            stats[2] += 1
         A[i] = _sat_store(np.int64(A[i]) + d, -(np.int64(1) << 31), (np.int64(1) << 31) - 1)
 
 
