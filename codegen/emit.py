@@ -211,6 +211,8 @@ EMITTERS = {
     "avgpool2d": (["tt_pool.h"], _avgpool_fwd, _avgpool_bwd),
     "global_avgpool": (["tt_pool.h"], _gap_fwd, _gap_bwd),
     "batchnorm": (["tt_batchnorm.h"], lambda l, c: l.c_forward(c), lambda l, c: l.c_backward(c)),
+    "residual": (["tt_add.h", "tt_dense.h", "tt_relu.h", "tt_flatten.h", "tt_conv.h", "tt_pool.h", "tt_batchnorm.h"],
+                 lambda l, c: l.c_forward(c), lambda l, c: l.c_backward(c)),
 }
 
 
@@ -232,6 +234,11 @@ class Emitter:
     def sym(self, name: str) -> str:
         """Every emitted symbol goes through this one prefixing function."""
         return f"{self.prefix}_{name}"
+
+    @property
+    def n_ge(self) -> int:
+        """Gradient exponent variables / shared gradient buffers: one per parameter index."""
+        return max([4] + [len(l.params) for l in self.model.layers])
 
     def fused(self, li) -> bool:
         """Dense layers in direct mode update without a gradient buffer (tt_sgd_dense_direct)."""
@@ -267,10 +274,12 @@ class Emitter:
             T.append(Tensor(self.sym(f"a{li}"), "int8_t", l.out_size, "activation", li))
             if l.kind == "batchnorm":
                 T.append(Tensor(self.sym(f"l{li}_saved"), "int32_t", 3 * l.C, "activation", li))
+            for name, ctype, count, role in getattr(l, "c_buffers", lambda em, li: [])(self, li):
+                T.append(Tensor(name, ctype, count, role, li))
         emax = max(l.out_size for l in m.layers)
         T.append(Tensor(self.sym("err0"), "int8_t", emax, "error"))
         T.append(Tensor(self.sym("err1"), "int8_t", emax, "error"))
-        gmax = [0, 0, 0, 0]
+        gmax = [0] * self.n_ge
         for li, l in enumerate(m.layers):
             if not any(p.trainable and m.trainable[li][pi] for pi, p in enumerate(l.params)):
                 continue
@@ -368,15 +377,18 @@ uint32_t {P}_saturations(void);
         src += self._emit_state_api()
         return Emitted(hdr, "\n".join(src) + "\n", P, T, self.state_order, flash)
 
-    def _lvars(self):
+    def _lvars(self, backward=True):
         L = len(self.model.layers)
-        return "int32_t " + ", ".join(f"e{i}" for i in range(L + 1)) + ";"
+        names = [f"e{i}" for i in range(L + 1)]
+        for li, l in enumerate(self.model.layers):
+            names += getattr(l, "c_locals", lambda li, backward: [])(li, backward)
+        return "int32_t " + ", ".join(names) + ";"
 
     def _emit_step(self):
         m, opt, P = self.model, self.model.opt, self.prefix
         L = len(m.layers)
         out = ["", f"int32_t {P}_train_step(const int8_t *x, int32_t label, int32_t *loss_q16)", "{",
-               "    " + self._lvars(), "    int32_t ee, de, pred, ge0 = 0, ge1 = 0, ge2 = 0, ge3 = 0;",
+               "    " + self._lvars(), "    int32_t ee, de, pred, " + ", ".join(f"ge{i} = 0" for i in range(self.n_ge)) + ";",
                f"    int32_t m_t = tt_sgd_lr_mult(&{self.sym('opt')}, {self.sym('meta')}[1]);",
                f"    e0 = {m.input_exp};"]
         for li, l in enumerate(m.layers):
@@ -444,7 +456,7 @@ uint32_t {P}_saturations(void);
             out.append(f"        {meta}[1] += 1;")
             out.append(f"        {meta}[2] = 0;")
             out.append("    }")
-        out += [f"    (void)ge0; (void)ge1; (void)ge2; (void)ge3; (void)de; (void){errs[0]}; (void){errs[1]};",
+        out += ["    " + " ".join(f"(void)ge{i};" for i in range(self.n_ge)) + f" (void)de; (void){errs[0]}; (void){errs[1]};",
                 "    return pred;", "}"]
         return out
 
@@ -474,7 +486,7 @@ uint32_t {P}_saturations(void);
     def _emit_predict(self):
         m, P = self.model, self.prefix
         L = len(m.layers)
-        out = ["", f"int32_t {P}_predict(const int8_t *x)", "{", "    " + self._lvars(), f"    e0 = {m.input_exp};"]
+        out = ["", f"int32_t {P}_predict(const int8_t *x)", "{", "    " + self._lvars(backward=False), f"    e0 = {m.input_exp};"]
         for li, l in enumerate(m.layers):
             c = _C(self, li)
             fwd = getattr(l, "c_forward_eval", None)
