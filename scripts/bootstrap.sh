@@ -24,9 +24,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.tinytrain-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  echo "[bootstrap] installing tinytrain and its test extras into .venv"
+  echo "[bootstrap] installing tinytrain with its test, device and flower extras into .venv"
   .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -e ".[test,device]"
+  .venv/bin/pip install -q -e ".[test,device,flower]"
   touch "$stamp"
 fi
 if [ -f tinytrain/toolchain.py ]; then
