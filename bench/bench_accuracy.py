@@ -113,9 +113,8 @@ def run_workload(wl, seeds: list[int]) -> dict:
          ["float32 PyTorch twin", f"{m_fl:.2f} ± {s_fl:.2f} %",
           " / ".join(f"{100 * r['torch_float32']:.2f}" for r in rows)],
          ["difference (tinytrain − float32)", f"{diff:+.2f} points{diff_goal}", ""]])
-    twin_note = (" The twin mirrors models.py's built-in model (same layers, He-uniform draws, "
-                 "BatchNorm train mode in training and eval mode for the test, momentum 1/8 as "
-                 "tinytrain's shift-EMA)." if wl.builtin else "")
+    twin_note = (f" The twin mirrors models.py's `{wl.builtin}` layer for layer (bench/README.md, "
+                 "What is compared)." if wl.builtin else "")
     body = (f"## Accuracy: {wl.name.upper()} {wl.title}\n\n"
             f"`python bench/bench_accuracy.py --workload {wl.name}`: {setup}; twin and integer model "
             f"share the init draws and the per-epoch orders.{twin_note} Goals: {'; '.join(verdicts)}.\n\n"

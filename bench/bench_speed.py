@@ -81,7 +81,7 @@ def time_torch(wl, ds, bs: int, repeats: int) -> dict:
     runs = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        n = float_twins.train(net, xtr, ds.y_train, orders, wl.lr, bs)
+        n = float_twins.train(net, xtr, ds.y_train, orders, wl.lr, bs, schedule=wl.schedule)
         runs.append(_result(n, time.perf_counter() - t0))
     return _best(runs)
 
