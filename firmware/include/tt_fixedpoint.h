@@ -98,8 +98,24 @@ static inline int64_t tt_align(int32_t v, int32_t e_from, int32_t e_to)
     return tt_clamp_align(r);
 }
 
+/** tt_align as an int32 (its result is within [-2^30, 2^30]), without 64-bit shifts when
+ *  e_to >= e_from: d = e_to - e_from in [1, 31] is the int32 rounding shift (|result| <= 2^30),
+ *  d >= 32 gives 0 (floor(v / 2^d) is 0 or -1 and the rounding bit cancels -1), d = 0 clamps. */
+static inline int32_t tt_align_s32(int32_t v, int32_t e_from, int32_t e_to)
+{
+    if (e_to >= e_from) {
+        const int32_t d = e_to - e_from;
+        if (d == 0) return v > (int32_t)TT_ALIGN_LIM ? (int32_t)TT_ALIGN_LIM : v < -(int32_t)TT_ALIGN_LIM ? -(int32_t)TT_ALIGN_LIM : v;
+        return d > 31 ? 0 : tt_rshift_round_s32(v, d);
+    }
+    return (int32_t)tt_align(v, e_from, e_to);
+}
+
 /** Requantize n int64 values to int8 with a shared dynamic exponent; returns the shift. */
 int32_t tt_requant_s8_from_s64(const int64_t *acc, int32_t n, int8_t *y, tt_stats *st);
+/** Same, given max_abs = max |acc[i]| (a kernel that tracked it while accumulating). */
+int32_t tt_requant_s8_from_s64_max(const int64_t *acc, int32_t n, uint64_t max_abs, int8_t *y,
+                                   tt_stats *st);
 /** Same for int32 accumulators. */
 int32_t tt_requant_s8_from_s32(const int32_t *acc, int32_t n, int8_t *y, tt_stats *st);
 

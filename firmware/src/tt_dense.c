@@ -1,5 +1,138 @@
-/** Dense layer kernels: portable scalar path. */
+/** Dense layer kernels: portable scalar path and Cortex-M DSP path (TT_HAVE_DSP), same bits. */
 #include "tt_dense.h"
+#include "tt_dsp.h"
+
+/* The int32 paths below hold only when the bounds of tt_dense.h hold (inputs and errors in the
+ * symmetric int8 range, weights int16, aligned bias clamped to 2^30):
+ *   forward  |acc| <= 2^30 + K * 127 * 32767 < 2^31 for K <= TT_DENSE_S32_MAX_K;
+ *   backward |acc| <= N * 127 * 32767 < 2^31 for N <= TT_DENSE_S32_MAX_N.
+ * Both paths compute every partial sum exactly, so the order of summation does not matter. */
+
+#if TT_HAVE_DSP
+/* x widened to int16 pairs in chunks of this many inputs (stack: TT_DENSE_CHUNK * 2 bytes) */
+#define TT_DENSE_CHUNK 64
+
+/* acc[n] = align(b[n]) + sum_k x[k] w[n][k] in int32 (SMLAD: two products per instruction, two
+ * rows per pass sharing the widened inputs); returns max |acc[n]|. */
+static uint32_t tt_dense_fwd_rows_s32(const int8_t *x, const int16_t *w, const int32_t *b,
+                                      int32_t eb, int32_t ea, int32_t K, int32_t N, int64_t *acc)
+{
+    uint32_t xx[TT_DENSE_CHUNK / 2], m = 0;
+    int32_t k0, n, j, i;
+    for (k0 = 0; k0 < K; k0 += TT_DENSE_CHUNK) {
+        const int32_t len = K - k0 < TT_DENSE_CHUNK ? K - k0 : TT_DENSE_CHUNK;
+        const int32_t np = len / 2, last = k0 + len >= K;
+        tt_widen_s8(x + k0, 2 * np, 0, xx);
+        for (n = 0; n < N; n += 2) {
+            const int16_t *r0 = w + n * K + k0, *r1 = r0 + K;
+            const int32_t two = n + 1 < N;
+            int32_t s0 = k0 == 0 ? tt_align_s32(b[n], eb, ea) : (int32_t)acc[n];
+            int32_t s1 = !two ? 0 : k0 == 0 ? tt_align_s32(b[n + 1], eb, ea) : (int32_t)acc[n + 1];
+            if (two) {
+                for (j = 0; j + 2 <= np; j += 2, r0 += 4, r1 += 4) {
+                    const int32_t X0 = (int32_t)xx[j], X1 = (int32_t)xx[j + 1];
+                    s0 = __smlad((int32_t)tt_ld_s16x2(r0), X0, s0);
+                    s1 = __smlad((int32_t)tt_ld_s16x2(r1), X0, s1);
+                    s0 = __smlad((int32_t)tt_ld_s16x2(r0 + 2), X1, s0);
+                    s1 = __smlad((int32_t)tt_ld_s16x2(r1 + 2), X1, s1);
+                }
+                if (j < np) {
+                    s0 = __smlad((int32_t)tt_ld_s16x2(r0), (int32_t)xx[j], s0);
+                    s1 = __smlad((int32_t)tt_ld_s16x2(r1), (int32_t)xx[j], s1);
+                    r0 += 2;
+                    r1 += 2;
+                }
+                if (len & 1) s1 += (int32_t)x[k0 + len - 1] * (int32_t)r1[0];
+            } else {
+                for (j = 0; j < np; j++, r0 += 2) s0 = __smlad((int32_t)tt_ld_s16x2(r0), (int32_t)xx[j], s0);
+            }
+            if (len & 1) s0 += (int32_t)x[k0 + len - 1] * (int32_t)r0[0];
+            for (i = 0; i <= two; i++) {
+                const int32_t v = i ? s1 : s0;
+                acc[n + i] = v;
+                if (last) {
+                    const uint32_t a = v < 0 ? 0u - (uint32_t)v : (uint32_t)v;
+                    if (a > m) m = a;
+                }
+            }
+        }
+    }
+    return m;
+}
+
+/* acc[k] = sum_n e[n] w[n][k] in int32, four columns per pass (SMLABB/SMLABT on weight pairs). */
+static uint32_t tt_dense_bwd_cols_s32(const int8_t *e, const int16_t *w, int32_t K, int32_t N,
+                                      int64_t *acc)
+{
+    uint32_t m = 0;
+    int32_t k, n, i;
+    for (k = 0; k < K; k += 4) {
+        int32_t s[4] = {0, 0, 0, 0};
+        const int16_t *col = w + k;
+        if (k + 4 <= K) {
+            for (n = 0; n < N; n++, col += K) {
+                const int32_t en = e[n];
+                const uint32_t w01 = tt_ld_s16x2(col), w23 = tt_ld_s16x2(col + 2);
+                s[0] = __smlabb(en, (int32_t)w01, s[0]);
+                s[1] = __smlabt(en, (int32_t)w01, s[1]);
+                s[2] = __smlabb(en, (int32_t)w23, s[2]);
+                s[3] = __smlabt(en, (int32_t)w23, s[3]);
+            }
+        } else {
+            for (n = 0; n < N; n++, col += K)
+                for (i = 0; i < K - k; i++) s[i] += (int32_t)e[n] * (int32_t)col[i];
+        }
+        for (i = 0; i < 4 && k + i < K; i++) {
+            const uint32_t a = s[i] < 0 ? 0u - (uint32_t)s[i] : (uint32_t)s[i];
+            acc[k + i] = s[i];
+            if (a > m) m = a;
+        }
+    }
+    return m;
+}
+#else
+/* acc[n] = align(b[n]) + sum_k x[k] w[n][k] in int32, four products per loop turn;
+ * returns max |acc[n]|. */
+static uint32_t tt_dense_fwd_rows_s32(const int8_t *x, const int16_t *w, const int32_t *b,
+                                      int32_t eb, int32_t ea, int32_t K, int32_t N, int64_t *acc)
+{
+    uint32_t m = 0;
+    int32_t n, k;
+    for (n = 0; n < N; n++) {
+        const int16_t *row = w + n * K;
+        int32_t s = tt_align_s32(b[n], eb, ea), a;
+        for (k = 0; k + 4 <= K; k += 4) {
+            s += (int32_t)x[k] * (int32_t)row[k];
+            s += (int32_t)x[k + 1] * (int32_t)row[k + 1];
+            s += (int32_t)x[k + 2] * (int32_t)row[k + 2];
+            s += (int32_t)x[k + 3] * (int32_t)row[k + 3];
+        }
+        for (; k < K; k++) s += (int32_t)x[k] * (int32_t)row[k];
+        acc[n] = s;
+        a = s < 0 ? -s : s; /* |s| < 2^31 by the bound */
+        if ((uint32_t)a > m) m = (uint32_t)a;
+    }
+    return m;
+}
+
+/* acc[k] = sum_n e[n] w[n][k] in int32, column by column. */
+static uint32_t tt_dense_bwd_cols_s32(const int8_t *e, const int16_t *w, int32_t K, int32_t N,
+                                      int64_t *acc)
+{
+    uint32_t m = 0;
+    int32_t n, k;
+    for (k = 0; k < K; k++) {
+        const int16_t *col = w + k;
+        int32_t s = 0;
+        uint32_t a;
+        for (n = 0; n < N; n++, col += K) s += (int32_t)e[n] * (int32_t)col[0];
+        acc[k] = s;
+        a = s < 0 ? 0u - (uint32_t)s : (uint32_t)s;
+        if (a > m) m = a;
+    }
+    return m;
+}
+#endif
 
 int32_t tt_dense_fwd_s8(const int8_t *x, int32_t ex, const int16_t *w, int32_t ew,
                         const int32_t *b, int32_t eb, int32_t K, int32_t N,
@@ -8,14 +141,8 @@ int32_t tt_dense_fwd_s8(const int8_t *x, int32_t ex, const int16_t *w, int32_t e
     int32_t n, k;
     const int32_t ea = ex + ew;
     if (K <= TT_DENSE_S32_MAX_K) {
-        /* |bias| <= 2^30 after alignment and K * 127 * 32767 < 2^30: int32 cannot overflow */
-        for (n = 0; n < N; n++) {
-            const int16_t *row = w + (int64_t)n * K;
-            int32_t acc = (int32_t)tt_align(b[n], eb, ea);
-            for (k = 0; k < K; k++) acc += (int32_t)x[k] * (int32_t)row[k];
-            scratch[n] = acc;
-        }
-        return ea + tt_requant_s8_from_s64(scratch, N, y, st);
+        const uint32_t m = tt_dense_fwd_rows_s32(x, w, b, eb, ea, K, N, scratch);
+        return ea + tt_requant_s8_from_s64_max(scratch, N, m, y, st);
     }
     for (n = 0; n < N; n++) {
         const int16_t *row = w + (int64_t)n * K;
@@ -31,13 +158,8 @@ int32_t tt_dense_bwd_s8(const int8_t *e, int32_t ee, const int16_t *w, int32_t e
 {
     int32_t n, k;
     if (N <= TT_DENSE_S32_MAX_N) {
-        /* N * 127 * 32767 < 2^31: an int32 column sum cannot overflow */
-        for (k = 0; k < K; k++) {
-            int32_t acc = 0;
-            for (n = 0; n < N; n++) acc += (int32_t)e[n] * (int32_t)w[(int64_t)n * K + k];
-            scratch[k] = acc;
-        }
-        return ee + ew + tt_requant_s8_from_s64(scratch, K, dx, st);
+        const uint32_t m = tt_dense_bwd_cols_s32(e, w, K, N, scratch);
+        return ee + ew + tt_requant_s8_from_s64_max(scratch, K, m, dx, st);
     }
     for (k = 0; k < K; k++) scratch[k] = 0;
     for (n = 0; n < N; n++) {

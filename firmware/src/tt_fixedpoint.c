@@ -59,12 +59,33 @@ static const int32_t tt_log2_q16_table[257] = {
 int32_t tt_requant_s8_from_s64(const int64_t *acc, int32_t n, int8_t *y, tt_stats *st)
 {
     uint64_t m = 0;
-    int32_t i, s;
+    int32_t i;
     for (i = 0; i < n; i++) {
         uint64_t a = tt_abs_u64(acc[i]);
         if (a > m) m = a;
     }
-    s = tt_requant_shift(m, 8);
+    return tt_requant_s8_from_s64_max(acc, n, m, y, st);
+}
+
+int32_t tt_requant_s8_from_s64_max(const int64_t *acc, int32_t n, uint64_t max_abs, int8_t *y,
+                                   tt_stats *st)
+{
+    const int32_t s = tt_requant_shift(max_abs, 8);
+    int32_t i;
+    if (max_abs <= (uint64_t)INT32_MAX) {
+        /* every value fits int32 and s <= 24: the int32 rounding shift gives the same bits,
+         * and then |r| <= 128, so the clamp only ever moves +-128 to +-127 */
+        for (i = 0; i < n; i++) {
+            const int32_t r = tt_rshift_round_s32((int32_t)acc[i], s);
+            if (r > TT_S8_MAX || r < -TT_S8_MAX) {
+                st->saturated++;
+                y[i] = (int8_t)(r > 0 ? TT_S8_MAX : -TT_S8_MAX);
+            } else {
+                y[i] = (int8_t)r;
+            }
+        }
+        return s;
+    }
     for (i = 0; i < n; i++) {
         int64_t r = tt_rshift_round_s64(acc[i], s);
         if (r > TT_S8_MAX || r < -TT_S8_MAX) st->saturated++;

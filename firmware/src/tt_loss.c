@@ -21,13 +21,20 @@ int32_t tt_softmax_ce_s8(const int8_t *z, int32_t ez, int32_t label, int32_t N, 
     int64_t S = 0, pc;
     if (sh < -24) sh = -24;
     for (i = 0; i < N; i++) {
-        const int64_t v = (int64_t)(z[i] - zmax) * TT_LOG2E_Q15; /* <= 0 */
-        int64_t t = sh >= 0 ? tt_rshift_round_s64(v, sh) : v * ((int64_t)1 << -sh);
+        /* |v| <= 255 * 47274 < 2^24: for sh in [0, 31] the int32 rounding shift is exact */
+        const int32_t v = (z[i] - zmax) * TT_LOG2E_Q15; /* <= 0 */
+        int64_t t = sh < 0 ? (int64_t)v * ((int64_t)1 << -sh)
+                  : sh <= 31 ? tt_rshift_round_s32(v, sh) : tt_rshift_round_s64(v, sh);
         if (t < TT_T_MIN) t = TT_T_MIN;
         g[i] = tt_exp2_neg_q15((int32_t)t);
         S += g[i];
     }
-    for (i = 0; i < N; i++) g[i] = (g[i] << 15) / S; /* operands >= 0: truncation == floor */
+    if (S < ((int64_t)1 << 32)) {
+        /* g[i] <= 2^15, so g[i] << 15 <= 2^30 and S < 2^32: the same quotient in uint32 */
+        for (i = 0; i < N; i++) g[i] = (uint32_t)(g[i] << 15) / (uint32_t)S;
+    } else {
+        for (i = 0; i < N; i++) g[i] = (g[i] << 15) / S; /* operands >= 0: truncation == floor */
+    }
     pc = g[label];
     g[label] -= 32768;
     *ee = -15 + tt_requant_s8_from_s64(g, N, e, st);

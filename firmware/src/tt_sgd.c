@@ -1,5 +1,7 @@
-/** Integer SGD update rules: portable scalar path. */
+/** Integer SGD update rules: portable scalar path; the fused Dense update also has a Cortex-M DSP
+ *  path (TT_HAVE_DSP), same bits. */
 #include "tt_sgd.h"
+#include "tt_dsp.h"
 
 #define TT_LIM62 ((int64_t)1 << 62)
 
@@ -120,30 +122,107 @@ static void tt_sgd_apply1(int16_t *w16, int32_t *w32, int32_t i, int64_t g, int3
     if (w16) w16[i] = (int16_t)nv; else w32[i] = (int32_t)nv;
 }
 
+/* w -= round(p / 2^s) (ties toward +inf), saturating to [-32767, 32767]; s in [1, 31] and
+ * |p| < 2^30, so the int32 rounding shift equals tt_rshift_round_s64 on it and w - d cannot
+ * overflow. */
+static inline void tt_sgd_s16_one(int16_t *w, int32_t p, int32_t s, tt_stats *st)
+{
+    int32_t v = (int32_t)*w - ((p >> s) + ((p >> (s - 1)) & 1));
+    if (v > TT_S16_MAX) { v = TT_S16_MAX; st->saturated++; }
+    else if (v < -TT_S16_MAX) { v = -TT_S16_MAX; st->saturated++; }
+    *w = (int16_t)v;
+}
+
+#if TT_HAVE_DSP
+#define TT_SGD_CHUNK 64 /* x widened to int16 pairs this many at a time (stack: 2 bytes each) */
+
+/* Rows n of w16[N][K] with a_n = m_t * e[n] != 0: w -= round(a_n x[k] / 2^s), two weights per
+ * step. With c = min(8, 32 - s), xx = x 2^c (int16 lanes) and A = a 2^(32 - s - c):
+ *   SMLAWB(A, xx, 2^15) = floor(a x 2^(16 - s)) + 2^15, whose high half is
+ *   floor((a x 2^(16 - s) + 2^15) / 2^16) = floor((a x + 2^(s - 1)) / 2^s) = d exactly.
+ * A row goes this way only if |A| < 2^31 and (|a| * 128) >> s <= 16382, so |d| <= 16383; if also
+ * every old weight of the row is in [-16384, 16383], no w - d leaves [-32767, 32767] and SSUB16
+ * is exact. That last condition is checked while the row is written (SSAT16 #15 guard on the
+ * old pairs, Q flag); if it fails the row is restored exactly (SADD16 of the stored
+ * w - d mod 2^16 and d) and redone by the scalar path, which also takes rows failing the bound. */
+static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, int32_t N,
+                                  int16_t *w16, int32_t m_t, int32_t s, tt_stats *st)
+{
+    const int32_t c = 32 - s < 8 ? 32 - s : 8;
+    uint32_t xx[TT_SGD_CHUNK / 2];
+    int32_t k0, n, j;
+    for (k0 = 0; k0 < K; k0 += TT_SGD_CHUNK) {
+        const int32_t len = K - k0 < TT_SGD_CHUNK ? K - k0 : TT_SGD_CHUNK, np = len / 2;
+        tt_widen_s8(x + k0, 2 * np, c, xx);
+        for (n = 0; n < N; n++) {
+            const int32_t a = m_t * (int32_t)e[n], ua = a < 0 ? -a : a;
+            const int64_t A64 = (int64_t)a * ((int64_t)1 << (32 - s - c));
+            int16_t *row = w16 + n * K + k0;
+            int32_t A;
+            if (a == 0) continue;
+            if (A64 > INT32_MAX || A64 < -INT32_MAX || ((ua * 128) >> s) > 16382) {
+                for (j = 0; j < len; j++) tt_sgd_s16_one(row + j, a * (int32_t)x[k0 + j], s, st);
+                continue;
+            }
+            A = (int32_t)A64;
+            tt_guard_clear();
+            for (j = 0; j + 2 <= np; j += 2) {
+                const uint32_t W0 = tt_ld_s16x2(row + 2 * j), W1 = tt_ld_s16x2(row + 2 * j + 2);
+                const int32_t X0 = (int32_t)xx[j], X1 = (int32_t)xx[j + 1];
+                const uint32_t D0 = tt_pack_hi((uint32_t)__smlawb(A, X0, 32768), (uint32_t)__smlawt(A, X0, 32768));
+                const uint32_t D1 = tt_pack_hi((uint32_t)__smlawb(A, X1, 32768), (uint32_t)__smlawt(A, X1, 32768));
+                tt_guard_s16x2_15(W0);
+                tt_guard_s16x2_15(W1);
+                tt_st_s16x2(row + 2 * j, (uint32_t)__ssub16((int32_t)W0, (int32_t)D0));
+                tt_st_s16x2(row + 2 * j + 2, (uint32_t)__ssub16((int32_t)W1, (int32_t)D1));
+            }
+            if (j < np) {
+                const uint32_t W0 = tt_ld_s16x2(row + 2 * j);
+                const int32_t X0 = (int32_t)xx[j];
+                const uint32_t D0 = tt_pack_hi((uint32_t)__smlawb(A, X0, 32768), (uint32_t)__smlawt(A, X0, 32768));
+                tt_guard_s16x2_15(W0);
+                tt_st_s16x2(row + 2 * j, (uint32_t)__ssub16((int32_t)W0, (int32_t)D0));
+            }
+            if (tt_guard_hit()) { /* an old weight near the limits: undo the row, redo it exactly */
+                for (j = 0; j < np; j++) {
+                    const int32_t X0 = (int32_t)xx[j];
+                    const uint32_t D0 = tt_pack_hi((uint32_t)__smlawb(A, X0, 32768), (uint32_t)__smlawt(A, X0, 32768));
+                    tt_st_s16x2(row + 2 * j, (uint32_t)__sadd16((int32_t)tt_ld_s16x2(row + 2 * j), (int32_t)D0));
+                }
+                for (j = 0; j < 2 * np; j++) tt_sgd_s16_one(row + j, a * (int32_t)x[k0 + j], s, st);
+            }
+            if (len & 1) tt_sgd_s16_one(row + len - 1, a * (int32_t)x[k0 + len - 1], s, st);
+        }
+    }
+}
+#else
+/* Rows n of w16[N][K] with a_n = m_t * e[n] != 0: w -= round(a_n x[k] / 2^s), one at a time. */
+static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, int32_t N,
+                                  int16_t *w16, int32_t m_t, int32_t s, tt_stats *st)
+{
+    int32_t n, k;
+    for (n = 0; n < N; n++) {
+        const int32_t a = m_t * (int32_t)e[n];
+        int16_t *row = w16 + n * K;
+        if (a == 0) continue;
+        for (k = 0; k < K; k++) tt_sgd_s16_one(row + k, a * (int32_t)x[k], s, st);
+    }
+}
+#endif
+
 void tt_sgd_dense_direct(const int8_t *e, int32_t ee, const int8_t *x, int32_t ex, int32_t K,
                          int32_t N, int16_t *w16, int32_t *w32, int32_t ew, int32_t *b,
                          int32_t eb, int32_t upd_w, int32_t upd_b, const tt_sgd *o, int32_t m_t,
                          uint32_t *prng, tt_stats *st)
 {
-    const int32_t can_skip = !o->sr && !o->wd_m;
+    /* 32-bit paths, same bits: no PRNG draw or decay term, so an element with g = 0 keeps its
+     * value (rows with e[n] == 0 are skipped), and |m_t * e * x| < 2^15 * 128 * 128 = 2^29. */
+    const int32_t can_skip = !o->sr && !o->wd_m, fast = can_skip && m_t >= 0 && m_t < 32768;
     int32_t n, k;
-    if (upd_w && w16 && can_skip && m_t >= 0 && m_t < 32768) {
+    if (upd_w && w16 && fast) {
         const int32_t s = ew + o->k - (ee + ex);
         if (s >= 1 && s <= 31) {
-            /* 32-bit fast path, same bits: |m_t * e * x| < 2^15 * 127 * 127 < 2^29, and the
-             * round-to-nearest shift of an int32 equals tt_rshift_round_s64 on it. */
-            for (n = 0; n < N; n++) {
-                const int32_t a = m_t * (int32_t)e[n];
-                int16_t *row = w16 + n * K;
-                if (a == 0) continue;
-                for (k = 0; k < K; k++) {
-                    const int32_t p = a * (int32_t)x[k];
-                    int32_t v = (int32_t)row[k] - ((p >> s) + ((p >> (s - 1)) & 1));
-                    if (v > TT_S16_MAX) { v = TT_S16_MAX; st->saturated++; }
-                    else if (v < -TT_S16_MAX) { v = -TT_S16_MAX; st->saturated++; }
-                    row[k] = (int16_t)v;
-                }
-            }
+            tt_sgd_dense_rows_s16(e, x, K, N, w16, m_t, s, st);
             upd_w = 0;
         }
     }
@@ -158,6 +237,19 @@ void tt_sgd_dense_direct(const int8_t *e, int32_t ee, const int8_t *x, int32_t e
     }
     if (upd_b) {
         const int32_t s = eb + o->k - ee;
+        if (fast && s >= 1 && s <= 31) {
+            /* |m_t * e| < 2^22: the int32 rounding shift is exact; b - d is formed in int64 */
+            for (n = 0; n < N; n++) {
+                const int32_t p = m_t * (int32_t)e[n];
+                int64_t v;
+                if (p == 0) continue;
+                v = (int64_t)b[n] - tt_rshift_round_s32(p, s);
+                if (v > INT32_MAX) { v = INT32_MAX; st->saturated++; }
+                else if (v < INT32_MIN) { v = INT32_MIN; st->saturated++; }
+                b[n] = (int32_t)v;
+            }
+            return;
+        }
         for (n = 0; n < N; n++) {
             if (e[n] == 0 && can_skip) continue;
             tt_sgd_apply1(0, b, n, e[n], s, o, m_t, prng, st);

@@ -1,0 +1,122 @@
+/** Cortex-M DSP extension (ARMv7E-M: Cortex-M4, M7, M33...) for the kernels' fast paths.
+ *
+ * TT_HAVE_DSP is 1 when the compiler targets a CPU with the DSP instructions
+ * (__ARM_FEATURE_DSP), else 0; a build flag -DTT_HAVE_DSP=0 forces the portable paths. Kernels
+ * keep both paths side by side under the same function names (#if TT_HAVE_DSP ... #else ...)
+ * and give the same bits; tests/test_ops_dsp.py checks that by building the DSP paths for the
+ * host with -DTT_HAVE_DSP=1 and the plain C intrinsics of tests/c/tt_dsp_emul.h.
+ *
+ * Intrinsics used (ACLE, <arm_acle.h>): __smlad, __smlabb, __smlabt, __smlawb, __smlawt, __ssub16,
+ * __sadd16; PKHBT/PKHTB and the Q-flag guard (SSAT16, MRS/MSR APSR) by inline asm.
+ * Packed int16 pairs are read and written with memcpy (one LDR/STR on ARMv7E-M, which allows
+ * unaligned word access; no aliasing of int16_t arrays through uint32_t pointers).
+ */
+#ifndef TT_DSP_H
+#define TT_DSP_H
+
+#include <stdint.h>
+#include <string.h>
+
+#ifndef TT_HAVE_DSP
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+#define TT_HAVE_DSP 1
+#else
+#define TT_HAVE_DSP 0
+#endif
+#endif
+
+#if TT_HAVE_DSP
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+#include <arm_acle.h>
+#else
+#include "tt_dsp_emul.h" /* host test build: plain C definitions of the intrinsics above */
+#endif
+
+/** Two int16 at p (any 2-byte alignment), p[0] in the low half. */
+static inline uint32_t tt_ld_s16x2(const int16_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/** Store the two halves of v at p[0] (low) and p[1] (high). */
+static inline void tt_st_s16x2(int16_t *p, uint32_t v)
+{
+    memcpy(p, &v, 4);
+}
+
+/** Four int8 at p (any alignment), p[0] in the low byte. */
+static inline uint32_t tt_ld_s8x4(const int8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+/* GCC 12 does not form PKHBT/PKHTB from shifts and masks, and ACLE has no intrinsic for them. */
+
+/** (low half of lo, low half of hi << 16): PKHBT. */
+static inline uint32_t tt_pack_lo(uint32_t lo, uint32_t hi)
+{
+    uint32_t r;
+    __asm__("pkhbt %0, %1, %2, lsl #16" : "=r"(r) : "r"(lo), "r"(hi));
+    return r;
+}
+
+/** (high half of lo >> 16, high half of hi): PKHTB. */
+static inline uint32_t tt_pack_hi(uint32_t lo, uint32_t hi)
+{
+    uint32_t r;
+    __asm__("pkhtb %0, %1, %2, asr #16" : "=r"(r) : "r"(hi), "r"(lo));
+    return r;
+}
+
+/* Sticky saturation guard on the Q flag: clear it, let SSAT16 #15 set it when a lane of v is
+ * outside [-16384, 16383], read it. Volatile asm: kept in program order among themselves. */
+static inline void tt_guard_clear(void)
+{
+    __asm__ volatile("msr APSR_nzcvq, %0" : : "r"(0) : "cc");
+}
+
+static inline void tt_guard_s16x2_15(uint32_t v)
+{
+    uint32_t t;
+    __asm__ volatile("ssat16 %0, #15, %1" : "=r"(t) : "r"(v));
+    (void)t;
+}
+
+static inline int tt_guard_hit(void)
+{
+    uint32_t apsr;
+    __asm__ volatile("mrs %0, APSR" : "=r"(apsr));
+    return (int)((apsr >> 27) & 1u);
+}
+#else
+/* tt_dsp_emul.h defines tt_guard_clear, tt_guard_s16x2_15 and tt_guard_hit in C. */
+
+/** (low half of lo, low half of hi << 16): PKHBT. */
+static inline uint32_t tt_pack_lo(uint32_t lo, uint32_t hi)
+{
+    return (lo & 0xFFFFu) | (hi << 16);
+}
+
+/** (high half of lo >> 16, high half of hi): PKHTB. */
+static inline uint32_t tt_pack_hi(uint32_t lo, uint32_t hi)
+{
+    return (lo >> 16) | (hi & 0xFFFF0000u);
+}
+#endif
+
+/** Widen x[0..n) (n even) to int16 pairs: xx[j] = x[2j] * 2^c in the low half, x[2j+1] * 2^c in
+ *  the high half; c in [0, 8], so |x| * 2^c <= 2^15 fits (-128 * 256 = -32768). */
+static inline void tt_widen_s8(const int8_t *x, int32_t n, int32_t c, uint32_t *xx)
+{
+    int32_t j;
+    for (j = 0; j < n; j += 2)
+        xx[j / 2] = (((uint32_t)(int32_t)x[j] << c) & 0xFFFFu) | ((uint32_t)(int32_t)x[j + 1] << (16 + c));
+}
+#endif /* TT_HAVE_DSP */
+
+#endif /* TT_DSP_H */

@@ -1,0 +1,59 @@
+/** Plain C definitions of the ACLE DSP intrinsics used by the TT_HAVE_DSP paths, so that those
+ *  paths can be built and tested on the host (tests/test_ops_dsp.py). Semantics from the Arm
+ *  ARM (ARMv7-M) pseudo-code. The Q flag is modelled only for the saturation guard of tt_dsp.h
+ *  (SSAT16 #15); the kernels never let SMLAD/SMLAW overflow. */
+#ifndef TT_DSP_EMUL_H
+#define TT_DSP_EMUL_H
+
+#include <stdint.h>
+
+static inline int32_t tt_emul_lo(int32_t v) { return (int16_t)(uint16_t)((uint32_t)v & 0xFFFFu); }
+static inline int32_t tt_emul_hi(int32_t v) { return (int16_t)(uint16_t)((uint32_t)v >> 16); }
+static inline int32_t tt_emul_wrap(int64_t v) { return (int32_t)(uint32_t)(uint64_t)v; }
+
+/** SMLAD: c + lo(a) lo(b) + hi(a) hi(b), modulo 2^32. */
+static inline int32_t __smlad(int32_t a, int32_t b, int32_t c)
+{
+    return tt_emul_wrap((int64_t)c + (int64_t)tt_emul_lo(a) * tt_emul_lo(b) + (int64_t)tt_emul_hi(a) * tt_emul_hi(b));
+}
+
+/** SMLABB: c + lo(a) lo(b); SMLABT: c + lo(a) hi(b), modulo 2^32. */
+static inline int32_t __smlabb(int32_t a, int32_t b, int32_t c) { return tt_emul_wrap((int64_t)c + (int64_t)tt_emul_lo(a) * tt_emul_lo(b)); }
+static inline int32_t __smlabt(int32_t a, int32_t b, int32_t c) { return tt_emul_wrap((int64_t)c + (int64_t)tt_emul_lo(a) * tt_emul_hi(b)); }
+
+/** SMLAWB: c + bits [47:16] of a * lo(b) (floor division by 2^16); SMLAWT with hi(b). */
+static inline int32_t tt_emul_smlaw(int32_t a, int32_t h, int32_t c)
+{
+    const int64_t p = (int64_t)a * h;
+    return tt_emul_wrap((int64_t)c + (p >= 0 ? p / 65536 : -((-p + 65535) / 65536)));
+}
+static inline int32_t __smlawb(int32_t a, int32_t b, int32_t c) { return tt_emul_smlaw(a, tt_emul_lo(b), c); }
+static inline int32_t __smlawt(int32_t a, int32_t b, int32_t c) { return tt_emul_smlaw(a, tt_emul_hi(b), c); }
+
+/** SSUB16: lane-wise a - b, each modulo 2^16. */
+static inline int32_t __ssub16(int32_t a, int32_t b)
+{
+    const uint32_t lo = (uint32_t)(tt_emul_lo(a) - tt_emul_lo(b)) & 0xFFFFu;
+    const uint32_t hi = (uint32_t)(tt_emul_hi(a) - tt_emul_hi(b)) & 0xFFFFu;
+    return (int32_t)(lo | (hi << 16));
+}
+
+/** SADD16: lane-wise a + b, each modulo 2^16. */
+static inline int32_t __sadd16(int32_t a, int32_t b)
+{
+    const uint32_t lo = (uint32_t)(tt_emul_lo(a) + tt_emul_lo(b)) & 0xFFFFu;
+    const uint32_t hi = (uint32_t)(tt_emul_hi(a) + tt_emul_hi(b)) & 0xFFFFu;
+    return (int32_t)(lo | (hi << 16));
+}
+
+/* The Q flag as SSAT16 #15 sets it (tt_dsp.h's saturation guard). One per translation unit. */
+static int tt_emul_q;
+static inline void tt_guard_clear(void) { tt_emul_q = 0; }
+static inline void tt_guard_s16x2_15(uint32_t v)
+{
+    const int32_t lo = tt_emul_lo((int32_t)v), hi = tt_emul_hi((int32_t)v);
+    if (lo < -16384 || lo > 16383 || hi < -16384 || hi > 16383) tt_emul_q = 1;
+}
+static inline int tt_guard_hit(void) { return tt_emul_q; }
+
+#endif /* TT_DSP_EMUL_H */
