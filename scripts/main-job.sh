@@ -61,7 +61,7 @@ stage_verify() {
 
 stage_federate() {
   if "$TT" federate --help >/dev/null 2>&1; then
-    "$TT" federate --model "$MODEL" --board "$BOARD" --devices 4 --rounds 5 --out "$RUNS/federated" --json \
+    "$TT" federate --model "$MODEL" --board "$BOARD" --devices 4 --rounds 5 --partition dirichlet:0.5 --compress int8 --out "$RUNS/federated" --json \
       | tail -n 1 > "$RUNS/federated.json"
     log "federate: $(cat "$RUNS/federated.json")"
   else
