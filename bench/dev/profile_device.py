@@ -38,6 +38,7 @@ def main(argv=None):
     ap.add_argument("--board", default="mps2_an386")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--annotate", metavar="FUNC", help="also print FUNC's disassembly with counts per instruction")
     a = ap.parse_args(argv)
     from tinytrain import data, models
     from tinytrain.boards import get_board
@@ -75,6 +76,22 @@ def main(argv=None):
     for k, v in sorted(kern.items(), key=lambda kv: -kv[1])[:a.top]:
         print(f"  {v / a.steps:10,.0f}  {k}")
     rest = {k: v for k, v in per.items() if k not in kern}
+    if a.annotate:
+        dis = subprocess.run(["arm-none-eabi-objdump", "-d", "--no-show-raw-insn", str(elf)],
+                             capture_output=True, text=True, check=True).stdout
+        inside = False
+        for line in dis.splitlines():
+            if line.endswith(f"<{a.annotate}>:"):
+                inside = True
+            elif inside and line.strip() == "":
+                break
+            elif inside and ":" in line:
+                try:
+                    pc = int(line.split(":")[0], 16)
+                except ValueError:
+                    continue
+                n = counts.get(pc, 0) / a.steps
+                print(f"{n:8.1f} {line}")
     print("other (protocol, port, hash):", ", ".join(f"{k} {v / a.steps:,.0f}" for k, v in
                                                      sorted(rest.items(), key=lambda kv: -kv[1])[:8]))
 

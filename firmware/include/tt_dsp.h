@@ -7,7 +7,7 @@
  * host with -DTT_HAVE_DSP=1 and the plain C intrinsics of tests/c/tt_dsp_emul.h.
  *
  * Intrinsics used (ACLE, <arm_acle.h>): __smlad, __smlabb, __smlabt, __smlawb, __smlawt, __ssub16,
- * __sadd16; PKHBT/PKHTB and the Q-flag guard (SSAT16, MRS/MSR APSR) by inline asm.
+ * __sadd16, __sxtb16; PKHBT/PKHTB and the Q-flag guard (SSAT16, MRS/MSR APSR) by inline asm.
  * Packed int16 pairs are read and written with memcpy (one LDR/STR on ARMv7E-M, which allows
  * unaligned word access; no aliasing of int16_t arrays through uint32_t pointers).
  */
@@ -110,11 +110,21 @@ static inline uint32_t tt_pack_hi(uint32_t lo, uint32_t hi)
 #endif
 
 /** Widen x[0..n) (n even) to int16 pairs: xx[j] = x[2j] * 2^c in the low half, x[2j+1] * 2^c in
- *  the high half; c in [0, 8], so |x| * 2^c <= 2^15 fits (-128 * 256 = -32768). */
+ *  the high half; c in [0, 8], so |x| * 2^c <= 2^15 fits (-128 * 256 = -32768). Four inputs per
+ *  step: SXTB16 splits even and odd bytes into sign-extended lanes, PKHBT/PKHTB reorder them;
+ *  a word shift by c scales both lanes, except that the low lane's sign bits spill into the low
+ *  c bits of the high lane, which the mask clears (the high lane's own low c bits are 0). */
 static inline void tt_widen_s8(const int8_t *x, int32_t n, int32_t c, uint32_t *xx)
 {
+    const uint32_t keep = ~((((uint32_t)1 << c) - 1u) << 16);
     int32_t j;
-    for (j = 0; j < n; j += 2)
+    for (j = 0; j + 4 <= n; j += 4) {
+        const uint32_t v = tt_ld_s8x4(x + j);
+        const uint32_t e = (uint32_t)__sxtb16((int32_t)v), o = (uint32_t)__sxtb16((int32_t)((v >> 8) | (v << 24)));
+        xx[j / 2] = (tt_pack_lo(e, o) << c) & keep;
+        xx[j / 2 + 1] = (tt_pack_hi(e, o) << c) & keep;
+    }
+    for (; j < n; j += 2)
         xx[j / 2] = (((uint32_t)(int32_t)x[j] << c) & 0xFFFFu) | ((uint32_t)(int32_t)x[j + 1] << (16 + c));
 }
 #endif /* TT_HAVE_DSP */

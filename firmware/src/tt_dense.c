@@ -12,7 +12,22 @@
 /* x widened to int16 pairs in chunks of this many inputs (stack: TT_DENSE_CHUNK * 2 bytes) */
 #define TT_DENSE_CHUNK 64
 
-/* acc[n] = align(b[n]) + sum_k x[k] w[n][k] in int32 (SMLAD: two products per instruction, two
+/* s[i] += sum_j row_i[2j..2j+1] . xx[j] for the four rows r, r + K, r + 2K, r + 3K. */
+static inline void tt_dense_dot4(const int16_t *r, int32_t K, const uint32_t *xx, int32_t np,
+                                 int32_t *s)
+{
+    int32_t s0 = s[0], s1 = s[1], s2 = s[2], s3 = s[3], j;
+    for (j = 0; j < np; j++, r += 2) {
+        const int32_t X = (int32_t)xx[j];
+        s0 = __smlad((int32_t)tt_ld_s16x2(r), X, s0);
+        s1 = __smlad((int32_t)tt_ld_s16x2(r + K), X, s1);
+        s2 = __smlad((int32_t)tt_ld_s16x2(r + 2 * K), X, s2);
+        s3 = __smlad((int32_t)tt_ld_s16x2(r + 3 * K), X, s3);
+    }
+    s[0] = s0; s[1] = s1; s[2] = s2; s[3] = s3;
+}
+
+/* acc[n] = align(b[n]) + sum_k x[k] w[n][k] in int32 (SMLAD: two products per instruction, four
  * rows per pass sharing the widened inputs); returns max |acc[n]|. */
 static uint32_t tt_dense_fwd_rows_s32(const int8_t *x, const int16_t *w, const int32_t *b,
                                       int32_t eb, int32_t ea, int32_t K, int32_t N, int64_t *acc)
@@ -20,73 +35,69 @@ static uint32_t tt_dense_fwd_rows_s32(const int8_t *x, const int16_t *w, const i
     uint32_t xx[TT_DENSE_CHUNK / 2], m = 0;
     int32_t k0, n, j, i;
     for (k0 = 0; k0 < K; k0 += TT_DENSE_CHUNK) {
-        const int32_t len = K - k0 < TT_DENSE_CHUNK ? K - k0 : TT_DENSE_CHUNK;
-        const int32_t np = len / 2, last = k0 + len >= K;
+        const int32_t len = K - k0 < TT_DENSE_CHUNK ? K - k0 : TT_DENSE_CHUNK, np = len / 2;
         tt_widen_s8(x + k0, 2 * np, 0, xx);
-        for (n = 0; n < N; n += 2) {
-            const int16_t *r0 = w + n * K + k0, *r1 = r0 + K;
-            const int32_t two = n + 1 < N;
-            int32_t s0 = k0 == 0 ? tt_align_s32(b[n], eb, ea) : (int32_t)acc[n];
-            int32_t s1 = !two ? 0 : k0 == 0 ? tt_align_s32(b[n + 1], eb, ea) : (int32_t)acc[n + 1];
-            if (two) {
-                for (j = 0; j + 2 <= np; j += 2, r0 += 4, r1 += 4) {
-                    const int32_t X0 = (int32_t)xx[j], X1 = (int32_t)xx[j + 1];
-                    s0 = __smlad((int32_t)tt_ld_s16x2(r0), X0, s0);
-                    s1 = __smlad((int32_t)tt_ld_s16x2(r1), X0, s1);
-                    s0 = __smlad((int32_t)tt_ld_s16x2(r0 + 2), X1, s0);
-                    s1 = __smlad((int32_t)tt_ld_s16x2(r1 + 2), X1, s1);
-                }
-                if (j < np) {
-                    s0 = __smlad((int32_t)tt_ld_s16x2(r0), (int32_t)xx[j], s0);
-                    s1 = __smlad((int32_t)tt_ld_s16x2(r1), (int32_t)xx[j], s1);
-                    r0 += 2;
-                    r1 += 2;
-                }
-                if (len & 1) s1 += (int32_t)x[k0 + len - 1] * (int32_t)r1[0];
+        for (n = 0; n < N; n += 4) {
+            const int32_t rows = N - n < 4 ? N - n : 4;
+            const int16_t *r = w + n * K + k0;
+            int32_t s[4] = {0, 0, 0, 0};
+            for (i = 0; i < rows; i++) s[i] = k0 == 0 ? tt_align_s32(b[n + i], eb, ea) : (int32_t)acc[n + i];
+            if (rows == 4) {
+                tt_dense_dot4(r, K, xx, np, s);
             } else {
-                for (j = 0; j < np; j++, r0 += 2) s0 = __smlad((int32_t)tt_ld_s16x2(r0), (int32_t)xx[j], s0);
+                for (i = 0; i < rows; i++)
+                    for (j = 0; j < np; j++) s[i] = __smlad((int32_t)tt_ld_s16x2(r + i * K + 2 * j), (int32_t)xx[j], s[i]);
             }
-            if (len & 1) s0 += (int32_t)x[k0 + len - 1] * (int32_t)r0[0];
-            for (i = 0; i <= two; i++) {
-                const int32_t v = i ? s1 : s0;
-                acc[n + i] = v;
-                if (last) {
-                    const uint32_t a = v < 0 ? 0u - (uint32_t)v : (uint32_t)v;
-                    if (a > m) m = a;
-                }
+            for (i = 0; i < rows; i++) {
+                if (len & 1) s[i] += (int32_t)x[k0 + len - 1] * (int32_t)r[i * K + len - 1];
+                acc[n + i] = s[i];
             }
         }
+    }
+    for (n = 0; n < N; n++) {
+        const int32_t v = (int32_t)acc[n];
+        const uint32_t a = v < 0 ? 0u - (uint32_t)v : (uint32_t)v;
+        if (a > m) m = a;
     }
     return m;
 }
 
-/* acc[k] = sum_n e[n] w[n][k] in int32, four columns per pass (SMLABB/SMLABT on weight pairs). */
+/* Store v into acc and raise *m to |v|. */
+static inline void tt_dense_put(int64_t *acc, int32_t v, uint32_t *m)
+{
+    const uint32_t a = v < 0 ? 0u - (uint32_t)v : (uint32_t)v;
+    *acc = v;
+    if (a > *m) *m = a;
+}
+
+/* acc[k] = sum_n e[n] w[n][k] in int32, four columns per pass (SMLABB/SMLABT on weight pairs);
+ * returns max |acc[k]|. */
 static uint32_t tt_dense_bwd_cols_s32(const int8_t *e, const int16_t *w, int32_t K, int32_t N,
                                       int64_t *acc)
 {
     uint32_t m = 0;
-    int32_t k, n, i;
-    for (k = 0; k < K; k += 4) {
-        int32_t s[4] = {0, 0, 0, 0};
+    int32_t k, n;
+    for (k = 0; k + 4 <= K; k += 4) {
+        int32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
         const int16_t *col = w + k;
-        if (k + 4 <= K) {
-            for (n = 0; n < N; n++, col += K) {
-                const int32_t en = e[n];
-                const uint32_t w01 = tt_ld_s16x2(col), w23 = tt_ld_s16x2(col + 2);
-                s[0] = __smlabb(en, (int32_t)w01, s[0]);
-                s[1] = __smlabt(en, (int32_t)w01, s[1]);
-                s[2] = __smlabb(en, (int32_t)w23, s[2]);
-                s[3] = __smlabt(en, (int32_t)w23, s[3]);
-            }
-        } else {
-            for (n = 0; n < N; n++, col += K)
-                for (i = 0; i < K - k; i++) s[i] += (int32_t)e[n] * (int32_t)col[i];
+        for (n = 0; n < N; n++, col += K) {
+            const int32_t en = e[n];
+            const int32_t w01 = (int32_t)tt_ld_s16x2(col), w23 = (int32_t)tt_ld_s16x2(col + 2);
+            s0 = __smlabb(en, w01, s0);
+            s1 = __smlabt(en, w01, s1);
+            s2 = __smlabb(en, w23, s2);
+            s3 = __smlabt(en, w23, s3);
         }
-        for (i = 0; i < 4 && k + i < K; i++) {
-            const uint32_t a = s[i] < 0 ? 0u - (uint32_t)s[i] : (uint32_t)s[i];
-            acc[k + i] = s[i];
-            if (a > m) m = a;
-        }
+        tt_dense_put(acc + k, s0, &m);
+        tt_dense_put(acc + k + 1, s1, &m);
+        tt_dense_put(acc + k + 2, s2, &m);
+        tt_dense_put(acc + k + 3, s3, &m);
+    }
+    for (; k < K; k++) {
+        const int16_t *col = w + k;
+        int32_t s0 = 0;
+        for (n = 0; n < N; n++, col += K) s0 += (int32_t)e[n] * (int32_t)col[0];
+        tt_dense_put(acc + k, s0, &m);
     }
     return m;
 }

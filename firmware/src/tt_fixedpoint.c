@@ -67,25 +67,37 @@ int32_t tt_requant_s8_from_s64(const int64_t *acc, int32_t n, int8_t *y, tt_stat
     return tt_requant_s8_from_s64_max(acc, n, m, y, st);
 }
 
+/* tt_bitwidth_u64 of a value below 2^32 (CLZ where the compiler offers it). */
+static int32_t tt_bitwidth_u32(uint32_t v)
+{
+#if defined(__GNUC__)
+    return v ? 32 - __builtin_clz(v) : 0;
+#else
+    return tt_bitwidth_u64(v);
+#endif
+}
+
 int32_t tt_requant_s8_from_s64_max(const int64_t *acc, int32_t n, uint64_t max_abs, int8_t *y,
                                    tt_stats *st)
 {
-    const int32_t s = tt_requant_shift(max_abs, 8);
-    int32_t i;
+    int32_t i, s;
     if (max_abs <= (uint64_t)INT32_MAX) {
-        /* every value fits int32 and s <= 24: the int32 rounding shift gives the same bits,
-         * and then |r| <= 128, so the clamp only ever moves +-128 to +-127 */
+        /* every value fits int32 and s <= 24: the int32 rounding shift gives the same bits, and
+         * then |r| <= 128, so the clamp only ever moves +-128 to +-127 */
+        const int32_t b = tt_bitwidth_u32((uint32_t)max_abs) - 7;
+        s = b > 0 ? b : 0;
         for (i = 0; i < n; i++) {
-            const int32_t r = tt_rshift_round_s32((int32_t)acc[i], s);
-            if (r > TT_S8_MAX || r < -TT_S8_MAX) {
+            const int32_t v = (int32_t)acc[i];
+            int32_t r = s ? (v >> s) + ((v >> (s - 1)) & 1) : v;
+            if ((uint32_t)(r + TT_S8_MAX) > 2u * TT_S8_MAX) {
                 st->saturated++;
-                y[i] = (int8_t)(r > 0 ? TT_S8_MAX : -TT_S8_MAX);
-            } else {
-                y[i] = (int8_t)r;
+                r = r > 0 ? TT_S8_MAX : -TT_S8_MAX;
             }
+            y[i] = (int8_t)r;
         }
         return s;
     }
+    s = tt_requant_shift(max_abs, 8);
     for (i = 0; i < n; i++) {
         int64_t r = tt_rshift_round_s64(acc[i], s);
         if (r > TT_S8_MAX || r < -TT_S8_MAX) st->saturated++;

@@ -140,7 +140,8 @@ static inline void tt_sgd_s16_one(int16_t *w, int32_t p, int32_t s, tt_stats *st
  * step. With c = min(8, 32 - s), xx = x 2^c (int16 lanes) and A = a 2^(32 - s - c):
  *   SMLAWB(A, xx, 2^15) = floor(a x 2^(16 - s)) + 2^15, whose high half is
  *   floor((a x 2^(16 - s) + 2^15) / 2^16) = floor((a x + 2^(s - 1)) / 2^s) = d exactly.
- * A row goes this way only if |A| < 2^31 and (|a| * 128) >> s <= 16382, so |d| <= 16383; if also
+ * A row goes this way only if |A| < 2^31 and (|a| * 128) >> s <= 16382 (|a| <= amax), so
+ * |d| <= floor((|a| * 128 + 2^(s-1)) / 2^s) <= ((|a| * 128) >> s) + 1 <= 16383; if also
  * every old weight of the row is in [-16384, 16383], no w - d leaves [-32767, 32767] and SSUB16
  * is exact. That last condition is checked while the row is written (SSAT16 #15 guard on the
  * old pairs, Q flag); if it fails the row is restored exactly (SADD16 of the stored
@@ -148,7 +149,10 @@ static inline void tt_sgd_s16_one(int16_t *w, int32_t p, int32_t s, tt_stats *st
 static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, int32_t N,
                                   int16_t *w16, int32_t m_t, int32_t s, tt_stats *st)
 {
-    const int32_t c = 32 - s < 8 ? 32 - s : 8;
+    const int32_t c = 32 - s < 8 ? 32 - s : 8, sh = 32 - s - c;
+    /* largest |a| with |a| 2^sh <= INT32_MAX and (|a| * 128) >> s <= 16382 */
+    const int64_t lim1 = (int64_t)INT32_MAX >> sh, lim2 = (((int64_t)16383 << s) - 1) / 128;
+    const int32_t amax = (int32_t)(lim1 < lim2 ? lim1 : lim2);
     uint32_t xx[TT_SGD_CHUNK / 2];
     int32_t k0, n, j;
     for (k0 = 0; k0 < K; k0 += TT_SGD_CHUNK) {
@@ -156,15 +160,14 @@ static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, i
         tt_widen_s8(x + k0, 2 * np, c, xx);
         for (n = 0; n < N; n++) {
             const int32_t a = m_t * (int32_t)e[n], ua = a < 0 ? -a : a;
-            const int64_t A64 = (int64_t)a * ((int64_t)1 << (32 - s - c));
             int16_t *row = w16 + n * K + k0;
             int32_t A;
             if (a == 0) continue;
-            if (A64 > INT32_MAX || A64 < -INT32_MAX || ((ua * 128) >> s) > 16382) {
+            if (ua > amax) {
                 for (j = 0; j < len; j++) tt_sgd_s16_one(row + j, a * (int32_t)x[k0 + j], s, st);
                 continue;
             }
-            A = (int32_t)A64;
+            A = a * ((int32_t)1 << sh); /* |A| <= INT32_MAX by amax */
             tt_guard_clear();
             for (j = 0; j + 2 <= np; j += 2) {
                 const uint32_t W0 = tt_ld_s16x2(row + 2 * j), W1 = tt_ld_s16x2(row + 2 * j + 2);
