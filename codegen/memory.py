@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import cbuild
-from .emit import Emitted, generate
+from .emit import Emitted
 
 ARM_CC = "arm-none-eabi-gcc"
 CPU_FLAGS = {

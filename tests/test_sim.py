@@ -2,7 +2,6 @@
 by the kernel sources."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from tinytrain import data

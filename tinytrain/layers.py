@@ -9,7 +9,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from .ops import dense as r_dense
-from .ops import _common
 
 
 class ModelError(ValueError):

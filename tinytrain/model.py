@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import fixedpoint as fp
-from .layers import Layer, ModelError, Param, layer_from_config
+from .layers import Layer, ModelError, layer_from_config
 from . import layers_conv, layers_norm, layers_residual  # noqa: F401  (register the layer types)
 from .ops import mse as r_mse
 from .ops import softmax_ce as r_ce

@@ -21,7 +21,6 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
 
 from .layers import LAYER_TYPES, ModelError, layer_from_config
 from .model import LOSSES, Sequential

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from .layers import Layer
-from .optim import GUARD_BITS, MASTER_EXTRA_BITS
+from .optim import MASTER_EXTRA_BITS
 
 
 def _kernels_fingerprint() -> str:

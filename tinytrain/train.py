@@ -20,7 +20,6 @@ import numpy as np
 
 from . import fixedpoint as fp
 from .data import DataError, Dataset, quantize_inputs
-from .layers import ModelError
 
 DATA_SEED_XOR = 0x5EED
 _CHUNK = 2048  # samples per simulator call (progress granularity)
