@@ -363,6 +363,9 @@ def plot_history(history: History, path, title: str = "training") -> Path:
     a2.set_ylabel("accuracy")
     a2.grid(alpha=0.3)
     a2.legend()
+    from matplotlib.ticker import MaxNLocator
+    for ax in (a1, a2):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
