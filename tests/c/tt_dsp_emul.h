@@ -38,6 +38,15 @@ static inline int32_t __ssub16(int32_t a, int32_t b)
     return (int32_t)(lo | (hi << 16));
 }
 
+/** SXTB16: bytes 0 and 2 of a, sign-extended into the low and high halves. */
+static inline int32_t __sxtb16(int32_t a)
+{
+    const uint32_t u = (uint32_t)a;
+    const uint32_t lo = (uint32_t)(int32_t)(int8_t)(uint8_t)(u & 0xFFu) & 0xFFFFu;
+    const uint32_t hi = (uint32_t)(int32_t)(int8_t)(uint8_t)((u >> 16) & 0xFFu) & 0xFFFFu;
+    return (int32_t)(lo | (hi << 16));
+}
+
 /** SADD16: lane-wise a + b, each modulo 2^16. */
 static inline int32_t __sadd16(int32_t a, int32_t b)
 {
