@@ -37,7 +37,7 @@ uint32_t tt_crc32_update(uint32_t crc, const uint8_t *p, uint32_t n);
 int tth_run_device(int fd);
 void tth_port_stop(void);
 """
-DEVICE_SOURCES = ["tt_crc32", "tt_cobs", "tt_protocol", "tt_device_main"]
+DEVICE_SOURCES = ["tt_crc32", "tt_cobs", "tt_protocol", "tt_device_main", "tt_fedcodec"]
 
 
 @pytest.fixture(scope="module")
@@ -610,7 +610,8 @@ def test_fuzz_standalone_asan(tmp_path):
            "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-DTT_FUZZ_STANDALONE",
            f"-I{cbuild.FIRMWARE_INCLUDE}", f"-I{HERE / 'c'}", str(HERE / "fuzz" / "fuzz_frame_parser.c"),
            str(HERE / "c" / "tt_fake_model.c"), *(str(src / f"{s}.c") for s in
-                                                   ("tt_protocol", "tt_cobs", "tt_crc32")),
+                                                   ("tt_protocol", "tt_cobs", "tt_crc32",
+                                                    "tt_fedcodec")),
            "-o", str(exe)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0 and "sanitize" in r.stderr and "cannot find" in r.stderr:

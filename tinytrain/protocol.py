@@ -44,6 +44,9 @@ class Msg(enum.IntEnum):
     GET_TENSOR = 0x09
     SET_SEED = 0x0A
     RESET = 0x0B
+    ROUND_BEGIN = 0x0C   # optional: federated update codec on the device
+    GET_UPDATE = 0x0D
+    UPDATE_ACK = 0x0E
     LOG = 0xC0
     ERROR = 0xFF
 
@@ -271,18 +274,31 @@ class DeviceInfo:
     input_len: int
     n_classes: int
     step: int
+    fedcodec: bool = False  # HELLO flag bit 1: ROUND_BEGIN / GET_UPDATE / UPDATE_ACK supported
 
     @classmethod
     def from_payload(cls, p: bytes) -> "DeviceInfo":
         if len(p) < 28:
             raise FramingError(f"HELLO reply of {len(p)} bytes, expected at least 28")
         v, fl, mp, fw, sch, ram, pb, il, nc, st = struct.unpack_from("<BBHIIIIHHI", p)
-        return cls(v, bool(fl & 1), mp, fw, sch, ram, pb, il, nc, st)
+        return cls(v, bool(fl & 1), mp, fw, sch, ram, pb, il, nc, st, bool(fl & 2))
 
     @property
     def fw_version_str(self) -> str:
         v = self.fw_version
         return f"{v >> 16}.{(v >> 8) & 0xFF}.{v & 0xFF}"
+
+
+class RoundBegin(NamedTuple):
+    step: int
+    state_hash: int
+    global_hash: int    # CRC-32 of the parameter store the device snapshotted
+    residual_crc: int   # CRC-32 of its error-feedback residual (int64 LE)
+
+
+class UpdateAck(NamedTuple):
+    status: int         # 0 residual kept, 1 committed, 2 round already closed
+    residual_crc: int
 
 
 class TrainResult(NamedTuple):
@@ -590,6 +606,45 @@ class DeviceLink:
     def read_params(self) -> bytes:
         """The live parameter/state blob (the layout load_params takes)."""
         return self.get_tensor(TENSOR_PARAMS)
+
+    # -------------------------------------------- federated update codec (optional)
+
+    def round_begin(self, rnd: int, device: int, codec: int) -> RoundBegin:
+        """Start federated round `rnd` on the device: it snapshots the parameter store it holds
+        (load the global model first) and selects the codec (1 int8, 2 int4, 3 sign)."""
+        p = self.request(Msg.ROUND_BEGIN, struct.pack("<IIB3x", rnd & 0xFFFFFFFF,
+                                                      device & 0xFFFFFFFF, codec)).payload
+        r = RoundBegin(*struct.unpack_from("<IIII", p))
+        self._last_step = r.step
+        return r
+
+    def get_update(self, n_samples: int) -> bytes:
+        """The device's compressed update message for the open round (encoded on the device from
+        its live state, n_samples in its header), fetched in chunks; its CRC is checked."""
+        room = self._need_info().max_payload - 12
+        out = bytearray()
+        total = crc = None
+        while total is None or len(out) < total:
+            f = self.request(Msg.GET_UPDATE, struct.pack("<IIHH", n_samples, len(out), room, 0))
+            t, c, off = struct.unpack_from("<III", f.payload)
+            data = f.payload[12:]
+            if (total is not None and (t, c) != (total, crc)) or off != len(out) or \
+                    (not data and len(out) < t):
+                raise FramingError(f"GET_UPDATE reply at offset {off} ({len(data)} bytes, message "
+                                   f"{t} bytes crc 0x{c:08x}) does not continue offset {len(out)}")
+            total, crc = t, c
+            out += data
+        if len(out) < 4 or crc32(bytes(out[:-4])) != crc or out[-4:] != struct.pack("<I", crc):
+            raise CrcError(f"update message of {len(out)} bytes from {self.url} fails its CRC "
+                           f"0x{crc:08x}: did the device state change while it was read?")
+        return bytes(out)
+
+    def update_ack(self, rnd: int, crc: int, accepted: bool) -> UpdateAck:
+        """The coordinator's verdict on the update whose message CRC is `crc`: the device
+        commits its error-feedback residual only if accepted."""
+        p = self.request(Msg.UPDATE_ACK, struct.pack("<IIB3x", rnd & 0xFFFFFFFF, crc & 0xFFFFFFFF,
+                                                     1 if accepted else 0)).payload
+        return UpdateAck(*struct.unpack_from("<II", p))
 
     def set_seed(self, seed: int) -> None:
         self.request(Msg.SET_SEED, struct.pack("<I", seed & 0xFFFFFFFF))

@@ -76,6 +76,27 @@ typedef struct tt_device_model {
     void (*set_seed)(uint32_t seed);
     /** Back to the initial parameters, step 0, initial PRNG state. */
     void (*reset)(void);
+
+    /* ---- Optional: the federated update codec on the device (tt_fedcodec.h). Models built
+     * without it leave these NULL (or omit them): ROUND_BEGIN, GET_UPDATE and UPDATE_ACK then
+     * answer TT_ERR_UNSUPPORTED and the host compresses on its side of the link. ---- */
+    /** ROUND_BEGIN: snapshot the live parameter store as this round's global model and select
+     *  the codec (1 int8, 2 int4, 3 sign; else TT_ERR_RANGE). *global_hash = CRC-32 of the
+     *  snapshot, *residual_crc = CRC-32 of the error-feedback residual (int64 LE). */
+    int (*round_begin)(uint32_t round, uint32_t device, uint32_t codec, uint32_t *global_hash,
+                       uint32_t *residual_crc);
+    /** GET_UPDATE at offset 0: encode the round's update message from the live state (with
+     *  n_samples in its header); *len = its bytes, *crc = its trailing CRC-32. */
+    int (*update_prepare)(uint32_t n_samples, uint32_t *len, uint32_t *crc);
+    /** Bytes [offset, offset + min(n, *len - offset)) of the prepared message into dst; *len and
+     *  *crc as update_prepare gave them. Nothing prepared: TT_ERR_SEQUENCE; offset > *len:
+     *  TT_ERR_RANGE. */
+    int (*update_read)(uint32_t offset, uint8_t *dst, uint32_t n, uint32_t *len, uint32_t *crc);
+    /** UPDATE_ACK: the coordinator's verdict; commits the residual only if accepted and the live
+     *  state still encodes to the message with CRC `crc`. *status: 0 residual kept, 1 committed,
+     *  2 round already closed; *residual_crc as in round_begin. */
+    int (*update_ack)(uint32_t round, uint32_t crc, uint32_t accepted, uint32_t *status,
+                      uint32_t *residual_crc);
 } tt_device_model;
 
 /**

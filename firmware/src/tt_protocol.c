@@ -105,7 +105,9 @@ static int tt_cmd_hello(tt_proto *p, tt_call *c)
 {
     const tt_device_model *m = p->m;
     c->out[0] = (uint8_t)TT_PROTO_VERSION;
-    c->out[1] = (uint8_t)(m->stage_params != NULL && m->commit_params != NULL);
+    c->out[1] = (uint8_t)((m->stage_params != NULL && m->commit_params != NULL) |
+                          (m->round_begin != NULL && m->update_prepare != NULL &&
+                           m->update_read != NULL && m->update_ack != NULL) << 1);
     tt_put_u16(c->out + 2, TT_MAX_PAYLOAD);
     tt_put_u32(c->out + 4, TT_FW_VERSION);
     tt_put_u32(c->out + 8, m->schema_hash);
@@ -390,6 +392,96 @@ static int tt_cmd_reset(tt_proto *p, tt_call *c)
     return TT_OK;
 }
 
+/* u32 round | u32 device | u8 codec | 3 x u8 0  ->  u32 step | u32 state hash | u32 global
+ * hash | u32 residual CRC */
+static int tt_cmd_round_begin(tt_proto *p, tt_call *c)
+{
+    uint32_t gh = 0, rc32 = 0;
+    int rc;
+    if (p->m->round_begin == NULL) {
+        return TT_ERR_UNSUPPORTED;
+    }
+    if (c->n != 12) {
+        c->detail = 12;
+        return TT_ERR_LENGTH;
+    }
+    if (c->in[8] < 1u || c->in[8] > 3u) {
+        c->detail = c->in[8];
+        return TT_ERR_RANGE;
+    }
+    rc = p->m->round_begin(tt_get_u32(c->in), tt_get_u32(c->in + 4), c->in[8], &gh, &rc32);
+    if (rc != 0) {
+        return tt_hook_err(rc, &c->detail);
+    }
+    tt_put_state(p, c);
+    tt_put_u32(c->out + 8, gh);
+    tt_put_u32(c->out + 12, rc32);
+    c->out_len = 16;
+    return TT_OK;
+}
+
+/* u32 n_samples | u32 offset | u16 max bytes | u16 0  ->  u32 total | u32 crc | u32 offset | data.
+ * Offset 0 encodes the update from the live state; later offsets read that same message. */
+static int tt_cmd_get_update(tt_proto *p, tt_call *c)
+{
+    const tt_device_model *m = p->m;
+    uint32_t off, cap, total = 0, crc = 0, n;
+    int rc = 0;
+    if (m->update_prepare == NULL || m->update_read == NULL) {
+        return TT_ERR_UNSUPPORTED;
+    }
+    if (c->n != 12) {
+        c->detail = 12;
+        return TT_ERR_LENGTH;
+    }
+    off = tt_get_u32(c->in + 4);
+    cap = tt_get_u16(c->in + 8);
+    if (cap > TT_MAX_PAYLOAD - 12u) {
+        cap = TT_MAX_PAYLOAD - 12u;
+    }
+    if (off == 0) {
+        rc = m->update_prepare(tt_get_u32(c->in), &total, &crc);
+    }
+    if (rc == 0) {
+        rc = m->update_read(off, c->out + 12, cap, &total, &crc);
+    }
+    if (rc == 0 && off > total) {
+        c->detail = total;
+        rc = TT_ERR_RANGE;
+    }
+    if (rc != 0) {
+        return tt_hook_err(rc, &c->detail);
+    }
+    n = total - off < cap ? total - off : cap;
+    tt_put_u32(c->out, total);
+    tt_put_u32(c->out + 4, crc);
+    tt_put_u32(c->out + 8, off);
+    c->out_len = 12u + n;
+    return TT_OK;
+}
+
+/* u32 round | u32 update crc | u8 accepted | 3 x u8 0  ->  u32 status | u32 residual CRC */
+static int tt_cmd_update_ack(tt_proto *p, tt_call *c)
+{
+    uint32_t status = 0, rc32 = 0;
+    int rc;
+    if (p->m->update_ack == NULL) {
+        return TT_ERR_UNSUPPORTED;
+    }
+    if (c->n != 12) {
+        c->detail = 12;
+        return TT_ERR_LENGTH;
+    }
+    rc = p->m->update_ack(tt_get_u32(c->in), tt_get_u32(c->in + 4), c->in[8] != 0u, &status, &rc32);
+    if (rc != 0) {
+        return tt_hook_err(rc, &c->detail);
+    }
+    tt_put_u32(c->out, status);
+    tt_put_u32(c->out + 4, rc32);
+    c->out_len = 8;
+    return TT_OK;
+}
+
 typedef int (*tt_cmd_fn)(tt_proto *p, tt_call *c);
 
 static tt_cmd_fn tt_cmd_lookup(uint32_t type)
@@ -406,6 +498,9 @@ static tt_cmd_fn tt_cmd_lookup(uint32_t type)
     case TT_MSG_GET_TENSOR: return tt_cmd_get_tensor;
     case TT_MSG_SET_SEED: return tt_cmd_set_seed;
     case TT_MSG_RESET: return tt_cmd_reset;
+    case TT_MSG_ROUND_BEGIN: return tt_cmd_round_begin;
+    case TT_MSG_GET_UPDATE: return tt_cmd_get_update;
+    case TT_MSG_UPDATE_ACK: return tt_cmd_update_ack;
     default: return NULL;
     }
 }

@@ -4,11 +4,21 @@
 
 #include "tt_crc32.h"
 #include "tt_fake_model.h"
+#include "tt_fedcodec.h"
 
 static uint8_t fake_params[TT_FAKE_PARAMS];
 static uint8_t fake_shadow[TT_FAKE_PARAMS];
 static uint32_t fake_step;
 static uint32_t fake_seed;
+
+/* The on-device update codec over the fake parameter store: bytes [0, 600) as 300 int16,
+ * [600, 1000) as 100 int32 (see tt_fake_model.h). */
+static const tt_fed_tensor fake_store[2] = {{0u, 300u, 2u}, {600u, 100u, 4u}};
+static uint8_t fake_global[TT_FAKE_PARAMS];
+static int64_t fake_residual[400];
+static uint8_t fake_shift[2];
+static tt_fedcodec fake_codec;
+static int fake_read_params(uint32_t offset, uint8_t *dst, uint32_t n);
 
 void tt_fake_power_on(void)
 {
@@ -19,6 +29,7 @@ void tt_fake_power_on(void)
     memset(fake_shadow, 0xEE, sizeof fake_shadow);
     fake_step = 0;
     fake_seed = 1;
+    tt_fedcodec_init(&fake_codec, fake_store, 2u, fake_read_params, fake_global, fake_residual, fake_shift);
 }
 
 static int fake_train(const int8_t *x, int32_t label, int32_t *loss)
@@ -123,8 +134,42 @@ static void fake_reset(void)
     tt_fake_power_on();
 }
 
+static int fake_round_begin(uint32_t round, uint32_t device, uint32_t codec, uint32_t *gh, uint32_t *rcrc)
+{
+    int rc = tt_fedcodec_begin(&fake_codec, codec, round, device);
+    *gh = tt_fedcodec_global_hash(&fake_codec);
+    *rcrc = tt_fedcodec_residual_crc(&fake_codec);
+    return rc;
+}
+
+static int fake_update_prepare(uint32_t n_samples, uint32_t *len, uint32_t *crc)
+{
+    return tt_fedcodec_prepare(&fake_codec, n_samples, fake_step, len, crc);
+}
+
+static int fake_update_read(uint32_t offset, uint8_t *dst, uint32_t n, uint32_t *len, uint32_t *crc)
+{
+    if (!fake_codec.prepared) {
+        return TT_ERR_SEQUENCE;
+    }
+    *len = fake_codec.msg_len;
+    *crc = fake_codec.crc;
+    if (offset > *len) {
+        return TT_ERR_RANGE;
+    }
+    return tt_fedcodec_read(&fake_codec, offset, dst, *len - offset < n ? *len - offset : n);
+}
+
+static int fake_update_ack(uint32_t round, uint32_t crc, uint32_t accepted, uint32_t *status, uint32_t *rcrc)
+{
+    int rc = tt_fedcodec_ack(&fake_codec, round, crc, accepted, status);
+    *rcrc = tt_fedcodec_residual_crc(&fake_codec);
+    return rc;
+}
+
 const tt_device_model tt_fake_model = {
     TT_FAKE_SCHEMA, 2u * TT_FAKE_PARAMS + 8u, TT_FAKE_PARAMS, TT_FAKE_INPUT, TT_FAKE_CLASSES,
     fake_train, fake_predict, fake_state_hash, fake_step_count, fake_read_params, fake_stage,
     fake_commit, fake_get_tensor, fake_set_seed, fake_reset,
+    fake_round_begin, fake_update_prepare, fake_update_read, fake_update_ack,
 };
