@@ -6,7 +6,7 @@
  * libFuzzer (clang):
  *   clang -std=c99 -g -O1 -fsanitize=fuzzer,address,undefined -Ifirmware/include -Itests/c \
  *     tests/fuzz/fuzz_frame_parser.c tests/c/tt_fake_model.c firmware/src/tt_protocol.c \
- *     firmware/src/tt_cobs.c firmware/src/tt_crc32.c -o /tmp/fuzz_frames
+ *     firmware/src/tt_cobs.c firmware/src/tt_crc32.c firmware/src/tt_fedcodec.c -o /tmp/fuzz_frames
  *   /tmp/fuzz_frames -max_total_time=60
  * Standalone (gcc, seeded random and mutated frames; used by tests/test_protocol.py):
  *   add -DTT_FUZZ_STANDALONE and -fsanitize=address,undefined instead of fuzzer, then
@@ -53,7 +53,7 @@ static void fz_check_frame(const uint8_t *f, uint32_t n)
         }
         fz_errors[code]++;
     } else if (type != TT_MSG_LOG && (type < (TT_MSG_REPLY | TT_MSG_HELLO) ||
-                                      type > (TT_MSG_REPLY | TT_MSG_RESET))) {
+                                      type > (TT_MSG_REPLY | TT_MSG_UPDATE_ACK))) {
         abort();
     } else {
         fz_replies++;
@@ -117,9 +117,10 @@ static uint32_t fz_rand(void)
 static uint32_t fz_valid_frame(uint8_t *f)
 {
     static const uint32_t sizes[] = {0, 0, 12, 4 + 64, 8, 2 + TT_FAKE_INPUT,
-                                     2 + 3 * (2 + TT_FAKE_INPUT), TT_FAKE_INPUT, 0, 8, 4, 0};
-    uint32_t type = 1 + fz_rand() % 12, plen, i, crc;
-    plen = type < 12 ? sizes[type] : fz_rand() % 40;
+                                     2 + 3 * (2 + TT_FAKE_INPUT), TT_FAKE_INPUT, 0, 8, 4, 0,
+                                     12, 12, 12};
+    uint32_t type = 1 + fz_rand() % 15, plen, i, crc;
+    plen = type < 15 ? sizes[type] : fz_rand() % 40;
     if (type == TT_MSG_LOAD_PARAMS) {
         plen = 4 + 1 + fz_rand() % (TT_MAX_PAYLOAD - 4);
     }
@@ -142,6 +143,12 @@ static uint32_t fz_valid_frame(uint8_t *f)
         uint32_t off = (fz_rand() & 1) ? 0 : fz_rand() % (TT_FAKE_PARAMS + 64);
         for (i = 0; i < 4; i++) {
             f[TT_HDR_LEN + i] = (uint8_t)(off >> (8 * i));
+        }
+    }
+    if (type == TT_MSG_GET_UPDATE) { /* offset 0 (encode) or inside a short message */
+        uint32_t off = (fz_rand() & 1) ? 0 : fz_rand() % 600;
+        for (i = 0; i < 4; i++) {
+            f[TT_HDR_LEN + 4 + i] = (uint8_t)(off >> (8 * i));
         }
     }
     crc = tt_crc32_update(0, f, TT_HDR_LEN + plen);
