@@ -3,7 +3,9 @@
 ``device_source(model, emitted)`` emits ``<prefix>_device.c``: a ``tt_device_model`` (see
 firmware/include/tt_device.h) wired to the generated ``<prefix>_*`` functions, a shadow buffer
 for atomic parameter loads, and ``main()`` = ``tt_port_init(); tt_device_run(&model)``.
-On bare-metal ports main() first paints the stack; GET_TENSOR id 0xFFFE (``TENSOR_STACK``)
+With ``fedcodec`` the glue also carries the federated update codec
+(``firmware/src/tt_fedcodec.c``: ROUND_BEGIN / GET_UPDATE / UPDATE_ACK, compile-time
+``TT_FEDCODEC``, RAM = ``fedcodec_bytes(model)``). On bare-metal ports main() first paints the stack; GET_TENSOR id 0xFFFE (``TENSOR_STACK``)
 then answers the peak stack bytes used so far (4 bytes LE), so peak RAM = .data + .bss + that.
 
 ``build_firmware(model, board, out_dir)`` writes a self-contained PlatformIO project into
@@ -39,15 +41,132 @@ def state_bytes(model) -> int:
     return int(sum(np.asarray(a).nbytes for a in model.state_tensors()))
 
 
-def static_ram_bytes(em: Emitted, model, shadow: bool = True) -> int:
-    """Static RAM of the generated model: its RAM tensors plus the glue's load shadow."""
-    return int(sum(t.bytes for t in em.tensors)) + (state_bytes(model) if shadow else 0)
+def static_ram_bytes(em: Emitted, model, shadow: bool = True, fedcodec: bool = False) -> int:
+    """Static RAM of the generated model: its RAM tensors plus the glue's load shadow (and,
+    with fedcodec, the on-device update codec's buffers)."""
+    return (int(sum(t.bytes for t in em.tensors)) + (state_bytes(model) if shadow else 0)
+            + (fedcodec_bytes(model) if fedcodec else 0))
 
 
-def device_source(model, em: Emitted, shadow: bool = True) -> str:
+#: sizeof(tt_fedcodec) on a 32-bit target, rounded up (pointers, round fields, flags)
+FEDCODEC_STATE = 64
+
+
+def fedcodec_store(model) -> list[tuple[int, int, int]]:
+    """The parameter store as the update codec sees it: (blob offset, elements, bytes per
+    element) per tensor, schema order (tinytrain.federated.codec.Schema)."""
+    from ..federated.codec import Schema
+
+    sc = Schema.of(model)
+    out = []
+    for i in sc.store_slots:
+        sl = sc.slots[i]
+        out.append((int(sl.offset), int(np.prod(sl.shape)), int(np.dtype(sl.dtype).itemsize)))
+    return out
+
+
+def fedcodec_bytes(model) -> int:
+    """RAM of the on-device update codec: the global store snapshot, an int64 residual per
+    stored element, a shift per tensor and the codec state."""
+    st = fedcodec_store(model)
+    return sum(n * w + 8 * n + 1 for _, n, w in st) + FEDCODEC_STATE
+
+
+def _fedcodec_glue(P: str, U: str, model, on: bool) -> str:
+    st = fedcodec_store(model)
+    rows = ",\n".join(f"    {{{o}u, {n}u, {w}u}}" for o, n, w in st)
+    n_el = sum(n for _, n, _ in st)
+    store = sum(n * w for _, n, w in st)
+    return f"""
+/* The federated update codec on the device (tt_fedcodec.h): ROUND_BEGIN snapshots the parameter
+ * store, GET_UPDATE encodes the compressed update from the live state, UPDATE_ACK commits the
+ * error-feedback residual. RAM: {store} B snapshot + {8 * n_el} B residual + {len(st)} B shifts
+ * + the codec state. Build with -DTT_FEDCODEC=0 to leave it out: the three commands then answer
+ * UNSUPPORTED and the host compresses on its side of the serial link. */
+#ifndef TT_FEDCODEC
+#define TT_FEDCODEC {int(bool(on))}
+#endif
+#if TT_FEDCODEC
+#include "tt_fedcodec.h"
+
+static const tt_fed_tensor {P}_fed_store[{len(st)}] = {{
+{rows}
+}};
+static uint8_t {P}_fed_global[{store}u];
+static int64_t {P}_fed_residual[{n_el}u];
+static uint8_t {P}_fed_shift[{len(st)}u];
+static tt_fedcodec {P}_fed;
+static uint8_t {P}_fed_ready;
+
+static int {P}_fed_read(uint32_t off, uint8_t *dst, uint32_t n)
+{{
+    return {P}_read_state(off, dst, n);
+}}
+
+static tt_fedcodec *{P}_fed_codec(void)
+{{
+    if (!{P}_fed_ready) {{ /* residual zero from boot */
+        tt_fedcodec_init(&{P}_fed, {P}_fed_store, {len(st)}u, {P}_fed_read, {P}_fed_global,
+                         {P}_fed_residual, {P}_fed_shift);
+        {P}_fed_ready = 1;
+    }}
+    return &{P}_fed;
+}}
+
+static int {P}_dev_round_begin(uint32_t round, uint32_t device, uint32_t codec, uint32_t *gh, uint32_t *rcrc)
+{{
+    tt_fedcodec *c = {P}_fed_codec();
+    int rc = tt_fedcodec_begin(c, codec, round, device);
+    *gh = tt_fedcodec_global_hash(c);
+    *rcrc = tt_fedcodec_residual_crc(c);
+    return rc;
+}}
+
+/* The header's step is the optimizer step: meta[1] of the state blob (its last 12 bytes). */
+static int {P}_dev_update_prepare(uint32_t n_samples, uint32_t *len, uint32_t *crc)
+{{
+    uint8_t b[4];
+    (void){P}_read_state({U}_STATE_BYTES - 8u, b, 4u);
+    return tt_fedcodec_prepare({P}_fed_codec(), n_samples,
+                               (uint32_t)b[0] | ((uint32_t)b[1] << 8) | ((uint32_t)b[2] << 16) | ((uint32_t)b[3] << 24),
+                               len, crc);
+}}
+
+static int {P}_dev_update_read(uint32_t off, uint8_t *dst, uint32_t n, uint32_t *len, uint32_t *crc)
+{{
+    const tt_fedcodec *c = {P}_fed_codec();
+    if (!c->prepared) {{
+        return TT_ERR_SEQUENCE;
+    }}
+    *len = c->msg_len;
+    *crc = c->crc;
+    if (off > *len) {{
+        return TT_ERR_RANGE;
+    }}
+    return tt_fedcodec_read(c, off, dst, *len - off < n ? *len - off : n);
+}}
+
+static int {P}_dev_update_ack(uint32_t round, uint32_t crc, uint32_t accepted, uint32_t *status, uint32_t *rcrc)
+{{
+    tt_fedcodec *c = {P}_fed_codec();
+    int rc = tt_fedcodec_ack(c, round, crc, accepted, status);
+    *rcrc = tt_fedcodec_residual_crc(c);
+    return rc;
+}}
+#else
+#define {P}_dev_round_begin 0
+#define {P}_dev_update_prepare 0
+#define {P}_dev_update_read 0
+#define {P}_dev_update_ack 0
+#endif
+"""
+
+
+def device_source(model, em: Emitted, shadow: bool = True, fedcodec: bool = True) -> str:
     """C source of the tt_device_model for the generated model `em` and the firmware's main().
     shadow=False leaves out the load shadow (state-sized RAM): LOAD_PARAMS then answers
-    UNSUPPORTED and the parameters come from the firmware image."""
+    UNSUPPORTED and the parameters come from the firmware image. fedcodec=False leaves out the
+    on-device update codec (TT_FEDCODEC 0; fedcodec_bytes(model) of RAM saved)."""
     P, U = em.prefix, em.prefix.upper()
     n = state_bytes(model)
     batch = int(model.opt.batch_size) if model.opt.accumulate else 0
@@ -157,6 +276,7 @@ static int {P}_dev_commit(void)
 #define {P}_dev_commit 0
 #endif
 
+{_fedcodec_glue(P, U, model, fedcodec)}
 /* The generated getter wants an in-range n; the protocol hook clips it. */
 static int {P}_dev_tensor(uint16_t id, uint32_t off, uint8_t *dst, uint32_t n, uint32_t *total)
 {{
@@ -183,7 +303,11 @@ static int {P}_dev_tensor(uint16_t id, uint32_t off, uint8_t *dst, uint32_t n, u
 
 const tt_device_model {P}_device = {{
     {U}_SCHEMA_HASH ? {U}_SCHEMA_HASH : 1u,
-    {static_ram_bytes(em, model, shadow)}u, /* model tensors + load shadow */
+    {static_ram_bytes(em, model, shadow)}u /* model tensors + load shadow */
+#if TT_FEDCODEC
+        + {fedcodec_bytes(model)}u /* + update codec */
+#endif
+    ,
     {U}_STATE_BYTES,
     {U}_INPUT_LEN,
     {U}_N_CLASSES,
@@ -197,6 +321,10 @@ const tt_device_model {P}_device = {{
     {P}_dev_tensor,
     {P}_set_seed,
     {P}_reset,
+    {P}_dev_round_begin,
+    {P}_dev_update_prepare,
+    {P}_dev_update_read,
+    {P}_dev_update_ack,
 }};
 
 int main(void)
@@ -213,10 +341,11 @@ PROTOCOL_RAM = 700
 
 
 def memory_report(model, board=None, prefix: str = "tt_model", measure_stack: bool = True,
-                  shadow: bool = True):
+                  shadow: bool = True, fedcodec: bool = False):
     """codegen.memory's report of the generated model, plus what the firmware adds on a device
-    (load shadow, protocol buffers). With a board, the stack is measured for its CPU (when
-    arm-none-eabi-gcc is there) and the total is checked against its RAM (MemoryError)."""
+    (load shadow, protocol buffers, with fedcodec the update codec). With a board, the stack is
+    measured for its CPU (when arm-none-eabi-gcc is there) and the total is checked against its
+    RAM (MemoryError)."""
     from ..boards import get_board
     from .memory import check_fits, report
 
@@ -228,6 +357,9 @@ def memory_report(model, board=None, prefix: str = "tt_model", measure_stack: bo
         rep.by_role["load shadow"] = extra
     rep.by_role["protocol buffers"] = PROTOCOL_RAM
     rep.ram_static += extra + PROTOCOL_RAM
+    if fedcodec:
+        rep.by_role["update codec"] = fedcodec_bytes(model)
+        rep.ram_static += fedcodec_bytes(model)
     if b is not None:
         check_fits(rep, b)
     return rep
@@ -244,13 +376,23 @@ def choose_shadow(model, board, prefix="tt_model") -> bool:
         return False
 
 
-def write_sources(model, out_dir, prefix: str = "tt_model", shadow: bool = True) -> tuple[Emitted, list[Path]]:
+def choose_fedcodec(model, board, prefix="tt_model", shadow: bool = True) -> bool:
+    """True if the board has RAM for the on-device update codec beside the model (and shadow)."""
+    try:
+        memory_report(model, board, prefix, measure_stack=False, shadow=shadow, fedcodec=True)
+        return True
+    except MemoryError:
+        return False
+
+
+def write_sources(model, out_dir, prefix: str = "tt_model", shadow: bool = True,
+                  fedcodec: bool = True) -> tuple[Emitted, list[Path]]:
     """Write the generated model and its device glue into `out_dir` (created)."""
     em = generate(model, prefix)
     out = Path(out_dir)
     files = em.write(out)
     glue = out / f"{prefix}_device.c"
-    glue.write_text(device_source(model, em, shadow))
+    glue.write_text(device_source(model, em, shadow, fedcodec))
     return em, [*files, glue]
 
 
@@ -272,9 +414,11 @@ def _localize_ini(project: Path) -> None:
 
 
 def write_firmware_project(model, board, out_dir, prefix: str = "tt_model",
-                           build_flags=(), shadow: bool | str = "auto") -> Path:
+                           build_flags=(), shadow: bool | str = "auto",
+                           fedcodec: bool | str = "auto") -> Path:
     """Write the complete PlatformIO project (no build). Returns the project folder.
-    shadow: "auto" keeps the atomic-load shadow when the board's RAM allows it."""
+    shadow: "auto" keeps the atomic-load shadow when the board's RAM allows it; fedcodec:
+    "auto" then keeps the on-device update codec if it fits as well."""
     from ..pio_project import write_project
 
     out = Path(out_dir).resolve()
@@ -283,7 +427,9 @@ def write_firmware_project(model, board, out_dir, prefix: str = "tt_model",
         shutil.rmtree(gen)
     if shadow == "auto":
         shadow = choose_shadow(model, board, prefix)
-    em, files = write_sources(model, gen, prefix, bool(shadow))
+    if fedcodec == "auto":
+        fedcodec = choose_fedcodec(model, board, prefix, bool(shadow))
+    em, files = write_sources(model, gen, prefix, bool(shadow), bool(fedcodec))
     project = write_project(out, [board], sources=[*files, FIRMWARE_SRC], build_flags=build_flags)
     shutil.rmtree(gen)
     inc = project / "include"
@@ -295,11 +441,12 @@ def write_firmware_project(model, board, out_dir, prefix: str = "tt_model",
 
 
 def build_firmware(model, board, out_dir, prefix: str = "tt_model", *, build_flags=(),
-                   verbose: bool = False, shadow: bool | str = "auto") -> Path:
+                   verbose: bool = False, shadow: bool | str = "auto",
+                   fedcodec: bool | str = "auto") -> Path:
     """Write and build the firmware of `model` for `board`; returns the ELF path.
     Raises tinytrain.pio_project.BuildError (with the compiler's errors) on failure."""
     from ..pio_project import build
 
     # fails early, with a clear message (MemoryError), if RAM is short
-    project = write_firmware_project(model, board, out_dir, prefix, build_flags, shadow)
+    project = write_firmware_project(model, board, out_dir, prefix, build_flags, shadow, fedcodec)
     return build(project, board, verbose=verbose)

@@ -39,12 +39,16 @@ def test_four_boards_non_iid_equal_simulated(w1, elf):
     model, ds = w1
     kw = dict(rounds=5, partition="dirichlet:0.5", local_steps=60, compress="int8")
     cfg = FedConfig(**kw)
-    fed = Federation(model, ds, make_devices(model, ds, cfg, board=BOARD, devices=4, elf=elf), cfg)
+    devs = make_devices(model, ds, cfg, board=BOARD, devices=4, elf=elf)
+    fed = Federation(model, ds, devs, cfg)
     try:
         boards = fed.run()
     finally:
         fed.close()
     sim = federate(model, ds, simulated=4, **kw)
+    # the boards encoded their int8 updates themselves (tt_fedcodec) and committed residuals
+    assert all(d.last_begin is not None and d.last_ack.status == 1 for d in devs)
+    assert boards["serial_bytes"] > boards["bytes_up"]
     assert boards["state_hash"] == sim["state_hash"]
     assert boards["accuracy_per_round"] == sim["accuracy_per_round"]
     acc = boards["accuracy_per_round"]
@@ -85,3 +89,43 @@ def test_board_killed_mid_round_rejoins(w1, elf, tmp_path):
     assert seen and set(seen) <= {1, 2, 3}
     assert sorted(p.name for p in (out / "rounds").iterdir()) == [f"global-r000{i}.tt" for i in (1, 2, 3)]
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_residual_lives_on_the_board(w1, elf):
+    """int4 over 3 boards: board 0 compresses on the host side of its link (fallback path),
+    boards 1 and 2 on the board. Board 1's round-2 update is corrupted in transit and dropped:
+    the board keeps its round-1 residual (UPDATE_ACK status 0, same residual CRC at the next
+    ROUND_BEGIN), and round 3 carries it. The global model equals simulated devices with the
+    same fault, and each board's residual equals its simulated twin's."""
+    import numpy as np
+
+    from tinytrain import fixedpoint as fp
+    from tinytrain.federated.devices import FaultyDevice
+
+    model, ds = w1
+    kw = dict(rounds=3, local_steps=30, compress="int4", quorum=0.5)
+    cfg = FedConfig(**kw)
+    plan = {(2, 1): "corrupt"}
+    boards = make_devices(model, ds, cfg, board=BOARD, devices=3, elf=elf)
+    boards[0].device_codec = False
+    acks, begins = [], []
+    fed = Federation(model, ds, [FaultyDevice(d, plan) for d in boards], cfg)
+    try:
+        for _ in range(3):
+            fed.run_round()
+            begins.append(boards[1].last_begin)
+            acks.append(boards[1].last_ack)
+        assert boards[0].last_begin is None and boards[2].last_ack.status == 1
+    finally:
+        fed.close()
+    sim_devs = make_devices(model, ds, cfg, simulated=3)
+    sim = Federation(model, ds, [FaultyDevice(d, plan) for d in sim_devs], cfg)
+    sim.run()
+    assert [h["accepted"] for h in fed.history] == [3, 2, 3]
+    assert fed.history[1]["dropped"][0]["device"] == 1
+    assert [a.status for a in acks] == [1, 0, 1]
+    assert begins[1].residual_crc == acks[0].residual_crc  # round 2 began with round 1's residual
+    assert begins[2].residual_crc == acks[0].residual_crc  # the dropped round committed nothing
+    assert acks[2].residual_crc == fp.crc32(np.concatenate(sim_devs[1].residual).astype("<i8").tobytes())
+    assert fed.state_hash() == sim.state_hash()
+    assert [h["accuracy"] for h in fed.history] == [h["accuracy"] for h in sim.history]

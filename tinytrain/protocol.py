@@ -345,6 +345,7 @@ class DeviceLink:
         self.boots_seen = 0
         self.replays_seen = 0
         self.last_load_start = 0  # offset the last load_params resumed from
+        self.bytes_sent = self.bytes_received = 0  # serial traffic, COBS and delimiters included
         self._split = FrameSplitter()
         self._seq = int.from_bytes(os.urandom(2), "little") or 1
         self._last_step: int | None = None
@@ -383,6 +384,7 @@ class DeviceLink:
             self._ser.timeout = t
         n = getattr(self._ser, "in_waiting", 0) or 1
         data = self._ser.read(n)
+        self.bytes_received += len(data) if data else 0
         return self._split.feed(data) if data else []
 
     def _handle_unsolicited(self, f: Frame) -> None:
@@ -449,9 +451,11 @@ class DeviceLink:
         last: Exception | None = None
         if not self._synced:  # end any partial frame in the device's decoder (ignored if none)
             self._ser.write(b"\x00")
+            self.bytes_sent += 1
             self._synced = True
         for _attempt in range(1 + self.retries):
             self._ser.write(wire)
+            self.bytes_sent += len(wire)
             try:
                 return self._await(seq, req, time.monotonic() + timeout)
             except DeviceTimeout as e:

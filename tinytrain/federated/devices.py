@@ -10,13 +10,20 @@ integer step: a simulated device in the host simulator, a board in its firmware.
 sample order comes from the device's data PRNG for the round (``local_order``), the training
 PRNG from ``client_seed``, so a simulated device and a board started from the same global
 model end the round in the same state, bit for bit. Update compression and error feedback
-(``codec.compress``) run in the device *agent*: in-process for a simulated device; for a board,
-on the host side of its serial link, because the firmware has no codec yet - the board sends
-its full state blob over serial (GET_TENSOR), the agent checks it against the board's
-STATE_HASH, compresses it and keeps the residual. The bytes counted "on the wire" are those
-of the federated messages (global model down, update up), not of the serial link.
+run on the device: ``codec.compress`` in process for a simulated device; for a board whose
+firmware has the update codec (HELLO flag, ``firmware/src/tt_fedcodec.c``), in the firmware:
+ROUND_BEGIN snapshots the global model it just loaded, GET_UPDATE returns the compressed
+update message the board encoded itself (the same bytes as ``codec.compress``), UPDATE_ACK
+commits the board's residual when the coordinator used the update. Firmware without the
+codec (or ``device_codec=False``) falls back to the agent on the host side of the serial
+link: the board sends its full state blob (GET_TENSOR), the agent checks it against
+STATE_HASH, compresses it and keeps the residual (logged once per device). The bytes counted
+"on the wire" are those of the federated messages (global model down, update up); a board's
+serial traffic is counted apart (``serial_bytes``).
 """
 from __future__ import annotations
+
+import logging
 
 import numpy as np
 
@@ -28,6 +35,7 @@ __all__ = ["DeviceFault", "Device", "SimBackend", "SimDevice", "LinkDevice", "Em
            "FaultyDevice", "local_order"]
 
 DATA_SEED_XOR = 0x5EED
+log = logging.getLogger("tinytrain.federated")
 
 
 class DeviceFault(RuntimeError):
@@ -103,6 +111,9 @@ class Device:
         order = local_order(self.seed, rnd, self.id, self.indices, self.local_epochs, self.local_steps)
         if len(order) == 0:
             raise DeviceFault("empty", f"device {self.id} has no samples")
+        msg = self._device_update(store, rnd, step, order)
+        if msg is not None:  # the device encoded its update itself (on-device codec)
+            return msg
         blob, h = self._train(store, rnd, step, order)
         if fp.crc32(blob) != h and self.codec != "none":  # none: the coordinator checks it
             raise DeviceFault("corrupt", f"device {self.id}: state read back does not match its hash")
@@ -115,6 +126,11 @@ class Device:
         from .codec import store_hash
         return encode_update(self.codec, self.id, rnd, len(order), new_step, store_hash(recon),
                              len(self.schema.shapes), body)
+
+    def _device_update(self, store, rnd: int, step: int, order) -> bytes | None:
+        """Train and return the update message encoded by the device itself, or None where
+        the agent compresses (the default)."""
+        return None
 
     def ack(self, rnd: int, accepted: bool) -> None:
         """The coordinator's verdict on this round's update: commit the error-feedback
@@ -205,8 +221,14 @@ class LinkDevice(Device):
     parallel = True  # its own link: may run in a thread beside other boards
 
     def __init__(self, device_id, schema, indices, X, Y, model, connect, *, on_step=None,
-                 batch: bool = True, **kw):
+                 batch: bool = True, device_codec: bool | None = None, **kw):
         super().__init__(device_id, schema, indices, X, Y, **kw)
+        # None: compress on the board when its firmware can, else on the host side of the link
+        self.device_codec = device_codec
+        self._device_pending = None  # (round, update CRC) awaiting UPDATE_ACK
+        self._noted = False
+        self.serial_bytes = 0        # serial traffic of this device's rounds (both ways)
+        self.last_begin = self.last_ack = None  # the board's ROUND_BEGIN / UPDATE_ACK replies
         self.twin = model.copy()
         self.schema_hash = model.schema_hash()
         self._connect = connect
@@ -237,7 +259,69 @@ class LinkDevice(Device):
                 pass
         self.link = None
 
+    def on_device(self) -> bool:
+        """True if this round's update is encoded by the board (codec != none and the
+        firmware has the update codec, unless device_codec=False)."""
+        if self.codec == "none" or self.device_codec is False or self.link is None:
+            return False
+        if self.link.info is not None and self.link.info.fedcodec:
+            return True
+        if self.device_codec:
+            raise DeviceFault("unsupported", f"device {self.id}: firmware has no update codec "
+                                             "(device_codec=True)")
+        if not self._noted:
+            log.info("device %d: firmware has no update codec: compressing its updates on the host "
+                     "side of its serial link", self.id)
+            self._noted = True
+        return False
+
+    def _device_update(self, store, rnd, step, order):
+        from .codec import store_hash
+
+        if not self.on_device():
+            return None
+        self._device_pending = None
+
+        def begin(lk):
+            self.last_begin = b = lk.round_begin(rnd, self.id, CODECS.index(self.codec))
+            if b.global_hash != store_hash(store):
+                raise DeviceFault("corrupt", f"device {self.id}: global model snapshot hash "
+                                             f"0x{b.global_hash:08x} != 0x{store_hash(store):08x}")
+
+        msg = self._on_link(store, rnd, step, order, begin, lambda lk: lk.get_update(len(order)))
+        self._device_pending = (rnd, fp.crc32(msg[:-4]))
+        return msg
+
+    def ack(self, rnd: int, accepted: bool) -> None:
+        from ..protocol import ProtocolError
+
+        if self._device_pending is None:
+            return super().ack(rnd, accepted)
+        pending, self._device_pending = self._device_pending, None
+        if pending[0] != rnd or self.link is None:
+            return
+        try:
+            n0 = self.link.bytes_sent + self.link.bytes_received
+            self.last_ack = self.link.update_ack(rnd, pending[1], accepted)
+            self.serial_bytes += self.link.bytes_sent + self.link.bytes_received - n0
+        except (ProtocolError, OSError) as e:
+            # the board keeps its old residual (the round stays open until the next ROUND_BEGIN)
+            log.warning("device %d: UPDATE_ACK for round %d failed: %s", self.id, rnd, e)
+            self._drop()
+
+    def get_state(self):
+        # an on-device residual lives on the board, not in the coordinator's fleet file
+        return None if self.link is not None and self.link.info is not None and \
+            self.link.info.fedcodec and self.codec != "none" and self.device_codec is not False \
+            else super().get_state()
+
     def _train(self, store, rnd, step, order):
+        return self._on_link(store, rnd, step, order, None,
+                             lambda lk: (lk.read_params(), lk.state_hash()))
+
+    def _on_link(self, store, rnd, step, order, begin, finish):
+        """Load the round's start state, run begin(link), train on `order`, return finish(link);
+        link failures become DeviceFault."""
         from ..protocol import DeviceError, DeviceReset, DeviceTimeout, ProtocolError
         from ..verify import state_blob
 
@@ -246,11 +330,14 @@ class LinkDevice(Device):
         start_state(self.twin, store, self.seed, rnd, self.id, step)
         blob = state_blob(self.twin)
         lk = self.link
+        n0 = lk.bytes_sent + lk.bytes_received
         try:
             h0 = lk.load_params(blob, resume=False)
             if h0 != fp.crc32(blob):
                 raise DeviceFault("corrupt", f"device {self.id}: state hash after load 0x{h0:08x} "
                                              f"!= 0x{fp.crc32(blob):08x}")
+            if begin is not None:
+                begin(lk)
             per = max(1, (lk.info.max_payload - 2) // (2 + lk.info.input_len)) if self.batch else 1
             k = 0
             while k < len(order):
@@ -268,8 +355,9 @@ class LinkDevice(Device):
                 k += len(idx)
                 if self.on_step is not None:
                     self.on_step(self, rnd, k)
-            out = lk.read_params()
-            h = lk.state_hash()
+            out = finish(lk)
+        except DeviceFault:
+            raise
         except DeviceReset as e:
             raise DeviceFault("reset", f"device {self.id} restarted during round {rnd}: {e}") from e
         except DeviceTimeout as e:
@@ -282,7 +370,9 @@ class LinkDevice(Device):
             self._drop()
             raise DeviceFault("disconnect", f"device {self.id} link failed in round {rnd}: "
                                             f"{type(e).__name__}: {e}") from e
-        return out, h
+        finally:
+            self.serial_bytes += lk.bytes_sent + lk.bytes_received - n0
+        return out
 
     def close(self) -> None:
         self._drop()

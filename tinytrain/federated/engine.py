@@ -128,8 +128,13 @@ class Federation:
         raise QuorumError(f"round {r}: fewer than {need} of {len(self.devices)} devices delivered a "
                           f"valid update in {cfg.max_retries + 1} attempts")
 
+    def serial_bytes(self) -> int:
+        """Serial-link traffic of the boards so far (both ways; simulated devices have none)."""
+        return sum(getattr(d, "serial_bytes", 0) for d in self.devices)
+
     def _attempt(self, r: int, need: int, attempt: int) -> dict | None:
         t0 = time.perf_counter()
+        serial0 = self.serial_bytes()
         full, glob = encode_global(r, self.step, self.store)
         delta = None
         if self.config.down != "none" and self.held is not None:
@@ -195,6 +200,7 @@ class Federation:
         rec = {"round": r, "accuracy": acc, "devices": len(self.devices), "accepted": len(accepted),
                "dropped": dropped, "samples": agg.N, "bytes_up": up, "bytes_down": down,
                "bytes_on_wire": up + down, "bytes_on_wire_total": self.bytes_up + self.bytes_down,
+               "serial_bytes": self.serial_bytes() - serial0,
                "attempts": attempt + 1, "seconds": time.perf_counter() - t0,
                "state_hash": f"{self.state_hash():08x}"}
         self.history.append(rec)
@@ -216,6 +222,7 @@ class Federation:
                 "accuracy_per_round": [e["accuracy"] for e in h],
                 "bytes_on_wire": self.bytes_up + self.bytes_down, "bytes_up": self.bytes_up,
                 "bytes_down": self.bytes_down, "dropped_updates": self.dropped_total,
+                "serial_bytes": self.serial_bytes(),
                 "devices": len(self.devices), "compress": self.config.compress,
                 "partition": self.config.partition, "state_hash": f"{self.state_hash():08x}",
                 "params": self.schema.n_params,
