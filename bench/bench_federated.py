@@ -80,6 +80,7 @@ def main(argv=None) -> int:
         tb = time.perf_counter() - t0
         s = federate(model, ds, simulated=4, **kw)
         res["qemu"] = {"boards": 4, "board": "mps2_an386", **kw, "seconds": tb,
+                       "serial_bytes": b["serial_bytes"], "bytes_on_wire": b["bytes_on_wire"],
                        "accuracy_per_round": b["accuracy_per_round"], "state_hash_boards": b["state_hash"],
                        "state_hash_simulated": s["state_hash"], "bit_identical": b["state_hash"] == s["state_hash"]}
     path = report.write_json("federated.json", res)
@@ -107,10 +108,13 @@ def main(argv=None) -> int:
     if "qemu" in res:
         q = res["qemu"]
         body += ["", f"**4 emulated boards** (QEMU {q['board']}, W1 firmware, non-IID dirichlet:0.5, "
-                 f"5 rounds × 60 local samples, int8): {q['seconds']:.1f} s; accuracy per round "
+                 f"5 rounds × 60 local samples, int8 updates encoded on the boards by tt_fedcodec): "
+                 f"{q['seconds']:.1f} s; accuracy per round "
                  + ", ".join(f"{100 * x:.1f}" for x in q["accuracy_per_round"])
                  + f" %; final global model state hash {q['state_hash_boards']} vs simulated devices "
-                 f"{q['state_hash_simulated']}: {'bit-identical' if q['bit_identical'] else 'DIFFERENT'}."]
+                 f"{q['state_hash_simulated']}: {'bit-identical' if q['bit_identical'] else 'DIFFERENT'}; "
+                 f"federated messages {q['bytes_on_wire']:,} B, serial traffic {q['serial_bytes']:,} B "
+                 "(full state blob down, compressed update up, framing included)."]
     report.update_section("federated", "\n".join(body))
     print("\n".join(body))
     print(f"wrote {path.relative_to(report.ROOT)} and {report.BENCHMARKS_MD.name}")

@@ -3,9 +3,10 @@
 ``device_source(model, emitted)`` emits ``<prefix>_device.c``: a ``tt_device_model`` (see
 firmware/include/tt_device.h) wired to the generated ``<prefix>_*`` functions, a shadow buffer
 for atomic parameter loads, and ``main()`` = ``tt_port_init(); tt_device_run(&model)``.
-With ``fedcodec`` the glue also carries the federated update codec
-(``firmware/src/tt_fedcodec.c``: ROUND_BEGIN / GET_UPDATE / UPDATE_ACK, compile-time
-``TT_FEDCODEC``, RAM = ``fedcodec_bytes(model)``). On bare-metal ports main() first paints the stack; GET_TENSOR id 0xFFFE (``TENSOR_STACK``)
+With ``fedcodec`` (federation builds; off by default so training-RAM figures are the model's
+own) the glue also carries the federated update codec (``firmware/src/tt_fedcodec.c``:
+ROUND_BEGIN / GET_UPDATE / UPDATE_ACK, compile-time ``TT_FEDCODEC``, RAM =
+``fedcodec_bytes(model)``). On bare-metal ports main() first paints the stack; GET_TENSOR id 0xFFFE (``TENSOR_STACK``)
 then answers the peak stack bytes used so far (4 bytes LE), so peak RAM = .data + .bss + that.
 
 ``build_firmware(model, board, out_dir)`` writes a self-contained PlatformIO project into
@@ -81,8 +82,8 @@ def _fedcodec_glue(P: str, U: str, model, on: bool) -> str:
 /* The federated update codec on the device (tt_fedcodec.h): ROUND_BEGIN snapshots the parameter
  * store, GET_UPDATE encodes the compressed update from the live state, UPDATE_ACK commits the
  * error-feedback residual. RAM: {store} B snapshot + {8 * n_el} B residual + {len(st)} B shifts
- * + the codec state. Build with -DTT_FEDCODEC=0 to leave it out: the three commands then answer
- * UNSUPPORTED and the host compresses on its side of the serial link. */
+ * + the codec state. -DTT_FEDCODEC=1 / 0 puts it in / leaves it out; without it the three
+ * commands answer UNSUPPORTED and the host compresses on its side of the serial link. */
 #ifndef TT_FEDCODEC
 #define TT_FEDCODEC {int(bool(on))}
 #endif
@@ -162,11 +163,12 @@ static int {P}_dev_update_ack(uint32_t round, uint32_t crc, uint32_t accepted, u
 """
 
 
-def device_source(model, em: Emitted, shadow: bool = True, fedcodec: bool = True) -> str:
+def device_source(model, em: Emitted, shadow: bool = True, fedcodec: bool = False) -> str:
     """C source of the tt_device_model for the generated model `em` and the firmware's main().
     shadow=False leaves out the load shadow (state-sized RAM): LOAD_PARAMS then answers
-    UNSUPPORTED and the parameters come from the firmware image. fedcodec=False leaves out the
-    on-device update codec (TT_FEDCODEC 0; fedcodec_bytes(model) of RAM saved)."""
+    UNSUPPORTED and the parameters come from the firmware image. fedcodec=True compiles in the
+    on-device update codec (TT_FEDCODEC 1, fedcodec_bytes(model) of RAM); either way the build
+    flag -DTT_FEDCODEC=0/1 decides."""
     P, U = em.prefix, em.prefix.upper()
     n = state_bytes(model)
     batch = int(model.opt.batch_size) if model.opt.accumulate else 0
@@ -386,7 +388,7 @@ def choose_fedcodec(model, board, prefix="tt_model", shadow: bool = True) -> boo
 
 
 def write_sources(model, out_dir, prefix: str = "tt_model", shadow: bool = True,
-                  fedcodec: bool = True) -> tuple[Emitted, list[Path]]:
+                  fedcodec: bool = False) -> tuple[Emitted, list[Path]]:
     """Write the generated model and its device glue into `out_dir` (created)."""
     em = generate(model, prefix)
     out = Path(out_dir)
@@ -415,10 +417,10 @@ def _localize_ini(project: Path) -> None:
 
 def write_firmware_project(model, board, out_dir, prefix: str = "tt_model",
                            build_flags=(), shadow: bool | str = "auto",
-                           fedcodec: bool | str = "auto") -> Path:
+                           fedcodec: bool | str = False) -> Path:
     """Write the complete PlatformIO project (no build). Returns the project folder.
-    shadow: "auto" keeps the atomic-load shadow when the board's RAM allows it; fedcodec:
-    "auto" then keeps the on-device update codec if it fits as well."""
+    shadow: "auto" keeps the atomic-load shadow when the board's RAM allows it; fedcodec
+    (federation builds): True, or "auto" to include the on-device update codec if it fits too."""
     from ..pio_project import write_project
 
     out = Path(out_dir).resolve()
@@ -442,7 +444,7 @@ def write_firmware_project(model, board, out_dir, prefix: str = "tt_model",
 
 def build_firmware(model, board, out_dir, prefix: str = "tt_model", *, build_flags=(),
                    verbose: bool = False, shadow: bool | str = "auto",
-                   fedcodec: bool | str = "auto") -> Path:
+                   fedcodec: bool | str = False) -> Path:
     """Write and build the firmware of `model` for `board`; returns the ELF path.
     Raises tinytrain.pio_project.BuildError (with the compiler's errors) on failure."""
     from ..pio_project import build

@@ -32,7 +32,8 @@ def w1():
 def elf(w1):
     from tinytrain.verify import build_cached
 
-    return build_cached(w1[0], BOARD)  # one build per session (cached by source hash)
+    # one build per session (cached by source hash), with the on-device update codec
+    return build_cached(w1[0], BOARD, fedcodec=True)
 
 
 def test_four_boards_non_iid_equal_simulated(w1, elf):
@@ -91,23 +92,29 @@ def test_board_killed_mid_round_rejoins(w1, elf, tmp_path):
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_residual_lives_on_the_board(w1, elf):
-    """int4 over 3 boards: board 0 compresses on the host side of its link (fallback path),
-    boards 1 and 2 on the board. Board 1's round-2 update is corrupted in transit and dropped:
+def test_residual_lives_on_the_board(w1, elf, caplog):
+    """int4 over 3 boards: board 0's firmware has no codec, so its agent compresses on the host
+    side of the link (the fallback, logged); boards 1 and 2 compress on the board. Board 1's round-2 update is corrupted in transit and dropped:
     the board keeps its round-1 residual (UPDATE_ACK status 0, same residual CRC at the next
     ROUND_BEGIN), and round 3 carries it. The global model equals simulated devices with the
     same fault, and each board's residual equals its simulated twin's."""
     import numpy as np
 
     from tinytrain import fixedpoint as fp
-    from tinytrain.federated.devices import FaultyDevice
+    from tinytrain.federated.devices import EmulatedBoard, FaultyDevice, LinkDevice
+    from tinytrain.verify import build_cached
+
+    caplog.set_level("INFO", logger="tinytrain.federated")
 
     model, ds = w1
     kw = dict(rounds=3, local_steps=30, compress="int4", quorum=0.5)
     cfg = FedConfig(**kw)
     plan = {(2, 1): "corrupt"}
     boards = make_devices(model, ds, cfg, board=BOARD, devices=3, elf=elf)
-    boards[0].device_codec = False
+    # board 0 runs firmware built without the codec: its agent compresses on the host side
+    eb = EmulatedBoard(BOARD, build_cached(model, BOARD), timeout=10.0)
+    boards[0]._connect, boards[0].board = eb.connect, eb
+    boards[0].close = lambda d=boards[0]: (LinkDevice.close(d), eb.close())
     acks, begins = [], []
     fed = Federation(model, ds, [FaultyDevice(d, plan) for d in boards], cfg)
     try:
@@ -115,7 +122,9 @@ def test_residual_lives_on_the_board(w1, elf):
             fed.run_round()
             begins.append(boards[1].last_begin)
             acks.append(boards[1].last_ack)
-        assert boards[0].last_begin is None and boards[2].last_ack.status == 1
+        assert not boards[0].link.info.fedcodec and boards[0].last_begin is None
+        assert boards[2].last_ack.status == 1
+        assert "compressing its updates on the host side" in caplog.text
     finally:
         fed.close()
     sim_devs = make_devices(model, ds, cfg, simulated=3)

@@ -256,19 +256,23 @@ def _fw_dir(board: str, em_source: str) -> Path:
     return root / f"{board}-{h.hexdigest()[:16]}"
 
 
-def build_cached(model, board: str, out_dir=None, prefix="tt_model") -> Path:
-    """Build the firmware of `model` for `board` (once per generated source: cached by hash)."""
-    from .codegen.device import build_firmware, device_source
+def build_cached(model, board: str, out_dir=None, prefix="tt_model", fedcodec: bool | str = False) -> Path:
+    """Build the firmware of `model` for `board` (once per generated source: cached by hash).
+    fedcodec: include the on-device federated update codec (True, or "auto": if RAM allows);
+    off by default so training-RAM figures are the model's own."""
+    from .codegen.device import build_firmware, choose_fedcodec, choose_shadow, device_source
     from .codegen.emit import generate
     from .pio_project import elf_path
 
+    if fedcodec == "auto":
+        fedcodec = choose_fedcodec(model, board, prefix, choose_shadow(model, board, prefix))
     if out_dir is None:
         em = generate(model, prefix)
-        out_dir = _fw_dir(board, em.source + device_source(model, em))
+        out_dir = _fw_dir(board, em.source + device_source(model, em, fedcodec=bool(fedcodec)))
         elf = elf_path(out_dir, board)
         if elf.is_file():
             return elf
-    return build_firmware(model, board, out_dir, prefix)
+    return build_firmware(model, board, out_dir, prefix, fedcodec=bool(fedcodec))
 
 
 # ----------------------------------------------------------------------------- verify

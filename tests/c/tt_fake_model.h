@@ -1,5 +1,7 @@
 /** A tiny stand-in model for protocol tests: a byte array of "parameters" that training adds
- *  the input into. Not a neural network; just enough state to see every command's effect. */
+ *  the input into. Not a neural network; just enough state to see every command's effect.
+ *  It carries the on-device update codec (tt_fedcodec.h) over its parameters read as a store of
+ *  300 int16 (bytes 0..599) and 100 int32 (bytes 600..999). */
 #ifndef TT_FAKE_MODEL_H
 #define TT_FAKE_MODEL_H
 

@@ -61,7 +61,7 @@ def make_devices(model, dataset, config: FedConfig, *, simulated: int | None = N
         b = get_board(board)
         if not b.is_emulated:
             raise ValueError(f"{b.name} is a real board: flash it and pass its serial ports (--ports)")
-        elf = elf or build_cached(model, b.name)
+        elf = elf or build_cached(model, b.name, fedcodec="auto")  # boards encode their updates
         out = []
         for i in range(k):
             eb = EmulatedBoard(b.name, elf, timeout=timeout)
