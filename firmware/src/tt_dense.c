@@ -77,6 +77,11 @@ static uint32_t tt_dense_bwd_cols_s32(const int8_t *e, const int16_t *w, int32_t
 {
     uint32_t m = 0;
     int32_t k, n;
+    if (N <= 0) { /* no rows: all sums 0 (said apart, else GCC may store the constant 0s with
+                   * VFP registers in hard-float builds, which must stay VFP-free) */
+        memset(acc, 0, (size_t)K * sizeof *acc);
+        return 0;
+    }
     for (k = 0; k + 4 <= K; k += 4) {
         int32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
         const int16_t *col = w + k;
@@ -172,12 +177,12 @@ int32_t tt_dense_bwd_s8(const int8_t *e, int32_t ee, const int16_t *w, int32_t e
         const uint32_t m = tt_dense_bwd_cols_s32(e, w, K, N, scratch);
         return ee + ew + tt_requant_s8_from_s64_max(scratch, K, m, dx, st);
     }
-    for (k = 0; k < K; k++) scratch[k] = 0;
-    for (n = 0; n < N; n++) {
-        const int16_t *row = w + (int64_t)n * K;
-        const int32_t en = e[n];
-        if (en == 0) continue;
-        for (k = 0; k < K; k++) scratch[k] += en * (int32_t)row[k];
+    for (k = 0; k < K; k++) { /* column sums in int64 (also keeps 64-bit zero fills, which
+                                 * GCC may do with VFP registers, out of hard-float builds) */
+        const int16_t *col = w + k;
+        int64_t acc = 0;
+        for (n = 0; n < N; n++, col += K) acc += (int32_t)e[n] * (int32_t)col[0];
+        scratch[k] = acc;
     }
     return ee + ew + tt_requant_s8_from_s64(scratch, K, dx, st);
 }
