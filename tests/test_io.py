@@ -130,3 +130,18 @@ def test_extra_must_be_json(digits, tmp_path):
     with pytest.raises(tio.FileFormatError, match="JSON"):
         tio.save(_trained(digits, 1), tmp_path / "m.tt", extra={"f": object()})
     assert not (tmp_path / "m.tt").exists()
+
+
+def test_int16_minus_32768_is_refused(tmp_path):
+    """-32768 would make the device (which skips zero updates) and the reference (which clamps)
+    disagree; training never produces it, so a file holding it is refused."""
+    from tinytrain import data, io
+    from tinytrain.models import build_model
+    import pytest as _pt
+    ds = data.load("digits")
+    m = build_model("digits-mlp", ds, seed=0)
+    m.layers[0].params[0].data[0, 0] = -32768
+    p = tmp_path / "bad.tt"
+    io.save(m, p)
+    with _pt.raises(io.FileFormatError, match="-32768"):
+        io.load(p)

@@ -205,6 +205,11 @@ def from_bytes(buf: bytes, where: str = "<bytes>"):
         if start + int(t["nbytes"]) > len(body) or int(t["nbytes"]) != dst.nbytes:
             raise FileFormatError(f"{where}: tensor {name} lies outside the data section: the file is inconsistent")
         dst[...] = np.frombuffer(buf, dtype=dt, count=dst.size, offset=start).reshape(dst.shape)
+        if dst.dtype == np.int16 and dst.size and int(dst.min()) < -32767:
+            # the contract keeps int16 tensors symmetric: -32768 is never produced by training
+            raise FileFormatError(f"{where}: tensor {name} holds -32768, outside the symmetric int16 range "
+                                  f"[-32767, 32767] that tinytrain's arithmetic assumes: the file was not written "
+                                  f"by tinytrain or was edited; clamp the values and save again")
     if header.get("data_input_exp") is not None:
         model.data_input_exp = int(header["data_input_exp"])
     if model.state_hash() != header.get("state_hash"):
