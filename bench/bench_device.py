@@ -13,8 +13,9 @@ gradient MACs of every parametrised layer but the first: bench/workloads.train_m
 ratio; RAM (static .data + .bss of the ELF plus the measured stack high-water mark; the load
 shadow -- a state-sized buffer used only to make LOAD_PARAMS atomic -- is part of the static
 figure and is also given apart) and flash (.isr_vector + .text + .rodata + .ARM.exidx + .data).
-For W1 the same training in float32 C (bench/device/mlp_float, soft-float on M3, FPU on M4/M7)
-is built and run on each board too, and the integer/float instruction ratio is printed.
+For each workload the same training in float32 C (W1: bench/device/mlp_float, W3:
+bench/device/cnn_float; soft-float on M3, FPU on M4/M7) is built and run on each board too, and
+the integer/float instruction ratio is printed.
 Writes bench/results/device.json and the `device` section of BENCHMARKS.md.
 """
 from __future__ import annotations
@@ -165,6 +166,22 @@ def measure_float(board: str, wl: str = "w1", n: int = FLOAT_SAMPLES, epochs: in
     return out
 
 
+def float_sanity(floats: dict) -> str:
+    """One sentence saying that the float apps really train (from one board's report per workload)."""
+    parts = []
+    for wl, per_board in floats.items():
+        f = next((v for v in per_board.values() if "error" not in v), None)
+        if f is None:
+            continue
+        s = f"{wl.upper()} float32: {f['correct_last_pass']}/{f['samples'] // FLOAT_EPOCHS} right in the last pass"
+        if f.get("loss_first_pass") is not None:
+            s += f", mean loss {f['loss_first_pass']:.3f} in the first pass, {f['loss_last_pass']:.3f} in the last"
+        if f.get("test_n"):
+            s += f", {f['test_correct']}/{f['test_n']} test digits right after training"
+        parts.append(s)
+    return ("Sanity: " + "; ".join(parts) + ".") if parts else ""
+
+
 def _k(v):
     return "—" if v is None else f"{v:,.0f}"
 
@@ -231,10 +248,13 @@ mismatches required for a figure). Instructions are the mean per-sample count of
 `train_step` (forward, loss, backward, update). MAC bound: forward + weight-gradient + input-gradient
 MACs (bench/workloads.train_macs). RAM: static `.data`+`.bss` of the firmware ELF (model state,
 activations, scratch, serial protocol buffers, and the load shadow that makes LOAD_PARAMS atomic)
-plus the measured stack high-water mark; the shadow is also shown apart. float32 C: the same W1
-training written in float (bench/device/mlp_float, batch 1, gradient applied at once) on the same CPU,
-soft-float on M3, FPU on M4/M7, {FLOAT_EPOCHS} passes over {FLOAT_SAMPLES} digits. Compiler: the
-system arm-none-eabi-gcc at -O2 (boards/platform-qemu-cortexm). Host: {machine_line(mach)}.
+plus the measured stack high-water mark; the shadow is also shown apart. float32 C: the same
+training written in float on the same CPU, soft-float on M3, FPU on M4/M7, batch 1, gradient applied
+at once, {FLOAT_EPOCHS} passes over {FLOAT_SAMPLES} digits (the training steps only are counted): W1 in
+bench/device/mlp_float; W3 in bench/device/cnn_float, the PyTorch twin's layers, init and sample
+order in plain loops (batch norm forward and backward over the batch statistics; per-step losses
+equal the twin's to 1e-5 on the host, bench/device/cnn_float/check_host.py). {float_sanity(floats)}
+Compiler: the system arm-none-eabi-gcc at -O2 (boards/platform-qemu-cortexm). Host: {machine_line(mach)}.
 
 {table}
 """
