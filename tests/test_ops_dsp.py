@@ -89,14 +89,18 @@ def sgd_case(draw):
     N = draw(st.integers(1, 9))
     x = draw_array(draw, (K,), np.int8, -128, 127)
     e = draw_array(draw, (N,), np.int8, -128, 127)
-    mode = draw(st.sampled_from(["drawn", "edges", "near_guard"]))
+    mode = draw(st.sampled_from(["drawn", "edges", "near_guard", "near_limits"]))
     if mode == "drawn":
         w = draw_array(draw, (N, K), np.int16, -32768, 32767)
     else:
         rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
         w = rng.choice(W_EDGES, (N, K))
-        if mode == "near_guard":  # mostly safe rows with a few weights past the guard
+        if mode == "near_guard":  # mostly in [-16384, 16383] with a few edge weights
             w = np.where(rng.random((N, K)) < 0.9, rng.integers(-16384, 16384, (N, K)), w)
+        if mode == "near_limits":  # trained-model rows: |w| up to 32767, some within a step of it
+            near = rng.integers(32767 - 2 ** int(rng.integers(0, 15)), 32768, (N, K)) * rng.choice([-1, 1], (N, K))
+            w = np.where(rng.random((N, K)) < 0.5, near, rng.integers(-32767, 32768, (N, K)))
+            w = np.where(rng.random((N, K)) < 0.02, -32768, w)
         w = w.astype(np.int16)
     b = draw_array(draw, (N,), np.int32, -(2**31), 2**31 - 1)
     m_t = draw(st.sampled_from([0, 1, 2, 255, 26214, 32767]) | st.integers(0, 32767))
@@ -148,3 +152,35 @@ def _opt(m_t, k):
     return IntSGD(m=m_t, k=k, mu_m=0, mu_k=0, wd_m=0, wd_k=0, ib_m=0, ib_k=0, batch_size=1,
                   schedule=0, gamma_q15=32768, step_size=1, total_steps=1,
                   cosine=np.zeros(65, np.int32), sr=False, master=False)
+
+
+@pytest.mark.parametrize("K", [1, 2, 7, 64, 65])
+@pytest.mark.parametrize("s", [1, 9, 17, 31, 32, 40])
+@pytest.mark.parametrize("w0", [-32768, -32767, -32766, -16385, 16384, 32766, 32767])
+def test_fused_sgd_dsp_at_the_int16_limits(clib, dsplib, K, s, w0):
+    """Rows of weights at or next to +-32767 (and -32768) with steps of both signs and sizes from 0
+    to the largest the DSP path takes: saturating and exactly-reaching updates, |w - d| = 32767
+    boundaries, and the all-zero steps of s >= 32."""
+    rng = np.random.default_rng(K * 1000 + s * 10 + (w0 & 0xFF))
+    x = rng.integers(-128, 128, K).astype(np.int8)
+    x[:4] = np.array([-128, 127, 1, -1], np.int8)[:min(4, K)]
+    e = np.array([0, 1, -1, 127, -128, 64, -3, 5], np.int8)
+    w = np.full((e.size, K), w0, np.int16)
+    w[:, ::3] = np.int16(-w0 if w0 != -32768 else 32767)
+    b = np.zeros(e.size, np.int32)
+    for m_t in (1, 255, 26214, 32767):
+        case = (x, e, w, b, m_t, s, 12)
+        wd, bd, nd, exps = _sgd(dsplib[1], dsplib[0], case)
+        wp, bp, np_, _ = _sgd(clib[1], clib[0], case)
+        assert np.array_equal(wd, wp), f"first difference at {np.argwhere(wd != wp)[0]}"
+        assert np.array_equal(bd, bp) and nd == np_
+        # the reference, on the rows the C path updates (e[n] != 0; the e[n] == 0 row keeps its
+        # weights, where the reference would clamp an old -32768)
+        ew, eg, eb, ee, k = exps
+        wr, br = w.copy(), b.copy()
+        g = np.outer(e.astype(np.int32), x.astype(np.int32)).astype(np.int32)
+        n1 = update_direct_ref(wr, ew, g, eg, _opt(m_t, k), m_t, [1])
+        n2 = update_direct_ref(br, eb, e.astype(np.int32), ee, _opt(m_t, k), m_t, [1])
+        live = e != 0
+        assert np.array_equal(wd[live], wr[live]) and np.array_equal(wd[~live], w[~live])
+        assert np.array_equal(bd, br) and nd == n1 + n2 - int(np.count_nonzero(w[~live] == -32768))

@@ -136,15 +136,27 @@ static inline void tt_sgd_s16_one(int16_t *w, int32_t p, int32_t s, tt_stats *st
 #if TT_HAVE_DSP
 #define TT_SGD_CHUNK 64 /* x widened to int16 pairs this many at a time (stack: 2 bytes each) */
 
+/* w[0..1] = W - D lane-wise, wrapping; raises the guard (Q flag) iff a lane's exact v = w - d is
+ * outside [-32767, 32767], i.e. iff the scalar rule would saturate there: SSAT16 #15 on
+ * SHSUB16(W, D) = floor(v / 2) flags exactly v outside [-32768, 32767]; for the other lanes
+ * S = v, and SSAT16 #15 on SHSUB16(S, 1) = floor((v - 1) / 2) flags exactly v = -32768. */
+static inline void tt_sgd_s16x2(int16_t *w, uint32_t W, uint32_t D)
+{
+    const uint32_t S = (uint32_t)__ssub16((int32_t)W, (int32_t)D);
+    tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)W, (int32_t)D));
+    tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)S, 0x00010001));
+    tt_st_s16x2(w, S);
+}
+
 /* Rows n of w16[N][K] with a_n = m_t * e[n] != 0: w -= round(a_n x[k] / 2^s), two weights per
  * step. With c = min(8, 32 - s), xx = x 2^c (int16 lanes) and A = a 2^(32 - s - c):
  *   SMLAWB(A, xx, 2^15) = floor(a x 2^(16 - s)) + 2^15, whose high half is
  *   floor((a x 2^(16 - s) + 2^15) / 2^16) = floor((a x + 2^(s - 1)) / 2^s) = d exactly.
  * A row goes this way only if |A| < 2^31 and (|a| * 128) >> s <= 16382 (|a| <= amax), so
- * |d| <= floor((|a| * 128 + 2^(s-1)) / 2^s) <= ((|a| * 128) >> s) + 1 <= 16383; if also
- * every old weight of the row is in [-16384, 16383], no w - d leaves [-32767, 32767] and SSUB16
- * is exact. That last condition is checked while the row is written (SSAT16 #15 guard on the
- * old pairs, Q flag); if it fails the row is restored exactly (SADD16 of the stored
+ * |d| <= floor((|a| * 128 + 2^(s-1)) / 2^s) <= ((|a| * 128) >> s) + 1 <= 16383 fits a lane.
+ * Each pair is written as W - D wrapping, with the exact saturation guard of tt_sgd_s16x2, so
+ * the row is exact unless the guard is hit (some w - d outside [-32767, 32767], i.e. a
+ * saturation, or an old -32768); then the row is restored exactly (SADD16 of the stored
  * w - d mod 2^16 and d) and redone by the scalar path, which also takes rows failing the bound. */
 static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, int32_t N,
                                   int16_t *w16, int32_t m_t, int32_t s, tt_stats *st)
@@ -174,19 +186,16 @@ static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, i
                 const int32_t X0 = (int32_t)xx[j], X1 = (int32_t)xx[j + 1];
                 const uint32_t D0 = tt_pack_hi((uint32_t)__smlawb(A, X0, 32768), (uint32_t)__smlawt(A, X0, 32768));
                 const uint32_t D1 = tt_pack_hi((uint32_t)__smlawb(A, X1, 32768), (uint32_t)__smlawt(A, X1, 32768));
-                tt_guard_s16x2_15(W0);
-                tt_guard_s16x2_15(W1);
-                tt_st_s16x2(row + 2 * j, (uint32_t)__ssub16((int32_t)W0, (int32_t)D0));
-                tt_st_s16x2(row + 2 * j + 2, (uint32_t)__ssub16((int32_t)W1, (int32_t)D1));
+                tt_sgd_s16x2(row + 2 * j, W0, D0);
+                tt_sgd_s16x2(row + 2 * j + 2, W1, D1);
             }
             if (j < np) {
                 const uint32_t W0 = tt_ld_s16x2(row + 2 * j);
                 const int32_t X0 = (int32_t)xx[j];
                 const uint32_t D0 = tt_pack_hi((uint32_t)__smlawb(A, X0, 32768), (uint32_t)__smlawt(A, X0, 32768));
-                tt_guard_s16x2_15(W0);
-                tt_st_s16x2(row + 2 * j, (uint32_t)__ssub16((int32_t)W0, (int32_t)D0));
+                tt_sgd_s16x2(row + 2 * j, W0, D0);
             }
-            if (tt_guard_hit()) { /* an old weight near the limits: undo the row, redo it exactly */
+            if (tt_guard_hit()) { /* a saturation (or an old -32768): undo the row, redo it exactly */
                 for (j = 0; j < np; j++) {
                     const int32_t X0 = (int32_t)xx[j];
                     const uint32_t D0 = tt_pack_hi((uint32_t)__smlawb(A, X0, 32768), (uint32_t)__smlawt(A, X0, 32768));
@@ -213,6 +222,32 @@ static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, i
 }
 #endif
 
+/* Rows n of w16[N][K] with e[n] != 0 when every step rounds to 0 (s >= 32: |m_t e x| < 2^29 <
+ * 2^(s - 1)): w - 0 changes only an old -32768, clamped to -32767 and counted, as the generic path
+ * does. Rows are scanned a word at a time: ((v ^ 0x80008000) - 0x00010001) & ~(v ^ 0x80008000)
+ * has a lane's top bit set iff that lane is -32768 (a borrow from a -32768 low lane can only add a
+ * false top bit to the high lane, when the word holds one anyway). */
+static void tt_sgd_dense_rows_zero_s16(const int8_t *e, int32_t K, int32_t N, int16_t *w16,
+                                       tt_stats *st)
+{
+    int32_t n, k;
+    for (n = 0; n < N; n++) {
+        int16_t *row = w16 + n * K;
+        uint32_t acc = 0;
+        if (e[n] == 0) continue;
+        for (k = 0; k + 2 <= K; k += 2) {
+            uint32_t v;
+            memcpy(&v, row + k, 4);
+            v ^= 0x80008000u;
+            acc |= (v - 0x00010001u) & ~v;
+        }
+        if (k < K && row[k] == -32768) acc = 0x8000u;
+        if (acc & 0x80008000u)
+            for (k = 0; k < K; k++)
+                if (row[k] == -32768) { row[k] = -TT_S16_MAX; st->saturated++; }
+    }
+}
+
 void tt_sgd_dense_direct(const int8_t *e, int32_t ee, const int8_t *x, int32_t ex, int32_t K,
                          int32_t N, int16_t *w16, int32_t *w32, int32_t ew, int32_t *b,
                          int32_t eb, int32_t upd_w, int32_t upd_b, const tt_sgd *o, int32_t m_t,
@@ -226,6 +261,9 @@ void tt_sgd_dense_direct(const int8_t *e, int32_t ee, const int8_t *x, int32_t e
         const int32_t s = ew + o->k - (ee + ex);
         if (s >= 1 && s <= 31) {
             tt_sgd_dense_rows_s16(e, x, K, N, w16, m_t, s, st);
+            upd_w = 0;
+        } else if (s >= 32) {
+            tt_sgd_dense_rows_zero_s16(e, K, N, w16, st);
             upd_w = 0;
         }
     }

@@ -55,6 +55,15 @@ static inline int32_t __sadd16(int32_t a, int32_t b)
     return (int32_t)(lo | (hi << 16));
 }
 
+/** SHSUB16: lane-wise floor((a - b) / 2), exact (no wrap). */
+static inline int32_t __shsub16(int32_t a, int32_t b)
+{
+    const int32_t dl = tt_emul_lo(a) - tt_emul_lo(b), dh = tt_emul_hi(a) - tt_emul_hi(b);
+    const uint32_t lo = (uint32_t)(dl >= 0 ? dl / 2 : -((-dl + 1) / 2)) & 0xFFFFu;
+    const uint32_t hi = (uint32_t)(dh >= 0 ? dh / 2 : -((-dh + 1) / 2)) & 0xFFFFu;
+    return (int32_t)(lo | (hi << 16));
+}
+
 /* The Q flag as SSAT16 #15 sets it (tt_dsp.h's saturation guard). One per translation unit. */
 static int tt_emul_q;
 static inline void tt_guard_clear(void) { tt_emul_q = 0; }
