@@ -98,6 +98,32 @@ def test_requant_shift_fits(bits, clib):
         assert s == 0 or (m >> (s - 1)) >= 2 ** (bits - 1) - 1 or m >= 2 ** (bits - 1)
 
 
+def test_requant_s8_from_s64_edges(clib):
+    """C requantization == exact rounding (ties up) and clamp to +-127, saturations counted, on
+    arrays whose maximum |v| sits at every power of two +-{0,1,2} (both sides of 2^31), with
+    every value a tie, a tie +-1 or an extreme of the shift chosen."""
+    from .oputil import c_i8, c_i64
+    ffi, lib = clib
+    rng = np.random.default_rng(7)
+    for p in range(0, 40):
+        for d in (-2, -1, 0, 1, 2):
+            m = 2**p + d
+            if m < 0:
+                continue
+            s = fp.requant_shift(m, 8)
+            ties = [k * 2**s + (2 ** (s - 1) if s else 0) + e for k in range(-130, 130) for e in (-1, 0, 1)]
+            vals = [m, -m, *(v for v in ties if abs(v) <= m), *rng.integers(-m, m + 1, 64).tolist()]
+            for sign in (1, -1):
+                acc = np.array([sign * v for v in vals], np.int64)
+                y = np.zeros(len(acc), np.int8)
+                stc = ffi.new("tt_stats *")
+                got = lib.tt_requant_s8_from_s64(c_i64(ffi, acc), len(acc), c_i8(ffi, y), stc)
+                r = [exact_round_half_up(int(v), s) for v in acc]
+                assert got == s
+                assert y.tolist() == [max(-127, min(127, v)) for v in r]
+                assert stc.saturated == sum(abs(v) > 127 for v in r)
+
+
 def test_div_trunc(clib):
     ffi, lib = clib
     rng = np.random.default_rng(1)

@@ -78,6 +78,26 @@ def test_dense_forward_backward_dsp_equals_portable(clib, dsplib, case):
     assert got[2] == edx_ref and np.array_equal(got[3], dx_ref)
 
 
+@pytest.mark.parametrize("K", [1, 2, 3, 4, 5, 63, 64, 65, 66, 67, 128, 129, 130, 258])
+def test_dense_dsp_row_groups_chunks_and_bias_shifts(clib, dsplib, K):
+    """Every row-group split (N = 1..13: fours, then a two, then a one), chunk boundaries, odd K,
+    and bias alignments on both sides of the rounding-shift fast case (ea - eb in -3..40), with
+    extreme values: DSP == portable == reference."""
+    rng = np.random.default_rng(K)
+    for N in range(1, 14):
+        for d in (-3, -1, 0, 1, 2, 30, 31, 32, 40):
+            x = rng.choice(np.array([-127, -1, 0, 1, 127], np.int8), K)
+            w = rng.choice(np.array([-32767, -1, 0, 1, 32767], np.int16), (N, K))
+            b = rng.choice(np.array([-(2**31) + 1, -(2**30), -3, -1, 0, 1, 2, 3, 2**30, 2**31 - 1], np.int32), N)
+            e = rng.integers(-127, 128, N).astype(np.int8)
+            case = (x, w, b, e, -3, -4, -7 - d, 0)
+            got = _fwd_bwd(dsplib[1], dsplib[0], case)
+            want = _fwd_bwd(clib[1], clib[0], case)
+            assert got[0] == want[0] and np.array_equal(got[1], want[1]) and got[4] == want[4]
+            y_ref, ey_ref, _ = rd.forward(x, -3, w, -4, b, -7 - d)
+            assert got[0] == ey_ref and np.array_equal(got[1], y_ref)
+
+
 # weights at the edges of the DSP guard (|w| <= 16383 / 16384) and of int16
 W_EDGES = np.array([-32768, -32767, -32766, -16385, -16384, -16383, -1, 0, 1, 16382, 16383, 16384,
                     32766, 32767], np.int64)

@@ -12,62 +12,86 @@
 /* x widened to int16 pairs in chunks of this many inputs (stack: TT_DENSE_CHUNK * 2 bytes) */
 #define TT_DENSE_CHUNK 64
 
-/* s[i] += sum_j row_i[2j..2j+1] . xx[j] for the four rows r, r + K, r + 2K, r + 3K. */
-static inline void tt_dense_dot4(const int16_t *r, int32_t K, const uint32_t *xx, int32_t np,
-                                 int32_t *s)
-{
-    int32_t s0 = s[0], s1 = s[1], s2 = s[2], s3 = s[3], j;
-    for (j = 0; j < np; j++, r += 2) {
-        const int32_t X = (int32_t)xx[j];
-        s0 = __smlad((int32_t)tt_ld_s16x2(r), X, s0);
-        s1 = __smlad((int32_t)tt_ld_s16x2(r + K), X, s1);
-        s2 = __smlad((int32_t)tt_ld_s16x2(r + 2 * K), X, s2);
-        s3 = __smlad((int32_t)tt_ld_s16x2(r + 3 * K), X, s3);
-    }
-    s[0] = s0; s[1] = s1; s[2] = s2; s[3] = s3;
-}
-
-/* acc[n] = align(b[n]) + sum_k x[k] w[n][k] in int32 (SMLAD: two products per instruction, four
- * rows per pass sharing the widened inputs); returns max |acc[n]|. */
-static uint32_t tt_dense_fwd_rows_s32(const int8_t *x, const int16_t *w, const int32_t *b,
-                                      int32_t eb, int32_t ea, int32_t K, int32_t N, int64_t *acc)
-{
-    uint32_t xx[TT_DENSE_CHUNK / 2], m = 0;
-    int32_t k0, n, j, i;
-    for (k0 = 0; k0 < K; k0 += TT_DENSE_CHUNK) {
-        const int32_t len = K - k0 < TT_DENSE_CHUNK ? K - k0 : TT_DENSE_CHUNK, np = len / 2;
-        tt_widen_s8(x + k0, 2 * np, 0, xx);
-        for (n = 0; n < N; n += 4) {
-            const int32_t rows = N - n < 4 ? N - n : 4;
-            const int16_t *r = w + n * K + k0;
-            int32_t s[4] = {0, 0, 0, 0};
-            for (i = 0; i < rows; i++) s[i] = k0 == 0 ? tt_align_s32(b[n + i], eb, ea) : (int32_t)acc[n + i];
-            if (rows == 4) {
-                tt_dense_dot4(r, K, xx, np, s);
-            } else {
-                for (i = 0; i < rows; i++)
-                    for (j = 0; j < np; j++) s[i] = __smlad((int32_t)tt_ld_s16x2(r + i * K + 2 * j), (int32_t)xx[j], s[i]);
-            }
-            for (i = 0; i < rows; i++) {
-                if (len & 1) s[i] += (int32_t)x[k0 + len - 1] * (int32_t)r[i * K + len - 1];
-                acc[n + i] = s[i];
-            }
-        }
-    }
-    for (n = 0; n < N; n++) {
-        const int32_t v = (int32_t)acc[n];
-        const uint32_t a = v < 0 ? 0u - (uint32_t)v : (uint32_t)v;
-        if (a > m) m = a;
-    }
-    return m;
-}
-
 /* Store v into acc and raise *m to |v|. */
 static inline void tt_dense_put(int64_t *acc, int32_t v, uint32_t *m)
 {
     const uint32_t a = v < 0 ? 0u - (uint32_t)v : (uint32_t)v;
     *acc = v;
     if (a > *m) *m = a;
+}
+
+/* acc[i] += sum_j row_i[2j..2j+1] . xx[j] + xo row_i[2 np] (the last term when xo_on) for the
+ * rows i < R (R = 4, 2 or 1, a constant after inlining) at r, r + K, r + 2K, r + 3K, two input
+ * pairs per loop turn; raises *m to each new |acc[i]|. */
+static inline void tt_dense_rows(const int16_t *r, int32_t K, const uint32_t *xx, int32_t np,
+                                 int32_t xo_on, int32_t xo, int32_t R, int64_t *acc, uint32_t *m)
+{
+    const int16_t *r0 = r, *r1 = R > 1 ? r + K : r, *r2 = R > 2 ? r + 2 * K : r, *r3 = R > 2 ? r + 3 * K : r;
+    const uint32_t *end = xx + (np & ~1);
+    int32_t s0 = (int32_t)acc[0], s1 = R > 1 ? (int32_t)acc[1] : 0;
+    int32_t s2 = R > 2 ? (int32_t)acc[2] : 0, s3 = R > 2 ? (int32_t)acc[3] : 0;
+    for (; xx != end; xx += 2, r0 += 4, r1 += 4, r2 += 4, r3 += 4) {
+        const int32_t X0 = (int32_t)xx[0], X1 = (int32_t)xx[1];
+        s0 = __smlad((int32_t)tt_ld_s16x2(r0), X0, s0);
+        s0 = __smlad((int32_t)tt_ld_s16x2(r0 + 2), X1, s0);
+        if (R > 1) {
+            s1 = __smlad((int32_t)tt_ld_s16x2(r1), X0, s1);
+            s1 = __smlad((int32_t)tt_ld_s16x2(r1 + 2), X1, s1);
+        }
+        if (R > 2) {
+            s2 = __smlad((int32_t)tt_ld_s16x2(r2), X0, s2);
+            s2 = __smlad((int32_t)tt_ld_s16x2(r2 + 2), X1, s2);
+            s3 = __smlad((int32_t)tt_ld_s16x2(r3), X0, s3);
+            s3 = __smlad((int32_t)tt_ld_s16x2(r3 + 2), X1, s3);
+        }
+    }
+    if (np & 1) {
+        const int32_t X0 = (int32_t)xx[0];
+        s0 = __smlad((int32_t)tt_ld_s16x2(r0), X0, s0);
+        if (R > 1) s1 = __smlad((int32_t)tt_ld_s16x2(r1), X0, s1);
+        if (R > 2) {
+            s2 = __smlad((int32_t)tt_ld_s16x2(r2), X0, s2);
+            s3 = __smlad((int32_t)tt_ld_s16x2(r3), X0, s3);
+        }
+        r0 += 2; r1 += 2; r2 += 2; r3 += 2;
+    }
+    if (xo_on) {
+        s0 += xo * (int32_t)r0[0];
+        if (R > 1) s1 += xo * (int32_t)r1[0];
+        if (R > 2) { s2 += xo * (int32_t)r2[0]; s3 += xo * (int32_t)r3[0]; }
+    }
+    tt_dense_put(acc, s0, m);
+    if (R > 1) tt_dense_put(acc + 1, s1, m);
+    if (R > 2) { tt_dense_put(acc + 2, s2, m); tt_dense_put(acc + 3, s3, m); }
+}
+
+/* acc[n] = align(b[n]) + sum_k x[k] w[n][k] in int32 (SMLAD: two products per instruction, four
+ * rows per pass sharing the widened inputs, then two, then one); returns max |acc[n]|. K >= 1
+ * (as before: the maximum is taken from the rows' sums). */
+static uint32_t tt_dense_fwd_rows_s32(const int8_t *x, const int16_t *w, const int32_t *b,
+                                      int32_t eb, int32_t ea, int32_t K, int32_t N, int64_t *acc)
+{
+    const int32_t d = ea - eb;
+    uint32_t xx[TT_DENSE_CHUNK / 2], m = 0;
+    int32_t k0, n;
+    if (d >= 1 && d <= 31) /* the common case, a plain rounding shift, said apart */
+        for (n = 0; n < N; n++) acc[n] = tt_rshift_round_s32(b[n], d);
+    else
+        for (n = 0; n < N; n++) acc[n] = tt_align_s32(b[n], eb, ea);
+    for (k0 = 0; k0 < K; k0 += TT_DENSE_CHUNK) {
+        const int32_t len = K - k0 < TT_DENSE_CHUNK ? K - k0 : TT_DENSE_CHUNK, np = len / 2;
+        const int32_t xo_on = len & 1, xo = xo_on ? (int32_t)x[k0 + len - 1] : 0;
+        const int16_t *r = w + k0;
+        tt_widen_s8(x + k0, 2 * np, 0, xx);
+        m = 0; /* the last chunk rewrites every acc[n]: its maximum is the one returned */
+        for (n = 0; n + 4 <= N; n += 4, r += 4 * K) tt_dense_rows(r, K, xx, np, xo_on, xo, 4, acc + n, &m);
+        if (N - n >= 2) {
+            tt_dense_rows(r, K, xx, np, xo_on, xo, 2, acc + n, &m);
+            n += 2; r += 2 * K;
+        }
+        if (n < N) tt_dense_rows(r, K, xx, np, xo_on, xo, 1, acc + n, &m);
+    }
+    return m;
 }
 
 /* acc[k] = sum_n e[n] w[n][k] in int32, four columns per pass (SMLABB/SMLABT on weight pairs);

@@ -83,17 +83,22 @@ int32_t tt_requant_s8_from_s64_max(const int64_t *acc, int32_t n, uint64_t max_a
     int32_t i, s;
     if (max_abs <= (uint64_t)INT32_MAX) {
         /* every value fits int32 and s <= 24: the int32 rounding shift gives the same bits, and
-         * then |r| <= 128, so the clamp only ever moves +-128 to +-127 */
+         * then |r| <= 128, so the clamp only ever moves +-128 to +-127; s = 0 means |v| <= 127 */
         const int32_t b = tt_bitwidth_u32((uint32_t)max_abs) - 7;
         s = b > 0 ? b : 0;
+        if (s == 0) {
+            for (i = 0; i < n; i++) y[i] = (int8_t)acc[i];
+            return 0;
+        }
         for (i = 0; i < n; i++) {
-            const int32_t v = (int32_t)acc[i];
-            int32_t r = s ? (v >> s) + ((v >> (s - 1)) & 1) : v;
+            /* round(v / 2^s) with ties toward +inf as ((v >> (s - 1)) + 1) >> 1: with
+             * t = v >> (s - 1), (t >> 1) + (t & 1) = (t + 1) >> 1, and t + 1 cannot overflow */
+            const int32_t r = (((int32_t)acc[i] >> (s - 1)) + 1) >> 1;
+            y[i] = (int8_t)r;
             if ((uint32_t)(r + TT_S8_MAX) > 2u * TT_S8_MAX) {
                 st->saturated++;
-                r = r > 0 ? TT_S8_MAX : -TT_S8_MAX;
+                y[i] = r > 0 ? TT_S8_MAX : -TT_S8_MAX;
             }
-            y[i] = (int8_t)r;
         }
         return s;
     }
