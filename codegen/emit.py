@@ -272,8 +272,6 @@ class Emitter:
         order.append(self.sym("meta"))
         for li, l in enumerate(m.layers):
             T.append(Tensor(self.sym(f"a{li}"), "int8_t", l.out_size, "activation", li))
-            if l.kind == "batchnorm":
-                T.append(Tensor(self.sym(f"l{li}_saved"), "int32_t", 3 * l.C, "activation", li))
             for name, ctype, count, role in getattr(l, "c_buffers", lambda em, li: [])(self, li):
                 T.append(Tensor(name, ctype, count, role, li))
         emax = max(l.out_size for l in m.layers)

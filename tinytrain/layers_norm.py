@@ -53,6 +53,10 @@ class BatchNorm(Layer):
     def c_scratch_words(self):
         return max(3 * self.C, self.in_size)
 
+    def c_buffers(self, em, li):
+        """(name, ctype, count, role) of the per-channel values backward needs, in the generated C."""
+        return [(em.sym(f"l{li}_saved"), "int32_t", 3 * self.C, "activation")]
+
     def nb_buffers(self):
         return [((3, self.C), np.int32)]
 
