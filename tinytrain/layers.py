@@ -72,6 +72,20 @@ class Layer:
     def macs(self) -> int:
         return 0
 
+    def ref_grads(self, e, ee, saved, need_dx):
+        """``ref_backward`` with its gradients keyed by parameter name.
+
+        Returns (dx, edx, nsat, {param name: (grad, grad exponent)}) holding exactly one entry
+        per trainable parameter (role weight or bias). The step pairs gradients with parameters
+        by these names, never by position: a layer whose params mix trainable parameters and
+        state (batch norm's running statistics) cannot shift the pairing."""
+        dx, edx, nsat, grads = self.ref_backward(e, ee, saved, need_dx)
+        names = [p.name for p in self.params if p.trainable]
+        if len(grads) != len(names):
+            raise AssertionError(f"{self.kind}.ref_backward returned {len(grads)} gradients for "
+                                 f"{len(names)} trainable parameters {names}")
+        return dx, edx, nsat, dict(zip(names, grads))
+
     def __repr__(self):
         args = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
         return f"{type(self).__name__}({args})"

@@ -95,17 +95,16 @@ class Residual(Layer):
         y, ey, n = r_add.forward(x.reshape(-1), ex, a.reshape(-1), ea)
         return y.reshape(self.out_shape), ey, nsat + n, saved
 
-    def ref_backward(self, e, ee, saved, need_dx):
-        grads, nsat = [], 0
+    def ref_grads(self, e, ee, saved, need_dx):
+        """Backward through f then the skip Add; the gradients of every inner layer, keyed by
+        the block's parameter names (``k_<name>``, unique in the block)."""
+        grads, nsat = {}, 0
         d, ed = e.reshape(self.out_shape), ee
-        per_layer = []
         for k in range(len(self.inner) - 1, -1, -1):
-            dx, edx, n, g = self.inner[k].ref_backward(d, ed, saved[k], True)
+            dx, edx, n, g = self.inner[k].ref_grads(d, ed, saved[k], True)
             nsat += n
-            per_layer.append(g)
+            grads.update(g)
             d, ed = dx, edx
-        for g in reversed(per_layer):
-            grads += g
         if not need_dx:
             return None, 0, nsat, grads
         dx, edx, n = r_add.forward(e.reshape(-1), ee, d.reshape(-1), ed)

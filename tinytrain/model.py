@@ -194,12 +194,12 @@ class Sequential:
                 break
             l = self.layers[li]
             need_dx = li > first_trainable
-            dx, edx, nsat, grads = l.ref_backward(e, ee, saved[li], need_dx)
+            dx, edx, nsat, grads = l.ref_grads(e, ee, saved[li], need_dx)
             self.stats[0] += nsat
-            for pi, (g, eg) in enumerate(grads):
-                if not self.trainable[li][pi]:
-                    continue
-                self._apply_grad(li, pi, g, eg, m_t, prng)
+            for pi, p in enumerate(l.params):  # parameter order: the order PRNG draws are made in
+                if p.trainable and self.trainable[li][pi]:
+                    g, eg = grads[p.name]
+                    self._apply_grad(li, pi, g, eg, m_t, prng)
             e, ee = dx, edx
         self.meta[0] = prng[0]
         self.meta[2] += 1
