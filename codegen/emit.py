@@ -96,6 +96,13 @@ class _C:
     def g(self, j):
         return self.em.grad_name(self.li, j)
 
+    @property
+    def grads(self) -> bool:
+        """Whether the layer learns: the shared gradient buffers are sized for the layers that
+        do, so a frozen layer's backward must not run its gradient kernel."""
+        m = self.em.model
+        return any(p.trainable and m.trainable[self.li][pi] for pi, p in enumerate(self.layer.params))
+
     def saved(self):
         return self.em.sym(f"l{self.li}_saved")
 
@@ -113,9 +120,10 @@ def _dense_bwd(l, c):
     out = []
     if c.dx:
         out.append(f"{c.edx} = tt_dense_bwd_s8({c.e}, {c.ee}, {c.p(0)}, {c.pe(0)}, {K}, {N}, SCRATCH, {c.dx}, &STATS);")
-    out.append(f"tt_dense_grad_s32({c.e}, {c.x}, {K}, {N}, {c.g(0)}, {c.g(1)});")
-    out.append(f"{c.geo(0)} = {c.ee} + {c.ex};")
-    out.append(f"{c.geo(1)} = {c.ee};")
+    if c.grads:
+        out.append(f"tt_dense_grad_s32({c.e}, {c.x}, {K}, {N}, {c.g(0)}, {c.g(1)});")
+        out.append(f"{c.geo(0)} = {c.ee} + {c.ex};")
+        out.append(f"{c.geo(1)} = {c.ee};")
     return out
 
 
@@ -146,8 +154,9 @@ def _conv_bwd(name):
         out = []
         if c.dx:
             out.append(f"{c.edx} = tt_{name}_bwd_s8({c.e}, {c.ee}, {c.p(0)}, {c.pe(0)}, {l._cdims()}, SCRATCH, {c.dx}, &STATS);")
-        out.append(f"tt_{name}_grad_s32({c.e}, {c.x}, {l._cdims()}, {c.g(0)}, {c.g(1)});")
-        out += [f"{c.geo(0)} = {c.ee} + {c.ex};", f"{c.geo(1)} = {c.ee};"]
+        if c.grads:
+            out.append(f"tt_{name}_grad_s32({c.e}, {c.x}, {l._cdims()}, {c.g(0)}, {c.g(1)});")
+            out += [f"{c.geo(0)} = {c.ee} + {c.ex};", f"{c.geo(1)} = {c.ee};"]
         return out
     return f
 
@@ -244,6 +253,15 @@ class Emitter:
         """Dense layers in direct mode update without a gradient buffer (tt_sgd_dense_direct)."""
         return self.model.layers[li].kind == "dense" and not self.model.opt.accumulate
 
+    @property
+    def first_backward(self) -> int:
+        """Index of the first layer whose backward is emitted (the first with a trainable
+        parameter): layers before it run forward only, so declare no backward buffers."""
+        m = self.model
+        return min((li for li, l in enumerate(m.layers)
+                    if any(m.trainable[li][pi] and p.trainable for pi, p in enumerate(l.params))),
+                   default=len(m.layers))
+
     def grad_name(self, li, pi):
         return self.sym(f"grad{pi}")
 
@@ -272,7 +290,8 @@ class Emitter:
         order.append(self.sym("meta"))
         for li, l in enumerate(m.layers):
             T.append(Tensor(self.sym(f"a{li}"), "int8_t", l.out_size, "activation", li))
-            for name, ctype, count, role in getattr(l, "c_buffers", lambda em, li: [])(self, li):
+            backward = li >= self.first_backward
+            for name, ctype, count, role in getattr(l, "c_buffers", lambda em, li, backward: [])(self, li, backward):
                 T.append(Tensor(name, ctype, count, role, li))
         emax = max(l.out_size for l in m.layers)
         T.append(Tensor(self.sym("err0"), "int8_t", emax, "error"))
@@ -379,7 +398,7 @@ uint32_t {P}_saturations(void);
         L = len(self.model.layers)
         names = [f"e{i}" for i in range(L + 1)]
         for li, l in enumerate(self.model.layers):
-            names += getattr(l, "c_locals", lambda li, backward: [])(li, backward)
+            names += getattr(l, "c_locals", lambda li, backward: [])(li, backward and li >= self.first_backward)
         return "int32_t " + ", ".join(names) + ";"
 
     def _emit_step(self):
@@ -400,7 +419,7 @@ uint32_t {P}_saturations(void);
         else:
             raise CodegenError("MSE models are not emitted to C yet")
         out.append("    de = ee;")
-        first = min((li for li in range(L) if any(m.trainable[li][pi] and p.trainable for pi, p in enumerate(m.layers[li].params))), default=L)
+        first = self.first_backward
         for li in range(L - 1, first - 1, -1):
             l = m.layers[li]
             c = _C(self, li)

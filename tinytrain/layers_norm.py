@@ -53,7 +53,7 @@ class BatchNorm(Layer):
     def c_scratch_words(self):
         return max(3 * self.C, self.in_size)
 
-    def c_buffers(self, em, li):
+    def c_buffers(self, em, li, backward=True):
         """(name, ctype, count, role) of the per-channel values backward needs, in the generated C."""
         return [(em.sym(f"l{li}_saved"), "int32_t", 3 * self.C, "activation")]
 
@@ -115,6 +115,7 @@ class BatchNorm(Layer):
         if c.dx:
             out.append(f"{c.edx} = tt_batchnorm_bwd_s8({c.e}, {c.ee}, {c.x}, {c.ex}, {self.P}, {self.C}, {c.saved()}, "
                        f"{c.p(0)}, {c.pe(0)}, 1, SCRATCH, {c.dx}, &STATS);")
-        out.append(f"tt_batchnorm_grad_s32({c.e}, {c.x}, {self.P}, {self.C}, {c.saved()}, 1, {c.g(0)}, {c.g(1)});")
-        out += [f"{c.geo(0)} = {c.ee} - {r_bn.XHAT_FRAC};", f"{c.geo(1)} = {c.ee};"]
+        if c.grads:
+            out.append(f"tt_batchnorm_grad_s32({c.e}, {c.x}, {self.P}, {self.C}, {c.saved()}, 1, {c.g(0)}, {c.g(1)});")
+            out += [f"{c.geo(0)} = {c.ee} - {r_bn.XHAT_FRAC};", f"{c.geo(1)} = {c.ee};"]
         return out

@@ -35,6 +35,11 @@ class _Inner:
     def g(self, j):
         return self.outer.g(self.offset + j)
 
+    @property
+    def grads(self) -> bool:  # C: whether this inner layer learns (see codegen.emit._C.grads)
+        m, li = self.outer.em.model, self.outer.li
+        return any(p.trainable and m.trainable[li][self.offset + j] for j, p in enumerate(self.layer.params))
+
     def geo(self, j):
         return self.outer.geo(self.offset + j)
 
@@ -191,7 +196,9 @@ class Residual(Layer):
                 lines += EMITTERS[l.kind][2](l, ic)
             d, ed = ic.dx, ic.edx
         if not need and not numba:
-            lines.append(f"(void)rd{tag}_0; (void){fdx};  /* first trainable layer: no input error */")
+            # first trainable layer: no input error; inner exponents set for layers that then
+            # emit no backward (ReLU, pools) stay unread
+            lines.append(" ".join(f"(void)rd{tag}_{k};" for k in range(n)) + f" (void){fdx};")
         if need:
             if numba:
                 lines.append(f"{c.edx} = add_fwd({c.e}, {c.ee}, {fdx}, {ed}, {c.dx}, stats)")
@@ -224,16 +231,18 @@ class Residual(Layer):
         n = len(self.inner)
         return [f"rx{tag}_{k}" for k in range(1, n + 1)] + ([f"rd{tag}_{k}" for k in range(n)] if backward else [])
 
-    def c_buffers(self, em, li):
-        """(name, ctype, count, role) of the block's own buffers in the generated C."""
+    def c_buffers(self, em, li, backward=True):
+        """(name, ctype, count, role) of the block's own buffers in the generated C; the error
+        buffers only when the block's backward is emitted (backward)."""
         out = []
         for k, l in enumerate(self.inner):
             out.append((em.sym(f"l{li}_{k}_out"), "int8_t", l.out_size, "activation"))
-            if k < len(self.inner) - 1:  # the last inner layer reads the block's own error
+            if backward and k < len(self.inner) - 1:  # the last inner layer reads the block's own error
                 out.append((em.sym(f"l{li}_{k}_err"), "int8_t", l.out_size, "error"))
             if l.kind == "batchnorm":
                 out.append((em.sym(f"l{li}_{k}_saved"), "int32_t", 3 * l.C, "activation"))
-        out.append((em.sym(f"l{li}_fdx"), "int8_t", self.in_size, "error"))
+        if backward:
+            out.append((em.sym(f"l{li}_fdx"), "int8_t", self.in_size, "error"))
         return out
 
     def c_scratch_words(self):
