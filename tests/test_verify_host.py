@@ -81,3 +81,46 @@ def test_cli_verify_json_last_line(capsys):
     r = json.loads(out[-1])
     assert rc == 0 and r["mismatches"] == 0 and r["steps"] == 60 and r["board"] == "host"
     assert {"instructions_per_step", "ram_bytes"} <= set(r)
+
+
+def test_reference_as_third_party(ds):
+    m = w1(ds, momentum=0.9, batch_size=2)
+    r = verify(m, ds, 80, board="host", reference=True)
+    assert r["reference"] and r["mismatches"] == 0 and r["steps"] == 80, r["first_mismatch"]
+
+
+def test_reference_divergence_is_located(ds, monkeypatch):
+    """A reference that drifts from the simulator (here: the output layer's weight gradient off
+    in element 5 from its 31st backward on) stops verification at that step and names the
+    reference and the simulator. Only the reference calls ref_backward (the simulator is numba,
+    the target C), so patching it changes the reference alone."""
+    from tinytrain.layers import Dense as D
+
+    orig, calls = D.ref_backward, []
+
+    def drifting(self, e, ee, saved, need_dx):
+        dx, edx, n, grads = orig(self, e, ee, saved, need_dx)
+        if self.units == 10:
+            calls.append(1)
+            if len(calls) > 30:
+                g = grads[0][0].copy()
+                g.flat[5] += 1 << 12
+                grads = [(g, grads[0][1]), grads[1]]
+        return dx, edx, n, grads
+
+    monkeypatch.setattr(D, "ref_backward", drifting)
+    r = verify(w1(ds), ds, 100, board="host", reference=True)
+    fm = r["first_mismatch"]
+    assert r["mismatches"] == 1 and fm["parties"] == ["reference", "simulator"], fm
+    assert fm["step"] == 30 and r["steps"] == 30
+    assert (fm["layer"], fm["op"], fm["param"]) == (2, "dense", "w") and fm["index"] == 5
+
+
+def test_cli_verify_reference(capsys):
+    import json
+
+    from tinytrain import cli
+
+    rc = cli.main(["verify", "--board", "host", "--model", "digits-mlp", "--steps", "40", "--reference", "--json"])
+    r = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0 and r["reference"] is True and r["mismatches"] == 0 and r["steps"] == 40

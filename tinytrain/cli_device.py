@@ -133,6 +133,9 @@ def _verify_args(p):
     p.add_argument("--port", default=None, help="serial port or pyserial URL of a device running "
                    "this model's firmware (/dev/ttyACM0, socket://127.0.0.1:4321)")
     p.add_argument("--steps", type=int, default=300, help="training steps to compare (default 300)")
+    p.add_argument("--reference", action="store_true", help="also run the numpy reference (the "
+                   "specification) as a third party and compare it with the simulator every step "
+                   "(~100x slower than the simulator)")
     p.add_argument("--json", action="store_true", help="last line: a JSON object with the result")
 
 
@@ -150,15 +153,17 @@ def _verify_run(args) -> int:
             print(f"\r  step {k}/{n}: hashes equal", end="", file=sys.stderr, flush=True)
 
     r = verify(model, ds, args.steps, board=args.board or ("host" if args.port is None else None),
-               port=args.port, json=args.json, seed=args.seed, progress=progress)
+               port=args.port, json=args.json, seed=args.seed, progress=progress, reference=args.reference)
     if not args.json:
         print(file=sys.stderr)
     fm = r["first_mismatch"]
     if fm is None:
-        print(f"{r['board']}: {r['steps']} steps, state hash equal to the simulator after every step")
+        print(f"{r['board']}: {r['steps']} steps, state hash equal to the simulator after every step"
+              + (" (and the simulator's to the numpy reference)" if r["reference"] else ""))
     else:
-        print(f"{r['board']}: MISMATCH at step {fm['step']} (sample {fm['sample']}): {fm.get('tensor')} "
-              f"index {fm.get('index')}: simulator {fm.get('expected')}, device {fm.get('device')}"
+        want, got = fm["parties"]
+        print(f"{r['board']}: MISMATCH at step {fm['step']} (sample {fm['sample']}) between {want} and {got}: "
+              f"{fm.get('tensor')} index {fm.get('index')}: {want} {fm.get('expected')}, {got} {fm.get('device')}"
               + (f"; first differing op: layer {fm['first_op']['layer']} {fm['first_op']['op']}"
                  if "first_op" in fm else ""))
     if r["instructions_per_step"] is not None:

@@ -280,7 +280,7 @@ def build_cached(model, board: str, out_dir=None, prefix="tt_model", fedcodec: b
 
 def verify(model, dataset, steps: int, *, board: str | None = "host", port=None, json: bool = False,
            seed: int = 0, corrupt=None, elf=None, build_dir=None, emulator=None, link=None,
-           progress=None) -> dict:
+           progress=None, reference: bool = False) -> dict:
     """Train the simulator and the target on the same `steps` samples; compare after each step.
 
     board: "host" (generated C via cffi), an emulated board name (built and booted in QEMU), or
@@ -297,6 +297,12 @@ def verify(model, dataset, steps: int, *, board: str | None = "host", port=None,
     (devices whose firmware reports its stack high-water mark), flash_bytes,
     seconds, first_mismatch (None or a dict naming step, tensor, layer, op, param, index and both
     values), plus hash_initial.
+    reference: also run the numpy reference (``Sequential.ref_train_step``, the specification) as
+    a third party; after every step its state hash and loss must equal the simulator's. A
+    difference stops verification with first_mismatch naming the tensor and index, "parties":
+    ["reference", "simulator"] ("expected" is the reference's value); otherwise the parties are
+    ["simulator", board] and "expected" is the simulator's. The reference is ~100x slower than
+    the simulator: a few hundred steps of W1 take seconds.
     """
     from .boards import get_board
     from .sim import Simulator
@@ -304,11 +310,13 @@ def verify(model, dataset, steps: int, *, board: str | None = "host", port=None,
     t0 = time.monotonic()
     sim_model = copy.deepcopy(model)
     dev_model = copy.deepcopy(model)
+    ref_model = copy.deepcopy(model) if reference else None
     X, Y = _inputs(model, dataset), dataset.y_train
     order = sample_order(len(X), int(steps), seed)
     result = {"steps": 0, "mismatches": 0, "board": None, "instructions_per_step": None,
               "cycles_per_step": None, "ram_bytes": None, "flash_bytes": None, "seconds": None,
-              "first_mismatch": None, "hash_initial": f"0x{model.state_hash():08x}"}
+              "first_mismatch": None, "hash_initial": f"0x{model.state_hash():08x}",
+              "reference": bool(reference)}
     emu = None
     b = None
     if link is not None or port is not None:
@@ -356,6 +364,14 @@ def verify(model, dataset, steps: int, *, board: str | None = "host", port=None,
             order = order[:0]
         for k, i in enumerate(order):
             out = sim.train(X, Y, np.array([i], dtype=np.int64))
+            if ref_model is not None:
+                loss_ref, _ = ref_model.ref_train_step(X[i], int(Y[i]))
+                h_ref, loss_sim = ref_model.state_hash(), int(out[0][0])
+                if h_ref != sim_model.state_hash() or int(loss_ref) != loss_sim:
+                    result["steps"], result["mismatches"] = k, 1
+                    result["first_mismatch"] = _ref_mismatch(ref_model, sim_model, k, int(i),
+                                                             (int(loss_ref), loss_sim))
+                    break
             h_dev, loss_dev, cyc = target.train(X[i], int(Y[i]))
             if cyc is not None:
                 cycles.append(cyc)
@@ -390,10 +406,19 @@ def verify(model, dataset, steps: int, *, board: str | None = "host", port=None,
     return result
 
 
+def _ref_mismatch(ref_model, sim_model, step, sample, losses) -> dict:
+    """Where the simulator left the reference (the specification) at this step."""
+    where = locate(ref_model, state_blob(ref_model), state_blob(sim_model)) or {
+        "tensor": None, "note": "state blobs equal (loss differs)"}
+    return {"step": step, "sample": sample, **where, "parties": ["reference", "simulator"],
+            "hash_expected": f"0x{ref_model.state_hash():08x}", "hash_device": f"0x{sim_model.state_hash():08x}",
+            "loss_expected": losses[0], "loss_device": losses[1]}
+
+
 def _mismatch(model, target, step, sample, losses, sim, h_sim=None, h_dev=None) -> dict:
     got = target.read_state()
     where = locate(model, state_blob(model), got) or {"tensor": None, "note": "state blobs equal (hash or loss differs)"}
-    where = {"step": step, "sample": sample, **where}
+    where = {"step": step, "sample": sample, **where, "parties": ["simulator", getattr(target, "board", None) or "device"]}
     if h_sim is not None:
         where["hash_expected"], where["hash_device"] = f"0x{h_sim:08x}", f"0x{h_dev:08x}"
     if losses is not None:
