@@ -29,7 +29,7 @@ def _missing_tools():
 pytestmark = [pytest.mark.qemu,
               pytest.mark.skipif(bool(_missing_tools()), reason=f"missing: {', '.join(_missing_tools())}")]
 
-BOARDS = ["mps2_an385", "mps2_an386"]
+BOARDS = ["mps2_an385", "mps2_an386", "mps2_an505"]
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +70,11 @@ def test_w1_trains_bit_exact_in_qemu(ds, firmware, board):
     assert r["ram_peak_bytes"] == r["ram_bytes"] + r["stack_bytes"]
 
 
-def test_project_is_self_contained_and_float_free(ds, firmware):
-    proj, elf = firmware("mps2_an386")
+@pytest.mark.parametrize("board", ["mps2_an386", "mps2_an505"])  # hard-float M4F and M33
+def test_project_is_self_contained_and_float_free(ds, firmware, board):
+    from tinytrain.codegen.memory import vfp_instructions
+
+    proj, elf = firmware(board)
     ini = (proj / "platformio.ini").read_text()
     repo_refs = [ln for ln in ini.splitlines() if "/firmware/" in ln or "-I" in ln]
     assert not repo_refs, repo_refs  # only the local platform symlink points outside
@@ -80,6 +83,10 @@ def test_project_is_self_contained_and_float_free(ds, firmware):
     nm = subprocess.run(["arm-none-eabi-nm", str(elf)], capture_output=True, text=True, check=True).stdout
     assert "tt_model_device" in nm
     assert not [ln for ln in nm.splitlines() if "__aeabi_f" in ln or "__aeabi_d" in ln]
+    disasm = subprocess.run(["arm-none-eabi-objdump", "-d", str(elf)], capture_output=True, text=True,
+                            check=True).stdout
+    assert "<tt_model_train_step>:" in disasm  # the check sees the training code
+    assert vfp_instructions(disasm) == []      # the whole firmware, startup to protocol
     assert firmware_sizes(elf)["ram_bytes"] > len(state_blob(w1(ds)))
 
 
