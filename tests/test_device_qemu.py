@@ -1,6 +1,7 @@
 """The end-to-end device path: W1 built with PlatformIO for emulated Cortex-M boards, booted in
 QEMU, driven over the serial protocol (socket URL) and checked bit for bit against the
 simulator after every training step. Skips only when qemu/arm-gcc/PlatformIO are missing."""
+import os
 import shutil
 import socket
 import subprocess
@@ -135,3 +136,54 @@ def test_device_reset_mid_session_is_reported_and_recovered(ds, firmware):
             assert (r.step, r.state_hash) == (step, m.state_hash())
         assert link.state_hash() == m.state_hash()
         link.close()
+
+
+def _qemu_children(pid: int) -> list[int]:
+    """PIDs of the qemu-system-arm processes whose parent is `pid` (from /proc)."""
+    found = []
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                stat = f.read()
+        except OSError:  # not a process, or gone meanwhile
+            continue
+        comm, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        if comm == "qemu-system-arm" and int(rest[1]) == pid:
+            found.append(int(d))
+    return found
+
+
+@pytest.mark.parametrize("argv, boards", [
+    (["verify", "--board", "mps2_an386", "--model", "digits-mlp", "--steps", "1000000"], 1),
+    (["federate", "--board", "mps2_an386", "--devices", "2", "--rounds", "1000", "--model", "digits-mlp",
+      "--local-steps", "2000"], 2),
+])
+def test_sigterm_leaves_no_qemu_behind(argv, boards):
+    """SIGTERM to `tinytrain verify/federate --board` while its QEMU boards run: the command
+    exits with 128 + SIGTERM and every QEMU it started is gone (killed and reaped)."""
+    import signal
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from tinytrain.cli import main; "
+                             "sys.exit(main(sys.argv[1:]))", *argv],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 600  # the first run may build the firmware
+        qemus = []
+        while len(qemus) < boards and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            qemus = _qemu_children(proc.pid)
+        assert len(qemus) == boards, proc.stderr.read().decode() if proc.poll() is not None else qemus
+        time.sleep(1.0)  # let training get under way (not a timing check)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 128 + signal.SIGTERM
+        assert b"terminated by signal" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    left = [p for p in qemus if os.path.exists(f"/proc/{p}")]
+    deadline = time.monotonic() + 10  # an orphan would be reaped by init, never killed
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = [p for p in left if os.path.exists(f"/proc/{p}")]
+    assert left == [], f"QEMU processes left behind: {left}"
