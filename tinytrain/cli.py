@@ -151,7 +151,8 @@ def _handle_termination() -> dict:
         kill_all()
         raise Terminated(signum)
 
-    return {sig: signal.signal(sig, terminate) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    sigs = [s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s]
+    return {sig: signal.signal(sig, terminate) for sig in sigs}
 
 
 def _one_line(exc) -> str:
