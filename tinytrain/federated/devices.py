@@ -38,8 +38,8 @@ from .. import fixedpoint as fp
 from .codec import CODECS, Schema, compress, decode_global, encode_update
 from .fedavg import client_seed, start_state
 
-__all__ = ["DeviceFault", "Device", "SimBackend", "SimDevice", "LinkDevice", "EmulatedBoard", "reset_serial_board",
-           "FaultyDevice", "local_order"]
+__all__ = ["DeviceFault", "Device", "SimBackend", "SimDevice", "LinkDevice", "EmulatedBoard",
+           "reset_serial_board", "FaultyDevice", "local_order"]
 
 DATA_SEED_XOR = 0x5EED
 log = logging.getLogger("tinytrain.federated")
@@ -243,7 +243,7 @@ def reset_serial_board(port: str, pulse: float = 0.1) -> None:
     """Reset a real board through its USB-serial adapter's control lines: DTR and RTS low for
     `pulse` seconds, then high (the auto-reset circuit of Arduino-style boards; boards without
     one ignore it). Never opens the port at 1200 baud, which sends some boards to their
-    bootloader. URLs without control lines (socket://) are left alone."""
+    bootloader. On URLs without control lines (socket://) pyserial ignores the pulse."""
     import time
 
     import serial
@@ -301,10 +301,10 @@ class LinkDevice(Device):
         if self.left_out:
             raise DeviceFault("left-out", self.left_out)
         restarted = self.missed and self._restart is not None
-        if restarted:
-            log.info("device %d missed a round: restarting it", self.id)
-            self._restart()
         try:
+            if restarted:
+                log.info("device %d missed a round: restarting it", self.id)
+                self._restart()
             self.link = self._connect()
         except (ProtocolError, OSError, RuntimeError) as e:
             self.missed = True
