@@ -1,7 +1,7 @@
 """Memory report of a generated model, and the cross-compilation checks that back it:
 exact static RAM by role, a stack estimate from gcc's -fstack-usage, flash from the object
 sizes, and the proof that the training code is integer only (no soft-float helper calls on
-Cortex-M0, no VFP instruction on Cortex-M4 with hard float)."""
+Cortex-M0, no VFP instruction on Cortex-M4/M33 with hard float)."""
 from __future__ import annotations
 
 import re
@@ -21,6 +21,7 @@ CPU_FLAGS = {
     "cortex-m3": ["-mcpu=cortex-m3", "-mthumb", "-mfloat-abi=soft"],
     "cortex-m4": ["-mcpu=cortex-m4", "-mthumb", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard"],
     "cortex-m7": ["-mcpu=cortex-m7", "-mthumb", "-mfpu=fpv5-d16", "-mfloat-abi=hard"],
+    "cortex-m33": ["-mcpu=cortex-m33", "-mthumb", "-mfpu=fpv5-sp-d16", "-mfloat-abi=hard"],
 }
 FLOAT_HELPER = re.compile(r"__aeabi_(f|d)\w+|__(add|sub|mul|div)(s|d)f3|__float\w+|__fix\w+|__extend\w+|__trunc\w+")
 VFP_INSN = re.compile(r"^\s*[0-9a-f]+:\s+(?:[0-9a-f]{4}\s?){1,2}\s+(v[a-z0-9.]+)", re.M)

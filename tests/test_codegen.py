@@ -138,9 +138,10 @@ def test_integer_only_on_cortex_m(opt):
     m0 = memory.compile_arm(em, "cortex-m0")
     assert memory.float_symbols(m0["undefined"]) == []
     assert "__aeabi_idiv" in m0["undefined"] or "__aeabi_uidiv" in m0["undefined"]  # the check sees helpers
-    m4 = memory.compile_arm(em, "cortex-m4")
-    assert memory.vfp_instructions(m4["disasm"]) == []
-    assert m4["text"] > 1000
+    for cpu in ("cortex-m4", "cortex-m33"):  # hard-float builds: no VFP instruction
+        hf = memory.compile_arm(em, cpu)
+        assert memory.vfp_instructions(hf["disasm"]) == [], cpu
+        assert hf["text"] > 1000
 
 
 @needs_arm
@@ -149,8 +150,8 @@ def test_float_checks_do_detect_float():
     em.source += "\nfloat tt_bad(float a, int b) { return a * (float)b; }\ndouble tt_bad2(double a) { return a / 3.0; }\n"
     m0 = memory.compile_arm(em, "cortex-m0")
     assert memory.float_symbols(m0["undefined"])
-    m4 = memory.compile_arm(em, "cortex-m4")
-    assert memory.vfp_instructions(m4["disasm"])
+    for cpu in ("cortex-m4", "cortex-m33"):
+        assert memory.vfp_instructions(memory.compile_arm(em, cpu)["disasm"]), cpu
 
 
 @needs_arm

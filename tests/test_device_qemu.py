@@ -1,6 +1,7 @@
 """The end-to-end device path: W1 built with PlatformIO for emulated Cortex-M boards, booted in
 QEMU, driven over the serial protocol (socket URL) and checked bit for bit against the
 simulator after every training step. Skips only when qemu/arm-gcc/PlatformIO are missing."""
+import os
 import shutil
 import socket
 import subprocess
@@ -29,7 +30,7 @@ def _missing_tools():
 pytestmark = [pytest.mark.qemu,
               pytest.mark.skipif(bool(_missing_tools()), reason=f"missing: {', '.join(_missing_tools())}")]
 
-BOARDS = ["mps2_an385", "mps2_an386"]
+BOARDS = ["mps2_an385", "mps2_an386", "mps2_an505"]
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +71,11 @@ def test_w1_trains_bit_exact_in_qemu(ds, firmware, board):
     assert r["ram_peak_bytes"] == r["ram_bytes"] + r["stack_bytes"]
 
 
-def test_project_is_self_contained_and_float_free(ds, firmware):
-    proj, elf = firmware("mps2_an386")
+@pytest.mark.parametrize("board", ["mps2_an386", "mps2_an505"])  # hard-float M4F and M33
+def test_project_is_self_contained_and_float_free(ds, firmware, board):
+    from tinytrain.codegen.memory import vfp_instructions
+
+    proj, elf = firmware(board)
     ini = (proj / "platformio.ini").read_text()
     repo_refs = [ln for ln in ini.splitlines() if "/firmware/" in ln or "-I" in ln]
     assert not repo_refs, repo_refs  # only the local platform symlink points outside
@@ -80,6 +84,10 @@ def test_project_is_self_contained_and_float_free(ds, firmware):
     nm = subprocess.run(["arm-none-eabi-nm", str(elf)], capture_output=True, text=True, check=True).stdout
     assert "tt_model_device" in nm
     assert not [ln for ln in nm.splitlines() if "__aeabi_f" in ln or "__aeabi_d" in ln]
+    disasm = subprocess.run(["arm-none-eabi-objdump", "-d", str(elf)], capture_output=True, text=True,
+                            check=True).stdout
+    assert "<tt_model_train_step>:" in disasm  # the check sees the training code
+    assert vfp_instructions(disasm) == []      # the whole firmware, startup to protocol
     assert firmware_sizes(elf)["ram_bytes"] > len(state_blob(w1(ds)))
 
 
@@ -128,3 +136,54 @@ def test_device_reset_mid_session_is_reported_and_recovered(ds, firmware):
             assert (r.step, r.state_hash) == (step, m.state_hash())
         assert link.state_hash() == m.state_hash()
         link.close()
+
+
+def _qemu_children(pid: int) -> list[int]:
+    """PIDs of the qemu-system-arm processes whose parent is `pid` (from /proc)."""
+    found = []
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                stat = f.read()
+        except OSError:  # not a process, or gone meanwhile
+            continue
+        comm, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        if comm == "qemu-system-arm" and int(rest[1]) == pid:
+            found.append(int(d))
+    return found
+
+
+@pytest.mark.parametrize("argv, boards", [
+    (["verify", "--board", "mps2_an386", "--model", "digits-mlp", "--steps", "1000000"], 1),
+    (["federate", "--board", "mps2_an386", "--devices", "2", "--rounds", "1000", "--model", "digits-mlp",
+      "--local-steps", "2000"], 2),
+])
+def test_sigterm_leaves_no_qemu_behind(argv, boards):
+    """SIGTERM to `tinytrain verify/federate --board` while its QEMU boards run: the command
+    exits with 128 + SIGTERM and every QEMU it started is gone (killed and reaped)."""
+    import signal
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; from tinytrain.cli import main; "
+                             "sys.exit(main(sys.argv[1:]))", *argv],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 600  # the first run may build the firmware
+        qemus = []
+        while len(qemus) < boards and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            qemus = _qemu_children(proc.pid)
+        assert len(qemus) == boards, proc.stderr.read().decode() if proc.poll() is not None else qemus
+        time.sleep(1.0)  # let training get under way (not a timing check)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 128 + signal.SIGTERM
+        assert b"terminated by signal" in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    left = [p for p in qemus if os.path.exists(f"/proc/{p}")]
+    deadline = time.monotonic() + 10  # an orphan would be reaped by init, never killed
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = [p for p in left if os.path.exists(f"/proc/{p}")]
+    assert left == [], f"QEMU processes left behind: {left}"

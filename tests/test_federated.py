@@ -1,6 +1,7 @@
 """Federated rounds with simulated devices: the FedAvg rounding rule, update codecs with error
 feedback, corruption checks, partitions, faults and quorum, resume, the CLI, 1,000 clients."""
 import json
+import os
 import struct
 from fractions import Fraction
 from math import floor
@@ -195,3 +196,67 @@ def test_cli_federate_json(tmp_path, capsys):
     assert (out / "global.tt").is_file() and (out / "federated.png").stat().st_size > 1000
     assert main(["federate", "--simulated", "2", "--rounds", "1", "--model", "digits-mlp",
                  "--partition", "dirichlet:x"]) == 2
+
+
+def test_killed_run_temp_files_are_removed_on_the_next_run(w1, tmp_path):
+    """A run killed between creating and renaming its checkpoint leaves .NAME.PID.tmp files;
+    the next run writing there removes those whose PID is dead, and keeps a live writer's."""
+    import subprocess
+    import sys
+
+    model, ds = w1
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    out = tmp_path / "fed"
+    (out / "rounds").mkdir(parents=True)
+    stale = [out / f".global.tt.{dead}.tmp", out / f".fleet-r0003.npz.{dead}.tmp",
+             out / "rounds" / f".global-r0003.tt.{dead}.tmp"]
+    live = out / f".global.tt.{os.getppid()}.tmp"  # a running process: maybe a write in progress
+    other = out / f"notes.{dead}.tmp"              # not a name atomic_write makes
+    for p in (*stale, live, other):
+        p.write_bytes(b"partial")
+    federate(model, ds, simulated=2, rounds=1, local_steps=10, compress="int8", out=out)
+    assert [p for p in stale if p.exists()] == []
+    assert live.exists() and other.exists()
+    assert (out / "global.tt").is_file() and (out / "fleet-r0001.npz").is_file()
+
+
+def test_board_that_misses_a_round_is_restarted_then_left_out(w1, caplog):
+    """LinkDevice's contract, without hardware: a failed link marks the board as having
+    missed a round; the next ensure_ready() restarts it (emulated: kill and boot; real: DTR/RTS
+    pulse) before connecting; a board that answers again is back in, one that does not is
+    left out for good with one logged message and no further connection attempts."""
+    from types import SimpleNamespace
+
+    from tinytrain.federated.devices import LinkDevice
+    from tinytrain.protocol import DeviceTimeout
+    from tinytrain.train import prepare_inputs
+
+    model, ds = w1
+    X, Y, _, _ = prepare_inputs(model, ds)
+    calls = []
+    answers = iter([False, True, False])  # connect() outcomes, in order
+
+    def connect():
+        calls.append("connect")
+        if not next(answers):
+            raise DeviceTimeout("no reply")
+        return SimpleNamespace(info=SimpleNamespace(schema_hash=model.schema_hash()), close=lambda: None)
+
+    dev = LinkDevice(0, Schema.of(model), np.arange(10), X, Y, model, connect,
+                     restart=lambda: calls.append("restart"))
+    with pytest.raises(DeviceFault) as e1:
+        dev.ensure_ready()                      # first connection fails: no restart yet
+    assert e1.value.kind == "disconnect" and dev.missed and calls == ["connect"]
+    dev.ensure_ready()                          # restarted, answers: back in
+    assert calls == ["connect", "restart", "connect"] and not dev.missed
+    dev._drop()                                 # its link breaks in a round (timeout)
+    caplog.set_level("WARNING", logger="tinytrain.federated")
+    with pytest.raises(DeviceFault) as e2:
+        dev.ensure_ready()                      # restarted, silent: left out
+    assert e2.value.kind == "left-out" and "does not answer after a restart" in str(e2.value)
+    assert caplog.text.count("left out of the federation") == 1
+    with pytest.raises(DeviceFault) as e3:
+        dev.ensure_ready()                      # no more attempts
+    assert e3.value.kind == "left-out"
+    assert calls == ["connect", "restart", "connect", "restart", "connect"]

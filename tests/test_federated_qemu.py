@@ -138,3 +138,41 @@ def test_residual_lives_on_the_board(w1, elf, caplog):
     assert acks[2].residual_crc == fp.crc32(np.concatenate(sim_devs[1].residual).astype("<i8").tobytes())
     assert fed.state_hash() == sim.state_hash()
     assert [h["accuracy"] for h in fed.history] == [h["accuracy"] for h in sim.history]
+
+
+def test_frozen_board_is_restarted_and_rejoins(w1, elf):
+    """Board 2's QEMU is frozen (SIGSTOP: alive, socket open, silent) in the middle of round 2.
+    The round completes with the other two after one request timeout (no retries over a
+    socket); before round 3 the frozen process is killed and a fresh board booted, which takes
+    part in round 3 again. The global model equals simulated devices with the same
+    participation (device 2 out of round 2), bit for bit."""
+    import os
+
+    from tinytrain.federated.devices import FaultyDevice
+
+    model, ds = w1
+    cfg = FedConfig(rounds=3, local_steps=30, quorum=2)
+    devs = make_devices(model, ds, cfg, board=BOARD, devices=3, elf=elf, timeout=3.0)
+    frozen = []
+
+    def freeze(dev, rnd, k):
+        if rnd == 2 and k >= 10 and not frozen:
+            frozen.append(dev.board.pid)
+            dev.board.freeze()
+    devs[2].on_step = freeze
+    fed = Federation(model, ds, devs, cfg)
+    try:
+        fed.run()
+        assert devs[2].board.restarts == 1 and devs[2].board.pid != frozen[0]
+        assert not os.path.exists(f"/proc/{frozen[0]}")  # killed and reaped, not left stopped
+        assert [d.board.restarts for d in devs[:2]] == [0, 0]
+    finally:
+        fed.close()
+    h = fed.history
+    assert [e["accepted"] for e in h] == [3, 2, 3]
+    assert [(d["device"], d["reason"]) for d in h[1]["dropped"]] == [(2, "timeout")]
+    sim_devs = [FaultyDevice(d, {(2, 2): "timeout"}) for d in make_devices(model, ds, cfg, simulated=3)]
+    sim = Federation(model, ds, sim_devs, cfg)
+    sim.run()
+    assert fed.state_hash() == sim.state_hash()
+    assert [e["accuracy"] for e in h] == [e["accuracy"] for e in sim.history]

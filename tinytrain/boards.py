@@ -21,7 +21,7 @@ TARGETS_JSON = REPO_ROOT / "boards" / "targets.json"
 QEMU_PLATFORM_DIR = REPO_ROOT / "boards" / "platform-qemu-cortexm"
 PORTS_DIR = REPO_ROOT / "firmware" / "ports"
 
-CPUS = ("cortex-m0", "cortex-m0plus", "cortex-m3", "cortex-m4", "cortex-m7")
+CPUS = ("cortex-m0", "cortex-m0plus", "cortex-m3", "cortex-m4", "cortex-m7", "cortex-m33")
 
 
 class BoardError(KeyError, ValueError):
@@ -35,7 +35,7 @@ class BoardError(KeyError, ValueError):
 class Board:
     name: str
     description: str
-    cpu: str                 # cortex-m0 / cortex-m0plus / cortex-m3 / cortex-m4 / cortex-m7
+    cpu: str                 # one of CPUS
     fpu: str                 # "none", "fpv4-sp-d16", "fpv5-d16", "fpv5-sp-d16"
     ram: int                 # bytes
     flash: int               # bytes
@@ -61,7 +61,18 @@ class Board:
         """Value of ``platform =`` in platformio.ini (the local folder for emulated boards)."""
         if self.pio_platform == "qemu-cortexm":
             return "symlink://" + str(QEMU_PLATFORM_DIR)
-        return self.pio_platform
+        # a platform outside PlatformIO's registry (its git URL); installed under pio_platform
+        return self.raw.get("pio", {}).get("platform_url", self.pio_platform)
+
+    @property
+    def ldscript(self) -> str:
+        """Linker script file name in the port folder: the one the offline platform's board
+        manifest names for emulated boards (a port may serve several memory maps), else
+        ``<port>.ld``."""
+        if self.pio_platform == "qemu-cortexm":
+            manifest = QEMU_PLATFORM_DIR / "boards" / f"{self.pio_board}.json"
+            return json.loads(manifest.read_text())["build"]["ldscript"]
+        return self.port + ".ld"
 
     @property
     def cycles_resolution(self) -> int:

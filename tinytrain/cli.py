@@ -24,7 +24,9 @@ import dataclasses
 import importlib
 import json
 import os
+import signal
 import sys
+import threading
 from typing import Callable
 
 PROG = "tinytrain"
@@ -103,8 +105,12 @@ def main(argv=None) -> int:
         parser.print_help(sys.stderr)
         return 2
     debug = bool(os.environ.get("TINYTRAIN_DEBUG"))
+    previous = _handle_termination()
     try:
         return int(args._run(args) or 0)
+    except Terminated as exc:
+        print(f"{PROG}: terminated by signal {exc.signum}", file=sys.stderr)
+        return 128 + exc.signum
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
@@ -118,6 +124,35 @@ def main(argv=None) -> int:
         print(f"{PROG}: internal error: {type(exc).__name__}: {_one_line(exc)} "
               "(set TINYTRAIN_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
         return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, turned into the same unwinding as Ctrl-C (finally blocks and context
+    managers run: files are closed, QEMU boards stopped)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _handle_termination() -> dict:
+    """Install the SIGTERM/SIGHUP handler (main thread only); returns the previous handlers.
+    The handler first SIGKILLs this process's QEMU boards, so worker threads blocked on a board
+    see their link fail at once instead of waiting out a timeout, then raises Terminated."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def terminate(signum, _frame):
+        from .emulator import kill_all
+
+        kill_all()
+        raise Terminated(signum)
+
+    sigs = [s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s]
+    return {sig: signal.signal(sig, terminate) for sig in sigs}
 
 
 def _one_line(exc) -> str:

@@ -186,20 +186,14 @@ COMMANDS["verify"] = ("train simulator and target side by side, compare state ha
 # ------------------------------------------------------------------------------ emulate
 
 def _emulate_args(p):
-    p.add_argument("--board", required=True, help="emulated board (mps2_an385, mps2_an386, mps2_an500, microbit)")
+    p.add_argument("--board", required=True, help="emulated board (mps2_an385, mps2_an386, mps2_an500, mps2_an505, microbit)")
     p.add_argument("--firmware", required=True, help="ELF to run (e.g. from tinytrain build)")
 
 
 def _emulate_run(args) -> int:
-    import signal
-
     from .emulator import Emulator
 
-    def stop(_sig, _frame):  # SIGTERM/SIGHUP: leave through the context manager, QEMU killed
-        raise KeyboardInterrupt
-
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, stop)
+    # SIGTERM/SIGHUP arrive as KeyboardInterrupt (tinytrain.cli): the context manager stops QEMU
     with Emulator(args.board, args.firmware) as emu:
         print(f"{args.board} running {args.firmware}: UART at {emu.url} "
               "(the guest starts when a client connects; Ctrl-C stops)", flush=True)

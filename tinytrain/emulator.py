@@ -17,22 +17,53 @@ instructions; on MPS2 the 25 MHz CMSDK timer 0 ticks every 40 instructions, and 
 between two readings around a piece of code is the same on every run as long as that code does
 not wait for host input (a wait loop spins a host-timing-dependent number of times).
 ``-semihosting`` lets ``tt_port_exit(code)`` end QEMU with exit status ``code``.
+
+No QEMU outlives its owner: :meth:`Emulator.stop` (context manager exit) ends it, SIGTERM then
+SIGKILL after a grace period (a frozen - SIGSTOPped - QEMU only dies of SIGKILL), and
+:func:`kill_all` kills every QEMU this process still runs: the CLI calls it on SIGTERM/SIGHUP,
+and it runs at interpreter exit. (PR_SET_PDEATHSIG is not used: it fires when the *thread* that
+started the child exits, and federated boards are (re)booted from per-round worker threads.)
 """
 
 from __future__ import annotations
 
+import atexit
 import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 from .boards import Board, get_board
 
-__all__ = ["Emulator", "EmulatorError", "qemu_command", "find_qemu"]
+__all__ = ["Emulator", "EmulatorError", "qemu_command", "find_qemu", "kill_all"]
 
 HOST = "127.0.0.1"
+STOP_GRACE = 1.0  # seconds QEMU gets to exit on SIGTERM before SIGKILL
+
+_running: set[subprocess.Popen] = set()  # every QEMU started here and not yet reaped
+_running_lock = threading.Lock()
+
+
+def kill_all() -> int:
+    """SIGKILL every QEMU process this process started and has not stopped; returns how many.
+    Safe from a signal handler (no waiting) and from any thread."""
+    with _running_lock:
+        procs = list(_running)
+    n = 0
+    for p in procs:
+        if p.poll() is None:
+            try:
+                p.kill()
+                n += 1
+            except OSError:
+                pass
+    return n
+
+
+atexit.register(kill_all)
 
 
 class EmulatorError(RuntimeError):
@@ -121,6 +152,8 @@ class Emulator:
             cmd = qemu_command(self.board, self.elf, port, icount=self.icount, extra_args=self.extra_args)
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log,
                                          stderr=subprocess.STDOUT)
+            with _running_lock:
+                _running.add(self.proc)
             self.port = port
             deadline = time.monotonic() + self.start_timeout
             while time.monotonic() < deadline:
@@ -166,8 +199,9 @@ class Emulator:
         self._log.seek(0)
         return self._log.read().decode(errors="replace")
 
-    def stop(self) -> int | None:
-        """Close the serial link and kill QEMU if still running; returns its exit code."""
+    def stop(self, grace: float = STOP_GRACE) -> int | None:
+        """Close the serial link and end QEMU if still running (SIGTERM, SIGKILL after `grace`
+        seconds); returns its exit code."""
         if self._serial is not None:
             try:
                 self._serial.close()
@@ -177,10 +211,22 @@ class Emulator:
         rc = None
         if self.proc is not None:
             if self.proc.poll() is None:
-                self.proc.kill()
+                self.proc.terminate()
+                try:
+                    self.proc.wait(grace)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
             rc = self.proc.wait()
+            with _running_lock:
+                _running.discard(self.proc)
             self.proc = None
         return rc
+
+    def restart(self) -> str:
+        """Stop QEMU (whatever its state: running, frozen, dead) and boot the firmware afresh;
+        returns the new UART URL."""
+        self.stop()
+        return self.start()
 
     def __enter__(self) -> "Emulator":
         self.start()

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 from pathlib import Path
 
@@ -103,17 +104,50 @@ def to_bytes(model, extra: dict | None = None) -> bytes:
     return body + struct.pack("<I", fp.crc32(body))
 
 
-def save(model, path, extra: dict | None = None) -> Path:
-    """Write ``model`` (weights, optimizer state, PRNG, counters) and ``extra`` (JSON data
-    such as the data PRNG state and epoch) to ``path`` atomically: a temporary file in the
-    same directory, fsync, then os.replace, so a crash leaves the old file or the new one."""
+_TMP_NAME = re.compile(r"^\.(.+)\.(\d+)\.tmp$")  # .NAME.PID.tmp, made by atomic_write
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True
+
+
+def remove_stale_tmp(directory) -> list[Path]:
+    """Delete the temporary files ``.NAME.PID.tmp`` in `directory` that a killed writer left
+    (atomic_write's, between create and rename), i.e. those whose PID is not a running
+    process; a live PID's file may be a write in progress and stays. Returns what was removed."""
+    removed = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return removed
+    for e in entries:
+        m = _TMP_NAME.match(e.name)
+        if m and e.is_file(follow_symlinks=False) and not _pid_alive(int(m.group(2))):
+            try:
+                os.unlink(e.path)
+                removed.append(Path(e.path))
+            except FileNotFoundError:  # another process cleaned it first
+                pass
+    return removed
+
+
+def atomic_write(path, write) -> Path:
+    """Write ``path`` atomically: `write(f)` fills a temporary file ``.NAME.PID.tmp`` in the
+    same directory, fsync, then os.replace, so a crash leaves the old file or the new one; the
+    temporary files of earlier writers that were killed are removed first."""
     path = Path(path)
-    data = to_bytes(model, extra)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_tmp(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as f:
-            f.write(data)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -121,6 +155,13 @@ def save(model, path, extra: dict | None = None) -> Path:
         if tmp.exists():
             tmp.unlink()
     return path
+
+
+def save(model, path, extra: dict | None = None) -> Path:
+    """Write ``model`` (weights, optimizer state, PRNG, counters) and ``extra`` (JSON data
+    such as the data PRNG state and epoch) to ``path`` with :func:`atomic_write`."""
+    data = to_bytes(model, extra)
+    return atomic_write(path, lambda f: f.write(data))
 
 
 def is_model_file(path) -> bool:

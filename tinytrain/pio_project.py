@@ -109,7 +109,7 @@ def write_project(out_dir: str | Path, boards=None, sources: Sequence[str | Path
         if b.port == "arduino":
             src_flags.append("-Dmain=tt_app_main")  # the Arduino core owns main()
         else:  # the qemu-cortexm builder compiles C as -std=c99
-            lines.append(f"board_build.ldscript = {b.port_dir / (b.port + '.ld')}")
+            lines.append(f"board_build.ldscript = {b.port_dir / b.ldscript}")
         lines.append("build_src_flags = " + " ".join(_quote(f) for f in src_flags))
         others = " ".join(f"-<port_{p}/>" for p in ports if p != b.port)
         lines.append("build_src_filter = +<*> " + others if others else "build_src_filter = +<*>")

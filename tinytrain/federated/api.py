@@ -36,8 +36,9 @@ def make_devices(model, dataset, config: FedConfig, *, simulated: int | None = N
                  board: str | None = None, devices: int | None = None, ports=None,
                  elf=None, timeout: float = 10.0):
     """Devices of one kind with their data partitions: `simulated` K in-process devices,
-    `board` B x `devices` K emulated boards (firmware built once, cached), or `ports`
-    (pyserial URLs of boards already running this model's firmware)."""
+    `board` B x `devices` K emulated boards (firmware built once, cached; a board that misses
+    a round is killed and booted again), or `ports` (pyserial URLs of boards already running
+    this model's firmware; one that misses a round is reset by DTR/RTS)."""
     from ..train import prepare_inputs
 
     X, Y, _, _ = prepare_inputs(model, dataset)
@@ -65,15 +66,16 @@ def make_devices(model, dataset, config: FedConfig, *, simulated: int | None = N
         out = []
         for i in range(k):
             eb = EmulatedBoard(b.name, elf, timeout=timeout)
-            dev = LinkDevice(i, schema, parts[i], X, Y, model, eb.connect, **kw)
+            dev = LinkDevice(i, schema, parts[i], X, Y, model, eb.connect, restart=eb.restart, **kw)
             dev.board = eb
             dev.close = (lambda d=dev, e=eb: (LinkDevice.close(d), e.close()))
             out.append(dev)
         return out
     from ..protocol import DeviceLink
+    from .devices import reset_serial_board
 
-    return [LinkDevice(i, schema, parts[i], X, Y, model,
-                       (lambda p=p: DeviceLink(p, timeout=timeout)), **kw) for i, p in enumerate(ports)]
+    return [LinkDevice(i, schema, parts[i], X, Y, model, (lambda p=p: DeviceLink(p, timeout=timeout)),
+                       restart=(lambda p=p: reset_serial_board(p)), **kw) for i, p in enumerate(ports)]
 
 
 def federate(model, dataset=None, *, simulated: int | None = None, board: str | None = None,

@@ -5,6 +5,13 @@ Per round the coordinator calls ``update = dev.run_round(global_msg)`` (bytes in
 then ``dev.ack(round, accepted)``; ``dev.ensure_ready()`` before a round reconnects a device
 that failed earlier. A device that cannot deliver raises ``DeviceFault``.
 
+A board whose link failed (timeout, lost connection) missed the round and is never trusted as
+it is: it may be frozen rather than dead. Before its next round ``ensure_ready`` restarts it -
+an emulated board is killed and booted afresh, a real one is reset by a DTR/RTS pulse - and the
+round loads the global model into it whole, as for any board that rebooted. A board that still
+does not answer after a restart is left out of the federation, with one logged message. (The
+protocol's RESET command cannot help: a hung board does not read it.)
+
 What runs where. Every device holds its own data partition and trains on it with the same
 integer step: a simulated device in the host simulator, a board in its firmware. The local
 sample order comes from the device's data PRNG for the round (``local_order``), the training
@@ -32,7 +39,7 @@ from .codec import CODECS, Schema, compress, decode_global, encode_update
 from .fedavg import client_seed, start_state
 
 __all__ = ["DeviceFault", "Device", "SimBackend", "SimDevice", "LinkDevice", "EmulatedBoard",
-           "FaultyDevice", "local_order"]
+           "reset_serial_board", "FaultyDevice", "local_order"]
 
 DATA_SEED_XOR = 0x5EED
 log = logging.getLogger("tinytrain.federated")
@@ -187,41 +194,88 @@ class SimDevice(Device):
 # ---------------------------------------------------------------------------- boards
 
 class EmulatedBoard:
-    """A restartable QEMU board: connect() boots it if needed and opens a DeviceLink."""
+    """A restartable QEMU board: connect() boots it if needed and opens a DeviceLink;
+    restart() kills it (frozen or not) and boots a fresh one."""
 
     def __init__(self, board: str, elf, timeout: float = 10.0):
         from ..emulator import Emulator
 
         self.emu = Emulator(board, elf)
         self.timeout = timeout
+        self.restarts = 0
 
     def connect(self):
+        """A link to the board. No retries on timeout: a TCP socket does not lose bytes, so a
+        board silent for one request timeout is hung, and waiting out 3 more is wasted."""
         from ..protocol import DeviceLink
 
         if self.emu.proc is not None and self.emu.proc.poll() is not None:
             self.emu.stop()  # it died: boot a fresh one
         self.emu.start()
-        return DeviceLink(self.emu.url, timeout=self.timeout)
+        return DeviceLink(self.emu.url, timeout=self.timeout, retries=0)
+
+    def restart(self) -> None:
+        self.emu.restart()
+        self.restarts += 1
+
+    @property
+    def pid(self) -> int | None:
+        return self.emu.proc.pid if self.emu.proc is not None else None
 
     def kill(self) -> None:
         """Kill the QEMU process (fault injection: the board dies mid-round)."""
         if self.emu.proc is not None:
             self.emu.proc.kill()
 
+    def freeze(self) -> None:
+        """SIGSTOP the QEMU process (fault injection: the board hangs, its socket stays open)."""
+        import os
+        import signal
+
+        if self.emu.proc is not None:
+            os.kill(self.emu.proc.pid, signal.SIGSTOP)
+
     def close(self) -> None:
         self.emu.stop()
+
+
+def reset_serial_board(port: str, pulse: float = 0.1) -> None:
+    """Reset a real board through its USB-serial adapter's control lines: DTR and RTS low for
+    `pulse` seconds, then high (the auto-reset circuit of Arduino-style boards; boards without
+    one ignore it). Never opens the port at 1200 baud, which sends some boards to their
+    bootloader. On URLs without control lines (socket://) pyserial ignores the pulse."""
+    import time
+
+    import serial
+
+    try:
+        ser = serial.serial_for_url(port, baudrate=115200, do_not_open=True)
+        ser.open()
+    except (serial.SerialException, OSError, ValueError) as e:
+        log.warning("cannot open %s to reset the board: %s", port, e)
+        return
+    try:
+        ser.dtr = ser.rts = False
+        time.sleep(pulse)
+        ser.dtr = ser.rts = True
+        time.sleep(pulse)
+    except (serial.SerialException, OSError, NotImplementedError, ValueError) as e:
+        log.warning("cannot pulse DTR/RTS on %s: %s", port, e)
+    finally:
+        ser.close()
 
 
 class LinkDevice(Device):
     """A board (emulated or real) behind the serial protocol. `connect()` returns an open
     DeviceLink; it is called once and again only after a fault broke the link, so a real
-    board's port stays open across rounds."""
+    board's port stays open across rounds. `restart()` (optional) brings a board that missed
+    a round back to its boot state before it is connected again (module docstring)."""
 
     kind = "board"
     parallel = True  # its own link: may run in a thread beside other boards
 
     def __init__(self, device_id, schema, indices, X, Y, model, connect, *, on_step=None,
-                 batch: bool = True, device_codec: bool | None = None, **kw):
+                 batch: bool = True, device_codec: bool | None = None, restart=None, **kw):
         super().__init__(device_id, schema, indices, X, Y, **kw)
         # None: compress on the board when its firmware can, else on the host side of the link
         self.device_codec = device_codec
@@ -232,6 +286,9 @@ class LinkDevice(Device):
         self.twin = model.copy()
         self.schema_hash = model.schema_hash()
         self._connect = connect
+        self._restart = restart
+        self.missed = False     # the link failed: restart before the next round
+        self.left_out = None    # why the board is out of the federation for good, or None
         self.link = None
         self.batch = batch
         self.on_step = on_step  # test hook: on_step(device, round, k) after k samples
@@ -241,17 +298,32 @@ class LinkDevice(Device):
 
         if self.link is not None:
             return
+        if self.left_out:
+            raise DeviceFault("left-out", self.left_out)
+        restarted = self.missed and self._restart is not None
         try:
+            if restarted:
+                log.info("device %d missed a round: restarting it", self.id)
+                self._restart()
             self.link = self._connect()
         except (ProtocolError, OSError, RuntimeError) as e:
+            self.missed = True
+            if restarted:
+                self.left_out = (f"device {self.id} does not answer after a restart ({e}): left out "
+                                 "of the federation; power-cycle it and run again with --resume")
+                log.warning("%s", self.left_out)
+                raise DeviceFault("left-out", self.left_out) from e
             raise DeviceFault("disconnect", f"device {self.id}: cannot connect: {e}") from e
+        self.missed = False
         got = self.link.info.schema_hash
         if got != self.schema_hash:
-            self._drop()
+            self._drop(missed=False)
             raise DeviceFault("schema", f"device {self.id} runs schema 0x{got:08x}, not "
                                         f"0x{self.schema_hash:08x}: flash this model's firmware")
 
-    def _drop(self):
+    def _drop(self, missed: bool = True):
+        """Close the link; `missed`: it broke in a round, so restart the board before the next."""
+        self.missed = self.missed or missed
         if self.link is not None:
             try:
                 self.link.close()
@@ -375,7 +447,7 @@ class LinkDevice(Device):
         return out
 
     def close(self) -> None:
-        self._drop()
+        self._drop(missed=False)
 
 
 # ------------------------------------------------------------------------ fault injection

@@ -12,15 +12,15 @@ A round r (1-based):
     whether their update was used (error-feedback residuals commit only then); without a
     quorum the round is attempted again (up to `max_retries` times), then QuorumError;
  5. the global model is evaluated on the test set and saved (checkpoint), atomically: the
-    device-side residuals to ``fleet-rNNNN.npz`` first, then ``global.tt`` (io.save: temp file,
-    fsync, os.replace) which names that round. ``global.tt`` is the commit point: resuming
-    loads it, the fleet file of its round and continues - bit-identical to never stopping.
+    device-side residuals to ``fleet-rNNNN.npz`` first, then ``global.tt`` (io.atomic_write:
+    temp file, fsync, os.replace; temp files a killed run left are removed) which names that
+    round. ``global.tt`` is the commit point: resuming loads it, the fleet file of its round
+    and continues - bit-identical to never stopping.
 """
 from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -58,19 +58,6 @@ class FedConfig:
     def need(self, k: int) -> int:
         q = self.quorum
         return max(1, min(k, int(q) if q >= 1 else math.ceil(q * k)))
-
-
-def _atomic_write(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 class Federation:
@@ -241,7 +228,7 @@ class Federation:
         if self.held is not None and self.config.down != "none":
             states.update({f"held{i}": t for i, t in enumerate(self.held)})
         if states:
-            _atomic_write(self.out / fleet, lambda f: np.savez(f, **states))
+            tio.atomic_write(self.out / fleet, lambda f: np.savez(f, **states))
         extra = {"federated": {"round": self.round, "step": self.step, "config": asdict(self.config),
                                "history": self.history, "bytes_up": self.bytes_up,
                                "bytes_down": self.bytes_down, "dropped_total": self.dropped_total,

@@ -1,13 +1,14 @@
 /* tt_port for real boards through the official PlatformIO Arduino frameworks:
- * nucleo_f446re, bluepill_f103c8, disco_f746ng (ststm32, STM32duino core), nano33ble and pico
- * (nordicnrf52 / raspberrypi, ArduinoCore-mbed).
+ * nucleo_f446re, bluepill_f103c8, disco_f746ng, nucleo_u575zi_q (ststm32, STM32duino core),
+ * nano33ble and pico (nordicnrf52 / raspberrypi, ArduinoCore-mbed), pico2 (RP2350, the
+ * community raspberrypi platform with the arduino-pico core).
  *
  * The Arduino core owns main(); tinytrain builds the project sources with -Dmain=tt_app_main
  * (PlatformIO build_src_flags, see tinytrain/pio_project.py), and setup() below runs the
  * application once. Serial is the board's console (ST-LINK virtual COM port on the ST boards,
  * USB CDC on nano33ble / pico; pins and rates in boards/targets.json), 115200 baud 8N1.
  *
- * tt_port_cycles(): DWT CYCCNT (CPU clock cycles) on Cortex-M3/M4/M7; the Cortex-M0+ of the
+ * tt_port_cycles(): DWT CYCCNT (CPU clock cycles) on Cortex-M3/M4/M7/M33; the Cortex-M0+ of the
  * pico has no cycle counter, so it returns 0 and tt_port_cycles_resolution() returns 0.
  *
  * Not built offline: the official platforms must be downloaded by PlatformIO (needs internet). */
@@ -17,8 +18,8 @@
 
 extern "C" int tt_app_main(void);
 
-#if defined(__ARM_ARCH_7M__) || defined(__ARM_ARCH_7EM__)
-#define TT_HAVE_DWT 1
+#if defined(__ARM_ARCH_7M__) || defined(__ARM_ARCH_7EM__) || defined(__ARM_ARCH_8M_MAIN__)
+#define TT_HAVE_DWT 1 /* same DEMCR/DWT addresses on Armv7-M and Armv8-M Mainline */
 #define TT_DEMCR (*(volatile uint32_t *)0xE000EDFCu)
 #define TT_DWT_CTRL (*(volatile uint32_t *)0xE0001000u)
 #define TT_DWT_CYCCNT (*(volatile uint32_t *)0xE0001004u)

@@ -1,4 +1,5 @@
-/* Reset and vector table for the MPS2 Cortex-M3/M4/M7 images (QEMU mps2-an385/an386/an500).
+/* Reset and vector table for the MPS2 Cortex-M3/M4/M7/M33 images (QEMU mps2-an385/an386/an500/an505;
+ * the M33 starts in Secure state with VTOR_S at the table, mps2_an505.ld).
  * Copies .data from its load address, zeroes .bss, enables the FPU in hard-float builds, then
  * calls main(); a return from main() ends in tt_port_exit(). Every exception stops the program. */
 #include <stdint.h>

@@ -1,16 +1,32 @@
 /* tt_port for the MPS2 images under QEMU: CMSDK APB UART0 (serial link), CMSDK APB timer 0
  * (instruction counter), semihosting SYS_EXIT_EXTENDED (exit code to QEMU).
  *
+ * Two memory maps: AN385/AN386/AN500 (Cortex-M3/M4/M7, hw/arm/mps2.c: UART0 0x40004000, timer 0
+ * 0x40000000, SYSCLK 25 MHz) and AN505 (Cortex-M33 in an SSE-200 subsystem, hw/arm/mps2-tz.c,
+ * TT_BOARD_MPS2_AN505 from the platform's builder: the core runs in Secure state, so UART0 and
+ * timer 0 are used through their Secure aliases 0x50200000 and 0x50000000; SYSCLK 20 MHz).
+ *
  * Instruction counting: QEMU is run with `-icount shift=0`, so its virtual clock advances exactly
- * 1 ns per guest instruction. Timer 0 is clocked from the 25 MHz SYSCLK of the MPS2 model, i.e. it
- * ticks once every 40 virtual ns = 40 instructions. tt_port_cycles() returns ticks * 40: the number
- * of instructions executed since tt_port_init(), deterministic from run to run, with a resolution of
- * 40 instructions (a difference of two readings is exact to within +-40). */
+ * 1 ns per guest instruction. Timer 0 is clocked from SYSCLK, i.e. it ticks once every
+ * 10^9 / SYSCLK virtual ns = instructions (40 on AN385/6/500, 50 on AN505). tt_port_cycles()
+ * returns ticks * that: the number of instructions executed since tt_port_init(), deterministic
+ * from run to run, with a resolution of one tick (a difference of two readings is exact to within
+ * one tick). tests/test_boards_qemu.py checks the scale against a loop of known length. */
 #include <stdint.h>
 
 #include "tt_port.h"
 
+#if defined(TT_BOARD_MPS2_AN505)
+#define MPS2_SYSCLK_HZ 20000000u
+#define MPS2_UART0_BASE 0x50200000u
+#define MPS2_TIMER0_BASE 0x50000000u
+#elif defined(__ARM_ARCH_8M_MAIN__) || defined(__ARM_ARCH_8M_BASE__)
+#error "Armv8-M build of the mps2 port for an unknown image: only the AN505 map is known"
+#else
 #define MPS2_SYSCLK_HZ 25000000u
+#define MPS2_UART0_BASE 0x40004000u
+#define MPS2_TIMER0_BASE 0x40000000u
+#endif
 #define NS_PER_TICK (1000000000u / MPS2_SYSCLK_HZ) /* = instructions per tick at shift=0 */
 #define TT_BAUD 115200u
 
@@ -31,8 +47,8 @@ typedef struct {
     volatile uint32_t INTSTATUS; /* 0x0C */
 } cmsdk_timer_t;
 
-#define UART0 ((cmsdk_uart_t *)0x40004000u)
-#define TIMER0 ((cmsdk_timer_t *)0x40000000u)
+#define UART0 ((cmsdk_uart_t *)MPS2_UART0_BASE)
+#define TIMER0 ((cmsdk_timer_t *)MPS2_TIMER0_BASE)
 
 #define UART_STATE_TXFULL 0x1u
 #define UART_STATE_RXFULL 0x2u
