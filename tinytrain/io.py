@@ -109,6 +109,7 @@ def save(model, path, extra: dict | None = None) -> Path:
     same directory, fsync, then os.replace, so a crash leaves the old file or the new one."""
     path = Path(path)
     data = to_bytes(model, extra)
+    check_writable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -117,10 +118,27 @@ def save(model, path, extra: dict | None = None) -> Path:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:  # disk full, quota, read-only: name the file (f.write does not)
+        raise FileFormatError(f"cannot write {path}: {exc.strerror or exc}: free space or choose "
+                              "another path; the previous file, if any, is unchanged") from None
     finally:
         if tmp.exists():
             tmp.unlink()
     return path
+
+
+def check_writable(path) -> None:
+    """Refuse an output path that can never be written (a directory, or under a file) before
+    any work is done, naming the fix."""
+    p = Path(path)
+    if p.is_dir():
+        raise FileFormatError(f"{p} is a directory: give a file name for the output, e.g. {p / 'model.tt'}")
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise FileFormatError(f"cannot write {p}: {parent} is a file, not a directory: "
+                                      "choose another path")
+            return
 
 
 def is_model_file(path) -> bool:
@@ -142,7 +160,7 @@ def _foreign(head: bytes) -> str:
         return "an ELF binary (firmware?)"
     if head[:4] == MAGIC[:4]:
         return "a damaged tinytrain model (the magic bytes were altered, e.g. by a text-mode copy)"
-    return "not a tinytrain model"
+    return ""
 
 
 def from_bytes(buf: bytes, where: str = "<bytes>"):
@@ -150,12 +168,16 @@ def from_bytes(buf: bytes, where: str = "<bytes>"):
     from .model import Sequential
     from .layers import ModelError
 
+    if not buf:
+        raise FileFormatError(f"{where}: empty file (0 bytes), not a tinytrain model: the write was "
+                              "interrupted or never happened; use an earlier checkpoint or train again")
     if len(buf) < len(MAGIC) or buf[:len(MAGIC)] != MAGIC:
-        if len(buf) < len(MAGIC) and MAGIC.startswith(buf) and buf:
+        if len(buf) < len(MAGIC) and MAGIC.startswith(buf):
             raise FileFormatError(f"{where}: truncated ({len(buf)} bytes): the write was interrupted; "
                                   "use an earlier checkpoint or train again")
-        raise FileFormatError(f"{where}: {_foreign(buf[:16])}, not a tinytrain model file (wrong magic "
-                              "bytes): pass a file written by `tinytrain train --out` or tinytrain.save")
+        what = _foreign(buf[:16])
+        raise FileFormatError(f"{where}: {what + ', ' if what else ''}not a tinytrain model file (wrong "
+                              "magic bytes): pass a file written by `tinytrain train --out` or tinytrain.save")
     if len(buf) < _FIXED.size:
         raise FileFormatError(f"{where}: truncated ({len(buf)} bytes, the fixed header alone is "
                               f"{_FIXED.size}): use an earlier checkpoint or train again")
