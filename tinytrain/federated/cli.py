@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 from .. import cli
+from ..cli_device import _user_errors
 
 
 def _args(p):
@@ -45,8 +46,12 @@ def _run(args) -> int:
 
     from .api import federate
 
-    if args.rounds < 1:
-        raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
+    for opt, v in (("--rounds", args.rounds), ("--local-epochs", args.local_epochs),
+                   ("--local-steps", args.local_steps), ("--devices", args.devices)):
+        if v is not None and v < 1:
+            raise ValueError(f"{opt} must be >= 1, got {v}")
+    if not args.timeout > 0:
+        raise ValueError(f"--timeout must be > 0 seconds, got {args.timeout}")
     if args.resume and not args.out:
         raise ValueError("--resume needs --out")
     logf = sys.stderr if args.json else sys.stdout
@@ -70,4 +75,4 @@ def _run(args) -> int:
 
 
 cli.register("federate", "federated training over simulated devices, emulated or real boards",
-             _args, _run)
+             _args, _user_errors(_run))
