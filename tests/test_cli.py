@@ -6,7 +6,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 from tinytrain import cli
 from tinytrain import io as tio
 
