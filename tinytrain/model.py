@@ -40,6 +40,8 @@ class Sequential:
                 raise ModelError(f"layer {i} is {l!r}, not a tinytrain layer")
         if loss not in LOSSES:
             raise ModelError(f"unknown loss {loss!r}: use one of {', '.join(LOSSES)}")
+        if not (isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed >= 0):
+            raise ModelError(f"seed {seed!r} must be an integer >= 0")
         self.layers = list(layers)
         self.input_shape = tuple(int(v) for v in input_shape)
         self.input_exp = int(input_exp)

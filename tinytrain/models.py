@@ -34,7 +34,7 @@ FILE_FIELDS = {
     "optimizer": F.Field("a table/object of optimizer options such as {\"lr\": 0.05}",
                          lambda v: isinstance(v, dict)),
     "loss": F.one_of(*LOSSES), "input_scale": F.either(F.one_of("unit", "data"), F.INT),
-    "name": F.STR, "seed": F.INT,
+    "name": F.STR, "seed": F.Field("an integer >= 0", lambda v: F.is_int(v) and v >= 0),
 }
 FILE_KEYS = set(FILE_FIELDS)
 

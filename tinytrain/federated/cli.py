@@ -46,10 +46,14 @@ def _run(args) -> int:
 
     from .api import federate
 
-    for opt, v in (("--rounds", args.rounds), ("--local-epochs", args.local_epochs),
+    for opt, v in (("--rounds", args.rounds), ("--simulated", args.simulated), ("--local-epochs", args.local_epochs),
                    ("--local-steps", args.local_steps), ("--devices", args.devices)):
         if v is not None and v < 1:
             raise ValueError(f"{opt} must be >= 1, got {v}")
+    k = args.simulated if args.simulated is not None else len(args.ports) if args.ports else args.devices
+    if not 0 < args.quorum <= k:
+        raise ValueError(f"--quorum must be a fraction in (0, 1) or a count 1..{k} of the {k} devices, "
+                         f"got {args.quorum:g}")
     if not args.timeout > 0:
         raise ValueError(f"--timeout must be > 0 seconds, got {args.timeout}")
     if args.resume and not args.out:
