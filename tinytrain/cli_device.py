@@ -74,10 +74,7 @@ def _out_dir(path) -> None:
     """Refuse an --out folder that cannot be made before anything is generated."""
     from . import io as tio
 
-    p = Path(path)
-    if p.exists() and not p.is_dir():
-        raise ValueError(f"--out {p} is a file: give a folder (it is created if missing)")
-    tio.check_writable(p / "platformio.ini")
+    tio.check_writable(path, folder=True)
 
 
 # ------------------------------------------------------------------------------ codegen

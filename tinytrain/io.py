@@ -43,7 +43,7 @@ SUFFIX = ".tt"
 
 
 class FileFormatError(ValueError):
-    """A model file that cannot be read; the message names the problem and the fix."""
+    """A model file that cannot be read (or written); the message names the problem and the fix."""
 
 
 def _state_items(model):
@@ -127,12 +127,13 @@ def save(model, path, extra: dict | None = None) -> Path:
     return path
 
 
-def check_writable(path) -> None:
-    """Refuse an output path that can never be written (a directory, or under a file) before
-    any work is done, naming the fix."""
+def check_writable(path, folder: bool = False) -> None:
+    """Refuse an output path that can never be written (a directory where a file goes, a file
+    where a folder goes, or anything under a file) before any work is done, naming the fix."""
     p = Path(path)
-    if p.is_dir():
-        raise FileFormatError(f"{p} is a directory: give a file name for the output, e.g. {p / 'model.tt'}")
+    if p.exists() and p.is_dir() != folder:
+        raise FileFormatError(f"{p} is a file: give a folder (it is created if missing)" if folder else
+                              f"{p} is a directory: give a file name for the output, e.g. {p / 'model.tt'}")
     for parent in p.parents:
         if parent.exists():
             if not parent.is_dir():

@@ -58,6 +58,11 @@ def _run(args) -> int:
         raise ValueError(f"--timeout must be > 0 seconds, got {args.timeout}")
     if args.resume and not args.out:
         raise ValueError("--resume needs --out")
+    from .. import io as tio
+
+    for path, folder in ((args.out, True), (args.plot, False)):
+        if path:
+            tio.check_writable(path, folder)
     logf = sys.stderr if args.json else sys.stdout
     r = federate(args.model, args.data, simulated=args.simulated, board=args.board,
                  devices=args.devices if args.board else None, ports=args.ports, rounds=args.rounds,

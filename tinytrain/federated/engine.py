@@ -74,6 +74,8 @@ def _atomic_write(path: Path, write) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:  # disk full: f.write's error names no file
+        raise OSError(exc.errno, f"cannot write: {exc.strerror}", str(path)) from None
     finally:
         if tmp.exists():
             tmp.unlink()
