@@ -174,7 +174,7 @@ ROWS = [
     R(["train", "--data", "digits", "--model", "m.json", "--epochs", "1", "--out", "old.tt"],
       "old.tt holds a different model", {"m.json": DENSE10}, saved_model("old.tt"), id="out-different-model"),
     R(["train", "--data", "digits", "--model", "digits-mlp", "--epochs", "1", "--out", "notes.tt"],
-      "notes.tt exists and is not a tinytrain model: pass --force", {"notes.tt": "my notes"}, None,
+      "notes.tt exists and is not a readable tinytrain model: pass --force", {"notes.tt": "my notes"}, None,
       id="out-not-a-model"),
     # ---- device commands
     R(["verify", "--board", "host", "--model", "digits-mlp", "--steps", "-5"], "--steps must be >= 1", {}, None,
@@ -251,6 +251,19 @@ def test_bad_input(capsys, tmp_path, monkeypatch, argv, match, files, setup):
     assert match in lines[0], err
     assert "internal error" not in err and "Traceback" not in err
     assert _snapshot(tmp_path) == before, "a failed command left files behind or changed them"
+
+
+def test_every_builtin_layer_declares_its_fields():
+    """A layer type without a fields table would skip the model-file type check."""
+    import inspect
+
+    from tinytrain.layers import LAYER_TYPES
+    from tinytrain.model import Sequential  # noqa: F401  (registers every layer type)
+
+    for kind, cls in LAYER_TYPES.items():
+        assert cls.fields is not None, kind
+        args = [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
+        assert sorted(args) == sorted(cls.fields), kind
 
 
 def test_broken_pipe_is_quiet(tmp_path):

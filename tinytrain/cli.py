@@ -247,7 +247,7 @@ def _refuse_replacing(out, model):
     try:
         saved, _ = tio.load(out)
     except tio.FileFormatError:
-        raise TrainError(f"{out} exists and is not a tinytrain model: pass --force to replace it "
+        raise TrainError(f"{out} exists and is not a readable tinytrain model: pass --force to replace it "
                          "or choose another --out") from None
     diff = _first_difference(saved.config(), model.config())
     if diff:

@@ -43,7 +43,9 @@ def _quantize(v: np.ndarray, exp: int, dtype) -> np.ndarray:
 class Layer:
     kind = "layer"
     params: list
-    fields: dict = {}  # option name -> fields.Field, checked when a layer is built from a dict
+    #: option name -> fields.Field, checked when a layer is built from a dict (model files);
+    #: None: not declared (a user's layer type), its constructor checks its own options
+    fields: dict | None = None
 
     def __init__(self):
         self.params = []
@@ -123,6 +125,7 @@ class Dense(Layer):
 
 class ReLU(Layer):
     kind = "relu"
+    fields = {}
 
     def ref_forward(self, x, ex, train):
         y = np.maximum(x, 0).astype(np.int8)
@@ -134,6 +137,7 @@ class ReLU(Layer):
 
 class Flatten(Layer):
     kind = "flatten"
+    fields = {}
 
     def _out_shape(self, in_shape):
         return (int(np.prod(in_shape)),)
@@ -161,11 +165,12 @@ def layer_from_config(d: dict) -> Layer:
             f"unknown layer type {kind!r}: known types are {', '.join(sorted(LAYER_TYPES))}"
         )
     cls = LAYER_TYPES[kind]
-    F.check(d, cls.fields, kind, ModelError)
-    sig = inspect.signature(cls.__init__).parameters.values()
-    missing = [p.name for p in sig if p.default is p.empty and p.name != "self" and p.name not in d]
-    if missing:
-        raise ModelError(f"{kind} needs {', '.join(f'{m} ({cls.fields[m].desc})' for m in missing)}")
+    if cls.fields is not None:
+        F.check(d, cls.fields, kind, ModelError)
+        sig = inspect.signature(cls.__init__).parameters.values()
+        missing = [p.name for p in sig if p.default is p.empty and p.name != "self" and p.name not in d]
+        if missing:
+            raise ModelError(f"{kind} needs {', '.join(f'{m} ({cls.fields[m].desc})' for m in missing)}")
     try:
         return cls(**d)
     except TypeError as exc:

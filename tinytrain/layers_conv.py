@@ -332,6 +332,7 @@ class AvgPool2d(_Pool):
 @register
 class GlobalAvgPool(Layer):
     kind = "global_avgpool"
+    fields = {}
     nb_imports = ["from tinytrain.kernels.pool import global_avgpool_fwd, global_avgpool_bwd"]
 
     def _out_shape(self, s):

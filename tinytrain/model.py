@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import fixedpoint as fp
+from .fields import is_int
 from .layers import Layer, ModelError, layer_from_config
 from . import layers_conv, layers_norm, layers_residual  # noqa: F401  (register the layer types)
 from .ops import mse as r_mse
@@ -40,7 +41,7 @@ class Sequential:
                 raise ModelError(f"layer {i} is {l!r}, not a tinytrain layer")
         if loss not in LOSSES:
             raise ModelError(f"unknown loss {loss!r}: use one of {', '.join(LOSSES)}")
-        if not (isinstance(seed, (int, np.integer)) and not isinstance(seed, bool) and seed >= 0):
+        if not (is_int(seed) and seed >= 0):
             raise ModelError(f"seed {seed!r} must be an integer >= 0")
         self.layers = list(layers)
         self.input_shape = tuple(int(v) for v in input_shape)

@@ -36,7 +36,6 @@ FILE_FIELDS = {
     "loss": F.one_of(*LOSSES), "input_scale": F.either(F.one_of("unit", "data"), F.INT),
     "name": F.STR, "seed": F.Field("an integer >= 0", lambda v: F.is_int(v) and v >= 0),
 }
-FILE_KEYS = set(FILE_FIELDS)
 
 
 def unit_shift(dataset) -> int:
