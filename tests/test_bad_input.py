@@ -35,7 +35,7 @@ def opt(**o):
     return spec(optimizer=o)
 
 
-def csv(text: str) -> bytes:
+def latin1(text: str) -> bytes:
     return text.encode("latin-1")
 
 
@@ -63,11 +63,16 @@ def disk_full(tmp_path, monkeypatch):
     monkeypatch.setattr(os, "fsync", fsync)
 
 
-def _have_qemu_tools():
-    return all(shutil.which(t) for t in ("qemu-system-arm", "arm-none-eabi-gcc"))
+def _missing_tools():  # as in test_device_qemu.py
+    missing = [t for t in ("qemu-system-arm", "arm-none-eabi-gcc") if shutil.which(t) is None]
+    try:
+        import platformio  # noqa: F401
+    except ImportError:
+        missing.append("platformio")
+    return missing
 
 
-qemu = [pytest.mark.qemu, pytest.mark.skipif(not _have_qemu_tools(), reason="needs QEMU and arm-none-eabi-gcc")]
+qemu = [pytest.mark.qemu, pytest.mark.skipif(bool(_missing_tools()), reason=f"missing: {', '.join(_missing_tools())}")]
 
 R = pytest.param
 ROWS = [
@@ -140,7 +145,7 @@ ROWS = [
     R(["train", "--data", "d.csv", "--model", "digits-mlp"], "d.csv line 2, column 0: 1e300 is beyond the float32 range",
       {"d.csv": CSV_OK.replace("3,4,1", "1e300,4,1")}, None, id="csv-1e300"),
     R(["train", "--data", "d.csv", "--model", "digits-mlp"], "d.csv: not UTF-8 text (byte 0xe9",
-      {"d.csv": csv("x,y,label\n" + CSV_OK.replace("3,4", "3,\xe9"))}, None, id="csv-latin1"),
+      {"d.csv": latin1("x,y,label\n" + CSV_OK.replace("3,4", "3,\xe9"))}, None, id="csv-latin1"),
     R(["train", "--data", "d.csv", "--model", "digits-mlp"], "d.csv: not UTF-8 text",
       {"d.csv": bytes(range(256)) * 4}, None, id="csv-binary"),
     R(["train", "--data", "d.csv", "--model", "digits-mlp"], "label 1000000: class labels must be 0..K-1 with K <= 65535",
