@@ -6,8 +6,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tinytrain import cli
 from tinytrain import io as tio
 
@@ -75,30 +73,7 @@ def test_model_file_and_human_output(capsys, tmp_path):
     assert "epoch   1/1" in out and "done: 1 epochs" in out
 
 
-@pytest.mark.parametrize("argv, match", [
-    (["train", "--data", "digits", "--model", "nope", "--epochs", "1"], "unknown model 'nope'"),
-    (["train", "--data", "nodata.npz", "--model", "digits-mlp"], "no such file"),
-    (["train", "--data", "digits", "--model", "digits-mlp", "--lr", "-1"], "learning rate"),
-    (["train", "--data", "digits", "--model", "digits-mlp", "--resume"], "--resume needs --out"),
-    (["eval", "--model", "missing.tt", "--data", "digits"], "no such model file"),
-    (["info", "missing.tt"], "no such model file"),
-])
-def test_errors_are_one_line_exit_2(capsys, tmp_path, monkeypatch, argv, match):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("TINYTRAIN_DEBUG", raising=False)
-    code, out, err = run(capsys, *argv)
-    assert code == 2
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("tinytrain: error:") and match in lines[0], err
-    assert "Traceback" not in err
-
-
-def test_corrupt_model_file(capsys, tmp_path, monkeypatch):
-    monkeypatch.delenv("TINYTRAIN_DEBUG", raising=False)
-    bad = tmp_path / "bad.tt"
-    bad.write_text('{"layers": []}')
-    code, out, err = run(capsys, "eval", "--model", bad, "--data", "digits")
-    assert code == 2 and "not a tinytrain model file" in err and len(err.strip().splitlines()) == 1
+# bad input (exit 2, one line, nothing left behind): the table in test_bad_input.py
 
 
 def test_registry_accepts_new_subcommands(capsys, monkeypatch):

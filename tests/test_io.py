@@ -109,11 +109,15 @@ def test_future_version(digits, tmp_path):
     (b"PK\x03\x04" + b"\0" * 40, "zip"),
     (b"\x93NUMPY" + b"\0" * 40, "numpy"),
     (b"hello world, this is text" * 4, "not a tinytrain model"),
-    (b"", "not a tinytrain model"),
 ])
 def test_foreign_files(tmp_path, raw, what):
     msg = _bad(tmp_path, raw)
     assert what in msg and "wrong magic" in msg
+
+
+def test_empty_file(tmp_path):
+    msg = _bad(tmp_path, b"")
+    assert "empty file (0 bytes), not a tinytrain model" in msg and "train again" in msg
 
 
 def test_text_mode_damage(digits, tmp_path):

@@ -61,8 +61,9 @@ def test_json_and_toml_files_agree(digits, tmp_path):
 
 @pytest.mark.parametrize("spec, match", [
     ({"layers": [{"type": "dense2", "units": 10}]}, "unknown layer type 'dense2'"),
-    ({"layers": [{"type": "dense", "units": -3}]}, "units must be a positive integer"),
-    ({"layers": [{"type": "dense", "units": 10, "activation": "relu"}]}, "bad options for layer 'dense'"),
+    ({"layers": [{"type": "dense", "units": -3}]}, "units = -3 must be a positive integer"),
+    ({"layers": [{"type": "dense", "units": True}]}, "units = true must be a positive integer"),
+    ({"layers": [{"type": "dense", "units": 10, "activation": "relu"}]}, r"dense: unknown key\(s\) activation: known keys are units"),
     ({"layers": [{"type": "dense", "units": 7}]}, "7 outputs but the data has 10 classes"),
     ({"layers": [{"type": "dense", "units": 10}], "optimizer": {"lrate": 0.1}}, "unknown optimizer option"),
     ({"layers": [{"type": "dense", "units": 10}], "optimizer": {"lr": -1}}, "learning rate"),

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import cffi
 
+from .toolchain import ToolchainError
+
 REPO = Path(__file__).resolve().parent.parent
 FIRMWARE = REPO / "firmware"
 FIRMWARE_INCLUDE = FIRMWARE / "include"
@@ -23,6 +25,10 @@ SANITIZE = ["-fsanitize=undefined", "-fno-sanitize-recover=undefined", "-fno-omi
 
 class BuildError(RuntimeError):
     """The host C compiler failed or is missing."""
+
+
+class CompilerMissing(BuildError, ToolchainError):
+    """No host C compiler: the user's to install (a ToolchainError, so the CLI says so in one line)."""
 
 
 def cache_dir() -> Path:
@@ -48,7 +54,8 @@ def compile_shared(sources, cdef: str, *, include_dirs=(), sanitize=False, extra
     (ffi, lib). Results are cached by the hash of all inputs."""
     cc = os.environ.get("CC", "gcc")
     if shutil.which(cc) is None:
-        raise BuildError(f"C compiler '{cc}' not found: install gcc (apt-get install gcc)")
+        raise CompilerMissing(f"C compiler '{cc}' not found: install gcc (sudo apt-get install gcc)"
+                              + (" or set CC to an installed compiler" if "CC" in os.environ else ""))
     h = hashlib.sha256()
     files = []
     for s in sources:

@@ -16,6 +16,11 @@ and lists itself in ``PLUGIN_MODULES`` (imported when the parser is built; a mod
 not installed yet is skipped). User errors (any ValueError or OSError: ModelError, DataError,
 FileFormatError, ConfigError, TrainError, ...) print one line to stderr and exit 2; set
 TINYTRAIN_DEBUG=1 to see the traceback instead.
+
+Exit status: 0 success; 1 a failed verification (state mismatch), QEMU exiting under
+``emulate``, or an internal error (a bug in tinytrain: please report it); 2 bad input or a
+missing tool, told in one line naming the problem and the fix, with no partial output left;
+130 interrupted.
 """
 from __future__ import annotations
 
@@ -78,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG, description="Integer-only on-device training for microcontrollers, "
         "bit-exact between laptop and board.",
-        epilog="Run `tinytrain COMMAND --help` for the options of a command.")
+        epilog="Run `tinytrain COMMAND --help` for the options of a command. Exit status: 0 "
+        "success; 1 a verification mismatch or an internal error (a bug: please report it); 2 bad "
+        "input or a missing tool (one line on stderr naming the problem and the fix); 130 interrupted.")
     from . import __version__
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -114,6 +121,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `tinytrain info m.tt | head`: the reader left; stay quiet
+        _silence_stdout()
+        return 1
     except (ValueError, OSError) as exc:
         if debug:
             raise
@@ -155,6 +165,15 @@ def _handle_termination() -> dict:
     return {sig: signal.signal(sig, terminate) for sig in sigs}
 
 
+def _silence_stdout():
+    """Point stdout at devnull so the interpreter's final flush cannot raise again (the
+    recipe of Python's signal module documentation, "Note on SIGPIPE")."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout is not a file (captured)
+        pass
+
+
 def _one_line(exc) -> str:
     if isinstance(exc, OSError) and exc.filename and exc.strerror:
         return f"{exc.filename}: {exc.strerror}"
@@ -190,6 +209,8 @@ def _train_args(p):
     p.add_argument("--batch-size", type=int, help="batch size (overrides the model's; default 1)")
     p.add_argument("--plot", help="write a training-curve PNG here")
     p.add_argument("--resume", action="store_true", help="continue from --out if it exists (bit-identical)")
+    p.add_argument("--force", action="store_true", help="replace --out even if it holds a different "
+                   "model (without it, that is an error)")
     p.add_argument("--reference", action="store_true", help="use the slow numpy reference step instead of numba")
     p.add_argument("--limit", type=int, help="train on the first N training samples only")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
@@ -198,7 +219,7 @@ def _train_args(p):
 
 
 def _train_run(args) -> int:
-    from . import data
+    from . import data, io as tio
     from .models import build_model
     from .train import TrainError, evaluate, fit
 
@@ -206,8 +227,15 @@ def _train_run(args) -> int:
         raise TrainError(f"--epochs must be >= 0, got {args.epochs}")
     if args.resume and not args.out:
         raise TrainError("--resume needs --out: the checkpoint to continue from")
+    if args.resume and args.force:
+        raise TrainError("--resume continues --out and --force replaces it: pass one of them")
+    for out in (args.out, args.plot):
+        if out:
+            tio.check_writable(out)
     ds = data.load(_resolve_data(args.data, args.model))
     model = build_model(args.model, ds, seed=args.seed, lr=args.lr, batch_size=args.batch_size)
+    if args.out and not (args.resume or args.force):
+        _refuse_replacing(args.out, model)
     progress = sys.stderr.isatty() if args.progress is None else args.progress
     logf = sys.stderr if args.json else sys.stdout
     log = lambda line: print(line, file=logf, flush=True)  # noqa: E731
@@ -242,6 +270,24 @@ def _train_run(args) -> int:
               f"{acc if acc is None else f'{acc:.4f}'}, {secs:.2f}s training, "
               f"state hash {summary['state_hash']}" + (f", saved to {args.out}" if args.out else ""))
     return 0
+
+
+def _refuse_replacing(out, model):
+    """--out may replace a checkpoint of this same model (a rerun), not anything else."""
+    from . import io as tio
+    from .train import TrainError, _first_difference
+
+    if not os.path.exists(out):
+        return
+    try:
+        saved, _ = tio.load(out)
+    except tio.FileFormatError:
+        raise TrainError(f"{out} exists and is not a readable tinytrain model: pass --force to replace it "
+                         "or choose another --out") from None
+    diff = _first_difference(saved.config(), model.config())
+    if diff:
+        raise TrainError(f"{out} holds a different model ({diff}): pass --force to replace it, "
+                         "--resume with the model it holds to continue it, or another --out")
 
 
 # ---------------------------------------------------------------------------- eval

@@ -30,11 +30,12 @@ def _user_errors(run):
         from .emulator import EmulatorError
         from .pio_project import BuildError
         from .protocol import ProtocolError
+        from .toolchain import ToolchainError
         from .verify import VerifyError
 
         try:
             return run(args)
-        except (BuildError, EmulatorError, ProtocolError, VerifyError, MemoryError) as exc:
+        except (BuildError, EmulatorError, ProtocolError, ToolchainError, VerifyError, MemoryError) as exc:
             raise DeviceCommandError(str(exc)) from exc
     wrapped.__name__ = run.__name__
     return wrapped
@@ -69,6 +70,13 @@ def _load_model(args):
     return build_model(args.model, ds, seed=args.seed), ds
 
 
+def _out_dir(path) -> None:
+    """Refuse an --out folder that cannot be made before anything is generated."""
+    from . import io as tio
+
+    tio.check_writable(path, folder=True)
+
+
 # ------------------------------------------------------------------------------ codegen
 
 def _codegen_args(p):
@@ -82,6 +90,7 @@ def _codegen_args(p):
 def _codegen_run(args) -> int:
     from .codegen.device import write_firmware_project, write_sources
 
+    _out_dir(args.out)
     model, _ = _load_model(args)
     if args.board:
         proj = write_firmware_project(model, args.board, args.out, args.prefix)
@@ -113,6 +122,7 @@ def _build_run(args) -> int:
     from .codegen.device import build_firmware
     from .verify import firmware_sizes
 
+    _out_dir(args.out)
     model, _ = _load_model(args)
     elf = build_firmware(model, args.board, args.out, args.prefix)
     sizes = firmware_sizes(elf)
@@ -144,6 +154,8 @@ def _verify_run(args) -> int:
 
     if args.board is None and args.port is None:
         raise ValueError("give --board host|BOARD or --port PORT")
+    if args.steps < 1:
+        raise ValueError(f"--steps must be >= 1 (training steps to compare), got {args.steps}")
     model, ds = _load_model(args)
     last = [0.0]
 

@@ -188,6 +188,9 @@ def _labels(y: np.ndarray, what: str) -> np.ndarray:
     if len(y) and y.min() < 0:
         raise DataError(f"{what} has {int((y < 0).sum())} negative labels (min {y.min()}): "
                         "class labels must be 0..K-1; remap them")
+    if len(y) and y.max() >= MAX_CLASSES:
+        raise DataError(f"{what} has label {y.max():.0f}: class labels must be 0..K-1 with K <= "
+                        f"{MAX_CLASSES} (the device protocol sends them as uint16); remap them")
     return y.astype(np.int64)
 
 
@@ -238,6 +241,12 @@ def from_arrays(x_train, y_train, x_test, y_test, *, name: str = "arrays",
     except ValueError:
         raise DataError(f"{where}: samples of shape {xs[0][0].shape[1:]} / "
                         f"{xs[1][0].shape[1:]} do not fit input_shape {shape}") from None
+    for split, x in (("train", xtr), ("test", xte)):
+        big = np.argwhere(np.isfinite(x) & (np.abs(x) > F32_MAX)) if x.dtype.kind == "f" else []
+        if len(big):  # NaN/inf: reported by quantize_inputs
+            idx = tuple(int(i) for i in big[0])
+            raise DataError(f"{where}: x_{split}{list(idx)} = {x[idx]:g} is beyond the float32 range "
+                            f"(+-{F32_MAX:.3g}): rescale the inputs")
     qtr, exp = quantize_inputs(xtr, bits, what=f"{where} x_train")
     qte, _ = quantize_inputs(xte, bits, exp, what=f"{where} x_test")
     ftr = xtr.astype(np.float32)
@@ -249,6 +258,12 @@ def from_arrays(x_train, y_train, x_test, y_test, *, name: str = "arrays",
         top = int(max(ytr.max(), yte.max()))
         if n_classes is None:
             n_classes = top + 1
+            seen = np.union1d(ytr, yte)  # sorted: the first seen[i] != i is the first gap
+            if len(seen) < n_classes:
+                gap = int(np.flatnonzero(seen != np.arange(len(seen)))[0])
+                raise DataError(f"{where}: labels go up to {top} but only {len(seen)} distinct values "
+                                f"occur (label {gap} never does): classes must be 0..K-1 with every "
+                                "class present; remap them, e.g. numpy.unique(y, return_inverse=True)")
         elif top >= n_classes:
             raise DataError(f"{where}: label {top} is out of range for n_classes={n_classes}: "
                             f"labels must be 0..{n_classes - 1} (or pass n_classes={top + 1})")
@@ -391,6 +406,10 @@ def load_npz(path, *, test_fraction: float = 0.2, seed: int = 0, task="classific
                        input_shape=input_shape, bits=bits)
 
 
+F32_MAX = float(np.finfo(np.float32).max)
+#: most classes a dataset may have: labels travel to the device as uint16 (protocol.md)
+MAX_CLASSES = 65535
+
 _MISSING = {"", "na", "n/a", "nan", "null", "none", "?"}
 
 
@@ -400,9 +419,17 @@ def _cell(s: str) -> float:
 
 
 def _read_csv(p: Path, delimiter: str, header):
-    with open(p, newline="") as f:
-        reader = csv.reader(f, delimiter=delimiter)
-        rows = [(reader.line_num, row) for row in reader if any(c.strip() for c in row)]
+    try:
+        with open(p, newline="", encoding="utf-8") as f:
+            reader = csv.reader(f, delimiter=delimiter)
+            rows = [(reader.line_num, row) for row in reader if any(c.strip() for c in row)]
+    except UnicodeDecodeError as e:
+        raise DataError(f"{p}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}): "
+                        "is it a binary file? CSV data must be UTF-8 (or ASCII) numbers; re-save "
+                        "it as UTF-8") from None
+    except csv.Error as e:  # e.g. a NUL byte: a binary file
+        raise DataError(f"{p} line {reader.line_num}: {e}: is it a binary file? CSV data must be "
+                        "text") from None
     if not rows:
         raise DataError(f"{p} is empty: it needs at least one row of data")
     first = rows[0][1]
@@ -436,6 +463,12 @@ def _read_csv(p: Path, delimiter: str, header):
                     raise DataError(f"{p} line {line}, column {col}: {c!r} is not a number: "
                                     "CSV data must be numeric (encode categories as "
                                     "integers)") from None
+    big = np.abs(table) > F32_MAX  # NaN compares False: reported later as missing
+    if big.any():
+        i, j = np.argwhere(big)[0]
+        col = repr(names[j]) if names else str(j)
+        raise DataError(f"{p} line {rows[i][0]}, column {col}: {rows[i][1][j].strip()} is beyond the "
+                        f"float32 range (+-{F32_MAX:.3g}): rescale that column")
     return table, names
 
 

@@ -115,6 +115,19 @@ def _listening(port: int) -> bool:
     return False
 
 
+def _check_arm_elf(path: Path) -> None:
+    """QEMU given anything but an ARM ELF waits forever for a guest that never runs: refuse it."""
+    with open(path, "rb") as f:
+        head = f.read(20)
+    if head[:4] != b"\x7fELF":
+        raise EmulatorError(f"firmware {path} is not an ELF file: pass the firmware.elf that "
+                            "`tinytrain build` prints (.pio/build/BOARD/firmware.elf)")
+    machine = int.from_bytes(head[18:20], "little" if head[5:6] == b"\x01" else "big")
+    if machine != 40:  # EM_ARM
+        raise EmulatorError(f"firmware {path} is an ELF for machine {machine}, not ARM (40): pass "
+                            "the firmware.elf built for the board by `tinytrain build`")
+
+
 class Emulator:
     """One QEMU process for `board` running `elf`. A context manager; :meth:`stop` always kills it."""
 
@@ -126,6 +139,7 @@ class Emulator:
         self.elf = Path(elf)
         if not self.elf.is_file():
             raise EmulatorError(f"firmware {self.elf} does not exist")
+        _check_arm_elf(self.elf)
         self.icount = icount
         self.extra_args = tuple(extra_args)
         self.start_timeout = start_timeout

@@ -44,7 +44,7 @@ SUFFIX = ".tt"
 
 
 class FileFormatError(ValueError):
-    """A model file that cannot be read; the message names the problem and the fix."""
+    """A model file that cannot be read (or written); the message names the problem and the fix."""
 
 
 def _state_items(model):
@@ -142,6 +142,7 @@ def atomic_write(path, write) -> Path:
     same directory, fsync, then os.replace, so a crash leaves the old file or the new one; the
     temporary files of earlier writers that were killed are removed first."""
     path = Path(path)
+    check_writable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_tmp(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -151,6 +152,9 @@ def atomic_write(path, write) -> Path:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:  # disk full, quota, read-only: name the file (f.write does not)
+        raise FileFormatError(f"cannot write {path}: {exc.strerror or exc}: free space or choose "
+                              "another path; the previous file, if any, is unchanged") from None
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -162,6 +166,21 @@ def save(model, path, extra: dict | None = None) -> Path:
     such as the data PRNG state and epoch) to ``path`` with :func:`atomic_write`."""
     data = to_bytes(model, extra)
     return atomic_write(path, lambda f: f.write(data))
+
+
+def check_writable(path, folder: bool = False) -> None:
+    """Refuse an output path that can never be written (a directory where a file goes, a file
+    where a folder goes, or anything under a file) before any work is done, naming the fix."""
+    p = Path(path)
+    if p.exists() and p.is_dir() != folder:
+        raise FileFormatError(f"{p} is a file: give a folder (it is created if missing)" if folder else
+                              f"{p} is a directory: give a file name for the output, e.g. {p / 'model.tt'}")
+    for parent in p.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise FileFormatError(f"cannot write {p}: {parent} is a file, not a directory: "
+                                      "choose another path")
+            return
 
 
 def is_model_file(path) -> bool:
@@ -183,7 +202,7 @@ def _foreign(head: bytes) -> str:
         return "an ELF binary (firmware?)"
     if head[:4] == MAGIC[:4]:
         return "a damaged tinytrain model (the magic bytes were altered, e.g. by a text-mode copy)"
-    return "not a tinytrain model"
+    return ""
 
 
 def from_bytes(buf: bytes, where: str = "<bytes>"):
@@ -191,12 +210,16 @@ def from_bytes(buf: bytes, where: str = "<bytes>"):
     from .model import Sequential
     from .layers import ModelError
 
+    if not buf:
+        raise FileFormatError(f"{where}: empty file (0 bytes), not a tinytrain model: the write was "
+                              "interrupted or never happened; use an earlier checkpoint or train again")
     if len(buf) < len(MAGIC) or buf[:len(MAGIC)] != MAGIC:
-        if len(buf) < len(MAGIC) and MAGIC.startswith(buf) and buf:
+        if len(buf) < len(MAGIC) and MAGIC.startswith(buf):
             raise FileFormatError(f"{where}: truncated ({len(buf)} bytes): the write was interrupted; "
                                   "use an earlier checkpoint or train again")
-        raise FileFormatError(f"{where}: {_foreign(buf[:16])}, not a tinytrain model file (wrong magic "
-                              "bytes): pass a file written by `tinytrain train --out` or tinytrain.save")
+        what = _foreign(buf[:16])
+        raise FileFormatError(f"{where}: {what + ', ' if what else ''}not a tinytrain model file (wrong "
+                              "magic bytes): pass a file written by `tinytrain train --out` or tinytrain.save")
     if len(buf) < _FIXED.size:
         raise FileFormatError(f"{where}: truncated ({len(buf)} bytes, the fixed header alone is "
                               f"{_FIXED.size}): use an earlier checkpoint or train again")

@@ -3,11 +3,13 @@ that calls each op's reference (simulator spec), numba kernel (fast path) and C 
 (codegen). One class per layer type; the arithmetic lives in ops/, kernels/ and firmware/."""
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
+from . import fields as F
 from .ops import dense as r_dense
 
 
@@ -41,6 +43,9 @@ def _quantize(v: np.ndarray, exp: int, dtype) -> np.ndarray:
 class Layer:
     kind = "layer"
     params: list
+    #: option name -> fields.Field, checked when a layer is built from a dict (model files);
+    #: None: not declared (a user's layer type), its constructor checks its own options
+    fields: dict | None = None
 
     def __init__(self):
         self.params = []
@@ -93,10 +98,11 @@ class Layer:
 
 class Dense(Layer):
     kind = "dense"
+    fields = {"units": F.POS_INT}
 
     def __init__(self, units: int):
         super().__init__()
-        if not (isinstance(units, int) and units > 0):
+        if not F.POS_INT.ok(units):
             raise ModelError(f"Dense(units={units!r}): units must be a positive integer")
         self.units = units
 
@@ -133,6 +139,7 @@ class Dense(Layer):
 
 class ReLU(Layer):
     kind = "relu"
+    fields = {}
 
     def ref_forward(self, x, ex, train):
         y = np.maximum(x, 0).astype(np.int8)
@@ -144,6 +151,7 @@ class ReLU(Layer):
 
 class Flatten(Layer):
     kind = "flatten"
+    fields = {}
 
     def _out_shape(self, in_shape):
         return (int(np.prod(in_shape)),)
@@ -166,12 +174,19 @@ def register(cls):
 def layer_from_config(d: dict) -> Layer:
     d = dict(d)
     kind = d.pop("type", None)
-    if kind not in LAYER_TYPES:
+    if not isinstance(kind, str) or kind not in LAYER_TYPES:
         raise ModelError(
             f"unknown layer type {kind!r}: known types are {', '.join(sorted(LAYER_TYPES))}"
         )
+    cls = LAYER_TYPES[kind]
+    if cls.fields is not None:
+        F.check(d, cls.fields, kind, ModelError)
+        sig = inspect.signature(cls.__init__).parameters.values()
+        missing = [p.name for p in sig if p.default is p.empty and p.name != "self" and p.name not in d]
+        if missing:
+            raise ModelError(f"{kind} needs {', '.join(f'{m} ({cls.fields[m].desc})' for m in missing)}")
     try:
-        return LAYER_TYPES[kind](**d)
+        return cls(**d)
     except TypeError as exc:
         raise ModelError(f"bad options for layer {kind!r}: {exc}") from None
 

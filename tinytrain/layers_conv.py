@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from . import fields as F
 from .layers import Layer, ModelError, Param, _quantize, _weight_exp, register
 from .ops import avgpool as r_avg
 from .ops import conv1d as r_c1
@@ -33,10 +34,12 @@ class _ConvBase(Layer):
 @register
 class Conv2d(_ConvBase):
     kind = "conv2d"
+    fields = {"filters": F.POS_INT, "kernel": F.POS_INT_OR_PAIR, "stride": F.POS_INT_OR_PAIR,
+              "padding": F.padding(4)}
 
     def __init__(self, filters: int, kernel=3, stride=1, padding="valid"):
         super().__init__()
-        if not (isinstance(filters, int) and filters > 0):
+        if not F.POS_INT.ok(filters):
             raise ModelError(f"Conv2d(filters={filters!r}): filters must be a positive integer")
         self.filters, self.kernel, self.stride, self.padding = filters, _pair(kernel), _pair(stride), padding
 
@@ -97,6 +100,7 @@ class Conv2d(_ConvBase):
 @register
 class DepthwiseConv2d(Conv2d):
     kind = "depthwise_conv2d"
+    fields = {k: v for k, v in Conv2d.fields.items() if k != "filters"}
 
     def __init__(self, kernel=3, stride=1, padding="valid"):
         Layer.__init__(self)
@@ -153,10 +157,11 @@ class DepthwiseConv2d(Conv2d):
 @register
 class Conv1d(_ConvBase):
     kind = "conv1d"
+    fields = {"filters": F.POS_INT, "kernel": F.POS_INT, "stride": F.POS_INT, "padding": F.padding(2)}
 
     def __init__(self, filters: int, kernel: int = 3, stride: int = 1, padding="valid"):
         super().__init__()
-        if not (isinstance(filters, int) and filters > 0):
+        if not F.POS_INT.ok(filters):
             raise ModelError(f"Conv1d(filters={filters!r}): filters must be a positive integer")
         self.filters, self.kernel, self.stride, self.padding = filters, int(kernel), int(stride), padding
 
@@ -210,6 +215,10 @@ class Conv1d(_ConvBase):
         return f"{L}, {C}, {F}, {self.kernel}, {self.stride}, {self.pad[0]}, {OL}"
 
 
+_POOL_FIELDS = {d: {"kernel": f, "stride": F.optional(f)}
+                for d, f in ((1, F.POS_INT), (2, F.POS_INT_OR_PAIR))}
+
+
 class _Pool(Layer):
     """Non-overlapping pooling (stride >= kernel): no scratch needed in any implementation."""
 
@@ -245,6 +254,7 @@ class _Pool(Layer):
 class MaxPool2d(_Pool):
     kind = "maxpool2d"
     dims = 2
+    fields = _POOL_FIELDS[2]
     nb_imports = ["from tinytrain.kernels.pool import maxpool2d_fwd, maxpool2d_bwd"]
 
     def ref_forward(self, x, ex, train):
@@ -270,6 +280,7 @@ class MaxPool2d(_Pool):
 class MaxPool1d(_Pool):
     kind = "maxpool1d"
     dims = 1
+    fields = _POOL_FIELDS[1]
     nb_imports = ["from tinytrain.kernels.pool import maxpool1d_fwd, maxpool1d_bwd"]
 
     def ref_forward(self, x, ex, train):
@@ -292,6 +303,7 @@ class MaxPool1d(_Pool):
 class AvgPool2d(_Pool):
     kind = "avgpool2d"
     dims = 2
+    fields = _POOL_FIELDS[2]
     nb_imports = ["from tinytrain.kernels.pool import avgpool2d_fwd, avgpool2d_bwd"]
 
     def _mk(self):
@@ -320,6 +332,7 @@ class AvgPool2d(_Pool):
 @register
 class GlobalAvgPool(Layer):
     kind = "global_avgpool"
+    fields = {}
     nb_imports = ["from tinytrain.kernels.pool import global_avgpool_fwd, global_avgpool_bwd"]
 
     def _out_shape(self, s):

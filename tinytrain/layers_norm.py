@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import fields as F
 from .layers import Layer, ModelError, Param, register
 from .ops import batchnorm as r_bn
 
@@ -16,6 +17,7 @@ from .ops import batchnorm as r_bn
 @register
 class BatchNorm(Layer):
     kind = "batchnorm"
+    fields = {"eps": F.NUMBER, "momentum": F.NUMBER}  # ranges: ops/batchnorm.config
 
     def __init__(self, eps: float = 1e-5, momentum: float = 0.1):
         super().__init__()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import fields as F
 from .layers import Layer, ModelError, layer_from_config, register
 from .ops import add as r_add
 
@@ -53,6 +54,7 @@ class _Inner:
 @register
 class Residual(Layer):
     kind = "residual"
+    fields = {"layers": F.Field("a non-empty list of layers", lambda v: isinstance(v, list) and bool(v))}
 
     def __init__(self, layers):
         super().__init__()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import fixedpoint as fp
+from .fields import is_int
 from .layers import Layer, ModelError, layer_from_config
 from . import layers_conv, layers_norm, layers_residual  # noqa: F401  (register the layer types)
 from .ops import mse as r_mse
@@ -40,6 +41,8 @@ class Sequential:
                 raise ModelError(f"layer {i} is {l!r}, not a tinytrain layer")
         if loss not in LOSSES:
             raise ModelError(f"unknown loss {loss!r}: use one of {', '.join(LOSSES)}")
+        if not (is_int(seed) and seed >= 0):
+            raise ModelError(f"seed {seed!r} must be an integer >= 0")
         self.layers = list(layers)
         self.input_shape = tuple(int(v) for v in input_shape)
         self.input_exp = int(input_exp)
@@ -89,16 +92,25 @@ class Sequential:
         self.stats = np.zeros(4, dtype=np.int64)  # [act saturations, weight saturations, update underflows, -]
 
     def _trainable_mask(self):
-        spec = self.optimizer.train
+        mask = self._select(self.optimizer.train)
+        if not any(any(row) for row in mask):
+            raise ModelError(f"train={self.optimizer.train!r} selects no trainable parameter: nothing "
+                             "would learn; use 'all', 'bias', 'last:K' with K >= 1 or layers with weights")
+        return mask
+
+    def _select(self, spec):
         with_params = [i for i, l in enumerate(self.layers) if any(p.trainable for p in l.params)]
         mask = [[p.trainable for p in l.params] for l in self.layers]
         if spec in ("all", None):
             return mask
         if spec == "bias":
             return [[p.role == "bias" for p in l.params] for l in self.layers]
-        if isinstance(spec, str) and spec.startswith("last:"):
-            k = int(spec.split(":", 1)[1])
-            keep = set(with_params[-k:]) if k > 0 else set()
+        if isinstance(spec, str) and spec.startswith("last:") and spec[5:].isdigit():
+            k = int(spec[5:])
+            if not 1 <= k <= len(with_params):
+                raise ModelError(f"train='{spec}': K must be 1..{len(with_params)}, the number of layers "
+                                 "with parameters in this model")
+            keep = set(with_params[-k:])
             return [[m and i in keep for m in row] for i, row in enumerate(mask)]
         if isinstance(spec, (list, tuple)):
             keep = set(int(i) for i in spec)

@@ -22,11 +22,20 @@ import math
 from pathlib import Path
 
 
+from . import fields as F
 from .layers import LAYER_TYPES, ModelError, layer_from_config
 from .model import LOSSES, Sequential
 from .optim import SGD, ConfigError
 
-FILE_KEYS = {"layers", "optimizer", "loss", "input_scale", "name", "seed"}
+#: the top-level keys of a model file (layers: fields in each layer class; optimizer: optim.FIELDS)
+FILE_FIELDS = {
+    "layers": F.Field("a non-empty list of layers such as {\"type\": \"dense\", \"units\": 10}",
+                      lambda v: isinstance(v, list) and bool(v)),
+    "optimizer": F.Field("a table/object of optimizer options such as {\"lr\": 0.05}",
+                         lambda v: isinstance(v, dict)),
+    "loss": F.one_of(*LOSSES), "input_scale": F.either(F.one_of("unit", "data"), F.INT),
+    "name": F.STR, "seed": F.Field("an integer >= 0", lambda v: F.is_int(v) and v >= 0),
+}
 
 
 def unit_shift(dataset) -> int:
@@ -56,8 +65,8 @@ def _optimizer(base: dict, overrides: dict, where: str) -> SGD:
     if bad:
         raise ModelError(f"{where}: unknown optimizer option(s) {', '.join(bad)}: known options "
                          f"are {', '.join(SGD.__dataclass_fields__)}")
-    opt = SGD(**d)
     try:
+        opt = SGD(**d)
         opt.compile()
     except ConfigError as exc:
         raise ModelError(f"{where}: {exc}") from None
@@ -68,14 +77,11 @@ def from_spec(spec: dict, dataset, *, where: str = "model", seed: int = 0, **opt
     """Build a Sequential from a model description (the dict of a model file)."""
     if not isinstance(spec, dict):
         raise ModelError(f"{where}: a model description is a table/object with a 'layers' list")
-    bad = sorted(set(spec) - FILE_KEYS)
-    if bad:
-        raise ModelError(f"{where}: unknown key(s) {', '.join(bad)}: known keys are "
-                         f"{', '.join(sorted(FILE_KEYS))}")
-    layers = spec.get("layers")
-    if not isinstance(layers, list) or not layers:
-        raise ModelError(f"{where}: 'layers' must be a non-empty list of layers such as "
+    if "layers" not in spec:
+        raise ModelError(f"{where}: no 'layers': a model file needs a list of layers such as "
                          '{"type": "dense", "units": 10}')
+    F.check(spec, FILE_FIELDS, where, ModelError)
+    layers = spec["layers"]
     built = []
     for i, d in enumerate(layers):
         if not isinstance(d, dict):
@@ -89,7 +95,7 @@ def from_spec(spec: dict, dataset, *, where: str = "model", seed: int = 0, **opt
         raise ModelError(f"{where}: unknown loss {loss!r}: use one of {', '.join(LOSSES)}")
     if (loss == "softmax_ce") != (dataset.n_classes > 0):
         raise ModelError(f"{where}: loss {loss!r} does not fit the {dataset.task} dataset {dataset.name!r}")
-    opt = _optimizer(spec.get("optimizer", {}) or {}, opt_overrides, where)
+    opt = _optimizer(spec.get("optimizer", {}), opt_overrides, where)
     try:
         model = Sequential(built, input_shape=dataset.input_shape,
                            input_exp=_input_exp(dataset, spec.get("input_scale")),
@@ -174,20 +180,24 @@ def read_model_file(path) -> dict:
     p = Path(path)
     if not p.is_file():
         raise ModelError(f"{p}: no such model file (built-in models are {', '.join(MODELS)})")
-    text = p.read_text(encoding="utf-8")
+    if p.suffix.lower() not in (".json", ".toml"):
+        raise ModelError(f"{p}: unsupported model file type {p.suffix or '(none)'!r}: use .json, .toml "
+                         "or a saved .tt model")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ModelError(f"{p}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}): "
+                         "a .json/.toml model description is a text file; save it as UTF-8") from None
     if p.suffix.lower() == ".toml":
         import tomllib
         try:
             return tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise ModelError(f"{p}: invalid TOML: {exc}") from None
-    if p.suffix.lower() == ".json":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ModelError(f"{p}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    raise ModelError(f"{p}: unsupported model file type {p.suffix or '(none)'!r}: use .json, .toml "
-                     "or a saved .tt model")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ModelError(f"{p}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
 
 
 def build_model(name_or_path, dataset, *, seed: int = 0, lr: float | None = None,
@@ -201,7 +211,7 @@ def build_model(name_or_path, dataset, *, seed: int = 0, lr: float | None = None
     p = Path(s)
     if p.is_file():
         from . import io as tio
-        if tio.is_model_file(p):
+        if tio.is_model_file(p) or p.suffix.lower() == tio.SUFFIX:  # tio.load explains a bad .tt
             if any(v is not None for v in overrides.values()):
                 raise ModelError(f"{p} is a saved model: its optimizer is part of its training state; "
                                  "drop --lr/--batch-size or start from a model description")

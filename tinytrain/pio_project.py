@@ -124,6 +124,7 @@ def elf_path(out_dir: str | Path, board: str | Board) -> Path:
 
 
 _ERROR_LINE = re.compile(r"(error|Error|undefined reference|multiple definition|No such file|\*\*\*)")
+_OVERFLOW = re.compile(r"region `\w+' overflowed by \d+ bytes")  # GNU ld, when RAM or flash is short
 _NETWORK_HINT = re.compile(
     r"(HTTPClientError|ConnectionError|Could not resolve|Name or service not known|"
     r"Max retries exceeded|InternetConnectionError|Temporary failure in name resolution|"
@@ -183,6 +184,10 @@ def _explain_failure(b: Board, cmd: list[str], log: str) -> str:
     head = f"build for {b.name} failed ({' '.join(cmd)})"
     if not b.is_emulated and _NETWORK_HINT.search(log):
         return _missing_platform(b, head, "could not be downloaded")
+    over = _OVERFLOW.search(log)
+    if over:  # the linker's own line says what is short; "ld returned 1" alone does not
+        return (f"{head}: {over.group(0)}: the firmware does not fit {b.name}; use a smaller model, "
+                "a partial update (train: last:K) or a board with more memory")
     errors = [ln for ln in log.splitlines() if _ERROR_LINE.search(ln)]
     shown = "\n".join(errors[:40]) if errors else log[-3000:]
     return f"{head}:\n{shown}"

@@ -482,6 +482,10 @@ class DeviceLink:
         if len(b) != info.input_len:
             raise ValueError(f"sample has {len(b)} values, the device model takes "
                              f"{info.input_len} int8 values")
+        if 2 + len(b) > info.max_payload:  # TRAIN sends a uint16 label, then the sample
+            raise ValueError(f"a sample of {len(b)} bytes (+2 for the label) does not fit the device's "
+                             f"max payload of {info.max_payload} bytes: rebuild the firmware with "
+                             f"-DTT_MAX_PAYLOAD={2 + len(b)} or more, or use a model with fewer inputs")
         return b
 
     def _check_label(self, label: int) -> int:

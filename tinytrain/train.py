@@ -237,8 +237,8 @@ def fit(model, dataset: Dataset, epochs: int, seed: int = 0, *, batch_size: int 
     """
     if not (isinstance(epochs, int) and epochs >= 0):
         raise TrainError(f"epochs must be a non-negative integer, got {epochs!r}")
-    if not isinstance(seed, int):
-        raise TrainError(f"seed must be an integer, got {seed!r}")
+    if not (isinstance(seed, int) and seed >= 0):
+        raise TrainError(f"seed must be an integer >= 0, got {seed!r}")
     X, Y, Xt, Yt = prepare_inputs(model, dataset)
     if limit is not None:
         if not (isinstance(limit, int) and limit >= 1):
@@ -247,6 +247,10 @@ def fit(model, dataset: Dataset, epochs: int, seed: int = 0, *, batch_size: int 
     n = len(X)
     if n == 0:
         raise DataError(f"{dataset.name}: no training samples")
+    bs = model.optimizer.batch_size
+    if epochs and bs > n:
+        raise TrainError(f"batch size {bs} is larger than the {n} training samples: no update would "
+                         f"happen in an epoch; use a batch size of at most {n}")
     _configure_optimizer(model, batch_size, total_steps=epochs * n // max(1, model.optimizer.batch_size))
     if getattr(model, "data_input_exp", None) is None:
         model.data_input_exp = int(dataset.input_exp)

@@ -9,10 +9,10 @@ messages, compression, error feedback), ``partition`` (IID / Dirichlet splits), 
 from .api import federate, make_devices, resolve
 from .codec import CODECS, CorruptUpdate, Schema
 from .devices import DeviceFault, FaultyDevice, LinkDevice, SimBackend, SimDevice, local_order
-from .engine import FedConfig, Federation, QuorumError
+from .engine import DevicesUnreachable, FedConfig, Federation, QuorumError
 from .fedavg import fedavg
 from .partition import partition
 
 __all__ = ["federate", "make_devices", "resolve", "CODECS", "CorruptUpdate", "Schema", "DeviceFault",
            "FaultyDevice", "LinkDevice", "SimBackend", "SimDevice", "local_order", "FedConfig",
-           "Federation", "QuorumError", "fedavg", "partition"]
+           "Federation", "QuorumError", "DevicesUnreachable", "fedavg", "partition"]

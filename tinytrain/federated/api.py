@@ -57,11 +57,13 @@ def make_devices(model, dataset, config: FedConfig, *, simulated: int | None = N
         return [SimDevice(i, schema, parts[i], backend, **kw) for i in range(k)]
     if board is not None:
         from ..boards import get_board
+        from ..emulator import find_qemu
         from ..verify import build_cached
 
         b = get_board(board)
         if not b.is_emulated:
             raise ValueError(f"{b.name} is a real board: flash it and pass its serial ports (--ports)")
+        find_qemu()  # before the firmware build: without QEMU no board can start
         elf = elf or build_cached(model, b.name, fedcodec="auto")  # boards encode their updates
         out = []
         for i in range(k):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 from .. import cli
+from ..cli_device import _user_errors
 
 
 def _args(p):
@@ -45,10 +46,23 @@ def _run(args) -> int:
 
     from .api import federate
 
-    if args.rounds < 1:
-        raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
+    for opt, v in (("--rounds", args.rounds), ("--simulated", args.simulated), ("--local-epochs", args.local_epochs),
+                   ("--local-steps", args.local_steps), ("--devices", args.devices)):
+        if v is not None and v < 1:
+            raise ValueError(f"{opt} must be >= 1, got {v}")
+    k = args.simulated if args.simulated is not None else len(args.ports) if args.ports else args.devices
+    if not 0 < args.quorum <= k:
+        raise ValueError(f"--quorum must be a fraction in (0, 1) or a count 1..{k} of the {k} devices, "
+                         f"got {args.quorum:g}")
+    if not args.timeout > 0:
+        raise ValueError(f"--timeout must be > 0 seconds, got {args.timeout}")
     if args.resume and not args.out:
         raise ValueError("--resume needs --out")
+    from .. import io as tio
+
+    for path, folder in ((args.out, True), (args.plot, False)):
+        if path:
+            tio.check_writable(path, folder)
     logf = sys.stderr if args.json else sys.stdout
     r = federate(args.model, args.data, simulated=args.simulated, board=args.board,
                  devices=args.devices if args.board else None, ports=args.ports, rounds=args.rounds,
@@ -70,4 +84,4 @@ def _run(args) -> int:
 
 
 cli.register("federate", "federated training over simulated devices, emulated or real boards",
-             _args, _run)
+             _args, _user_errors(_run))

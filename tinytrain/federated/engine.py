@@ -31,11 +31,17 @@ from .codec import Schema, CorruptUpdate, decode_update, encode_global
 from .devices import DeviceFault
 from .fedavg import Aggregator, set_store, store_tensors
 
-__all__ = ["FedConfig", "Federation", "QuorumError"]
+__all__ = ["FedConfig", "Federation", "QuorumError", "DevicesUnreachable"]
 
 
 class QuorumError(RuntimeError):
     """Too few devices delivered a valid update, even after retries."""
+
+
+class DevicesUnreachable(QuorumError, ValueError):
+    """No device could even be connected to before any round ran (a wrong port, no QEMU,
+    another model's firmware): the user's to fix, so a ValueError the CLI reports in one line.
+    Retrying would not help, so it is raised at the first attempt."""
 
 
 @dataclass
@@ -58,6 +64,16 @@ class FedConfig:
     def need(self, k: int) -> int:
         q = self.quorum
         return max(1, min(k, int(q) if q >= 1 else math.ceil(q * k)))
+
+
+def _unreachable(faults) -> str:
+    """One line: each distinct reason once, with the devices it stopped."""
+    by_reason: dict[str, list] = {}
+    for dev, e in faults:
+        reason = str(e).removeprefix(f"device {dev.id}: ")
+        by_reason.setdefault(reason, []).append(str(dev.id))
+    return "no device could be reached: " + "; ".join(
+        f"device{'s' if len(ids) > 1 else ''} {', '.join(ids)}: {r}" for r, ids in by_reason.items())
 
 
 class Federation:
@@ -84,6 +100,7 @@ class Federation:
         self.out = Path(out) if out is not None else None
         self.log = log or (lambda s: None)
         self.round = 0
+        self.reached = False  # has any device ever been connected to?
         self.step = int(self.model.meta[1])
         self.history: list[dict] = []
         self.bytes_up = self.bytes_down = 0
@@ -135,6 +152,10 @@ class Federation:
             sent = 0
             try:
                 dev.ensure_ready()
+            except DeviceFault as e:
+                e.at_connect = True
+                return sent, e
+            try:
                 msg = delta if (delta is not None and dev.id in self.synced) else full
                 sent = len(msg)
                 return sent, dev.run_round(msg)
@@ -166,6 +187,11 @@ class Federation:
                 dropped.append({"device": dev.id, "reason": e.kind, "detail": str(e)})
             except CorruptUpdate as e:
                 dropped.append({"device": dev.id, "reason": "corrupt", "detail": str(e)})
+        faults = [(dev, reply) for dev, (_, reply) in zip(self.devices, replies)
+                  if getattr(reply, "at_connect", False)]
+        if not self.reached and len(faults) == len(self.devices):
+            raise DevicesUnreachable(_unreachable(faults))
+        self.reached = True
         self.bytes_up += up
         self.bytes_down += down
         self.dropped_total += len(dropped)

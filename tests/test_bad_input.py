@@ -1,0 +1,318 @@
+"""Bad input, one table: every row runs the CLI in process and must exit 2 with ONE line on
+stderr naming the problem (the row's substring), no internal error, no traceback, and no
+file left behind or changed. A new field, option or command gets its cases by adding rows.
+
+A row: (id, argv, expected substring, files to create in the working folder, setup). Files
+are {name: bytes | str | dict (written as JSON)}; setup(tmp_path, monkeypatch) runs before
+the command (patching PATH, making an existing model, ...). Rows that need QEMU carry the
+``qemu`` marker and are skipped without the tools.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tinytrain import cli
+
+TRAIN = ["train", "--data", "digits", "--model"]
+DENSE10 = {"layers": [{"type": "dense", "units": 10}]}
+
+
+def spec(layers=None, **top):
+    """A model description: DENSE10 with extra top-level keys, or other layers."""
+    return {"layers": layers if layers is not None else DENSE10["layers"], **top}
+
+
+def opt(**o):
+    return spec(optimizer=o)
+
+
+def latin1(text: str) -> bytes:
+    return text.encode("latin-1")
+
+
+CSV_OK = "1,2,0\n3,4,1\n5,6,0\n7,8,1\n9,10,0\n"
+
+
+def no_tool_on_path(tmp_path, monkeypatch):
+    """PATH with nothing on it: no gcc, no qemu-system-arm, no arm-none-eabi-gcc."""
+    empty = tmp_path.parent / f"{tmp_path.name}-emptybin"
+    empty.mkdir(exist_ok=True)
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.delenv("CC", raising=False)
+
+
+def saved_model(name, model="digits-mlp"):
+    def setup(tmp_path, monkeypatch):
+        assert cli.main(["train", "--data", "digits", "--model", model, "--epochs", "0", "--out",
+                         str(tmp_path / name)]) == 0
+    return setup
+
+
+def disk_full(tmp_path, monkeypatch):
+    def fsync(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(os, "fsync", fsync)
+
+
+def _missing_tools():  # as in test_device_qemu.py
+    missing = [t for t in ("qemu-system-arm", "arm-none-eabi-gcc") if shutil.which(t) is None]
+    try:
+        import platformio  # noqa: F401
+    except ImportError:
+        missing.append("platformio")
+    return missing
+
+
+qemu = [pytest.mark.qemu, pytest.mark.skipif(bool(_missing_tools()), reason=f"missing: {', '.join(_missing_tools())}")]
+
+R = pytest.param
+ROWS = [
+    # ---- model files (.tt): wrong magic, empty, not a model, a directory
+    R(["verify", "--board", "host", "--model", "bad.tt"], "bad.tt: not a tinytrain model file (wrong magic",
+      {"bad.tt": b"\xff\xfe\x00junk" * 8}, None, id="tt-wrong-magic-verify"),
+    R([*TRAIN, "bad.tt"], "bad.tt: not a tinytrain model file (wrong magic", {"bad.tt": b"\xff\xfe\x00junk" * 8},
+      None, id="tt-wrong-magic-train"),
+    R(["eval", "--model", "bad.tt", "--data", "digits"], "not a tinytrain model file", {"bad.tt": '{"layers": []}'},
+      None, id="tt-json-eval"),
+    R(["info", "bad.tt"], "not a tinytrain model file", {"bad.tt": b"\xff\xfe\x00junk" * 8}, None, id="tt-wrong-magic-info"),
+    R([*TRAIN, "empty.tt"], "empty.tt: empty file (0 bytes)", {"empty.tt": b""}, None, id="tt-empty-train"),
+    R(["verify", "--board", "host", "--model", "empty.tt"], "empty file (0 bytes)", {"empty.tt": b""}, None,
+      id="tt-empty-verify"),
+    R(["eval", "--model", "missing.tt", "--data", "digits"], "no such model file", {}, None, id="tt-missing-eval"),
+    R(["info", "missing.tt"], "no such model file", {}, None, id="tt-missing-info"),
+    R(["info", "sub"], "sub is a directory", {"sub/x": ""}, None, id="tt-directory-info"),
+    # ---- model descriptions (.json/.toml): syntax, encoding, every field's type and range
+    R([*TRAIN, "m.json"], "units = true must be a positive integer", {"m.json": spec([{"type": "dense", "units": True}])},
+      None, id="units-true"),
+    R([*TRAIN, "m.json"], 'units = "10" must be a positive integer', {"m.json": spec([{"type": "dense", "units": "10"}])},
+      None, id="units-string"),
+    R([*TRAIN, "m.json"], "dense needs units", {"m.json": spec([{"type": "dense"}])}, None, id="units-missing"),
+    R([*TRAIN, "m.json"], "unknown key(s) activation: known keys are units",
+      {"m.json": spec([{"type": "dense", "units": 10, "activation": "relu"}])}, None, id="layer-unknown-key"),
+    R([*TRAIN, "m.json"], "relu: unknown key(s) alpha: known keys are none",
+      {"m.json": spec([{"type": "relu", "alpha": 0.1}, {"type": "dense", "units": 10}])}, None, id="relu-takes-nothing"),
+    R([*TRAIN, "m.json"], 'kernel = "3" must be a positive integer or a list of two',
+      {"m.json": spec([{"type": "conv2d", "filters": 4, "kernel": "3"}])}, None, id="conv2d-kernel-string"),
+    R([*TRAIN, "m.json"], 'padding = "full" must be "valid", "same" or a list of 2',
+      {"m.json": spec([{"type": "conv1d", "filters": 4, "padding": "full"}])}, None, id="conv1d-padding"),
+    R([*TRAIN, "m.json"], 'momentum = "0.1" must be a number',
+      {"m.json": spec([{"type": "batchnorm", "momentum": "0.1"}])}, None, id="batchnorm-momentum-string"),
+    R([*TRAIN, "m.json"], "unknown layer type 'dense2'", {"m.json": spec([{"type": "dense2", "units": 10}])}, None,
+      id="layer-unknown-type"),
+    R([*TRAIN, "m.json"], "unknown key(s) activation: known keys are input_scale",
+      {"m.json": spec(activation="relu")}, None, id="top-unknown-key"),
+    R([*TRAIN, "m.json"], "seed = true must be an integer", {"m.json": spec(seed=True)}, None, id="top-seed-bool"),
+    R([*TRAIN, "m.json"], "seed = -1 must be an integer >= 0", {"m.json": spec(seed=-1)}, None, id="top-seed-negative"),
+    R([*TRAIN, "m.json"], "no 'layers'", {"m.json": {"optimizer": {"lr": 0.1}}}, None, id="top-no-layers"),
+    R([*TRAIN, "m.json"], 'optimizer: stochastic_rounding = "false" must be true or false',
+      {"m.json": opt(stochastic_rounding="false")}, None, id="stochastic-rounding-string"),
+    R([*TRAIN, "m.json"], 'optimizer: master_weights = "no" must be true or false',
+      {"m.json": opt(master_weights="no")}, None, id="master-weights-string"),
+    R([*TRAIN, "m.toml"], 'master_weights = "true" must be true or false',
+      {"m.toml": '[optimizer]\nmaster_weights = "true"\n[[layers]]\ntype = "dense"\nunits = 10\n'}, None,
+      id="toml-bool-string"),
+    R([*TRAIN, "m.json"], "train='last:0': K must be 1..1", {"m.json": opt(train="last:0")}, None, id="train-last-0"),
+    R([*TRAIN, "m.json"], "train='last:99': K must be 1..1", {"m.json": opt(train="last:99")}, None, id="train-last-99"),
+    R([*TRAIN, "m.json"], 'train = "last:x" must be', {"m.json": opt(train="last:x")}, None, id="train-last-x"),
+    R([*TRAIN, "m.json"], "selects no trainable parameter", {"m.json": opt(train=[])}, None, id="train-empty-list"),
+    R([*TRAIN, "m.json"], "step_size = 0 must be a positive integer", {"m.json": opt(schedule="step", step_size=0)},
+      None, id="step-size-0"),
+    R([*TRAIN, "m.json"], "total_steps = -5 must be an integer >= 1",
+      {"m.json": opt(schedule="cosine", total_steps=-5)}, None, id="total-steps-negative"),
+    R([*TRAIN, "m.json"], "learning rate 1e+12 is too large to train", {"m.json": opt(lr=1e12)}, None, id="lr-1e12"),
+    R([*TRAIN, "m.json"], 'schedule = "linear" must be one of "constant"', {"m.json": opt(schedule="linear")}, None,
+      id="schedule-unknown"),
+    R([*TRAIN, "m.json"], "batch_size = 2.5 must be a positive integer", {"m.json": opt(batch_size=2.5)}, None,
+      id="batch-size-float"),
+    R([*TRAIN, "m.json"], "unknown optimizer option(s) lrate", {"m.json": opt(lrate=0.1)}, None, id="optimizer-unknown"),
+    R([*TRAIN, "m.json"], "invalid JSON at line 1", {"m.json": "{layers: ["}, None, id="json-syntax"),
+    R([*TRAIN, "m.json"], "m.json: not UTF-8 text", {"m.json": b'{"name": "caf\xe9"}'}, None, id="json-latin1"),
+    R([*TRAIN, "m.yaml"], "unsupported model file type '.yaml'", {"m.yaml": "layers: []"}, None, id="model-yaml"),
+    R([*TRAIN, "nope"], "unknown model 'nope'", {}, None, id="model-unknown"),
+    R(["train", "--data", "digits", "--model", "digits-mlp", "--lr", "-1"], "learning rate", {}, None, id="lr-negative"),
+    R(["train", "--data", "digits", "--model", "digits-mlp", "--batch-size", "0"], "batch_size = 0 must be a positive",
+      {}, None, id="batch-size-0"),
+    # ---- data
+    R(["train", "--data", "d.csv", "--model", "digits-mlp"], "d.csv line 2, column 0: 1e300 is beyond the float32 range",
+      {"d.csv": CSV_OK.replace("3,4,1", "1e300,4,1")}, None, id="csv-1e300"),
+    R(["train", "--data", "d.csv", "--model", "digits-mlp"], "d.csv: not UTF-8 text (byte 0xe9",
+      {"d.csv": latin1("x,y,label\n" + CSV_OK.replace("3,4", "3,\xe9"))}, None, id="csv-latin1"),
+    R(["train", "--data", "d.csv", "--model", "digits-mlp"], "d.csv: not UTF-8 text",
+      {"d.csv": bytes(range(256)) * 4}, None, id="csv-binary"),
+    R(["train", "--data", "d.csv", "--model", "digits-mlp"], "label 1000000: class labels must be 0..K-1 with K <= 65535",
+      {"d.csv": CSV_OK.replace("3,4,1", "3,4,1000000")}, None, id="csv-label-1e6"),
+    R(["train", "--data", "d.csv", "--model", "digits-mlp"], "(label 2 never does)",
+      {"d.csv": CSV_OK.replace("3,4,1", "3,4,5")}, None, id="csv-label-gap"),
+    R(["train", "--data", "nodata.npz", "--model", "digits-mlp"], "no such file", {}, None, id="data-missing"),
+    R(["train", "--data", "d.parquet", "--model", "digits-mlp"], "unsupported file type '.parquet'",
+      {"d.parquet": "x"}, None, id="data-unsupported"),
+    # ---- train options and outputs
+    R(["train", "--data", "digits", "--model", "digits-mlp", "--epochs", "-1"], "--epochs must be >= 0", {}, None,
+      id="epochs-negative"),
+    R(["train", "--data", "digits", "--model", "digits-mlp", "--limit", "0"], "limit must be a positive", {}, None,
+      id="limit-0"),
+    R(["train", "--data", "digits", "--model", "digits-mlp", "--seed", "-1"], "seed -1 must be an integer >= 0", {},
+      None, id="seed-negative"),
+    R(["train", "--data", "digits", "--model", "digits-mlp", "--batch-size", "5000"],
+      "batch size 5000 is larger than the 1437 training samples", {}, None, id="batch-larger-than-data"),
+    R(["train", "--data", "digits", "--model", "digits-mlp", "--resume"], "--resume needs --out", {}, None,
+      id="resume-without-out"),
+    R(["train", "--data", "digits", "--model", "digits-mlp", "--out", "m.tt", "--resume", "--force"],
+      "pass one of them", {}, None, id="resume-and-force"),
+    R(["train", "--data", "digits", "--model", "digits-mlp", "--epochs", "1", "--out", "afile/m.tt"],
+      "afile is a file, not a directory", {"afile": "x"}, None, id="out-under-a-file"),
+    R(["train", "--data", "digits", "--model", "digits-mlp", "--epochs", "1", "--plot", "afile/p.png"],
+      "afile is a file, not a directory", {"afile": "x"}, None, id="plot-under-a-file"),
+    R(["train", "--data", "digits", "--model", "digits-mlp", "--epochs", "1", "--out", "sub"], "sub is a directory",
+      {"sub/keep": ""}, None, id="out-is-a-directory"),
+    R(["train", "--data", "digits", "--model", "digits-mlp", "--epochs", "1", "--limit", "20", "--out", "m.tt"],
+      "cannot write m.tt: No space left on device", {}, disk_full, id="disk-full"),
+    R(["train", "--data", "digits", "--model", "m.json", "--epochs", "1", "--out", "old.tt"],
+      "old.tt holds a different model", {"m.json": DENSE10}, saved_model("old.tt"), id="out-different-model"),
+    R(["train", "--data", "digits", "--model", "digits-mlp", "--epochs", "1", "--out", "notes.tt"],
+      "notes.tt exists and is not a readable tinytrain model: pass --force", {"notes.tt": "my notes"}, None,
+      id="out-not-a-model"),
+    # ---- device commands
+    R(["verify", "--board", "host", "--model", "digits-mlp", "--steps", "-5"], "--steps must be >= 1", {}, None,
+      id="verify-steps-negative"),
+    R(["verify", "--board", "nosuch", "--model", "digits-mlp", "--steps", "5"], "unknown board 'nosuch'", {}, None,
+      id="verify-unknown-board"),
+    R(["verify", "--board", "host", "--model", "digits-mlp", "--steps", "5"], "C compiler 'gcc' not found: install gcc",
+      {}, no_tool_on_path, id="verify-host-without-gcc"),
+    R(["emulate", "--board", "mps2_an386", "--firmware", "m.json"], "m.json is not an ELF file", {"m.json": DENSE10},
+      None, id="emulate-not-elf"),
+    R(["emulate", "--board", "mps2_an386", "--firmware", sys.executable], "not ARM (40)", {}, None,
+      id="emulate-host-elf"),
+    R(["codegen", "--model", "digits-mlp", "--out", "afile/gen"], "afile is a file, not a directory", {"afile": "x"},
+      None, id="codegen-out-under-a-file"),
+    R(["build", "--model", "digits-mlp", "--board", "mps2_an386", "--out", "afile"], "afile is a file: give a folder",
+      {"afile": "x"}, None, id="build-out-is-a-file"),
+    R(["verify", "--board", "mps2_an386", "--model", "m.json", "--data", "wide.npz", "--steps", "2"],
+      "a sample of 300 bytes (+2 for the label) does not fit the device's max payload of 256 bytes",
+      {"m.json": spec([{"type": "dense", "units": 2}])}, lambda t, m: np.savez(
+          t / "wide.npz", x=np.random.default_rng(0).normal(size=(40, 300)), y=np.arange(40) % 2),
+      id="verify-sample-over-max-payload", marks=qemu),
+    # ---- federate
+    R(["federate", "--ports", "/dev/nonexistent", "--rounds", "1", "--model", "digits-mlp"],
+      "no device could be reached: device 0: cannot connect: cannot open '/dev/nonexistent'", {}, None,
+      id="federate-port-missing"),
+    R(["federate", "--board", "mps2_an386", "--devices", "2", "--rounds", "1", "--model", "digits-mlp"],
+      "qemu-system-arm not found", {}, no_tool_on_path, id="federate-board-without-qemu"),
+    R(["federate", "--simulated", "2", "--rounds", "1", "--model", "digits-mlp", "--out", "afile/fed"],
+      "afile is a file, not a directory", {"afile": "x"}, None, id="federate-out-under-a-file"),
+    R(["federate", "--simulated", "2", "--rounds", "1", "--model", "digits-mlp", "--out", "afile"],
+      "afile is a file: give a folder", {"afile": "x"}, None, id="federate-out-is-a-file"),
+    R(["federate", "--simulated", "2", "--rounds", "0", "--model", "digits-mlp"], "--rounds must be >= 1", {}, None,
+      id="federate-rounds-0"),
+    R(["federate", "--simulated", "2", "--rounds", "1", "--local-epochs", "0", "--model", "digits-mlp"],
+      "--local-epochs must be >= 1", {}, None, id="federate-local-epochs-0"),
+    R(["federate", "--simulated", "2", "--rounds", "1", "--model", "digits-mlp", "--quorum", "-1"],
+      "--quorum must be a fraction in (0, 1) or a count 1..2", {}, None, id="federate-quorum-negative"),
+    R(["federate", "--simulated", "2", "--rounds", "1", "--model", "digits-mlp", "--quorum", "3"],
+      "count 1..2 of the 2 devices, got 3", {}, None, id="federate-quorum-over-devices"),
+    R(["federate", "--simulated", "0", "--rounds", "1", "--model", "digits-mlp"], "--simulated must be >= 1", {}, None,
+      id="federate-no-devices"),
+    R(["federate", "--simulated", "2", "--rounds", "1", "--model", "digits-mlp", "--partition", "foo"],
+      "partition 'foo'", {}, None, id="federate-partition"),
+]
+
+
+def _write(root: Path, files: dict):
+    for name, content in files.items():
+        p = root / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, dict):
+            content = json.dumps(content)
+        p.write_bytes(content if isinstance(content, bytes) else content.encode())
+
+
+def _snapshot(root: Path) -> dict:
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in root.rglob("*")}
+
+
+@pytest.mark.parametrize("argv, match, files, setup", ROWS)
+def test_bad_input(capsys, tmp_path, monkeypatch, argv, match, files, setup):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TINYTRAIN_DEBUG", raising=False)
+    _write(tmp_path, files)
+    if setup is not None:
+        setup(tmp_path, monkeypatch)
+    before = _snapshot(tmp_path)
+    capsys.readouterr()
+    code = cli.main([str(a) for a in argv])
+    _, err = capsys.readouterr()
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and lines[0].startswith("tinytrain: error: "), err
+    assert match in lines[0], err
+    assert "internal error" not in err and "Traceback" not in err
+    assert _snapshot(tmp_path) == before, "a failed command left files behind or changed them"
+
+
+def test_every_builtin_layer_declares_its_fields():
+    """A layer type without a fields table would skip the model-file type check."""
+    import inspect
+
+    from tinytrain.layers import LAYER_TYPES
+    from tinytrain.model import Sequential  # noqa: F401  (registers every layer type)
+
+    for kind, cls in LAYER_TYPES.items():
+        assert cls.fields is not None, kind
+        args = [n for n in inspect.signature(cls.__init__).parameters if n != "self"]
+        assert sorted(args) == sorted(cls.fields), kind
+
+
+def test_broken_pipe_is_quiet(tmp_path):
+    """`tinytrain info m.tt | head`: when the reader has gone, exit without a message or a
+    traceback (Python's SIGPIPE recipe). The pipe's read end is closed before the command
+    starts, so its first print fails every time."""
+    exe = Path(sys.executable).parent / "tinytrain"
+    cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "tinytrain.cli"]
+    m = tmp_path / "m.tt"
+    assert subprocess.run([*cmd, "train", "--data", "digits", "--model", "digits-mlp", "--epochs", "0",
+                           "--out", str(m)], capture_output=True, timeout=300).returncode == 0
+    rd, wr = os.pipe()
+    os.close(rd)
+    try:
+        r = subprocess.run([*cmd, "info", str(m)], stdout=wr, stderr=subprocess.PIPE, text=True,
+                           timeout=300, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    finally:
+        os.close(wr)
+    assert r.returncode == 1 and r.stderr == "", r.stderr
+
+
+def test_linker_overflow_line_is_shown():
+    """A RAM overflow at link time shows ld's own line (the summary used to drop it)."""
+    from tinytrain.boards import get_board
+    from tinytrain.pio_project import _explain_failure
+
+    log = ("Linking .pio/build/microbit/firmware.elf\n/usr/bin/arm-none-eabi-ld: .pio/build/microbit/"
+           "firmware.elf section `.bss' will not fit in region `RAM'\n/usr/bin/arm-none-eabi-ld: region "
+           "`RAM' overflowed by 1234 bytes\ncollect2: error: ld returned 1 exit status\n")
+    msg = _explain_failure(get_board("microbit"), ["pio", "run"], log)
+    assert "region `RAM' overflowed by 1234 bytes" in msg and "\n" not in msg
+
+
+def test_sample_over_max_payload_is_named():
+    """DeviceLink refuses a sample the device cannot receive, naming both sizes, before sending."""
+    from tinytrain import protocol as P
+
+    class Silent:  # any write would be a bug: the check comes first
+        name = "fake"
+
+        def write(self, data):
+            raise AssertionError("sent a frame the device cannot take")
+
+    link = P.DeviceLink(Silent(), hello=False)
+    link.info = P.DeviceInfo(P.PROTOCOL_VERSION, True, 256, 0, 0, 0, 0, 300, 2, 0)
+    with pytest.raises(ValueError, match=r"sample of 300 bytes \(\+2 for the label\).*max payload of 256"):
+        link.train(np.zeros(300, np.int8), 1)
