@@ -2,7 +2,7 @@
 the ServerApp, int8 updates with error feedback; then the same federation with tinytrain's own
 engine, which must end in the same global model bit for bit.
 
-    pip install 'tinytrain[flower]' 'flwr[simulation]'
+    pip install 'tinytrain-mcu[flower]'
     python examples/federated_flower.py [--clients 100] [--rounds 3]
 
 With boards instead of simulated clients, build the apps yourself and pass the serial ports

@@ -1,7 +1,7 @@
 """Board registry, offline PlatformIO build and QEMU boot of the echo firmware.
 
-The qemu-marked tests build firmware/apps/echo through PlatformIO (offline platform
-boards/platform-qemu-cortexm, system arm-none-eabi-gcc), boot it in qemu-system-arm and talk to it
+The qemu-marked tests build tinytrain/firmware/apps/echo through PlatformIO (offline platform
+tinytrain/boards/platform-qemu-cortexm, system arm-none-eabi-gcc), boot it in qemu-system-arm and talk to it
 over pyserial through the socket URL. They skip only when qemu-system-arm, arm-none-eabi-gcc or
 PlatformIO is missing.
 """
@@ -46,6 +46,12 @@ def test_registry_lists_emulated_and_real_boards():
     assert default_board().name == "mps2_an386" and default_board().is_emulated
     assert get_board("mps2_an505").cpu == get_board("pico2").cpu == "cortex-m33"
     assert get_board("pico2").platform_spec.startswith("https://")  # RP2350: community platform
+    # every platform is pinned: official ones to a version, the offline one to its own
+    assert get_board("nucleo_f446re").platform_spec == "ststm32@19.6.0"
+    assert get_board("nano33ble").platform_spec == "nordicnrf52@10.11.0"
+    assert get_board("mps2_an386").platform_spec == "qemu-cortexm@" + json.loads(
+        (QEMU_PLATFORM_DIR / "platform.json").read_text())["version"]
+    assert all("@" in b.platform_spec or b.platform_spec.startswith("https://") for b in boards.values())
 
 
 def test_unknown_board_names_the_valid_ones():
@@ -146,7 +152,7 @@ READ_OVERHEAD = 32
 @pytest.mark.parametrize("board", EMULATED)
 def test_instruction_counter_counts_a_known_loop(echo_project, board):
     """tt_port_cycles() - the counter behind verify's instructions_per_step - against a loop of
-    exactly 2n + 2 instructions (firmware/apps/echo known_loop, n = 100000): the result is
+    exactly 2n + 2 instructions (tinytrain/firmware/apps/echo known_loop, n = 100000): the result is
     within one timer tick of 2n + 2 plus the read overhead, so a port whose timer scale is
     wrong (e.g. 40 instructions per tick on a 20 MHz timer, or ticks left unscaled) fails."""
     from tinytrain.pio_project import build

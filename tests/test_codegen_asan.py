@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,7 +20,7 @@ from tinytrain.model import Sequential
 from tinytrain.optim import SGD
 from tinytrain.sim import Simulator
 
-HERE = cbuild.REPO / "tests" / "c"
+HERE = Path(__file__).parent / "c"
 EXCLUDE = {"tt_protocol", "tt_cobs", "tt_device_main"}
 
 

@@ -1,4 +1,4 @@
-"""The on-device update codec (firmware/src/tt_fedcodec.c, built with cffi and UBSan) against
+"""The on-device update codec (tinytrain/firmware/src/tt_fedcodec.c, built with cffi and UBSan) against
 tinytrain/federated/codec.py: the same message bytes and the same error-feedback residual for
 hypothesis-drawn tensors, codecs and residuals; and the ROUND_BEGIN / GET_UPDATE / UPDATE_ACK
 conversation between DeviceLink and the C protocol (fake model of tests/c/tt_fake_model.c)."""

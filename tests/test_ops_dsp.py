@@ -1,7 +1,7 @@
 """Cortex-M DSP paths (TT_HAVE_DSP) == portable paths, bit for bit.
 
 The runtime is built twice for the host: as usual (portable scalar paths) and with
--DTT_HAVE_DSP=1, where firmware/include/tt_dsp.h takes the ACLE intrinsics from the plain C
+-DTT_HAVE_DSP=1, where tinytrain/firmware/include/tt_dsp.h takes the ACLE intrinsics from the plain C
 definitions of tests/c/tt_dsp_emul.h (semantics of the Arm ARM) and the kernels compile their
 DSP paths. Both, and the numpy reference, must agree on every output, exponent and saturation
 count. The same DSP paths run on the emulated Cortex-M4/M7 boards (test_device_qemu.py checks

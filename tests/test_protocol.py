@@ -1,5 +1,5 @@
 """Serial protocol: Python framing helpers, and whole conversations between the Python host
-(tinytrain.protocol.DeviceLink) and the C device side (firmware/src/tt_protocol.c, built for
+(tinytrain.protocol.DeviceLink) and the C device side (tinytrain/firmware/src/tt_protocol.c, built for
 the host with cffi and -fsanitize=undefined) running the fake model of tests/c/tt_fake_model.c."""
 from __future__ import annotations
 

@@ -12,12 +12,8 @@ from pathlib import Path
 
 import cffi
 
+from .resources import FIRMWARE, FIRMWARE_INCLUDE, FIRMWARE_SRC  # noqa: F401  (re-exported)
 from .toolchain import ToolchainError
-
-REPO = Path(__file__).resolve().parent.parent
-FIRMWARE = REPO / "firmware"
-FIRMWARE_INCLUDE = FIRMWARE / "include"
-FIRMWARE_SRC = FIRMWARE / "src"
 
 CFLAGS = ["-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared"]
 SANITIZE = ["-fsanitize=undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"]
@@ -38,7 +34,7 @@ def cache_dir() -> Path:
 
 
 def runtime_sources(names=None) -> list[Path]:
-    """Runtime C files (all of firmware/src, or the given stems such as 'tt_dense')."""
+    """Runtime C files (all of tinytrain/firmware/src, or the given stems such as 'tt_dense')."""
     if names is None:
         return sorted(p for p in FIRMWARE_SRC.glob("tt_*.c") if p.stem not in _DEVICE_ONLY)
     return [FIRMWARE_SRC / f"{n}.c" for n in names]

@@ -47,12 +47,9 @@ class Subcommand:
 
 SUBCOMMANDS: dict[str, Subcommand] = {}
 
-#: modules that register further subcommands (codegen, verify, build, flash, emulate, federate)
+#: modules that register further subcommands; each is part of the package, so one that fails
+#: to import is a broken install or a bug, and says so instead of vanishing from --help
 PLUGIN_MODULES = [
-    "tinytrain.codegen.cli",
-    "tinytrain.verify",
-    "tinytrain.build_cli",
-    "tinytrain.federate",
     "tinytrain.cli_device",  # codegen, build, verify, emulate, flash
     "tinytrain.federated.cli",  # federate
 ]
@@ -65,17 +62,20 @@ def register(name: str, help: str, add_arguments, run) -> Subcommand:
     return sc
 
 
+class PluginError(ImportError):
+    """A command module of the package that does not import (a broken install)."""
+
+
 def _load_plugins():
     for mod in PLUGIN_MODULES:
         try:
             importlib.import_module(mod)
-        except ModuleNotFoundError as exc:
-            if exc.name is None or not mod.startswith(exc.name):
-                if os.environ.get("TINYTRAIN_DEBUG"):
-                    raise
-        except Exception:  # a broken plugin must not take the core commands down
+        except Exception as exc:
             if os.environ.get("TINYTRAIN_DEBUG"):
                 raise
+            raise PluginError(f"the {mod} commands cannot be loaded ({type(exc).__name__}: {exc}): "
+                              "the installation is broken, reinstall tinytrain-mcu "
+                              "(TINYTRAIN_DEBUG=1 shows the traceback)") from exc
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,7 +103,10 @@ def _error(msg: str) -> int:
 
 def main(argv=None) -> int:
     """Entry point of the console script; returns the exit code."""
-    parser = build_parser()
+    try:
+        parser = build_parser()
+    except PluginError as exc:
+        return _error(str(exc))
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, usage errors (argparse prints them)

@@ -1,5 +1,5 @@
 """Integer primitives of tinytrain: each named once here and mirrored 1:1 in C
-(``firmware/include/tt_fixedpoint.h``). These definitions *are* the specification.
+(``tinytrain/firmware/include/tt_fixedpoint.h``). These definitions *are* the specification.
 
 Conventions
 -----------

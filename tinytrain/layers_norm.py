@@ -102,7 +102,7 @@ class BatchNorm(Layer):
         out += [f"{c.geo(0)} = {c.ee} - {r_bn.XHAT_FRAC}", f"{c.geo(1)} = {c.ee}"]
         return out
 
-    # C emitters (codegen/emit.py looks these up by kind)
+    # C emitters (tinytrain/codegen/emit.py looks these up by kind)
     def c_forward(self, c, train=True):
         cf = self.cfg
         return [f"{c.ey} = tt_batchnorm_fwd_s8({c.x}, {c.ex}, {self.P}, {self.C}, {c.p(0)}, {c.pe(0)}, {c.p(1)}, {c.pe(1)}, "

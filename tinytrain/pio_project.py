@@ -1,16 +1,17 @@
 """Write and build PlatformIO projects for tinytrain firmware.
 
     from tinytrain.pio_project import write_project, build
-    write_project("out/echo", ["mps2_an386"], sources=["firmware/apps/echo"])
+    write_project("out/echo", ["mps2_an386"], sources=["tinytrain/firmware/apps/echo"])
     elf = build("out/echo", "mps2_an386")        # -> out/echo/.pio/build/mps2_an386/firmware.elf
 
 A project has one ``[env:<board>]`` per target and a common ``[env]``. Sources (files or folders)
-are copied into ``src/app/``; each board's port (``firmware/ports/<port>/`` plus
-``firmware/ports/common/``) into ``src/port_<port>/``, selected per env by ``build_src_filter``.
+are copied into ``src/app/``; each board's port (``tinytrain/firmware/ports/<port>/`` plus
+``tinytrain/firmware/ports/common/``) into ``src/port_<port>/``, selected per env by ``build_src_filter``.
 Project sources are compiled with ``-Wall -Wextra -Werror`` (C as ``-std=c99``) (``build_src_flags``, so
 framework code of the real boards is not held to it). Emulated boards use the offline platform
-``boards/platform-qemu-cortexm`` (``platform = symlink://...``); real boards use the official
-platforms, which PlatformIO downloads on first use (needs internet).
+``tinytrain/boards/platform-qemu-cortexm``, installed into PlatformIO's platforms folder by the
+toolchain set-up (``platform = qemu-cortexm@<version>``); real boards use the official platforms at
+pinned versions, which PlatformIO downloads on first use (needs internet).
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ import subprocess
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from .boards import PORTS_DIR, REPO_ROOT, Board, default_board, get_board, load_boards
+from .resources import FIRMWARE_INCLUDE
+from .boards import PORTS_DIR, Board, default_board, get_board, load_boards
 from .toolchain import ToolchainError, find_pio, pio_core_dir, pio_env, setup as toolchain_setup
 
 __all__ = ["BuildError", "write_project", "build", "elf_path", "platform_installed"]
 
-FIRMWARE_INCLUDE = REPO_ROOT / "firmware" / "include"
 SRC_SUFFIXES = {".c", ".h", ".cpp", ".hpp", ".S", ".s", ".inc"}
 WARN_FLAGS = ["-Wall", "-Wextra", "-Werror"]
 
@@ -68,7 +69,7 @@ def write_project(out_dir: str | Path, boards=None, sources: Sequence[str | Path
 
     boards: a name, a :class:`Board`, a list of them, or None for every registry target.
     sources: C/C++ files or folders of the application (must define ``int main(void)``).
-    include_dirs: extra ``-I`` folders (``firmware/include`` is always there).
+    include_dirs: extra ``-I`` folders (``tinytrain/firmware/include`` is always there).
     build_flags: extra flags for every env (e.g. ``-DTT_FOO=1``, ``-O2``).
     """
     out = Path(out_dir).resolve()

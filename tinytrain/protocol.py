@@ -1,5 +1,5 @@
 """Host side of the tinytrain serial protocol (the specification is docs/protocol.md; the device
-side is firmware/src/tt_protocol.c).
+side is tinytrain/firmware/src/tt_protocol.c).
 
 Frame before COBS, little-endian, followed on the wire by one 0x00 delimiter::
 
@@ -61,7 +61,7 @@ class Flag(enum.IntFlag):
 
 
 class ErrorCode(enum.IntEnum):
-    """Mirror of enum tt_err in firmware/include/tt_device.h."""
+    """Mirror of enum tt_err in tinytrain/firmware/include/tt_device.h."""
     CRC = 1
     FRAMING = 2
     LENGTH = 3

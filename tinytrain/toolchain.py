@@ -74,7 +74,7 @@ def find_pio() -> Path:
             return Path(found)
     raise ToolchainError(
         "PlatformIO (pio) not found. Install the device extra: "
-        ".venv/bin/pip install -e '.[device]'  (or run scripts/bootstrap.sh)"
+        "pip install 'tinytrain-mcu[device]'  (in a checkout: scripts/bootstrap.sh)"
     )
 
 
@@ -228,30 +228,154 @@ def install_tool_scons(quiet: bool = False, force: bool = False) -> Path:
     return dest
 
 
+def _tree_hash(root: Path) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.is_file() and "__pycache__" not in p.parts:
+            h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _drop_linked_qemu_platforms(platforms: Path) -> None:
+    """Remove PlatformIO's links to other copies of qemu-cortexm (``symlink://`` projects of older
+    tinytrain versions leave ``*.pio-link`` files): a link with the same name and version would
+    be chosen instead of the installed copy, and may lack boards."""
+    for link in platforms.glob("*.pio-link"):
+        try:
+            uri = json.loads(link.read_text()).get("spec", {}).get("uri") or ""
+        except (OSError, ValueError):
+            continue
+        if uri.rstrip("/").endswith("/platform-qemu-cortexm"):
+            link.unlink(missing_ok=True)
+
+
+def install_qemu_platform(quiet: bool = False) -> Path:
+    """Install the package's offline platform (``qemu-cortexm``) into PlatformIO's own platforms
+    folder with ``pio pkg install -g``, so generated projects say ``platform =
+    qemu-cortexm@<version>`` and name no path (they stay buildable when moved). Reinstalled when
+    the package's copy changes (a stamp holds its content hash). Serialised by a lock file:
+    parallel builds may call this at once."""
+    import fcntl
+
+    from .resources import QEMU_PLATFORM_DIR
+
+    core = pio_core_dir()
+    dest = core / "platforms" / "qemu-cortexm"
+    want = _tree_hash(QEMU_PLATFORM_DIR)
+    stamp = dest / ".tinytrain-hash"
+    core.mkdir(parents=True, exist_ok=True)
+    with open(core / ".tinytrain-platform.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _drop_linked_qemu_platforms(core / "platforms")
+        if stamp.is_file() and stamp.read_text() == want:
+            return dest
+        if dest.exists():
+            shutil.rmtree(dest)
+        cmd = [str(find_pio()), "pkg", "install", "-g", "--platform", QEMU_PLATFORM_DIR.as_uri()]
+        r = subprocess.run(cmd, capture_output=True, text=True, env=pio_env(), stdin=subprocess.DEVNULL)
+        if r.returncode != 0 or not (dest / "platform.json").is_file():
+            raise ToolchainError(f"could not install the offline PlatformIO platform ({' '.join(cmd)}): "
+                                 + (r.stdout + r.stderr).strip()[-500:])
+        stamp.write_text(want)
+    _say(f"installed the offline platform qemu-cortexm into {dest}", quiet)
+    return dest
+
+
 def setup(quiet: bool = False) -> dict[str, str]:
-    """Check the Debian tools and install tool-scons; idempotent. Returns tool -> path."""
+    """Check the Debian tools, install tool-scons and the offline platform; idempotent. Returns
+    tool -> path."""
     found = check_system_tools()
     found["pio"] = str(find_pio())
     found["tool-scons"] = str(install_tool_scons(quiet=quiet))
+    found["qemu-cortexm platform"] = str(install_qemu_platform(quiet=quiet))
     for k, v in found.items():
         _say(f"{k}: {v}", quiet)
     return found
 
 
+def _module(name: str) -> str | None:
+    import importlib.util
+
+    spec = importlib.util.find_spec(name)
+    return spec.origin if spec is not None else None
+
+
+def _tool_scons_installed() -> str | None:
+    d = pio_core_dir() / "packages" / "tool-scons"
+    return str(d) if (d / "scons.py").is_file() and (d / ".piopm").is_file() else None
+
+
+def _qemu_platform_installed() -> str | None:
+    from .resources import QEMU_PLATFORM_DIR
+
+    stamp = pio_core_dir() / "platforms" / "qemu-cortexm" / ".tinytrain-hash"
+    return str(stamp.parent) if stamp.is_file() and stamp.read_text() == _tree_hash(QEMU_PLATFORM_DIR) else None
+
+
+def _pio_path() -> str | None:
+    try:
+        return str(find_pio())
+    except ToolchainError:
+        return None
+
+
+def requirements() -> list[dict]:
+    """What each command needs, found or not: rows of name, found (a path or None), needed_by,
+    fix. Checks the package's own files too (a wheel without its C runtime is a broken install)."""
+    from . import resources as R
+
+    pip = "pip install 'tinytrain-mcu[{}]'"
+    apt = "apt-get install -y {}"
+    newlib = next((d for d in NEWLIB_DIRS if Path(d, "libc.a").is_file()), None)
+    rows = [
+        ("C runtime (package data)", str(R.FIRMWARE) if (R.FIRMWARE_SRC / "tt_dense.c").is_file() else None,
+         "codegen, build, verify", "reinstall: pip install --force-reinstall tinytrain-mcu"),
+        ("board registry and offline platform", str(R.BOARDS_DIR) if R.TARGETS_JSON.is_file()
+         and (R.QEMU_PLATFORM_DIR / "platform.json").is_file() else None,
+         "build, verify --board, federate --board", "reinstall: pip install --force-reinstall tinytrain-mcu"),
+        ("host C compiler (gcc)", shutil.which("gcc"), "verify --board host, the C tests", apt.format("gcc")),
+        ("cffi", _module("cffi"), "verify --board host", "pip install cffi"),
+        ("arm-none-eabi-gcc", shutil.which("arm-none-eabi-gcc"), "build, verify --board, federate --board",
+         apt.format("gcc-arm-none-eabi")),
+        ("newlib for arm-none-eabi", newlib, "build, verify --board, federate --board", apt.format(NEWLIB_PACKAGE)),
+        ("PlatformIO (pio)", _pio_path(), "build, verify --board, federate --board", pip.format("device")),
+        ("PlatformIO tool-scons (offline)", _tool_scons_installed(), "build, verify --board, federate --board",
+         "python -m tinytrain.toolchain setup"),
+        ("offline platform qemu-cortexm (installed)", _qemu_platform_installed(),
+         "build, verify --board, federate --board on emulated boards", "python -m tinytrain.toolchain setup"),
+        ("qemu-system-arm", shutil.which("qemu-system-arm"), "verify/emulate/federate on emulated boards",
+         apt.format("qemu-system-arm")),
+        ("scikit-learn (digits data)", _module("sklearn"), "--data digits, digits-image", pip.format("data")),
+        ("mnist1d", _module("mnist1d"), "--data mnist1d", pip.format("data")),
+        ("matplotlib", _module("matplotlib"), "--plot", pip.format("plot")),
+        ("flwr", _module("flwr"), "federate --flower, examples/federated_flower.py", pip.format("flower")),
+    ]
+    return [{"name": n, "found": f, "needed_by": u, "fix": fix} for n, f, u, fix in rows]
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m tinytrain.toolchain", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m tinytrain.toolchain", description=__doc__.split("\n")[0],
+                                 epilog="check: exit 0 when everything is there, 1 when something is "
+                                 "missing (each missing row says which commands need it and how to install it)")
     ap.add_argument("command", choices=["setup", "check"])
     ap.add_argument("--quiet", action="store_true", help="print only errors")
+    ap.add_argument("--json", action="store_true", help="check: print the rows as JSON")
     args = ap.parse_args(argv)
-    try:
-        if args.command == "setup":
-            setup(quiet=args.quiet)
+    if args.command == "check":
+        rows = requirements()
+        if args.json:
+            print(json.dumps(rows, indent=1))
         else:
-            for k, v in check_system_tools().items():
-                print(f"{k}: {v}")
-            print(f"pio: {find_pio()}")
+            for r in rows:
+                state = r["found"] if r["found"] else f"MISSING (needed by {r['needed_by']}): {r['fix']}"
+                print(f"{r['name']:38s} {state}")
+        return 0 if all(r["found"] for r in rows) else 1
+    try:
+        setup(quiet=args.quiet)
     except ToolchainError as exc:
         print(f"tinytrain toolchain: {exc}", file=sys.stderr)
         return 1

@@ -18,7 +18,7 @@ sample order comes from the device's data PRNG for the round (``local_order``), 
 PRNG from ``client_seed``, so a simulated device and a board started from the same global
 model end the round in the same state, bit for bit. Update compression and error feedback
 run on the device: ``codec.compress`` in process for a simulated device; for a board whose
-firmware has the update codec (HELLO flag, ``firmware/src/tt_fedcodec.c``), in the firmware:
+firmware has the update codec (HELLO flag, ``tinytrain/firmware/src/tt_fedcodec.c``), in the firmware:
 ROUND_BEGIN snapshots the global model it just loaded, GET_UPDATE returns the compressed
 update message the board encoded itself (the same bytes as ``codec.compress``), UPDATE_ACK
 commits the board's residual when the coordinator used the update. Firmware without the

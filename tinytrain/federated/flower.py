@@ -1,6 +1,6 @@
-"""Flower apps around tinytrain devices (optional extra: ``pip install tinytrain[flower]``,
+"""Flower apps around tinytrain devices (optional extra: ``pip install tinytrain-mcu[flower]``,
 and ``flwr[simulation]`` for Flower's Ray simulation engine). Written for flwr's Message API
-(flwr >= 1.20: ``flwr.clientapp.ClientApp``, ``flwr.serverapp.ServerApp``, ``Grid``).
+(flwr >= 1.21, the first whose flwr.app exports Message and the records: ``flwr.clientapp.ClientApp``, ``flwr.serverapp.ServerApp``, ``Grid``).
 
     from tinytrain.federated.flower import make_apps, run
     summary = run("digits-mlp", "digits", clients=100, rounds=2)      # run_simulation inside

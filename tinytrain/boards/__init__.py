@@ -1,4 +1,4 @@
-"""The registry of build targets (``boards/targets.json``): emulated MPS2 boards and real boards.
+"""The registry of build targets (``tinytrain/boards/targets.json``): emulated MPS2 boards and real boards.
 
     >>> b = get_board("mps2_an386"); b.cpu, b.ram, b.is_emulated
     ('cortex-m4', 4194304, True)
@@ -13,13 +13,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-__all__ = ["Board", "BoardError", "REPO_ROOT", "TARGETS_JSON", "QEMU_PLATFORM_DIR", "PORTS_DIR",
-           "load_boards", "get_board", "default_board", "board_names"]
+from ..resources import PORTS_DIR, QEMU_PLATFORM_DIR, TARGETS_JSON
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-TARGETS_JSON = REPO_ROOT / "boards" / "targets.json"
-QEMU_PLATFORM_DIR = REPO_ROOT / "boards" / "platform-qemu-cortexm"
-PORTS_DIR = REPO_ROOT / "firmware" / "ports"
+__all__ = ["Board", "BoardError", "TARGETS_JSON", "QEMU_PLATFORM_DIR", "PORTS_DIR",
+           "load_boards", "get_board", "default_board", "board_names"]
 
 CPUS = ("cortex-m0", "cortex-m0plus", "cortex-m3", "cortex-m4", "cortex-m7", "cortex-m33")
 
@@ -31,6 +28,10 @@ class BoardError(KeyError, ValueError):
         return str(self.args[0]) if self.args else ""
 
 
+def qemu_platform_version() -> str:
+    return json.loads((QEMU_PLATFORM_DIR / "platform.json").read_text())["version"]
+
+
 @dataclass(frozen=True)
 class Board:
     name: str
@@ -39,7 +40,7 @@ class Board:
     fpu: str                 # "none", "fpv4-sp-d16", "fpv5-d16", "fpv5-sp-d16"
     ram: int                 # bytes
     flash: int               # bytes
-    port: str                # folder under firmware/ports/
+    port: str                # folder under tinytrain/firmware/ports/
     uart: dict               # peripheral, pins / host side, baud
     cycles: dict             # unit ("instructions" / "cpu cycles" / "none"), resolution
     pio_platform: str        # PlatformIO platform name (qemu-cortexm, ststm32, ...)
@@ -58,11 +59,17 @@ class Board:
 
     @property
     def platform_spec(self) -> str:
-        """Value of ``platform =`` in platformio.ini (the local folder for emulated boards)."""
+        """Value of ``platform =`` in platformio.ini, pinned to a version: the offline platform
+        for emulated boards (installed into PlatformIO's own folder by ``toolchain setup``, so a
+        generated project names no path and can move), the official platform at the version
+        tinytrain is written against for real boards, or a platform's git URL when it is not in
+        PlatformIO's registry."""
         if self.pio_platform == "qemu-cortexm":
-            return "symlink://" + str(QEMU_PLATFORM_DIR)
-        # a platform outside PlatformIO's registry (its git URL); installed under pio_platform
-        return self.raw.get("pio", {}).get("platform_url", self.pio_platform)
+            return f"qemu-cortexm@{qemu_platform_version()}"
+        pio = self.raw.get("pio", {})
+        if "platform_url" in pio:
+            return pio["platform_url"]
+        return f"{self.pio_platform}@{pio['platform_version']}" if "platform_version" in pio else self.pio_platform
 
     @property
     def ldscript(self) -> str:

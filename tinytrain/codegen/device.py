@@ -1,10 +1,10 @@
 """Device glue for a generated model, and the complete PlatformIO firmware around it.
 
 ``device_source(model, emitted)`` emits ``<prefix>_device.c``: a ``tt_device_model`` (see
-firmware/include/tt_device.h) wired to the generated ``<prefix>_*`` functions, a shadow buffer
+tinytrain/firmware/include/tt_device.h) wired to the generated ``<prefix>_*`` functions, a shadow buffer
 for atomic parameter loads, and ``main()`` = ``tt_port_init(); tt_device_run(&model)``.
 With ``fedcodec`` (federation builds; off by default so training-RAM figures are the model's
-own) the glue also carries the federated update codec (``firmware/src/tt_fedcodec.c``:
+own) the glue also carries the federated update codec (``tinytrain/firmware/src/tt_fedcodec.c``:
 ROUND_BEGIN / GET_UPDATE / UPDATE_ACK, compile-time ``TT_FEDCODEC``, RAM =
 ``fedcodec_bytes(model)``). On bare-metal ports main() first paints the stack; GET_TENSOR id 0xFFFE (``TENSOR_STACK``)
 then answers the peak stack bytes used so far (4 bytes LE), so peak RAM = .data + .bss + that.
@@ -13,14 +13,15 @@ then answers the peak stack bytes used so far (4 bytes LE), so peak RAM = .data 
 ``out_dir`` and builds it (offline for emulated boards)::
 
     out_dir/platformio.ini
-    out_dir/include/tt_*.h              firmware/include (PlatformIO puts include/ on the path)
+    out_dir/include/tt_*.h              tinytrain/firmware/include (PlatformIO puts include/ on the path)
     out_dir/src/app/<prefix>.[ch]       the generated model
     out_dir/src/app/<prefix>_device.c   this module's glue + main()
-    out_dir/src/app/src/tt_*.c          firmware/src (kernels, protocol, device loop)
+    out_dir/src/app/src/tt_*.c          tinytrain/firmware/src (kernels, protocol, device loop)
     out_dir/src/port_<port>/            the board port (and its linker script)
 
-The only path outside ``out_dir`` is the local platform (``platform = symlink://...``) for
-emulated boards.
+No path leads outside ``out_dir``: emulated boards name the offline platform by name and version
+(``platform = qemu-cortexm@0.1.0``, installed by ``python -m tinytrain.toolchain setup``), so the
+project builds wherever it is moved.
 """
 from __future__ import annotations
 
@@ -32,8 +33,7 @@ import numpy as np
 
 from .emit import Emitted, generate
 
-FIRMWARE_SRC = Path(__file__).resolve().parent.parent / "firmware" / "src"
-FIRMWARE_INCLUDE = FIRMWARE_SRC.parent / "include"
+from ..resources import FIRMWARE_INCLUDE, FIRMWARE_SRC
 TENSOR_STACK = 0xFFFE  # GET_TENSOR id of the glue's stack high-water reading
 
 
@@ -189,7 +189,7 @@ def device_source(model, em: Emitted, shadow: bool = True, fedcodec: bool = Fals
 #define {U}_TENSOR_STACK 0xFFFEu
 
 #if !defined(ARDUINO)
-/* Linker symbols of the bare-metal ports (firmware/ports/<port>/<port>.ld). */
+/* Linker symbols of the bare-metal ports (tinytrain/firmware/ports/<port>/<port>.ld). */
 extern uint32_t __stack_top__;
 extern uint32_t __stack_size;
 #define {U}_PAINT 0xA5A5A5A5u

@@ -3,8 +3,8 @@
 Flags come from the board manifest (boards/<board>.json, ``build`` section):
   cpu        -> -mcpu=..., always -mthumb
   fpu        -> -mfpu=... -mfloat-abi=<float_abi> (hard-float builds); absent -> -mfloat-abi=soft
-  ldscript   -> linker script, looked up in the project, then in firmware/ports/<port>/ of the
-                tinytrain checkout this platform lives in (override: board_build.ldscript)
+  ldscript   -> linker script: board_build.ldscript in platformio.ini (tinytrain's projects
+                carry their port, linker script included, so they build wherever they are)
 Targets: default (ELF + .bin + size), ``upload`` (runs the ELF in QEMU, UART0 on stdio; Ctrl-A X quits).
 """
 
@@ -63,11 +63,10 @@ env.Append(
     LIBS=["c", "gcc", "nosys"],
 )
 
-# Linker script: board_build.ldscript (absolute or project-relative) wins; otherwise the board's
-# default name is searched in the tinytrain port folder next to this platform.
+# Linker script: board_build.ldscript (absolute or project-relative); the board's default name is
+# also searched in the project's copy of its port (src/port_<port>/).
 port = board.get("build.port", "")
-repo_root = os.path.normpath(os.path.join(platform.get_dir(), "..", ".."))
-port_dir = os.path.join(repo_root, "firmware", "ports", port)
+port_dir = os.path.join(env.subst("$PROJECT_SRC_DIR"), "port_" + port)
 if port and os.path.isdir(port_dir):
     env.Append(LIBPATH=[port_dir])
 
