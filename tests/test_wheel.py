@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -30,10 +31,15 @@ RUNTIME = ["tinytrain/firmware/include/tt_dense.h", "tinytrain/firmware/src/tt_d
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory):
     out = tmp_path_factory.mktemp("dist")
+    # build from a copy: setuptools reuses build/ in the source tree, where files deleted since
+    # an earlier build would still be packed
+    src = tmp_path_factory.mktemp("src") / "tinytrain-mcu"
+    shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".hypothesis", "runs"))
     built = []
     for hook in ("build_wheel", "build_sdist"):  # one process each: setuptools keeps state between them
         code = f"import sys; from setuptools import build_meta as b; print('BUILT', b.{hook}(sys.argv[1]))"
-        r = subprocess.run([sys.executable, "-c", code, str(out)], cwd=REPO, capture_output=True, text=True)
+        r = subprocess.run([sys.executable, "-c", code, str(out)], cwd=src, capture_output=True, text=True)
         assert r.returncode == 0, r.stderr[-3000:]
         built.append(out / next(ln for ln in r.stdout.splitlines() if ln.startswith("BUILT ")).split()[1])
     return tuple(built)

@@ -11,6 +11,8 @@ import numpy as np
 
 from . import fields as F
 from .ops import dense as r_dense
+from .ops import flatten as r_flatten
+from .ops import relu as r_relu
 
 
 class ModelError(ValueError):
@@ -142,11 +144,11 @@ class ReLU(Layer):
     fields = {}
 
     def ref_forward(self, x, ex, train):
-        y = np.maximum(x, 0).astype(np.int8)
-        return y, ex, 0, y
+        y, ey, nsat = r_relu.forward(x, ex)
+        return y, ey, nsat, y
 
     def ref_backward(self, e, ee, saved, need_dx):
-        return np.where(saved > 0, e, 0).astype(np.int8), ee, 0, []
+        return r_relu.backward(e, ee, saved, need_dx)
 
 
 class Flatten(Layer):
@@ -157,10 +159,11 @@ class Flatten(Layer):
         return (int(np.prod(in_shape)),)
 
     def ref_forward(self, x, ex, train):
-        return x.reshape(-1), ex, 0, None
+        y, ey, nsat = r_flatten.forward(x, ex)
+        return y, ey, nsat, None
 
     def ref_backward(self, e, ee, saved, need_dx):
-        return e.reshape(self.in_shape), ee, 0, []
+        return r_flatten.backward(e, ee, self.in_shape, need_dx)
 
 
 LAYER_TYPES = {cls.kind: cls for cls in (Dense, ReLU, Flatten)}
@@ -215,10 +218,11 @@ Dense.nb_imports = ["from tinytrain.kernels.dense import dense_fwd, dense_bwd, d
 Dense.nb_forward = _nb_dense_fwd
 Dense.nb_backward = _nb_dense_bwd
 
-ReLU.nb_imports = ["from tinytrain.kernels.elementwise_sim import relu_fwd, relu_bwd"]
-ReLU.nb_forward = lambda self, c: [f"relu_fwd({c.x}, {c.y})", f"{c.ey} = {c.ex}"]
-ReLU.nb_backward = lambda self, c: ([f"relu_bwd({c.e}, {c.y}, {c.dx})", f"{c.edx} = {c.ee}"] if c.dx is not None else [])
+# the kernels tests/test_ops_elementwise.py checks against ops/relu.py and ops/flatten.py
+ReLU.nb_imports = ["from tinytrain.kernels.elementwise import relu_fwd, relu_bwd"]
+ReLU.nb_forward = lambda self, c: [f"{c.ey} = relu_fwd({c.x}, {c.ex}, {c.y}, stats)"]
+ReLU.nb_backward = lambda self, c: ([f"{c.edx} = relu_bwd({c.e}, {c.ee}, {c.y}, {c.dx}, stats)"] if c.dx is not None else [])
 
-Flatten.nb_imports = ["from tinytrain.kernels.elementwise_sim import copy_s8"]
-Flatten.nb_forward = lambda self, c: [f"copy_s8({c.x}, {c.y})", f"{c.ey} = {c.ex}"]
-Flatten.nb_backward = lambda self, c: ([f"copy_s8({c.e}, {c.dx})", f"{c.edx} = {c.ee}"] if c.dx is not None else [])
+Flatten.nb_imports = ["from tinytrain.kernels.elementwise import flatten_fwd, flatten_bwd"]
+Flatten.nb_forward = lambda self, c: [f"{c.ey} = flatten_fwd({c.x}, {c.ex}, {c.y}, stats)"]
+Flatten.nb_backward = lambda self, c: ([f"{c.edx} = flatten_bwd({c.e}, {c.ee}, {c.dx}, stats)"] if c.dx is not None else [])
