@@ -39,7 +39,7 @@ class _Inner:
     @property
     def grads(self) -> bool:  # C: whether this inner layer learns (see codegen.emit._C.grads)
         m, li = self.outer.em.model, self.outer.li
-        return any(p.trainable and m.trainable[li][self.offset + j] for j, p in enumerate(self.layer.params))
+        return any(m.learns(li, self.offset + j) for j in range(len(self.layer.params)))
 
     def geo(self, j):
         return self.outer.geo(self.offset + j)

@@ -78,7 +78,7 @@ class Sequential:
         self.velocity = {}
         for li, l in enumerate(self.layers):
             for pi, p in enumerate(l.params):
-                if not (p.trainable and self.trainable[li][pi]):
+                if not self.learns(li, pi):
                     continue
                 key = (li, pi)
                 if opt.master and p.data.dtype == np.int16:
@@ -119,6 +119,20 @@ class Sequential:
                 raise ModelError(f"train= names layers {sorted(bad)} but the model has {len(self.layers)} layers")
             return [[m and i in keep for m in row] for i, row in enumerate(mask)]
         raise ModelError(f"train={spec!r}: use 'all', 'bias', 'last:K' or a list of layer indices")
+
+    def learns(self, li: int, pi: int) -> bool:
+        """Whether parameter pi of layer li is updated by the optimizer: a weight or bias that
+        the ``train=`` selection keeps (the mask is False for state tensors)."""
+        return bool(self.trainable[li][pi])
+
+    def layer_learns(self, li: int) -> bool:
+        return any(self.trainable[li])
+
+    @property
+    def first_learning(self) -> int:
+        """Index of the first layer that learns (len(layers) if none): backward runs down to
+        it and no further, and it needs no input error."""
+        return next((li for li in range(len(self.layers)) if self.layer_learns(li)), len(self.layers))
 
     def state_tensors(self):
         """The ordered state covered by the state hash (the model schema order)."""
@@ -200,7 +214,7 @@ class Sequential:
         self.stats[0] += nsat
         prng = [int(self.meta[0])]
         m_t = opt.lr_mult(int(self.meta[1]))
-        first_trainable = min((i for i, row in enumerate(self.trainable) if any(row)), default=len(self.layers))
+        first_trainable = self.first_learning
         for li in range(len(self.layers) - 1, -1, -1):
             if li < first_trainable:
                 break
@@ -209,7 +223,7 @@ class Sequential:
             dx, edx, nsat, grads = l.ref_grads(e, ee, saved[li], need_dx)
             self.stats[0] += nsat
             for pi, p in enumerate(l.params):  # parameter order: the order PRNG draws are made in
-                if p.trainable and self.trainable[li][pi]:
+                if self.learns(li, pi):
                     g, eg = grads[p.name]
                     self._apply_grad(li, pi, g, eg, m_t, prng)
             e, ee = dx, edx

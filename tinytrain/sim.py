@@ -88,14 +88,14 @@ def generate_source(model) -> str:
         pidx.append(list(range(k, k + len(l.params))))
         k += len(l.params)
     keys = [(li, pi) for li, l in enumerate(model.layers) for pi in range(len(l.params))]
-    train_keys = [key for key in keys if model.layers[key[0]].params[key[1]].trainable and model.trainable[key[0]][key[1]]]
+    train_keys = [key for key in keys if model.learns(*key)]
     gidx = {key: i for i, key in enumerate(train_keys)}
     bidx, nb = [], 0
     for l in model.layers:
         n = len(getattr(l, "nb_buffers", lambda: [])())
         bidx.append(list(range(nb, nb + n)))
         nb += n
-    first = min((li for li, _ in train_keys), default=L)
+    first = model.first_learning
 
     def ctx(li, train):
         c = _Ctx(li, pidx[li], "x" if li == 0 else f"A[{li - 1}]", f"e{li}", f"A[{li}]", f"e{li + 1}",
@@ -211,7 +211,7 @@ class Simulator:
         self.mod = _load(self.src)
         m = model
         keys = [(li, pi) for li, l in enumerate(m.layers) for pi in range(len(l.params))]
-        train_keys = [k for k in keys if m.layers[k[0]].params[k[1]].trainable and m.trainable[k[0]][k[1]]]
+        train_keys = [k for k in keys if m.learns(*k)]
         self.P = tuple(m.layers[li].params[pi].data for li, pi in keys)
         dummy32 = np.zeros(1, np.int32)
         self.MS = tuple(m.master.get(k, dummy32) for k in train_keys) or (dummy32,)

@@ -100,8 +100,7 @@ class _C:
     def grads(self) -> bool:
         """Whether the layer learns: the shared gradient buffers are sized for the layers that
         do, so a frozen layer's backward must not run its gradient kernel."""
-        m = self.em.model
-        return any(p.trainable and m.trainable[self.li][pi] for pi, p in enumerate(self.layer.params))
+        return self.em.model.layer_learns(self.li)
 
     def saved(self):
         return self.em.sym(f"l{self.li}_saved")
@@ -257,10 +256,7 @@ class Emitter:
     def first_backward(self) -> int:
         """Index of the first layer whose backward is emitted (the first with a trainable
         parameter): layers before it run forward only, so declare no backward buffers."""
-        m = self.model
-        return min((li for li, l in enumerate(m.layers)
-                    if any(m.trainable[li][pi] and p.trainable for pi, p in enumerate(l.params))),
-                   default=len(m.layers))
+        return self.model.first_learning
 
     def grad_name(self, li, pi):
         return self.sym(f"grad{pi}")
@@ -273,7 +269,7 @@ class Emitter:
             for pi, p in enumerate(l.params):
                 key = (li, pi)
                 nm = self.sym(f"l{li}_{p.name}")
-                frozen = p.role != "state" and not (p.trainable and m.trainable[li][pi])
+                frozen = p.role != "state" and not m.learns(li, pi)
                 T.append(Tensor(nm, CTYPE[p.data.dtype], p.data.size, "frozen" if frozen else "param", li, p.data))
                 if key in m.master:
                     T.append(Tensor(self.sym(f"l{li}_{p.name}_master"), "int32_t", p.data.size, "master", li, m.master[key]))
@@ -298,7 +294,7 @@ class Emitter:
         T.append(Tensor(self.sym("err1"), "int8_t", emax, "error"))
         gmax = [0] * self.n_ge
         for li, l in enumerate(m.layers):
-            if not any(p.trainable and m.trainable[li][pi] for pi, p in enumerate(l.params)):
+            if not m.layer_learns(li):
                 continue
             if self.fused(li):
                 continue
@@ -437,7 +433,7 @@ uint32_t {P}_saturations(void);
             out += ["    " + s for s in EMITTERS[l.kind][2](l, c)]
             for pi, p in enumerate(l.params):
                 key = (li, pi)
-                if not (p.trainable and m.trainable[li][pi]):
+                if not m.learns(li, pi):
                     continue
                 pn = self.sym(f"l{li}_{p.name}")
                 w16, w32, ews = (pn, "0", p.exp) if p.data.dtype == np.int16 else ("0", pn, p.exp)
