@@ -20,86 +20,18 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from . import fixedpoint as fp
+from .state import Slot, locate, state_blob, state_layout  # noqa: F401  (part of verify's API)
 
 __all__ = ["verify", "state_layout", "locate", "VerifyError", "sample_order", "firmware_sizes"]
 
 
 class VerifyError(RuntimeError):
     """The target cannot be verified (no such board, build failed, link error...)."""
-
-
-# ------------------------------------------------------------------------ state layout
-
-
-@dataclass(frozen=True)
-class Slot:
-    """One tensor of the state blob."""
-
-    name: str       # e.g. "layer 2 dense w (param)"
-    layer: int      # -1 for meta
-    kind: str       # op kind ("dense", ...) or "meta"
-    param: str      # parameter name, or "prng,step,batch" for meta
-    role: str       # param | master | accum | velocity | meta
-    dtype: np.dtype
-    shape: tuple
-    offset: int     # byte offset in the blob
-    nbytes: int
-
-
-def state_layout(model) -> list[Slot]:
-    """The tensors of the state blob in schema order (mirrors Sequential.state_tensors)."""
-    slots, off = [], 0
-
-    def add(li, kind, pname, role, a):
-        nonlocal off
-        a = np.asarray(a)
-        name = (f"layer {li} {kind} {pname} ({role})" if li >= 0 else "meta [prng state, optimizer step, samples]")
-        slots.append(Slot(name, li, kind, pname, role, a.dtype, a.shape, off, a.nbytes))
-        off += a.nbytes
-
-    for li, l in enumerate(model.layers):
-        for pi, p in enumerate(l.params):
-            key = (li, pi)
-            if key in model.master:
-                add(li, l.kind, p.name, "master", model.master[key])
-            else:
-                add(li, l.kind, p.name, "param", p.data)
-            if key in model.accum:
-                add(li, l.kind, p.name, "accum", model.accum[key])
-            if key in model.velocity:
-                add(li, l.kind, p.name, "velocity", model.velocity[key])
-    add(-1, "meta", "prng,step,batch", "meta", model.meta.astype(np.uint32))
-    return slots
-
-
-def state_blob(model) -> bytes:
-    return b"".join(np.ascontiguousarray(a).astype(np.asarray(a).dtype.newbyteorder("<")).tobytes()
-                    for a in model.state_tensors())
-
-
-def locate(model, expected: bytes, got: bytes) -> dict | None:
-    """First differing tensor and flat index between two state blobs of `model`'s layout."""
-    if len(expected) != len(got):
-        return {"tensor": "state blob", "index": None, "expected": len(expected), "device": len(got),
-                "note": "blob sizes differ"}
-    for s in state_layout(model):
-        dt = s.dtype.newbyteorder("<")
-        a = np.frombuffer(expected, dt, s.nbytes // dt.itemsize, s.offset)
-        b = np.frombuffer(got, dt, s.nbytes // dt.itemsize, s.offset)
-        diff = np.flatnonzero(a != b)
-        if diff.size:
-            i = int(diff[0])
-            return {"tensor": s.name, "layer": s.layer, "op": s.kind, "param": s.param, "role": s.role,
-                    "index": i, "multi_index": [int(v) for v in np.unravel_index(i, s.shape)] if s.shape else [],
-                    "expected": int(a[i]), "device": int(b[i]), "differing": int(diff.size),
-                    "byte_offset": s.offset + i * dt.itemsize}
-    return None
 
 
 # ----------------------------------------------------------------------------- samples

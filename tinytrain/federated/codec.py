@@ -65,7 +65,7 @@ class Schema:
 
     @classmethod
     def of(cls, model) -> "Schema":
-        from ..verify import state_layout
+        from ..state import state_layout
         from .fedavg import store_tensors
 
         st = store_tensors(model)

@@ -171,7 +171,7 @@ class SimBackend:
         self.X, self.Y = X, Y
 
     def train(self, store, seed, rnd, device, step, order) -> tuple[bytes, int]:
-        from ..verify import state_blob
+        from ..state import state_blob
 
         m = self.model
         start_state(m, store, seed, rnd, device, step)
@@ -395,7 +395,7 @@ class LinkDevice(Device):
         """Load the round's start state, run begin(link), train on `order`, return finish(link);
         link failures become DeviceFault."""
         from ..protocol import DeviceError, DeviceReset, DeviceTimeout, ProtocolError
-        from ..verify import state_blob
+        from ..state import state_blob
 
         if self.link is None:
             raise DeviceFault("disconnect", f"device {self.id} is not connected")
