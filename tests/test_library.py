@@ -10,6 +10,7 @@
 """
 import json
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from tinytrain.codegen.library import export_library, samples_header
 from tinytrain.layers import Dense, ReLU
 from tinytrain.model import Sequential
 from tinytrain.optim import SGD
-from tinytrain.protocol import REPLY, Flag, FrameSplitter, Msg, decode_frame
+from tinytrain.protocol import REPLY, Flag, FrameSplitter, Msg, decode_frame, encode_frame
 from tinytrain.resources import FIRMWARE, PORTS_DIR
 from tinytrain.sim import Simulator
 
@@ -96,8 +97,10 @@ def test_runtime_headers_compile_as_cpp(tmp_path, cxx):
 @pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("g++") is None, reason="no host gcc/g++")
 def test_arduino_sketch_trains_in_loop_bit_exact_on_host(ds, tmp_path):
     """The sketch, the runtime and the Arduino port compiled with the host gcc/g++ against the
-    stub Arduino.h, run for 60 loop() calls (Serial: stdout, nothing to read, so every
-    tt_device_poll returns at once and every loop() trains one step)."""
+    stub Arduino.h, run for 60 loop() calls. Serial: stdout, and stdin holding three STATE_HASH
+    requests sent at once: loop() k answers only the k-th (poll: at most one request) before
+    its training step, so the replies are the hashes after 0, 1 and 2 steps; after that every
+    poll finds nothing and returns at once."""
     m = w1(ds)
     X, Y = ds.x_train[:16], ds.y_train[:16]
     lib = export_library(m, tmp_path / "lib", samples=(X, Y), steps=50, report=10)
@@ -116,21 +119,25 @@ def test_arduino_sketch_trains_in_loop_bit_exact_on_host(ds, tmp_path):
               str(ex / "train_in_loop.ino"), "-o", str(objs[-1])])
     exe = tmp_path / "sketch"
     _compile(["g++", *map(str, objs), "-o", str(exe)])
-    wire = subprocess.run([str(exe)], capture_output=True, check=True, timeout=60).stdout
+    asks = b"".join(encode_frame(Msg.STATE_HASH, seq) for seq in (1, 2, 3))
+    wire = subprocess.run([str(exe)], input=asks, capture_output=True, check=True, timeout=60).stdout
     frames = [decode_frame(f) for f in FrameSplitter().feed(wire)]
     assert frames[0].type == Msg.HELLO | REPLY and frames[0].flags & Flag.BOOT  # tt_device_begin
+    replies = [(f.seq, *struct.unpack("<II", f.payload[:8])) for f in frames if f.type == Msg.STATE_HASH | REPLY]
     logs = [f.payload.decode(errors="replace") for f in frames if f.type == Msg.LOG]
     want = host_hashes(m, X, Y, 50)
     assert logs and all(" hash " in t for t in logs), logs
     got = {int(t.split()[1]): int(t.split()[3], 16) for t in (s[s.index("step"):] for s in logs)}
     assert sorted(got) == [10, 20, 30, 40, 50]  # stops training after STEPS; loop() goes on
     assert got == {s: want[s] for s in got}
+    assert replies == [(1, 0, want[0]), (2, 1, want[1]), (3, 2, want[2])]
     assert want[50] != want[0]
 
 
 @pytest.mark.skipif(shutil.which("arm-none-eabi-g++") is None, reason="no arm-none-eabi-g++")
 def test_arduino_sketch_compiles_for_cortex_m(ds, tmp_path):
-    """The same sketch and port as Cortex-M4 Thumb C++ (32-bit int, the real boards' ABI)."""
+    """The same sketch and port as Cortex-M4 Thumb C++ (32-bit int, the real boards' ABI), and
+    the setup()/loop() runner of tinytrain's own Arduino projects."""
     lib = export_library(w1(ds), tmp_path / "lib", samples=(ds.x_train[:4], ds.y_train[:4]))
     ex = lib / "examples" / "train_in_loop"
     flags = ["-mcpu=cortex-m4", "-mthumb", "-O2", "-Wall", "-Wextra", "-Werror", "-DARDUINO=100",
@@ -138,6 +145,8 @@ def test_arduino_sketch_compiles_for_cortex_m(ds, tmp_path):
     _compile(["arm-none-eabi-g++", "-x", "c++", *flags, "-include", "Arduino.h",
               str(ex / "train_in_loop.ino"), "-o", str(tmp_path / "s.o")])
     _compile(["arm-none-eabi-g++", *flags, str(lib / "src" / "tt_port_arduino.cpp"), "-o", str(tmp_path / "p.o")])
+    _compile(["arm-none-eabi-g++", *flags, str(PORTS_DIR / "arduino" / "tt_arduino_main.cpp"), "-o",
+              str(tmp_path / "m.o")])  # setup()/loop() of tinytrain's own Arduino projects
 
 
 # ---------------------------------------------------------------- a user project in QEMU

@@ -1,6 +1,7 @@
 /* The few Arduino declarations tinytrain's sketch and Arduino port use, for compiling and running
- * them on the host (tests/test_library.py): Serial writes to stdout and has nothing to read
- * (no host attached), delay() returns at once. Not the Arduino API; only its shape. */
+ * them on the host (tests/test_library.py): Serial writes to stdout and reads stdin (the bytes
+ * a host sent, then -1 for "nothing waiting" once they are used up), delay() returns at once.
+ * Not the Arduino API; only its shape. */
 #ifndef TT_ARDUINO_STUB_H
 #define TT_ARDUINO_STUB_H
 
@@ -12,8 +13,11 @@ class HardwareSerialStub {
 public:
     void begin(unsigned long baud) { (void)baud; }
     size_t write(uint8_t c) { return fwrite(&c, 1, 1, stdout); }
-    int read() { return -1; }
-    int available() { return 0; }
+    int read()
+    {
+        int c = getchar();
+        return c == EOF ? -1 : c;
+    }
     void flush() { fflush(stdout); }
     explicit operator bool() const { return true; }
 };
