@@ -76,6 +76,17 @@ def test_export_has_both_manifests_and_guarded_headers(ds, tmp_path):
         export_library(w1(ds), tmp_path)
 
 
+def test_cli_export_library(tmp_path, capsys):
+    from tinytrain import cli
+
+    out = tmp_path / "lib"
+    assert cli.main(["export-library", "--model", "digits-mlp", "--out", str(out), "--samples", "3"]) == 0
+    said = capsys.readouterr().out
+    assert f"lib_deps = file://{out}" in said and "RAM total" in said  # the memory to provide
+    assert "#define TT_MODEL_N_SAMPLES 3u" in (out / "examples" / "train_in_loop" / "samples.h").read_text()
+    assert cli.main(["export-library", "--model", "digits-mlp", "--out", str(tmp_path)]) == 2  # not ours
+
+
 def _compile(cmd):
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
