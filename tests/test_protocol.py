@@ -35,6 +35,7 @@ uint32_t tth_cobs_encode(const uint8_t *src, uint32_t n, uint8_t *dst, uint32_t 
 int tth_cobs_decode(const uint8_t *src, uint32_t n, uint8_t *dst, uint32_t cap, uint32_t *len);
 uint32_t tt_crc32_update(uint32_t crc, const uint8_t *p, uint32_t n);
 int tth_run_device(int fd);
+uint32_t tth_poll_device(int fd, uint32_t *idle);
 void tth_port_stop(void);
 """
 DEVICE_SOURCES = ["tt_crc32", "tt_cobs", "tt_protocol", "tt_device_main", "tt_fedcodec"]
@@ -560,6 +561,38 @@ def test_device_main_loop_by_url(dev, transport):
         for h in handles:
             h.close() if hasattr(h, "close") else os.close(h)
     assert not th.is_alive()
+
+
+def test_device_poll_answers_one_request_per_call(dev):
+    """tt_device_begin + tt_device_poll from an application loop (a thread here) behind a pty:
+    the same link as tt_device_run, each poll answering at most one frame and returning when
+    the bytes run out (idle polls between requests)."""
+    ffi, lib = dev
+    master, slave = os.openpty()
+    tty.setraw(master)
+    tty.setraw(slave)
+    idle = ffi.new("uint32_t *")
+    answered = []
+    th = threading.Thread(target=lambda: answered.append(lib.tth_poll_device(master, idle)), daemon=True)
+    th.start()
+    try:
+        with P.DeviceLink(os.ttyname(slave), timeout=1.0) as lk:
+            assert lk.info.schema_hash == SCHEMA
+            seq0 = lk._seq  # the HELLO's; later requests count up from it
+            r = lk.train(np.arange(N_IN, dtype=np.int8), 4)
+            assert r.step == 1 and lk.state_hash() == r.state_hash
+            assert len(lk.read_params()) == N_PARAMS
+            sent = 1 + (lk._seq - seq0) % 0xFFFF
+    finally:
+        lib.tth_port_stop()
+        th.join(2)
+        os.close(master)
+        os.close(slave)
+    assert not th.is_alive()
+    # hello, train, state_hash and >= 4 read chunks (1000 B in <= 256 B payloads): each poll
+    # that answered answered one (two in one call would make answered < sent); polls with
+    # nothing complete waiting returned 0 instead of waiting
+    assert sent >= 7 and answered[0] == sent and idle[0] >= 1
 
 
 # ------------------------------------------------------------------------------------ fuzz

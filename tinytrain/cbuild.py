@@ -121,4 +121,4 @@ def cdef_from_header(path) -> str:
             depth += {"{": 1, "}": -1}.get(text[j], 0)
             j += 1
         i = j
-    return "".join(out)
+    return re.sub(r'^(extern "C" \{|\})\s*$', "", "".join(out), flags=re.M)  # C++ guard braces

@@ -1,6 +1,7 @@
-"""Device commands of the ``tinytrain`` CLI: codegen, build, verify, emulate, flash.
+"""Device commands of the ``tinytrain`` CLI: codegen, export-library, build, verify, emulate, flash.
 
     tinytrain codegen --model digits-mlp --out gen/ [--board mps2_an386] [--prefix tt_model]
+    tinytrain export-library --model digits-mlp --out lib/tinytrain-tt_model
     tinytrain build   --model digits-mlp --board mps2_an386 --out fw/
     tinytrain verify  --board host|mps2_an386 --model digits-mlp --steps 300 [--json]
     tinytrain verify  --port /dev/ttyACM0 --board nucleo_f446re --model digits-mlp --steps 300
@@ -107,6 +108,47 @@ def _codegen_run(args) -> int:
 
 COMMANDS["codegen"] = ("generate C (model + device glue, or a whole PlatformIO project)",
                        _codegen_args, _codegen_run)
+
+
+# ------------------------------------------------------------------------------ export-library
+
+def _export_args(p):
+    _model_args(p)
+    p.add_argument("--out", required=True, help="library folder to write (PlatformIO lib_deps = "
+                   "file://FOLDER, or copy it into the Arduino sketchbook's libraries/)")
+    p.add_argument("--prefix", default="tt_model", help="C symbol prefix (default tt_model)")
+    p.add_argument("--samples", type=int, default=16, help="training samples embedded in the "
+                   "example sketch (examples/train_in_loop; default 16, 0: no example)")
+
+
+def _export_run(args) -> int:
+    from .codegen.library import export_library
+
+    if args.samples < 0:
+        raise ValueError(f"--samples must be >= 0, got {args.samples}")
+    _out_dir(args.out)
+    model, ds = _load_model(args)
+    n = min(args.samples, len(ds.y_train))
+    samples = (ds.x_train[:n], ds.y_train[:n]) if n else None
+    try:
+        lib = export_library(model, args.out, args.prefix, samples=samples)
+    except FileExistsError as exc:
+        raise ValueError(str(exc)) from None
+    print(f"library: {lib} (PlatformIO: lib_deps = file://{lib}; Arduino: copy into libraries/)")
+    print(memory_report_table(model, args.prefix))
+    return 0
+
+
+def memory_report_table(model, prefix) -> str:
+    """The model's RAM/flash with the device link (tt_device_begin/poll) in: the arena the
+    user's firmware provides (docs/embedding.md)."""
+    from .codegen.device import memory_report
+
+    return memory_report(model, None, prefix).table()
+
+
+COMMANDS["export-library"] = ("write the C runtime + the generated model as a PlatformIO/Arduino "
+                              "library for your own firmware", _export_args, _export_run)
 
 
 # ------------------------------------------------------------------------------ build

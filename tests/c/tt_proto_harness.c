@@ -129,6 +129,19 @@ int tt_port_getc(void)
     }
 }
 
+int tt_port_trygetc(void)
+{
+    struct pollfd pf;
+    uint8_t c;
+    pf.fd = h_fd;
+    pf.events = POLLIN;
+    pf.revents = 0;
+    if (h_stop || poll(&pf, 1, 0) <= 0) {
+        return -1;
+    }
+    return read(h_fd, &c, 1) == 1 ? c : -1;
+}
+
 uint32_t tt_port_cycles(void)
 {
     return h_cyc(0);
@@ -141,6 +154,33 @@ int tth_run_device(int fd)
     h_stop = 0;
     tt_fake_power_on();
     return tt_device_run(&tt_fake_model);
+}
+
+/** The polled device (tt_device_begin + tt_device_poll) on fd until tth_port_stop(), as an
+ *  application's loop would run it; between polls it "works" (waits up to 1 ms for input).
+ *  Returns the polls that answered a frame; *idle = the polls that found no complete frame. */
+uint32_t tth_poll_device(int fd, uint32_t *idle)
+{
+    uint32_t answered = 0;
+    h_fd = fd;
+    h_stop = 0;
+    *idle = 0;
+    tt_fake_power_on();
+    tt_device_begin(&tt_fake_model);
+    while (!h_stop) {
+        struct pollfd pf;
+        int r = tt_device_poll();
+        if (r == 1) {
+            answered++;
+        } else {
+            (*idle)++;
+        }
+        pf.fd = h_fd;
+        pf.events = POLLIN;
+        pf.revents = 0;
+        (void)poll(&pf, 1, 1);
+    }
+    return answered;
 }
 
 void tth_port_stop(void)

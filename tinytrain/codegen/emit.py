@@ -324,6 +324,10 @@ class Emitter:
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {{
+#endif
+
 #define {P.upper()}_SCHEMA_HASH 0x{schema:08x}u
 #define {P.upper()}_INPUT_LEN {in_size}
 #define {P.upper()}_OUTPUT_LEN {out_size}
@@ -352,6 +356,10 @@ uint32_t {P}_tensor_count(void);
 int {P}_get_tensor(uint32_t id, uint32_t off, uint8_t *dst, uint32_t n, uint32_t *total);
 /** Saturation events counted by the kernels since reset. */
 uint32_t {P}_saturations(void);
+
+#ifdef __cplusplus
+}}
+#endif
 
 #endif /* {P.upper()}_H */
 """

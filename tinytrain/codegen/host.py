@@ -16,7 +16,7 @@ _RUNTIME_EXCLUDE = {"tt_protocol", "tt_cobs", "tt_device_main"}
 def _cdef(header: str) -> str:
     text = re.sub(r"/\*.*?\*/", "", header, flags=re.S)
     text = re.sub(r"^\s*#.*$", "", text, flags=re.M)
-    return text
+    return re.sub(r'^(extern "C" \{|\})$', "", text, flags=re.M)  # the C++ guard's braces
 
 
 class HostModel:

@@ -8,6 +8,10 @@
 #include <stdint.h>
 #include "tt_fixedpoint.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define TT_BN_XHAT_FRAC 12
 #define TT_BN_INV_BITS 45
 #define TT_BN_EVAL_FRAC 8
@@ -38,5 +42,9 @@ int32_t tt_batchnorm_bwd_s8(const int8_t *e, int32_t ee, const int8_t *x, int32_
 /** ggamma[c] = sat_s32(sum e * x_hat) (exponent ee - TT_BN_XHAT_FRAC), gbeta[c] = sum e (ee). */
 void tt_batchnorm_grad_s32(const int8_t *e, const int8_t *x, int32_t P, int32_t C,
                            const int32_t *saved, int32_t train, int32_t *ggamma, int32_t *gbeta);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* TT_BATCHNORM_H */

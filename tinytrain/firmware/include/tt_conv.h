@@ -11,6 +11,10 @@
 #include <stdint.h>
 #include "tt_fixedpoint.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /** floor((2^31 - 1) / (127 * 127)): most output positions an int32 gradient sum can hold. */
 #define TT_CONV_GRAD_MAX_POSITIONS 133144
 
@@ -72,5 +76,9 @@ int32_t tt_conv1d_bwd_s8(const int8_t *e, int32_t ee, const int16_t *w, int32_t 
 /** gw[Cout][K][Cin] = sum over positions of e x (ee + ex), gb[Cout] = sum of e (ee). */
 void tt_conv1d_grad_s32(const int8_t *e, const int8_t *x, int32_t L, int32_t Cin, int32_t Cout,
                         int32_t K, int32_t s, int32_t pl, int32_t OL, int32_t *gw, int32_t *gb);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* TT_CONV_H */

@@ -5,6 +5,10 @@
 #include <stdint.h>
 #include "tt_fixedpoint.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /** Largest fan-in (K) for which the forward accumulator provably fits int32 (with the bias
  *  aligned and clamped to 2^30: K * 127 * 32767 <= 2^30). Larger layers use int64. */
 #define TT_DENSE_S32_MAX_K 258
@@ -26,5 +30,9 @@ int32_t tt_dense_bwd_s8(const int8_t *e, int32_t ee, const int16_t *w, int32_t e
 /** gw[N][K] = e[n] x[k] (exponent ee + ex), gb[N] = e[n] (exponent ee). */
 void tt_dense_grad_s32(const int8_t *e, const int8_t *x, int32_t K, int32_t N,
                        int32_t *gw, int32_t *gb);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* TT_DENSE_H */

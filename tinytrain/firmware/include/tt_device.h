@@ -2,7 +2,8 @@
  * tt_device.h — what the serial protocol needs from a trainable model on the device.
  *
  * The generated model code fills one tt_device_model (usually a const in flash) and the board's
- * main() calls tt_port_init() then tt_device_run(&model). All hooks are plain functions over the
+ * main() calls tt_port_init() then tt_device_run(&model) (blocking), or the application calls
+ * tt_device_begin(&model) once and tt_device_poll() from its own loop (non-blocking). All hooks are plain functions over the
  * model's static state: no heap, no float. A NULL hook makes the matching command answer
  * TT_ERR_UNSUPPORTED. Hooks return 0 on success or a TT_ERR_* code; on error they must leave the
  * model state unchanged.
@@ -106,7 +107,22 @@ typedef struct tt_device_model {
  */
 int tt_device_run(const tt_device_model *m);
 
-/** Send a LOG frame (text, truncated to TT_LOG_MAX bytes) from inside tt_device_run. */
+/**
+ * The same link without giving up the CPU, for an application that owns its main loop (an
+ * Arduino sketch's loop(), a superloop, an RTOS task). tt_device_begin: call once after
+ * tt_port_init(); sends the boot HELLO. tt_device_poll: reads only the bytes already waiting
+ * (tt_port_trygetc) and returns after answering at most one request: 1 if a frame was answered
+ * (or rejected with an ERROR frame), 0 if the bytes ran out first (a partial frame is kept for
+ * the next call), -1 if tt_device_begin was not called. Its longest call is one frame's bytes
+ * plus one request (a TRAIN_BATCH request trains its whole batch). The application's own calls
+ * into the model (<prefix>_train_step ...) must not run inside a poll: they are between polls,
+ * which is the case in a single-threaded loop.
+ */
+void tt_device_begin(const tt_device_model *m);
+int tt_device_poll(void);
+
+/** Send a LOG frame (text, truncated to TT_LOG_MAX bytes) once tt_device_begin (or
+ *  tt_device_run) has started the link; before that, nothing is sent. */
 void tt_device_log(const char *text);
 
 #ifdef __cplusplus

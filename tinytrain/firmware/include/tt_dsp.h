@@ -32,6 +32,10 @@
 #include "tt_dsp_emul.h" /* host test build: plain C definitions of the intrinsics above */
 #endif
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /** Two int16 at p (any 2-byte alignment), p[0] in the low half. */
 static inline uint32_t tt_ld_s16x2(const int16_t *p)
 {
@@ -127,6 +131,10 @@ static inline void tt_widen_s8(const int8_t *x, int32_t n, int32_t c, uint32_t *
     for (; j < n; j += 2)
         xx[j / 2] = (((uint32_t)(int32_t)x[j] << c) & 0xFFFFu) | ((uint32_t)(int32_t)x[j + 1] << (16 + c));
 }
+
+#ifdef __cplusplus
+}
+#endif
 #endif /* TT_HAVE_DSP */
 
 #endif /* TT_DSP_H */

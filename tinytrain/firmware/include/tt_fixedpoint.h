@@ -4,6 +4,10 @@
 
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* C99 leaves >> of negative values implementation-defined; every tinytrain kernel needs it
  * to be arithmetic (floor). This typedef fails to compile on a compiler where it is not. */
 typedef char tt_require_arith_shift[((-1) >> 1) == -1 && ((int64_t)-5 >> 1) == -3 ? 1 : -1];
@@ -150,5 +154,9 @@ static inline uint32_t tt_prng_next(uint32_t *state)
 
 /** Map a seed to a non-zero xorshift32 state. */
 uint32_t tt_prng_seed(uint32_t seed);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* TT_FIXEDPOINT_H */

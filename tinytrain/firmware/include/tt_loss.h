@@ -5,6 +5,10 @@
 #include <stdint.h>
 #include "tt_fixedpoint.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /** Softmax CE on int8 logits z[N] (exponent ez) for label; writes the int8 error e[N] and its
  *  exponent *ee, -log2(p_label) in Q16 to *loss_q16; returns argmax(z). g: N int64 scratch. */
 int32_t tt_softmax_ce_s8(const int8_t *z, int32_t ez, int32_t label, int32_t N, int64_t *g,
@@ -17,5 +21,9 @@ void tt_mse_s8(const int8_t *y, int32_t ey, const int8_t *t, int32_t et, int32_t
 
 /** argmax with the first index on ties. */
 int32_t tt_argmax_s8(const int8_t *z, int32_t N);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* TT_LOSS_H */

@@ -8,6 +8,10 @@
 #include <stdint.h>
 #include "tt_fixedpoint.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /** Output length of a valid-padding window: (n - k) / s + 1 for n >= k. */
 #define TT_POOL_OUT(n, k, s) (((n) - (k)) / (s) + 1)
 
@@ -60,5 +64,9 @@ int32_t tt_global_avgpool_fwd_s8(const int8_t *x, int32_t ex, int32_t P, int32_t
 /** dx[P][C] = requant_s8(mult * e[c], ee - shift); returns edx. */
 int32_t tt_global_avgpool_bwd_s8(const int8_t *e, int32_t ee, int32_t P, int32_t C,
                                  int32_t mult, int32_t shift, int8_t *dx, tt_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* TT_POOL_H */

@@ -7,7 +7,9 @@
  *
  * The application provides `int main(void)` and calls tt_port_init() first. On bare-metal ports
  * the reset handler calls main() and a return from it calls tt_port_exit(return value); on the
- * arduino port main() is renamed tt_app_main() at compile time and called from setup().
+ * arduino port main() is renamed tt_app_main() at compile time and called once from setup()
+ * (ports/arduino/tt_arduino_main.cpp), whose loop() then polls the link (tt_device_poll). A
+ * user's own sketch keeps its setup()/loop() and uses only ports/arduino/tt_port_arduino.cpp.
  */
 #ifndef TT_PORT_H
 #define TT_PORT_H

@@ -86,8 +86,9 @@ typedef struct tt_proto {
 void tt_proto_init(tt_proto *p, const tt_device_model *m, const tt_proto_io *io);
 /** Emit the unsolicited boot HELLO (preceded by a 0x00 so the host's decoder resyncs). */
 void tt_proto_send_boot(tt_proto *p);
-/** Feed one received byte; a completed frame is executed and answered before this returns. */
-void tt_proto_feed(tt_proto *p, uint8_t byte);
+/** Feed one received byte; a completed frame is executed and answered before this returns.
+ *  Returns 1 if this byte ended a frame (answered, or rejected with an ERROR frame), else 0. */
+int tt_proto_feed(tt_proto *p, uint8_t byte);
 /** Emit a LOG frame with the NUL-terminated text (truncated to TT_LOG_MAX bytes). */
 void tt_proto_log(tt_proto *p, const char *text);
 

@@ -5,6 +5,10 @@
 #include <stdint.h>
 #include "tt_fixedpoint.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /** No scratch. */
 #define TT_RELU_BUFFER_SIZE(n) 0
 
@@ -14,5 +18,9 @@ int32_t tt_relu_fwd_s8(const int8_t *x, int32_t ex, int32_t n, int8_t *y, tt_sta
 /** dx[n] = y > 0 ? e : 0 with y the saved forward output; returns ee. dx may alias e. */
 int32_t tt_relu_bwd_s8(const int8_t *e, int32_t ee, const int8_t *y, int32_t n, int8_t *dx,
                        tt_stats *st);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* TT_RELU_H */

@@ -5,6 +5,10 @@
 #include <stdint.h>
 #include "tt_fixedpoint.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #define TT_SGD_GUARD_BITS 8
 
 /** Integer constants of one SGD configuration (built by tinytrain.optim.SGD.compile). */
@@ -49,5 +53,9 @@ void tt_sgd_dense_direct(const int8_t *e, int32_t ee, const int8_t *x, int32_t e
 
 /** int16 compute copy of an int32 master: sat_s16(rshift_round(master, 16)). */
 void tt_sgd_refresh_copy(const int32_t *master, int16_t *w16, int32_t n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* TT_SGD_H */

@@ -1,4 +1,5 @@
-/** The device main loop: the protocol over the board's serial port (tt_port.h). */
+/** The device side of the serial link over the board's port (tt_port.h): blocking
+ *  (tt_device_run) or polled from the application's own loop (tt_device_begin + tt_device_poll). */
 #include "tt_device.h"
 #include "tt_port.h"
 #include "tt_protocol.h"
@@ -18,7 +19,7 @@ static uint32_t tt_device_cycles(void *ctx)
     return tt_port_cycles();
 }
 
-int tt_device_run(const tt_device_model *m)
+void tt_device_begin(const tt_device_model *m)
 {
     tt_proto_io io;
     io.put = tt_device_put;
@@ -27,12 +28,31 @@ int tt_device_run(const tt_device_model *m)
     tt_proto_init(&tt_device_proto, m, &io);
     tt_device_running = 1;
     tt_proto_send_boot(&tt_device_proto);
+}
+
+int tt_device_poll(void)
+{
+    int c;
+    if (!tt_device_running) {
+        return -1;
+    }
+    while ((c = tt_port_trygetc()) >= 0) {
+        if (tt_proto_feed(&tt_device_proto, (uint8_t)c)) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int tt_device_run(const tt_device_model *m)
+{
+    tt_device_begin(m);
     for (;;) {
         int c = tt_port_getc();
         if (c < 0) {
             break;
         }
-        tt_proto_feed(&tt_device_proto, (uint8_t)c);
+        (void)tt_proto_feed(&tt_device_proto, (uint8_t)c);
     }
     tt_device_running = 0;
     return 0;

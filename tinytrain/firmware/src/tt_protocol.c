@@ -603,7 +603,7 @@ void tt_proto_log(tt_proto *p, const char *text)
     tt_frame_send(p, p->aux, tt_frame_finish(p, p->aux, TT_MSG_LOG, 0, TT_FLAG_UNSOLICITED, n));
 }
 
-void tt_proto_feed(tt_proto *p, uint8_t byte)
+int tt_proto_feed(tt_proto *p, uint8_t byte)
 {
     int r = tt_cobs_decode_byte(&p->dec, byte);
     if (r == TT_COBS_FRAME) {
@@ -612,5 +612,8 @@ void tt_proto_feed(tt_proto *p, uint8_t byte)
         tt_reject(p, 0, 0, TT_ERR_TOO_LONG, TT_FRAME_MAX);
     } else if (r == TT_COBS_ERR_TRUNCATED) {
         tt_reject(p, 0, 0, TT_ERR_FRAMING, 0);
+    } else {
+        return 0;
     }
+    return 1;
 }

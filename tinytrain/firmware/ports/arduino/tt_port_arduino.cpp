@@ -3,20 +3,22 @@
  * nano33ble and pico (nordicnrf52 / raspberrypi, ArduinoCore-mbed), pico2 (RP2350, the
  * community raspberrypi platform with the arduino-pico core).
  *
- * The Arduino core owns main(); tinytrain builds the project sources with -Dmain=tt_app_main
- * (PlatformIO build_src_flags, see tinytrain/pio_project.py), and setup() below runs the
- * application once. Serial is the board's console (ST-LINK virtual COM port on the ST boards,
- * USB CDC on nano33ble / pico; pins and rates in boards/targets.json), 115200 baud 8N1.
+ * Only the tt_port functions: a sketch of the user's own (the exported library,
+ * docs/embedding.md) keeps its setup() and loop(); tinytrain's generated projects add
+ * tt_arduino_main.cpp for those. Serial is the board's console (ST-LINK virtual COM port on
+ * the ST boards, USB CDC on nano33ble / pico; pins and rates in boards/targets.json), 115200
+ * baud 8N1.
  *
  * tt_port_cycles(): DWT CYCCNT (CPU clock cycles) on Cortex-M3/M4/M7/M33; the Cortex-M0+ of the
  * pico has no cycle counter, so it returns 0 and tt_port_cycles_resolution() returns 0.
  *
- * Not built offline: the official platforms must be downloaded by PlatformIO (needs internet). */
+ * Not built offline: the official platforms must be downloaded by PlatformIO (needs internet).
+ * Empty outside an Arduino build, so an exported library (tinytrain.codegen.library) can carry
+ * it into projects of any framework. */
+#if defined(ARDUINO)
 #include <Arduino.h>
 
 #include "tt_port.h"
-
-extern "C" int tt_app_main(void);
 
 #if defined(__ARM_ARCH_7M__) || defined(__ARM_ARCH_7EM__) || defined(__ARM_ARCH_8M_MAIN__)
 #define TT_HAVE_DWT 1 /* same DEMCR/DWT addresses on Armv7-M and Armv8-M Mainline */
@@ -77,6 +79,4 @@ extern "C" void tt_port_exit(int code)
     }
 }
 
-void setup(void) { tt_port_exit(tt_app_main()); }
-
-void loop(void) {}
+#endif /* ARDUINO */
