@@ -316,3 +316,20 @@ def test_sample_over_max_payload_is_named():
     link.info = P.DeviceInfo(P.PROTOCOL_VERSION, True, 256, 0, 0, 0, 0, 300, 2, 0)
     with pytest.raises(ValueError, match=r"sample of 300 bytes \(\+2 for the label\).*max payload of 256"):
         link.train(np.zeros(300, np.int8), 1)
+
+
+def test_broken_pipe_elsewhere_is_an_error_not_silence(capsys, monkeypatch):
+    """A BrokenPipeError that is not stdout's (a board's socket closing under a write) is an
+    I/O error on one line; stdout stays as it was (it used to be pointed at devnull, which
+    also silenced the test runner's own output)."""
+    from tinytrain import cli
+
+    def boom(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setitem(cli.SUBCOMMANDS, "boards", cli.Subcommand("boards", "x", lambda p: None, boom))
+    before = os.fstat(1)
+    rc = cli.main(["boards"])
+    after = os.fstat(1)
+    assert rc == 2 and "Broken pipe" in capsys.readouterr().err
+    assert (before.st_ino, before.st_dev) == (after.st_ino, after.st_dev)

@@ -124,9 +124,13 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
-    except BrokenPipeError:  # `tinytrain info m.tt | head`: the reader left; stay quiet
-        _silence_stdout()
-        return 1
+    except BrokenPipeError as exc:
+        if _stdout_broken():  # `tinytrain info m.tt | head`: the reader left; stay quiet
+            _silence_stdout()
+            return 1
+        if debug:  # a board's socket or a subprocess's pipe: an ordinary I/O error
+            raise
+        return _error(_one_line(exc))
     except (ValueError, OSError) as exc:
         if debug:
             raise
@@ -166,6 +170,19 @@ def _handle_termination() -> dict:
 
     sigs = [s for s in (getattr(signal, "SIGTERM", None), getattr(signal, "SIGHUP", None)) if s]
     return {sig: signal.signal(sig, terminate) for sig in sigs}
+
+
+def _stdout_broken() -> bool:
+    """Whether stdout is a pipe whose reader has gone (poll reports an error on it). A broken
+    pipe elsewhere (a board's socket, a compiler's pipe) must not silence stdout."""
+    import select
+
+    try:
+        p = select.poll()
+        p.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in p.poll(0))
+    except (OSError, ValueError, AttributeError):  # stdout is not a file (captured, closed)
+        return False
 
 
 def _silence_stdout():
