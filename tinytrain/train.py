@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,10 @@ _CHUNK = 2048  # samples per simulator call (progress granularity)
 
 class TrainError(ValueError):
     """Training cannot start or continue (bad arguments, incompatible checkpoint)."""
+
+
+class TrainWarning(UserWarning):
+    """The first epoch shows the model cannot learn (dead layer, every update rounded to zero)."""
 
 
 def data_prng(seed: int) -> int:
@@ -272,6 +277,7 @@ def fit(model, dataset: Dataset, epochs: int, seed: int = 0, *, batch_size: int 
         for ep in range(start, epochs):
             state, order = fp.permutation(state, n)
             s0 = model.stats.copy()
+            before = _trainable_copy(model) if ep == 0 else None
             t0 = time.perf_counter()
             outs = []
             for c in range(0, n, _CHUNK):
@@ -287,6 +293,9 @@ def fit(model, dataset: Dataset, epochs: int, seed: int = 0, *, batch_size: int 
                    "act_saturations": int(ds[0]), "weight_saturations": int(ds[1]),
                    "update_underflows": int(ds[2]), "seconds": dt, "samples": n}
             history.epochs.append(rec)
+            if before is not None:
+                for msg in cannot_learn(model, X, before, rec):
+                    warnings.warn(msg, TrainWarning, stacklevel=2)
             if bar is not None:
                 bar.set_description(f"{model.name} epoch {min(ep + 2, epochs)}/{epochs}")
                 bar.set_postfix(loss=f"{rec['train_loss']:.3f}", test_acc=f"{rec['test_accuracy']:.3f}")
@@ -300,6 +309,43 @@ def fit(model, dataset: Dataset, epochs: int, seed: int = 0, *, batch_size: int 
     if plot is not None:
         plot_history(history, plot, title=f"{model.name} on {dataset.name}")
     return history
+
+
+def _trainable_copy(model) -> list:
+    """The trainable tensors (int32 master copies where kept) before an epoch."""
+    return [np.array(t) for t in model.state_tensors()[:-1]]
+
+
+def cannot_learn(model, X, before: list, rec: dict, probe: int = 64) -> list[str]:
+    """Reasons the first epoch says this model cannot learn (empty if it can): a layer before
+    the head that outputs zero for every probed training sample (nothing below it gets a
+    gradient, the output is constant), or no trainable tensor changed (every update rounded to
+    zero). Checked once, after epoch 1, on the reference forward of the first `probe` samples."""
+    out = []
+    hint = (f"the model reads its inputs at exponent {model.input_exp}; "
+            "build it with tt.Sequential(layers, dataset=ds) or tt.build_model, which scale the "
+            "data into about [-1, 1], or lower the learning rate")
+    dead = None
+    for x in X[:probe]:
+        a, ea = x, model.input_exp
+        alive = []
+        for l in model.layers[:-1]:
+            a, ea, _, _ = l.ref_forward(a, ea, False)
+            alive.append(bool(np.any(a)))
+        dead = alive if dead is None else [d or a_ for d, a_ in zip(dead, alive)]
+        if all(dead):
+            break
+    if dead is not None and not all(dead):
+        li = dead.index(False)
+        out.append(f"layer {li} ({model.layers[li].kind}) outputs only zeros after epoch 1 for every "
+                   f"probed training sample: the layers below it get no gradient and the prediction "
+                   f"is constant (test accuracy {rec['test_accuracy']:.2f}); {hint}")
+    after = _trainable_copy(model)
+    if all(np.array_equal(a, b) for a, b in zip(before, after)):
+        out.append(f"no trainable parameter changed in epoch 1: every update rounded to zero "
+                   f"({rec['update_underflows']} update underflows); raise the learning rate or use "
+                   "master weights / stochastic rounding (SGD(master_weights=True, stochastic_rounding=True))")
+    return out
 
 
 def _save_checkpoint(model, path, epoch, state, seed, dataset, history):
