@@ -17,10 +17,14 @@ not installed yet is skipped). User errors (any ValueError or OSError: ModelErro
 FileFormatError, ConfigError, TrainError, ...) print one line to stderr and exit 2; set
 TINYTRAIN_DEBUG=1 to see the traceback instead.
 
-Exit status: 0 success; 1 a failed verification (state mismatch), QEMU exiting under
-``emulate``, or an internal error (a bug in tinytrain: please report it); 2 bad input or a
-missing tool, told in one line naming the problem and the fix, with no partial output left;
-130 interrupted.
+Exit status: 0 success; 1 an internal error (a bug in tinytrain: please report it) or QEMU
+exiting under ``emulate``; 2 bad input or a missing tool, told in one line naming the problem
+and the fix, with no partial output left; 3 a verification found a difference (``verify``: the
+first differing step, tensor and index are reported); 130 interrupted.
+
+Long work (verify steps, federated rounds, builds, board checks, training) shows a tqdm bar on
+stderr only when stderr is a terminal and ``--json`` is not given (tinytrain.progress);
+``--json`` means stdout holds the JSON object only.
 """
 from __future__ import annotations
 
@@ -83,9 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG, description="Integer-only on-device training for microcontrollers, "
         "bit-exact between laptop and board.",
-        epilog="Run `tinytrain COMMAND --help` for the options of a command. Exit status: 0 "
-        "success; 1 a verification mismatch or an internal error (a bug: please report it); 2 bad "
-        "input or a missing tool (one line on stderr naming the problem and the fix); 130 interrupted.")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Run `tinytrain COMMAND --help` for the options of a command.\n\n"
+        "exit status:\n  0    success\n  1    internal error (a bug: please report it), or QEMU "
+        "exiting under emulate\n  2    bad input or a missing tool (one line on stderr naming the "
+        "problem and the fix)\n  3    verify found a mismatch (first differing step, tensor, index)\n"
+        "  130  interrupted\n\n"
+        "examples:\n  tinytrain train --data digits --model digits-mlp --out runs/w1.tt\n"
+        "  tinytrain info runs/w1.tt --plot w1-mem.png\n  tinytrain boards --model digits-mlp\n"
+        "  tinytrain verify --board host --model runs/w1.tt --json")
     from . import __version__
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")

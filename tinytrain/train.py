@@ -227,7 +227,7 @@ def _accuracy(pred, y) -> float:
 
 
 def fit(model, dataset: Dataset, epochs: int, seed: int = 0, *, batch_size: int | None = None,
-        progress: bool = True, checkpoint=None, resume: bool = False, plot=None,
+        progress: bool | None = None, checkpoint=None, resume: bool = False, plot=None,
         reference: bool = False, limit: int | None = None, log=None) -> History:
     """Train ``model`` in place for ``epochs`` epochs in total; returns the History.
 
@@ -239,6 +239,8 @@ def fit(model, dataset: Dataset, epochs: int, seed: int = 0, *, batch_size: int 
     reference: use the plain numpy reference step (slow; for checks) instead of numba.
     limit: train on the first ``limit`` training samples only (quick runs, tests).
     log: callable(str) receiving one line per epoch (e.g. print), or None.
+    progress: a tqdm bar on stderr; None (default): only when stderr is a terminal.
+    After the first epoch a TrainWarning says so if the model cannot learn (see cannot_learn).
     """
     if not (isinstance(epochs, int) and epochs >= 0):
         raise TrainError(f"epochs must be a non-negative integer, got {epochs!r}")
@@ -269,7 +271,9 @@ def fit(model, dataset: Dataset, epochs: int, seed: int = 0, *, batch_size: int 
     if start < epochs:
         runner.warm_up(X)
     bar = None
-    if progress and start < epochs:
+    from .progress import enabled
+
+    if enabled(force=progress) and start < epochs:
         from tqdm.auto import tqdm
         bar = tqdm(total=(epochs - start) * n, unit="sample", desc=f"{model.name} epoch {start + 1}/{epochs}",
                    leave=False, dynamic_ncols=True)
@@ -418,6 +422,9 @@ def plot_history(history: History, path, title: str = "training") -> Path:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    from .io import atomic_write  # a crash leaves the old picture or the new one
+
+    try:
+        return atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
+    finally:
+        plt.close(fig)

@@ -57,18 +57,20 @@ def plot_memory(bd: Breakdown, path, title: str | None = None):
         lim = bar["limit"]
         pct = f"{100 * bar['total'] / lim:.1f} % of {lim / 1024:g} KiB" if lim else ""
         note = "" if key == "ram" or bar["code_known"] else ", code unknown"
-        ax.text(left / 1024, y, f"  {bar['total']:,} B ({pct}{note})", va="center", fontsize=8)
+        ax.text(0, y + 0.42, f"{bar['total']:,} B ({pct}{note})", va="bottom", fontsize=8)
     ax.set_yticks([1, 0], ["RAM", "flash"])
     ax.set_xlabel("KiB")
     biggest = max(data["ram"]["total"], data["flash"]["total"])
     for y, key in ((1, "ram"), (0, "flash")):  # the limit, when it is on the same scale
         lim = data[key]["limit"]
         if lim and lim <= 3 * biggest:
-            ax.plot([lim / 1024] * 2, [y - 0.4, y + 0.4], color="red", lw=2)
-            ax.text(lim / 1024, y + 0.45, "board limit", color="red", fontsize=7, ha="center")
-    ax.set_xlim(0, max(biggest * 1.6, *(d["limit"] for d in (data["ram"], data["flash"])
-                                        if d["limit"] <= 3 * biggest)) / 1024)
-    ax.legend(fontsize=7, loc="lower right", ncol=2)
+            ax.plot([lim / 1024] * 2, [y - 0.4, y + 0.4], color="red", lw=2,
+                    label=None if "limit" in seen else "board limit")
+            seen.add("limit")
+    near = [d["limit"] * 1.15 for d in (data["ram"], data["flash"]) if d["limit"] <= 3 * biggest]
+    ax.set_xlim(0, max([biggest * 1.6, *near]) / 1024)
+    ax.set_ylim(-0.7, 1.75)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=4, frameon=False)
     ax.set_title(f"{bd.board}: RAM and flash by role", fontsize=9)
     rows = data["layers"]
     xs = range(len(rows))
