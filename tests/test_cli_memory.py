@@ -208,3 +208,35 @@ def test_federate_plot_flag_writes_into_out(capsys, tmp_path):
                      "50", "--plot", str(p), "--json"]) == 0
     assert p.stat().st_size > 1000
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rounds"] == 1
+
+
+def _missing_tools():  # as in test_device_qemu.py
+    missing = [t for t in ("qemu-system-arm", "arm-none-eabi-gcc") if shutil.which(t) is None]
+    try:
+        import platformio  # noqa: F401
+    except ImportError:
+        missing.append("platformio")
+    return missing
+
+
+@pytest.mark.qemu
+@pytest.mark.skipif(bool(_missing_tools()), reason=f"missing: {', '.join(_missing_tools())}")
+def test_w1_build_and_qemu_verify_agree_with_info_and_flash_is_within_10_percent(capsys, tmp_path):
+    from tinytrain.verify import firmware_sizes
+
+    assert cli.main(["codegen", "--model", "digits-mlp", "--out", str(tmp_path / "gen")]) == 0
+    codegen_total = _ram_total_in(capsys.readouterr().out)
+    assert cli.main(["build", "--model", "digits-mlp", "--board", "mps2_an386", "--out", str(tmp_path / "fw")]) == 0
+    out = capsys.readouterr().out
+    elf = out.splitlines()[0]
+    assert _ram_total_in(out) == codegen_total
+    est = int(re.search(r"flash total\s+(\d+)", out).group(1))
+    linked = firmware_sizes(elf)
+    assert abs(est - linked["flash_bytes"]) <= 0.10 * linked["flash_bytes"], (est, linked)
+    assert f"linked ELF: flash {linked['flash_bytes']} B" in out
+    static = int(re.search(r"static (\d+) B", out).group(1))
+    assert abs(static - linked["ram_bytes"]) <= 16, (static, linked)  # alignment padding only
+    assert cli.main(["verify", "--board", "mps2_an386", "--model", "digits-mlp", "--steps", "10", "--json"]) == 0
+    mem = _json(capsys)["memory"]
+    assert mem["ram_total"] == codegen_total and mem["flash_total"] == est
+    assert mem["stack_measured"] and mem["stack_measured"] <= mem["ram"]["stack"]

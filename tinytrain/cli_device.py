@@ -144,8 +144,11 @@ COMMANDS["codegen"] = ("generate C (model + device glue, or a whole PlatformIO p
 def _build_args(p):
     _model_args(p)
     p.add_argument("--board", required=True, help="target board (tinytrain boards: mps2_an385, ...)")
-    p.add_argument("--out", required=True, help="PlatformIO project folder to write and build")
+    p.add_argument("--out", required=True, help="PlatformIO project folder to write and build "
+                   "(nothing is written if the model does not fit the board)")
     p.add_argument("--prefix", default="tt_model")
+    p.epilog = ("prints the ELF and the memory breakdown (the figures of info/codegen/verify) with "
+                "the linked sizes; example: tinytrain build --model runs/w1.tt --board mps2_an386 --out fw/")
 
 
 def _build_run(args) -> int:
@@ -185,7 +188,8 @@ def _verify_args(p):
     p.add_argument("--json", action="store_true", help="print only a JSON object with the result on "
                    "stdout (human lines go to stderr)")
     p.epilog = ("exit status: 0 equal every step, 3 a mismatch (the first is located), 2 bad input "
-                "or a missing tool, 1 an internal error")
+                "or a missing tool, 1 an internal error. Examples: tinytrain verify --board host "
+                "--model runs/w1.tt --json; tinytrain verify --board mps2_an386 --model digits-mlp --steps 300")
 
 
 def _verify_run(args) -> int:
