@@ -1,7 +1,12 @@
-"""Memory report of a generated model, and the cross-compilation checks that back it:
-exact static RAM by role, a stack estimate from gcc's -fstack-usage, flash from the object
-sizes, and the proof that the training code is integer only (no soft-float helper calls on
-Cortex-M0, no VFP instruction on Cortex-M4/M33 with hard float)."""
+"""Memory of a generated model's firmware, and the cross-compilation checks that back it.
+
+``breakdown(model, board)`` is the one RAM/flash figure every command shows (info, codegen,
+build, verify, boards, the --plot pictures): RAM by role (RAM_ROLES) and flash (FLASH_ROLES),
+with the firmware compiled and linked for the board as the PlatformIO build does
+(``link_firmware``), so static RAM and flash are the linked sizes and the stack reserve comes
+from gcc's -fstack-usage. ``report``/``compile_arm`` are the generated model's own buffers and
+objects (no glue, protocol or port), and the proof that the training code is integer only (no
+soft-float helper calls on Cortex-M0, no VFP instruction on Cortex-M4/M33 with hard float)."""
 from __future__ import annotations
 
 import os
