@@ -5,6 +5,7 @@ The public API mirrors the command line::
     import tinytrain as tt
     ds = tt.load_dataset("digits")                      # tinytrain train --data digits
     model = tt.build_model("digits-mlp", ds)            #   --model digits-mlp
+    # or by hand: tt.Sequential([tt.Dense(32), tt.ReLU(), tt.Dense(10)], dataset=ds)
     history = tt.fit(model, ds, epochs=20, seed=0)      #   --epochs 20 --seed 0
     tt.save(model, "runs/digits-mlp.tt")                #   --out runs/digits-mlp.tt
     model, extra = tt.load("runs/digits-mlp.tt")        # tinytrain eval --model ...
@@ -21,6 +22,17 @@ _EXPORTS = {
     "Dense": ("layers", "Dense"),
     "ReLU": ("layers", "ReLU"),
     "Flatten": ("layers", "Flatten"),
+    "Layer": ("layers", "Layer"),
+    "Conv2d": ("layers_conv", "Conv2d"),
+    "DepthwiseConv2d": ("layers_conv", "DepthwiseConv2d"),
+    "Conv1d": ("layers_conv", "Conv1d"),
+    "MaxPool2d": ("layers_conv", "MaxPool2d"),
+    "MaxPool1d": ("layers_conv", "MaxPool1d"),
+    "AvgPool2d": ("layers_conv", "AvgPool2d"),
+    "GlobalAvgPool": ("layers_conv", "GlobalAvgPool"),
+    "BatchNorm": ("layers_norm", "BatchNorm"),
+    "Residual": ("layers_residual", "Residual"),
+    "TrainWarning": ("train", "TrainWarning"),
     "ModelError": ("layers", "ModelError"),
     "SGD": ("optim", "SGD"),
     "ConfigError": ("optim", "ConfigError"),

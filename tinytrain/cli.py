@@ -17,10 +17,14 @@ not installed yet is skipped). User errors (any ValueError or OSError: ModelErro
 FileFormatError, ConfigError, TrainError, ...) print one line to stderr and exit 2; set
 TINYTRAIN_DEBUG=1 to see the traceback instead.
 
-Exit status: 0 success; 1 a failed verification (state mismatch), QEMU exiting under
-``emulate``, or an internal error (a bug in tinytrain: please report it); 2 bad input or a
-missing tool, told in one line naming the problem and the fix, with no partial output left;
-130 interrupted.
+Exit status: 0 success; 1 an internal error (a bug in tinytrain: please report it) or QEMU
+exiting under ``emulate``; 2 bad input or a missing tool, told in one line naming the problem
+and the fix, with no partial output left; 3 a verification found a difference (``verify``: the
+first differing step, tensor and index are reported); 130 interrupted.
+
+Long work (verify steps, federated rounds, builds, board checks, training) shows a tqdm bar on
+stderr only when stderr is a terminal and ``--json`` is not given (tinytrain.progress);
+``--json`` means stdout holds the JSON object only.
 """
 from __future__ import annotations
 
@@ -83,9 +87,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG, description="Integer-only on-device training for microcontrollers, "
         "bit-exact between laptop and board.",
-        epilog="Run `tinytrain COMMAND --help` for the options of a command. Exit status: 0 "
-        "success; 1 a verification mismatch or an internal error (a bug: please report it); 2 bad "
-        "input or a missing tool (one line on stderr naming the problem and the fix); 130 interrupted.")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Run `tinytrain COMMAND --help` for the options of a command.\n\n"
+        "exit status:\n  0    success\n  1    internal error (a bug: please report it), or QEMU "
+        "exiting under emulate\n  2    bad input or a missing tool (one line on stderr naming the "
+        "problem and the fix)\n  3    verify found a mismatch (first differing step, tensor, index)\n"
+        "  130  interrupted\n\n"
+        "examples:\n  tinytrain train --data digits --model digits-mlp --out runs/w1.tt\n"
+        "  tinytrain info runs/w1.tt --plot w1-mem.png\n  tinytrain boards --model digits-mlp\n"
+        "  tinytrain verify --board host --model runs/w1.tt --json")
     from . import __version__
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -116,6 +126,10 @@ def main(argv=None) -> int:
         return 2
     debug = bool(os.environ.get("TINYTRAIN_DEBUG"))
     previous = _handle_termination()
+    import warnings
+
+    shown = warnings.showwarning
+    warnings.showwarning = _show_warning
     try:
         return int(args._run(args) or 0)
     except Terminated as exc:
@@ -142,8 +156,14 @@ def main(argv=None) -> int:
               "(set TINYTRAIN_DEBUG=1 for the traceback, and please report it)", file=sys.stderr)
         return 1
     finally:
+        warnings.showwarning = shown
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """Warnings (tinytrain.train.TrainWarning, ...) as one line on stderr, no source line."""
+    print(f"{PROG}: warning: {_one_line(message)}", file=sys.stderr, flush=True)
 
 
 class Terminated(KeyboardInterrupt):
@@ -351,7 +371,14 @@ def _eval_run(args) -> int:
 
 def _info_args(p):
     p.add_argument("file", help="a saved model file (.tt)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--board", default=None, help="board of the device-memory breakdown (default: "
+                   "the default board, mps2_an386); the figures are those codegen, build and verify show")
+    p.add_argument("--plot", metavar="FILE", default=None, help="write a PNG of the board's RAM and "
+                   "flash as bars split by role against its limits, and per-layer RAM/flash/MACs")
+    p.add_argument("--json", action="store_true", help="print only a JSON object on stdout")
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = ("examples:\n  tinytrain info runs/w1.tt\n"
+                "  tinytrain info runs/w1.tt --board nucleo_f446re --plot w1-mem.png --json")
 
 
 def _info_run(args) -> int:
@@ -360,9 +387,11 @@ def _info_run(args) -> int:
     from . import io as tio
     from .models import memory_estimate
 
+    if args.plot:
+        tio.check_writable(args.plot)
     model, extra = tio.load(args.file)
     hdr = tio.read_header(args.file)
-    mem = memory_estimate(model)
+    mem = memory_estimate(model, args.board)
     info = {"file": args.file, "bytes": Path(args.file).stat().st_size, "format_version": hdr["version"],
             "writer": hdr["writer"], "state_hash": f"{model.state_hash():08x}",
             "schema_hash": f"{model.schema_hash():08x}", "config": model.config(),
@@ -372,6 +401,12 @@ def _info_run(args) -> int:
     hist = (extra.get("history") or {}).get("epochs") or []
     if hist:
         info["test_accuracy"] = hist[-1].get("test_accuracy")
+    bd = _breakdown_of(mem)
+    if args.plot:
+        from .codegen.plot import plot_memory
+
+        plot_memory(bd, args.plot, f"{model.name} on {bd.board}")
+        info["plot"] = args.plot
     if args.json:
         _emit_json(info)
         return 0
@@ -381,17 +416,85 @@ def _info_run(args) -> int:
           f"{info['optimizer_step']}, epoch {info['epoch']}, dataset {info['dataset']}"
           + (f", test accuracy {info['test_accuracy']:.4f}" if hist else ""))
     print(f"optimizer: {model.optimizer}")
-    print(f"device memory estimate for training: RAM {mem['ram_total']} B, frozen weights in flash "
-          f"{mem['flash_frozen_params']} B")
-    for k, v in mem.items():
-        if k.startswith("ram_") and k != "ram_total" and v:
-            print(f"  {k[4:]:20s} {v:8d} B")
+    print(bd.table())
+    if args.plot:
+        print(f"memory plot: {args.plot}")
     return 0
+
+
+def _breakdown_of(mem: dict):
+    from .codegen.memory import Breakdown
+
+    d = mem["breakdown"]
+    return Breakdown(d["board"], d["ram"], d["flash"], d["ram_limit"], d["flash_limit"], d["stack_source"],
+                     d["flash_source"], d["layers"], d["stack_measured"], d["linked"])
+
+
+# -------------------------------------------------------------------------- boards
+
+def _boards_args(p):
+    p.add_argument("--model", default=None, help="also say for each board whether this model's "
+                   "training firmware fits (RAM and flash): a built-in name, model file or .tt")
+    p.add_argument("--data", default=None, help="dataset the model is shaped for (default: its own)")
+    p.add_argument("--json", action="store_true", help="print only a JSON list on stdout")
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = ("examples:\n  tinytrain boards\n  tinytrain boards --model digits-cnn --json")
+
+
+def _boards_run(args) -> int:
+    from .boards import load_boards
+    from .progress import progress_bar
+
+    boards = sorted(load_boards().values(), key=lambda b: (not b.is_emulated, b.name))
+    rows = [{"name": b.name, "cpu": b.cpu, "fpu": b.fpu, "ram": b.ram, "flash": b.flash,
+             "emulated": b.is_emulated, "description": b.description} for b in boards]
+    if args.model:
+        from .cli_device import _load_model
+        from .codegen.memory import breakdown
+
+        args.seed = 0
+        model, _ = _load_model(args)
+        with progress_bar(total=len(boards), desc="boards", unit="board", json=args.json) as bar:
+            for b, row in zip(boards, rows):
+                bd = breakdown(model, b.name)
+                fits = bd.fits()
+                if not fits["ram"]:  # the firmware leaves the load shadow out when RAM is short
+                    bd = breakdown(model, b.name, shadow=False)
+                    fits = bd.fits()
+                row["fits"] = {"ram": fits["ram"], "flash": fits["flash"], "shadow": bd.ram["shadow"] > 0,
+                               "ram_total": bd.ram_total, "flash_total": bd.flash_total,
+                               "flash_source": bd.flash_source}
+                bar.update(1)
+    if args.json:
+        _emit_json(rows)
+        return 0
+    head = f"{'board':16s} {'cpu':13s} {'RAM':>8s} {'flash':>8s}  {'kind':8s}"
+    print(head + (f"  {args.model}: RAM / flash needed" if args.model else ""))
+    for r in rows:
+        line = (f"{r['name']:16s} {r['cpu']:13s} {_kib(r['ram']):>8s} {_kib(r['flash']):>8s}  "
+                f"{'emulated' if r['emulated'] else 'real':8s}")
+        if "fits" in r:
+            f = r["fits"]
+            ok = f["ram"] and f["flash"] is not False
+            line += (f"  {'fits' if ok else 'does not fit'}: {f['ram_total']} B RAM"
+                     f"{'' if f['ram'] else ' (too much)'}, "
+                     + (f"{f['flash_total']} B flash{'' if f['flash'] else ' (too much)'}"
+                        + (" (without the Arduino core)" if "Arduino" in f["flash_source"] else "")
+                        if f["flash_total"] is not None else "flash unknown (no cross compiler)")
+                     + ("" if f["shadow"] or not ok else ", without the load shadow"))
+        print(line)
+    return 0
+
+
+def _kib(n: int) -> str:
+    return f"{n // 1024} KiB" if n < 1 << 20 else f"{n / (1 << 20):g} MiB"
 
 
 register("train", "train a model on a dataset (host simulator) and save it", _train_args, _train_run)
 register("eval", "evaluate a saved model on a dataset", _eval_args, _eval_run)
 register("info", "describe a saved model: layers, training state, device memory", _info_args, _info_run)
+register("boards", "list the boards (CPU, RAM, flash, emulated or real; with --model what fits)",
+         _boards_args, _boards_run)
 
 
 if __name__ == "__main__":

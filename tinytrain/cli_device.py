@@ -84,25 +84,55 @@ def _codegen_args(p):
     _model_args(p)
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--board", default=None, help="also write the complete PlatformIO project "
-                   "for this board (no build)")
+                   "for this board (no build); nothing is written if the model does not fit it")
     p.add_argument("--prefix", default="tt_model", help="C symbol prefix (default tt_model)")
+    _plot_arg(p)
+    p.epilog = ("examples:\n  tinytrain codegen --model digits-mlp --out gen/\n"
+                "  tinytrain codegen --model digits-mlp --out fw/ --board mps2_an386 --plot mem.png")
+
+
+def _plot_arg(p):
+    import argparse
+
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.add_argument("--plot", metavar="FILE", default=None, help="write a PNG of the board's RAM and "
+                   "flash as bars split by role (parameters, optimizer state, activations, scratch, "
+                   "protocol, shadow, stack) against its limits, and per-layer RAM/flash/MACs "
+                   "(needs matplotlib: the plot extra)")
+
+
+def _write_plot(bd, path, title):
+    from .codegen.plot import plot_memory
+
+    plot_memory(bd, path, title)
+    print(f"memory plot: {path}", file=sys.stderr)
 
 
 def _codegen_run(args) -> int:
-    from .codegen.device import write_firmware_project, write_sources
+    from .codegen.device import choose_shadow, memory_report, write_firmware_project, write_sources
+    from . import io as tio
 
     _out_dir(args.out)
+    if args.plot:
+        tio.check_writable(args.plot)
     model, _ = _load_model(args)
     if args.board:
-        proj = write_firmware_project(model, args.board, args.out, args.prefix)
+        # decide what fits before writing anything: MemoryError (exit 2) leaves no project
+        shadow = choose_shadow(model, args.board, args.prefix)
+        bd = memory_report(model, args.board, args.prefix, shadow=shadow)
+        proj = write_firmware_project(model, args.board, args.out, args.prefix, shadow=shadow)
         print(f"PlatformIO project for {args.board}: {proj} (build: pio run -d {proj})")
+        if not shadow:
+            print(f"{args.board}: RAM too small for the load shadow; parameter loads (LOAD_PARAMS) "
+                  "answer UNSUPPORTED and the parameters come from the firmware image")
     else:
+        bd = memory_report(model, None, args.prefix)
         _, files = write_sources(model, args.out, args.prefix)
         for f in files:
             print(f)
-    from .codegen.device import memory_report
-
-    print(memory_report(model, args.board, args.prefix).table())
+    print(bd.table())
+    if args.plot:
+        _write_plot(bd, args.plot, f"{model.name} on {bd.board}")
     return 0
 
 
@@ -155,21 +185,30 @@ COMMANDS["export-library"] = ("write the C runtime + the generated model as a Pl
 
 def _build_args(p):
     _model_args(p)
-    p.add_argument("--board", required=True, help="target board (tinytrain/boards: mps2_an385, ...)")
-    p.add_argument("--out", required=True, help="PlatformIO project folder to write and build")
+    p.add_argument("--board", required=True, help="target board (tinytrain boards: mps2_an385, ...)")
+    p.add_argument("--out", required=True, help="PlatformIO project folder to write and build "
+                   "(nothing is written if the model does not fit the board)")
     p.add_argument("--prefix", default="tt_model")
+    p.epilog = ("prints the ELF and the memory breakdown (the figures of info/codegen/verify) with "
+                "the linked sizes; example: tinytrain build --model runs/w1.tt --board mps2_an386 --out fw/")
 
 
 def _build_run(args) -> int:
-    from .codegen.device import build_firmware
-    from .verify import firmware_sizes
+    from .codegen.device import build_firmware, choose_shadow, memory_report
+    from .progress import progress_bar
 
     _out_dir(args.out)
     model, _ = _load_model(args)
-    elf = build_firmware(model, args.board, args.out, args.prefix)
-    sizes = firmware_sizes(elf)
-    extra = (f" (flash {sizes['flash_bytes']} B, static RAM {sizes['ram_bytes']} B)" if sizes else "")
-    print(f"{elf}{extra}")
+    with progress_bar(total=3, desc=f"build {args.board}", unit="stage") as bar:
+        shadow = choose_shadow(model, args.board, args.prefix)  # MemoryError before writing
+        bar.update(1)
+        bd = memory_report(model, args.board, args.prefix, shadow=shadow)
+        bar.update(1)
+        elf = build_firmware(model, args.board, args.out, args.prefix, shadow=shadow)
+        bar.update(1)
+    bd = memory_report(model, args.board, args.prefix, shadow=shadow, elf=elf)
+    print(elf)
+    print(bd.table())
     return 0
 
 
@@ -188,7 +227,11 @@ def _verify_args(p):
     p.add_argument("--reference", action="store_true", help="also run the numpy reference (the "
                    "specification) as a third party and compare it with the simulator every step "
                    "(~100x slower than the simulator)")
-    p.add_argument("--json", action="store_true", help="last line: a JSON object with the result")
+    p.add_argument("--json", action="store_true", help="print only a JSON object with the result on "
+                   "stdout (human lines go to stderr)")
+    p.epilog = ("exit status: 0 equal every step, 3 a mismatch (the first is located), 2 bad input "
+                "or a missing tool, 1 an internal error. Examples: tinytrain verify --board host "
+                "--model runs/w1.tt --json; tinytrain verify --board mps2_an386 --model digits-mlp --steps 300")
 
 
 def _verify_run(args) -> int:
@@ -198,39 +241,42 @@ def _verify_run(args) -> int:
         raise ValueError("give --board host|BOARD or --port PORT")
     if args.steps < 1:
         raise ValueError(f"--steps must be >= 1 (training steps to compare), got {args.steps}")
+    from .progress import progress_bar
+
     model, ds = _load_model(args)
-    last = [0.0]
-
-    def progress(k, n):
-        if time.monotonic() - last[0] > 1.0 or k == n:
-            last[0] = time.monotonic()
-            print(f"\r  step {k}/{n}: hashes equal", end="", file=sys.stderr, flush=True)
-
-    r = verify(model, ds, args.steps, board=args.board or ("host" if args.port is None else None),
-               port=args.port, json=args.json, seed=args.seed, progress=progress, reference=args.reference)
-    if not args.json:
-        print(file=sys.stderr)
+    with progress_bar(total=args.steps, desc="verify", unit="step", json=args.json) as bar:
+        r = verify(model, ds, args.steps, board=args.board or ("host" if args.port is None else None),
+                   port=args.port, seed=args.seed, progress=lambda k, n: bar.update(k - bar.n),
+                   reference=args.reference)
+    # --json: stdout is the JSON object only; the human lines go to stderr
+    out = sys.stderr if args.json else sys.stdout
     fm = r["first_mismatch"]
     if fm is None:
         print(f"{r['board']}: {r['steps']} steps, state hash equal to the simulator after every step"
-              + (" (and the simulator's to the numpy reference)" if r["reference"] else ""))
+              + (" (and the simulator's to the numpy reference)" if r["reference"] else ""), file=out)
     else:
         want, got = fm["parties"]
         print(f"{r['board']}: MISMATCH at step {fm['step']} (sample {fm['sample']}) between {want} and {got}: "
               f"{fm.get('tensor')} index {fm.get('index')}: {want} {fm.get('expected')}, {got} {fm.get('device')}"
               + (f"; first differing op: layer {fm['first_op']['layer']} {fm['first_op']['op']}"
-                 if "first_op" in fm else ""))
+                 if "first_op" in fm else ""), file=out)
     if r["instructions_per_step"] is not None:
-        print(f"  {r['instructions_per_step']:.0f} instructions per training step (QEMU -icount)")
+        print(f"  {r['instructions_per_step']:.0f} instructions per training step (QEMU -icount)", file=out)
     if r["cycles_per_step"] is not None:
-        print(f"  {r['cycles_per_step']:.0f} cycles per training step")
-    if r["ram_bytes"] is not None:
-        print(f"  static RAM {r['ram_bytes']} B"
-              + (f", peak stack {r['stack_bytes']} B" if r.get("stack_bytes") else "")
-              + (f", flash {r['flash_bytes']} B" if r["flash_bytes"] else ""))
+        print(f"  {r['cycles_per_step']:.0f} cycles per training step", file=out)
+    if r.get("memory"):
+        from .codegen.memory import Breakdown
+
+        print(Breakdown(**{k: r["memory"][k] for k in _BD_FIELDS}).table(), file=out)
     if args.json:
         print(json.dumps(r, sort_keys=True))
-    return 1 if r["mismatches"] else 0
+    return MISMATCH_EXIT if r["mismatches"] else 0
+
+
+#: exit status of a verification that found a difference (1 stays an internal error)
+MISMATCH_EXIT = 3
+_BD_FIELDS = ("board", "ram", "flash", "ram_limit", "flash_limit", "stack_source", "flash_source",
+              "layers", "stack_measured", "linked")
 
 
 COMMANDS["verify"] = ("train simulator and target side by side, compare state hashes every step",

@@ -29,11 +29,35 @@ LOSSES = ("softmax_ce", "mse")
 class Sequential:
     """A stack of layers trained with integer SGD.
 
-    >>> m = Sequential([Dense(32), ReLU(), Dense(10)], input_shape=(64,), input_exp=-2)
+    >>> m = Sequential([Dense(32), ReLU(), Dense(10)], dataset=ds)   # shaped and scaled for ds
+    >>> m = Sequential([Dense(32), ReLU(), Dense(10)], input_shape=(64,), input_exp=-6)
+
+    dataset: take input_shape, n_classes and the input exponent from a tinytrain Dataset the
+    way build_model does: the int8 codes are read unchanged, at an exponent that puts the float
+    training range into about [-1, 1] (``data.input_exp - models.unit_shift(data)``). Giving
+    the data's own ``input_exp`` instead reads pixels as large values (digits: 0..16), and at
+    the usual learning rates the first update kills every ReLU; fit warns when that happens.
     """
 
-    def __init__(self, layers: list[Layer], input_shape, input_exp: int = 0, n_classes: int | None = None,
-                 loss: str = "softmax_ce", optimizer: SGD | None = None, seed: int = 0, name: str = "model"):
+    def __init__(self, layers: list[Layer], input_shape=None, input_exp: int | None = None,
+                 n_classes: int | None = None, loss: str = "softmax_ce", optimizer: SGD | None = None,
+                 seed: int = 0, name: str = "model", dataset=None):
+        data_input_exp = None
+        if dataset is not None:
+            from .models import unit_shift
+
+            input_shape = dataset.input_shape if input_shape is None else input_shape
+            n_classes = (dataset.n_classes or None) if n_classes is None else n_classes
+            if input_exp is None:
+                input_exp = int(dataset.input_exp) - unit_shift(dataset)
+            data_input_exp = int(dataset.input_exp)
+        if input_shape is None:
+            raise ModelError("Sequential needs input_shape=(...) (and input_exp=), or dataset=ds to "
+                             "take both from the data")
+        if input_exp is None:
+            input_exp = 0
+        if isinstance(layers, Layer):
+            layers = [layers]
         if not layers:
             raise ModelError("a model needs at least one layer")
         for i, l in enumerate(layers):
@@ -67,6 +91,8 @@ class Sequential:
         else:
             self.n_classes = 0
         self.opt: IntSGD = self.optimizer.compile()
+        if data_input_exp is not None:
+            self.data_input_exp = data_input_exp
         self._init_training_state()
 
     # ------------------------------------------------------------------ state

@@ -224,15 +224,17 @@ def build_model(name_or_path, dataset, *, seed: int = 0, lr: float | None = None
 
 # --------------------------------------------------------------- memory estimate
 
-def memory_estimate(model: Sequential) -> dict:
-    """Bytes a device needs to train this model, from the code generator's memory plan (the
-    same buffers the generated C declares; see tinytrain.codegen.memory). Frozen parameters
-    (partial updates) are emitted as const data and live in flash."""
+def memory_estimate(model: Sequential, board=None) -> dict:
+    """Bytes a device needs to train this model on `board` (default: the default board):
+    the model's own buffers (ram_* keys, from the code generator's memory plan; frozen
+    parameters are const data in flash) and, under "breakdown", the whole firmware's RAM and
+    flash by role (tinytrain.codegen.memory.breakdown, as codegen, build and verify report it);
+    ram_total is that breakdown's total."""
     from .codegen.emit import generate
-    from .codegen.memory import report
+    from .codegen.memory import breakdown
 
     em = generate(model)
-    rep = report(em, cpu=None)
+    bd = breakdown(model, board)
     by_role = {}
     for t in em.tensors:
         by_role[t.role] = by_role.get(t.role, 0) + t.bytes
@@ -241,5 +243,5 @@ def memory_estimate(model: Sequential) -> dict:
             "ram_optimizer_buffers": by_role.get("accum", 0) + by_role.get("velocity", 0),
             "ram_gradients": by_role.get("grad", 0), "ram_activations_kept": by_role.get("activation", 0),
             "ram_error_buffers": by_role.get("error", 0), "ram_scratch": by_role.get("scratch", 0),
-            "ram_meta": by_role.get("meta", 0), "ram_stack_estimate": rep.stack_estimate,
-            "ram_total": rep.ram_total}
+            "ram_meta": by_role.get("meta", 0), "ram_stack_estimate": bd.ram["stack"],
+            "ram_total": bd.ram_total, "flash_total": bd.flash_total, "breakdown": bd.as_dict()}

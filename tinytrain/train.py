@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +28,10 @@ _CHUNK = 2048  # samples per simulator call (progress granularity)
 
 class TrainError(ValueError):
     """Training cannot start or continue (bad arguments, incompatible checkpoint)."""
+
+
+class TrainWarning(UserWarning):
+    """The first epoch shows the model cannot learn (dead layer, every update rounded to zero)."""
 
 
 def data_prng(seed: int) -> int:
@@ -222,7 +227,7 @@ def _accuracy(pred, y) -> float:
 
 
 def fit(model, dataset: Dataset, epochs: int, seed: int = 0, *, batch_size: int | None = None,
-        progress: bool = True, checkpoint=None, resume: bool = False, plot=None,
+        progress: bool | None = None, checkpoint=None, resume: bool = False, plot=None,
         reference: bool = False, limit: int | None = None, log=None) -> History:
     """Train ``model`` in place for ``epochs`` epochs in total; returns the History.
 
@@ -234,6 +239,8 @@ def fit(model, dataset: Dataset, epochs: int, seed: int = 0, *, batch_size: int 
     reference: use the plain numpy reference step (slow; for checks) instead of numba.
     limit: train on the first ``limit`` training samples only (quick runs, tests).
     log: callable(str) receiving one line per epoch (e.g. print), or None.
+    progress: a tqdm bar on stderr; None (default): only when stderr is a terminal.
+    After the first epoch a TrainWarning says so if the model cannot learn (see cannot_learn).
     """
     if not (isinstance(epochs, int) and epochs >= 0):
         raise TrainError(f"epochs must be a non-negative integer, got {epochs!r}")
@@ -264,7 +271,9 @@ def fit(model, dataset: Dataset, epochs: int, seed: int = 0, *, batch_size: int 
     if start < epochs:
         runner.warm_up(X)
     bar = None
-    if progress and start < epochs:
+    from .progress import enabled
+
+    if enabled(force=progress) and start < epochs:
         from tqdm.auto import tqdm
         bar = tqdm(total=(epochs - start) * n, unit="sample", desc=f"{model.name} epoch {start + 1}/{epochs}",
                    leave=False, dynamic_ncols=True)
@@ -272,6 +281,7 @@ def fit(model, dataset: Dataset, epochs: int, seed: int = 0, *, batch_size: int 
         for ep in range(start, epochs):
             state, order = fp.permutation(state, n)
             s0 = model.stats.copy()
+            before = _trainable_copy(model) if ep == 0 else None
             t0 = time.perf_counter()
             outs = []
             for c in range(0, n, _CHUNK):
@@ -287,6 +297,9 @@ def fit(model, dataset: Dataset, epochs: int, seed: int = 0, *, batch_size: int 
                    "act_saturations": int(ds[0]), "weight_saturations": int(ds[1]),
                    "update_underflows": int(ds[2]), "seconds": dt, "samples": n}
             history.epochs.append(rec)
+            if before is not None:
+                for msg in cannot_learn(model, X, before, rec):
+                    warnings.warn(msg, TrainWarning, stacklevel=2)
             if bar is not None:
                 bar.set_description(f"{model.name} epoch {min(ep + 2, epochs)}/{epochs}")
                 bar.set_postfix(loss=f"{rec['train_loss']:.3f}", test_acc=f"{rec['test_accuracy']:.3f}")
@@ -300,6 +313,43 @@ def fit(model, dataset: Dataset, epochs: int, seed: int = 0, *, batch_size: int 
     if plot is not None:
         plot_history(history, plot, title=f"{model.name} on {dataset.name}")
     return history
+
+
+def _trainable_copy(model) -> list:
+    """The trainable tensors (int32 master copies where kept) before an epoch."""
+    return [np.array(t) for t in model.state_tensors()[:-1]]
+
+
+def cannot_learn(model, X, before: list, rec: dict, probe: int = 64) -> list[str]:
+    """Reasons the first epoch says this model cannot learn (empty if it can): a layer before
+    the head that outputs zero for every probed training sample (nothing below it gets a
+    gradient, the output is constant), or no trainable tensor changed (every update rounded to
+    zero). Checked once, after epoch 1, on the reference forward of the first `probe` samples."""
+    out = []
+    hint = (f"the model reads its inputs at exponent {model.input_exp}; "
+            "build it with tt.Sequential(layers, dataset=ds) or tt.build_model, which scale the "
+            "data into about [-1, 1], or lower the learning rate")
+    dead = None
+    for x in X[:probe]:
+        a, ea = x, model.input_exp
+        alive = []
+        for l in model.layers[:-1]:
+            a, ea, _, _ = l.ref_forward(a, ea, False)
+            alive.append(bool(np.any(a)))
+        dead = alive if dead is None else [d or a_ for d, a_ in zip(dead, alive)]
+        if all(dead):
+            break
+    if dead is not None and not all(dead):
+        li = dead.index(False)
+        out.append(f"layer {li} ({model.layers[li].kind}) outputs only zeros after epoch 1 for every "
+                   f"probed training sample: the layers below it get no gradient and the prediction "
+                   f"is constant (test accuracy {rec['test_accuracy']:.2f}); {hint}")
+    after = _trainable_copy(model)
+    if all(np.array_equal(a, b) for a, b in zip(before, after)):
+        out.append(f"no trainable parameter changed in epoch 1: every update rounded to zero "
+                   f"({rec['update_underflows']} update underflows); raise the learning rate or use "
+                   "master weights / stochastic rounding (SGD(master_weights=True, stochastic_rounding=True))")
+    return out
 
 
 def _save_checkpoint(model, path, epoch, state, seed, dataset, history):
@@ -372,6 +422,9 @@ def plot_history(history: History, path, title: str = "training") -> Path:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    from .io import atomic_write  # a crash leaves the old picture or the new one
+
+    try:
+        return atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
+    finally:
+        plt.close(fig)

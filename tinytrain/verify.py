@@ -334,8 +334,24 @@ def verify(model, dataset, steps: int, *, board: str | None = "host", port=None,
             result["instructions_per_step"] = mean
         else:
             result["cycles_per_step"] = mean
+    result["memory"] = _memory(model, b, elf, result.get("stack_bytes"))
     result["seconds"] = round(time.monotonic() - t0, 3)
     return result
+
+
+def _memory(model, board, elf, stack) -> dict | None:
+    """The firmware's RAM/flash breakdown (tinytrain.codegen.memory.breakdown, the figures of
+    info/codegen/build) on `board` (the default board for host runs), with the ELF's linked
+    sizes and the device's measured peak stack beside it."""
+    from .codegen.device import choose_shadow
+    from .codegen.memory import breakdown
+
+    name = board.name if board is not None else None
+    try:
+        shadow = choose_shadow(model, name) if name else True
+    except MemoryError:
+        return None
+    return breakdown(model, name, shadow=shadow, elf=elf, stack_measured=stack).as_dict()
 
 
 def _ref_mismatch(ref_model, sim_model, step, sample, losses) -> dict:

@@ -385,38 +385,30 @@ PROTOCOL_RAM = 700
 
 
 def memory_report(model, board=None, prefix: str = "tt_model", measure_stack: bool = True,
-                  shadow: bool = True, fedcodec: bool = False):
-    """codegen.memory's report of the generated model, plus what the firmware adds on a device
-    (load shadow, protocol buffers, with fedcodec the update codec). With a board, the stack is
-    measured for its CPU (when arm-none-eabi-gcc is there) and the total is checked against its
-    RAM (MemoryError)."""
-    from ..boards import get_board
-    from .memory import check_fits, report
+                  shadow: bool = True, fedcodec: bool = False, elf=None, stack_measured=None):
+    """The RAM/flash breakdown of the model's firmware (tinytrain.codegen.memory.breakdown:
+    the same figures in info, codegen, build and verify), with what the firmware adds on a
+    device (load shadow, protocol buffers, with fedcodec the update codec). board=None: the
+    default board, no fit check. With a board the total is checked against its RAM and flash
+    (MemoryError). measure_stack=False skips the cross compilation (quick fit checks)."""
+    from .memory import breakdown, check_breakdown_fits
 
-    b = get_board(board) if board is not None else None
-    em = generate(model, prefix)
-    rep = report(em, cpu=b.cpu if b is not None and measure_stack else None)
-    extra = state_bytes(model) if shadow else 0
-    if shadow:
-        rep.by_role["load shadow"] = extra
-    rep.by_role["protocol buffers"] = PROTOCOL_RAM
-    rep.ram_static += extra + PROTOCOL_RAM
-    if fedcodec:
-        rep.by_role["update codec"] = fedcodec_bytes(model)
-        rep.ram_static += fedcodec_bytes(model)
-    if b is not None:
-        check_fits(rep, b)
-    return rep
+    bd = breakdown(model, board, prefix, shadow=shadow, fedcodec=fedcodec, link=measure_stack,
+                   elf=elf, stack_measured=stack_measured)
+    if board is not None:
+        check_breakdown_fits(bd)
+    return bd
 
 
 def choose_shadow(model, board, prefix="tt_model") -> bool:
     """True if the board has RAM for the atomic-load shadow; False if only the model fits
-    (MemoryError if not even that)."""
+    (MemoryError if not even that). Decided on the same breakdown the reports show (linked
+    for the board when a cross compiler is there)."""
     try:
-        memory_report(model, board, prefix, measure_stack=False, shadow=True)
+        memory_report(model, board, prefix, shadow=True)
         return True
     except MemoryError:
-        memory_report(model, board, prefix, measure_stack=False, shadow=False)
+        memory_report(model, board, prefix, shadow=False)
         return False
 
 

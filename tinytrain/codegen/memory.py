@@ -1,15 +1,23 @@
-"""Memory report of a generated model, and the cross-compilation checks that back it:
-exact static RAM by role, a stack estimate from gcc's -fstack-usage, flash from the object
-sizes, and the proof that the training code is integer only (no soft-float helper calls on
-Cortex-M0, no VFP instruction on Cortex-M4/M33 with hard float)."""
+"""Memory of a generated model's firmware, and the cross-compilation checks that back it.
+
+``breakdown(model, board)`` is the one RAM/flash figure every command shows (info, codegen,
+build, verify, boards, the --plot pictures): RAM by role (RAM_ROLES) and flash (FLASH_ROLES),
+with the firmware compiled and linked for the board as the PlatformIO build does
+(``link_firmware``), so static RAM and flash are the linked sizes and the stack reserve comes
+from gcc's -fstack-usage. ``report``/``compile_arm`` are the generated model's own buffers and
+objects (no glue, protocol or port), and the proof that the training code is integer only (no
+soft-float helper calls on Cortex-M0, no VFP instruction on Cortex-M4/M33 with hard float)."""
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from .. import cbuild
 from .emit import Emitted
@@ -166,4 +174,260 @@ def check_fits(rep: MemoryReport, board) -> None:
         f"the model needs {rep.ram_total} bytes of RAM to train but {board.name} has {board.ram}: "
         f"the largest parts are {hint}. Shrink the model (fewer units/filters), train only the last "
         f"layers (SGD(train='last:1')) or drop momentum/batch accumulation, or pick a larger board."
+    )
+
+
+# ------------------------------------------------------------------ the one RAM/flash breakdown
+
+#: RAM roles, in the order every report and plot shows them
+RAM_ROLES = ("parameters", "optimizer state", "activations", "scratch", "protocol", "update codec",
+             "shadow", "stack")
+#: flash roles: initial values of parameters (.data load image) and frozen (const) weights;
+#: code = machine code, tables and constants of model, runtime, protocol and board port
+FLASH_ROLES = ("parameters", "code")
+#: emitted tensor role -> breakdown role
+TENSOR_ROLE = {"param": "parameters", "master": "parameters", "accum": "optimizer state",
+               "velocity": "optimizer state", "meta": "optimizer state", "activation": "activations",
+               "error": "activations", "grad": "scratch", "scratch": "scratch"}
+#: the generated model's saturation counters (tt_stats), counted as scratch
+STATS_BYTES = 4
+
+
+@dataclass
+class Breakdown:
+    """Device RAM and flash of a model's training firmware by role: the one figure behind
+    ``info``, ``codegen``, ``build``, ``verify`` and the plots (tinytrain.codegen.memory.breakdown).
+
+    ram: RAM_ROLES -> bytes. Static roles come from the generated buffers; with a cross compiler
+    the firmware is compiled and linked for the board (same flags and linker script as the
+    PlatformIO build) and "protocol" is the rest of the linked .data + .bss (protocol state,
+    device loop, port, libc), so ram_static equals the linked ELF's. "stack" is the reserve from
+    gcc -fstack-usage (or DEFAULT_STACK without a cross compiler); a device's measured peak is
+    kept apart in stack_measured so every command shows the same totals.
+    flash: FLASH_ROLES -> bytes; code is None without a cross compiler."""
+
+    board: str
+    ram: dict
+    flash: dict
+    ram_limit: int
+    flash_limit: int
+    stack_source: str
+    flash_source: str
+    layers: list = field(default_factory=list)
+    stack_measured: int | None = None
+    linked: dict | None = None
+
+    @property
+    def ram_static(self) -> int:
+        return sum(v for k, v in self.ram.items() if k != "stack")
+
+    @property
+    def ram_total(self) -> int:
+        return sum(self.ram.values())
+
+    @property
+    def flash_total(self) -> int | None:
+        return None if self.flash["code"] is None else sum(self.flash.values())
+
+    def fits(self) -> dict:
+        return {"ram": self.ram_total <= self.ram_limit,
+                "flash": None if self.flash_total is None else self.flash_total <= self.flash_limit}
+
+    def as_dict(self) -> dict:
+        return {"board": self.board, "ram": dict(self.ram), "ram_static": self.ram_static,
+                "ram_total": self.ram_total, "ram_limit": self.ram_limit, "flash": dict(self.flash),
+                "flash_total": self.flash_total, "flash_limit": self.flash_limit,
+                "stack_source": self.stack_source, "stack_measured": self.stack_measured,
+                "flash_source": self.flash_source, "fits": self.fits(), "layers": self.layers,
+                "linked": self.linked}
+
+    def table(self) -> str:
+        def pct(v, lim):
+            return f"{100 * v / lim:5.1f} %" if lim else ""
+
+        lines = [f"memory on {self.board} (one breakdown: info, codegen, build and verify agree)",
+                 f"  {'RAM role':18s} {'bytes':>8s}"]
+        for role in RAM_ROLES:
+            if self.ram.get(role):
+                note = f"  ({self.stack_source})" if role == "stack" else ""
+                lines.append(f"  {role:18s} {self.ram[role]:8d}{note}")
+        lines.append(f"  {'RAM total':18s} {self.ram_total:8d}  {pct(self.ram_total, self.ram_limit)} of "
+                     f"{self.ram_limit} B (static {self.ram_static} B + stack)")
+        if self.stack_measured is not None:
+            lines.append(f"  {'stack measured':18s} {self.stack_measured:8d}  (peak on the device; "
+                         f"reserve {self.ram['stack']} B)")
+        lines.append(f"  {'flash: parameters':18s} {self.flash['parameters']:8d}")
+        if self.flash["code"] is not None:
+            lines.append(f"  {'flash: code':18s} {self.flash['code']:8d}")
+            lines.append(f"  {'flash total':18s} {self.flash_total:8d}  "
+                         f"{pct(self.flash_total, self.flash_limit)} of {self.flash_limit} B ({self.flash_source})")
+        else:
+            lines.append(f"  flash code: unknown ({self.flash_source})")
+        if self.linked:
+            lines.append(f"  linked ELF: flash {self.linked['flash_bytes']} B, static RAM "
+                         f"{self.linked['ram_bytes']} B")
+        return "\n".join(lines)
+
+
+def _layer_rows(model, em: Emitted) -> list[dict]:
+    rows = []
+    for li, l in enumerate(model.layers):
+        ts = [t for t in em.tensors if t.layer == li]
+        ram = sum(t.bytes for t in ts if t.role != "frozen")
+        flash = sum(t.bytes for t in ts if t.role == "frozen" or (t.init is not None and t.init.any()))
+        rows.append({"layer": li, "kind": l.kind, "ram": int(ram), "flash": int(flash), "macs": int(l.macs())})
+    return rows
+
+
+def flash_parameters(em: Emitted) -> int:
+    """Flash taken by parameter values: frozen (const) tensors and the load image of the
+    initialised (.data) ones; zero-initialised buffers (biases, accumulators) are .bss."""
+    return int(sum(t.bytes for t in em.tensors
+                   if t.role == "frozen" or (t.init is not None and np.asarray(t.init).any())))
+
+
+_LINK_CACHE: dict = {}
+
+
+def link_firmware(em: Emitted, glue: str, board) -> dict:
+    """Compile and link the firmware as the PlatformIO build does (same flags, --gc-sections,
+    newlib-nano, the port's linker script), without PlatformIO. Returns firmware_sizes-style
+    figures plus the -fstack-usage stack estimate. Cached per (sources, board) in the process.
+    Arduino ports: linked without the Arduino core (its code is not counted)."""
+    import hashlib
+
+    from ..resources import FIRMWARE_SRC as SRC
+
+    import json
+
+    h = hashlib.sha256((em.source + glue + board.name + " ".join(CPU_FLAGS[board.cpu])).encode())
+    for f in [*sorted(SRC.glob("tt_*.c")), *sorted(cbuild.FIRMWARE_INCLUDE.glob("*.h")),
+              *sorted(board.port_dir.glob("*"))]:
+        h.update(f.read_bytes())
+    key = h.hexdigest()[:20]
+    cache = Path(os.environ.get("TINYTRAIN_CACHE", Path.home() / ".cache" / "tinytrain")) / "link" / f"{key}.json"
+    if key in _LINK_CACHE:
+        return _LINK_CACHE[key]
+    if cache.is_file() and not os.environ.get("TINYTRAIN_KEEP_LINK"):
+        _LINK_CACHE[key] = json.loads(cache.read_text())
+        return _LINK_CACHE[key]
+    d = Path(tempfile.mkdtemp(prefix="tt-link-"))
+    try:
+        keep = d / "firmware.elf"
+        (d / f"{em.prefix}.c").write_text(em.source)
+        (d / f"{em.prefix}.h").write_text(em.header)
+        (d / f"{em.prefix}_device.c").write_text(glue)
+        srcs = [d / f"{em.prefix}.c", d / f"{em.prefix}_device.c", *sorted(SRC.glob("tt_*.c"))]
+        bare = board.port != "arduino"
+        if bare:
+            srcs += sorted(board.port_dir.glob("*.c")) + sorted((board.port_dir.parent / "common").glob("*.c"))
+        flags = ["-std=c99", "-O2", "-ffunction-sections", "-fdata-sections", "-fstack-usage",
+                 *CPU_FLAGS[board.cpu], f"-DTT_BOARD_{board.pio_board.upper()}=1",
+                 f'-DTT_BOARD_NAME="{board.name}"', f"-I{cbuild.FIRMWARE_INCLUDE}", f"-I{d}"]
+        def cc(s):
+            o = d / (Path(s).stem + ".o")
+            r = subprocess.run([ARM_CC, *flags, "-c", str(s), "-o", str(o)], capture_output=True, text=True, cwd=d)
+            if r.returncode:
+                raise cbuild.BuildError(f"{ARM_CC} failed on {s}:\n{r.stderr}")
+            return str(o)
+
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(os.cpu_count() or 2) as pool:
+            objs = list(pool.map(cc, srcs))
+        elf = d / "firmware.elf"
+        link = [ARM_CC, *CPU_FLAGS[board.cpu], "-Wl,--gc-sections", "--specs=nano.specs", "--specs=nosys.specs"]
+        if bare:
+            link += [f"-L{board.port_dir}", f"-T{board.port_dir / board.ldscript}",
+                     "-Wl,--noinhibit-exec"]  # an overflowing RAM is reported by the breakdown
+        else:
+            link += ["-Wl,--unresolved-symbols=ignore-all", "-Wl,-e,main"]
+        r = subprocess.run([*link, *objs, "-o", str(elf), "-lc", "-lgcc", "-lnosys"], capture_output=True,
+                           text=True, cwd=d)
+        if r.returncode:
+            raise cbuild.BuildError(f"linking the firmware failed:\n{r.stderr}")
+        from ..verify import firmware_sizes
+
+        out = dict(firmware_sizes(elf))
+        if os.environ.get("TINYTRAIN_KEEP_LINK"):
+            shutil.copy(keep, os.environ["TINYTRAIN_KEEP_LINK"])
+        frames = {}
+        for su in d.glob("*.su"):
+            for ln in su.read_text().splitlines():
+                m = re.match(r".*:(\w+)\s+(\d+)\s+(\w+)", ln)
+                if m:
+                    frames[m.group(1)] = int(m.group(2))
+        step = frames.get(f"{em.prefix}_train_step", 0)
+        deepest_kernel = max((v for k, v in frames.items() if k.startswith("tt_")), default=0)
+        out["stack"] = step + 2 * deepest_kernel + 64
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    _LINK_CACHE[key] = out
+    try:  # a cache: a read-only home only costs the next run its link
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(out))
+        os.replace(tmp, cache)
+    except OSError:
+        pass
+    return out
+
+
+def breakdown(model, board=None, prefix: str = "tt_model", *, shadow: bool = True,
+              fedcodec: bool = False, link: bool = True, elf=None, stack_measured=None) -> Breakdown:
+    """The RAM/flash breakdown of `model`'s training firmware on `board` (default: the default
+    board). link=False skips the cross compilation (quick fit checks: stack DEFAULT_STACK,
+    protocol PROTOCOL_RAM, flash code unknown). elf: a built firmware whose linked sizes are
+    recorded beside the figures (``linked``); stack_measured: a device's peak stack reading."""
+    from ..boards import default_board, get_board
+    from .device import PROTOCOL_RAM, device_source, fedcodec_bytes, state_bytes
+    from .emit import generate
+
+    b = get_board(board) if board is not None else default_board()
+    em = generate(model, prefix)
+    ram = dict.fromkeys(RAM_ROLES, 0)
+    for t in em.tensors:
+        if t.role != "frozen":
+            ram[TENSOR_ROLE[t.role]] += t.bytes
+    ram["scratch"] += STATS_BYTES
+    ram["protocol"] = PROTOCOL_RAM
+    ram["update codec"] = fedcodec_bytes(model) if fedcodec else 0
+    ram["shadow"] = state_bytes(model) if shadow else 0
+    ram["stack"] = DEFAULT_STACK
+    flash = {"parameters": flash_parameters(em), "code": None}
+    stack_source, flash_source = "reserved default, no cross compiler", "no cross compiler"
+    if link and shutil.which(ARM_CC) and b.cpu in CPU_FLAGS:
+        sz = link_firmware(em, device_source(model, em, shadow, fedcodec), b)
+        rest = sz["ram_bytes"] - sum(v for k, v in ram.items() if k not in ("protocol", "stack"))
+        if rest >= 0:
+            ram["protocol"] = rest
+        ram["stack"] = sz["stack"]
+        flash["code"] = max(0, sz["flash_bytes"] - flash["parameters"])
+        stack_source = "estimate from gcc -fstack-usage"
+        flash_source = ("linked for the board" if b.port != "arduino"
+                        else "linked without the Arduino core")
+    linked = None
+    if elf is not None:
+        from ..verify import firmware_sizes
+
+        linked = firmware_sizes(elf) or None
+    return Breakdown(b.name, ram, flash, int(b.ram), int(b.flash), stack_source, flash_source,
+                     _layer_rows(model, em), stack_measured, linked)
+
+
+def check_breakdown_fits(bd: Breakdown) -> None:
+    """MemoryError naming the largest parts if the firmware does not fit its board."""
+    parts = []
+    if bd.ram_total > bd.ram_limit:
+        parts.append(f"{bd.ram_total} bytes of RAM to train but {bd.board} has {bd.ram_limit}")
+    if bd.flash_total is not None and bd.flash_total > bd.flash_limit:
+        parts.append(f"{bd.flash_total} bytes of flash but {bd.board} has {bd.flash_limit}")
+    if not parts:
+        return
+    biggest = sorted(bd.ram.items(), key=lambda kv: -kv[1])[:3]
+    hint = ", ".join(f"{k} {v} B" for k, v in biggest)
+    raise MemoryError(
+        f"the model needs {' and '.join(parts)}: the largest RAM parts are {hint}. Shrink the model "
+        f"(fewer units/filters), train only the last layers (SGD(train='last:1')) or drop "
+        f"momentum/batch accumulation, or pick a larger board (tinytrain boards --model M)."
     )

@@ -8,9 +8,24 @@ boards on serial ports (registered in tinytrain.cli's plugin list).
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from .. import cli
 from ..cli_device import _user_errors
+from ..progress import progress_bar
+
+
+def _round_logger(bar, logf):
+    """log(line) for the round engine: the line (through tqdm when its bar is drawn) and one
+    step of the bar per finished round."""
+    def log(line):
+        if line.startswith("round") and "accuracy" in line:
+            bar.update(1)
+        if bar.disable:
+            print(line, file=logf, flush=True)
+        else:
+            bar.write(line, file=logf)
+    return log
 
 
 def _args(p):
@@ -37,7 +52,9 @@ def _args(p):
     p.add_argument("--out", default=None, help="directory: global model after every round "
                    "(global.tt), rounds/, federated.png")
     p.add_argument("--resume", action="store_true", help="continue from --out/global.tt")
-    p.add_argument("--plot", default=None, help="PNG path (default OUT/federated.png)")
+    p.add_argument("--plot", nargs="?", const=True, default=None, metavar="FILE", help="write the "
+                   "accuracy/bytes PNG: to FILE, or with no FILE to OUT/federated.png (written there "
+                   "by default whenever --out is given)")
     p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
 
 
@@ -60,16 +77,22 @@ def _run(args) -> int:
         raise ValueError("--resume needs --out")
     from .. import io as tio
 
+    if args.plot is True:
+        if not args.out:
+            raise ValueError("--plot without a FILE writes OUT/federated.png: give --out DIR or --plot FILE")
+        args.plot = str(Path(args.out) / "federated.png")
     for path, folder in ((args.out, True), (args.plot, False)):
         if path:
             tio.check_writable(path, folder)
     logf = sys.stderr if args.json else sys.stdout
+    bar = progress_bar(total=args.rounds, desc="federate", unit="round", json=args.json)
     r = federate(args.model, args.data, simulated=args.simulated, board=args.board,
                  devices=args.devices if args.board else None, ports=args.ports, rounds=args.rounds,
                  partition=args.partition, local_epochs=args.local_epochs, local_steps=args.local_steps,
                  compress=args.compress, compress_down=args.compress_down, seed=args.seed, quorum=args.quorum, out=args.out,
                  resume=args.resume, plot=args.plot, timeout=args.timeout,
-                 log=lambda s: print(s, file=logf, flush=True))
+                 log=_round_logger(bar, logf))
+    bar.close()
     r["compress_down"] = args.compress_down or args.compress
     if args.json:
         hist = r.pop("history")

@@ -335,9 +335,12 @@ def write_plot(history, path, title="federated training") -> Path:
     a2.grid(alpha=0.3)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    from ..io import atomic_write  # a crash leaves the old picture or the new one
+
+    try:
+        return atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))
+    finally:
+        plt.close(fig)
 
 
 def dumps(obj) -> str:
