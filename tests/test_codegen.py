@@ -127,6 +127,13 @@ def test_bad_prefix_and_unknown_layer():
     with pytest.raises(CodegenError, match="identifier"):
         generate(_w1(), prefix="1bad")
 
+    class Mystery(ReLU):  # a layer type the simulator could run but the C generator has no kernel for
+        kind = "mystery"
+
+    m = Sequential([Dense(8), Mystery(), Dense(3)], input_shape=(5,), input_exp=-7)
+    with pytest.raises(CodegenError, match=r"layer 1 \(mystery\) has no C kernel yet.*dense"):
+        generate(m)
+
 
 needs_arm = pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None, reason="arm-none-eabi-gcc not installed")
 

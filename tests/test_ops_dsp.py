@@ -9,6 +9,9 @@ them against the simulator there, and the portable ones on Cortex-M3).
 """
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -31,12 +34,24 @@ def dsplib():
                                  sanitize=True, name="ttrt_dsp")
 
 
-def test_dsp_build_really_takes_the_dsp_path(dsplib):
-    """Guard against a silent fallback: the emulation header defines tt_emul_q only there."""
-    text = (cbuild.FIRMWARE_INCLUDE / "tt_dsp.h").read_text()
-    assert '#include "tt_dsp_emul.h"' in text and "#if TT_HAVE_DSP" in text
-    for src in ("tt_dense.c", "tt_sgd.c"):
-        assert "#if TT_HAVE_DSP" in (cbuild.FIRMWARE_SRC / src).read_text()
+@pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None, reason="arm-none-eabi-gcc not installed")
+@pytest.mark.parametrize("cpu,flags,dsp", [("cortex-m4", [], True), ("cortex-m4", ["-DTT_HAVE_DSP=0"], False),
+                                          ("cortex-m33", [], True), ("cortex-m3", [], False)])
+def test_dsp_path_is_in_the_built_object(tmp_path, cpu, flags, dsp):
+    """The DSP kernels are what a DSP core's build really runs: SMLAD (dual 16-bit MAC) in the
+    disassembly of tt_dense.o and SSAT16 (the fused update's per-lane guard) in tt_sgd.o for
+    Cortex-M4/M33, neither for M3 or with -DTT_HAVE_DSP=0 (the portable paths), so a silent
+    fallback to the portable C fails here."""
+    from tinytrain.codegen.memory import CPU_FLAGS
+
+    for src, insn in (("tt_dense", "smlad"), ("tt_sgd", "ssat16")):
+        obj = tmp_path / f"{src}-{cpu}.o"
+        subprocess.run(["arm-none-eabi-gcc", "-std=c99", "-O2", "-c", *CPU_FLAGS[cpu], *flags,
+                        f"-I{cbuild.FIRMWARE_INCLUDE}", str(cbuild.FIRMWARE_SRC / f"{src}.c"), "-o", str(obj)],
+                       check=True, capture_output=True)
+        dis = subprocess.run(["arm-none-eabi-objdump", "-d", str(obj)], capture_output=True, text=True,
+                             check=True).stdout
+        assert (f"\t{insn}" in dis) == dsp, f"{src} on {cpu} {flags}: {insn} {'missing' if dsp else 'present'}"
 
 
 @st.composite
