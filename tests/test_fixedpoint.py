@@ -197,3 +197,23 @@ def test_to_mult_shift(v):
     for bad in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError):
             fp.to_mult_shift(bad)
+
+
+def exact_align(v: int, e_from: int, e_to: int) -> int:
+    """v * 2^(e_from - e_to) rounded half up (shift capped at 62 down / 31 up), clamped to 2^30."""
+    d = e_to - e_from
+    r = exact_round_half_up(v, min(d, 62)) if d >= 0 else v * 2 ** min(-d, 31)
+    return max(-(2**30), min(2**30, r))
+
+
+@pytest.mark.parametrize("d", [-40, -31, -30, -17, -1, 0, 1, 2, 15, 31, 32, 62, 63, 80])
+def test_align_edges_exact_numba_and_c(d, clib):
+    """The one alignment primitive, three places: fixedpoint.align (reference), the numba
+    kernels' align and C's tt_align, on every edge value at shifts around the caps."""
+    from tinytrain.kernels._common import align as nb_align
+
+    ffi, lib = clib
+    got = fp.align(np.array(EDGE, dtype=np.int64), 3, 3 + d)
+    for v, g in zip(EDGE, got):
+        want = exact_align(v, 3, 3 + d)
+        assert int(g) == want == nb_align(v, 3, 3 + d) == lib.tt_t_align(v, 3, 3 + d), (v, d)

@@ -79,6 +79,23 @@ def shift_round(x, s: int):
 # ---------------------------------------------------------------------- saturation
 
 
+ALIGN_LIM = 2**30
+
+
+def align(v, e_from: int, e_to: int):
+    """Re-express v (int32, exponent e_from) at exponent e_to as int64 (C: ``tt_align``,
+    numba: ``kernels._common.align``): rshift_round (ties toward +inf) by min(e_to - e_from, 62)
+    when dropping bits, left shift by min(e_from - e_to, 31) when adding bits, then clamp to
+    [-2^30, 2^30] so that one aligned term plus a bounded sum stays inside int32. Used for
+    biases, batch-norm offsets and residual adds."""
+    v = np.asarray(v, dtype=np.int64)
+    if e_to >= e_from:
+        r = rshift_round(v, min(e_to - e_from, 62))
+    else:
+        r = np.clip(v, -(2**31), 2**31) << min(e_from - e_to, 31)
+    return np.clip(r, -ALIGN_LIM, ALIGN_LIM)
+
+
 def _sat(x, lo: int, hi: int):
     if isinstance(x, np.ndarray):
         return np.clip(x, lo, hi)

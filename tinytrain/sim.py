@@ -26,7 +26,7 @@ def _kernels_fingerprint() -> str:
     (and with it its cache entry) is keyed by this fingerprint too."""
     h = hashlib.sha256()
     here = Path(__file__).resolve().parent
-    for p in sorted((here / "kernels").glob("*.py")) + [here / "sim_rt.py"]:
+    for p in sorted((here / "kernels").glob("*.py")):
         h.update(p.name.encode() + p.read_bytes())
     return h.hexdigest()[:16]
 
@@ -81,8 +81,7 @@ def generate_source(model) -> str:
     L = len(model.layers)
     imports = {"import numpy as np", "from numba import njit",
                "from tinytrain.kernels.loss import softmax_ce, mse",
-               "from tinytrain.kernels.optim import update_direct, accumulate, apply_accumulated, refresh_copy",
-               "from tinytrain.sim_rt import lr_mult"}
+               "from tinytrain.kernels.optim import update_direct, accumulate, apply_accumulated, refresh_copy, lr_mult"}
     pidx, k = [], 0
     for l in model.layers:
         pidx.append(list(range(k, k + len(l.params))))

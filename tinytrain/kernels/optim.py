@@ -103,3 +103,20 @@ def refresh_copy(master, w16):
     for i in range(master.size):
         v = rshift_round(np.int64(master[i]), 16)
         w16[i] = 32767 if v > 32767 else -32767 if v < -32767 else v
+
+
+@njit(cache=True)
+def lr_mult(m, schedule, gamma_q15, step_size, total_steps, cos, t):
+    """IntSGD.lr_mult: the schedule's Q15 factor at optimizer step t applied to the multiplier m
+    (0 constant, 1 step, 2 cosine table)."""
+    if schedule == 0:
+        return m
+    if schedule == 1:
+        f = 32768
+        for _ in range(t // step_size):
+            f = rshift_round(f * gamma_q15, 15)
+    else:
+        T = total_steps if total_steps > 1 else 1
+        j = (64 * t) // T
+        f = cos[64 if j > 64 else j]
+    return rshift_round(m * f, 15)

@@ -1,9 +1,9 @@
 """Residual Add, reference implementation. a and b int8 of the same shape (any shape).
 
-Forward:  e = max(ea, eb); acc = align_to(a, ea, e) + align_to(b, eb, e)   (exact int64)
+Forward:  e = max(ea, eb); acc = align(a, ea, e) + align(b, eb, e)   (exact int64)
           y, ey, nsat = requant_s8(acc, e)
           Only the finer input is shifted: right by d = |ea - eb| with round-to-nearest, ties
-          toward +inf (``rshift_round``, d capped at 62 as in ``align_to``); the coarser one is
+          toward +inf (``rshift_round``, d capped at 62 as in ``align``); the coarser one is
           unchanged. |acc| <= 254, so the requant shift is 0 or 1, int32 (even int16)
           accumulators are exact in C, and nothing ever saturates (254 >> 1 rounds to 127).
 Backward: the sum's Jacobian is [I, I]: the same error e at the same exponent ee goes to
@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import align_to, requant_s8
+from ._common import align, requant_s8
 
 
 def forward(a, ea, b, eb):
     e = max(ea, eb)
-    return requant_s8(align_to(a, ea, e) + align_to(b, eb, e), e)
+    return requant_s8(align(a, ea, e) + align(b, eb, e), e)
 
 
 def backward(e, ee, need_dx=True):

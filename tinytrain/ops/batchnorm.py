@@ -11,7 +11,7 @@ Normalization, per channel. x_hat is taken as (A*x - B) / sigma_A, with
   train: A = P, B = S = sum x; then A*x - B = P*(x - mean) exactly, and
          V = P*sum(x^2) - S^2 + epsV = P^2 * (var + eps)      (exact int64, var biased),
          epsV = scale_cap(eps_m * P^2, -eps_k - 2*ex), e_V = 0;
-  eval:  A = 2^EVAL_FRAC, B = align_to(running_mean, e_rm, ex - EVAL_FRAC) (rounded, clamped
+  eval:  A = 2^EVAL_FRAC, B = align(running_mean, e_rm, ex - EVAL_FRAC) (rounded, clamped
          to +-2^30), V = max(running_var, 0) + scale_cap(eps_m, -eps_k - e_rv), e_V = e_rv.
 V = max(V, 1). Inverse square root (``inv_sqrt``): n is the shift with n = e_V (mod 2) and
 bitwidth(V * 2^n) in {31, 32}; Vn = V << n, or V >> -n (floor); s = isqrt(Vn) in [2^15, 2^16);
@@ -22,7 +22,7 @@ inv = floor((2^INV_BITS + floor(s/2)) / s) in [2^29, 2^30] (2^45/s to nearest, t
 only in eval, where stale statistics can make x_hat huge, and it is counted in nsat).
 Per channel, saved = int32 (3, C) rows [B, inv, sh]: backward recomputes x_hat from x.
 
-Forward:  acc = gamma * x_hat_q + align_to(beta, e_b, e_g - XHAT_FRAC)    (int64)
+Forward:  acc = gamma * x_hat_q + align(beta, e_b, e_g - XHAT_FRAC)    (int64)
           y, ey = requant_s8(acc, e_g - XHAT_FRAC)
 Running statistics (train only), shift-EMA r += rshift_round(b - r, mom_k) (result between r
 and b, so it stays int32), with the batch statistic b = rdiv(N, a, D) = sat_s32(round(N*2^a/D))
@@ -60,7 +60,7 @@ import numpy as np
 
 from ..fixedpoint import (INT32_MAX, INT32_MIN, div_floor, isqrt, rshift_round, sat_s32,
                           to_mult_shift)
-from ._common import align_to, requant_s8
+from ._common import align, requant_s8
 
 XHAT_FRAC = 12
 INV_BITS = 45
@@ -190,13 +190,13 @@ def forward(x, ex, gamma, e_g, beta, e_b, running_mean, e_rm, running_var, e_rv,
             rv[c] = ema(rv[c], rdiv(m2, 2 * ex - e_rv, P * (P - 1)), mom_k)
     else:
         A = 1 << EVAL_FRAC
-        saved[0] = align_to(running_mean, e_rm, ex - EVAL_FRAC)
+        saved[0] = align(running_mean, e_rm, ex - EVAL_FRAC)
         eps_r = scale_cap(eps_m, -eps_k - e_rv)
         for c in range(C):
             inv, n = inv_sqrt(max(max(int(running_var[c]), 0) + eps_r, 1), e_rv)
             saved[1:, c] = inv, INV_BITS - XHAT_FRAC + (e_rv - n) // 2 + EVAL_FRAC - ex
     xh, nsat_x = xhat(x2, A, saved)
-    acc = gamma.astype(np.int64) * xh + align_to(beta, e_b, e_g - XHAT_FRAC)
+    acc = gamma.astype(np.int64) * xh + align(beta, e_b, e_g - XHAT_FRAC)
     y, ey, nsat = requant_s8(acc, e_g - XHAT_FRAC)
     return y.reshape(x.shape), ey, nsat + nsat_x, saved, rm, rv
 

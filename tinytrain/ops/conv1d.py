@@ -4,7 +4,7 @@ Shapes: x (L, Cin) int8 at ex; w (Cout, K, Cin) int16 at ew; b (Cout,) int32 at 
 zero padding (left, right) or "valid" / "same" (same: OL = ceil(L / s), the extra pad on the
 right). Output (OL, Cout), OL = (L + left + right - K) // s + 1. xp is x zero-padded.
 
-Forward:  acc[o, co] = sum_{k, ci} xp[o*s + k, ci] * w[co, k, ci] + align_to(b[co], eb, ex + ew)
+Forward:  acc[o, co] = sum_{k, ci} xp[o*s + k, ci] * w[co, k, ci] + align(b[co], eb, ex + ew)
           y, ey = requant_s8(acc, ex + ew)                       (int64, exact)
 Backward (pre-update weights, dx first):
           dxp[o*s + k, ci] = sum_{o, co, k} e[o, co] * w[co, k, ci] (int64), cropped to (L, Cin)

@@ -7,7 +7,7 @@ of x past the last window are unused and get dx = 0), likewise OW.
 Write xp for x zero-padded, and p = (oh*sh + kh, ow*sw + kw) for an index into xp.
 
 Forward:  acc[oh, ow, co] = sum_{kh, kw, ci} xp[p, ci] * w[co, kh, kw, ci]
-                            + align_to(b[co], eb, ex + ew)                  (int64, exact)
+                            + align(b[co], eb, ex + ew)                  (int64, exact)
           y, ey = requant_s8(acc, ex + ew)        (one shift for the whole output tensor)
 Backward (pre-update weights, dx first):
           dxp[p, ci] = sum_{oh, ow, co, kh, kw} e[oh, ow, co] * w[co, kh, kw, ci]  (int64, exact;
@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..fixedpoint import INT32_MAX, INT8_MAX
-from ._common import align_to, requant_s8
+from ._common import align, requant_s8
 
 #: Largest number of output positions whose gradient sum of int8 x int8 terms fits int32.
 GRAD_MAX_POSITIONS = INT32_MAX // (INT8_MAX * INT8_MAX)  # 133144
@@ -111,7 +111,7 @@ def backward_acc(e, w, x_shape, stride=(1, 1), padding=(0, 0, 0, 0)):
 
 def forward(x, ex, w, ew, b, eb, stride=(1, 1), padding=(0, 0, 0, 0)):
     """Returns (y (OH, OW, Cout) int8, ey, nsat)."""
-    acc = forward_acc(x, w, stride, padding) + align_to(b, eb, ex + ew)
+    acc = forward_acc(x, w, stride, padding) + align(b, eb, ex + ew)
     return requant_s8(acc, ex + ew)
 
 

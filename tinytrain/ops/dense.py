@@ -2,7 +2,7 @@
 
 Shapes: x (K,) int8 at exponent ex; w (N, K) int16 at ew; b (N,) int32 at eb.
 
-Forward:  acc[n] = sum_k x[k] * w[n, k] + align_to(b[n], eb, ex + ew)      (int64, exact)
+Forward:  acc[n] = sum_k x[k] * w[n, k] + align(b[n], eb, ex + ew)      (int64, exact)
           y, ey  = requant_s8(acc, ex + ew)
 Backward: dx_acc[k] = sum_n e[n] * w[n, k]  -> requant_s8(dx_acc, ee + ew)  (old weights)
           gw[n, k] = e[n] * x[k]  at exponent ee + ex  (int32, |gw| < 2^14)
@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import align_to, requant_s8
+from ._common import align, requant_s8
 
 
 def forward(x, ex, w, ew, b, eb):
     acc = w.astype(np.int64) @ x.astype(np.int64)
-    acc += align_to(b, eb, ex + ew)
+    acc += align(b, eb, ex + ew)
     return requant_s8(acc, ex + ew)
 
 

@@ -4,7 +4,7 @@ Shapes: x (H, W, C) int8 at ex; w (KH, KW, C) int16 at ew; b (C,) int32 at eb; s
 padding exactly as Conv2d (``conv2d.geometry``: "valid", "same" or (top, bottom, left, right)).
 Output (OH, OW, C). xp is x zero-padded and p = (oh*sh + kh, ow*sw + kw).
 
-Forward:  acc[oh, ow, c] = sum_{kh, kw} xp[p, c] * w[kh, kw, c] + align_to(b[c], eb, ex + ew)
+Forward:  acc[oh, ow, c] = sum_{kh, kw} xp[p, c] * w[kh, kw, c] + align(b[c], eb, ex + ew)
           y, ey = requant_s8(acc, ex + ew)                  (int64, exact; one shift per tensor)
 Backward (pre-update weights, dx first):
           dxp[p, c] = sum_{oh, ow, kh, kw} e[oh, ow, c] * w[kh, kw, c]  (int64), cropped to
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import align_to, requant_s8
+from ._common import align, requant_s8
 from .conv2d import geometry, windows
 
 
@@ -50,7 +50,7 @@ def backward_acc(e, w, x_shape, stride=(1, 1), padding=(0, 0, 0, 0)):
 
 def forward(x, ex, w, ew, b, eb, stride=(1, 1), padding=(0, 0, 0, 0)):
     """Returns (y (OH, OW, C) int8, ey, nsat)."""
-    acc = forward_acc(x, w, stride, padding) + align_to(b, eb, ex + ew)
+    acc = forward_acc(x, w, stride, padding) + align(b, eb, ex + ew)
     return requant_s8(acc, ex + ew)
 
 
