@@ -47,7 +47,7 @@ def w1(ds):
 @pytest.fixture(scope="module")
 def firmware(ds, tmp_path_factory):
     """One PlatformIO build of W1 per board per session: board -> (project dir, ELF)."""
-    from tinytrain.codegen.device import build_firmware
+    from tinytrain.codegen.project import build_firmware
 
     built = {}
 

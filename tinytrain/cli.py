@@ -36,6 +36,7 @@ import os
 import signal
 import sys
 import threading
+from pathlib import Path
 from typing import Callable
 
 PROG = "tinytrain"
@@ -225,6 +226,27 @@ def _emit_json(obj):
 
 
 # --------------------------------------------------------------------------- train
+
+def load_model_args(args):
+    """(model, dataset) from --model (built-in name, model file, or saved .tt) and --data."""
+    from . import data
+    from .models import MODELS, build_model
+
+    name = args.data
+    if name is None and args.model in MODELS:
+        name = MODELS[args.model][2]
+    if name is None and Path(args.model).is_file():
+        from . import io as tio
+
+        if tio.is_model_file(args.model):  # a saved model records the data it was trained on
+            extra = tio.load(args.model)[1]
+            src = extra.get("data_source")
+            name = extra.get("dataset")
+            if name not in data.BUILTINS and src and Path(str(src)).exists():
+                name = src
+    ds = data.load(name or "digits")
+    return build_model(args.model, ds, seed=args.seed), ds
+
 
 def _resolve_data(data_arg: str, model_arg: str) -> str:
     """A built-in data name may name the family ("digits"); a built-in model picks the layout
@@ -449,11 +471,10 @@ def _boards_run(args) -> int:
     rows = [{"name": b.name, "cpu": b.cpu, "fpu": b.fpu, "ram": b.ram, "flash": b.flash,
              "emulated": b.is_emulated, "description": b.description} for b in boards]
     if args.model:
-        from .cli_device import _load_model
         from .codegen.memory import breakdown
 
         args.seed = 0
-        model, _ = _load_model(args)
+        model, _ = load_model_args(args)
         with progress_bar(total=len(boards), desc="boards", unit="board", json=args.json) as bar:
             for b, row in zip(boards, rows):
                 bd = breakdown(model, b.name)

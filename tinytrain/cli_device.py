@@ -51,24 +51,10 @@ def _model_args(p, steps=False):
 
 
 def _load_model(args):
-    """(model, dataset) from --model (built-in name, model file, or saved .tt) and --data."""
-    from . import data
-    from .models import MODELS, build_model
+    """(model, dataset) from --model and --data (tinytrain.cli.load_model_args)."""
+    from .cli import load_model_args
 
-    name = args.data
-    if name is None and args.model in MODELS:
-        name = MODELS[args.model][2]
-    if name is None and Path(args.model).is_file():
-        from . import io as tio
-
-        if tio.is_model_file(args.model):  # a saved model records the data it was trained on
-            extra = tio.load(args.model)[1]
-            src = extra.get("data_source")
-            name = extra.get("dataset")
-            if name not in data.BUILTINS and src and Path(str(src)).exists():
-                name = src
-    ds = data.load(name or "digits")
-    return build_model(args.model, ds, seed=args.seed), ds
+    return load_model_args(args)
 
 
 def _out_dir(path) -> None:
@@ -109,7 +95,7 @@ def _write_plot(bd, path, title):
 
 
 def _codegen_run(args) -> int:
-    from .codegen.device import choose_shadow, memory_report, write_firmware_project, write_sources
+    from .codegen.project import choose_shadow, memory_report, write_firmware_project, write_sources
     from . import io as tio
 
     _out_dir(args.out)
@@ -172,7 +158,7 @@ def _export_run(args) -> int:
 def memory_report_table(model, prefix) -> str:
     """The model's RAM/flash with the device link (tt_device_begin/poll) in: the arena the
     user's firmware provides (docs/embedding.md)."""
-    from .codegen.device import memory_report
+    from .codegen.project import memory_report
 
     return memory_report(model, None, prefix).table()
 
@@ -194,7 +180,7 @@ def _build_args(p):
 
 
 def _build_run(args) -> int:
-    from .codegen.device import build_firmware, choose_shadow, memory_report
+    from .codegen.project import build_firmware, choose_shadow, memory_report
     from .progress import progress_bar
 
     _out_dir(args.out)
@@ -340,7 +326,7 @@ def _flash_run(args) -> int:
             raise ValueError("give --project DIR (from tinytrain build) or --model")
         import tempfile
 
-        from .codegen.device import write_firmware_project
+        from .codegen.project import write_firmware_project
 
         model, _ = _load_model(args)
         args.project = write_firmware_project(model, b.name, tempfile.mkdtemp(prefix="tt-flash-"))

@@ -608,3 +608,13 @@ def load(spec, **kwargs) -> Dataset:
     raise DataError(f"{p}: unsupported file type {ext or '(no extension)'!r}: use .npz, "
                     ".csv/.tsv, a directory of MNIST-style IDX files, or a built-in name "
                     f"({', '.join(BUILTINS)})")
+
+
+def unit_shift(dataset) -> int:
+    """Extra exponent shift that brings the float training range into about [-1, 1]:
+    ceil(log2(max |x|)), never negative (data already within [-1, 1] is left alone)."""
+    lo, hi = dataset.float_range
+    absmax = max(abs(float(lo)), abs(float(hi)))
+    if absmax <= 1.0:
+        return 0
+    return math.ceil(math.log2(absmax))

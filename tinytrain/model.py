@@ -34,7 +34,7 @@ class Sequential:
 
     dataset: take input_shape, n_classes and the input exponent from a tinytrain Dataset the
     way build_model does: the int8 codes are read unchanged, at an exponent that puts the float
-    training range into about [-1, 1] (``data.input_exp - models.unit_shift(data)``). Giving
+    training range into about [-1, 1] (``data.input_exp - data.unit_shift(data)``). Giving
     the data's own ``input_exp`` instead reads pixels as large values (digits: 0..16), and at
     the usual learning rates the first update kills every ReLU; fit warns when that happens.
     """
@@ -44,7 +44,7 @@ class Sequential:
                  seed: int = 0, name: str = "model", dataset=None):
         data_input_exp = None
         if dataset is not None:
-            from .models import unit_shift
+            from .data import unit_shift
 
             input_shape = dataset.input_shape if input_shape is None else input_shape
             n_classes = (dataset.n_classes or None) if n_classes is None else n_classes

@@ -23,6 +23,7 @@ from pathlib import Path
 
 
 from . import fields as F
+from .data import unit_shift  # noqa: F401  (re-exported: models.unit_shift)
 from .layers import LAYER_TYPES, ModelError, layer_from_config
 from .model import LOSSES, Sequential
 from .optim import SGD, ConfigError
@@ -36,16 +37,6 @@ FILE_FIELDS = {
     "loss": F.one_of(*LOSSES), "input_scale": F.either(F.one_of("unit", "data"), F.INT),
     "name": F.STR, "seed": F.Field("an integer >= 0", lambda v: F.is_int(v) and v >= 0),
 }
-
-
-def unit_shift(dataset) -> int:
-    """Extra exponent shift that brings the float training range into about [-1, 1]:
-    ceil(log2(max |x|)), never negative (data already within [-1, 1] is left alone)."""
-    lo, hi = dataset.float_range
-    absmax = max(abs(float(lo)), abs(float(hi)))
-    if absmax <= 1.0:
-        return 0
-    return math.ceil(math.log2(absmax))
 
 
 def _input_exp(dataset, scale) -> int:

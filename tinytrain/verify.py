@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from . import fixedpoint as fp
+from .codegen.memory import firmware_sizes  # noqa: F401  (part of verify's API)
 from .state import Slot, locate, state_blob, state_layout  # noqa: F401  (part of verify's API)
 
 __all__ = ["verify", "state_layout", "locate", "VerifyError", "sample_order", "firmware_sizes"]
@@ -154,31 +155,11 @@ class _LinkTarget:
 # ----------------------------------------------------------------------------- sizes
 
 
-def firmware_sizes(elf) -> dict:
-    """flash = .isr_vector + .text + .ARM.exidx + .data (load image); ram = .data + .bss
-    (static; the reserved .stack is reported apart) from ``arm-none-eabi-size -A``."""
-    import shutil
-    import subprocess
-
-    exe = shutil.which("arm-none-eabi-size")
-    if exe is None:
-        return {}
-    out = subprocess.run([exe, "-A", "-d", str(elf)], capture_output=True, text=True, check=True).stdout
-    sec = {}
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) >= 2 and parts[0].startswith(".") and parts[1].isdigit():
-            sec[parts[0]] = int(parts[1])
-    flash = sum(sec.get(k, 0) for k in (".isr_vector", ".text", ".rodata", ".ARM.exidx", ".data"))
-    return {"flash_bytes": flash, "ram_bytes": sec.get(".data", 0) + sec.get(".bss", 0),
-            "stack_reserved_bytes": sec.get(".stack", 0)}
-
-
 def _fw_dir(board: str, em_source: str) -> Path:
     import hashlib
     import os
 
-    from .codegen.device import FIRMWARE_INCLUDE, FIRMWARE_SRC
+    from .resources import FIRMWARE_INCLUDE, FIRMWARE_SRC
 
     h = hashlib.sha256(em_source.encode())
     for d in (FIRMWARE_SRC, FIRMWARE_INCLUDE):
@@ -192,7 +173,8 @@ def build_cached(model, board: str, out_dir=None, prefix="tt_model", fedcodec: b
     """Build the firmware of `model` for `board` (once per generated source: cached by hash).
     fedcodec: include the on-device federated update codec (True, or "auto": if RAM allows);
     off by default so training-RAM figures are the model's own."""
-    from .codegen.device import build_firmware, choose_fedcodec, choose_shadow, device_source
+    from .codegen.device import device_source
+    from .codegen.project import build_firmware, choose_fedcodec, choose_shadow
     from .codegen.emit import generate
     from .pio_project import elf_path
 
@@ -343,7 +325,7 @@ def _memory(model, board, elf, stack) -> dict | None:
     """The firmware's RAM/flash breakdown (tinytrain.codegen.memory.breakdown, the figures of
     info/codegen/build) on `board` (the default board for host runs), with the ELF's linked
     sizes and the device's measured peak stack beside it."""
-    from .codegen.device import choose_shadow
+    from .codegen.project import choose_shadow
     from .codegen.memory import breakdown
 
     name = board.name if board is not None else None

@@ -346,7 +346,6 @@ def link_firmware(em: Emitted, glue: str, board) -> dict:
                            text=True, cwd=d)
         if r.returncode:
             raise cbuild.BuildError(f"linking the firmware failed:\n{r.stderr}")
-        from ..verify import firmware_sizes
 
         out = dict(firmware_sizes(elf))
         if os.environ.get("TINYTRAIN_KEEP_LINK"):
@@ -408,7 +407,6 @@ def breakdown(model, board=None, prefix: str = "tt_model", *, shadow: bool = Tru
                         else "linked without the Arduino core")
     linked = None
     if elf is not None:
-        from ..verify import firmware_sizes
 
         linked = firmware_sizes(elf) or None
     return Breakdown(b.name, ram, flash, int(b.ram), int(b.flash), stack_source, flash_source,
@@ -431,3 +429,23 @@ def check_breakdown_fits(bd: Breakdown) -> None:
         f"(fewer units/filters), train only the last layers (SGD(train='last:1')) or drop "
         f"momentum/batch accumulation, or pick a larger board (tinytrain boards --model M)."
     )
+
+
+def firmware_sizes(elf) -> dict:
+    """flash = .isr_vector + .text + .ARM.exidx + .data (load image); ram = .data + .bss
+    (static; the reserved .stack is reported apart) from ``arm-none-eabi-size -A``."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("arm-none-eabi-size")
+    if exe is None:
+        return {}
+    out = subprocess.run([exe, "-A", "-d", str(elf)], capture_output=True, text=True, check=True).stdout
+    sec = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0].startswith(".") and parts[1].isdigit():
+            sec[parts[0]] = int(parts[1])
+    flash = sum(sec.get(k, 0) for k in (".isr_vector", ".text", ".rodata", ".ARM.exidx", ".data"))
+    return {"flash_bytes": flash, "ram_bytes": sec.get(".data", 0) + sec.get(".bss", 0),
+            "stack_reserved_bytes": sec.get(".stack", 0)}
