@@ -129,6 +129,7 @@ ROWS = [
     R([*TRAIN, "m.json"], "total_steps = -5 must be an integer >= 1",
       {"m.json": opt(schedule="cosine", total_steps=-5)}, None, id="total-steps-negative"),
     R([*TRAIN, "m.json"], "learning rate 1e+12 is too large to train", {"m.json": opt(lr=1e12)}, None, id="lr-1e12"),
+    R([*TRAIN, "m.json"], "lr = ", {"m.json": opt(lr=10**400)}, None, id="lr-beyond-float"),
     R([*TRAIN, "m.json"], 'schedule = "linear" must be one of "constant"', {"m.json": opt(schedule="linear")}, None,
       id="schedule-unknown"),
     R([*TRAIN, "m.json"], "batch_size = 2.5 must be a positive integer", {"m.json": opt(batch_size=2.5)}, None,

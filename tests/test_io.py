@@ -149,3 +149,19 @@ def test_int16_minus_32768_is_refused(tmp_path):
     io.save(m, p)
     with _pt.raises(io.FileFormatError, match="-32768"):
         io.load(p)
+
+
+def test_stale_tmp_cleanup_leaves_odd_names_and_live_writers(tmp_path):
+    """Only .NAME.PID.tmp files of dead PIDs go: a live PID's (a write in progress), names with
+    digits too long for a PID (a nanosecond stamp: os.kill would overflow), other files stay."""
+    import os
+
+    from tinytrain.io import remove_stale_tmp
+
+    dead = 2**22 + 7  # above Linux's PID limit (pid_max <= 2^22): never a running process
+    names = [f".m.tt.{os.getpid()}.tmp", f".m.tt.{dead}.tmp", ".m.tt.17012345678901234567.tmp", "m.tt", ".x.tmp"]
+    for n in names:
+        (tmp_path / n).write_bytes(b"x")
+    removed = remove_stale_tmp(tmp_path)
+    assert [p.name for p in removed] == [f".m.tt.{dead}.tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(set(names) - {f".m.tt.{dead}.tmp"})

@@ -286,7 +286,11 @@ def _emulate_run(args) -> int:
         try:
             while emu.proc is not None and emu.proc.poll() is None:
                 time.sleep(0.2)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
+            from .cli import Terminated
+
+            if isinstance(exc, Terminated):  # SIGTERM/SIGHUP: exit 128 + signal like the other commands
+                raise
             return 0
         print(f"QEMU exited: {emu.output().strip()}", file=sys.stderr)
         return 1

@@ -44,7 +44,8 @@ HOST = "127.0.0.1"
 STOP_GRACE = 1.0  # seconds QEMU gets to exit on SIGTERM before SIGKILL
 
 _running: set[subprocess.Popen] = set()  # every QEMU started here and not yet reaped
-_running_lock = threading.Lock()
+_running_lock = threading.RLock()  # re-entrant: kill_all runs in the SIGTERM handler, which may
+                                   # interrupt the main thread inside start()/stop()
 
 
 def kill_all() -> int:
@@ -162,6 +163,8 @@ class Emulator:
         last = ""
         for _attempt in range(5):
             port = _free_port()
+            if self._log is not None:  # the previous attempt's or boot's log (retries, restarts)
+                self._log.close()
             self._log = tempfile.TemporaryFile()
             cmd = qemu_command(self.board, self.elf, port, icount=self.icount, extra_args=self.extra_args)
             self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log,

@@ -27,7 +27,12 @@ def is_int(v) -> bool:
 
 
 def is_number(v) -> bool:
-    return (is_int(v) or isinstance(v, numbers.Real) and not isinstance(v, bool)) and math.isfinite(v)
+    if not (is_int(v) or isinstance(v, numbers.Real) and not isinstance(v, bool)):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an integer beyond any float (a 400-digit "lr")
+        return False
 
 
 def _ints(v, n, lo) -> bool:

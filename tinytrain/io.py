@@ -104,7 +104,7 @@ def to_bytes(model, extra: dict | None = None) -> bytes:
     return body + struct.pack("<I", fp.crc32(body))
 
 
-_TMP_NAME = re.compile(r"^\.(.+)\.(\d+)\.tmp$")  # .NAME.PID.tmp, made by atomic_write
+_TMP_NAME = re.compile(r"^\.(.+)\.(\d{1,9})\.tmp$")  # .NAME.PID.tmp, made by atomic_write (Linux PIDs < 2^22)
 
 
 def _pid_alive(pid: int) -> bool:

@@ -25,7 +25,7 @@ from typing import Iterable, Sequence
 
 from .resources import FIRMWARE_INCLUDE
 from .boards import PORTS_DIR, Board, default_board, get_board, load_boards
-from .toolchain import ToolchainError, find_pio, pio_core_dir, pio_env, setup as toolchain_setup
+from .toolchain import ToolchainError, core_lock, find_pio, pio_core_dir, pio_env, setup as toolchain_setup
 
 __all__ = ["BuildError", "write_project", "build", "elf_path", "platform_installed"]
 
@@ -161,8 +161,9 @@ def build(out_dir: str | Path, board: str | Board | None = None, *, verbose: boo
     if verbose:
         cmd.append("-v")
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=pio_env(), timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+        with core_lock(shared=True):  # no install replaces the platform while this build runs
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=pio_env(), timeout=timeout,
+                                  stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise BuildError(f"pio run for {b.name} did not finish in {timeout:.0f} s") from None
     log = proc.stdout + proc.stderr

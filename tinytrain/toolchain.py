@@ -13,6 +13,7 @@ and a ``.piopm`` that names owner ``platformio`` and the version PlatformIO requ
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -251,23 +252,36 @@ def _drop_linked_qemu_platforms(platforms: Path) -> None:
             link.unlink(missing_ok=True)
 
 
+@contextlib.contextmanager
+def core_lock(shared: bool = False):
+    """A lock on PlatformIO's core folder: exclusive while tinytrain installs into it (tool-scons,
+    the offline platform), shared while a build uses it, so an install never replaces a folder
+    under a running ``pio run`` of another process."""
+    import fcntl
+
+    core = pio_core_dir()
+    core.mkdir(parents=True, exist_ok=True)
+    with open(core / ".tinytrain-platform.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def install_qemu_platform(quiet: bool = False) -> Path:
     """Install the package's offline platform (``qemu-cortexm``) into PlatformIO's own platforms
     folder with ``pio pkg install -g``, so generated projects say ``platform =
     qemu-cortexm@<version>`` and name no path (they stay buildable when moved). Reinstalled when
-    the package's copy changes (a stamp holds its content hash). Serialised by a lock file:
-    parallel builds may call this at once."""
-    import fcntl
-
+    the package's copy changes (a stamp holds its content hash). Under the exclusive core_lock:
+    parallel builds may call this at once, and builds hold the lock shared while they run."""
     from .resources import QEMU_PLATFORM_DIR
 
     core = pio_core_dir()
     dest = core / "platforms" / "qemu-cortexm"
     want = _tree_hash(QEMU_PLATFORM_DIR)
     stamp = dest / ".tinytrain-hash"
-    core.mkdir(parents=True, exist_ok=True)
-    with open(core / ".tinytrain-platform.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with core_lock():
         _drop_linked_qemu_platforms(core / "platforms")
         if stamp.is_file() and stamp.read_text() == want:
             return dest
@@ -288,7 +302,8 @@ def setup(quiet: bool = False) -> dict[str, str]:
     tool -> path."""
     found = check_system_tools()
     found["pio"] = str(find_pio())
-    found["tool-scons"] = str(install_tool_scons(quiet=quiet))
+    with core_lock():  # two first builds at once must not both copy tool-scons
+        found["tool-scons"] = str(install_tool_scons(quiet=quiet))
     found["qemu-cortexm platform"] = str(install_qemu_platform(quiet=quiet))
     for k, v in found.items():
         _say(f"{k}: {v}", quiet)

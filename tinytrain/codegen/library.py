@@ -164,6 +164,13 @@ void loop()
 """
 
 
+EXPORT_STAMP = ".tinytrain-export"  # marks a folder export_library wrote (and may replace)
+
+
+def _is_export(folder: Path) -> bool:
+    return (folder / EXPORT_STAMP).is_file()
+
+
 def export_library(model, out_dir, prefix: str = "tt_model", *, name: str | None = None,
                    samples=None, steps: int = 1000, report: int = 100) -> Path:
     """Write the library folder `out_dir` (replaced if it holds an earlier export) for `model`
@@ -171,9 +178,13 @@ def export_library(model, out_dir, prefix: str = "tt_model", *, name: str | None
     trains `steps` steps cycling through them and reports the hash every `report` steps."""
     out = Path(out_dir).resolve()
     if out.exists():
-        if not (out / "library.properties").is_file():
-            raise FileExistsError(f"{out} exists and is not an exported tinytrain library")
-        shutil.rmtree(out)
+        if out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
+        elif not _is_export(out):  # never replace someone else's library (every Arduino one has
+            raise FileExistsError(  # a library.properties)
+                f"{out} exists and is not a library exported by tinytrain: choose an empty or new folder")
+        else:
+            shutil.rmtree(out)
     src = out / "src"
     src.mkdir(parents=True)
     for f in [*sorted(FIRMWARE_INCLUDE.glob("tt_*.h")), *sorted(FIRMWARE_SRC.glob("tt_*.c")),
@@ -196,6 +207,7 @@ def export_library(model, out_dir, prefix: str = "tt_model", *, name: str | None
     lib["headers"] = ["tinytrain.h"]
     (out / "library.json").write_text(json.dumps(lib, indent=2) + "\n")
     (out / "library.properties").write_text(_properties(man, name, prefix))
+    (out / EXPORT_STAMP).write_text(f"written by tinytrain export-library; the folder is replaced on the next export\n")
     if samples is not None:
         ex = out / "examples" / "train_in_loop"
         ex.mkdir(parents=True)

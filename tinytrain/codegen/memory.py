@@ -101,11 +101,18 @@ def _sources(em: Emitted, d: Path):
 
 def compile_arm(em: Emitted, cpu: str, stack_usage=False, keep: Path | None = None) -> dict:
     """Compile the model and runtime for ``cpu`` to objects. Returns sizes, undefined
-    symbols, the disassembly and a stack estimate."""
+    symbols, the disassembly and a stack estimate. The objects stay in `keep` if given; else
+    they are built in a temporary folder that is removed."""
     if shutil.which(ARM_CC) is None:
         raise ToolchainMissing(f"{ARM_CC} not found: apt-get install gcc-arm-none-eabi libnewlib-arm-none-eabi")
-    d = Path(keep or tempfile.mkdtemp(prefix="tt-arm-"))
-    d.mkdir(parents=True, exist_ok=True)
+    if keep is not None:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        return _compile_arm_in(em, cpu, stack_usage, Path(keep))
+    with tempfile.TemporaryDirectory(prefix="tt-arm-") as d:
+        return _compile_arm_in(em, cpu, stack_usage, Path(d))
+
+
+def _compile_arm_in(em: Emitted, cpu: str, stack_usage: bool, d: Path) -> dict:
     srcs = _sources(em, d)
     flags = ["-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-ffunction-sections", "-fdata-sections",
              *CPU_FLAGS[cpu], f"-I{cbuild.FIRMWARE_INCLUDE}", f"-I{d}"]
@@ -153,7 +160,7 @@ def compile_arm(em: Emitted, cpu: str, stack_usage=False, keep: Path | None = No
         deepest_kernel = max((v for k, v in frames.items() if k.startswith("tt_")), default=0)
         stack = step + 2 * deepest_kernel + 64  # step frame + kernel + its leaf helpers + ISR margin
     return {"undefined": und, "disasm": dis, "text": text, "data": data, "bss": bss,
-            "model_ram": model_bss + model_data, "stack": stack, "dir": d}
+            "model_ram": model_bss + model_data, "stack": stack}
 
 
 def float_symbols(undefined) -> list[str]:
@@ -302,8 +309,8 @@ def link_firmware(em: Emitted, glue: str, board) -> dict:
 
     h = hashlib.sha256((em.source + glue + board.name + " ".join(CPU_FLAGS[board.cpu])).encode())
     for f in [*sorted(SRC.glob("tt_*.c")), *sorted(cbuild.FIRMWARE_INCLUDE.glob("*.h")),
-              *sorted(board.port_dir.glob("*"))]:
-        h.update(f.read_bytes())
+              *sorted(board.port_dir.glob("*")), *sorted((board.port_dir.parent / "common").glob("*"))]:
+        h.update(f.read_bytes())  # everything compiled into the link below
     key = h.hexdigest()[:20]
     cache = Path(os.environ.get("TINYTRAIN_CACHE", Path.home() / ".cache" / "tinytrain")) / "link" / f"{key}.json"
     if key in _LINK_CACHE:

@@ -85,14 +85,13 @@ def _run(args) -> int:
         if path:
             tio.check_writable(path, folder)
     logf = sys.stderr if args.json else sys.stdout
-    bar = progress_bar(total=args.rounds, desc="federate", unit="round", json=args.json)
-    r = federate(args.model, args.data, simulated=args.simulated, board=args.board,
-                 devices=args.devices if args.board else None, ports=args.ports, rounds=args.rounds,
-                 partition=args.partition, local_epochs=args.local_epochs, local_steps=args.local_steps,
-                 compress=args.compress, compress_down=args.compress_down, seed=args.seed, quorum=args.quorum, out=args.out,
-                 resume=args.resume, plot=args.plot, timeout=args.timeout,
-                 log=_round_logger(bar, logf))
-    bar.close()
+    with progress_bar(total=args.rounds, desc="federate", unit="round", json=args.json) as bar:
+        r = federate(args.model, args.data, simulated=args.simulated, board=args.board,
+                     devices=args.devices if args.board else None, ports=args.ports, rounds=args.rounds,
+                     partition=args.partition, local_epochs=args.local_epochs, local_steps=args.local_steps,
+                     compress=args.compress, compress_down=args.compress_down, seed=args.seed, quorum=args.quorum, out=args.out,
+                     resume=args.resume, plot=args.plot, timeout=args.timeout,
+                     log=_round_logger(bar, logf))
     r["compress_down"] = args.compress_down or args.compress
     if args.json:
         hist = r.pop("history")
