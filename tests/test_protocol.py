@@ -463,7 +463,8 @@ def test_corrupt_load_leaves_old_parameters(link):
     blob = bytes(random.Random(6).randbytes(N_PARAMS))
 
     def forge(data):
-        f = P.decode_frame(data)
+        (wire,) = P.FrameSplitter().feed(data)  # one request, between its delimiters
+        f = P.decode_frame(wire)
         if f.type == P.Msg.LOAD_PARAMS and struct.unpack_from("<I", f.payload)[0] == 256:
             pl = bytearray(f.payload)
             pl[10] ^= 0xFF

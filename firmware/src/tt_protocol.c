@@ -56,9 +56,13 @@ static uint32_t tt_frame_finish(const tt_proto *p, uint8_t *buf, uint32_t type, 
     return TT_HDR_LEN + len + TT_CRC_LEN;
 }
 
+/* COBS, then two delimiters: the second (an empty frame, ignored by the host) still ends this
+ * frame if noise corrupted the first, so the host sees a bad frame at once instead of waiting
+ * for its timeout with this frame merged into the next. */
 static void tt_frame_send(const tt_proto *p, const uint8_t *buf, uint32_t n)
 {
     tt_cobs_encode(buf, n, p->io.put, p->io.ctx);
+    p->io.put(p->io.ctx, 0);
     p->io.put(p->io.ctx, 0);
 }
 
