@@ -403,7 +403,6 @@ class DeviceLink:
         self._frames: list[bytes] = []  # split off the wire, not looked at yet
         self._seq = int.from_bytes(os.urandom(2), "little") or 1
         self._last_step: int | None = None
-        self._synced = False
         if hello:
             try:
                 self.hello()
@@ -520,7 +519,7 @@ class DeviceLink:
                 if f is not None:
                     return f
             now = self._clock()
-            if now - last >= quiet or now >= end:
+            if now >= min(end, last + quiet):  # the same sum _read is given: no rounding gap
                 break
             if self._read(min(end, last + quiet)):
                 last = self._clock()
@@ -540,24 +539,22 @@ class DeviceLink:
     def request(self, req: int, payload: bytes = b"", *, timeout: float | None = None) -> Frame:
         """Send one request and return its reply frame.
 
-        A frame goes out followed by two 0x00 (the second, an empty frame, ends the frame even
-        if noise ate the first). After a timeout, a corrupted reply or a "your request was
-        garbled" error the host resyncs (_resync: drains the failed exchange, backing off
-        exponentially) and retransmits the same bytes with the same seq, led by a 0x00 that
-        ends any partial frame in the device's decoder, up to `retries` times."""
+        A frame goes out as 0x00, COBS, 0x00, 0x00: the lead ends whatever noise left in the
+        device's decoder (so it cannot prefix this frame), the spare ends the frame even if
+        noise ate the first delimiter (empty frames are ignored). After a timeout, a corrupted
+        reply or a "your request was garbled" error the host resyncs (_resync: drains the
+        failed exchange, backing off exponentially; a valid reply that turns up meanwhile is
+        taken) and retransmits the same bytes, same seq, up to `retries` times."""
         seq = self._next_seq()
-        wire = encode_frame(req, seq, payload, schema=self._schema_out()) + b"\x00"
+        wire = b"\x00" + encode_frame(req, seq, payload, schema=self._schema_out()) + b"\x00"
         timeout = self.timeout if timeout is None else timeout
         # time for the bytes themselves at 10 bits per byte, both ways
         timeout += 2 * 10 * len(wire) / max(self.baudrate, 1)
         last: Exception | None = None
-        lead = b"" if self._synced else b"\x00"  # end a partial frame left by a previous user
-        self._synced = True
         for attempt in range(1 + self.retries):
             if attempt:
                 self.retransmissions += 1
-            self._write(lead + wire)
-            lead = b"\x00"
+            self._write(wire)
             try:
                 f = self._await(seq, req, self._clock() + timeout)
             except (DeviceTimeout, _Garbled) as e:
