@@ -12,6 +12,7 @@ the same commands to any argparse subparsers object.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -46,6 +47,37 @@ def _model_args(p, steps=False):
     p.add_argument("--data", default=None, help="dataset (default: the one the built-in model is "
                    "made for, else digits)")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and of the sample order")
+
+
+def _retries(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return n
+
+
+def _seconds(text: str) -> float:
+    try:
+        t = float(text)
+    except ValueError:
+        t = float("nan")
+    if not 0 < t < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return t
+
+
+def add_link_args(p, timeout_default: str) -> None:
+    """--retries and --timeout of a command that talks to boards over the serial protocol."""
+    from .protocol import DEFAULT_RETRIES
+
+    p.add_argument("--retries", type=_retries, default=None, metavar="N",
+                   help="retransmissions of a request after a timeout or a corrupted exchange "
+                   f"(default {DEFAULT_RETRIES}); the link resyncs and backs off before each")
+    p.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
+                   help=f"seconds one attempt waits for its reply (default {timeout_default})")
 
 
 def _load_model(args):
@@ -134,6 +166,7 @@ def _verify_args(p):
                    "this model's firmware (/dev/ttyACM0, socket://127.0.0.1:4321)")
     p.add_argument("--steps", type=int, default=300, help="training steps to compare (default 300)")
     p.add_argument("--json", action="store_true", help="last line: a JSON object with the result")
+    add_link_args(p, "2 s with --port, 10 s for an emulated board")
 
 
 def _verify_run(args) -> int:
@@ -150,7 +183,8 @@ def _verify_run(args) -> int:
             print(f"\r  step {k}/{n}: hashes equal", end="", file=sys.stderr, flush=True)
 
     r = verify(model, ds, args.steps, board=args.board or ("host" if args.port is None else None),
-               port=args.port, json=args.json, seed=args.seed, progress=progress)
+               port=args.port, json=args.json, seed=args.seed, progress=progress,
+               retries=args.retries, timeout=args.timeout)
     if not args.json:
         print(file=sys.stderr)
     fm = r["first_mismatch"]
@@ -165,6 +199,8 @@ def _verify_run(args) -> int:
         print(f"  {r['instructions_per_step']:.0f} instructions per training step (QEMU -icount)")
     if r["cycles_per_step"] is not None:
         print(f"  {r['cycles_per_step']:.0f} cycles per training step")
+    if r["retransmissions"]:
+        print(f"  {r['retransmissions']} requests sent again (timeouts or corrupted exchanges)")
     if r["ram_bytes"] is not None:
         print(f"  static RAM {r['ram_bytes']} B"
               + (f", peak stack {r['stack_bytes']} B" if r.get("stack_bytes") else "")

@@ -189,11 +189,13 @@ class SimDevice(Device):
 class EmulatedBoard:
     """A restartable QEMU board: connect() boots it if needed and opens a DeviceLink."""
 
-    def __init__(self, board: str, elf, timeout: float = 10.0):
+    def __init__(self, board: str, elf, timeout: float = 10.0, retries: int | None = None):
         from ..emulator import Emulator
+        from ..protocol import DEFAULT_RETRIES
 
         self.emu = Emulator(board, elf)
         self.timeout = timeout
+        self.retries = DEFAULT_RETRIES if retries is None else retries
 
     def connect(self):
         from ..protocol import DeviceLink
@@ -201,7 +203,7 @@ class EmulatedBoard:
         if self.emu.proc is not None and self.emu.proc.poll() is not None:
             self.emu.stop()  # it died: boot a fresh one
         self.emu.start()
-        return DeviceLink(self.emu.url, timeout=self.timeout)
+        return DeviceLink(self.emu.url, timeout=self.timeout, retries=self.retries)
 
     def kill(self) -> None:
         """Kill the QEMU process (fault injection: the board dies mid-round)."""
