@@ -343,6 +343,7 @@ class _Garbled(ProtocolError):
 _GARBLED_CODES = (ErrorCode.CRC, ErrorCode.FRAMING, ErrorCode.TOO_LONG)
 DEFAULT_TIMEOUT = 2.0  # seconds per attempt
 DEFAULT_RETRIES = 10   # retransmissions per request
+DEFAULT_QUIET = 0.005  # seconds of silence that end a resync (doubled per retry, at most 8x)
 
 
 class DeviceLink:
@@ -352,19 +353,20 @@ class DeviceLink:
     `read(n)`, `write(b)`, `timeout`, `in_waiting` and `close()`. `timeout`: seconds one attempt
     waits for its reply (plus the frame's wire time); `retries`: retransmissions of a request
     after a timeout or corruption; `quiet`: seconds of silence that end the resync before a
-    retransmission (doubled per retransmission, at most 16x; see request). `schema_hash`: the
+    retransmission (doubled per retransmission, at most 8x; see request). `schema_hash`: the
     schema the host expects (None: adopt the device's from HELLO). `on_log(text)` receives LOG
     lines (default: the "tinytrain.protocol" logger). `clock`: the time source (tests pass a
     virtual one). The link is not thread-safe.
 
     Counters: `retransmissions` (all requests), `worst_retries` (the most one request needed),
+    `timeouts` (attempts that got no valid reply in time),
     `stale_frames` (valid frames that answered nothing outstanding: late replies of earlier
     attempts, errors about garbled fragments), `replays_seen`, `boots_seen`, `bytes_sent`,
     `bytes_received`.
     """
 
     def __init__(self, port, *, baudrate: int = 115200, timeout: float = DEFAULT_TIMEOUT,
-                 retries: int = DEFAULT_RETRIES, quiet: float = 0.01,
+                 retries: int = DEFAULT_RETRIES, quiet: float = DEFAULT_QUIET,
                  schema_hash: int | None = None, on_log: Callable[[str], None] | None = None,
                  hello: bool = True, clock: Callable[[], float] = time.monotonic):
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
@@ -396,6 +398,7 @@ class DeviceLink:
         self.replays_seen = 0
         self.retransmissions = 0
         self.worst_retries = 0
+        self.timeouts = 0
         self.stale_frames = 0
         self.last_load_start = 0  # offset the last load_params resumed from
         self.bytes_sent = self.bytes_received = 0  # serial traffic, COBS and delimiters included
@@ -506,11 +509,11 @@ class DeviceLink:
 
     def _resync(self, seq: int, req: int, k: int, limit: float) -> Frame | None:
         """After failed attempt k (0-based): read until the line has been quiet for
-        quiet * 2**min(k, 4) seconds (at most `limit` seconds in all), dropping what belongs to
+        quiet * 2**min(k, 3) seconds (at most `limit` seconds in all), dropping what belongs to
         the failed exchange (garbled frames, errors about them, stale replies), then drop any
         partial frame. A valid reply to (seq, req) that turns up meanwhile was late, not lost:
         it is returned."""
-        quiet = self.quiet * (1 << min(k, 4))
+        quiet = self.quiet * (1 << min(k, 3))
         now = self._clock()
         end, last = now + limit, now
         while True:
@@ -559,6 +562,7 @@ class DeviceLink:
                 f = self._await(seq, req, self._clock() + timeout)
             except (DeviceTimeout, _Garbled) as e:
                 last = e
+                self.timeouts += isinstance(e, DeviceTimeout)
                 log.debug("%s seq %d attempt %d failed: %s", _msg_name(req), seq, attempt + 1, e)
                 f = self._resync(seq, req, attempt, timeout)
             if f is not None:
