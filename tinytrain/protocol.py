@@ -1,7 +1,7 @@
 """Host side of the tinytrain serial protocol (the specification is docs/protocol.md; the device
 side is firmware/src/tt_protocol.c).
 
-Frame before COBS, little-endian, followed on the wire by one 0x00 delimiter::
+Frame before COBS, little-endian; on the wire 0x00, the COBS bytes, 0x00, 0x00 (docs §1)::
 
     u8 version | u8 type | u16 seq | u8 flags | u8 reserved | u16 len | u32 schema |
     payload[len] | u32 crc32(header + payload)
