@@ -756,11 +756,13 @@ class FakeDevice:
         self.now = 0.0
         self.rx = bytearray()
         self.exchanges = 0
+        self.write_times: list[float] = []
 
     def clock(self) -> float:
         return self.now
 
     def write(self, data: bytes) -> int:
+        self.write_times.append(self.now)
         for wire in P.FrameSplitter().feed(bytes(data)):
             self.exchanges += 1
             self.rx += self.answer(P.decode_frame(wire))
@@ -825,6 +827,19 @@ def test_valid_crc_wrong_payload_is_malformed_reply(call, msg, payload, match):
     lk.hello()
     with pytest.raises(P.MalformedReply, match=match):
         call(lk)
+
+
+def test_retransmissions_back_off_exponentially():
+    """A silent device, on the virtual clock: attempt k+1 goes out `timeout` (plus wire time)
+    and then quiet * 2**min(k, 3) of silence after attempt k."""
+    lk = fake_link(lambda f: b"", timeout=0.2, retries=5, quiet=0.01)
+    with pytest.raises(P.DeviceTimeout, match="6 attempts"):
+        lk.state_hash()
+    t = lk._ser.write_times
+    wire = 2 * 10 * (1 + 17 + 2) / 115200
+    gaps = [b - a - 0.2 - wire for a, b in zip(t, t[1:])]
+    assert gaps == pytest.approx([0.01, 0.02, 0.04, 0.08, 0.08], abs=1e-9)
+    assert (lk.retransmissions, lk.worst_retries, lk.timeouts) == (5, 5, 6)
 
 
 def test_hello_checks_its_fields():
