@@ -171,7 +171,7 @@ def report(res: dict) -> str:
         "",
         f"Failed runs: {'; '.join(fails) if fails else 'none'}. The worst request of every run "
         f"stayed within the default `--retries {DEFAULT_RETRIES}` for: {', '.join(fits) or 'none'}; "
-        f"the other faults needed more (at a byte error rate of 1e-2 an exchange of ~125 bytes "
+        f"the other faults needed more (at a byte error rate of 1e-2 a TRAIN exchange of ~120 bytes "
         f"fails about 70 % of the time, so 11 attempts lose about one step in 50).",
         "",
         f"Device-side fuzz (ASan + UBSan, standalone driver): {fz.get('summary', 'not run')} "
