@@ -102,3 +102,36 @@ def test_import_is_light_and_api_is_exported():
             "'datasets', 'build_model', 'load_dataset']; assert all(getattr(tt, n) for n in names)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("argv", [
+    ["verify", "--model", "digits-mlp", "--board", "host", "--retries", "-1"],
+    ["verify", "--model", "digits-mlp", "--board", "host", "--retries", "two"],
+    ["verify", "--model", "digits-mlp", "--board", "host", "--timeout", "0"],
+    ["verify", "--model", "digits-mlp", "--board", "host", "--timeout", "nan"],
+    ["federate", "--ports", "loop://", "--rounds", "1", "--model", "digits-mlp", "--retries", "1.5"],
+    ["federate", "--ports", "loop://", "--rounds", "1", "--model", "digits-mlp", "--timeout", "-2"],
+])
+def test_link_options_are_type_checked(capsys, argv):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and "must be" in err.strip().splitlines()[-1], err
+
+
+@pytest.mark.parametrize("argv, timeout", [
+    (["verify", "--model", "digits-mlp", "--port", "loop://", "--retries", "7", "--timeout", "0.25"], 0.25),
+    (["federate", "--ports", "loop://", "--rounds", "1", "--model", "digits-mlp", "--retries", "7",
+      "--timeout", "0.25", "--quorum", "1"], 0.25),
+])
+def test_link_options_reach_the_link(capsys, monkeypatch, argv, timeout):
+    from tinytrain import protocol
+
+    seen = []
+
+    def fake_link(port, **kw):
+        seen.append((port, kw["retries"], kw["timeout"]))
+        raise protocol.DeviceTimeout("fake board: no reply")
+
+    monkeypatch.setattr(protocol, "DeviceLink", fake_link)
+    monkeypatch.delenv("TINYTRAIN_DEBUG", raising=False)
+    run(capsys, *argv)
+    assert seen and seen[0] == ("loop://", 7, timeout)

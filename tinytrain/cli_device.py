@@ -13,6 +13,7 @@ the same commands to any argparse subparsers object.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -48,6 +49,37 @@ def _model_args(p, steps=False):
     p.add_argument("--data", default=None, help="dataset (default: the one the built-in model is "
                    "made for, else digits)")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and of the sample order")
+
+
+def _retries(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}")
+    return n
+
+
+def _seconds(text: str) -> float:
+    try:
+        t = float(text)
+    except ValueError:
+        t = float("nan")
+    if not 0 < t < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
+    return t
+
+
+def add_link_args(p, timeout_default: str) -> None:
+    """--retries and --timeout of a command that talks to boards over the serial protocol."""
+    from .protocol import DEFAULT_RETRIES
+
+    p.add_argument("--retries", type=_retries, default=None, metavar="N",
+                   help="retransmissions of a request after a timeout or a corrupted exchange "
+                   f"(default {DEFAULT_RETRIES}); the link resyncs and backs off before each")
+    p.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
+                   help=f"seconds one attempt waits for its reply (default {timeout_default})")
 
 
 def _load_model(args):
@@ -215,6 +247,7 @@ def _verify_args(p):
                    "(~100x slower than the simulator)")
     p.add_argument("--json", action="store_true", help="print only a JSON object with the result on "
                    "stdout (human lines go to stderr)")
+    add_link_args(p, "2 s with --port, 10 s for an emulated board")
     p.epilog = ("exit status: 0 equal every step, 3 a mismatch (the first is located), 2 bad input "
                 "or a missing tool, 1 an internal error. Examples: tinytrain verify --board host "
                 "--model runs/w1.tt --json; tinytrain verify --board mps2_an386 --model digits-mlp --steps 300")
@@ -233,7 +266,7 @@ def _verify_run(args) -> int:
     with progress_bar(total=args.steps, desc="verify", unit="step", json=args.json) as bar:
         r = verify(model, ds, args.steps, board=args.board or ("host" if args.port is None else None),
                    port=args.port, seed=args.seed, progress=lambda k, n: bar.update(k - bar.n),
-                   reference=args.reference)
+                   reference=args.reference, retries=args.retries, timeout=args.timeout)
     # --json: stdout is the JSON object only; the human lines go to stderr
     out = sys.stderr if args.json else sys.stdout
     fm = r["first_mismatch"]
@@ -250,6 +283,8 @@ def _verify_run(args) -> int:
         print(f"  {r['instructions_per_step']:.0f} instructions per training step (QEMU -icount)", file=out)
     if r["cycles_per_step"] is not None:
         print(f"  {r['cycles_per_step']:.0f} cycles per training step", file=out)
+    if r["retransmissions"]:
+        print(f"  {r['retransmissions']} requests sent again (timeouts or corrupted exchanges)", file=out)
     if r.get("memory"):
         from .codegen.memory import Breakdown
 

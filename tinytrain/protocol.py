@@ -1,7 +1,7 @@
 """Host side of the tinytrain serial protocol (the specification is docs/protocol.md; the device
 side is tinytrain/firmware/src/tt_protocol.c).
 
-Frame before COBS, little-endian, followed on the wire by one 0x00 delimiter::
+Frame before COBS, little-endian; on the wire 0x00, the COBS bytes, 0x00, 0x00 (docs §1)::
 
     u8 version | u8 type | u16 seq | u8 flags | u8 reserved | u16 len | u32 schema |
     payload[len] | u32 crc32(header + payload)
@@ -9,7 +9,12 @@ Frame before COBS, little-endian, followed on the wire by one 0x00 delimiter::
 `DeviceLink` opens any pyserial URL (a tty, /dev/pts/N, socket://host:port, loop://) or takes an
 already open serial-like object, and speaks stop-and-wait: one request, one reply with the same
 seq. Every command may be retried: the device answers a retransmitted request (same seq, same
-bytes) from its replay cache without executing it again.
+bytes) from its replay cache without executing it again. After any failed attempt (timeout,
+corrupted reply, "your request was garbled") the host resynchronises before it retransmits: it
+reads until the line has been quiet for a while (exponential backoff), dropping everything that
+belongs to the failed exchange, so one corrupted byte costs at most one retransmission.
+Every reply is validated (length and fields) before use: a reply with a valid CRC but a wrong
+payload raises `MalformedReply`, never a foreign exception.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ HEADER = struct.Struct("<BBHBBHI")
 HEADER_LEN = HEADER.size  # 12
 CRC_LEN = 4
 TENSOR_PARAMS = 0xFFFF  # GET_TENSOR id of the whole parameter/state blob
+HELLO_LEN = 28  # HELLO reply payload; also the smallest max_payload the host accepts
 
 log = logging.getLogger("tinytrain.protocol")
 
@@ -114,6 +120,11 @@ class DeviceError(ProtocolError):
             name = f"code {code}"
         req = _msg_name(request)
         super().__init__(f"device error {name} ({code}) on {req}: {message} (detail {detail})")
+
+
+class MalformedReply(ProtocolError):
+    """A reply with a valid CRC whose payload does not have its message's layout or values
+    (firmware of another release, a bug on the device)."""
 
 
 class DeviceTimeout(ProtocolError, TimeoutError):
@@ -235,6 +246,18 @@ def _schema_msg(device: int, host: int) -> str:
             "flash the firmware generated from this graph (or open the link with that schema)")
 
 
+def _fields(fmt: str, payload: bytes, what: str, *, exact: bool = True) -> tuple:
+    """The little-endian fields `fmt` at the start of `payload` (of `what`, e.g. "TRAIN
+    reply"). The payload must be exactly that long (or at least, with exact=False), else
+    MalformedReply names the message and both lengths."""
+    size = struct.calcsize("<" + fmt)
+    if len(payload) != size and (exact or len(payload) < size):
+        raise MalformedReply(f"{what} of {len(payload)} bytes, expected "
+                             f"{'' if exact else 'at least '}{size}: host and firmware of "
+                             "different releases, or a firmware bug")
+    return struct.unpack_from("<" + fmt, payload)
+
+
 class FrameSplitter:
     """Accumulates wire bytes and yields complete COBS-encoded frames (without delimiters)."""
 
@@ -278,9 +301,13 @@ class DeviceInfo:
 
     @classmethod
     def from_payload(cls, p: bytes) -> "DeviceInfo":
-        if len(p) < 28:
-            raise FramingError(f"HELLO reply of {len(p)} bytes, expected at least 28")
-        v, fl, mp, fw, sch, ram, pb, il, nc, st = struct.unpack_from("<BBHIIIIHHI", p)
+        """Parse and check a HELLO payload: 28 bytes (longer is accepted and the rest ignored, for
+        fields a later release may append); max_payload must hold at least a HELLO reply."""
+        v, fl, mp, fw, sch, ram, pb, il, nc, st = _fields("BBHIIIIHHI", p, "HELLO reply", exact=False)
+        if mp < HELLO_LEN:
+            raise MalformedReply(f"HELLO advertises max_payload {mp}, the host needs at least "
+                                 f"{HELLO_LEN} (a HELLO reply): rebuild the firmware with a "
+                                 "larger TT_MAX_PAYLOAD")
         return cls(v, bool(fl & 1), mp, fw, sch, ram, pb, il, nc, st, bool(fl & 2))
 
     @property
@@ -312,18 +339,41 @@ class _Garbled(ProtocolError):
     """The device says our request arrived corrupted: send it again."""
 
 
+# ERROR codes the device sends with seq 0 about bytes it could not read as a frame
+_GARBLED_CODES = (ErrorCode.CRC, ErrorCode.FRAMING, ErrorCode.TOO_LONG)
+DEFAULT_TIMEOUT = 2.0  # seconds per attempt
+DEFAULT_RETRIES = 10   # retransmissions per request
+DEFAULT_QUIET = 0.005  # seconds of silence that end a resync (doubled per retry, at most 8x)
+
+
 class DeviceLink:
     """A conversation with one device.
 
     `port` is a pyserial URL (opened with serial.serial_for_url) or an object with pyserial's
-    `read(n)`, `write(b)`, `timeout`, `in_waiting` and `close()`. `schema_hash`: the schema the
-    host expects (None: adopt the device's from HELLO). `on_log(text)` receives LOG lines
-    (default: the "tinytrain.protocol" logger). The link is not thread-safe.
+    `read(n)`, `write(b)`, `timeout`, `in_waiting` and `close()`. `timeout`: seconds one attempt
+    waits for its reply (plus the frame's wire time); `retries`: retransmissions of a request
+    after a timeout or corruption; `quiet`: seconds of silence that end the resync before a
+    retransmission (doubled per retransmission, at most 8x; see request). `schema_hash`: the
+    schema the host expects (None: adopt the device's from HELLO). `on_log(text)` receives LOG
+    lines (default: the "tinytrain.protocol" logger). `clock`: the time source (tests pass a
+    virtual one). The link is not thread-safe.
+
+    Counters: `retransmissions` (all requests), `worst_retries` (the most one request needed),
+    `timeouts` (attempts that got no valid reply in time),
+    `stale_frames` (valid frames that answered nothing outstanding: late replies of earlier
+    attempts, errors about garbled fragments), `replays_seen`, `boots_seen`, `bytes_sent`,
+    `bytes_received`.
     """
 
-    def __init__(self, port, *, baudrate: int = 115200, timeout: float = 2.0, retries: int = 3,
+    def __init__(self, port, *, baudrate: int = 115200, timeout: float = DEFAULT_TIMEOUT,
+                 retries: int = DEFAULT_RETRIES, quiet: float = DEFAULT_QUIET,
                  schema_hash: int | None = None, on_log: Callable[[str], None] | None = None,
-                 hello: bool = True):
+                 hello: bool = True, clock: Callable[[], float] = time.monotonic):
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ValueError(f"retries must be an integer >= 0, got {retries!r}")
+        if not timeout > 0 or not quiet >= 0:
+            raise ValueError(f"timeout must be > 0 and quiet >= 0 seconds, got {timeout!r}, "
+                             f"{quiet!r}")
         if isinstance(port, str):
             import serial  # pyserial, imported late so frame helpers work without it
 
@@ -337,19 +387,25 @@ class DeviceLink:
             self.url = getattr(port, "name", None) or getattr(port, "port", None) or repr(port)
             self._ser = port
         self.baudrate = baudrate
-        self.timeout = timeout
+        self.timeout = float(timeout)
         self.retries = retries
+        self.quiet = float(quiet)
+        self._clock = clock
         self.expected_schema = schema_hash
         self.on_log = on_log or (lambda text: log.info("device: %s", text))
         self.info: DeviceInfo | None = None
         self.boots_seen = 0
         self.replays_seen = 0
+        self.retransmissions = 0
+        self.worst_retries = 0
+        self.timeouts = 0
+        self.stale_frames = 0
         self.last_load_start = 0  # offset the last load_params resumed from
         self.bytes_sent = self.bytes_received = 0  # serial traffic, COBS and delimiters included
         self._split = FrameSplitter()
+        self._frames: list[bytes] = []  # split off the wire, not looked at yet
         self._seq = int.from_bytes(os.urandom(2), "little") or 1
         self._last_step: int | None = None
-        self._synced = False
         if hello:
             try:
                 self.hello()
@@ -375,17 +431,26 @@ class DeviceLink:
     def _schema_out(self) -> int:
         return self.expected_schema or 0
 
-    def _read_frames(self, deadline: float) -> list[bytes]:
-        remaining = deadline - time.monotonic()
+    def _write(self, data: bytes) -> None:
+        self._ser.write(data)
+        self.bytes_sent += len(data)
+
+    def _read(self, deadline: float) -> bool:
+        """Read what arrives before `deadline` (at most 50 ms); its complete frames join
+        self._frames. True if any byte arrived."""
+        remaining = deadline - self._clock()
         if remaining <= 0:
-            return []
+            return False
         t = min(remaining, 0.05)
         if self._ser.timeout != t:  # reconfiguring a real tty costs a syscall: only when needed
             self._ser.timeout = t
         n = getattr(self._ser, "in_waiting", 0) or 1
         data = self._ser.read(n)
-        self.bytes_received += len(data) if data else 0
-        return self._split.feed(data) if data else []
+        if not data:
+            return False
+        self.bytes_received += len(data)
+        self._frames += self._split.feed(data)
+        return True
 
     def _handle_unsolicited(self, f: Frame) -> None:
         if f.type == Msg.LOG:
@@ -403,33 +468,66 @@ class DeviceLink:
         else:
             log.debug("ignoring unsolicited frame type 0x%02x", f.type)
 
+    def _accept(self, wire: bytes, seq: int, req: int, resync: bool) -> Frame | None:
+        """The reply to (seq, req) if `wire` is it; None for frames that answer nothing
+        outstanding. Raises _Garbled for a corrupted frame or a "your request was garbled" error
+        (unless resyncing: then they belong to the failed attempt and are dropped), and the
+        device's error for this request."""
+        try:
+            f = decode_frame(wire, schema=self.expected_schema)
+        except (CrcError, FramingError) as e:
+            if resync:
+                return None
+            raise _Garbled(f"corrupted reply: {e}") from e
+        if f.flags & Flag.UNSOLICITED:
+            self._handle_unsolicited(f)
+            return None
+        if f.seq != seq:  # a late reply to an earlier attempt or request, or an error about
+            self.stale_frames += 1  # garbled bytes (seq 0): nothing in it is ours
+            if f.seq == 0 and f.type == Msg.ERROR and not resync and len(f.payload) >= 2 and \
+                    struct.unpack_from("<H", f.payload)[0] in _GARBLED_CODES:
+                raise _Garbled(f"device received a corrupted request: {_device_error(f)}")
+            return None
+        if f.type == Msg.ERROR:
+            raise self._translate(_device_error(f))
+        if f.type != (req | REPLY):
+            self.stale_frames += 1
+            return None
+        if f.flags & Flag.REPLAY:
+            self.replays_seen += 1
+        return f
+
     def _await(self, seq: int, req: int, deadline: float) -> Frame:
-        while time.monotonic() < deadline:
-            for wire in self._read_frames(deadline):
-                try:
-                    f = decode_frame(wire, schema=self.expected_schema)
-                except (CrcError, FramingError) as e:
-                    # a corrupted reply: the caller retries, the device replays its cached answer
-                    raise _Garbled(f"corrupted reply: {e}") from e
-                if f.flags & Flag.UNSOLICITED:
-                    self._handle_unsolicited(f)
-                    continue
-                if f.type == Msg.ERROR:
-                    err = _device_error(f)
-                    if f.seq == 0 and err.code in (ErrorCode.CRC, ErrorCode.FRAMING,
-                                                   ErrorCode.TOO_LONG):
-                        raise _Garbled(f"device received a corrupted request: {err}")
-                    if f.seq != seq:
-                        log.debug("stale ERROR seq %d (waiting for %d)", f.seq, seq)
-                        continue
-                    raise self._translate(err)
-                if f.seq != seq or f.type != (req | REPLY):
-                    log.debug("stale frame type 0x%02x seq %d (waiting for %d)", f.type, f.seq, seq)
-                    continue
-                if f.flags & Flag.REPLAY:
-                    self.replays_seen += 1
-                return f
-        raise DeviceTimeout("")
+        while True:
+            while self._frames:
+                f = self._accept(self._frames.pop(0), seq, req, resync=False)
+                if f is not None:
+                    return f
+            if self._clock() >= deadline:
+                raise DeviceTimeout("")
+            self._read(deadline)
+
+    def _resync(self, seq: int, req: int, k: int, limit: float) -> Frame | None:
+        """After failed attempt k (0-based): read until the line has been quiet for
+        quiet * 2**min(k, 3) seconds (at most `limit` seconds in all), dropping what belongs to
+        the failed exchange (garbled frames, errors about them, stale replies), then drop any
+        partial frame. A valid reply to (seq, req) that turns up meanwhile was late, not lost:
+        it is returned."""
+        quiet = self.quiet * (1 << min(k, 3))
+        now = self._clock()
+        end, last = now + limit, now
+        while True:
+            while self._frames:
+                f = self._accept(self._frames.pop(0), seq, req, resync=True)
+                if f is not None:
+                    return f
+            now = self._clock()
+            if now >= min(end, last + quiet):  # the same sum _read is given: no rounding gap
+                break
+            if self._read(min(end, last + quiet)):
+                last = self._clock()
+        self._split.clear()
+        return None
 
     def _translate(self, err: DeviceError) -> ProtocolError:
         if err.code == ErrorCode.VERSION:
@@ -442,27 +540,35 @@ class DeviceLink:
         return err
 
     def request(self, req: int, payload: bytes = b"", *, timeout: float | None = None) -> Frame:
-        """Send one request and return its reply frame, retrying on timeouts and corruption."""
+        """Send one request and return its reply frame.
+
+        A frame goes out as 0x00, COBS, 0x00, 0x00: the lead ends whatever noise left in the
+        device's decoder (so it cannot prefix this frame), the spare ends the frame even if
+        noise ate the first delimiter (empty frames are ignored). After a timeout, a corrupted
+        reply or a "your request was garbled" error the host resyncs (_resync: drains the
+        failed exchange, backing off exponentially; a valid reply that turns up meanwhile is
+        taken) and retransmits the same bytes, same seq, up to `retries` times."""
         seq = self._next_seq()
-        wire = encode_frame(req, seq, payload, schema=self._schema_out())
+        wire = b"\x00" + encode_frame(req, seq, payload, schema=self._schema_out()) + b"\x00"
         timeout = self.timeout if timeout is None else timeout
         # time for the bytes themselves at 10 bits per byte, both ways
         timeout += 2 * 10 * len(wire) / max(self.baudrate, 1)
         last: Exception | None = None
-        if not self._synced:  # end any partial frame in the device's decoder (ignored if none)
-            self._ser.write(b"\x00")
-            self.bytes_sent += 1
-            self._synced = True
-        for _attempt in range(1 + self.retries):
-            self._ser.write(wire)
-            self.bytes_sent += len(wire)
+        for attempt in range(1 + self.retries):
+            if attempt:
+                self.retransmissions += 1
+            self._write(wire)
             try:
-                return self._await(seq, req, time.monotonic() + timeout)
-            except DeviceTimeout as e:
+                f = self._await(seq, req, self._clock() + timeout)
+            except (DeviceTimeout, _Garbled) as e:
                 last = e
-            except _Garbled as e:
-                last = e
-                log.debug("retrying %s seq %d: %s", _msg_name(req), seq, e)
+                self.timeouts += isinstance(e, DeviceTimeout)
+                log.debug("%s seq %d attempt %d failed: %s", _msg_name(req), seq, attempt + 1, e)
+                f = self._resync(seq, req, attempt, timeout)
+            if f is not None:
+                self.worst_retries = max(self.worst_retries, attempt)
+                return f
+        self.worst_retries = max(self.worst_retries, self.retries)
         name = _msg_name(req)
         if isinstance(last, _Garbled):
             raise CrcError(f"{name} to device on {self.url} failed {1 + self.retries} times: "
@@ -502,6 +608,10 @@ class DeviceLink:
                               f"{step} without a reset or load: it restarted; reload parameters")
         self._last_step = step
 
+    def _call(self, req: int, payload: bytes, fmt: str) -> tuple:
+        """request() and the reply's fixed fields (exactly `fmt`)."""
+        return _fields(fmt, self.request(req, payload).payload, f"{_msg_name(req)} reply")
+
     # ------------------------------------------------------------------ commands
 
     def hello(self) -> DeviceInfo:
@@ -521,7 +631,10 @@ class DeviceLink:
 
     def load_status(self) -> tuple[int, int, int]:
         """(bytes staged, CRC-32 of them, blob size) of the device's pending parameter load."""
-        return struct.unpack("<III", self.request(Msg.LOAD_STATUS).payload[:12])
+        staged, crc, size = self._call(Msg.LOAD_STATUS, b"", "III")
+        if staged > size:
+            raise MalformedReply(f"LOAD_STATUS reply says {staged} bytes staged of {size}")
+        return staged, crc, size
 
     def load_params(self, blob: bytes, chunk: int | None = None, resume: bool = True,
                     progress: Callable[[int, int], None] | None = None) -> int:
@@ -549,25 +662,28 @@ class DeviceLink:
         while off < len(blob):
             piece = blob[off:off + chunk]
             try:
-                f = self.request(Msg.LOAD_PARAMS, struct.pack("<I", off) + piece)
+                (acked,) = self._call(Msg.LOAD_PARAMS, struct.pack("<I", off) + piece, "I")
             except DeviceError as e:
                 if e.code == ErrorCode.SEQUENCE and sequence_errors < 3 and e.detail <= off:
                     sequence_errors += 1
                     off = e.detail  # the device lost part of the blob: continue where it is
                     continue
                 raise
-            (off,) = struct.unpack("<I", f.payload[:4])
+            # the device acks the bytes it holds: at least this chunk's end (more if it had them)
+            if not off + len(piece) <= acked <= len(blob):
+                raise MalformedReply(f"LOAD_PARAMS ack of offset {acked} for a chunk at {off} of "
+                                     f"{len(piece)} bytes (blob {len(blob)} bytes)")
+            off = acked
             if progress is not None:
                 progress(off, len(blob))
-        f = self.request(Msg.LOAD_COMMIT, struct.pack("<II", len(blob), crc32(blob)))
-        step, h = struct.unpack("<II", f.payload[:8])
+        step, h = self._call(Msg.LOAD_COMMIT, struct.pack("<II", len(blob), crc32(blob)), "II")
         self._last_step = step
         return h
 
     def train(self, x, label: int) -> TrainResult:
         """One training step; returns (step, state_hash, loss, cycles spent in train_step)."""
         payload = struct.pack("<H", self._check_label(label)) + self._sample(x)
-        r = TrainResult(*struct.unpack("<IIiI", self.request(Msg.TRAIN, payload).payload[:16]))
+        r = TrainResult(*self._call(Msg.TRAIN, payload, "IIiI"))
         self._check_step(r.step, True)
         return r
 
@@ -581,35 +697,56 @@ class DeviceLink:
         if len(payload) > self._need_info().max_payload:
             raise ValueError(f"batch payload of {len(payload)} bytes exceeds the device's "
                              f"{self.info.max_payload}: send fewer samples per batch")
-        r = TrainResult(*struct.unpack("<IIiI",
-                                       self.request(Msg.TRAIN_BATCH, payload).payload[:16]))
+        r = TrainResult(*self._call(Msg.TRAIN_BATCH, payload, "IIiI"))
         self._check_step(r.step, True)
         return r
 
     def predict(self, x) -> int:
         """Predicted class of sample x."""
-        return struct.unpack("<i", self.request(Msg.PREDICT, self._sample(x)).payload[:4])[0]
+        x = self._sample(x)
+        (c,) = self._call(Msg.PREDICT, x, "i")
+        if not 0 <= c < self.info.n_classes:
+            raise MalformedReply(f"PREDICT reply names class {c}, the model has "
+                                 f"{self.info.n_classes}")
+        return c
 
     def state_hash(self) -> int:
         """Hash over parameters, optimizer state, PRNG and step counter."""
-        step, h = struct.unpack("<II", self.request(Msg.STATE_HASH).payload[:8])
+        step, h = self._call(Msg.STATE_HASH, b"", "II")
         self._check_step(step, True)
         return h
 
+    def _chunks(self, req: int, ask: Callable[[int, int], bytes], fmt: str, room: int) -> tuple:
+        """Reassemble a message read in chunks: ask(offset, room) is the request payload, each
+        reply is the fields `fmt` (total length first, offset last) then data. Returns (bytes,
+        fields of the last reply). The total and every field but the offset must stay the
+        same, each reply must continue at the offset asked and stay within room and total."""
+        out = bytearray()
+        first = None
+        while first is None or len(out) < first[0]:
+            p = self.request(req, ask(len(out), room)).payload
+            fields = _fields(fmt, p, f"{_msg_name(req)} reply", exact=False)
+            data = p[struct.calcsize("<" + fmt):]
+            total, off = fields[0], fields[-1]
+            if (first is not None and fields[:-1] != first[:-1]) or off != len(out) or \
+                    len(data) > room or off + len(data) > total or (not data and off < total):
+                raise MalformedReply(f"{_msg_name(req)} reply at offset {off} with {len(data)} "
+                                     f"bytes (fields {fields}) does not continue offset "
+                                     f"{len(out)} of {first[0] if first else total} bytes")
+            first = first or fields
+            out += data
+        return bytes(out), first
+
     def get_tensor(self, tensor_id: int) -> bytes:
         """All bytes of a tensor (TENSOR_PARAMS: the whole parameter blob), fetched in chunks."""
-        room = self._need_info().max_payload - 8
-        out = bytearray()
-        total = None
-        while total is None or len(out) < total:
-            f = self.request(Msg.GET_TENSOR, struct.pack("<HHI", tensor_id, room, len(out)))
-            total, off = struct.unpack_from("<II", f.payload)
-            data = f.payload[8:]
-            if off != len(out) or (not data and len(out) < total):
-                raise FramingError(f"GET_TENSOR reply at offset {off} with {len(data)} bytes, "
-                                   f"asked for offset {len(out)} of {total}")
-            out += data
-        return bytes(out)
+        info = self._need_info()
+        data, (total, _) = self._chunks(
+            Msg.GET_TENSOR, lambda off, room: struct.pack("<HHI", tensor_id, room, off), "II",
+            info.max_payload - 8)
+        if tensor_id == TENSOR_PARAMS and total != info.param_bytes:
+            raise MalformedReply(f"parameter blob of {total} bytes, HELLO said "
+                                 f"{info.param_bytes}")
+        return data
 
     def read_params(self) -> bytes:
         """The live parameter/state blob (the layout load_params takes)."""
@@ -620,46 +757,37 @@ class DeviceLink:
     def round_begin(self, rnd: int, device: int, codec: int) -> RoundBegin:
         """Start federated round `rnd` on the device: it snapshots the parameter store it holds
         (load the global model first) and selects the codec (1 int8, 2 int4, 3 sign)."""
-        p = self.request(Msg.ROUND_BEGIN, struct.pack("<IIB3x", rnd & 0xFFFFFFFF,
-                                                      device & 0xFFFFFFFF, codec)).payload
-        r = RoundBegin(*struct.unpack_from("<IIII", p))
+        r = RoundBegin(*self._call(Msg.ROUND_BEGIN, struct.pack(
+            "<IIB3x", rnd & 0xFFFFFFFF, device & 0xFFFFFFFF, codec), "IIII"))
         self._last_step = r.step
         return r
 
     def get_update(self, n_samples: int) -> bytes:
         """The device's compressed update message for the open round (encoded on the device from
         its live state, n_samples in its header), fetched in chunks; its CRC is checked."""
-        room = self._need_info().max_payload - 12
-        out = bytearray()
-        total = crc = None
-        while total is None or len(out) < total:
-            f = self.request(Msg.GET_UPDATE, struct.pack("<IIHH", n_samples, len(out), room, 0))
-            t, c, off = struct.unpack_from("<III", f.payload)
-            data = f.payload[12:]
-            if (total is not None and (t, c) != (total, crc)) or off != len(out) or \
-                    (not data and len(out) < t):
-                raise FramingError(f"GET_UPDATE reply at offset {off} ({len(data)} bytes, message "
-                                   f"{t} bytes crc 0x{c:08x}) does not continue offset {len(out)}")
-            total, crc = t, c
-            out += data
-        if len(out) < 4 or crc32(bytes(out[:-4])) != crc or out[-4:] != struct.pack("<I", crc):
+        out, (_, crc, _) = self._chunks(
+            Msg.GET_UPDATE, lambda off, room: struct.pack("<IIHH", n_samples, off, room, 0),
+            "III", self._need_info().max_payload - 12)
+        if len(out) < 4 or crc32(out[:-4]) != crc or out[-4:] != struct.pack("<I", crc):
             raise CrcError(f"update message of {len(out)} bytes from {self.url} fails its CRC "
                            f"0x{crc:08x}: did the device state change while it was read?")
-        return bytes(out)
+        return out
 
     def update_ack(self, rnd: int, crc: int, accepted: bool) -> UpdateAck:
         """The coordinator's verdict on the update whose message CRC is `crc`: the device
         commits its error-feedback residual only if accepted."""
-        p = self.request(Msg.UPDATE_ACK, struct.pack("<IIB3x", rnd & 0xFFFFFFFF, crc & 0xFFFFFFFF,
-                                                     1 if accepted else 0)).payload
-        return UpdateAck(*struct.unpack_from("<II", p))
+        r = UpdateAck(*self._call(Msg.UPDATE_ACK, struct.pack(
+            "<IIB3x", rnd & 0xFFFFFFFF, crc & 0xFFFFFFFF, 1 if accepted else 0), "II"))
+        if r.status > 2:
+            raise MalformedReply(f"UPDATE_ACK reply with status {r.status} (0, 1 or 2)")
+        return r
 
     def set_seed(self, seed: int) -> None:
-        self.request(Msg.SET_SEED, struct.pack("<I", seed & 0xFFFFFFFF))
+        self._call(Msg.SET_SEED, struct.pack("<I", seed & 0xFFFFFFFF), "")
 
     def reset(self) -> int:
         """Back to initial parameters, step 0; aborts a pending load. Returns the state hash."""
-        step, h = struct.unpack("<II", self.request(Msg.RESET).payload[:8])
+        step, h = self._call(Msg.RESET, b"", "II")
         self._last_step = step
         return h
 
@@ -672,11 +800,8 @@ def _msg_name(t: int) -> str:
 
 
 def _device_error(f: Frame) -> DeviceError:
-    p = f.payload
-    if len(p) < 8:
-        return DeviceError(-1, f"short ERROR frame ({len(p)} bytes)")
-    code, req, _, detail = struct.unpack_from("<HBBI", p)
-    return DeviceError(code, p[8:].decode("utf-8", "replace"), detail, req)
+    code, req, _, detail = _fields("HBBI", f.payload, "ERROR frame", exact=False)
+    return DeviceError(code, f.payload[8:].decode("utf-8", "replace"), detail, req)
 
 
 def _as_int8_bytes(x) -> bytes:

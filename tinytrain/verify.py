@@ -194,18 +194,23 @@ def build_cached(model, board: str, out_dir=None, prefix="tt_model", fedcodec: b
 
 def verify(model, dataset, steps: int, *, board: str | None = "host", port=None, json: bool = False,
            seed: int = 0, corrupt=None, elf=None, build_dir=None, emulator=None, link=None,
-           progress=None, reference: bool = False) -> dict:
+           progress=None, reference: bool = False, retries: int | None = None,
+           timeout: float | None = None) -> dict:
     """Train the simulator and the target on the same `steps` samples; compare after each step.
 
     board: "host" (generated C via cffi), an emulated board name (built and booted in QEMU), or
     a real board name together with `port`. port: a pyserial URL of a device already running
     this model's firmware. link: an open DeviceLink to use instead (not closed here).
+    retries, timeout: the serial link's retransmissions per request and seconds per attempt
+    (default: DeviceLink's, 10 and 2.0 s; 10 s for an emulated board, whose first reply waits
+    for QEMU to boot).
     json: the result holds only JSON-serialisable values (always true) and nothing is printed;
     without it `progress(step, steps)` (if given) is called every step.
     corrupt: (step, byte_offset[, xor]) - test hook: after training step `step` the device's
     state byte at `byte_offset` is XORed with `xor` (default 0x01) through write_state /
     LOAD_PARAMS, as a bit flip in RAM would; verification must catch and locate it.
-    Result: steps, mismatches, board, instructions_per_step (emulated boards: mean cycles of
+    Result: steps, mismatches, board, retransmissions (serial targets: requests sent again
+    after a timeout or corruption; None on host), instructions_per_step (emulated boards: mean cycles of
     the TRAIN replies; None on host), cycles_per_step (real boards), ram_bytes (static: .data +
     .bss of the ELF; on host the generated model's buffers), stack_bytes and ram_peak_bytes
     (devices whose firmware reports its stack high-water mark), flash_bytes,
@@ -230,7 +235,11 @@ def verify(model, dataset, steps: int, *, board: str | None = "host", port=None,
     result = {"steps": 0, "mismatches": 0, "board": None, "instructions_per_step": None,
               "cycles_per_step": None, "ram_bytes": None, "flash_bytes": None, "seconds": None,
               "first_mismatch": None, "hash_initial": f"0x{model.state_hash():08x}",
-              "reference": bool(reference)}
+              "reference": bool(reference), "retransmissions": None}
+    from .protocol import DEFAULT_RETRIES, DEFAULT_TIMEOUT
+
+    link_kw = {"retries": DEFAULT_RETRIES if retries is None else retries,
+               "timeout": DEFAULT_TIMEOUT if timeout is None else timeout}
     emu = None
     b = None
     if link is not None or port is not None:
@@ -238,7 +247,7 @@ def verify(model, dataset, steps: int, *, board: str | None = "host", port=None,
 
         b = get_board(board) if board not in (None, "host") else None
         result["board"] = b.name if b else "device"
-        lk = link if link is not None else DeviceLink(port)
+        lk = link if link is not None else DeviceLink(port, **link_kw)
         target = _LinkTarget(lk, dev_model, result["board"])
         if link is not None:
             target.close = lambda: None
@@ -263,7 +272,8 @@ def verify(model, dataset, steps: int, *, board: str | None = "host", port=None,
         emu = emulator or Emulator(b, elf)
         emu.start()
         try:
-            target = _LinkTarget(DeviceLink(emu.url, timeout=10.0), dev_model, b.name)
+            link_kw["timeout"] = 10.0 if timeout is None else timeout
+            target = _LinkTarget(DeviceLink(emu.url, **link_kw), dev_model, b.name)
         except BaseException:
             emu.stop()
             raise
@@ -307,6 +317,8 @@ def verify(model, dataset, steps: int, *, board: str | None = "host", port=None,
             if result["ram_bytes"] is not None:
                 result["ram_peak_bytes"] = result["ram_bytes"] + stack
     finally:
+        if isinstance(target, _LinkTarget):
+            result["retransmissions"] = target.link.retransmissions
         target.close()
         if emu is not None and emulator is None:
             emu.stop()

@@ -34,11 +34,16 @@ def resolve(model, dataset, seed: int = 0):
 
 def make_devices(model, dataset, config: FedConfig, *, simulated: int | None = None,
                  board: str | None = None, devices: int | None = None, ports=None,
-                 elf=None, timeout: float = 10.0):
+                 elf=None, timeout: float = 10.0, retries: int | None = None):
     """Devices of one kind with their data partitions: `simulated` K in-process devices,
     `board` B x `devices` K emulated boards (firmware built once, cached; a board that misses
     a round is killed and booted again), or `ports` (pyserial URLs of boards already running
-    this model's firmware; one that misses a round is reset by DTR/RTS)."""
+    this model's firmware; one that misses a round is reset by DTR/RTS). timeout, retries: of
+    each board's serial link (seconds per attempt; retransmissions). retries None: DeviceLink's
+    default for ports, none for emulated boards (a local socket loses no bytes: a board silent
+    for one timeout is hung, and is restarted before the next round)."""
+    from ..protocol import DEFAULT_RETRIES
+
     from ..train import prepare_inputs
 
     X, Y, _, _ = prepare_inputs(model, dataset)
@@ -67,7 +72,7 @@ def make_devices(model, dataset, config: FedConfig, *, simulated: int | None = N
         elf = elf or build_cached(model, b.name, fedcodec="auto")  # boards encode their updates
         out = []
         for i in range(k):
-            eb = EmulatedBoard(b.name, elf, timeout=timeout)
+            eb = EmulatedBoard(b.name, elf, timeout=timeout, retries=0 if retries is None else retries)
             dev = LinkDevice(i, schema, parts[i], X, Y, model, eb.connect, restart=eb.restart, **kw)
             dev.board = eb
             dev.close = (lambda d=dev, e=eb: (LinkDevice.close(d), e.close()))
@@ -76,7 +81,8 @@ def make_devices(model, dataset, config: FedConfig, *, simulated: int | None = N
     from ..protocol import DeviceLink
     from .devices import reset_serial_board
 
-    return [LinkDevice(i, schema, parts[i], X, Y, model, (lambda p=p: DeviceLink(p, timeout=timeout)),
+    retries = DEFAULT_RETRIES if retries is None else retries
+    return [LinkDevice(i, schema, parts[i], X, Y, model, (lambda p=p: DeviceLink(p, timeout=timeout, retries=retries)),
                        restart=(lambda p=p: reset_serial_board(p)), **kw) for i, p in enumerate(ports)]
 
 
@@ -84,17 +90,19 @@ def federate(model, dataset=None, *, simulated: int | None = None, board: str | 
              devices: int | None = None, ports=None, rounds: int = 10, partition: str = "iid",
              local_epochs: int = 1, local_steps: int | None = None, compress: str = "none",
              compress_down: str | None = None, seed: int = 0, quorum: float = 0.5, out=None, resume: bool = False, plot=None,
-             log=None, timeout: float = 10.0, device_list=None) -> dict:
+             log=None, timeout: float = 10.0, retries: int | None = None,
+             device_list=None) -> dict:
     """Run a federation and return its summary (rounds, final_accuracy, bytes_on_wire,
     dropped_updates, accuracy_per_round, history, ...). `device_list`: prebuilt devices
-    (e.g. wrapped in devices.FaultyDevice) instead of simulated/board/ports."""
+    (e.g. wrapped in devices.FaultyDevice) instead of simulated/board/ports. timeout,
+    retries: of each board's serial link (see make_devices)."""
     model, dataset = resolve(model, dataset, seed)
     cfg = FedConfig(rounds=rounds, local_epochs=local_epochs, local_steps=local_steps,
                     partition=partition, compress=compress, compress_down=compress_down, seed=seed,
                     quorum=quorum)
     devs = device_list if device_list is not None else make_devices(
         model, dataset, cfg, simulated=simulated, board=board, devices=devices, ports=ports,
-        timeout=timeout)
+        timeout=timeout, retries=retries)
     fed = Federation(model, dataset, devs, cfg, out=out, log=log)
     try:
         if resume:

@@ -48,7 +48,9 @@ def _args(p):
     p.add_argument("--quorum", type=float, default=0.5, help="valid updates a round needs: a fraction "
                    "of the devices (< 1) or a count (default 0.5)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds a board may take to answer")
+    from ..cli_device import add_link_args
+
+    add_link_args(p, "10 s")
     p.add_argument("--out", default=None, help="directory: global model after every round "
                    "(global.tt), rounds/, federated.png")
     p.add_argument("--resume", action="store_true", help="continue from --out/global.tt")
@@ -90,7 +92,8 @@ def _run(args) -> int:
                      devices=args.devices if args.board else None, ports=args.ports, rounds=args.rounds,
                      partition=args.partition, local_epochs=args.local_epochs, local_steps=args.local_steps,
                      compress=args.compress, compress_down=args.compress_down, seed=args.seed, quorum=args.quorum, out=args.out,
-                     resume=args.resume, plot=args.plot, timeout=args.timeout,
+                     resume=args.resume, plot=args.plot,
+                     timeout=10.0 if args.timeout is None else args.timeout, retries=args.retries,
                      log=_round_logger(bar, logf))
     r["compress_down"] = args.compress_down or args.compress
     if args.json:

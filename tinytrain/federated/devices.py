@@ -197,22 +197,24 @@ class EmulatedBoard:
     """A restartable QEMU board: connect() boots it if needed and opens a DeviceLink;
     restart() kills it (frozen or not) and boots a fresh one."""
 
-    def __init__(self, board: str, elf, timeout: float = 10.0):
+    def __init__(self, board: str, elf, timeout: float = 10.0, retries: int = 0):
         from ..emulator import Emulator
 
         self.emu = Emulator(board, elf)
         self.timeout = timeout
         self.restarts = 0
+        self.retries = retries
 
     def connect(self):
-        """A link to the board. No retries on timeout: a TCP socket does not lose bytes, so a
-        board silent for one request timeout is hung, and waiting out 3 more is wasted."""
+        """A link to the board. By default no retries on timeout: a TCP socket does not lose
+        bytes, so a board silent for one request timeout is hung, and waiting out more is wasted
+        (``retries`` > 0 for links through a fault proxy)."""
         from ..protocol import DeviceLink
 
         if self.emu.proc is not None and self.emu.proc.poll() is not None:
             self.emu.stop()  # it died: boot a fresh one
         self.emu.start()
-        return DeviceLink(self.emu.url, timeout=self.timeout, retries=0)
+        return DeviceLink(self.emu.url, timeout=self.timeout, retries=self.retries)
 
     def restart(self) -> None:
         self.emu.restart()

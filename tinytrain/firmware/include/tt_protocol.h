@@ -1,7 +1,7 @@
 /**
  * tt_protocol.h — the device side of the tinytrain serial protocol (docs/protocol.md).
  *
- * Frame (before COBS, little-endian), ended on the wire by one 0x00:
+ * Frame (before COBS, little-endian), sent on the wire as 0x00, COBS bytes, 0x00, 0x00:
  *   u8 version | u8 type | u16 seq | u8 flags | u8 reserved | u16 len | u32 schema |
  *   payload[len] | u32 crc32(everything before it)
  * A tt_proto owns three buffers (rx, tx, aux); no heap, no float.

@@ -56,9 +56,15 @@ static uint32_t tt_frame_finish(const tt_proto *p, uint8_t *buf, uint32_t type, 
     return TT_HDR_LEN + len + TT_CRC_LEN;
 }
 
+/* 0x00, COBS, 0x00, 0x00. The lead ends any noise on the line before this frame (else it would
+ * prefix the frame and spoil it); the spare still ends the frame if noise corrupted the first
+ * delimiter, so the host sees a bad frame at once instead of merging it with the next one after
+ * a timeout. The host ignores the empty frames between them. */
 static void tt_frame_send(const tt_proto *p, const uint8_t *buf, uint32_t n)
 {
+    p->io.put(p->io.ctx, 0);
     tt_cobs_encode(buf, n, p->io.put, p->io.ctx);
+    p->io.put(p->io.ctx, 0);
     p->io.put(p->io.ctx, 0);
 }
 
@@ -589,8 +595,7 @@ void tt_proto_send_boot(tt_proto *p)
     n = tt_frame_finish(p, p->tx, TT_MSG_HELLO | TT_MSG_REPLY, 0,
                         TT_FLAG_UNSOLICITED | TT_FLAG_BOOT, c.out_len);
     p->have_last = 0;
-    p->io.put(p->io.ctx, 0);
-    tt_frame_send(p, p->tx, n);
+    tt_frame_send(p, p->tx, n); /* its lead 0x00 resyncs the host's decoder */
 }
 
 void tt_proto_log(tt_proto *p, const char *text)
