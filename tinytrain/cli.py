@@ -518,5 +518,7 @@ register("boards", "list the boards (CPU, RAM, flash, emulated or real; with --m
          _boards_args, _boards_run)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # python -m tinytrain.cli: run the package's module, where the
+    from tinytrain.cli import main as _main  # plugins register their commands (not __main__'s)
+
+    sys.exit(_main())

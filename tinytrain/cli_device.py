@@ -71,13 +71,13 @@ def _seconds(text: str) -> float:
     return t
 
 
-def add_link_args(p, timeout_default: str) -> None:
+def add_link_args(p, timeout_default: str, retries_default: str | None = None) -> None:
     """--retries and --timeout of a command that talks to boards over the serial protocol."""
     from .protocol import DEFAULT_RETRIES
 
     p.add_argument("--retries", type=_retries, default=None, metavar="N",
                    help="retransmissions of a request after a timeout or a corrupted exchange "
-                   f"(default {DEFAULT_RETRIES}); the link resyncs and backs off before each")
+                   f"(default {retries_default or DEFAULT_RETRIES}); the link resyncs and backs off before each")
     p.add_argument("--timeout", type=_seconds, default=None, metavar="SECONDS",
                    help=f"seconds one attempt waits for its reply (default {timeout_default})")
 

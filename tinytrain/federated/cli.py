@@ -50,7 +50,7 @@ def _args(p):
     p.add_argument("--seed", type=int, default=0)
     from ..cli_device import add_link_args
 
-    add_link_args(p, "10 s")
+    add_link_args(p, "10 s", "10 with --ports, 0 on emulated boards: their local socket loses no bytes")
     p.add_argument("--out", default=None, help="directory: global model after every round "
                    "(global.tt), rounds/, federated.png")
     p.add_argument("--resume", action="store_true", help="continue from --out/global.tt")
