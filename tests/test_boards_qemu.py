@@ -115,7 +115,7 @@ def _boot(board, elf, payload=b"hello, board\x00\xff\r\n"):
     from tinytrain.emulator import Emulator
 
     with Emulator(board, elf) as emu:
-        ser = emu.open_serial(timeout=5)
+        ser = emu.open_serial(timeout=30)  # a read returns when its line is there: a loaded CI may be slow to boot
         assert ser.readline() == f"tinytrain echo board={board}\r\n".encode()
         m = BANNER.match(ser.readline())
         assert m, "no cycles line"
