@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tinytrain import cli
 from tinytrain import io as tio
 
