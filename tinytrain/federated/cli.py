@@ -73,8 +73,6 @@ def _run(args) -> int:
     if not 0 < args.quorum <= k:
         raise ValueError(f"--quorum must be a fraction in (0, 1) or a count 1..{k} of the {k} devices, "
                          f"got {args.quorum:g}")
-    if not args.timeout > 0:
-        raise ValueError(f"--timeout must be > 0 seconds, got {args.timeout}")
     if args.resume and not args.out:
         raise ValueError("--resume needs --out")
     from .. import io as tio
