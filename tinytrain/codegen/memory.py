@@ -148,19 +148,23 @@ def _compile_arm_in(em: Emitted, cpu: str, stack_usage: bool, d: Path) -> dict:
                     bss += size
                     if o.stem == em.prefix:
                         model_bss += size
-    stack = DEFAULT_STACK
-    if stack_usage:
-        frames = {}
-        for su in d.glob("*.su"):
-            for ln in su.read_text().splitlines():
-                m = re.match(r".*:(\w+)\s+(\d+)\s+(\w+)", ln)
-                if m:
-                    frames[m.group(1)] = int(m.group(2))
-        step = frames.get(f"{em.prefix}_train_step", 0)
-        deepest_kernel = max((v for k, v in frames.items() if k.startswith("tt_")), default=0)
-        stack = step + 2 * deepest_kernel + 64  # step frame + kernel + its leaf helpers + ISR margin
+    stack = stack_estimate(d, em.prefix) if stack_usage else DEFAULT_STACK
     return {"undefined": und, "disasm": dis, "text": text, "data": data, "bss": bss,
             "model_ram": model_bss + model_data, "stack": stack}
+
+
+def stack_estimate(d: Path, prefix: str) -> int:
+    """Stack bound from gcc -fstack-usage files (*.su) in `d`: the train step's frame, twice the
+    deepest runtime kernel frame (a kernel and its leaf helpers) and a 64 B interrupt margin."""
+    frames = {}
+    for su in d.glob("*.su"):
+        for ln in su.read_text().splitlines():
+            m = re.match(r".*:(\w+)\s+(\d+)\s+(\w+)", ln)
+            if m:
+                frames[m.group(1)] = int(m.group(2))
+    step = frames.get(f"{prefix}_train_step", 0)
+    deepest_kernel = max((v for k, v in frames.items() if k.startswith("tt_")), default=0)
+    return step + 2 * deepest_kernel + 64
 
 
 def float_symbols(undefined) -> list[str]:
@@ -357,15 +361,7 @@ def link_firmware(em: Emitted, glue: str, board) -> dict:
         out = dict(firmware_sizes(elf))
         if os.environ.get("TINYTRAIN_KEEP_LINK"):
             shutil.copy(keep, os.environ["TINYTRAIN_KEEP_LINK"])
-        frames = {}
-        for su in d.glob("*.su"):
-            for ln in su.read_text().splitlines():
-                m = re.match(r".*:(\w+)\s+(\d+)\s+(\w+)", ln)
-                if m:
-                    frames[m.group(1)] = int(m.group(2))
-        step = frames.get(f"{em.prefix}_train_step", 0)
-        deepest_kernel = max((v for k, v in frames.items() if k.startswith("tt_")), default=0)
-        out["stack"] = step + 2 * deepest_kernel + 64
+        out["stack"] = stack_estimate(d, em.prefix)
     finally:
         shutil.rmtree(d, ignore_errors=True)
     _LINK_CACHE[key] = out
