@@ -179,13 +179,18 @@ def check_fits(rep: MemoryReport, board) -> None:
     """Raise a clear error if the model's training RAM does not fit the board."""
     if rep.ram_total <= board.ram:
         return
-    biggest = sorted(rep.by_role.items(), key=lambda kv: -kv[1])[:3]
+    raise MemoryError(_too_big(f"{rep.ram_total} bytes of RAM to train but {board.name} has {board.ram}",
+                               rep.by_role))
+
+
+def _too_big(need: str, ram_by_role: dict) -> str:
+    """The one message for a model that does not fit: what it needs, its three largest RAM
+    parts, and the ways to shrink it."""
+    biggest = sorted(ram_by_role.items(), key=lambda kv: -kv[1])[:3]
     hint = ", ".join(f"{k} {v} B" for k, v in biggest)
-    raise MemoryError(
-        f"the model needs {rep.ram_total} bytes of RAM to train but {board.name} has {board.ram}: "
-        f"the largest parts are {hint}. Shrink the model (fewer units/filters), train only the last "
-        f"layers (SGD(train='last:1')) or drop momentum/batch accumulation, or pick a larger board."
-    )
+    return (f"the model needs {need}: the largest RAM parts are {hint}. Shrink the model (fewer "
+            f"units/filters), train only the last layers (SGD(train='last:1')) or drop momentum/batch "
+            f"accumulation, or pick a larger board (tinytrain boards --model M).")
 
 
 # ------------------------------------------------------------------ the one RAM/flash breakdown
@@ -425,13 +430,7 @@ def check_breakdown_fits(bd: Breakdown) -> None:
         parts.append(f"{bd.flash_total} bytes of flash but {bd.board} has {bd.flash_limit}")
     if not parts:
         return
-    biggest = sorted(bd.ram.items(), key=lambda kv: -kv[1])[:3]
-    hint = ", ".join(f"{k} {v} B" for k, v in biggest)
-    raise MemoryError(
-        f"the model needs {' and '.join(parts)}: the largest RAM parts are {hint}. Shrink the model "
-        f"(fewer units/filters), train only the last layers (SGD(train='last:1')) or drop "
-        f"momentum/batch accumulation, or pick a larger board (tinytrain boards --model M)."
-    )
+    raise MemoryError(_too_big(" and ".join(parts), bd.ram))
 
 
 def firmware_sizes(elf) -> dict:
