@@ -28,7 +28,7 @@ import float_twins  # noqa: E402
 import report  # noqa: E402
 from workloads import SEEDS, WORKLOADS, epoch_orders  # noqa: E402
 
-from tinytrain.sim import Simulator  # noqa: E402
+from tinytrain.sim.simulator import Simulator  # noqa: E402
 
 def run_tinytrain(wl, ds, seed: int) -> tuple[float, list[int]]:
     """Test accuracy, and the simulator's saturation counts after training

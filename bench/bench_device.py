@@ -34,8 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import machine, machine_line, markdown_table, update_section, write_json  # noqa: E402
 from workloads import train_macs  # noqa: E402
 
-from tinytrain import data, models  # noqa: E402
-from tinytrain.boards import get_board  # noqa: E402
+from tinytrain import data  # noqa: E402
+from tinytrain.graph import models  # noqa: E402
+from tinytrain.device.boards import get_board  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 FLOAT_APP = ROOT / "bench" / "device" / "mlp_float"
@@ -131,8 +132,8 @@ def cnn_float_data_header(n: int, n_test: int = CNN_FLOAT_TEST, seed: int = 0) -
 def measure_float(board: str, wl: str = "w1", n: int = FLOAT_SAMPLES, epochs: int = FLOAT_EPOCHS) -> dict:
     """Build the float32 C app of workload wl (w1: bench/device/mlp_float, w3: cnn_float) for
     board, run it in QEMU and parse its one-line report."""
-    from tinytrain.emulator import Emulator
-    from tinytrain.pio_project import build, write_project
+    from tinytrain.device.emulator import Emulator
+    from tinytrain.device.pio_project import build, write_project
     from tinytrain.verify import firmware_sizes
 
     src, header = {"w1": (FLOAT_APP, float_data_header), "w3": (CNN_FLOAT_APP, cnn_float_data_header)}[wl]

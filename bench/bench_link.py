@@ -5,7 +5,7 @@
     .venv/bin/python bench/bench_link.py --faults flip:1e-2 --runs 3 --no-fuzz
 
 For every fault (kind:rate) and run r: W1 (digits-mlp) firmware for mps2_an386 is booted in a
-fresh QEMU, reached through tinytrain.faultproxy.FaultProxy (that fault at that rate per byte,
+fresh QEMU, reached through tinytrain.device.faultproxy.FaultProxy (that fault at that rate per byte,
 both directions, seed r) and verified for `steps` steps (tinytrain.verify: state hash and loss
 equal to the simulator after every step). A run is *completed* if verify returns all steps
 equal; it *fails* if the link gives up (a ProtocolError after --retries retransmissions). A
@@ -37,8 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from report import machine, machine_line, markdown_table, update_section, write_json  # noqa: E402
 
-from tinytrain import data, models  # noqa: E402
-from tinytrain.protocol import DEFAULT_QUIET, DEFAULT_RETRIES  # noqa: E402
+from tinytrain import data  # noqa: E402
+from tinytrain.graph import models  # noqa: E402
+from tinytrain.device.protocol import DEFAULT_QUIET, DEFAULT_RETRIES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 BOARD = "mps2_an386"
@@ -49,7 +50,7 @@ STALL_S = 0.05  # seconds per injected stall: well under the link's timeout
 
 def expected_hash(model, ds, steps: int) -> int:
     """The simulator's state hash after `steps` verify steps (verify's sample order)."""
-    from tinytrain.sim import Simulator
+    from tinytrain.sim.simulator import Simulator
     from tinytrain.verify import _inputs, sample_order
 
     m = copy.deepcopy(model)
@@ -61,9 +62,9 @@ def expected_hash(model, ds, steps: int) -> int:
 
 def one_run(model, ds, elf, kind: str, rate: float, seed: int, steps: int, retries: int,
             timeout: float, want: int) -> dict:
-    from tinytrain.emulator import Emulator
-    from tinytrain.faultproxy import FaultProxy
-    from tinytrain.protocol import DeviceLink, ProtocolError
+    from tinytrain.device.emulator import Emulator
+    from tinytrain.device.faultproxy import FaultProxy
+    from tinytrain.device.protocol import DeviceLink, ProtocolError
     from tinytrain.verify import verify
 
     rates = {"stall": rate, "stall_s": STALL_S} if kind == "stall" else {kind: rate}
@@ -122,7 +123,7 @@ def bench_fault(model, ds, elf, fault: str, runs: int, steps: int, retries: int,
 
 def device_fuzz(frames: int, seed: int = 7) -> dict:
     """The standalone fuzz driver under ASan + UBSan: `frames` inputs."""
-    from tinytrain import cbuild
+    from tinytrain.device import cbuild
 
     cc = shutil.which("gcc")
     if cc is None:

@@ -41,7 +41,7 @@ import float_twins  # noqa: E402
 import report  # noqa: E402
 from workloads import WORKLOADS, epoch_orders, train_macs  # noqa: E402
 
-from tinytrain.sim import Simulator  # noqa: E402
+from tinytrain.sim.simulator import Simulator  # noqa: E402
 
 BATCHES = (1, 32)
 SEED = 0

@@ -114,7 +114,7 @@ def twin(name: str, seed: int) -> nn.Module:
 
 def cosine_factors() -> np.ndarray:
     """tinytrain's cosine schedule table (Q15 integers) as floats: f[i] ~ (1 + cos(pi i / 64)) / 2."""
-    from tinytrain.optim import SGD
+    from tinytrain.graph.optim import SGD
     return SGD(schedule="cosine").compile().cosine.astype(np.float64) / 32768.0
 
 

@@ -2,7 +2,7 @@
 
 One `Workload` per benchmark model; bench_accuracy.py and bench_speed.py take its name.  A
 workload's float twin lives in float_twins.py under the same name.  W1 lists its layers here;
-W2 and W3 are the built-in models of tinytrain/models.py (`builtin`), and the hyper-parameters
+W2 and W3 are the built-in models of tinytrain/graph/models.py (`builtin`), and the hyper-parameters
 written here (lr, schedule, input shift) are checked against the built model, so the twin can
 never silently train with other values than the integer model.
 
@@ -21,10 +21,10 @@ import numpy as np
 
 from tinytrain import data
 from tinytrain import fixedpoint as fp
-from tinytrain import models
-from tinytrain.layers import Dense, ReLU
-from tinytrain.model import Sequential
-from tinytrain.optim import SGD
+from tinytrain.graph import models
+from tinytrain.graph.layers import Dense, ReLU
+from tinytrain.graph.model import Sequential
+from tinytrain.graph.optim import SGD
 
 ORDER_SEED_BASE = 1000  # keeps the shuffle stream apart from the model's own PRNG (seed s)
 SEEDS = (0, 1, 2)
@@ -40,7 +40,7 @@ class Workload:
     lr: float
     epochs: int
     schedule: str = "constant"  # "cosine": to 0 over the whole run (epochs * n / batch updates)
-    builtin: str | None = None  # tinytrain/models.py name
+    builtin: str | None = None  # tinytrain/graph/models.py name
     goal_diff_points: float | None = None  # |integer - float twin| (mean over seeds) at most this
     goal_min_pct: float | None = None      # integer mean test accuracy at least this
 

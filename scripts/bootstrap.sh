@@ -32,6 +32,6 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/pip install -q -e ".[test,device,flower]"
   touch "$stamp"
 fi
-if [ -f tinytrain/toolchain.py ]; then
-  .venv/bin/python -m tinytrain.toolchain setup --quiet
+if [ -f tinytrain/device/toolchain.py ]; then
+  .venv/bin/python -m tinytrain.device.toolchain setup --quiet
 fi

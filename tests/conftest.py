@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tinytrain import cbuild
+from tinytrain.device import cbuild
 
 HERE = Path(__file__).parent
 SHIM_CDEF = """

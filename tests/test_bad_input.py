@@ -277,8 +277,8 @@ def test_every_builtin_layer_declares_its_fields():
     """A layer type without a fields table would skip the model-file type check."""
     import inspect
 
-    from tinytrain.layers import LAYER_TYPES
-    from tinytrain.model import Sequential  # noqa: F401  (registers every layer type)
+    from tinytrain.graph.layers import LAYER_TYPES
+    from tinytrain.graph.model import Sequential  # noqa: F401  (registers every layer type)
 
     for kind, cls in LAYER_TYPES.items():
         assert cls.fields is not None, kind
@@ -307,8 +307,8 @@ def test_broken_pipe_is_quiet(tmp_path):
 
 def test_linker_overflow_line_is_shown():
     """A RAM overflow at link time shows ld's own line (the summary used to drop it)."""
-    from tinytrain.boards import get_board
-    from tinytrain.pio_project import _explain_failure
+    from tinytrain.device.boards import get_board
+    from tinytrain.device.pio_project import _explain_failure
 
     log = ("Linking .pio/build/microbit/firmware.elf\n/usr/bin/arm-none-eabi-ld: .pio/build/microbit/"
            "firmware.elf section `.bss' will not fit in region `RAM'\n/usr/bin/arm-none-eabi-ld: region "
@@ -319,7 +319,7 @@ def test_linker_overflow_line_is_shown():
 
 def test_sample_over_max_payload_is_named():
     """DeviceLink refuses a sample the device cannot receive, naming both sizes, before sending."""
-    from tinytrain import protocol as P
+    from tinytrain.device import protocol as P
 
     class Silent:  # any write would be a bug: the check comes first
         name = "fake"

@@ -1,7 +1,7 @@
 """Board registry, offline PlatformIO build and QEMU boot of the echo firmware.
 
 The qemu-marked tests build tinytrain/firmware/apps/echo through PlatformIO (offline platform
-tinytrain/boards/platform-qemu-cortexm, system arm-none-eabi-gcc), boot it in qemu-system-arm and talk to it
+tinytrain/device/boards/platform-qemu-cortexm, system arm-none-eabi-gcc), boot it in qemu-system-arm and talk to it
 over pyserial through the socket URL. They skip only when qemu-system-arm, arm-none-eabi-gcc or
 PlatformIO is missing.
 """
@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from tinytrain.boards import (QEMU_PLATFORM_DIR, BoardError, board_names, default_board, get_board,
+from tinytrain.device.boards import (QEMU_PLATFORM_DIR, BoardError, board_names, default_board, get_board,
                               load_boards)
 
 EMULATED = ["mps2_an385", "mps2_an386", "mps2_an500", "mps2_an505", "microbit"]
@@ -74,7 +74,7 @@ def test_platform_boards_match_registry():
 
 
 def test_real_board_offline_fails_with_clear_message(tmp_path):
-    from tinytrain.pio_project import BuildError, build, platform_installed, write_project
+    from tinytrain.device.pio_project import BuildError, build, platform_installed, write_project
 
     if platform_installed("nucleo_f446re"):
         pytest.skip("ststm32 is installed here; the offline error cannot be shown")
@@ -84,7 +84,7 @@ def test_real_board_offline_fails_with_clear_message(tmp_path):
 
 
 def test_tool_scons_on_a_fresh_core_dir(tmp_path, monkeypatch):
-    from tinytrain import toolchain
+    from tinytrain.device import toolchain
 
     monkeypatch.setenv("PLATFORMIO_CORE_DIR", str(tmp_path / "core"))
     dest = toolchain.install_tool_scons(quiet=True)
@@ -103,7 +103,7 @@ def test_tool_scons_on_a_fresh_core_dir(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def echo_project(tmp_path_factory):
-    from tinytrain.pio_project import write_project
+    from tinytrain.device.pio_project import write_project
 
     return write_project(tmp_path_factory.mktemp("echo"), EMULATED, sources=[ECHO_APP])
 
@@ -112,7 +112,7 @@ BANNER = re.compile(rb"cycles res=(\d+) t0=(\d+) t1=(\d+) t2=(\d+) loop=(\d+) kn
 
 
 def _boot(board, elf, payload=b"hello, board\x00\xff\r\n"):
-    from tinytrain.emulator import Emulator
+    from tinytrain.device.emulator import Emulator
 
     with Emulator(board, elf) as emu:
         ser = emu.open_serial(timeout=30)  # a read returns when its line is there: a loaded CI may be slow to boot
@@ -131,7 +131,7 @@ def _boot(board, elf, payload=b"hello, board\x00\xff\r\n"):
 @needs_qemu
 @pytest.mark.parametrize("board", EMULATED)
 def test_echo_firmware_builds_boots_and_echoes(echo_project, board):
-    from tinytrain.pio_project import build
+    from tinytrain.device.pio_project import build
 
     elf = build(echo_project, board)
     payload = bytes(b for b in range(256) if b != 0x04)  # 0x04 ends the firmware
@@ -155,7 +155,7 @@ def test_instruction_counter_counts_a_known_loop(echo_project, board):
     exactly 2n + 2 instructions (tinytrain/firmware/apps/echo known_loop, n = 100000): the result is
     within one timer tick of 2n + 2 plus the read overhead, so a port whose timer scale is
     wrong (e.g. 40 instructions per tick on a 20 MHz timer, or ticks left unscaled) fails."""
-    from tinytrain.pio_project import build
+    from tinytrain.device.pio_project import build
 
     elf = build(echo_project, board)
     runs = [_boot(board, elf)[2] for _ in range(2)]
@@ -172,7 +172,7 @@ def test_instruction_counter_counts_a_known_loop(echo_project, board):
 @pytest.mark.qemu
 @needs_qemu
 def test_compile_error_is_reported(tmp_path):
-    from tinytrain.pio_project import BuildError, build, write_project
+    from tinytrain.device.pio_project import BuildError, build, write_project
 
     (tmp_path / "app").mkdir()
     (tmp_path / "app" / "main.c").write_text("int main(void) { return undefined_symbol_xyz; }\n")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tinytrain import cli
-from tinytrain import io as tio
+from tinytrain.graph import io as tio
 
 
 def run(capsys, *argv):
@@ -125,7 +125,7 @@ def test_link_options_are_type_checked(capsys, argv):
       "--timeout", "0.25", "--quorum", "1"], 0.25),
 ])
 def test_link_options_reach_the_link(capsys, monkeypatch, argv, timeout):
-    from tinytrain import protocol
+    from tinytrain.device import protocol
 
     seen = []
 

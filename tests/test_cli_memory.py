@@ -31,7 +31,7 @@ def _json(capsys):
 # ----------------------------------------------------------------------------- API
 
 def test_tt_exports_every_layer_type():
-    from tinytrain.layers import LAYER_TYPES
+    from tinytrain.graph.layers import LAYER_TYPES
 
     for cls in LAYER_TYPES.values():
         assert getattr(tt, cls.__name__) is cls
@@ -179,7 +179,7 @@ def test_codegen_decides_the_shadow_before_writing(capsys, tmp_path):
 
 
 def test_boards_lists_the_registry(capsys):
-    from tinytrain.boards import load_boards
+    from tinytrain.device.boards import load_boards
 
     assert cli.main(["boards", "--json"]) == 0
     rows = _json(capsys)

@@ -13,10 +13,10 @@ from tinytrain import fixedpoint as fp
 from tinytrain.codegen import memory
 from tinytrain.codegen.emit import generate, CodegenError
 from tinytrain.codegen.host import HostModel
-from tinytrain.layers import Dense, Flatten, ReLU
-from tinytrain.model import Sequential
-from tinytrain.optim import SGD
-from tinytrain.sim import Simulator
+from tinytrain.graph.layers import Dense, Flatten, ReLU
+from tinytrain.graph.model import Sequential
+from tinytrain.graph.optim import SGD
+from tinytrain.sim.simulator import Simulator
 
 
 def _data(n, shape, n_classes, seed):
@@ -172,7 +172,7 @@ def test_memory_report_matches_linked_sections():
 
 
 def test_fits_check_names_what_to_shrink():
-    from tinytrain.boards import get_board
+    from tinytrain.device.boards import get_board
     big = Sequential([Dense(512), ReLU(), Dense(10)], input_shape=(64,), input_exp=-6, seed=0)
     rep = memory.report(generate(big), cpu=None)
     with pytest.raises(MemoryError, match="Shrink the model"):
@@ -180,8 +180,8 @@ def test_fits_check_names_what_to_shrink():
 
 
 def test_conv_pool_models_reference_sim_and_c_equal():
-    from tinytrain.layers_conv import AvgPool2d, Conv1d, Conv2d, DepthwiseConv2d, GlobalAvgPool, MaxPool1d, MaxPool2d
-    from tinytrain.layers_norm import BatchNorm
+    from tinytrain.graph.conv import AvgPool2d, Conv1d, Conv2d, DepthwiseConv2d, GlobalAvgPool, MaxPool1d, MaxPool2d
+    from tinytrain.graph.norm import BatchNorm
     rng = np.random.default_rng(0)
     cases = [
         ((8, 8, 1), [Conv2d(4, 3, padding="same"), ReLU(), MaxPool2d(2), DepthwiseConv2d(3, padding="same"), ReLU(),
@@ -218,8 +218,8 @@ def test_two_host_models_have_separate_state():
 @st.composite
 def random_graph(draw):
     """A random conv/pool/batch-norm graph with a random optimizer configuration."""
-    from tinytrain.layers_conv import AvgPool2d, Conv1d, Conv2d, DepthwiseConv2d, GlobalAvgPool, MaxPool1d, MaxPool2d
-    from tinytrain.layers_norm import BatchNorm
+    from tinytrain.graph.conv import AvgPool2d, Conv1d, Conv2d, DepthwiseConv2d, GlobalAvgPool, MaxPool1d, MaxPool2d
+    from tinytrain.graph.norm import BatchNorm
     one_d = draw(st.booleans())
     if one_d:
         shape = (draw(st.integers(6, 24)), draw(st.integers(1, 3)))

@@ -10,15 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tinytrain import cbuild
+from tinytrain.device import cbuild
 from tinytrain.codegen.emit import generate
-from tinytrain.layers import Dense, Flatten, ReLU
-from tinytrain.layers_conv import Conv2d, MaxPool2d
-from tinytrain.layers_norm import BatchNorm
-from tinytrain.layers_residual import Residual
-from tinytrain.model import Sequential
-from tinytrain.optim import SGD
-from tinytrain.sim import Simulator
+from tinytrain.graph.layers import Dense, Flatten, ReLU
+from tinytrain.graph.conv import Conv2d, MaxPool2d
+from tinytrain.graph.norm import BatchNorm
+from tinytrain.graph.residual import Residual
+from tinytrain.graph.model import Sequential
+from tinytrain.graph.optim import SGD
+from tinytrain.sim.simulator import Simulator
 
 HERE = Path(__file__).parent / "c"
 EXCLUDE = {"tt_protocol", "tt_cobs", "tt_device_main"}

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from tinytrain import data
-from tinytrain.layers import Dense, ReLU
-from tinytrain.model import Sequential
-from tinytrain.optim import SGD
-from tinytrain.sim import Simulator
+from tinytrain.graph.layers import Dense, ReLU
+from tinytrain.graph.model import Sequential
+from tinytrain.graph.optim import SGD
+from tinytrain.sim.simulator import Simulator
 from tinytrain.verify import firmware_sizes, sample_order, state_blob, state_layout, verify
 
 
@@ -107,8 +107,8 @@ def test_corrupted_parameter_on_device_is_located(ds, firmware):
 def test_device_reset_mid_session_is_reported_and_recovered(ds, firmware):
     """A reset (QEMU system_reset: the reset button) between steps: the next request raises
     DeviceReset; hello + load_params of the last agreed state resume bit-exact training."""
-    from tinytrain.emulator import Emulator, _free_port
-    from tinytrain.protocol import DeviceLink, DeviceReset
+    from tinytrain.device.emulator import Emulator, _free_port
+    from tinytrain.device.protocol import DeviceLink, DeviceReset
 
     _, elf = firmware("mps2_an386")
     m = w1(ds)
@@ -196,7 +196,7 @@ def test_project_builds_after_moving(ds, firmware, tmp_path):
     text: it names no path into the package or a checkout."""
     import shutil
 
-    from tinytrain.pio_project import build
+    from tinytrain.device.pio_project import build
 
     proj, elf = firmware("mps2_an386")
     moved = tmp_path / "elsewhere" / "fw"
@@ -214,9 +214,9 @@ def test_w1_bit_exact_through_a_noisy_link(ds, firmware):
     """QEMU behind the fault proxy: a request and a reply each split by one byte turned into
     0x00 cost one retransmission apiece; then 100 verify steps with random flips and drops
     (2e-3 + 1e-3 per byte both ways, fixed seed) stay bit-exact."""
-    from tinytrain.emulator import Emulator
-    from tinytrain.faultproxy import FaultProxy
-    from tinytrain.protocol import DeviceLink
+    from tinytrain.device.emulator import Emulator
+    from tinytrain.device.faultproxy import FaultProxy
+    from tinytrain.device.protocol import DeviceLink
 
     _, elf = firmware("mps2_an386")
     with Emulator("mps2_an386", elf) as emu, FaultProxy("127.0.0.1", emu.port, seed=5) as px:

@@ -18,14 +18,14 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from tinytrain.codegen.host import HostModel
-from tinytrain.layers import Dense, Flatten, ModelError, ReLU
-from tinytrain.layers_conv import (AvgPool2d, Conv1d, Conv2d, DepthwiseConv2d, GlobalAvgPool, MaxPool1d,
+from tinytrain.graph.layers import Dense, Flatten, ModelError, ReLU
+from tinytrain.graph.conv import (AvgPool2d, Conv1d, Conv2d, DepthwiseConv2d, GlobalAvgPool, MaxPool1d,
                                    MaxPool2d)
-from tinytrain.layers_norm import BatchNorm
-from tinytrain.layers_residual import Residual
-from tinytrain.model import Sequential
-from tinytrain.optim import SGD
-from tinytrain.sim import Simulator
+from tinytrain.graph.norm import BatchNorm
+from tinytrain.graph.residual import Residual
+from tinytrain.graph.model import Sequential
+from tinytrain.graph.optim import SGD
+from tinytrain.sim.simulator import Simulator
 
 
 def _out(layer, shape):

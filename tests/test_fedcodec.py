@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tinytrain import cbuild
+from tinytrain.device import cbuild
 from tinytrain import fixedpoint as fp
-from tinytrain import protocol as P
+from tinytrain.device import protocol as P
 from tinytrain.federated.codec import CODECS, compress, encode_update, store_hash
 
 HARNESS = r"""

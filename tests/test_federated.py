@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tinytrain import fixedpoint as fp
-from tinytrain import io as tio
+from tinytrain.graph import io as tio
 from tinytrain.federated import (CorruptUpdate, DeviceFault, FaultyDevice, FedConfig, Federation,
                                  QuorumError, Schema, fedavg, federate, make_devices, partition,
                                  resolve)
@@ -229,7 +229,7 @@ def test_board_that_misses_a_round_is_restarted_then_left_out(w1, caplog):
     from types import SimpleNamespace
 
     from tinytrain.federated.devices import LinkDevice
-    from tinytrain.protocol import DeviceTimeout
+    from tinytrain.device.protocol import DeviceTimeout
     from tinytrain.train import prepare_inputs
 
     model, ds = w1

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from tinytrain import io as tio
+from tinytrain.graph import io as tio
 from tinytrain.federated import FedConfig, Federation, federate, make_devices, resolve
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from tinytrain import data, fixedpoint as fp
-from tinytrain import io as tio
-from tinytrain.models import build_model
+from tinytrain.graph import io as tio
+from tinytrain.graph.models import build_model
 
 
 @pytest.fixture(scope="module")
@@ -139,8 +139,9 @@ def test_extra_must_be_json(digits, tmp_path):
 def test_int16_minus_32768_is_refused(tmp_path):
     """-32768 would make the device (which skips zero updates) and the reference (which clamps)
     disagree; training never produces it, so a file holding it is refused."""
-    from tinytrain import data, io
-    from tinytrain.models import build_model
+    from tinytrain import data
+    from tinytrain.graph import io
+    from tinytrain.graph.models import build_model
     import pytest as _pt
     ds = data.load("digits")
     m = build_model("digits-mlp", ds, seed=0)
@@ -156,7 +157,7 @@ def test_stale_tmp_cleanup_leaves_odd_names_and_live_writers(tmp_path):
     digits too long for a PID (a nanosecond stamp: os.kill would overflow), other files stay."""
     import os
 
-    from tinytrain.io import remove_stale_tmp
+    from tinytrain.graph.io import remove_stale_tmp
 
     dead = 2**22 + 7  # above Linux's PID limit (pid_max <= 2^22): never a running process
     names = [f".m.tt.{os.getpid()}.tmp", f".m.tt.{dead}.tmp", ".m.tt.17012345678901234567.tmp", "m.tt", ".x.tmp"]

@@ -21,12 +21,12 @@ import tinytrain
 from tinytrain import data
 from tinytrain.codegen.emit import generate
 from tinytrain.codegen.library import export_library, samples_header
-from tinytrain.layers import Dense, ReLU
-from tinytrain.model import Sequential
-from tinytrain.optim import SGD
-from tinytrain.protocol import REPLY, Flag, FrameSplitter, Msg, decode_frame, encode_frame
+from tinytrain.graph.layers import Dense, ReLU
+from tinytrain.graph.model import Sequential
+from tinytrain.graph.optim import SGD
+from tinytrain.device.protocol import REPLY, Flag, FrameSplitter, Msg, decode_frame, encode_frame
 from tinytrain.resources import FIRMWARE, PORTS_DIR
-from tinytrain.sim import Simulator
+from tinytrain.sim.simulator import Simulator
 
 STUB = Path(__file__).parent / "c" / "arduino_stub"
 
@@ -225,9 +225,9 @@ def test_user_project_trains_bit_exact_in_qemu(ds, tmp_path, how):
     generated model in the user's src/. how=export: lib_deps = file:// to an exported library
     (runtime + model). Either way the user copies the mps2 port (startup, UART, linker script)
     into src/port/, as they would a board support package."""
-    from tinytrain.boards import get_board
-    from tinytrain.emulator import Emulator
-    from tinytrain.pio_project import build
+    from tinytrain.device.boards import get_board
+    from tinytrain.device.emulator import Emulator
+    from tinytrain.device.pio_project import build
 
     board = get_board("mps2_an386")
     m = w1(ds)

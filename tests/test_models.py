@@ -6,8 +6,8 @@ import json
 import pytest
 
 from tinytrain import data
-from tinytrain.layers import ModelError
-from tinytrain.models import MODELS, available, build_model, memory_estimate
+from tinytrain.graph.layers import ModelError
+from tinytrain.graph.models import MODELS, available, build_model, memory_estimate
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +101,7 @@ def test_syntax_errors_and_file_types(digits, tmp_path):
 
 
 def test_saved_model_as_model_argument(digits, tmp_path):
-    from tinytrain import io as tio
+    from tinytrain.graph import io as tio
     m = build_model("digits-mlp", digits, seed=3)
     tio.save(m, tmp_path / "m.tt")
     m2 = build_model(tmp_path / "m.tt", digits)

@@ -356,7 +356,7 @@ def test_grad_exact_at_the_int32_bound(clib):
 def test_buffer_size_macros():
     """The TT_*_BUFFER_SIZE macros give 8 bytes per element of the larger of input and output,
     which is exactly the scratch the guarded C runs above use."""
-    from tinytrain import cbuild
+    from tinytrain.device import cbuild
 
     src = """#include "tt_conv.h"
 int32_t m2(int32_t H, int32_t W, int32_t Ci, int32_t OH, int32_t OW, int32_t Co)

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tinytrain import cbuild
+from tinytrain.device import cbuild
 from tinytrain.ops import dense as rd
-from tinytrain.optim import update_direct_ref
+from tinytrain.graph.optim import update_direct_ref
 
 from .conftest import HERE, runtime_cdef
 from .oputil import c_i8, c_i16, c_i32, c_i64, draw_array
@@ -182,7 +182,7 @@ def test_fused_sgd_dsp_equals_portable_and_reference(clib, dsplib, case):
 
 
 def _opt(m_t, k):
-    from tinytrain.optim import IntSGD
+    from tinytrain.graph.optim import IntSGD
 
     return IntSGD(m=m_t, k=k, mu_m=0, mu_k=0, wd_m=0, wd_k=0, ib_m=0, ib_k=0, batch_size=1,
                   schedule=0, gamma_q15=32768, step_size=1, total_steps=1,

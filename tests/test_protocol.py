@@ -1,5 +1,5 @@
 """Serial protocol: Python framing helpers, and whole conversations between the Python host
-(tinytrain.protocol.DeviceLink) and the C device side (tinytrain/firmware/src/tt_protocol.c, built for
+(tinytrain.device.protocol.DeviceLink) and the C device side (tinytrain/firmware/src/tt_protocol.c, built for
 the host with cffi and -fsanitize=undefined) running the fake model of tests/c/tt_fake_model.c."""
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from tinytrain import cbuild
-from tinytrain import protocol as P
+from tinytrain.device import cbuild
+from tinytrain.device import protocol as P
 
 HERE = Path(__file__).parent
 SCHEMA = 0x5EED5EED
@@ -674,7 +674,7 @@ def proxied(dev):
     """(DeviceLink, FaultProxy, lib): tt_device_run in a thread behind a TCP socket, reached
     through the fault proxy (no random faults). quiet=0.2 s leaves the device thread ample time
     to finish answering a garbled exchange before the host retransmits."""
-    from tinytrain.faultproxy import FaultProxy
+    from tinytrain.device.faultproxy import FaultProxy
 
     ffi, lib = dev
     url, th, handles = _device_over_socket(lib)
@@ -743,7 +743,7 @@ def test_random_faults_never_corrupt_silently(proxied):
 
 
 def test_fault_proxy_is_deterministic_and_local():
-    from tinytrain.faultproxy import FaultProxy
+    from tinytrain.device.faultproxy import FaultProxy
 
     with pytest.raises(ValueError, match="not a loopback"):
         FaultProxy("192.0.2.1", 80)

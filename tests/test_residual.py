@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 
 from tinytrain.codegen.host import HostModel
-from tinytrain.layers import Dense, Flatten, ModelError, ReLU
-from tinytrain.layers_conv import Conv2d, MaxPool2d
-from tinytrain.layers_norm import BatchNorm
-from tinytrain.layers_residual import Residual
-from tinytrain.model import Sequential
-from tinytrain.optim import SGD
-from tinytrain.sim import Simulator
+from tinytrain.graph.layers import Dense, Flatten, ModelError, ReLU
+from tinytrain.graph.conv import Conv2d, MaxPool2d
+from tinytrain.graph.norm import BatchNorm
+from tinytrain.graph.residual import Residual
+from tinytrain.graph.model import Sequential
+from tinytrain.graph.optim import SGD
+from tinytrain.sim.simulator import Simulator
 
 CASES = [
     ((12,), lambda: [Dense(16), ReLU(), Residual([Dense(16), ReLU(), Dense(16)]), ReLU(), Dense(5)], SGD(lr=0.05)),

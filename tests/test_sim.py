@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from tinytrain import data
-from tinytrain.layers import Dense, ReLU
-from tinytrain.model import Sequential
-from tinytrain.optim import SGD
-from tinytrain import sim as tsim
+from tinytrain.graph.layers import Dense, ReLU
+from tinytrain.graph.model import Sequential
+from tinytrain.graph.optim import SGD
+from tinytrain.sim import simulator as tsim
 
 
 @pytest.fixture(scope="module")

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from tinytrain import data, fixedpoint as fp
-from tinytrain import io as tio
-from tinytrain import model as tmodel
-from tinytrain import optim as topt
-from tinytrain.models import build_model
+from tinytrain.graph import io as tio
+from tinytrain.graph import model as tmodel
+from tinytrain.graph import optim as topt
+from tinytrain.graph.models import build_model
 from tinytrain.train import DATA_SEED_XOR, TrainError, evaluate, fit
 
 
@@ -197,10 +197,10 @@ def test_every_tensor_in_a_reference_step_is_integer(digits, monkeypatch, opt):
 
 
 def _all_layer_models():
-    from tinytrain.layers import Dense, Flatten, ReLU
-    from tinytrain.layers_conv import AvgPool2d, Conv1d, Conv2d, DepthwiseConv2d, GlobalAvgPool, MaxPool1d, MaxPool2d
-    from tinytrain.layers_norm import BatchNorm
-    from tinytrain.model import Sequential
+    from tinytrain.graph.layers import Dense, Flatten, ReLU
+    from tinytrain.graph.conv import AvgPool2d, Conv1d, Conv2d, DepthwiseConv2d, GlobalAvgPool, MaxPool1d, MaxPool2d
+    from tinytrain.graph.norm import BatchNorm
+    from tinytrain.graph.model import Sequential
     yield Sequential([Conv2d(4, 3, padding="same"), BatchNorm(), ReLU(), MaxPool2d(2), DepthwiseConv2d(3, padding="same"),
                       ReLU(), AvgPool2d(2), Flatten(), Dense(5)], input_shape=(8, 8, 1), input_exp=-7, seed=0)
     yield Sequential([Conv1d(4, 3, stride=2), BatchNorm(), ReLU(), MaxPool1d(2), Conv1d(3, 3, padding="same"),
@@ -237,7 +237,7 @@ def test_every_layer_type_step_is_integer(monkeypatch, idx):
 def test_update_underflow_counted_same_in_reference_and_simulator(digits):
     """Underflow of weight updates (nonzero gradient, step rounded to 0) is counted by the
     reference and the simulator alike; stochastic rounding removes most of it."""
-    from tinytrain.sim import Simulator
+    from tinytrain.sim.simulator import Simulator
     counts = {}
     for sr in (False, True):
         a = build_model("digits-mlp", digits, lr=0.001, stochastic_rounding=sr)

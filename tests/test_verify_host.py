@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 
 from tinytrain import data
-from tinytrain.layers import Dense, ReLU
-from tinytrain.model import Sequential
-from tinytrain.optim import SGD
+from tinytrain.graph.layers import Dense, ReLU
+from tinytrain.graph.model import Sequential
+from tinytrain.graph.optim import SGD
 from tinytrain.verify import locate, sample_order, state_blob, state_layout, verify
 
 
@@ -94,7 +94,7 @@ def test_reference_divergence_is_located(ds, monkeypatch):
     in element 5 from its 31st backward on) stops verification at that step and names the
     reference and the simulator. Only the reference calls ref_backward (the simulator is numba,
     the target C), so patching it changes the reference alone."""
-    from tinytrain.layers import Dense as D
+    from tinytrain.graph.layers import Dense as D
 
     orig, calls = D.ref_backward, []
 

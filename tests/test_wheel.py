@@ -23,9 +23,9 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 RUNTIME = ["tinytrain/firmware/include/tt_dense.h", "tinytrain/firmware/src/tt_dense.c",
            "tinytrain/firmware/ports/mps2/mps2.ld", "tinytrain/firmware/library.json",
-           "tinytrain/firmware/ports/arduino/tt_arduino_main.cpp", "tinytrain/boards/targets.json",
-           "tinytrain/boards/platform-qemu-cortexm/platform.json",
-           "tinytrain/boards/platform-qemu-cortexm/builder/main.py", "tinytrain/codegen/emit.py",
+           "tinytrain/firmware/ports/arduino/tt_arduino_main.cpp", "tinytrain/device/boards/targets.json",
+           "tinytrain/device/boards/platform-qemu-cortexm/platform.json",
+           "tinytrain/device/boards/platform-qemu-cortexm/builder/main.py", "tinytrain/codegen/emit.py",
            "tinytrain/federated/engine.py"]
 
 

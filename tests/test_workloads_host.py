@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tinytrain import data
-from tinytrain.models import build_model
+from tinytrain.graph.models import build_model
 from tinytrain.verify import verify
 
 

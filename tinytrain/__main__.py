@@ -1,6 +1,6 @@
 """``python -m tinytrain`` is the ``tinytrain`` command."""
 import sys
 
-from .cli import main
+from tinytrain.cli import main
 
 sys.exit(main())

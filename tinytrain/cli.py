@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
         "examples:\n  tinytrain train --data digits --model digits-mlp --out runs/w1.tt\n"
         "  tinytrain info runs/w1.tt --plot w1-mem.png\n  tinytrain boards --model digits-mlp\n"
         "  tinytrain verify --board host --model runs/w1.tt --json")
-    from . import __version__
+    from tinytrain import __version__
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for sc in SUBCOMMANDS.values():
@@ -184,7 +184,7 @@ def _handle_termination() -> dict:
         return {}
 
     def terminate(signum, _frame):
-        from .emulator import kill_all
+        from tinytrain.device.emulator import kill_all
 
         kill_all()
         raise Terminated(signum)
@@ -229,14 +229,14 @@ def _emit_json(obj):
 
 def load_model_args(args):
     """(model, dataset) from --model (built-in name, model file, or saved .tt) and --data."""
-    from . import data
-    from .models import MODELS, build_model
+    from tinytrain import data
+    from tinytrain.graph.models import MODELS, build_model
 
     name = args.data
     if name is None and args.model in MODELS:
         name = MODELS[args.model][2]
     if name is None and Path(args.model).is_file():
-        from . import io as tio
+        from tinytrain.graph import io as tio
 
         if tio.is_model_file(args.model):  # a saved model records the data it was trained on
             extra = tio.load(args.model)[1]
@@ -251,8 +251,8 @@ def load_model_args(args):
 def _resolve_data(data_arg: str, model_arg: str) -> str:
     """A built-in data name may name the family ("digits"); a built-in model picks the layout
     it is made for ("digits-cnn" reads "digits-image")."""
-    from .data import BUILTINS
-    from .models import MODELS
+    from tinytrain.data import BUILTINS
+    from tinytrain.graph.models import MODELS
     if data_arg in BUILTINS and model_arg in MODELS:
         want = MODELS[model_arg][2]
         if want != data_arg and want.startswith(data_arg):
@@ -281,9 +281,10 @@ def _train_args(p):
 
 
 def _train_run(args) -> int:
-    from . import data, io as tio
-    from .models import build_model
-    from .train import TrainError, evaluate, fit
+    from tinytrain import data
+    from tinytrain.graph import io as tio
+    from tinytrain.graph.models import build_model
+    from tinytrain.train import TrainError, evaluate, fit
 
     if args.epochs < 0:
         raise TrainError(f"--epochs must be >= 0, got {args.epochs}")
@@ -336,8 +337,8 @@ def _train_run(args) -> int:
 
 def _refuse_replacing(out, model):
     """--out may replace a checkpoint of this same model (a rerun), not anything else."""
-    from . import io as tio
-    from .train import TrainError, _first_difference
+    from tinytrain.graph import io as tio
+    from tinytrain.train import TrainError, _first_difference
 
     if not os.path.exists(out):
         return
@@ -363,8 +364,9 @@ def _eval_args(p):
 
 
 def _eval_run(args) -> int:
-    from . import data, io as tio
-    from .train import TrainError, evaluate
+    from tinytrain import data
+    from tinytrain.graph import io as tio
+    from tinytrain.train import TrainError, evaluate
 
     model, extra = tio.load(args.model)
     name = args.data or extra.get("dataset")
@@ -406,8 +408,8 @@ def _info_args(p):
 def _info_run(args) -> int:
     from pathlib import Path
 
-    from . import io as tio
-    from .models import memory_estimate
+    from tinytrain.graph import io as tio
+    from tinytrain.graph.models import memory_estimate
 
     if args.plot:
         tio.check_writable(args.plot)
@@ -425,7 +427,7 @@ def _info_run(args) -> int:
         info["test_accuracy"] = hist[-1].get("test_accuracy")
     bd = _breakdown_of(mem)
     if args.plot:
-        from .codegen.plot import plot_memory
+        from tinytrain.codegen.plot import plot_memory
 
         plot_memory(bd, args.plot, f"{model.name} on {bd.board}")
         info["plot"] = args.plot
@@ -445,7 +447,7 @@ def _info_run(args) -> int:
 
 
 def _breakdown_of(mem: dict):
-    from .codegen.memory import Breakdown
+    from tinytrain.codegen.memory import Breakdown
 
     d = mem["breakdown"]
     return Breakdown(d["board"], d["ram"], d["flash"], d["ram_limit"], d["flash_limit"], d["stack_source"],
@@ -464,14 +466,14 @@ def _boards_args(p):
 
 
 def _boards_run(args) -> int:
-    from .boards import load_boards
-    from .progress import progress_bar
+    from tinytrain.device.boards import load_boards
+    from tinytrain.progress import progress_bar
 
     boards = sorted(load_boards().values(), key=lambda b: (not b.is_emulated, b.name))
     rows = [{"name": b.name, "cpu": b.cpu, "fpu": b.fpu, "ram": b.ram, "flash": b.flash,
              "emulated": b.is_emulated, "description": b.description} for b in boards]
     if args.model:
-        from .codegen.memory import breakdown
+        from tinytrain.codegen.memory import breakdown
 
         args.seed = 0
         model, _ = load_model_args(args)

@@ -29,11 +29,11 @@ class DeviceCommandError(ValueError):
 def _user_errors(run):
     """Turn the device path's own errors into DeviceCommandError (exit 2, one line)."""
     def wrapped(args):
-        from .emulator import EmulatorError
-        from .pio_project import BuildError
-        from .protocol import ProtocolError
-        from .toolchain import ToolchainError
-        from .verify import VerifyError
+        from tinytrain.device.emulator import EmulatorError
+        from tinytrain.device.pio_project import BuildError
+        from tinytrain.device.protocol import ProtocolError
+        from tinytrain.device.toolchain import ToolchainError
+        from tinytrain.verify import VerifyError
 
         try:
             return run(args)
@@ -73,7 +73,7 @@ def _seconds(text: str) -> float:
 
 def add_link_args(p, timeout_default: str, retries_default: str | None = None) -> None:
     """--retries and --timeout of a command that talks to boards over the serial protocol."""
-    from .protocol import DEFAULT_RETRIES
+    from tinytrain.device.protocol import DEFAULT_RETRIES
 
     p.add_argument("--retries", type=_retries, default=None, metavar="N",
                    help="retransmissions of a request after a timeout or a corrupted exchange "
@@ -84,14 +84,14 @@ def add_link_args(p, timeout_default: str, retries_default: str | None = None) -
 
 def _load_model(args):
     """(model, dataset) from --model and --data (tinytrain.cli.load_model_args)."""
-    from .cli import load_model_args
+    from tinytrain.cli import load_model_args
 
     return load_model_args(args)
 
 
 def _out_dir(path) -> None:
     """Refuse an --out folder that cannot be made before anything is generated."""
-    from . import io as tio
+    from tinytrain.graph import io as tio
 
     tio.check_writable(path, folder=True)
 
@@ -120,15 +120,15 @@ def _plot_arg(p):
 
 
 def _write_plot(bd, path, title):
-    from .codegen.plot import plot_memory
+    from tinytrain.codegen.plot import plot_memory
 
     plot_memory(bd, path, title)
     print(f"memory plot: {path}", file=sys.stderr)
 
 
 def _codegen_run(args) -> int:
-    from .codegen.project import choose_shadow, memory_report, write_firmware_project, write_sources
-    from . import io as tio
+    from tinytrain.codegen.project import choose_shadow, memory_report, write_firmware_project, write_sources
+    from tinytrain.graph import io as tio
 
     _out_dir(args.out)
     if args.plot:
@@ -170,7 +170,7 @@ def _export_args(p):
 
 
 def _export_run(args) -> int:
-    from .codegen.library import export_library
+    from tinytrain.codegen.library import export_library
 
     if args.samples < 0:
         raise ValueError(f"--samples must be >= 0, got {args.samples}")
@@ -190,7 +190,7 @@ def _export_run(args) -> int:
 def memory_report_table(model, prefix) -> str:
     """The model's RAM/flash with the device link (tt_device_begin/poll) in: the arena the
     user's firmware provides (docs/embedding.md)."""
-    from .codegen.project import memory_report
+    from tinytrain.codegen.project import memory_report
 
     return memory_report(model, None, prefix).table()
 
@@ -212,8 +212,8 @@ def _build_args(p):
 
 
 def _build_run(args) -> int:
-    from .codegen.project import build_firmware, choose_shadow, memory_report
-    from .progress import progress_bar
+    from tinytrain.codegen.project import build_firmware, choose_shadow, memory_report
+    from tinytrain.progress import progress_bar
 
     _out_dir(args.out)
     model, _ = _load_model(args)
@@ -254,13 +254,13 @@ def _verify_args(p):
 
 
 def _verify_run(args) -> int:
-    from .verify import verify
+    from tinytrain.verify import verify
 
     if args.board is None and args.port is None:
         raise ValueError("give --board host|BOARD or --port PORT")
     if args.steps < 1:
         raise ValueError(f"--steps must be >= 1 (training steps to compare), got {args.steps}")
-    from .progress import progress_bar
+    from tinytrain.progress import progress_bar
 
     model, ds = _load_model(args)
     with progress_bar(total=args.steps, desc="verify", unit="step", json=args.json) as bar:
@@ -286,7 +286,7 @@ def _verify_run(args) -> int:
     if r["retransmissions"]:
         print(f"  {r['retransmissions']} requests sent again (timeouts or corrupted exchanges)", file=out)
     if r.get("memory"):
-        from .codegen.memory import Breakdown
+        from tinytrain.codegen.memory import Breakdown
 
         print(Breakdown(**{k: r["memory"][k] for k in _BD_FIELDS}).table(), file=out)
     if args.json:
@@ -312,7 +312,7 @@ def _emulate_args(p):
 
 
 def _emulate_run(args) -> int:
-    from .emulator import Emulator
+    from tinytrain.device.emulator import Emulator
 
     # SIGTERM/SIGHUP arrive as KeyboardInterrupt (tinytrain.cli): the context manager stops QEMU
     with Emulator(args.board, args.firmware) as emu:
@@ -322,7 +322,7 @@ def _emulate_run(args) -> int:
             while emu.proc is not None and emu.proc.poll() is None:
                 time.sleep(0.2)
         except KeyboardInterrupt as exc:
-            from .cli import Terminated
+            from tinytrain.cli import Terminated
 
             if isinstance(exc, Terminated):  # SIGTERM/SIGHUP: exit 128 + signal like the other commands
                 raise
@@ -349,9 +349,9 @@ def _flash_args(p):
 def _flash_run(args) -> int:
     import subprocess
 
-    from .boards import get_board
-    from .pio_project import _missing_platform, platform_installed
-    from .toolchain import find_pio, pio_env
+    from tinytrain.device.boards import get_board
+    from tinytrain.device.pio_project import _missing_platform, platform_installed
+    from tinytrain.device.toolchain import find_pio, pio_env
 
     b = get_board(args.board)
     if b.is_emulated:
@@ -365,7 +365,7 @@ def _flash_run(args) -> int:
             raise ValueError("give --project DIR (from tinytrain build) or --model")
         import tempfile
 
-        from .codegen.project import write_firmware_project
+        from tinytrain.codegen.project import write_firmware_project
 
         model, _ = _load_model(args)
         args.project = write_firmware_project(model, b.name, tempfile.mkdtemp(prefix="tt-flash-"))
@@ -393,7 +393,7 @@ def add_parsers(subparsers) -> None:
 
 def register_all() -> None:
     """Register the commands in tinytrain.cli's SUBCOMMANDS registry."""
-    from . import cli
+    from tinytrain import cli
 
     for name, (help, args_fn, run) in COMMANDS.items():
         cli.register(name, help, args_fn, _user_errors(run))

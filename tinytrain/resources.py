@@ -5,8 +5,8 @@ source checkout look the same.
     tinytrain/firmware/include, src    the C runtime (also a PlatformIO / Arduino library)
     tinytrain/firmware/ports/<port>    board ports (startup, UART, cycle counter)
     tinytrain/firmware/apps/           small firmware apps (echo: link and counter checks)
-    tinytrain/boards/targets.json      the board registry
-    tinytrain/boards/platform-qemu-cortexm   the offline PlatformIO platform for QEMU boards
+    tinytrain/device/boards/targets.json      the board registry
+    tinytrain/device/boards/platform-qemu-cortexm   the offline PlatformIO platform for QEMU boards
 
 The compilers need real paths, so the package must be installed as files (a wheel, an sdist
 or a checkout; not a zip import): ``PACKAGE`` is checked to be a folder.
@@ -26,6 +26,6 @@ FIRMWARE_INCLUDE = FIRMWARE / "include"
 FIRMWARE_SRC = FIRMWARE / "src"
 PORTS_DIR = FIRMWARE / "ports"
 APPS_DIR = FIRMWARE / "apps"
-BOARDS_DIR = PACKAGE / "boards"
+BOARDS_DIR = PACKAGE / "device" / "boards"
 TARGETS_JSON = BOARDS_DIR / "targets.json"
 QEMU_PLATFORM_DIR = BOARDS_DIR / "platform-qemu-cortexm"

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import fixedpoint as fp
-from .data import DataError, Dataset, quantize_inputs
+from tinytrain import fixedpoint as fp
+from tinytrain.data import DataError, Dataset, quantize_inputs
 
 DATA_SEED_XOR = 0x5EED
 _CHUNK = 2048  # samples per simulator call (progress granularity)
@@ -170,7 +170,7 @@ def _first_difference(a, b, path=""):
 
 
 def _resume_from(model, path, seed):
-    from . import io as tio
+    from tinytrain.graph import io as tio
     saved, extra = tio.load(path)
     mine, theirs = model.config(), saved.config()
     diff = _first_difference(theirs, mine)
@@ -197,7 +197,7 @@ class _Runner:
     def __init__(self, model, reference: bool):
         self.model, self.reference = model, reference
         if not reference:
-            from .sim import Simulator
+            from tinytrain.sim.simulator import Simulator
             self.sim = Simulator(model)
 
     def warm_up(self, X):
@@ -271,7 +271,7 @@ def fit(model, dataset: Dataset, epochs: int, seed: int = 0, *, batch_size: int 
     if start < epochs:
         runner.warm_up(X)
     bar = None
-    from .progress import enabled
+    from tinytrain.progress import enabled
 
     if enabled(force=progress) and start < epochs:
         from tqdm.auto import tqdm
@@ -353,7 +353,7 @@ def cannot_learn(model, X, before: list, rec: dict, probe: int = 64) -> list[str
 
 
 def _save_checkpoint(model, path, epoch, state, seed, dataset, history):
-    from . import io as tio
+    from tinytrain.graph import io as tio
     tio.save(model, path, extra={"epoch": epoch, "data_prng": int(state), "seed": seed,
                                  "dataset": dataset.name, "data_source": dataset.source,
                                  "history": history.to_dict()})
@@ -422,7 +422,7 @@ def plot_history(history: History, path, title: str = "training") -> Path:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.suptitle(title)
     fig.tight_layout()
-    from .io import atomic_write  # a crash leaves the old picture or the new one
+    from tinytrain.graph.io import atomic_write  # a crash leaves the old picture or the new one
 
     try:
         return atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))

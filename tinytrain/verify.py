@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import fixedpoint as fp
-from .codegen.memory import firmware_sizes  # noqa: F401  (part of verify's API)
-from .state import Slot, locate, state_blob, state_layout  # noqa: F401  (part of verify's API)
+from tinytrain import fixedpoint as fp
+from tinytrain.codegen.memory import firmware_sizes  # noqa: F401  (part of verify's API)
+from tinytrain.graph.state import Slot, locate, state_blob, state_layout  # noqa: F401  (part of verify's API)
 
 __all__ = ["verify", "state_layout", "locate", "VerifyError", "sample_order", "firmware_sizes"]
 
@@ -55,7 +55,7 @@ def _inputs(model, dataset):
     want = getattr(model, "data_input_exp", None)
     if want is None or want == dataset.input_exp:
         return dataset.x_train
-    from .train import prepare_inputs
+    from tinytrain.train import prepare_inputs
 
     return prepare_inputs(model, dataset)[0]
 
@@ -70,7 +70,7 @@ class _HostTarget:
     cycles_unit = None
 
     def __init__(self, model, prefix="tt_model"):
-        from .codegen.host import HostModel
+        from tinytrain.codegen.host import HostModel
 
         self.hm = HostModel(model, prefix=prefix)
         self.em = self.hm.em
@@ -111,7 +111,7 @@ class _LinkTarget:
         self.n_state = len(state_layout(model))
         info = link.info or link.hello()
         if info.schema_hash != model.schema_hash():
-            from .protocol import SchemaMismatch
+            from tinytrain.device.protocol import SchemaMismatch
 
             raise SchemaMismatch(f"device runs schema 0x{info.schema_hash:08x}, the model is "
                                  f"0x{model.schema_hash():08x}: build and flash the firmware of this model")
@@ -139,8 +139,8 @@ class _LinkTarget:
 
     def stack_bytes(self):
         """Peak stack use reported by the glue (None if the firmware does not report it)."""
-        from .codegen.device import TENSOR_STACK
-        from .protocol import DeviceError
+        from tinytrain.codegen.device import TENSOR_STACK
+        from tinytrain.device.protocol import DeviceError
 
         try:
             v = int.from_bytes(self.link.get_tensor(TENSOR_STACK)[:4], "little")
@@ -159,7 +159,7 @@ def _fw_dir(board: str, em_source: str) -> Path:
     import hashlib
     import os
 
-    from .resources import FIRMWARE_INCLUDE, FIRMWARE_SRC
+    from tinytrain.resources import FIRMWARE_INCLUDE, FIRMWARE_SRC
 
     h = hashlib.sha256(em_source.encode())
     for d in (FIRMWARE_SRC, FIRMWARE_INCLUDE):
@@ -173,10 +173,10 @@ def build_cached(model, board: str, out_dir=None, prefix="tt_model", fedcodec: b
     """Build the firmware of `model` for `board` (once per generated source: cached by hash).
     fedcodec: include the on-device federated update codec (True, or "auto": if RAM allows);
     off by default so training-RAM figures are the model's own."""
-    from .codegen.device import device_source
-    from .codegen.project import build_firmware, choose_fedcodec, choose_shadow
-    from .codegen.emit import generate
-    from .pio_project import elf_path
+    from tinytrain.codegen.device import device_source
+    from tinytrain.codegen.project import build_firmware, choose_fedcodec, choose_shadow
+    from tinytrain.codegen.emit import generate
+    from tinytrain.device.pio_project import elf_path
 
     if fedcodec == "auto":
         fedcodec = choose_fedcodec(model, board, prefix, choose_shadow(model, board, prefix))
@@ -223,8 +223,8 @@ def verify(model, dataset, steps: int, *, board: str | None = "host", port=None,
     ["simulator", board] and "expected" is the simulator's. The reference is ~100x slower than
     the simulator: a few hundred steps of W1 take seconds.
     """
-    from .boards import get_board
-    from .sim import Simulator
+    from tinytrain.device.boards import get_board
+    from tinytrain.sim.simulator import Simulator
 
     t0 = time.monotonic()
     sim_model = copy.deepcopy(model)
@@ -236,14 +236,14 @@ def verify(model, dataset, steps: int, *, board: str | None = "host", port=None,
               "cycles_per_step": None, "ram_bytes": None, "flash_bytes": None, "seconds": None,
               "first_mismatch": None, "hash_initial": f"0x{model.state_hash():08x}",
               "reference": bool(reference), "retransmissions": None}
-    from .protocol import DEFAULT_RETRIES, DEFAULT_TIMEOUT
+    from tinytrain.device.protocol import DEFAULT_RETRIES, DEFAULT_TIMEOUT
 
     link_kw = {"retries": DEFAULT_RETRIES if retries is None else retries,
                "timeout": DEFAULT_TIMEOUT if timeout is None else timeout}
     emu = None
     b = None
     if link is not None or port is not None:
-        from .protocol import DeviceLink
+        from tinytrain.device.protocol import DeviceLink
 
         b = get_board(board) if board not in (None, "host") else None
         result["board"] = b.name if b else "device"
@@ -254,13 +254,13 @@ def verify(model, dataset, steps: int, *, board: str | None = "host", port=None,
     elif board in (None, "host"):
         target = _HostTarget(dev_model)
         result["board"] = "host"
-        from .codegen.device import static_ram_bytes
+        from tinytrain.codegen.device import static_ram_bytes
 
         result["ram_bytes"] = static_ram_bytes(target.em, model) - len(state_blob(model))
         result["flash_bytes"] = None
     else:
-        from .emulator import Emulator
-        from .protocol import DeviceLink
+        from tinytrain.device.emulator import Emulator
+        from tinytrain.device.protocol import DeviceLink
 
         b = get_board(board)
         if not b.is_emulated:
@@ -337,8 +337,8 @@ def _memory(model, board, elf, stack) -> dict | None:
     """The firmware's RAM/flash breakdown (tinytrain.codegen.memory.breakdown, the figures of
     info/codegen/build) on `board` (the default board for host runs), with the ELF's linked
     sizes and the device's measured peak stack beside it."""
-    from .codegen.project import choose_shadow
-    from .codegen.memory import breakdown
+    from tinytrain.codegen.project import choose_shadow
+    from tinytrain.codegen.memory import breakdown
 
     name = board.name if board is not None else None
     try:

@@ -40,9 +40,10 @@ def main(argv=None):
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--annotate", metavar="FUNC", help="also print FUNC's disassembly with counts per instruction")
     a = ap.parse_args(argv)
-    from tinytrain import data, models
-    from tinytrain.boards import get_board
-    from tinytrain.emulator import Emulator
+    from tinytrain import data
+    from tinytrain.graph import models
+    from tinytrain.device.boards import get_board
+    from tinytrain.device.emulator import Emulator
     from tinytrain.verify import build_cached, verify
 
     ds = data.load(a.data or {"digits-cnn": "digits-image"}.get(a.model, "digits"))

@@ -20,14 +20,14 @@ then answers the peak stack bytes used so far (4 bytes LE), so peak RAM = .data 
     out_dir/src/port_<port>/            the board port (and its linker script)
 
 No path leads outside ``out_dir``: emulated boards name the offline platform by name and version
-(``platform = qemu-cortexm@0.1.0``, installed by ``python -m tinytrain.toolchain setup``), so the
+(``platform = qemu-cortexm@0.1.0``, installed by ``python -m tinytrain.device.toolchain setup``), so the
 project builds wherever it is moved.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .emit import Emitted, generate
+from tinytrain.codegen.emit import Emitted, generate
 
 TENSOR_STACK = 0xFFFE  # GET_TENSOR id of the glue's stack high-water reading
 
@@ -51,7 +51,7 @@ FEDCODEC_STATE = 64
 def fedcodec_store(model) -> list[tuple[int, int, int]]:
     """The parameter store as the update codec sees it: (blob offset, elements, bytes per
     element) per tensor, schema order (tinytrain.federated.codec.Schema)."""
-    from ..federated.codec import Schema
+    from tinytrain.federated.codec import Schema
 
     sc = Schema.of(model)
     out = []

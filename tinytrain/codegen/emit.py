@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..optim import MASTER_EXTRA_BITS
+from tinytrain.graph.optim import MASTER_EXTRA_BITS
 
 CTYPE = {np.dtype(np.int8): "int8_t", np.dtype(np.int16): "int16_t", np.dtype(np.int32): "int32_t",
          np.dtype(np.uint32): "uint32_t"}

@@ -6,8 +6,8 @@ import re
 
 import numpy as np
 
-from .. import cbuild
-from .emit import generate
+from tinytrain.device import cbuild
+from tinytrain.codegen.emit import generate
 
 # runtime files a model needs (the protocol/device loop is not part of the host model build)
 _RUNTIME_EXCLUDE = {"tt_protocol", "tt_cobs", "tt_device_main"}

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..resources import FIRMWARE, FIRMWARE_INCLUDE, FIRMWARE_SRC, PORTS_DIR
-from .device import device_header, device_source
+from tinytrain.resources import FIRMWARE, FIRMWARE_INCLUDE, FIRMWARE_SRC, PORTS_DIR
+from tinytrain.codegen.device import device_header, device_source
 
 __all__ = ["export_library", "runtime_manifest"]
 
@@ -190,7 +190,7 @@ def export_library(model, out_dir, prefix: str = "tt_model", *, name: str | None
     for f in [*sorted(FIRMWARE_INCLUDE.glob("tt_*.h")), *sorted(FIRMWARE_SRC.glob("tt_*.c")),
               PORTS_DIR / "common" / "tt_port_common.c", PORTS_DIR / "arduino" / "tt_port_arduino.cpp"]:
         shutil.copy2(f, src / f.name)
-    from .emit import generate
+    from tinytrain.codegen.emit import generate
 
     em = generate(model, prefix)
     em.write(src)

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import cbuild
-from .emit import Emitted
+from tinytrain.device import cbuild
+from tinytrain.codegen.emit import Emitted
 
 ARM_CC = "arm-none-eabi-gcc"
 CPU_FLAGS = {
@@ -312,7 +312,7 @@ def link_firmware(em: Emitted, glue: str, board) -> dict:
     Arduino ports: linked without the Arduino core (its code is not counted)."""
     import hashlib
 
-    from ..resources import FIRMWARE_SRC as SRC
+    from tinytrain.resources import FIRMWARE_SRC as SRC
 
     import json
 
@@ -386,9 +386,9 @@ def breakdown(model, board=None, prefix: str = "tt_model", *, shadow: bool = Tru
     board). link=False skips the cross compilation (quick fit checks: stack DEFAULT_STACK,
     protocol PROTOCOL_RAM, flash code unknown). elf: a built firmware whose linked sizes are
     recorded beside the figures (``linked``); stack_measured: a device's peak stack reading."""
-    from ..boards import default_board, get_board
-    from .device import PROTOCOL_RAM, device_source, fedcodec_bytes, state_bytes
-    from .emit import generate
+    from tinytrain.device.boards import default_board, get_board
+    from tinytrain.codegen.device import PROTOCOL_RAM, device_source, fedcodec_bytes, state_bytes
+    from tinytrain.codegen.emit import generate
 
     b = get_board(board) if board is not None else default_board()
     em = generate(model, prefix)

@@ -3,11 +3,11 @@ and per-layer RAM, flash and MACs (``tinytrain codegen/info --plot FILE``).
 
 ``memory_bars(bd)`` is the data the picture draws (tested against the breakdown, not pixels);
 ``plot_memory(bd, path)`` renders it with matplotlib (the ``plot`` extra) and writes the PNG
-atomically (tinytrain.io.atomic_write).
+atomically (tinytrain.graph.io.atomic_write).
 """
 from __future__ import annotations
 
-from .memory import FLASH_ROLES, RAM_ROLES, Breakdown
+from tinytrain.codegen.memory import FLASH_ROLES, RAM_ROLES, Breakdown
 
 #: one colour per role, the same in both bars
 COLOURS = {"parameters": "#4e79a7", "optimizer state": "#f28e2b", "activations": "#59a14f",
@@ -41,7 +41,7 @@ def _matplotlib():
 
 def plot_memory(bd: Breakdown, path, title: str | None = None):
     """Write the memory picture of `bd` to the PNG `path` (atomically); returns the path."""
-    from ..io import atomic_write
+    from tinytrain.graph.io import atomic_write
 
     plt = _matplotlib()
     data = memory_bars(bd)

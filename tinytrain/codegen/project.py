@@ -10,10 +10,10 @@ import re
 import shutil
 from pathlib import Path
 
-from ..resources import FIRMWARE_INCLUDE, FIRMWARE_SRC
-from .device import device_source
-from .emit import Emitted, generate  # noqa: F401
-from .memory import breakdown, check_breakdown_fits
+from tinytrain.resources import FIRMWARE_INCLUDE, FIRMWARE_SRC
+from tinytrain.codegen.device import device_source
+from tinytrain.codegen.emit import Emitted, generate  # noqa: F401
+from tinytrain.codegen.memory import breakdown, check_breakdown_fits
 
 def memory_report(model, board=None, prefix: str = "tt_model", measure_stack: bool = True,
                   shadow: bool = True, fedcodec: bool = False, elf=None, stack_measured=None):
@@ -85,7 +85,7 @@ def write_firmware_project(model, board, out_dir, prefix: str = "tt_model",
     """Write the complete PlatformIO project (no build). Returns the project folder.
     shadow: "auto" keeps the atomic-load shadow when the board's RAM allows it; fedcodec
     (federation builds): True, or "auto" to include the on-device update codec if it fits too."""
-    from ..pio_project import write_project
+    from tinytrain.device.pio_project import write_project
 
     out = Path(out_dir).resolve()
     gen = out / "generated"
@@ -110,8 +110,8 @@ def build_firmware(model, board, out_dir, prefix: str = "tt_model", *, build_fla
                    verbose: bool = False, shadow: bool | str = "auto",
                    fedcodec: bool | str = False) -> Path:
     """Write and build the firmware of `model` for `board`; returns the ELF path.
-    Raises tinytrain.pio_project.BuildError (with the compiler's errors) on failure."""
-    from ..pio_project import build
+    Raises tinytrain.device.pio_project.BuildError (with the compiler's errors) on failure."""
+    from tinytrain.device.pio_project import build
 
     # fails early, with a clear message (MemoryError), if RAM is short
     project = write_firmware_project(model, board, out_dir, prefix, build_flags, shadow, fedcodec)

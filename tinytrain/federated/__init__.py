@@ -6,12 +6,12 @@ messages, compression, error feedback), ``partition`` (IID / Dirichlet splits), 
 (the device kinds), ``engine`` (rounds, quorum, checkpoints), ``api`` (``federate``),
 ``cli`` (``tinytrain federate``), ``flower`` (optional Flower apps).
 """
-from .api import federate, make_devices, resolve
-from .codec import CODECS, CorruptUpdate, Schema
-from .devices import DeviceFault, FaultyDevice, LinkDevice, SimBackend, SimDevice, local_order
-from .engine import DevicesUnreachable, FedConfig, Federation, QuorumError
-from .fedavg import fedavg
-from .partition import partition
+from tinytrain.federated.api import federate, make_devices, resolve
+from tinytrain.federated.codec import CODECS, CorruptUpdate, Schema
+from tinytrain.federated.devices import DeviceFault, FaultyDevice, LinkDevice, SimBackend, SimDevice, local_order
+from tinytrain.federated.engine import DevicesUnreachable, FedConfig, Federation, QuorumError
+from tinytrain.federated.fedavg import fedavg
+from tinytrain.federated.partition import partition
 
 __all__ = ["federate", "make_devices", "resolve", "CODECS", "CorruptUpdate", "Schema", "DeviceFault",
            "FaultyDevice", "LinkDevice", "SimBackend", "SimDevice", "local_order", "FedConfig",

@@ -11,18 +11,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .codec import Schema
-from .devices import EmulatedBoard, LinkDevice, SimBackend, SimDevice
-from .engine import FedConfig, Federation, write_plot
-from .partition import partition as split
+from tinytrain.federated.codec import Schema
+from tinytrain.federated.devices import EmulatedBoard, LinkDevice, SimBackend, SimDevice
+from tinytrain.federated.engine import FedConfig, Federation, write_plot
+from tinytrain.federated.partition import partition as split
 
 __all__ = ["federate", "make_devices", "resolve"]
 
 
 def resolve(model, dataset, seed: int = 0):
     """(Sequential, Dataset) from objects or names (built-in model/dataset names, model files)."""
-    from .. import data
-    from ..models import MODELS, build_model
+    from tinytrain import data
+    from tinytrain.graph.models import MODELS, build_model
 
     if isinstance(dataset, str) or dataset is None:
         name = dataset or (MODELS[model][2] if isinstance(model, str) and model in MODELS else "digits")
@@ -42,9 +42,9 @@ def make_devices(model, dataset, config: FedConfig, *, simulated: int | None = N
     each board's serial link (seconds per attempt; retransmissions). retries None: DeviceLink's
     default for ports, none for emulated boards (a local socket loses no bytes: a board silent
     for one timeout is hung, and is restarted before the next round)."""
-    from ..protocol import DEFAULT_RETRIES
+    from tinytrain.device.protocol import DEFAULT_RETRIES
 
-    from ..train import prepare_inputs
+    from tinytrain.train import prepare_inputs
 
     X, Y, _, _ = prepare_inputs(model, dataset)
     kinds = sum(x is not None for x in (simulated, board, ports))
@@ -61,9 +61,9 @@ def make_devices(model, dataset, config: FedConfig, *, simulated: int | None = N
         backend = SimBackend(model, X, Y)
         return [SimDevice(i, schema, parts[i], backend, **kw) for i in range(k)]
     if board is not None:
-        from ..boards import get_board
-        from ..emulator import find_qemu
-        from ..verify import build_cached
+        from tinytrain.device.boards import get_board
+        from tinytrain.device.emulator import find_qemu
+        from tinytrain.verify import build_cached
 
         b = get_board(board)
         if not b.is_emulated:
@@ -78,8 +78,8 @@ def make_devices(model, dataset, config: FedConfig, *, simulated: int | None = N
             dev.close = (lambda d=dev, e=eb: (LinkDevice.close(d), e.close()))
             out.append(dev)
         return out
-    from ..protocol import DeviceLink
-    from .devices import reset_serial_board
+    from tinytrain.device.protocol import DeviceLink
+    from tinytrain.federated.devices import reset_serial_board
 
     retries = DEFAULT_RETRIES if retries is None else retries
     return [LinkDevice(i, schema, parts[i], X, Y, model, (lambda p=p: DeviceLink(p, timeout=timeout, retries=retries)),

@@ -10,9 +10,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .. import cli
-from ..cli_device import _user_errors
-from ..progress import progress_bar
+from tinytrain import cli
+from tinytrain.cli_device import _user_errors
+from tinytrain.progress import progress_bar
 
 
 def _round_logger(bar, logf):
@@ -48,7 +48,7 @@ def _args(p):
     p.add_argument("--quorum", type=float, default=0.5, help="valid updates a round needs: a fraction "
                    "of the devices (< 1) or a count (default 0.5)")
     p.add_argument("--seed", type=int, default=0)
-    from ..cli_device import add_link_args
+    from tinytrain.cli_device import add_link_args
 
     add_link_args(p, "10 s", "10 with --ports, 0 on emulated boards: their local socket loses no bytes")
     p.add_argument("--out", default=None, help="directory: global model after every round "
@@ -63,7 +63,7 @@ def _args(p):
 def _run(args) -> int:
     import json
 
-    from .api import federate
+    from tinytrain.federated.api import federate
 
     for opt, v in (("--rounds", args.rounds), ("--simulated", args.simulated), ("--local-epochs", args.local_epochs),
                    ("--local-steps", args.local_steps), ("--devices", args.devices)):
@@ -75,7 +75,7 @@ def _run(args) -> int:
                          f"got {args.quorum:g}")
     if args.resume and not args.out:
         raise ValueError("--resume needs --out")
-    from .. import io as tio
+    from tinytrain.graph import io as tio
 
     if args.plot is True:
         if not args.out:

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import fixedpoint as fp
+from tinytrain import fixedpoint as fp
 
 CODECS = ("none", "int8", "int4", "sign")
 VERSION = 1
@@ -65,8 +65,8 @@ class Schema:
 
     @classmethod
     def of(cls, model) -> "Schema":
-        from ..state import state_layout
-        from .fedavg import store_tensors
+        from tinytrain.graph.state import state_layout
+        from tinytrain.federated.fedavg import store_tensors
 
         st = store_tensors(model)
         slots = state_layout(model)

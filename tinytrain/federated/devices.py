@@ -34,9 +34,9 @@ import logging
 
 import numpy as np
 
-from .. import fixedpoint as fp
-from .codec import CODECS, Schema, compress, decode_global, encode_update
-from .fedavg import client_seed, start_state
+from tinytrain import fixedpoint as fp
+from tinytrain.federated.codec import CODECS, Schema, compress, decode_global, encode_update
+from tinytrain.federated.fedavg import client_seed, start_state
 
 __all__ = ["DeviceFault", "Device", "SimBackend", "SimDevice", "LinkDevice", "EmulatedBoard",
            "reset_serial_board", "FaultyDevice", "local_order"]
@@ -107,7 +107,7 @@ class Device:
         raise NotImplementedError
 
     def run_round(self, global_msg: bytes) -> bytes:
-        from .codec import CorruptUpdate
+        from tinytrain.federated.codec import CorruptUpdate
 
         try:
             rnd, step, store = decode_global(global_msg, self.schema, self.replica)
@@ -130,7 +130,7 @@ class Device:
         local = self.schema.store_from_blob(blob)
         body, recon, res = compress(self.codec, local, store, self.residual)
         self._pending = (rnd, res)
-        from .codec import store_hash
+        from tinytrain.federated.codec import store_hash
         return encode_update(self.codec, self.id, rnd, len(order), new_step, store_hash(recon),
                              len(self.schema.shapes), body)
 
@@ -164,14 +164,14 @@ class SimBackend:
     writes the global state into the shared model's arrays in place, trains, reads back."""
 
     def __init__(self, model, X, Y):
-        from ..sim import Simulator
+        from tinytrain.sim.simulator import Simulator
 
         self.model = model.copy()
         self.sim = Simulator(self.model)
         self.X, self.Y = X, Y
 
     def train(self, store, seed, rnd, device, step, order) -> tuple[bytes, int]:
-        from ..state import state_blob
+        from tinytrain.graph.state import state_blob
 
         m = self.model
         start_state(m, store, seed, rnd, device, step)
@@ -198,7 +198,7 @@ class EmulatedBoard:
     restart() kills it (frozen or not) and boots a fresh one."""
 
     def __init__(self, board: str, elf, timeout: float = 10.0, retries: int = 0):
-        from ..emulator import Emulator
+        from tinytrain.device.emulator import Emulator
 
         self.emu = Emulator(board, elf)
         self.timeout = timeout
@@ -209,7 +209,7 @@ class EmulatedBoard:
         """A link to the board. By default no retries on timeout: a TCP socket does not lose
         bytes, so a board silent for one request timeout is hung, and waiting out more is wasted
         (``retries`` > 0 for links through a fault proxy)."""
-        from ..protocol import DeviceLink
+        from tinytrain.device.protocol import DeviceLink
 
         if self.emu.proc is not None and self.emu.proc.poll() is not None:
             self.emu.stop()  # it died: boot a fresh one
@@ -296,7 +296,7 @@ class LinkDevice(Device):
         self.on_step = on_step  # test hook: on_step(device, round, k) after k samples
 
     def ensure_ready(self) -> None:
-        from ..protocol import ProtocolError
+        from tinytrain.device.protocol import ProtocolError
 
         if self.link is not None:
             return
@@ -350,7 +350,7 @@ class LinkDevice(Device):
         return False
 
     def _device_update(self, store, rnd, step, order):
-        from .codec import store_hash
+        from tinytrain.federated.codec import store_hash
 
         if not self.on_device():
             return None
@@ -367,7 +367,7 @@ class LinkDevice(Device):
         return msg
 
     def ack(self, rnd: int, accepted: bool) -> None:
-        from ..protocol import ProtocolError
+        from tinytrain.device.protocol import ProtocolError
 
         if self._device_pending is None:
             return super().ack(rnd, accepted)
@@ -396,8 +396,8 @@ class LinkDevice(Device):
     def _on_link(self, store, rnd, step, order, begin, finish):
         """Load the round's start state, run begin(link), train on `order`, return finish(link);
         link failures become DeviceFault."""
-        from ..protocol import DeviceError, DeviceReset, DeviceTimeout, ProtocolError
-        from ..state import state_blob
+        from tinytrain.device.protocol import DeviceError, DeviceReset, DeviceTimeout, ProtocolError
+        from tinytrain.graph.state import state_blob
 
         if self.link is None:
             raise DeviceFault("disconnect", f"device {self.id} is not connected")

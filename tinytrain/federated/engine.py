@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .codec import Schema, CorruptUpdate, decode_update, encode_global
-from .devices import DeviceFault
-from .fedavg import Aggregator, set_store, store_tensors
+from tinytrain.federated.codec import Schema, CorruptUpdate, decode_update, encode_global
+from tinytrain.federated.devices import DeviceFault
+from tinytrain.federated.fedavg import Aggregator, set_store, store_tensors
 
 __all__ = ["FedConfig", "Federation", "QuorumError", "DevicesUnreachable"]
 
@@ -83,8 +83,8 @@ class Federation:
 
     def __init__(self, model, dataset, devices, config: FedConfig | None = None, *, out=None,
                  log=None):
-        from ..sim import Simulator
-        from ..train import prepare_inputs
+        from tinytrain.sim.simulator import Simulator
+        from tinytrain.train import prepare_inputs
 
         self.config = config or FedConfig()
         self.model = model.copy()  # the global model (its store is the global state)
@@ -246,7 +246,7 @@ class Federation:
     def _save(self) -> None:
         if self.out is None:
             return
-        from .. import io as tio
+        from tinytrain.graph import io as tio
 
         self.out.mkdir(parents=True, exist_ok=True)
         fleet = f"fleet-r{self.round:04d}.npz"
@@ -271,7 +271,7 @@ class Federation:
 
     def resume(self) -> bool:
         """Continue from `out`/global.tt if it exists; returns whether it did."""
-        from .. import io as tio
+        from tinytrain.graph import io as tio
 
         if self.out is None or not (self.out / "global.tt").exists():
             return False
@@ -335,7 +335,7 @@ def write_plot(history, path, title="federated training") -> Path:
     a2.grid(alpha=0.3)
     fig.suptitle(title)
     fig.tight_layout()
-    from ..io import atomic_write  # a crash leaves the old picture or the new one
+    from tinytrain.graph.io import atomic_write  # a crash leaves the old picture or the new one
 
     try:
         return atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=100))

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import fixedpoint as fp
-from ..optim import refresh_compute_copy
+from tinytrain import fixedpoint as fp
+from tinytrain.graph.optim import refresh_compute_copy
 
 __all__ = ["store_tensors", "set_store", "start_state", "Aggregator", "fedavg", "client_seed"]
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .codec import Schema, CorruptUpdate, decode_update, encode_global
-from .engine import FedConfig
-from .fedavg import Aggregator, set_store, store_tensors
+from tinytrain.federated.codec import Schema, CorruptUpdate, decode_update, encode_global
+from tinytrain.federated.engine import FedConfig
+from tinytrain.federated.fedavg import Aggregator, set_store, store_tensors
 
 _CACHE: dict = {}  # per worker process: backends, partitions, open links
 
@@ -29,9 +29,9 @@ _CACHE: dict = {}  # per worker process: backends, partitions, open links
 def _setup(model_name, data_name, clients, cfg: FedConfig):
     key = (model_name, data_name, clients, cfg.partition, cfg.seed)
     if key not in _CACHE:
-        from ..train import prepare_inputs
-        from .api import resolve
-        from .partition import partition
+        from tinytrain.train import prepare_inputs
+        from tinytrain.federated.api import resolve
+        from tinytrain.federated.partition import partition
 
         model, ds = resolve(model_name, data_name, cfg.seed)
         X, Y, _, _ = prepare_inputs(model, ds)
@@ -40,14 +40,14 @@ def _setup(model_name, data_name, clients, cfg: FedConfig):
 
 
 def _device(pid, model_name, data_name, clients, cfg, ports):
-    from .devices import LinkDevice, SimBackend, SimDevice
+    from tinytrain.federated.devices import LinkDevice, SimBackend, SimDevice
 
     model, X, Y, schema, parts = _setup(model_name, data_name, clients, cfg)
     kw = dict(codec=cfg.compress, seed=cfg.seed, local_epochs=cfg.local_epochs, local_steps=cfg.local_steps)
     if ports:
         k = ("link", ports[pid])
         if k not in _CACHE:  # the serial port: opened once for this process's lifetime
-            from ..protocol import DeviceLink
+            from tinytrain.device.protocol import DeviceLink
 
             _CACHE[k] = LinkDevice(pid, schema, parts[pid], X, Y, model,
                                    lambda p=ports[pid]: DeviceLink(p), **kw)
@@ -82,7 +82,7 @@ def make_client_app(model_name="digits-mlp", data_name="digits", clients=100,
         accepted = set(int(v) for v in tt.get("accepted", []))
         prev = int(tt["round"]) - 1
         dev.ack(prev, pid in accepted)
-        from .devices import DeviceFault
+        from tinytrain.federated.devices import DeviceFault
 
         try:
             update = dev.run_round(bytes(tt["global"]))
@@ -118,9 +118,9 @@ def make_server_app(model_name="digits-mlp", data_name="digits", config: FedConf
 
     @app.main()
     def main(grid, context):
-        from ..sim import Simulator
-        from ..train import prepare_inputs
-        from .api import resolve
+        from tinytrain.sim.simulator import Simulator
+        from tinytrain.train import prepare_inputs
+        from tinytrain.federated.api import resolve
 
         model, ds = resolve(model_name, data_name, cfg.seed)
         schema = Schema.of(model)

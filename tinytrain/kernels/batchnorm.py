@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from numba import njit
 
-from ..ops.batchnorm import EPS_CAP, EVAL_FRAC, INV_BITS, KM_BITS, XHAT_FRAC
-from ._common import align, bitwidth, requant_shift, rshift_round, sat
+from tinytrain.ops.batchnorm import EPS_CAP, EVAL_FRAC, INV_BITS, KM_BITS, XHAT_FRAC
+from tinytrain.kernels._common import align, bitwidth, requant_shift, rshift_round, sat
 
 I32_MAX = 2**31 - 1
 I32_MIN = -(2**31)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from numba import njit
 
-from ._common import align, requant_s8
+from tinytrain.kernels._common import align, requant_s8
 
 
 @njit(cache=True)

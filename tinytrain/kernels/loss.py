@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..fixedpoint import EXP2_NEG_Q15, LOG2_Q16, LOG2E_Q15
-from ._common import bitwidth, requant_s8, rshift_round
+from tinytrain.fixedpoint import EXP2_NEG_Q15, LOG2_Q16, LOG2E_Q15
+from tinytrain.kernels._common import bitwidth, requant_s8, rshift_round
 
 _EXP2 = EXP2_NEG_Q15.astype(np.int64)
 _LOG2 = LOG2_Q16.astype(np.int64)

@@ -1,10 +1,10 @@
-"""numba twins of tinytrain/optim.py update rules (flat arrays; meta[0] is the PRNG state)."""
+"""numba twins of tinytrain/graph/optim.py update rules (flat arrays; meta[0] is the PRNG state)."""
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-from ._common import rshift_round
+from tinytrain.kernels._common import rshift_round
 
 GUARD_BITS = 8
 

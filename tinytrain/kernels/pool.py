@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from numba import njit
 
-from ._common import requant_shift, rshift_round
+from tinytrain.kernels._common import requant_shift, rshift_round
 
 
 @njit(cache=True, inline="always")

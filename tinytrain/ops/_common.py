@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..fixedpoint import ALIGN_LIM, align, maxabs, requant_shift, rshift_round, sat_s8  # noqa: F401
+from tinytrain.fixedpoint import ALIGN_LIM, align, maxabs, requant_shift, rshift_round, sat_s8  # noqa: F401
 
 
 def requant_s8(acc: np.ndarray, e_acc: int):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import align, requant_s8
+from tinytrain.ops._common import align, requant_s8
 
 
 def forward(a, ea, b, eb):

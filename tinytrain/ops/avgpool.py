@@ -26,9 +26,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..fixedpoint import to_mult_shift
-from ._common import requant_s8
-from ._pool import geometry, window
+from tinytrain.fixedpoint import to_mult_shift
+from tinytrain.ops._common import requant_s8
+from tinytrain.ops._pool import geometry, window
 
 
 @lru_cache(maxsize=None)

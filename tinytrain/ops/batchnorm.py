@@ -58,9 +58,9 @@ import math
 
 import numpy as np
 
-from ..fixedpoint import (INT32_MAX, INT32_MIN, div_floor, isqrt, rshift_round, sat_s32,
+from tinytrain.fixedpoint import (INT32_MAX, INT32_MIN, div_floor, isqrt, rshift_round, sat_s32,
                           to_mult_shift)
-from ._common import align, requant_s8
+from tinytrain.ops._common import align, requant_s8
 
 XHAT_FRAC = 12
 INV_BITS = 45

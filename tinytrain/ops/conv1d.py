@@ -16,7 +16,7 @@ Bounds: as Conv2d. |acc| <= K*Cin * 127*32767 + 2^30 in int64; gw sums OL terms 
 """
 from __future__ import annotations
 
-from . import conv2d
+from tinytrain.ops import conv2d
 
 
 def geometry(L, K, stride=1, padding=(0, 0)):

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..fixedpoint import INT32_MAX, INT8_MAX
-from ._common import align, requant_s8
+from tinytrain.fixedpoint import INT32_MAX, INT8_MAX
+from tinytrain.ops._common import align, requant_s8
 
 #: Largest number of output positions whose gradient sum of int8 x int8 terms fits int32.
 GRAD_MAX_POSITIONS = INT32_MAX // (INT8_MAX * INT8_MAX)  # 133144

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import align, requant_s8
-from .conv2d import geometry, windows
+from tinytrain.ops._common import align, requant_s8
+from tinytrain.ops.conv2d import geometry, windows
 
 
 def forward_acc(x, w, stride=(1, 1), padding=(0, 0, 0, 0)):

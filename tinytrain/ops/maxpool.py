@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import requant_s8
-from ._pool import geometry, window
+from tinytrain.ops._common import requant_s8
+from tinytrain.ops._pool import geometry, window
 
 
 def argmax(x, kernel, stride=None):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._common import requant_s8
+from tinytrain.ops._common import requant_s8
 
 
 def forward_backward(y, ey, t, et):

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..fixedpoint import LOG2E_Q15, exp2_neg_q15, log2_q16, shift_round
-from ._common import requant_s8
+from tinytrain.fixedpoint import LOG2E_Q15, exp2_neg_q15, log2_q16, shift_round
+from tinytrain.ops._common import requant_s8
 
 T_MIN = -16 * 256 - 1  # below this exp2_neg_q15 is 0
 

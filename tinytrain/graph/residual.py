@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import fields as F
-from .layers import Layer, ModelError, layer_from_config, register
-from .ops import add as r_add
+from tinytrain.graph import fields as F
+from tinytrain.graph.layers import Layer, ModelError, layer_from_config, register
+from tinytrain.ops import add as r_add
 
 
 class _Inner:
@@ -108,7 +108,8 @@ class Residual(Layer):
         grads, nsat = {}, 0
         d, ed = e.reshape(self.out_shape), ee
         for k in range(len(self.inner) - 1, -1, -1):
-            dx, edx, n, g = self.inner[k].ref_grads(d, ed, saved[k], True)
+            # the first inner layer's input error is only needed for the block's own input error
+            dx, edx, n, g = self.inner[k].ref_grads(d, ed, saved[k], k > 0 or need_dx)
             nsat += n
             grads.update(g)
             d, ed = dx, edx
@@ -170,7 +171,7 @@ class Residual(Layer):
             if numba:
                 f = l.nb_forward if train or not hasattr(l, "nb_forward_eval") else l.nb_forward_eval
             else:
-                from .codegen.emit import EMITTERS
+                from tinytrain.codegen.emit import EMITTERS
                 f = (lambda ic, l=l: EMITTERS[l.kind][1](l, ic)) if train or not hasattr(l, "c_forward_eval") else l.c_forward_eval
             lines += f(ic)
         last, elast = outs[n - 1], f"rx{tag}_{n}"
@@ -194,7 +195,7 @@ class Residual(Layer):
             if numba:
                 lines += l.nb_backward(ic)
             else:
-                from .codegen.emit import EMITTERS
+                from tinytrain.codegen.emit import EMITTERS
                 lines += EMITTERS[l.kind][2](l, ic)
             d, ed = ic.dx, ic.edx
         if not need and not numba:
@@ -248,5 +249,5 @@ class Residual(Layer):
         return out
 
     def c_scratch_words(self):
-        from .codegen.emit import scratch_words
+        from tinytrain.codegen.emit import scratch_words
         return max([self.in_size] + [scratch_words(l) for l in self.inner])

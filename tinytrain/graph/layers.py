@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import fields as F
-from .ops import dense as r_dense
-from .ops import flatten as r_flatten
-from .ops import relu as r_relu
+from tinytrain.graph import fields as F
+from tinytrain.ops import dense as r_dense
+from tinytrain.ops import flatten as r_flatten
+from tinytrain.ops import relu as r_relu
 
 
 class ModelError(ValueError):

@@ -1,6 +1,6 @@
 """A fault-injecting TCP proxy on the loopback interface, for testing the serial link.
 
-    from tinytrain.faultproxy import FaultProxy
+    from tinytrain.device.faultproxy import FaultProxy
     with Emulator("mps2_an386", elf) as emu, \\
             FaultProxy("127.0.0.1", emu.port, flip=1e-3, seed=1) as px:
         link = DeviceLink(px.url)          # socket://127.0.0.1:PORT, through the proxy

@@ -35,7 +35,7 @@ CRC_LEN = 4
 TENSOR_PARAMS = 0xFFFF  # GET_TENSOR id of the whole parameter/state blob
 HELLO_LEN = 28  # HELLO reply payload; also the smallest max_payload the host accepts
 
-log = logging.getLogger("tinytrain.protocol")
+log = logging.getLogger("tinytrain.device.protocol")
 
 
 class Msg(enum.IntEnum):
@@ -355,7 +355,7 @@ class DeviceLink:
     after a timeout or corruption; `quiet`: seconds of silence that end the resync before a
     retransmission (doubled per retransmission, at most 8x; see request). `schema_hash`: the
     schema the host expects (None: adopt the device's from HELLO). `on_log(text)` receives LOG
-    lines (default: the "tinytrain.protocol" logger). `clock`: the time source (tests pass a
+    lines (default: the "tinytrain.device.protocol" logger). `clock`: the time source (tests pass a
     virtual one). The link is not thread-safe.
 
     Counters: `retransmissions` (all requests), `worst_retries` (the most one request needed),

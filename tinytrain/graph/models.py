@@ -22,11 +22,11 @@ import math
 from pathlib import Path
 
 
-from . import fields as F
-from .data import unit_shift  # noqa: F401  (re-exported: models.unit_shift)
-from .layers import LAYER_TYPES, ModelError, layer_from_config
-from .model import LOSSES, Sequential
-from .optim import SGD, ConfigError
+from tinytrain.graph import fields as F
+from tinytrain.data import unit_shift  # noqa: F401  (re-exported: models.unit_shift)
+from tinytrain.graph.layers import LAYER_TYPES, ModelError, layer_from_config
+from tinytrain.graph.model import LOSSES, Sequential
+from tinytrain.graph.optim import SGD, ConfigError
 
 #: the top-level keys of a model file (layers: fields in each layer class; optimizer: optim.FIELDS)
 FILE_FIELDS = {
@@ -201,7 +201,7 @@ def build_model(name_or_path, dataset, *, seed: int = 0, lr: float | None = None
         return from_spec(model_spec(s, dataset), dataset, where=s, seed=seed, **overrides)
     p = Path(s)
     if p.is_file():
-        from . import io as tio
+        from tinytrain.graph import io as tio
         if tio.is_model_file(p) or p.suffix.lower() == tio.SUFFIX:  # tio.load explains a bad .tt
             if any(v is not None for v in overrides.values()):
                 raise ModelError(f"{p} is a saved model: its optimizer is part of its training state; "
@@ -221,8 +221,8 @@ def memory_estimate(model: Sequential, board=None) -> dict:
     parameters are const data in flash) and, under "breakdown", the whole firmware's RAM and
     flash by role (tinytrain.codegen.memory.breakdown, as codegen, build and verify report it);
     ram_total is that breakdown's total."""
-    from .codegen.emit import generate
-    from .codegen.memory import breakdown
+    from tinytrain.codegen.emit import generate
+    from tinytrain.codegen.memory import breakdown
 
     em = generate(model)
     bd = breakdown(model, board)

@@ -1,4 +1,4 @@
-"""The registry of build targets (``tinytrain/boards/targets.json``): emulated MPS2 boards and real boards.
+"""The registry of build targets (``tinytrain/device/boards/targets.json``): emulated MPS2 boards and real boards.
 
     >>> b = get_board("mps2_an386"); b.cpu, b.ram, b.is_emulated
     ('cortex-m4', 4194304, True)
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from ..resources import PORTS_DIR, QEMU_PLATFORM_DIR, TARGETS_JSON
+from tinytrain.resources import PORTS_DIR, QEMU_PLATFORM_DIR, TARGETS_JSON
 
 __all__ = ["Board", "BoardError", "TARGETS_JSON", "QEMU_PLATFORM_DIR", "PORTS_DIR",
            "load_boards", "get_board", "default_board", "board_names"]

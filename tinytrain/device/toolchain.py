@@ -7,8 +7,8 @@ is copied to ``<core_dir>/packages/tool-scons/`` next to a ``scons.py`` entry, a
 and a ``.piopm`` that names owner ``platformio`` and the version PlatformIO requires
 (``platformio/dependencies.py``). Everything else (compiler, C library, emulator) comes from Debian.
 
-    python -m tinytrain.toolchain setup [--quiet]     # idempotent; exit 1 with a message on failure
-    python -m tinytrain.toolchain check               # report only, installs nothing
+    python -m tinytrain.device.toolchain setup [--quiet]     # idempotent; exit 1 with a message on failure
+    python -m tinytrain.device.toolchain check               # report only, installs nothing
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ def _downloaded_scons(version: str, quiet: bool) -> tuple[Path, str] | None:
 
 SCONS_ENTRY = '''\
 #!/usr/bin/env python
-"""SCons entry point for PlatformIO (tool-scons built offline by tinytrain.toolchain)."""
+"""SCons entry point for PlatformIO (tool-scons built offline by tinytrain.device.toolchain)."""
 import os
 import sys
 
@@ -275,7 +275,7 @@ def install_qemu_platform(quiet: bool = False) -> Path:
     qemu-cortexm@<version>`` and name no path (they stay buildable when moved). Reinstalled when
     the package's copy changes (a stamp holds its content hash). Under the exclusive core_lock:
     parallel builds may call this at once, and builds hold the lock shared while they run."""
-    from .resources import QEMU_PLATFORM_DIR
+    from tinytrain.resources import QEMU_PLATFORM_DIR
 
     core = pio_core_dir()
     dest = core / "platforms" / "qemu-cortexm"
@@ -323,7 +323,7 @@ def _tool_scons_installed() -> str | None:
 
 
 def _qemu_platform_installed() -> str | None:
-    from .resources import QEMU_PLATFORM_DIR
+    from tinytrain.resources import QEMU_PLATFORM_DIR
 
     stamp = pio_core_dir() / "platforms" / "qemu-cortexm" / ".tinytrain-hash"
     return str(stamp.parent) if stamp.is_file() and stamp.read_text() == _tree_hash(QEMU_PLATFORM_DIR) else None
@@ -339,7 +339,7 @@ def _pio_path() -> str | None:
 def requirements() -> list[dict]:
     """What each command needs, found or not: rows of name, found (a path or None), needed_by,
     fix. Checks the package's own files too (a wheel without its C runtime is a broken install)."""
-    from . import resources as R
+    from tinytrain import resources as R
 
     pip = "pip install 'tinytrain-mcu[{}]'"
     apt = "apt-get install -y {}"
@@ -357,9 +357,9 @@ def requirements() -> list[dict]:
         ("newlib for arm-none-eabi", newlib, "build, verify --board, federate --board", apt.format(NEWLIB_PACKAGE)),
         ("PlatformIO (pio)", _pio_path(), "build, verify --board, federate --board", pip.format("device")),
         ("PlatformIO tool-scons (offline)", _tool_scons_installed(), "build, verify --board, federate --board",
-         "python -m tinytrain.toolchain setup"),
+         "python -m tinytrain.device.toolchain setup"),
         ("offline platform qemu-cortexm (installed)", _qemu_platform_installed(),
-         "build, verify --board, federate --board on emulated boards", "python -m tinytrain.toolchain setup"),
+         "build, verify --board, federate --board on emulated boards", "python -m tinytrain.device.toolchain setup"),
         ("qemu-system-arm", shutil.which("qemu-system-arm"), "verify/emulate/federate on emulated boards",
          apt.format("qemu-system-arm")),
         ("scikit-learn (digits data)", _module("sklearn"), "--data digits, digits-image", pip.format("data")),
@@ -373,7 +373,7 @@ def requirements() -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m tinytrain.toolchain", description=__doc__.split("\n")[0],
+    ap = argparse.ArgumentParser(prog="python -m tinytrain.device.toolchain", description=__doc__.split("\n")[0],
                                  epilog="check: exit 0 when everything is there, 1 when something is "
                                  "missing (each missing row says which commands need it and how to install it)")
     ap.add_argument("command", choices=["setup", "check"])

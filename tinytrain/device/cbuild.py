@@ -12,8 +12,8 @@ from pathlib import Path
 
 import cffi
 
-from .resources import FIRMWARE, FIRMWARE_INCLUDE, FIRMWARE_SRC  # noqa: F401  (re-exported)
-from .toolchain import ToolchainError
+from tinytrain.resources import FIRMWARE, FIRMWARE_INCLUDE, FIRMWARE_SRC  # noqa: F401  (re-exported)
+from tinytrain.device.toolchain import ToolchainError
 
 CFLAGS = ["-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-fPIC", "-shared"]
 SANITIZE = ["-fsanitize=undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"]

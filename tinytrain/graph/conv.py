@@ -6,13 +6,13 @@ import math
 
 import numpy as np
 
-from . import fields as F
-from .layers import Layer, ModelError, Param, _quantize, _weight_exp, register
-from .ops import avgpool as r_avg
-from .ops import conv1d as r_c1
-from .ops import conv2d as r_c2
-from .ops import depthwise as r_dw
-from .ops import maxpool as r_mp
+from tinytrain.graph import fields as F
+from tinytrain.graph.layers import Layer, ModelError, Param, _quantize, _weight_exp, register
+from tinytrain.ops import avgpool as r_avg
+from tinytrain.ops import conv1d as r_c1
+from tinytrain.ops import conv2d as r_c2
+from tinytrain.ops import depthwise as r_dw
+from tinytrain.ops import maxpool as r_mp
 
 
 def _pair(v):

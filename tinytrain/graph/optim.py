@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import fields as F
-from .fixedpoint import prng_next, rshift_round, rshift_stoch, sat_s16, sat_s32, to_mult_shift
+from tinytrain.graph import fields as F
+from tinytrain.fixedpoint import prng_next, rshift_round, rshift_stoch, sat_s16, sat_s32, to_mult_shift
 
 GUARD_BITS = 8
 MASTER_EXTRA_BITS = 16

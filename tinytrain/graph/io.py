@@ -33,8 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import __version__
-from . import fixedpoint as fp
+from tinytrain import __version__
+from tinytrain import fixedpoint as fp
 
 MAGIC = b"\x89TTM\r\n\x1a\n"
 FORMAT_VERSION = 1
@@ -207,8 +207,8 @@ def _foreign(head: bytes) -> str:
 
 def from_bytes(buf: bytes, where: str = "<bytes>"):
     """Parse a model file image; returns (model, extra). Raises FileFormatError."""
-    from .model import Sequential
-    from .layers import ModelError
+    from tinytrain.graph.model import Sequential
+    from tinytrain.graph.layers import ModelError
 
     if not buf:
         raise FileFormatError(f"{where}: empty file (0 bytes), not a tinytrain model: the write was "

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import fields as F
-from .layers import Layer, ModelError, Param, register
-from .ops import batchnorm as r_bn
+from tinytrain.graph import fields as F
+from tinytrain.graph.layers import Layer, ModelError, Param, register
+from tinytrain.ops import batchnorm as r_bn
 
 
 @register

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import fixedpoint as fp
-from .fields import is_int
-from .layers import Layer, ModelError, layer_from_config
-from . import layers_conv, layers_norm, layers_residual  # noqa: F401  (register the layer types)
-from .ops import mse as r_mse
-from .ops import softmax_ce as r_ce
-from .optim import SGD, IntSGD, MASTER_EXTRA_BITS
-from . import optim as r_opt
+from tinytrain import fixedpoint as fp
+from tinytrain.graph.fields import is_int
+from tinytrain.graph.layers import Layer, ModelError, layer_from_config
+from tinytrain.graph import conv, norm, residual  # noqa: F401  (register the layer types)
+from tinytrain.ops import mse as r_mse
+from tinytrain.ops import softmax_ce as r_ce
+from tinytrain.graph.optim import SGD, IntSGD, MASTER_EXTRA_BITS
+from tinytrain.graph import optim as r_opt
 
 LOSSES = ("softmax_ce", "mse")
 
@@ -44,7 +44,7 @@ class Sequential:
                  seed: int = 0, name: str = "model", dataset=None):
         data_input_exp = None
         if dataset is not None:
-            from .data import unit_shift
+            from tinytrain.data import unit_shift
 
             input_shape = dataset.input_shape if input_shape is None else input_shape
             n_classes = (dataset.n_classes or None) if n_classes is None else n_classes

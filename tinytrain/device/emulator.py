@@ -1,6 +1,6 @@
 """Run firmware on an emulated board (qemu-system-arm) with its UART on a local TCP socket.
 
-    from tinytrain.emulator import Emulator
+    from tinytrain.device.emulator import Emulator
     with Emulator("mps2_an386", elf) as emu:          # QEMU always killed on exit
         ser = emu.open_serial(timeout=2)               # pyserial, socket://127.0.0.1:PORT
         print(ser.readline())
@@ -36,7 +36,7 @@ import threading
 import time
 from pathlib import Path
 
-from .boards import Board, get_board
+from tinytrain.device.boards import Board, get_board
 
 __all__ = ["Emulator", "EmulatorError", "qemu_command", "find_qemu", "kill_all"]
 
@@ -134,7 +134,7 @@ class Emulator:
 
     def __init__(self, board: str | Board | None, elf: str | Path, *, icount: bool = True,
                  extra_args: tuple[str, ...] = (), start_timeout: float = 10.0):
-        from .boards import default_board
+        from tinytrain.device.boards import default_board
 
         self.board = get_board(board) if board is not None else default_board()
         self.elf = Path(elf)
