@@ -409,7 +409,7 @@ def _info_run(args) -> int:
     from pathlib import Path
 
     from tinytrain.graph import io as tio
-    from tinytrain.graph.models import memory_estimate
+    from tinytrain.codegen.memory import memory_estimate
 
     if args.plot:
         tio.check_writable(args.plot)
