@@ -14,6 +14,7 @@ from tinytrain.graph import fields as F
 from tinytrain.graph.optable import Call, Op, op_for, register_op
 from tinytrain.ops import dense as r_dense
 from tinytrain.ops import flatten as r_flatten
+from tinytrain.ops import leaky_relu as r_leaky
 from tinytrain.ops import relu as r_relu
 
 
@@ -229,3 +230,36 @@ register_op(Op(
     args=lambda l: {"n": l.in_size},
     fwd=Call("flatten_fwd({x}, {ex}, {y}, {stats})", "tt_flatten_fwd_s8({x}, {ex}, {n}, {y}, {stats})"),
     bwd=Call("flatten_bwd({e}, {ee}, {dx}, {stats})", "tt_flatten_bwd_s8({e}, {ee}, {n}, {dx}, {stats})")))
+
+
+# --------------------------------------------- LeakyReLU: the worked example of docs/adding-an-op.md
+@register
+class LeakyReLU(Layer):
+    kind = "leaky_relu"
+    fields = {"alpha": F.Field("a number in (0, 1)", lambda v: F.is_number(v) and 0 < v < 1)}
+
+    def __init__(self, alpha: float = 0.125):
+        super().__init__()
+        try:
+            self.slope_q8 = r_leaky.slope_q8(alpha)
+        except ValueError as exc:
+            raise ModelError(str(exc)) from None
+        self.alpha = alpha
+
+    def config(self):
+        return {"alpha": self.alpha}
+
+
+def _leaky_forward(l, x, ex, train):
+    y, ey, nsat = r_leaky.forward(x, ex, l.slope_q8)
+    return y, ey, nsat, y  # backward masks with the saved output, as ReLU does
+
+
+register_op(Op(
+    "leaky_relu", _leaky_forward, lambda l, e, ee, y, need_dx: r_leaky.backward(e, ee, y, l.slope_q8, need_dx),
+    nb_import="tinytrain.kernels.elementwise: leaky_relu_fwd, leaky_relu_bwd", c_header="tt_leaky_relu.h",
+    args=lambda l: {"n": l.in_size, "slope_q8": l.slope_q8},
+    fwd=Call("leaky_relu_fwd({x}, {ex}, {slope_q8}, {y}, {stats})",
+             "tt_leaky_relu_fwd_s8({x}, {ex}, {n}, {slope_q8}, {y}, {stats})"),
+    bwd=Call("leaky_relu_bwd({e}, {ee}, {y}, {slope_q8}, {dx}, {stats})",
+             "tt_leaky_relu_bwd_s8({e}, {ee}, {y}, {n}, {slope_q8}, {dx}, {stats})")))
