@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from tinytrain.graph import fields as F
-from tinytrain.graph.layers import Layer, ModelError, Param, _quantize, _weight_exp, register
+from tinytrain.graph.layers import MAX_PRODUCT, Layer, ModelError, Param, _quantize, _weight_exp, register
 from tinytrain.graph.optable import Call, Op, register_op
 from tinytrain.ops import avgpool as r_avg
 from tinytrain.ops import conv1d as r_c1
@@ -229,7 +229,15 @@ _C_DEPTHWISE = "{H}, {W}, {Cin}, {kh}, {kw}, {stride_h}, {stride_w}, {pad_top}, 
 _C_CONV1D = "{L}, {Cin}, {Cout}, {k}, {stride}, {pad_left}, {Lo}"
 
 
-def _conv_row(kind, name, ref, args, nb_dims, c_dims):
+def _conv_bounds(fan_in, fan_out, positions):
+    """The bounds of ops/conv2d.py, depthwise.py, conv1d.py: sums exact in int64, the weight
+    gradient in int32 (``geometry`` refuses more than GRAD_MAX_POSITIONS output positions)."""
+    return lambda l: [("forward sum", fan_in(l) * MAX_PRODUCT + 2**30, 64),
+                      ("input-error sum", fan_out(l) * MAX_PRODUCT, 64),
+                      ("weight gradient", 127 * 127 * positions(l), 32)]
+
+
+def _conv_row(kind, name, ref, args, nb_dims, c_dims, bounds):
     """Conv2d, depthwise and Conv1d share one calling convention (their kernels differ)."""
     return Op(
         kind, _conv_forward(ref), _conv_backward(ref),
@@ -240,16 +248,24 @@ def _conv_row(kind, name, ref, args, nb_dims, c_dims):
                  f"tt_{name}_bwd_s8({{e}}, {{ee}}, {{w}}, {{exp_w}}, {c_dims}, {{scratch}}, {{dx}}, {{stats}})"),
         grad=Call(f"{name}_grad({{e:out}}, {{x:in}}, {nb_dims}, {{g_w}}, {{g_b}})",
                   f"tt_{name}_grad_s32({{e}}, {{x}}, {c_dims}, {{g_w}}, {{g_b}})"),
-        grad_exp={"w": "{ee} + {ex}", "b": "{ee}"})
+        grad_exp={"w": "{ee} + {ex}", "b": "{ee}"}, bounds=bounds)
 
 
-register_op(_conv_row("conv2d", "conv2d", r_c2, _conv2d_args, _NB_CONV2D, _C_CONV2D))
-register_op(_conv_row("depthwise_conv2d", "depthwise", r_dw, _conv2d_args, _NB_CONV2D, _C_DEPTHWISE))
+def _hw(l):
+    return l.out_shape[0] * l.out_shape[1]
+
+
+register_op(_conv_row("conv2d", "conv2d", r_c2, _conv2d_args, _NB_CONV2D, _C_CONV2D,
+                      _conv_bounds(lambda l: l.kernel[0] * l.kernel[1] * l.in_shape[2],
+                                   lambda l: l.filters * l.kernel[0] * l.kernel[1], _hw)))
+register_op(_conv_row("depthwise_conv2d", "depthwise", r_dw, _conv2d_args, _NB_CONV2D, _C_DEPTHWISE,
+                      _conv_bounds(lambda l: l.kernel[0] * l.kernel[1], lambda l: l.kernel[0] * l.kernel[1], _hw)))
 register_op(_conv_row(
     "conv1d", "conv1d", r_c1,
     lambda l: {"L": l.in_shape[0], "Cin": l.in_shape[1], "Cout": l.out_shape[1], "k": l.kernel, "stride": l.stride,
                "pad_left": l.pad[0], "Lo": l.out_shape[0]},
-    "{stride}, {pad_left}", _C_CONV1D))
+    "{stride}, {pad_left}", _C_CONV1D,
+    _conv_bounds(lambda l: l.kernel * l.in_shape[1], lambda l: l.filters * l.kernel, lambda l: l.out_shape[0])))
 
 
 def _pool2_args(l):

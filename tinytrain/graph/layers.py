@@ -39,6 +39,10 @@ def _weight_exp(bound: float) -> int:
     return math.ceil(math.log2(4.0 * bound)) - 15
 
 
+#: largest |int8 activation or error * int16 weight| (both symmetric: -128 and -32768 never occur)
+MAX_PRODUCT = 127 * 32767
+
+
 def _quantize(v: np.ndarray, exp: int, dtype) -> np.ndarray:
     info = np.iinfo(dtype)
     q = np.floor(v / 2.0**exp + 0.5)
@@ -203,7 +207,11 @@ register_op(Op(
     bwd=Call("dense_bwd({e}, {ee}, {w}, {exp_w}, {scratch:K}, {dx}, {stats})",
              "tt_dense_bwd_s8({e}, {ee}, {w}, {exp_w}, {K}, {N}, {scratch}, {dx}, {stats})"),
     grad=Call("dense_grad({e}, {x}, {g_w}, {g_b})", "tt_dense_grad_s32({e}, {x}, {K}, {N}, {g_w}, {g_b})"),
-    grad_exp={"w": "{ee} + {ex}", "b": "{ee}"}))
+    grad_exp={"w": "{ee} + {ex}", "b": "{ee}"},
+    # ops/dense.py; the C picks int32 below TT_DENSE_S32_MAX_K / _MAX_N (tt_dense.h)
+    bounds=lambda l: [("forward sum", l.in_shape[0] * MAX_PRODUCT + 2**30, 32 if l.in_shape[0] <= 258 else 64),
+                      ("input-error sum", l.units * MAX_PRODUCT, 32 if l.units <= 516 else 64),
+                      ("weight gradient", 127 * 127, 32)]))
 
 
 def _relu_forward(l, x, ex, train):

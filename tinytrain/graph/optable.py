@@ -10,7 +10,8 @@ A row (:class:`Op`) holds what a layer type computes and what it needs:
   call, written with named placeholders;
 - ``args``: the named constants of the op (dims and params), computed from the layer at build
   time; ``grad_exp``: the exponent of each parameter gradient; ``buffers``: what the op keeps
-  from forward to backward; ``scratch``: the int64 scratch words it needs.
+  from forward to backward; ``scratch``: the int64 scratch words it needs; ``bounds``: its
+  accumulators' worst cases against their widths.
 
 Placeholders in a call: ``{x} {ex} {y} {ey}`` (input, its exponent, output, its exponent),
 ``{e} {ee} {dx} {edx}`` (output error, its exponent, input error, its exponent), a parameter
@@ -67,6 +68,9 @@ class Op:
     grad_exp: dict = field(default_factory=dict)   # parameter name -> exponent expression
     buffers: tuple = ()
     scratch: Callable | None = None        # int64 words; default max(in_size, out_size)
+    #: worst-case accumulators: (layer) -> [(what, bound on |acc|, width in bits)], as the op's
+    #: docstring proves them (the fixed-point report shows them against their widths)
+    bounds: Callable = lambda l: []
     composite: bool = False
     join: str = ""                         # composite: the row joining the skip path (add)
 

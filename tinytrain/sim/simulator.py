@@ -228,7 +228,7 @@ class Simulator:
         self.B = tuple(bufs) or (np.zeros(1, np.int32),)
         width = max([int(np.prod(m.input_shape))] + [l.out_size for l in m.layers] + [l.in_size for l in m.layers]
                     + [optable.scratch_words(l) for l in m.layers])
-        self.S64 = np.zeros(max(width, getattr(m, "scratch_words", 0)), np.int64)
+        self.S64 = np.zeros(width, np.int64)
         self.I32 = np.zeros(self.S64.size, np.int32)
         self.cos = m.opt.cosine.astype(np.int64)
         self.OC = opt_constants(m.opt)
