@@ -18,6 +18,8 @@ from tinytrain.graph.model import Sequential
 from tinytrain.graph.optim import SGD
 from tinytrain.sim.simulator import Simulator
 
+from .conftest import examples
+
 
 def _data(n, shape, n_classes, seed):
     rng = np.random.default_rng(seed)
@@ -63,7 +65,7 @@ def test_mlp_c_equals_simulator_every_step(opt):
     _run_both(m, x, y, epochs=3)
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(4), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.integers(1, 24), min_size=0, max_size=3), st.integers(2, 30), st.integers(2, 8),
        st.integers(0, 2**16), st.sampled_from([0.01, 0.05, 0.2]), st.booleans(), st.integers(-9, 2))
 def test_random_mlps_c_equals_simulator(hidden, n_in, n_cls, seed, lr, sr, in_exp):
@@ -264,7 +266,7 @@ def random_graph(draw):
                       seed=draw(st.integers(0, 1000))), n_cls
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(4), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_graph(), st.integers(0, 2**16))
 def test_random_cnn_graphs_reference_sim_and_c_equal(graph, seed):
     ref, n_cls = graph

@@ -17,7 +17,6 @@ The state blob is the concatenation, in schema order, of the tensors of
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
