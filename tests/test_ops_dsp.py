@@ -22,7 +22,7 @@ from tinytrain.ops import dense as rd
 from tinytrain.graph.optim import update_direct_ref
 
 from .conftest import HERE, runtime_cdef
-from .oputil import c_i8, c_i16, c_i32, c_i64, draw_array
+from .oputil import c_ctx, c_i8, c_i16, c_i32, draw_array
 
 
 @pytest.fixture(scope="session")
@@ -69,13 +69,12 @@ def dense_case(draw):
 def _fwd_bwd(lib, ffi, case):
     x, w, b, e, ex, ew, eb, ee = case
     N, K = w.shape
-    st_c = ffi.new("tt_stats *")
     y, dx = np.zeros(N, np.int8), np.zeros(K, np.int8)
     scratch = np.zeros(max(N, K), np.int64)
-    ey = lib.tt_dense_fwd_s8(c_i8(ffi, x), ex, c_i16(ffi, w), ew, c_i32(ffi, b), eb, K, N,
-                             c_i64(ffi, scratch), c_i8(ffi, y), st_c)
-    edx = lib.tt_dense_bwd_s8(c_i8(ffi, e), ee, c_i16(ffi, w), ew, K, N, c_i64(ffi, scratch),
-                              c_i8(ffi, dx), st_c)
+    ctx, st_c = c_ctx(ffi, scratch)
+    p = ffi.new("tt_dense_params *", dict(K=K, N=N, w=c_i16(ffi, w), ew=ew, b=c_i32(ffi, b), eb=eb))
+    ey = lib.tt_dense_fwd_s8(ctx, p, c_i8(ffi, x), ex, c_i8(ffi, y))
+    edx = lib.tt_dense_bwd_s8(ctx, p, c_i8(ffi, e), ee, c_i8(ffi, dx))
     return ey, y, edx, dx, st_c.saturated
 
 
@@ -154,8 +153,9 @@ def _sgd(lib, ffi, case, k=20):
     o = ffi.new("tt_sgd *", {"m": m_t, "k": k, "batch_size": 1, "cosine": cos})
     prng = ffi.new("uint32_t *", 1)
     st_c = ffi.new("tt_stats *")
-    lib.tt_sgd_dense_direct(c_i8(ffi, e), ee, c_i8(ffi, x), ex, K, N, c_i16(ffi, w), ffi.NULL, ew,
-                            c_i32(ffi, b), eb, 1, 1, o, m_t, prng, st_c)
+    u = ffi.new("tt_sgd_step *", {"cfg": o, "m_t": m_t, "prng": prng, "stats": st_c})
+    p = ffi.new("tt_sgd_dense_s16_params *", dict(K=K, N=N, w=c_i16(ffi, w), ew=ew, b=c_i32(ffi, b), eb=eb))
+    lib.tt_sgd_dense_direct_s16(u, p, c_i8(ffi, e), ee, c_i8(ffi, x), ex)
     return w, b, st_c.saturated, (ew, ee + ex, eb, ee, k)
 
 

@@ -48,8 +48,10 @@ int32_t tt_sgd_lr_mult(const tt_sgd *o, uint32_t t)
     return (int32_t)tt_rshift_round_s64((int64_t)o->m * f, 15);
 }
 
-void tt_sgd_update_direct(int16_t *w16, int32_t *w32, int32_t n, int32_t ew, const int32_t *g,
-                          int32_t eg, const tt_sgd *o, int32_t m_t, uint32_t *prng, tt_stats *st)
+/* The update rules on a tensor that is int16 (w16) or int32 (w32, w16 == NULL): one body for
+ * both element types; the public API has one function per type. */
+static void sgd_update_direct(int16_t *w16, int32_t *w32, int32_t n, int32_t ew, const int32_t *g,
+                              int32_t eg, const tt_sgd *o, int32_t m_t, uint32_t *prng, tt_stats *st)
 {
     const int32_t s = ew + o->k - eg;
     const int64_t lo = w16 ? -TT_S16_MAX : INT32_MIN, hi = w16 ? TT_S16_MAX : INT32_MAX;
@@ -65,9 +67,24 @@ void tt_sgd_update_direct(int16_t *w16, int32_t *w32, int32_t n, int32_t ew, con
     }
 }
 
-void tt_sgd_accumulate(int32_t *A, int32_t n, int32_t ew, const int32_t *g, int32_t eg,
-                       const tt_sgd *o, int32_t m_t, uint32_t *prng)
+void tt_sgd_update_direct_s16(const tt_sgd_step *u, int16_t *w, int32_t n, int32_t ew,
+                              const int32_t *g, int32_t eg)
 {
+    sgd_update_direct(w, 0, n, ew, g, eg, u->cfg, u->m_t, u->prng, u->stats);
+}
+
+void tt_sgd_update_direct_s32(const tt_sgd_step *u, int32_t *w, int32_t n, int32_t ew,
+                              const int32_t *g, int32_t eg)
+{
+    sgd_update_direct(0, w, n, ew, g, eg, u->cfg, u->m_t, u->prng, u->stats);
+}
+
+void tt_sgd_accumulate_s32(const tt_sgd_step *u, int32_t *A, int32_t n, int32_t ew,
+                           const int32_t *g, int32_t eg)
+{
+    const tt_sgd *o = u->cfg;
+    const int32_t m_t = u->m_t;
+    uint32_t *prng = u->prng;
     const int32_t s = ew + o->k - eg - TT_SGD_GUARD_BITS;
     int32_t i;
     for (i = 0; i < n; i++) {
@@ -76,8 +93,8 @@ void tt_sgd_accumulate(int32_t *A, int32_t n, int32_t ew, const int32_t *g, int3
     }
 }
 
-void tt_sgd_apply_accumulated(int16_t *w16, int32_t *w32, int32_t *A, int32_t *V, int32_t n,
-                              const tt_sgd *o, uint32_t *prng, tt_stats *st)
+static void sgd_apply_accumulated(int16_t *w16, int32_t *w32, int32_t *A, int32_t *V, int32_t n,
+                                  const tt_sgd *o, uint32_t *prng, tt_stats *st)
 {
     const int64_t lo = w16 ? -TT_S16_MAX : INT32_MIN, hi = w16 ? TT_S16_MAX : INT32_MAX;
     int32_t i;
@@ -101,6 +118,18 @@ void tt_sgd_apply_accumulated(int16_t *w16, int32_t *w32, int32_t *A, int32_t *V
         if (nv != v) st->saturated++;
         if (w16) w16[i] = (int16_t)nv; else w32[i] = (int32_t)nv;
     }
+}
+
+void tt_sgd_apply_accumulated_s16(const tt_sgd_step *u, int16_t *w, int32_t *A, int32_t *V,
+                                  int32_t n)
+{
+    sgd_apply_accumulated(w, 0, A, V, n, u->cfg, u->prng, u->stats);
+}
+
+void tt_sgd_apply_accumulated_s32(const tt_sgd_step *u, int32_t *w, int32_t *A, int32_t *V,
+                                  int32_t n)
+{
+    sgd_apply_accumulated(0, w, A, V, n, u->cfg, u->prng, u->stats);
 }
 
 void tt_sgd_refresh_copy(const int32_t *master, int16_t *w16, int32_t n)
@@ -248,10 +277,11 @@ static void tt_sgd_dense_rows_zero_s16(const int8_t *e, int32_t K, int32_t N, in
     }
 }
 
-void tt_sgd_dense_direct(const int8_t *e, int32_t ee, const int8_t *x, int32_t ex, int32_t K,
-                         int32_t N, int16_t *w16, int32_t *w32, int32_t ew, int32_t *b,
-                         int32_t eb, int32_t upd_w, int32_t upd_b, const tt_sgd *o, int32_t m_t,
-                         uint32_t *prng, tt_stats *st)
+/* Both weight types (w16 or w32, the other NULL; both NULL: frozen weights), as above. */
+static void sgd_dense_direct(const int8_t *e, int32_t ee, const int8_t *x, int32_t ex, int32_t K,
+                             int32_t N, int16_t *w16, int32_t *w32, int32_t ew, int32_t *b,
+                             int32_t eb, int32_t upd_w, int32_t upd_b, const tt_sgd *o, int32_t m_t,
+                             uint32_t *prng, tt_stats *st)
 {
     /* 32-bit paths, same bits: no PRNG draw or decay term, so an element with g = 0 keeps its
      * value (rows with e[n] == 0 are skipped), and |m_t * e * x| < 2^15 * 128 * 128 = 2^29. */
@@ -296,4 +326,18 @@ void tt_sgd_dense_direct(const int8_t *e, int32_t ee, const int8_t *x, int32_t e
             tt_sgd_apply1(0, b, n, e[n], s, o, m_t, prng, st);
         }
     }
+}
+
+void tt_sgd_dense_direct_s16(const tt_sgd_step *u, const tt_sgd_dense_s16_params *p,
+                             const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
+{
+    sgd_dense_direct(e, ee, x, ex, p->K, p->N, p->w, 0, p->ew, p->b, p->eb, p->w != 0, p->b != 0,
+                     u->cfg, u->m_t, u->prng, u->stats);
+}
+
+void tt_sgd_dense_direct_s32(const tt_sgd_step *u, const tt_sgd_dense_s32_params *p,
+                             const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
+{
+    sgd_dense_direct(e, ee, x, ex, p->K, p->N, 0, p->w, p->ew, p->b, p->eb, p->w != 0, p->b != 0,
+                     u->cfg, u->m_t, u->prng, u->stats);
 }
