@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from tinytrain.graph.optim import MASTER_EXTRA_BITS
+from tinytrain.ops import avgpool as r_avg
 
 CTYPE = {np.dtype(np.int8): "int8_t", np.dtype(np.int16): "int16_t", np.dtype(np.int32): "int32_t",
          np.dtype(np.uint32): "uint32_t"}
@@ -108,19 +109,25 @@ class _C:
     def geo(self, j):
         return f"ge{j}"
 
+    def decl(self, tag, ctype, **fields):
+        """``&name`` of this layer's ``static const ctype`` params struct (see Emitter.decl)."""
+        return self.em.decl(f"l{self.li}_{tag}", ctype, fields)
+
+
+def _dense_params(l, c):
+    return c.decl("dense", "tt_dense_params", K=l.in_shape[0], N=l.units, w=c.p(0), ew=c.pe(0), b=c.p(1), eb=c.pe(1))
+
 
 def _dense_fwd(l, c):
-    K, N = l.in_shape[0], l.units
-    return [f"{c.ey} = tt_dense_fwd_s8({c.x}, {c.ex}, {c.p(0)}, {c.pe(0)}, {c.p(1)}, {c.pe(1)}, {K}, {N}, SCRATCH, {c.y}, &STATS);"]
+    return [f"{c.ey} = tt_dense_fwd_s8(&CTX, {_dense_params(l, c)}, {c.x}, {c.ex}, {c.y});"]
 
 
 def _dense_bwd(l, c):
-    K, N = l.in_shape[0], l.units
     out = []
     if c.dx:
-        out.append(f"{c.edx} = tt_dense_bwd_s8({c.e}, {c.ee}, {c.p(0)}, {c.pe(0)}, {K}, {N}, SCRATCH, {c.dx}, &STATS);")
+        out.append(f"{c.edx} = tt_dense_bwd_s8(&CTX, {_dense_params(l, c)}, {c.e}, {c.ee}, {c.dx});")
     if c.grads:
-        out.append(f"tt_dense_grad_s32({c.e}, {c.x}, {K}, {N}, {c.g(0)}, {c.g(1)});")
+        out.append(f"tt_dense_grad_s32({_dense_params(l, c)}, {c.e}, {c.x}, {c.g(0)}, {c.g(1)});")
         out.append(f"{c.geo(0)} = {c.ee} + {c.ex};")
         out.append(f"{c.geo(1)} = {c.ee};")
     return out
@@ -142,9 +149,21 @@ def _flatten_bwd(l, c):
     return [f"{c.edx} = tt_flatten_bwd_s8({c.e}, {c.ee}, {l.in_size}, {c.dx}, &STATS);"] if c.dx else []
 
 
+def _conv_params(l, c):
+    """The layer's tt_conv_params (conv2d, depthwise: Cout = Cin) or tt_conv1d_params."""
+    tensors = dict(w=c.p(0), ew=c.pe(0), b=c.p(1), eb=c.pe(1))
+    if l.kind == "conv1d":
+        (L, C), (OL, F) = l.in_shape, l.out_shape
+        return c.decl("conv", "tt_conv1d_params", L=L, Cin=C, Cout=F, k=l.kernel, stride=l.stride, pad=l.pad[0],
+                      Lo=OL, **tensors)
+    (H, W, C), (OH, OW, F) = l.in_shape, l.out_shape
+    return c.decl("conv", "tt_conv_params", H=H, W=W, Cin=C, Cout=F, kh=l.kernel[0], kw=l.kernel[1],
+                  stride_h=l.stride[0], stride_w=l.stride[1], pad_h=l.pad[0], pad_w=l.pad[2], Ho=OH, Wo=OW, **tensors)
+
+
 def _conv_fwd(name):
     def f(l, c):
-        return [f"{c.ey} = tt_{name}_fwd_s8({c.x}, {c.ex}, {c.p(0)}, {c.pe(0)}, {c.p(1)}, {c.pe(1)}, {l._cdims()}, SCRATCH, {c.y}, &STATS);"]
+        return [f"{c.ey} = tt_{name}_fwd_s8(&CTX, {_conv_params(l, c)}, {c.x}, {c.ex}, {c.y});"]
     return f
 
 
@@ -152,58 +171,60 @@ def _conv_bwd(name):
     def f(l, c):
         out = []
         if c.dx:
-            out.append(f"{c.edx} = tt_{name}_bwd_s8({c.e}, {c.ee}, {c.p(0)}, {c.pe(0)}, {l._cdims()}, SCRATCH, {c.dx}, &STATS);")
+            out.append(f"{c.edx} = tt_{name}_bwd_s8(&CTX, {_conv_params(l, c)}, {c.e}, {c.ee}, {c.dx});")
         if c.grads:
-            out.append(f"tt_{name}_grad_s32({c.e}, {c.x}, {l._cdims()}, {c.g(0)}, {c.g(1)});")
+            out.append(f"tt_{name}_grad_s32({_conv_params(l, c)}, {c.e}, {c.x}, {c.g(0)}, {c.g(1)});")
             out += [f"{c.geo(0)} = {c.ee} + {c.ex};", f"{c.geo(1)} = {c.ee};"]
         return out
     return f
 
 
-def _pool2(l):
+def _pool_params(l, c, recip=None):
+    """The layer's tt_pool_params / tt_pool1d_params; recip: AvgPool's (mult, shift)."""
+    rq = dict(zip(("mult", "shift"), recip)) if recip else {}
+    if l.kind.endswith("1d"):
+        L, C = l.in_shape
+        return c.decl("pool", "tt_pool1d_params", L=L, C=C, k=l.kernel, stride=l.stride, **rq)
     H, W, C = l.in_shape
-    return f"{H}, {W}, {C}, {l.kernel[0]}, {l.kernel[1]}, {l.stride[0]}, {l.stride[1]}"
-
-
-def _pool1(l):
-    L, C = l.in_shape
-    return f"{L}, {C}, {l.kernel}, {l.stride}"
+    return c.decl("pool", "tt_pool_params", H=H, W=W, C=C, kh=l.kernel[0], kw=l.kernel[1],
+                  stride_h=l.stride[0], stride_w=l.stride[1], **rq)
 
 
 def _maxpool_fwd(l, c):
-    d = "2d" if l.kind == "maxpool2d" else "1d"
-    dims = _pool2(l) if d == "2d" else _pool1(l)
-    return [f"{c.ey} = tt_maxpool{d}_fwd_s8({c.x}, {c.ex}, {dims}, {c.y}, &STATS);"]
+    d = l.kind[-2:]
+    return [f"{c.ey} = tt_maxpool{d}_fwd_s8(&CTX, {_pool_params(l, c)}, {c.x}, {c.ex}, {c.y});"]
 
 
 def _maxpool_bwd(l, c):
     if not c.dx:
         return []
-    d = "2d" if l.kind == "maxpool2d" else "1d"
-    dims = _pool2(l) if d == "2d" else _pool1(l)
-    return [f"{c.edx} = tt_maxpool{d}_bwd_s8({c.e}, {c.ee}, {c.x}, {dims}, 0, {c.dx}, &STATS);"]
+    d = l.kind[-2:]
+    return [f"{c.edx} = tt_maxpool{d}_bwd_s8(&CTX, {_pool_params(l, c)}, {c.e}, {c.ee}, {c.x}, {c.dx});"]
 
 
 def _avgpool_fwd(l, c):
-    m, k = l._mk()
-    return [f"{c.ey} = tt_avgpool2d_fwd_s8({c.x}, {c.ex}, {_pool2(l)}, {m}, {k}, {c.y}, &STATS);"]
+    return [f"{c.ey} = tt_avgpool2d_fwd_s8(&CTX, {_pool_params(l, c, l._mk())}, {c.x}, {c.ex}, {c.y});"]
 
 
 def _avgpool_bwd(l, c):
     if not c.dx:
         return []
-    m, k = l._mk()
-    return [f"{c.edx} = tt_avgpool2d_bwd_s8({c.e}, {c.ee}, {_pool2(l)}, {m}, {k}, {c.dx}, &STATS);"]
+    return [f"{c.edx} = tt_avgpool2d_bwd_s8(&CTX, {_pool_params(l, c, l._mk())}, {c.e}, {c.ee}, {c.dx});"]
+
+
+def _gap_params(l, c):
+    m, k = r_avg.reciprocal(l._P())
+    return c.decl("pool", "tt_global_pool_params", P=l._P(), C=l.in_shape[-1], mult=m, shift=k)
 
 
 def _gap_fwd(l, c):
-    return [f"{c.ey} = tt_global_avgpool_fwd_s8({c.x}, {c.ex}, {l._P()}, {l.in_shape[-1]}, {l._k()}, {c.y}, &STATS);"]
+    return [f"{c.ey} = tt_global_avgpool_fwd_s8(&CTX, {_gap_params(l, c)}, {c.x}, {c.ex}, {c.y});"]
 
 
 def _gap_bwd(l, c):
     if not c.dx:
         return []
-    return [f"{c.edx} = tt_global_avgpool_bwd_s8({c.e}, {c.ee}, {l._P()}, {l.in_shape[-1]}, {l._k()}, {c.dx}, &STATS);"]
+    return [f"{c.edx} = tt_global_avgpool_bwd_s8(&CTX, {_gap_params(l, c)}, {c.e}, {c.ee}, {c.dx});"]
 
 
 #: kind -> (headers, forward emitter, backward emitter, extra scratch words(int64) needed)
@@ -234,6 +255,7 @@ class Emitter:
         if not prefix.isidentifier():
             raise CodegenError(f"prefix {prefix!r} is not a valid C identifier")
         self.model, self.prefix = model, prefix
+        self.decls: dict[str, str] = {}  # symbol -> its static const declaration (decl)
         for i, l in enumerate(model.layers):
             if l.kind not in EMITTERS:
                 raise CodegenError(f"layer {i} ({l.kind}) has no C kernel yet: the code generator "
@@ -242,6 +264,17 @@ class Emitter:
     def sym(self, name: str) -> str:
         """Every emitted symbol goes through this one prefixing function."""
         return f"{self.prefix}_{name}"
+
+    def decl(self, name: str, ctype: str, fields: dict) -> str:
+        """The declarations hook: emitters call this (through their context's ``decl``) for a
+        ``static const ctype <prefix>_name = {.field = value, ...};`` emitted once, before the
+        functions; returns ``&<prefix>_name`` for the kernel call. Fields are in the order given;
+        the same name must always be declared with the same fields (train step and predict)."""
+        sym = self.sym(name)
+        text = f"static const {ctype} {sym} = {{" + ", ".join(f".{k} = {v}" for k, v in fields.items()) + "};"
+        if self.decls.setdefault(sym, text) != text:
+            raise CodegenError(f"{sym} declared twice with different fields")
+        return f"&{sym}"
 
     @property
     def n_ge(self) -> int:
@@ -313,6 +346,7 @@ class Emitter:
     def emit(self) -> Emitted:
         m, P = self.model, self.prefix
         T = self.plan()
+        self.decls = {}
         opt = m.opt
         headers = sorted({h for l in m.layers for h in EMITTERS[l.kind][0]})
         in_size = int(np.prod(m.input_shape))
@@ -364,10 +398,11 @@ uint32_t {P}_saturations(void);
 #endif /* {P.upper()}_H */
 """
         src = [f"/** {P}: generated by tinytrain.codegen for model '{m.name}'. Do not edit. */",
-               f'#include "{P}.h"', '#include <string.h>', '#include "tt_fixedpoint.h"',
-               '#include "tt_sgd.h"', '#include "tt_loss.h"', '#include "tt_crc32.h"']
+               f'#include "{P}.h"', '#include "tt_fixedpoint.h"',
+               '#include "tt_sgd.h"', '#include "tt_loss.h"', '#include "tt_state.h"']
         src += [f'#include "{h}"' for h in headers]
-        src += ["", f"#define SCRATCH {self.sym('scratch')}", f"#define STATS {self.sym('stats')}", ""]
+        src += ["", f"#define SCRATCH {self.sym('scratch')}", f"#define STATS {self.sym('stats')}",
+                f"#define CTX {self.sym('ctx')}", ""]
         src.append(f"static tt_stats STATS;")
         flash = 0
         src.append("/* ---- training state (RAM); initial values kept in flash for reset ---- */")
@@ -389,12 +424,16 @@ uint32_t {P}_saturations(void);
                 src.append(f"static {t.ctype} {t.name}[{t.count}];  /* {t.role} */")
         cos = ", ".join(str(int(v)) for v in opt.cosine)
         src.append("")
+        src.append(f"static const tt_ctx CTX = {{.scratch = SCRATCH, .stats = &STATS}};")
         src.append(f"static const int32_t {self.sym('cosine')}[65] = {{{cos}}};")
-        src.append(f"static const tt_sgd {self.sym('opt')} = {{{opt.m}, {opt.k}, {opt.mu_m}, {opt.mu_k}, {opt.wd_m}, {opt.wd_k}, "
-                   f"{opt.ib_m}, {opt.ib_k}, {opt.batch_size}, {opt.schedule}, {opt.gamma_q15}, {opt.step_size}, "
-                   f"{opt.total_steps}, {int(opt.sr)}, {self.sym('cosine')}}};")
-        src += self._emit_step()
-        src += self._emit_predict()
+        src.append(f"static const tt_sgd {self.sym('opt')} = {{\n    .m = {opt.m}, .k = {opt.k}, .mu_m = {opt.mu_m}, .mu_k = {opt.mu_k}, "
+                   f".wd_m = {opt.wd_m}, .wd_k = {opt.wd_k}, .ib_m = {opt.ib_m}, .ib_k = {opt.ib_k},\n"
+                   f"    .batch_size = {opt.batch_size}, .schedule = {opt.schedule}, .gamma_q15 = {opt.gamma_q15}, "
+                   f".step_size = {opt.step_size}, .total_steps = {opt.total_steps}, .sr = {int(opt.sr)},\n"
+                   f"    .cosine = {self.sym('cosine')}}};")
+        body = self._emit_step() + self._emit_predict()  # fills self.decls
+        src += ["", "/* ---- layer parameters and dims ---- */", *self.decls.values()]
+        src += body
         src += self._emit_state_api()
         return Emitted(hdr, "\n".join(src) + "\n", P, T, self.state_order, flash)
 
@@ -410,7 +449,9 @@ uint32_t {P}_saturations(void);
         L = len(m.layers)
         out = ["", f"int32_t {P}_train_step(const int8_t *x, int32_t label, int32_t *loss_q16)", "{",
                "    " + self._lvars(), "    int32_t ee, de, pred, " + ", ".join(f"ge{i} = 0" for i in range(self.n_ge)) + ";",
-               f"    int32_t m_t = tt_sgd_lr_mult(&{self.sym('opt')}, {self.sym('meta')}[1]);",
+               f"    const tt_sgd_step sgd = {{.cfg = &{self.sym('opt')}, .m_t = tt_sgd_lr_mult(&{self.sym('opt')}, {self.sym('meta')}[1]), "
+               f".prng = &{self.sym('meta')}[0], .stats = &STATS}};",
+               "    tt_loss_out loss = {" + f".e = {{}}}};",
                f"    e0 = {m.input_exp};"]
         for li, l in enumerate(m.layers):
             c = _C(self, li)
@@ -419,10 +460,12 @@ uint32_t {P}_saturations(void);
         zl = self.sym(f"a{L - 1}")
         errs = [self.sym("err0"), self.sym("err1")]
         if m.loss == "softmax_ce":
-            out.append(f"    pred = tt_softmax_ce_s8({zl}, e{L}, label, {m.output_shape[0]}, SCRATCH, {errs[(L - 1) % 2]}, &ee, loss_q16, &STATS);")
+            out.append(f"    pred = tt_softmax_ce_s8(&CTX, {zl}, e{L}, label, {m.output_shape[0]}, &loss);")
         else:
             raise CodegenError("MSE models are not emitted to C yet")
-        out.append("    de = ee;")
+        out[out.index("    tt_loss_out loss = {.e = {}};")] = f"    tt_loss_out loss = {{.e = {errs[(L - 1) % 2]}}};"
+        out.append("    *loss_q16 = loss.loss_q16;")
+        out.append("    de = ee = loss.ee;")
         first = self.first_backward
         for li in range(L - 1, first - 1, -1):
             l = m.layers[li]
@@ -444,13 +487,12 @@ uint32_t {P}_saturations(void);
                 if not m.learns(li, pi):
                     continue
                 pn = self.sym(f"l{li}_{p.name}")
-                w16, w32, ews = (pn, "0", p.exp) if p.data.dtype == np.int16 else ("0", pn, p.exp)
-                if key in m.master:
-                    w16, w32, ews = "0", pn + "_master", p.exp - MASTER_EXTRA_BITS
+                ews = p.exp - MASTER_EXTRA_BITS if key in m.master else p.exp
                 if opt.accumulate:
-                    out.append(f"    tt_sgd_accumulate({pn}_acc, {p.data.size}, {ews}, {c.g(pi)}, ge{pi}, &{self.sym('opt')}, m_t, &{self.sym('meta')}[0]);")
+                    out.append(f"    tt_sgd_accumulate_s32(&sgd, {pn}_acc, {p.data.size}, {ews}, {c.g(pi)}, ge{pi});")
                 else:
-                    out.append(f"    tt_sgd_update_direct({w16}, {w32}, {p.data.size}, {ews}, {c.g(pi)}, ge{pi}, &{self.sym('opt')}, m_t, &{self.sym('meta')}[0], &STATS);")
+                    w, t = self._update_target(li, pi)
+                    out.append(f"    tt_sgd_update_direct_{t}(&sgd, {w}, {p.data.size}, {ews}, {c.g(pi)}, ge{pi});")
                     if key in m.master:
                         out.append(f"    tt_sgd_refresh_copy({pn}_master, {pn}, {p.data.size});")
             if c.dx:
@@ -467,41 +509,41 @@ uint32_t {P}_saturations(void);
                     if key not in m.accum:
                         continue
                     pn = self.sym(f"l{li}_{p.name}")
-                    w16, w32 = (pn, "0") if p.data.dtype == np.int16 else ("0", pn)
-                    if key in m.master:
-                        w16, w32 = "0", pn + "_master"
+                    w, t = self._update_target(li, pi)
                     vel = f"{pn}_vel" if key in m.velocity else "0"
-                    out.append(f"        tt_sgd_apply_accumulated({w16}, {w32}, {pn}_acc, {vel}, {p.data.size}, &{self.sym('opt')}, &{meta}[0], &STATS);")
+                    out.append(f"        tt_sgd_apply_accumulated_{t}(&sgd, {w}, {pn}_acc, {vel}, {p.data.size});")
                     if key in m.master:
                         out.append(f"        tt_sgd_refresh_copy({pn}_master, {pn}, {p.data.size});")
             out.append(f"        {meta}[1] += 1;")
             out.append(f"        {meta}[2] = 0;")
             out.append("    }")
-        out += ["    " + " ".join(f"(void)ge{i};" for i in range(self.n_ge)) + f" (void)de; (void){errs[0]}; (void){errs[1]};",
+        out += ["    " + " ".join(f"(void)ge{i};" for i in range(self.n_ge)) + f" (void)de; (void)sgd; (void){errs[0]}; (void){errs[1]};",
                 "    return pred;", "}"]
         return out
+
+    def _update_target(self, li, pi):
+        """(tensor, s16|s32) an update of parameter pi of layer li writes: its int32 master
+        copy when it has one, else the parameter itself."""
+        p, pn = self.model.layers[li].params[pi], self.sym(f"l{li}_{self.model.layers[li].params[pi].name}")
+        if (li, pi) in self.model.master:
+            return pn + "_master", "s32"
+        return pn, "s16" if p.data.dtype == np.int16 else "s32"
 
     def _fused_dense(self, li, l, c):
         m = self.model
         out = []
-        K, N = l.in_shape[0], l.units
         if c.dx:
-            out.append(f"    {c.edx} = tt_dense_bwd_s8({c.e}, {c.ee}, {c.p(0)}, {c.pe(0)}, {K}, {N}, SCRATCH, {c.dx}, &STATS);")
+            out.append(f"    {c.edx} = tt_dense_bwd_s8(&CTX, {_dense_params(l, c)}, {c.e}, {c.ee}, {c.dx});")
         w, b = l.params
-        pw, pb = c.p(0), c.p(1)
-        if (li, 0) in m.master:
-            w16, w32, ews = "0", pw + "_master", w.exp - MASTER_EXTRA_BITS
-        else:
-            w16, w32, ews = pw, "0", w.exp
-        uw, ub = int(m.trainable[li][0]), int(m.trainable[li][1])
-        if not uw:
-            w16, w32 = "0", "0"  # frozen weights are const (flash)
-        if not ub:
-            pb = "0"
-        out.append(f"    tt_sgd_dense_direct({c.e}, {c.ee}, {c.x}, {c.ex}, {K}, {N}, {w16}, {w32}, {ews}, {pb}, {b.exp}, "
-                   f"{uw}, {ub}, &{self.sym('opt')}, m_t, &{self.sym('meta')}[0], &STATS);")
+        uw, ub = bool(m.trainable[li][0]), bool(m.trainable[li][1])
+        pw, t = self._update_target(li, 0)
+        ews = w.exp - MASTER_EXTRA_BITS if (li, 0) in m.master else w.exp
+        # a frozen tensor is NULL (frozen weights are const, in flash)
+        sp = c.decl("sgd", f"tt_sgd_dense_{t}_params", K=l.in_shape[0], N=l.units, w=pw if uw else 0, ew=ews,
+                    b=c.p(1) if ub else 0, eb=b.exp)
+        out.append(f"    tt_sgd_dense_direct_{t}(&sgd, {sp}, {c.e}, {c.ee}, {c.x}, {c.ex});")
         if (li, 0) in m.master and uw:
-            out.append(f"    tt_sgd_refresh_copy({pw}_master, {pw}, {w.data.size});")
+            out.append(f"    tt_sgd_refresh_copy({c.p(0)}_master, {c.p(0)}, {w.data.size});")
         return out
 
     def _emit_predict(self):
@@ -517,53 +559,37 @@ uint32_t {P}_saturations(void);
         return out
 
     def _emit_state_api(self):
+        """The model's tables for the runtime's tt_state.h and one-line wrappers around it."""
         P = self.prefix
         byname = {t.name: t for t in self.tensors}
         state = [byname[n] for n in self.state_order]
         inspect = state + [t for t in self.tensors if t.role == "activation"]
         resettable = [t for t in self.tensors if t.role in ("param", "master", "meta")]
         zeroed = [t for t in self.tensors if t.role in ("accum", "velocity")]
-        out = ["", "/* ro: frozen tensor in flash, a write must leave it unchanged */",
-               "typedef struct { void *p; uint32_t bytes; int ro; } tt_span;", "",
-               f"static const tt_span {self.sym('state')}[{len(state)}] = {{"]
+        st, ts, rs = self.sym("state"), self.sym("tensors"), self.sym("resets")
+
         def span(t):
-            ro = int(t.role == "frozen")
+            ro = int(t.role == "frozen")  # in flash: a write must leave it unchanged
             return f"    {{{'(void *)' if ro else ''}{t.name}, sizeof({t.name}), {ro}}},"
-        out += [span(t) for t in state] + ["};"]
-        out += [f"static const tt_span {self.sym('tensors')}[{len(inspect)}] = {{"]
-        out += [span(t) for t in inspect] + ["};"]
-        n = len(state)
-        out += ["", f"uint32_t {P}_state_hash(void)", "{", "    uint32_t i, crc = 0;",
-                f"    for (i = 0; i < {n}u; i++)",
-                f"        crc = tt_crc32_update(crc, (const uint8_t *){self.sym('state')}[i].p, {self.sym('state')}[i].bytes);",
-                "    return crc;", "}", "",
-                f"uint32_t {P}_state_size(void)", "{", "    uint32_t i, s = 0;",
-                f"    for (i = 0; i < {n}u; i++) s += {self.sym('state')}[i].bytes;", "    return s;", "}", "",
-                f"static int {self.sym('blob_io')}(uint32_t off, uint8_t *dst, const uint8_t *src, uint32_t n)",
-                "{", "    uint32_t i;",
-                f"    if (off > {P}_state_size() || n > {P}_state_size() - off) return -1;",
-                f"    for (i = 0; i < {n}u && n > 0; i++) {{",
-                f"        const tt_span *s = &{self.sym('state')}[i];",
-                "        if (off < s->bytes) {", "            uint32_t k = s->bytes - off < n ? s->bytes - off : n;",
-                "            if (dst) memcpy(dst, (const uint8_t *)s->p + off, k);",
-                "            else if (s->ro) { if (memcmp((const uint8_t *)s->p + off, src, k) != 0) return -1; }",
-                "            else memcpy((uint8_t *)s->p + off, src, k);",
-                "            if (dst) dst += k; else src += k;", "            n -= k;", "            off = 0;",
-                "        } else {", "            off -= s->bytes;", "        }", "    }", "    return 0;", "}", "",
-                f"int {P}_read_state(uint32_t off, uint8_t *dst, uint32_t n) {{ return {self.sym('blob_io')}(off, dst, 0, n); }}",
-                f"int {P}_write_state(uint32_t off, const uint8_t *src, uint32_t n) {{ return {self.sym('blob_io')}(off, 0, src, n); }}",
-                "", f"void {P}_reset(void)", "{"]
-        out += [f"    memcpy({t.name}, {t.name}_init, sizeof({t.name}));" for t in resettable]
-        out += [f"    memset({t.name}, 0, sizeof({t.name}));" for t in zeroed]
-        out += ["    STATS.saturated = 0;", "}", "",
-                f"void {P}_set_seed(uint32_t seed) {{ {self.sym('meta')}[0] = tt_prng_seed(seed); }}", "",
-                f"uint32_t {P}_tensor_count(void) {{ return {len(inspect)}u; }}", "",
-                f"int {P}_get_tensor(uint32_t id, uint32_t off, uint8_t *dst, uint32_t n, uint32_t *total)", "{",
-                f"    if (id >= {len(inspect)}u) return -1;",
-                f"    *total = {self.sym('tensors')}[id].bytes;",
-                "    if (off > *total || n > *total - off) return -1;",
-                f"    memcpy(dst, (const uint8_t *){self.sym('tensors')}[id].p + off, n);", "    return 0;", "}", "",
-                f"uint32_t {P}_saturations(void) {{ return STATS.saturated; }}"]
+
+        out = ["", "/* ---- the state blob (schema order), the inspectable tensors, what reset restores ---- */",
+               f"static const tt_span {st}_spans[{len(state)}] = {{", *map(span, state), "};",
+               f"static const tt_spans {st} = {{{st}_spans, {len(state)}u}};",
+               f"static const tt_span {ts}_spans[{len(inspect)}] = {{", *map(span, inspect), "};",
+               f"static const tt_spans {ts} = {{{ts}_spans, {len(inspect)}u}};",
+               f"static const tt_init {rs}[{len(resettable) + len(zeroed)}] = {{",
+               *[f"    {{{t.name}, {t.name}_init, sizeof({t.name})}}," for t in resettable],
+               *[f"    {{{t.name}, 0, sizeof({t.name})}}," for t in zeroed], "};", "",
+               f"uint32_t {P}_state_hash(void) {{ return tt_state_hash(&{st}); }}",
+               f"uint32_t {P}_state_size(void) {{ return tt_state_size(&{st}); }}",
+               f"int {P}_read_state(uint32_t off, uint8_t *dst, uint32_t n) {{ return tt_state_read(&{st}, off, dst, n); }}",
+               f"int {P}_write_state(uint32_t off, const uint8_t *src, uint32_t n) {{ return tt_state_write(&{st}, off, src, n); }}",
+               f"void {P}_reset(void) {{ tt_state_reset({rs}, {len(resettable) + len(zeroed)}u); STATS.saturated = 0; }}",
+               f"void {P}_set_seed(uint32_t seed) {{ {self.sym('meta')}[0] = tt_prng_seed(seed); }}",
+               f"uint32_t {P}_tensor_count(void) {{ return {len(inspect)}u; }}",
+               f"int {P}_get_tensor(uint32_t id, uint32_t off, uint8_t *dst, uint32_t n, uint32_t *total)",
+               f"{{ return tt_state_get_tensor(&{ts}, id, off, dst, n, total); }}",
+               f"uint32_t {P}_saturations(void) {{ return STATS.saturated; }}"]
         return out
 
 

@@ -56,8 +56,9 @@ class BatchNorm(Layer):
         return max(3 * self.C, self.in_size)
 
     def c_buffers(self, em, li, backward=True):
-        """(name, ctype, count, role) of the per-channel values backward needs, in the generated C."""
-        return [(em.sym(f"l{li}_saved"), "int32_t", 3 * self.C, "activation")]
+        """(name, ctype, count, role) of the values backward needs, in the generated C: the
+        per-channel {B, inv, sh} and the input exponent (TT_BATCHNORM_SAVED_SIZE)."""
+        return [(em.sym(f"l{li}_saved"), "int32_t", 3 * self.C + 1, "activation")]
 
     def nb_buffers(self):
         return [((3, self.C), np.int32)]
@@ -103,11 +104,15 @@ class BatchNorm(Layer):
         return out
 
     # C emitters (tinytrain/codegen/emit.py looks these up by kind)
-    def c_forward(self, c, train=True):
+    def _c_params(self, c):
         cf = self.cfg
-        return [f"{c.ey} = tt_batchnorm_fwd_s8({c.x}, {c.ex}, {self.P}, {self.C}, {c.p(0)}, {c.pe(0)}, {c.p(1)}, {c.pe(1)}, "
-                f"{c.p(2)}, {c.pe(2)}, {c.p(3)}, {c.pe(3)}, {cf['eps_m']}, {cf['eps_k']}, {cf['mom_k']}, {int(train)}, "
-                f"{c.saved()}, SCRATCH, {c.y}, &STATS);"]
+        return c.decl("bn", "tt_batchnorm_params", P=self.P, C=self.C, gamma=c.p(0), e_g=c.pe(0), beta=c.p(1),
+                      e_b=c.pe(1), rmean=c.p(2), e_rm=c.pe(2), rvar=c.p(3), e_rv=c.pe(3), eps_m=cf["eps_m"],
+                      eps_k=cf["eps_k"], mom_k=cf["mom_k"], saved=c.saved())
+
+    def c_forward(self, c, train=True):
+        f = "tt_batchnorm_fwd_s8" if train else "tt_batchnorm_fwd_eval_s8"
+        return [f"{c.ey} = {f}(&CTX, {self._c_params(c)}, {c.x}, {c.ex}, {c.y});"]
 
     def c_forward_eval(self, c):
         return self.c_forward(c, train=False)
@@ -115,9 +120,8 @@ class BatchNorm(Layer):
     def c_backward(self, c):
         out = []
         if c.dx:
-            out.append(f"{c.edx} = tt_batchnorm_bwd_s8({c.e}, {c.ee}, {c.x}, {c.ex}, {self.P}, {self.C}, {c.saved()}, "
-                       f"{c.p(0)}, {c.pe(0)}, 1, SCRATCH, {c.dx}, &STATS);")
+            out.append(f"{c.edx} = tt_batchnorm_bwd_s8(&CTX, {self._c_params(c)}, {c.e}, {c.ee}, {c.x}, {c.dx});")
         if c.grads:
-            out.append(f"tt_batchnorm_grad_s32({c.e}, {c.x}, {self.P}, {self.C}, {c.saved()}, 1, {c.g(0)}, {c.g(1)});")
+            out.append(f"tt_batchnorm_grad_s32({self._c_params(c)}, {c.e}, {c.x}, {c.g(0)}, {c.g(1)});")
             out += [f"{c.geo(0)} = {c.ee} - {r_bn.XHAT_FRAC};", f"{c.geo(1)} = {c.ee};"]
         return out

@@ -50,6 +50,9 @@ class _Inner:
     def saved(self):  # C: per-layer saved buffer (batch norm)
         return self._bufs[0]
 
+    def decl(self, tag, ctype, **fields):  # C: this inner layer's params struct (codegen.emit._C.decl)
+        return self.outer.decl(f"{self.k}_{tag}", ctype, **fields)
+
 
 @register
 class Residual(Layer):
@@ -243,7 +246,7 @@ class Residual(Layer):
             if backward and k < len(self.inner) - 1:  # the last inner layer reads the block's own error
                 out.append((em.sym(f"l{li}_{k}_err"), "int8_t", l.out_size, "error"))
             if l.kind == "batchnorm":
-                out.append((em.sym(f"l{li}_{k}_saved"), "int32_t", 3 * l.C, "activation"))
+                out.extend(l.c_buffers(em, f"{li}_{k}", backward))
         if backward:
             out.append((em.sym(f"l{li}_fdx"), "int8_t", self.in_size, "error"))
         return out
