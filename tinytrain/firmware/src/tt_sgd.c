@@ -22,7 +22,9 @@ static int64_t tt_sgd_shift(int64_t v, int32_t s, int32_t sr, uint32_t *prng)
         const uint32_t r = tt_prng_next(prng);
         const int32_t ss = s < 31 ? s : 31;
         int64_t out = tt_rshift_stoch_s64(v, ss, r);
-        if (s > 31) out >>= (s - ss);
+        /* floor(out / 2^(s - ss)); a shift by 64 or more is undefined in C, and for
+         * s - ss >= 63 the floor is out >> 63 (0 or -1) since |out| < 2^63 */
+        if (s > 31) out >>= (s - ss < 63 ? s - ss : 63);
         return out;
     }
 }
