@@ -35,14 +35,14 @@ def runtime_cdef() -> str:
     parts = [SHIM_CDEF]
     headers = sorted(cbuild.FIRMWARE_INCLUDE.glob("tt_*.h"), key=lambda h: h.stem != "tt_fixedpoint")
     for h in headers:
-        if h.stem in ("tt_port", "tt_device", "tt_protocol", "tt_cobs", "tt_crc32", "tt_fedcodec"):
+        if h.stem in ("tt_port", "tt_device", "tt_protocol", "tt_cobs", "tt_crc32", "tt_fedcodec", "tt_state"):
             continue
         parts.append(cbuild.cdef_from_header(h))
     return "\n".join(parts)
 
 
 def _build(sanitize: bool):
-    srcs = [p for p in cbuild.runtime_sources() if p.stem not in ("tt_protocol", "tt_cobs", "tt_crc32", "tt_fedcodec")]
+    srcs = [p for p in cbuild.runtime_sources() if p.stem not in ("tt_protocol", "tt_cobs", "tt_crc32", "tt_fedcodec", "tt_state")]
     return cbuild.compile_shared(
         [*srcs, HERE / "c" / "tt_test_shim.c"], runtime_cdef(), sanitize=sanitize, name="ttrt"
     )
