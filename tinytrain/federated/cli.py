@@ -48,6 +48,8 @@ def _args(p):
     p.add_argument("--quorum", type=float, default=0.5, help="valid updates a round needs: a fraction "
                    "of the devices (< 1) or a count (default 0.5)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=1, metavar="W", help="processes that run the "
+                   "simulated devices (with --simulated; default 1; 0: one per core)")
     from tinytrain.cli_device import add_link_args
 
     add_link_args(p, "10 s", "10 with --ports, 0 on emulated boards: their local socket loses no bytes")
@@ -69,6 +71,13 @@ def _run(args) -> int:
                    ("--local-steps", args.local_steps), ("--devices", args.devices)):
         if v is not None and v < 1:
             raise ValueError(f"{opt} must be >= 1, got {v}")
+    if args.workers < 0 or (args.workers != 1 and args.simulated is None):
+        raise ValueError(f"--workers {args.workers}: give a count >= 1 (0: one per core), "
+                         "and only with --simulated (boards already run in parallel)")
+    if args.workers == 0:
+        import os
+
+        args.workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     k = args.simulated if args.simulated is not None else len(args.ports) if args.ports else args.devices
     if not 0 < args.quorum <= k:
         raise ValueError(f"--quorum must be a fraction in (0, 1) or a count 1..{k} of the {k} devices, "
@@ -92,7 +101,7 @@ def _run(args) -> int:
                      compress=args.compress, compress_down=args.compress_down, seed=args.seed, quorum=args.quorum, out=args.out,
                      resume=args.resume, plot=args.plot,
                      timeout=10.0 if args.timeout is None else args.timeout, retries=args.retries,
-                     log=_round_logger(bar, logf))
+                     log=_round_logger(bar, logf), workers=args.workers)
     r["compress_down"] = args.compress_down or args.compress
     if args.json:
         hist = r.pop("history")

@@ -33,6 +33,8 @@ Body: none - the state blob; int8/int4/sign - per stored tensor ``u8 shift`` the
 """
 from __future__ import annotations
 
+import functools
+import math
 import struct
 from dataclasses import dataclass
 
@@ -105,6 +107,7 @@ class Update:
     nbytes: int           # bytes of the serialized message
 
 
+@functools.lru_cache(maxsize=None)
 def _bounds(dt):
     dt = np.dtype(dt)
     if dt == np.int16:
@@ -113,6 +116,13 @@ def _bounds(dt):
         return -fp.INT8_MAX, fp.INT8_MAX
     info = np.iinfo(dt)
     return int(info.min), int(info.max)
+
+
+def _sat(v: np.ndarray, dt) -> np.ndarray:
+    """v (int64) saturated to dt's codec range, as dt (np.clip's result, without its
+    per-call overhead, which dominated rounds of thousands of small updates)."""
+    lo, hi = _bounds(dt)
+    return np.minimum(np.maximum(v, lo), hi).astype(dt)
 
 
 def store_hash(tensors) -> int:
@@ -125,7 +135,7 @@ def _quantize(v: np.ndarray, codec: str):
         bits = 8 if codec == "int8" else 4
         qmax = (1 << (bits - 1)) - 1
         s = fp.requant_shift(fp.maxabs(v), bits)
-        q = np.clip(fp.rshift_round(v, s), -qmax, qmax)
+        q = np.minimum(np.maximum(fp.rshift_round(v, s), -qmax), qmax)
         return s, q, q << s
     # sign
     mean = int(np.abs(v).sum()) // max(v.size, 1)
@@ -175,10 +185,9 @@ def compress(codec: str, local, glob, residual):
         body.append(bytes([s]))
         if q is not None:
             body.append(_pack(codec, q))
-        lo_b, hi_b = _bounds(np.asarray(gl).dtype)
-        r = np.clip(g64 + d, lo_b, hi_b)
-        recon.append(r.astype(np.asarray(gl).dtype).reshape(np.shape(gl)))
-        new_res.append(v - (r - g64))
+        rt = _sat(g64 + d, np.asarray(gl).dtype)
+        recon.append(rt.reshape(np.shape(gl)))
+        new_res.append(v - (rt.astype(np.int64) - g64))
     return b"".join(body), recon, new_res
 
 
@@ -222,7 +231,7 @@ def decode_update(msg: bytes, schema: Schema, glob, rnd: int | None = None, *,
     off, recon = 0, []
     try:
         for shape, gl in zip(schema.shapes, glob):
-            size = int(np.prod(shape))
+            size = math.prod(shape)
             s = body[off]
             off += 1
             g64 = np.asarray(gl, np.int64).reshape(-1)
@@ -236,8 +245,7 @@ def decode_update(msg: bytes, schema: Schema, glob, rnd: int | None = None, *,
                     raise CorruptUpdate("truncated tensor data")
                 off += k
                 d = q << s
-            lo_b, hi_b = _bounds(np.asarray(gl).dtype)
-            recon.append(np.clip(g64 + d, lo_b, hi_b).astype(np.asarray(gl).dtype).reshape(shape))
+            recon.append(_sat(g64 + d, np.asarray(gl).dtype).reshape(shape))
     except (IndexError, ValueError) as e:
         if isinstance(e, CorruptUpdate):
             raise
@@ -290,7 +298,7 @@ def decode_global(msg: bytes, schema: Schema, base=None):
     off, store = GLOBAL_HEADER.size, []
     if codec == "none":
         for shape, dt in zip(schema.shapes, schema.dtypes):
-            n = int(np.prod(shape))
+            n = math.prod(shape)
             d = np.dtype(dt).newbyteorder("<")
             store.append(np.frombuffer(msg, d, n, off).astype(dt).reshape(shape))
             off += n * d.itemsize
