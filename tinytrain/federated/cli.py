@@ -105,6 +105,7 @@ def _run(args) -> int:
     r["compress_down"] = args.compress_down or args.compress
     if args.json:
         hist = r.pop("history")
+        r["seconds_per_round"] = [e["seconds"] for e in hist]
         r["history"] = [{k: e[k] for k in ("round", "accuracy", "accepted", "bytes_up", "bytes_down")}
                         | {"dropped": [d["device"] for d in e["dropped"]]} for e in hist]
         print(json.dumps(r, sort_keys=True))
