@@ -118,3 +118,42 @@ def _run(args) -> int:
 
 cli.register("federate", "federated training over simulated devices, emulated or real boards",
              _args, _user_errors(_run))
+
+
+# ------------------------------------------------------------------ federate-gateway
+
+def _gateway_args(p):
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--board", help="emulated board (QEMU), one instance per device the node serves")
+    who.add_argument("--ports", nargs="+", metavar="P", help="serial ports / pyserial URLs of the boards "
+                     "on this host, running the run's model firmware, in device order")
+    p.add_argument("--listen", default="127.0.0.1:7801", metavar="HOST:PORT",
+                   help="address for the SuperNode's ClientApp (default 127.0.0.1:7801; keep it local)")
+    from tinytrain.cli_device import add_link_args
+
+    add_link_args(p, "10 s", "10 with --ports, 0 on emulated boards")
+
+
+def _gateway_run(args) -> int:
+    from tinytrain.federated.gateway import Gateway, serve
+
+    host, _, port = args.listen.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--listen {args.listen!r}: give HOST:PORT, e.g. 127.0.0.1:7801")
+    if args.board:
+        from tinytrain.device.boards import get_board
+
+        if not get_board(args.board).is_emulated:
+            raise ValueError(f"{args.board} is a real board: flash it and give its serial ports (--ports)")
+    gw = Gateway(board=args.board, ports=args.ports, timeout=10.0 if args.timeout is None else args.timeout,
+                 retries=args.retries)
+    try:
+        serve(gw, host, int(port), ready=lambda srv: print(
+            f"tinytrain gateway listening on {host}:{srv.server_address[1]}", file=sys.stderr, flush=True))
+    except OSError as e:
+        raise ValueError(f"--listen {args.listen}: {e.strerror or e}: choose a free port") from None
+    return 0
+
+
+cli.register("federate-gateway", "serve this host's boards to the Flower SuperNode on it (deployment)",
+             _gateway_args, _user_errors(_gateway_run))

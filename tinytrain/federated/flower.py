@@ -83,6 +83,7 @@ def settings(run_config) -> dict:
             raise ValueError(f"run_config {k}={s[k]}: must be >= 0 (0: {'no cap' if k == 'local-steps' else 'one per node'})")
     if not 0 < s["fraction-train"] <= 1 or not s["quorum"] > 0:
         raise ValueError("run_config fraction-train must be in (0, 1] and quorum > 0")
+    s["run"] = {k: s[k] for k in RUN_CONFIG}
     s["config"] = FedConfig(rounds=s["num-server-rounds"], local_epochs=s["local-epochs"],
                             local_steps=s["local-steps"] or None, partition=s["partition"],
                             compress=s["compress"], compress_down="none", seed=s["seed"],
@@ -167,7 +168,8 @@ def client_train(msg, context, run_config=None):
     if "gateway" in context.node_config:
         from tinytrain.federated.gateway import request
 
-        updates, faults, n = request(str(context.node_config["gateway"]), gmsg, ids, used)
+        updates, faults, n = request(str(context.node_config["gateway"]), gmsg, ids, used, s["run"],
+                                     timeout=s["round-timeout"])
     else:
         cfg = s["config"]
         k = _node_clients(s, context.node_config)
@@ -240,6 +242,7 @@ class IntegerFedAvg(_fedavg_base()):
         self._glob = None
         self._t0 = 0.0
         self._down = 0
+        self._sent: set = set()
 
     def initial_arrays(self):
         return _store_record(store_tensors(self.model))
@@ -251,10 +254,14 @@ class IntegerFedAvg(_fedavg_base()):
         self._t0 = time.perf_counter()
         self._glob = _store_of(arrays)
         gmsg, _ = encode_global(server_round, self.step, self._glob)
+        # min_available_nodes gathers the federation before round 1; later rounds go on with
+        # the nodes still connected, and the quorum of devices decides (tinytrain's rule)
+        least = self.min_available_nodes if server_round == 1 else 1
         total = len(list(grid.get_node_ids()))
         want = max(int(total * self.fraction_train), self.min_train_nodes)
-        nodes, _ = sample_nodes(grid, self.min_available_nodes, want)
+        nodes, _ = sample_nodes(grid, least, want)
         self._down = len(gmsg) * len(nodes)
+        self._sent = set(nodes)
         msgs = []
         for node in nodes:
             devs = [d for d in self.node_devices.get(node, []) if d in self.used]
@@ -267,8 +274,10 @@ class IntegerFedAvg(_fedavg_base()):
         from flwr.app import MetricRecord
 
         agg, accepted, steps, dropped, up, seen = Aggregator(self._glob), [], [], [], 0, set()
+        answered = set()
         for reply in replies:
             node = reply.metadata.src_node_id
+            answered.add(node)
             if reply.has_error():
                 lost = self.node_devices.get(node, [])
                 dropped += [{"device": d, "reason": "node", "detail": reply.error.reason} for d in lost] or \
@@ -295,8 +304,12 @@ class IntegerFedAvg(_fedavg_base()):
                 steps.append(u.step)
             if mine:
                 self.node_devices[node] = mine
+        for node in self._sent - answered:  # no reply within round-timeout
+            dropped += [{"device": d, "reason": "no-reply", "detail": f"node {node} did not answer"}
+                        for d in self.node_devices.get(node, [])]
         need = self.config.need(self.clients)
-        rec = {"round": server_round, "accepted": len(accepted), "dropped": sorted(dropped, key=lambda d: d["device"]),
+        rec = {"round": server_round, "accepted": len(accepted), "accepted_devices": sorted(accepted),
+               "dropped": sorted(dropped, key=lambda d: d["device"]),
                "samples": agg.N, "bytes_up": up, "bytes_down": self._down}
         metrics = MetricRecord({"accepted": len(accepted), "dropped": len(dropped), "samples": int(agg.N),
                                 "bytes-up": up, "bytes-down": self._down})
