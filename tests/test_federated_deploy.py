@@ -4,7 +4,6 @@ SuperNode of that host, and a second SuperNode serving two simulated devices; `f
 runs 3 rounds. The global model equals tinytrain's own engine's, bit for bit; a SuperNode
 killed mid-run leaves its rounds to the others (quorum), every saved model is whole."""
 import json
-import shutil
 import time
 
 import numpy as np
@@ -13,15 +12,7 @@ import pytest
 pytest.importorskip("flwr", reason="flwr not installed (pip install tinytrain[flower])")
 
 from tests.flowerutil import APP, BIN, Flower, free_port  # noqa: E402
-
-
-def _missing():
-    miss = [t for t in ("qemu-system-arm", "arm-none-eabi-gcc") if shutil.which(t) is None]
-    try:
-        import platformio  # noqa: F401
-    except ImportError:
-        miss.append("platformio")
-    return miss
+from tests.test_federated_qemu import _missing  # noqa: E402  (QEMU, the ARM toolchain, PlatformIO)
 
 
 pytestmark = [pytest.mark.qemu, pytest.mark.slow,
