@@ -31,9 +31,13 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--qemu", action=argparse.BooleanOptionalAction, default=shutil.which("qemu-system-arm") is not None)
     ap.add_argument("--clients", type=int, default=1000)
-    ap.add_argument("--only", choices=("all", "scale"), default="all")
+    ap.add_argument("--only", choices=("all", "scale", "flower-scale"), default="all")
     ap.add_argument("--repeats", type=int, default=5, help="runs per figure of the scale part (median)")
+    ap.add_argument("--flower-clients", type=int, default=10_000)
     a = ap.parse_args(argv)
+    if a.only == "flower-scale":
+        flower_scale(a.flower_clients)
+        return 0
     scale(a.repeats)
     if a.only == "scale":
         return 0
@@ -191,6 +195,87 @@ def scale(repeats: int) -> dict:
         report.markdown_table(["workers", "command wall", "round (engine)", "load average (1, 5, 15 min) before each run"], rows),
     ])
     report.update_section("federated-scale", body)
+    print(body)
+    print(f"wrote {path.relative_to(report.ROOT)} and {report.BENCHMARKS_MD.name}")
+    return res
+
+
+def _tree_rss(root: int) -> int:
+    """Resident bytes of process `root` and all its descendants (Linux /proc)."""
+    kids: dict = {}
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/stat") as f:
+                    kids.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(p))
+            except OSError:
+                pass
+    todo, total = [root], 0
+    while todo:
+        q = todo.pop()
+        try:
+            with open(f"/proc/{q}/status") as f:
+                total += next((int(x.split()[1]) * 1024 for x in f if x.startswith("VmRSS:")), 0)
+        except OSError:
+            pass
+        todo += kids.get(q, [])
+    return total
+
+
+def flower_scale(clients: int) -> dict:
+    """One round of `clients` simulated clients of mnist1d-flat:10*clients through Flower's
+    simulation engine: `flwr run examples/flower-app` against a SuperLink started here
+    (tests/flowerutil.py), round time from the strategy, peak resident memory of the SuperLink's
+    whole process tree (SuperExec, simulation, Ray workers) sampled every 0.5 s."""
+    import json
+    import tempfile
+    import threading
+    from pathlib import Path
+
+    sys.path.insert(0, str(report.ROOT))
+    from tests.flowerutil import Flower
+
+    data = f"mnist1d-flat:{10 * clients}"
+    with tempfile.TemporaryDirectory() as tmp:
+        f = Flower(Path(tmp) / "home", simulation=True)
+        peak, stop = [0], threading.Event()
+
+        def sample():
+            while not stop.wait(0.5):
+                peak[0] = max(peak[0], _tree_rss(f.superlink.pid))
+
+        threading.Thread(target=sample, daemon=True).start()
+        load = _load()
+        try:
+            t = time.perf_counter()
+            rc = f.run(f'out-dir="{tmp}/out" num-server-rounds=1 data="{data}" compress="int8"',
+                       "--federation-config", f"num-supernodes={clients}", timeout=3600)
+            wall = time.perf_counter() - t
+        finally:
+            stop.set()
+            f.close()
+        if rc.returncode != 0 or not (Path(tmp) / "out" / "summary.json").exists():
+            raise SystemExit(f"flwr run failed: {rc.stdout[-2000:]} {rc.stderr[-2000:]}")
+        s = json.loads((Path(tmp) / "out" / "summary.json").read_text())
+    res = {"clients": clients, "data": data, "round_seconds": s["history"][0]["seconds"],
+           "flwr_run_wall_seconds": wall, "peak_rss_bytes": peak[0], "load_before": load,
+           "accepted": s["history"][0]["accepted"], "state_hash": s["state_hash"], "machine": report.machine()}
+    path = report.write_json("federated-flower-scale.json", res)
+    body = "\n".join([
+        f"## Federated scale through Flower's simulation engine: {clients:,} clients",
+        "",
+        f"`python bench/bench_federated.py --only flower-scale --flower-clients {clients}`: `flwr run "
+        f"examples/flower-app` with `num-supernodes={clients}`, data `{data}` (10 samples per client), int8 "
+        "updates, IntegerFedAvg on the ServerApp, Ray backend, one CPU per ClientApp actor. "
+        f"Machine: {report.machine_line(res['machine'])}; load average before the run {load} (other "
+        "jobs shared the machine). One run.",
+        "",
+        report.markdown_table(["clients", "accepted", "round (strategy)", "flwr run wall (start-up, FAB, round, shutdown)",
+                               "peak RSS, SuperLink process tree"],
+                              [[f"{clients:,}", f"{res['accepted']:,}", f"{res['round_seconds']:.1f} s",
+                                f"{wall:.1f} s", f"{peak[0] / 2**30:.2f} GiB"]]),
+    ])
+    report.update_section("federated-flower-scale", body)
     print(body)
     print(f"wrote {path.relative_to(report.ROOT)} and {report.BENCHMARKS_MD.name}")
     return res
