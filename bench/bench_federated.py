@@ -23,7 +23,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import report  # noqa: E402
 
-from tinytrain.federated import federate, resolve  # noqa: E402
+from tinytrain.federated import CODECS, federate, resolve  # noqa: E402
 from tinytrain.train import fit  # noqa: E402
 
 
@@ -31,12 +31,15 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--qemu", action=argparse.BooleanOptionalAction, default=shutil.which("qemu-system-arm") is not None)
     ap.add_argument("--clients", type=int, default=1000)
-    ap.add_argument("--only", choices=("all", "scale", "flower-scale"), default="all")
+    ap.add_argument("--only", choices=("all", "scale", "flower-scale", "codecs"), default="all")
     ap.add_argument("--repeats", type=int, default=5, help="runs per figure of the scale part (median)")
     ap.add_argument("--flower-clients", type=int, default=10_000)
     a = ap.parse_args(argv)
     if a.only == "flower-scale":
         flower_scale(a.flower_clients)
+        return 0
+    codec_grid()
+    if a.only == "codecs":
         return 0
     scale(a.repeats)
     if a.only == "scale":
@@ -65,7 +68,7 @@ def main(argv=None) -> int:
 
     codecs, crow = {}, []
     int32 = None
-    for c in ("none", "int8", "int4", "sign"):
+    for c in CODECS:
         r = federate(model, ds, simulated=4, rounds=10, partition="iid", compress=c)
         msgs = 2 * 4 * 10
         int32 = msgs * 4 * r["params"]
@@ -200,6 +203,42 @@ def scale(repeats: int) -> dict:
     return res
 
 
+def codec_grid() -> dict:
+    """Bytes vs accuracy of every codec (up and down), W1, 10 rounds, 1 local epoch: 4 and 100
+    devices, IID and Dirichlet 0.5; bytes against int32 parameters in every message."""
+    model, ds = resolve("digits-mlp", "digits")
+    res, rows = {}, []
+    for k in (4, 100):
+        for part in ("iid", "dirichlet:0.5"):
+            base = None
+            for c in CODECS:
+                r = federate(model, ds, simulated=k, rounds=10, partition=part, compress=c)
+                int32 = 2 * k * 10 * 4 * r["params"]
+                base = r["final_accuracy"] if c == "none" else base
+                res[f"{k} {part} {c}"] = {"accuracy": r["final_accuracy"], "bytes_on_wire": r["bytes_on_wire"],
+                                          "cut_vs_int32": int32 / r["bytes_on_wire"]}
+                rows.append([k, part, c, f"{100 * r['final_accuracy']:.2f} %",
+                             f"{100 * (r['final_accuracy'] - base):+.2f}", f"{r['bytes_on_wire']:,}",
+                             f"{int32 / r['bytes_on_wire']:.1f}×"])
+    res["machine"] = report.machine()
+    report.write_json("federated-codecs.json", res)
+    body = "\n".join([
+        "## Federated update codecs: bytes vs accuracy",
+        "",
+        "`python bench/bench_federated.py --only codecs`: W1 digits-mlp, 10 rounds, 1 local epoch, "
+        "seed 0, the same codec up (updates, error feedback on the device) and down (broadcast "
+        "deltas against the previous broadcast; round 1 sends the model whole). Bytes: every "
+        "federated message, headers and CRC included; 'cut' against int32 parameters in every "
+        "message (2 × devices × rounds × 4 B × parameters).",
+        "",
+        report.markdown_table(["devices", "partition", "codec", "accuracy", "vs none (points)",
+                               "bytes on the wire", "cut vs int32 params"], rows),
+    ])
+    report.update_section("federated-codecs", body)
+    print(body)
+    return res
+
+
 def _tree_rss(root: int) -> int:
     """Resident bytes of process `root` and all its descendants (Linux /proc)."""
     kids: dict = {}
@@ -257,7 +296,10 @@ def flower_scale(clients: int) -> dict:
         if rc.returncode != 0 or not (Path(tmp) / "out" / "summary.json").exists():
             raise SystemExit(f"flwr run failed: {rc.stdout[-2000:]} {rc.stderr[-2000:]}")
         s = json.loads((Path(tmp) / "out" / "summary.json").read_text())
+    model, ds = resolve("digits-mlp", data)
+    engine = federate(model, ds, simulated=clients, rounds=1, compress="int8", compress_down="none")
     res = {"clients": clients, "data": data, "round_seconds": s["history"][0]["seconds"],
+           "engine_state_hash": engine["state_hash"], "bit_identical": engine["state_hash"] == s["state_hash"],
            "flwr_run_wall_seconds": wall, "peak_rss_bytes": peak[0], "load_before": load,
            "accepted": s["history"][0]["accepted"], "state_hash": s["state_hash"], "machine": report.machine()}
     path = report.write_json("federated-flower-scale.json", res)
@@ -268,7 +310,9 @@ def flower_scale(clients: int) -> dict:
         f"examples/flower-app` with `num-supernodes={clients}`, data `{data}` (10 samples per client), int8 "
         "updates, IntegerFedAvg on the ServerApp, Ray backend, one CPU per ClientApp actor. "
         f"Machine: {report.machine_line(res['machine'])}; load average before the run {load} (other "
-        "jobs shared the machine). One run.",
+        "jobs shared the machine). One run. Global model state hash "
+        f"{res['state_hash']}, tinytrain's engine with the same clients {res['engine_state_hash']}: "
+        f"{'bit-identical' if res['bit_identical'] else 'DIFFERENT'}.",
         "",
         report.markdown_table(["clients", "accepted", "round (strategy)", "flwr run wall (start-up, FAB, round, shutdown)",
                                "peak RSS, SuperLink process tree"],

@@ -41,9 +41,11 @@ def _args(p):
     p.add_argument("--partition", default="iid", help="iid or dirichlet:ALPHA (default iid)")
     p.add_argument("--local-epochs", type=int, default=1, help="local epochs per round (default 1)")
     p.add_argument("--local-steps", type=int, default=None, help="cap on samples per device per round")
-    p.add_argument("--compress", choices=("none", "int8", "int4", "sign"), default="none",
+    from tinytrain.federated.codec import CODECS
+
+    p.add_argument("--compress", choices=CODECS, default="none",
                    help="update (and broadcast) compression, with error feedback")
-    p.add_argument("--compress-down", choices=("none", "int8", "int4", "sign"), default=None,
+    p.add_argument("--compress-down", choices=CODECS, default=None,
                    help="broadcast compression (default: as --compress)")
     p.add_argument("--quorum", type=float, default=0.5, help="valid updates a round needs: a fraction "
                    "of the devices (< 1) or a count (default 0.5)")

@@ -13,6 +13,10 @@ device's error-feedback residual ``r``: ``v = delta + r``):
   ``2^s`` with ``s = bitwidth(floor(sum|v| / n)) - 1`` (the power of two at or below the
   mean magnitude); a tensor whose mean magnitude floors to 0 is sent as "zero" (s = 255,
   no bits) and all of ``v`` stays in the residual.
+* ``topk16``, ``topk32`` - the k = ceil(n / 16) (or / 32) elements of largest ``|v|`` (ties: the
+  lower index), as int8 with the int8 shift of the tensor, ``s = requant_shift(max|v|, 8)``;
+  every other element sends nothing and stays in the residual (top-k sparsification with error
+  feedback). Encoded on the host side only (the firmware codec has the four above).
 
 Decoded delta ``d = q << s``; the reconstructed local tensor is ``sat(global + d)`` in the
 tensor's dtype (int16: [-32767, 32767], int32: full range). The residual kept by the device is
@@ -29,7 +33,8 @@ Message layout (little-endian)::
 reports it); other codecs - CRC-32 over the reconstructed parameter store tensors (their
 little-endian bytes in schema order), which the coordinator recomputes after decoding.
 Body: none - the state blob; int8/int4/sign - per stored tensor ``u8 shift`` then its data
-(n, ceil(n/2) or ceil(n/8) bytes; nothing for a zero sign tensor).
+(n, ceil(n/2) or ceil(n/8) bytes; nothing for a zero sign tensor); topk - ``u8 shift``, k
+strictly increasing indices (u16; u32 when n > 65536), k int8 values.
 """
 from __future__ import annotations
 
@@ -42,7 +47,9 @@ import numpy as np
 
 from tinytrain import fixedpoint as fp
 
-CODECS = ("none", "int8", "int4", "sign")
+CODECS = ("none", "int8", "int4", "sign", "topk16", "topk32")
+DEVICE_CODECS = CODECS[:4]  # the ones the firmware's tt_fedcodec.c encodes on the board
+TOPK = {"topk16": 16, "topk32": 32}
 VERSION = 1
 HEADER = struct.Struct("<BBHIIIIIH")
 ZERO_SHIFT = 255
@@ -129,8 +136,21 @@ def store_hash(tensors) -> int:
     return fp.state_hash(tensors)
 
 
+def topk_count(n: int, codec: str) -> int:
+    """Elements a top-k codec sends of a tensor of n: ceil(n / D), D = 16 or 32."""
+    return -(-n // TOPK[codec])
+
+
 def _quantize(v: np.ndarray, codec: str):
     """(shift, q int64 array or None for a zero tensor, decoded delta int64)."""
+    if codec in TOPK:
+        k = topk_count(v.size, codec)
+        sel = np.sort(np.argsort(-np.abs(v), kind="stable")[:k])  # ties: the lower index
+        s = fp.requant_shift(fp.maxabs(v), 8)
+        qv = np.minimum(np.maximum(fp.rshift_round(v[sel], s), -127), 127)
+        d = np.zeros_like(v)
+        d[sel] = qv << s
+        return s, (sel, qv, v.size), d
     if codec in ("int8", "int4"):
         bits = 8 if codec == "int8" else 4
         qmax = (1 << (bits - 1)) - 1
@@ -146,7 +166,14 @@ def _quantize(v: np.ndarray, codec: str):
     return s, q, q << s
 
 
-def _pack(codec: str, q: np.ndarray) -> bytes:
+def _index_dtype(n: int):
+    return np.dtype("<u2") if n <= 65536 else np.dtype("<u4")
+
+
+def _pack(codec: str, q) -> bytes:
+    if codec in TOPK:  # ascending indices (u16, u32 for tensors above 65536), then int8 values
+        sel, qv, n = q
+        return sel.astype(_index_dtype(n)).tobytes() + qv.astype(np.int8).tobytes()
     if codec == "int8":
         return q.astype(np.int8).tobytes()
     if codec == "int4":
@@ -159,6 +186,15 @@ def _pack(codec: str, q: np.ndarray) -> bytes:
 
 def _unpack(codec: str, buf: bytes, off: int, n: int):
     """(q int64 array, bytes consumed)."""
+    if codec in TOPK:
+        k, dt = topk_count(n, codec), _index_dtype(n)
+        sel = np.frombuffer(buf, dt, k, off).astype(np.int64)
+        qv = np.frombuffer(buf, np.int8, k, off + k * dt.itemsize).astype(np.int64)
+        if k and (sel[-1] >= n or (np.diff(sel) <= 0).any()):
+            raise CorruptUpdate("top-k indices not strictly increasing below the tensor size")
+        q = np.zeros(n, np.int64)
+        q[sel] = qv
+        return q, k * (dt.itemsize + 1)
     if codec == "int8":
         return np.frombuffer(buf, np.int8, n, off).astype(np.int64), n
     if codec == "int4":
