@@ -50,7 +50,7 @@ def test_fedavg_rounds_half_up_exactly(dtype):
 
 # ------------------------------------------------------------------------------ codecs
 
-@pytest.mark.parametrize("codec", ["int8", "int4", "sign", "topk16", "topk32"])
+@pytest.mark.parametrize("codec", ["int8", "int4", "sign", "topk16", "topk32", "int4b32", "int4b64"])
 def test_codec_error_feedback_loses_nothing(w1, codec):
     """Over rounds, sum of what the coordinator reconstructs + the final residual equals the
     sum of the true deltas, exactly (error feedback), and the decoder agrees bit for bit."""
@@ -75,7 +75,9 @@ def test_codec_error_feedback_loses_nothing(w1, codec):
         assert np.array_equal(t, s + r)
     n = schema.n_params
     topk = sum(3 * -(-int(np.prod(sh)) // (16 if codec == "topk16" else 32)) for sh in schema.shapes)
-    per = {"int8": n, "int4": n / 2, "sign": n / 8}.get(codec, topk)
+    b = {"int4b32": 32, "int4b64": 64}.get(codec, 1)
+    block = sum(-(-int(np.prod(sh)) // 2) + -(-int(np.prod(sh)) // b) for sh in schema.shapes)
+    per = {"int8": n, "int4": n / 2, "sign": n / 8, "int4b32": block, "int4b64": block}.get(codec, topk)
     assert len(msg) <= per + 2 * len(glob) + 40
 
 

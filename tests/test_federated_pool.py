@@ -19,7 +19,7 @@ def w1():
 
 
 @pytest.mark.parametrize("codec,down", [("none", None), ("int8", None), ("int4", "int8"), ("sign", "none"),
-                                        ("topk16", "topk32")])
+                                        ("topk16", "topk32"), ("int4b32", "int4b64")])
 def test_workers_equal_one_process(w1, codec, down):
     model, ds = w1
     kw = dict(simulated=7, rounds=3, partition="dirichlet:0.5", local_steps=40, compress=codec,

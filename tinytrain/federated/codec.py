@@ -17,6 +17,9 @@ device's error-feedback residual ``r``: ``v = delta + r``):
   lower index), as int8 with the int8 shift of the tensor, ``s = requant_shift(max|v|, 8)``;
   every other element sends nothing and stays in the residual (top-k sparsification with error
   feedback). Encoded on the host side only (the firmware codec has the four above).
+* ``int4b32``, ``int4b64`` - int4 with one shift per block of 32 (64) elements (block-wise
+  exponents, the last block shorter): ``s_b = requant_shift(max|v_block|, 4)``; the tensor's
+  shift byte is 0, then one u8 shift per block, then the nibbles as for int4. Host side only.
 
 Decoded delta ``d = q << s``; the reconstructed local tensor is ``sat(global + d)`` in the
 tensor's dtype (int16: [-32767, 32767], int32: full range). The residual kept by the device is
@@ -47,9 +50,10 @@ import numpy as np
 
 from tinytrain import fixedpoint as fp
 
-CODECS = ("none", "int8", "int4", "sign", "topk16", "topk32")
+CODECS = ("none", "int8", "int4", "sign", "topk16", "topk32", "int4b32", "int4b64")
 DEVICE_CODECS = CODECS[:4]  # the ones the firmware's tt_fedcodec.c encodes on the board
 TOPK = {"topk16": 16, "topk32": 32}
+BLOCK = {"int4b32": 32, "int4b64": 64}
 VERSION = 1
 HEADER = struct.Struct("<BBHIIIIIH")
 ZERO_SHIFT = 255
@@ -141,8 +145,21 @@ def topk_count(n: int, codec: str) -> int:
     return -(-n // TOPK[codec])
 
 
+def _blocks(n: int, codec: str):
+    b = BLOCK[codec]
+    return [(i, min(i + b, n)) for i in range(0, n, b)]
+
+
 def _quantize(v: np.ndarray, codec: str):
     """(shift, q int64 array or None for a zero tensor, decoded delta int64)."""
+    if codec in BLOCK:  # int4 with one shift per block: the tensor-level shift is 0
+        shifts, q = [], np.empty_like(v)
+        for a, b in _blocks(v.size, codec):
+            sb = fp.requant_shift(fp.maxabs(v[a:b]), 4)
+            shifts.append(sb)
+            q[a:b] = np.minimum(np.maximum(fp.rshift_round(v[a:b], sb), -7), 7)
+        sh = np.repeat(np.asarray(shifts, np.int64), [b - a for a, b in _blocks(v.size, codec)])
+        return 0, (np.asarray(shifts, np.uint8), q), q << sh
     if codec in TOPK:
         k = topk_count(v.size, codec)
         sel = np.sort(np.argsort(-np.abs(v), kind="stable")[:k])  # ties: the lower index
@@ -171,6 +188,9 @@ def _index_dtype(n: int):
 
 
 def _pack(codec: str, q) -> bytes:
+    if codec in BLOCK:  # block shifts, then int4 nibbles as for int4
+        shifts, qv = q
+        return shifts.tobytes() + _pack("int4", qv)
     if codec in TOPK:  # ascending indices (u16, u32 for tensors above 65536), then int8 values
         sel, qv, n = q
         return sel.astype(_index_dtype(n)).tobytes() + qv.astype(np.int8).tobytes()
@@ -186,6 +206,13 @@ def _pack(codec: str, q) -> bytes:
 
 def _unpack(codec: str, buf: bytes, off: int, n: int):
     """(q int64 array, bytes consumed)."""
+    if codec in BLOCK:  # q comes back already shifted by its block's shift
+        blocks = _blocks(n, codec)
+        shifts = np.frombuffer(buf, np.uint8, len(blocks), off).astype(np.int64)
+        if (shifts > 62).any():
+            raise CorruptUpdate("block shift out of range")
+        q, k = _unpack("int4", buf, off + len(blocks), n)
+        return q << np.repeat(shifts, [b - a for a, b in blocks]), len(blocks) + k
     if codec in TOPK:
         k, dt = topk_count(n, codec), _index_dtype(n)
         sel = np.frombuffer(buf, dt, k, off).astype(np.int64)
@@ -274,7 +301,7 @@ def decode_update(msg: bytes, schema: Schema, glob, rnd: int | None = None, *,
             if codec == "sign" and s == ZERO_SHIFT:
                 d = np.zeros(size, np.int64)
             else:
-                if s > 62:
+                if s > 62 or (codec in BLOCK and s != 0):
                     raise CorruptUpdate(f"shift {s} out of range")
                 q, k = _unpack(codec, body, off, size)
                 if len(q) != size:
