@@ -57,6 +57,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {}
 PLUGIN_MODULES = [
     "tinytrain.cli_device",  # codegen, build, verify, emulate, flash
     "tinytrain.federated.cli",  # federate
+    "tinytrain.interop.cli",  # import, export
 ]
 
 
