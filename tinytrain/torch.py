@@ -199,3 +199,19 @@ def convert(qnet: nn.Module, dataset, *, input_scale="unit", **kwargs):
     interop.torch_import.from_torch for kwargs; the report is model.import_report."""
     from tinytrain.interop.torch_import import from_torch
     return from_torch(strip(qnet), None, dataset=dataset, input_scale=input_scale, **kwargs)
+
+
+# ------------------------------------------------------------------- the built-in shapes
+
+def digits_mlp() -> nn.Sequential:
+    """W1's shape in PyTorch: 64-32-10 MLP, ReLU (input (N, 64))."""
+    return nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+
+
+def digits_cnn() -> nn.Sequential:
+    """W3's shape in PyTorch (input (N, 1, 8, 8)): [Conv2d(f, 3x3, padding 1) + BatchNorm2d +
+    ReLU + MaxPool 2x2] for f = 8, 16, Flatten, Linear(64, 10)."""
+    layers = []
+    for c_in, f in ((1, 8), (8, 16)):
+        layers += [nn.Conv2d(c_in, f, 3, padding=1), nn.BatchNorm2d(f), nn.ReLU(), nn.MaxPool2d(2)]
+    return nn.Sequential(*layers, nn.Flatten(), nn.Linear(64, 10))

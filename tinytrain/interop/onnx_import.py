@@ -28,10 +28,9 @@ def onnx_graph(model, fold_batchnorm: bool = False):
     from tinytrain.interop import ir
 
     g = model.graph
-    consts = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in g.initializer}
-    for n in g.node:
-        if n.op_type == "Constant":
-            consts[n.output[0]] = numpy_helper.to_array(_attrs(n)["value"]).astype(np.float64)
+    consts = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+    nodes = _fold_constants(model, consts)
+    consts = {k: np.asarray(v).astype(np.float64) for k, v in consts.items()}
     inputs = [i for i in g.input if i.name not in consts]
     if len(inputs) != 1:
         raise InteropError(f"the ONNX graph has {len(inputs)} inputs ({', '.join(i.name for i in inputs)}): "
@@ -62,7 +61,6 @@ def onnx_graph(model, fold_batchnorm: bool = False):
 
     ops: list[FloatOp] = []
     cur, pad, rank, last, matmul_open = inp.name, None, len(sample), None, False
-    nodes = [n for n in g.node if n.op_type != "Constant"]
     for i, n in enumerate(nodes):
         name = n.name or f"{n.op_type}_{i}"
         data_in = [x for x in n.input if x and x not in consts]
@@ -155,6 +153,43 @@ def onnx_graph(model, fold_batchnorm: bool = False):
     if fold_batchnorm:
         ops = ir.fold_batchnorm(ops)
     return ops, input_shape
+
+
+def _fold_constants(model, consts: dict) -> list:
+    """Evaluate every node whose inputs are constants (Constant nodes, the shape arithmetic
+    exporters emit around Pad and Reshape, Shape of a tensor whose shape is static) into
+    `consts`; returns the nodes left, in order."""
+    from onnx import helper, numpy_helper, shape_inference
+    from onnx.reference import ReferenceEvaluator
+
+    try:
+        shapes = {v.name: v for v in shape_inference.infer_shapes(model).graph.value_info}
+    except Exception:  # a graph onnx cannot infer: fold what needs no shapes
+        shapes = {}
+    shapes.update({v.name: v for v in model.graph.input})
+    left = []
+    for n in model.graph.node:
+        if n.op_type == "Constant":
+            consts[n.output[0]] = numpy_helper.to_array(_attrs(n)["value"])
+            continue
+        if n.op_type == "Shape" and n.input[0] in shapes:
+            dims = shapes[n.input[0]].type.tensor_type.shape.dim
+            if dims and all(d.HasField("dim_value") for d in dims):
+                a = _attrs(n)
+                full = np.array([d.dim_value for d in dims], np.int64)
+                consts[n.output[0]] = full[a.get("start", 0):a.get("end", len(full))]
+                continue
+        if n.input and all(not x or x in consts for x in n.input):
+            ins = [x for x in n.input if x]
+            sub = helper.make_model(helper.make_graph(
+                [n], "fold", [helper.make_tensor_value_info(x, helper.np_dtype_to_tensor_dtype(consts[x].dtype), None)
+                              for x in ins], [helper.make_empty_tensor_value_info(o) for o in n.output]),
+                opset_imports=model.opset_import)
+            outs = ReferenceEvaluator(sub).run(None, {x: consts[x] for x in ins})
+            consts.update(zip(n.output, outs))
+            continue
+        left.append(n)
+    return left
 
 
 def _conv(n, name, a, w, b, pad) -> FloatOp:

@@ -1,0 +1,266 @@
+"""Import (PyTorch, ONNX) and export (ONNX): layouts converted exactly, PTQ accuracy, the
+imported model trains, generates C and verifies bit for bit; QAT matches the integer model.
+Needs the interop extra (torch, onnx, onnxruntime), which CI installs (scripts/bootstrap.sh):
+without it these tests fail on the import below instead of skipping."""
+from __future__ import annotations
+
+import io
+import json
+import warnings
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+from torch import nn
+
+import tinytrain as tt
+import tinytrain.torch as ttt
+from tinytrain import cli
+from tinytrain.interop import ir
+from tinytrain.interop.onnx_import import onnx_graph
+from tinytrain.interop.torch_import import channels_first, torch_graph
+from tinytrain.sim.simulator import Simulator
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return tt.load_dataset("digits")
+
+
+@pytest.fixture(scope="module")
+def digits_image():
+    return tt.load_dataset("digits-image")
+
+
+@pytest.fixture(scope="module")
+def w3_torch(digits_image):
+    """W3's shape trained in PyTorch float for 20 epochs (seed 0)."""
+    torch.manual_seed(0)
+    net = ttt.digits_cnn()
+    ttt.train(net, ttt.dataset_inputs(digits_image, quantized=False), digits_image.y_train, 20, seed=0)
+    return net
+
+
+def _onnx_of(net, x, **kw):
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(net.eval(), (torch.from_numpy(x),), f, dynamo=False, **kw)
+    return onnx.load_from_string(f.getvalue())
+
+
+# ------------------------------------------------------------------ layouts, exactly
+
+def _random_init(net, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.3)
+                m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+                m.weight.copy_(torch.rand(m.num_features, generator=g) + 0.5)
+                m.bias.copy_(torch.randn(m.num_features, generator=g) * 0.1)
+    return net.eval()
+
+
+NETS = {
+    "conv2d-bn-pool-dense": (lambda: nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(4, 5, (3, 2), stride=(1, 2)), nn.ReLU(), nn.Flatten(), nn.Linear(5 * 2 * 2, 6)), (3, 8, 8)),
+    "depthwise-avgpool-gap": (lambda: nn.Sequential(
+        nn.ZeroPad2d((1, 0, 2, 1)), nn.Conv2d(3, 3, 3, groups=3), nn.ReLU(), nn.AvgPool2d(2),
+        nn.Conv2d(3, 6, 1), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(6, 4)), (3, 8, 8)),
+    "conv1d-maxpool": (lambda: nn.Sequential(
+        nn.Conv1d(2, 5, 5, stride=2, padding=2), nn.BatchNorm1d(5), nn.ReLU(), nn.MaxPool1d(2),
+        nn.Conv1d(5, 4, 3, padding="same"), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 5, 3)), (2, 20)),
+    "mlp-bn-folded": (lambda: nn.Sequential(
+        nn.Linear(10, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Dropout(0.5), nn.Linear(8, 3), nn.Softmax(dim=1)), (10,)),
+}
+
+
+@pytest.mark.parametrize("name", NETS)
+def test_float_graph_equals_pytorch(name):
+    """The converted float graph (channels-last, Dense columns permuted) computes what the
+    PyTorch module computes, for every supported layer and layout (up to float rounding)."""
+    make, shape = NETS[name]
+    torch.manual_seed(1)
+    net = _random_init(make())
+    x = np.random.default_rng(0).standard_normal((7, *shape)).astype(np.float32)
+    with torch.no_grad():
+        want = net(torch.from_numpy(x)).numpy()
+    if isinstance(net[-1], nn.Softmax):  # dropped on import: tinytrain's loss head replaces it
+        with torch.no_grad():
+            want = net[:-1](torch.from_numpy(x)).numpy()
+    ops, in_shape = torch_graph(net, x[:1])
+    built = ir.to_model(ops, in_shape)
+    xl = np.moveaxis(x, 1, -1) if x.ndim > 2 else x
+    got = ir.float_forward(built.ops, xl.astype(np.float64))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    # and the ONNX of the same module gives the same float graph and the same integer model
+    ops2, in_shape2 = onnx_graph(_onnx_of(net, x[:1], training=torch.onnx.TrainingMode.PRESERVE))
+    built2 = ir.to_model(ops2, in_shape2)
+    assert in_shape2 == in_shape
+    np.testing.assert_allclose(ir.float_forward(built2.ops, xl.astype(np.float64)), want, rtol=1e-4, atol=1e-5)
+    assert built2.model.state_hash() == built.model.state_hash()
+
+
+def test_fold_batchnorm_keeps_the_function():
+    make, shape = NETS["conv2d-bn-pool-dense"]
+    net = _random_init(make())
+    x = np.random.default_rng(2).standard_normal((5, *shape)).astype(np.float32)
+    ops, s = torch_graph(net, x[:1], fold_batchnorm=True)
+    assert "batchnorm" not in [o.kind for o in ops]
+    got = ir.float_forward(ir.to_model(ops, s).ops, np.moveaxis(x, 1, -1).astype(np.float64))
+    with torch.no_grad():
+        np.testing.assert_allclose(got, net(torch.from_numpy(x)).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_oversized_weights_are_scaled_by_a_power_of_two(digits):
+    """A layer whose weights outgrow its int16 range is stored scaled by 2^-k (ReLU commutes
+    with the scale, the next layer's bias carries it): no saturation, the same predictions."""
+    torch.manual_seed(0)
+    net = ttt.digits_mlp()
+    ttt.train(net, ttt.dataset_inputs(digits, quantized=False), digits.y_train, 3)
+    big = ttt.digits_mlp()
+    big.load_state_dict(net.state_dict())
+    with torch.no_grad():  # the same function: hidden layer x 64, output weights / 64
+        big[0].weight.mul_(64)
+        big[0].bias.mul_(64)
+        big[2].weight.div_(64)
+    m1 = tt.from_torch(net, None, dataset=digits)
+    m2 = tt.from_torch(big, None, dataset=digits)
+    l0 = m2.import_report["layers"][0]
+    assert l0["weight_shift"] >= 5 and l0["param_saturations"] == 0
+    assert m2.import_report["float_accuracy"] == m1.import_report["float_accuracy"]
+    agree = np.mean(Simulator(m2).predict(digits.x_test) == Simulator(m1).predict(digits.x_test))
+    assert agree >= 0.99
+
+
+# ------------------------------------------------------------------ PTQ targets
+
+def test_w3_ptq_within_one_point(w3_torch, digits_image):
+    """W3 trained 20 epochs in PyTorch float, imported: integer accuracy within 1.0 point of the
+    float model, which the float graph reproduces exactly."""
+    m = tt.from_torch(w3_torch, None, dataset=digits_image)
+    r = m.import_report
+    acc = ttt.accuracy(w3_torch, ttt.dataset_inputs(digits_image, "test", quantized=False), digits_image.y_test)
+    assert r["float_accuracy"] == acc and acc > 0.95
+    assert r["float_accuracy"] - r["integer_accuracy"] <= 0.010, r
+    assert [l["type"] for l in r["layers"]] == [l.kind for l in m.layers]
+    assert all(l["rel_rms_error"] < 0.1 for l in r["layers"]), r["layers"]
+
+
+def test_onnx_import_equals_torch_import(w3_torch, digits_image):
+    x = ttt.dataset_inputs(digits_image, quantized=False)[:1]
+    mt = tt.from_torch(w3_torch, None, dataset=digits_image)
+    mo = tt.from_onnx(_onnx_of(w3_torch, x, training=torch.onnx.TrainingMode.PRESERVE),
+                      dataset=digits_image)
+    assert mo.state_hash() == mt.state_hash()
+    folded = tt.from_onnx(_onnx_of(w3_torch, x), dataset=digits_image)  # the exporter folds BatchNorm
+    assert "batchnorm" not in [l.kind for l in folded.layers]
+    assert folded.import_report["float_accuracy"] - folded.import_report["integer_accuracy"] <= 0.010
+
+
+# ------------------------------------------------------------------ the CLI, then train/codegen/verify
+
+def test_cli_import_then_train_codegen_verify(w3_torch, digits_image, tmp_path, capsys):
+    pt = tmp_path / "w3.pt"
+    torch.save(w3_torch, pt)
+    out = tmp_path / "w3.tt"
+    assert cli.main(["import", str(pt), "--data", "digits-image", "--out", str(out), "--calibrate", "50",
+                     "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)  # pure JSON
+    assert rep["calibration_samples"] == 50 and rep["out"] == str(out)
+    assert rep["float_accuracy"] - rep["integer_accuracy"] <= 0.010
+    model, extra = tt.load(out)
+    assert extra["dataset"] == "digits-image" and f"{model.state_hash():08x}" == rep["state_hash"]
+    assert tt.evaluate(model, digits_image)["accuracy"] == rep["integer_accuracy"]
+    tuned = tmp_path / "tuned.tt"
+    assert cli.main(["train", "--data", "digits-image", "--model", str(out), "--epochs", "1", "--out", str(tuned),
+                     "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["test_accuracy"] > 0.95
+    assert cli.main(["codegen", "--model", str(out), "--out", str(tmp_path / "gen")]) == 0
+    capsys.readouterr()
+    assert cli.main(["verify", "--board", "host", "--model", str(out), "--steps", "50", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["mismatches"] == 0 and r["steps"] == 50
+
+
+def test_cli_import_human_report(w3_torch, tmp_path, capsys):
+    pt = tmp_path / "w3.pt"
+    torch.save(w3_torch, pt)
+    assert cli.main(["import", str(pt), "--data", "digits-image", "--out", str(tmp_path / "m.tt")]) == 0
+    out = capsys.readouterr().out
+    assert "rel. RMS error" in out and "accuracy on digits-image test: float" in out
+
+
+# ------------------------------------------------------------------ export
+
+@pytest.mark.parametrize("qdq", [False, True])
+def test_export_w1_agrees_with_the_simulator(digits, tmp_path, capsys, qdq):
+    m = tt.build_model("digits-mlp", digits, seed=0)
+    tt.fit(m, digits, epochs=5, seed=0)
+    path = tmp_path / "m.tt"
+    tt.save(m, path)
+    onx = tmp_path / "w1.onnx"
+    argv = ["export", "--model", str(path), "--onnx", str(onx), "--json"] + (["--qdq"] if qdq else [])
+    assert cli.main(argv) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert "2^" in info["input_scaling"]
+    props = {p.key: p.value for p in onnx.load(str(onx)).metadata_props}
+    assert int(props["tinytrain.data_input_exp"]) == digits.input_exp
+    logits = ort.InferenceSession(str(onx)).run(None, {"input": digits.float_x_test})[0]
+    agree = np.mean(logits.argmax(1) == Simulator(m).predict(digits.x_test))
+    assert agree >= 0.99, agree
+
+
+def test_export_w3_agrees_with_the_simulator(w3_torch, digits_image, tmp_path):
+    m = tt.from_torch(w3_torch, None, dataset=digits_image)
+    tt.fit(m, digits_image, epochs=1, seed=0)  # trained on in integers, then exported
+    for qdq in (False, True):
+        onx = tmp_path / f"w3{qdq}.onnx"
+        tt.to_onnx(m, onx, qdq=qdq)
+        logits = ort.InferenceSession(str(onx)).run(None, {"input": digits_image.float_x_test})[0]
+        agree = np.mean(logits.argmax(1) == Simulator(m).predict(digits_image.x_test))
+        assert agree >= 0.99, (qdq, agree)
+
+
+def test_export_qdq_holds_the_integers(digits):
+    m = tt.build_model("digits-mlp", digits, seed=3)
+    onx = tt.to_onnx(m, qdq=True)
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in onx.graph.initializer}
+    q = [v for k, v in inits.items() if k.startswith("l0_w_q")][0]
+    np.testing.assert_array_equal(q, m.layers[0].params[0].data)
+
+
+# ------------------------------------------------------------------ QAT
+
+@pytest.mark.parametrize("name", ["w1", "w3"])
+def test_qat_integer_equals_qat_model(name, digits, digits_image):
+    """The classic schedule (float warm-up, fake-quant training, BN frozen half way) and the
+    conversion: the integer model's accuracy equals the QAT model's within 0.3 point."""
+    ds = digits if name == "w1" else digits_image
+    torch.manual_seed(0)
+    net = ttt.digits_mlp() if name == "w1" else ttt.digits_cnn()
+    q = ttt.qat(net, ds, float_epochs=5, qat_epochs=5, seed=0)
+    qacc = ttt.accuracy(q, ttt.dataset_inputs(ds, "test"), ds.y_test)
+    m = ttt.convert(q, ds)
+    iacc = tt.evaluate(m, ds)["accuracy"]
+    assert abs(iacc - qacc) <= 0.003, (qacc, iacc)
+    assert qacc > 0.9
+
+
+def test_fake_quant_act_is_tinytrains_requantization():
+    """fake_quant_act on an integer accumulator equals requant_s8 (dynamic exponent, ties up)."""
+    from tinytrain.ops._common import requant_s8
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        acc = rng.integers(-2**20, 2**20, size=(1, 37))
+        acc[0, 0] = rng.choice([255, 256, 257, -256, 2**17 + 2**9])  # edges: powers of two, ties
+        y, ey, _ = requant_s8(acc[0], -12)
+        got = ttt.fake_quant_act(torch.from_numpy(acc.astype(np.float64) * 2.0**-12)).numpy()[0]
+        np.testing.assert_array_equal(got, y.astype(np.float64) * 2.0**ey)
