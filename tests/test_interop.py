@@ -264,3 +264,58 @@ def test_fake_quant_act_is_tinytrains_requantization():
         y, ey, _ = requant_s8(acc[0], -12)
         got = ttt.fake_quant_act(torch.from_numpy(acc.astype(np.float64) * 2.0**-12)).numpy()[0]
         np.testing.assert_array_equal(got, y.astype(np.float64) * 2.0**ey)
+
+
+# ------------------------------------------------------------------ TFLite
+
+def test_tflite_int8_w1_matches_the_interpreter_then_trains(digits, tmp_path, capsys):
+    """An int8 .tflite of W1 (per-channel weight scales, written with the flatbuffer schema)
+    imports, predicts what the TFLite interpreter predicts on >= 99 % of the test set, and
+    trains on (CLI import, then train)."""
+    from tinytrain.interop.tflite_writer import int8_dense_chain, run_interpreter
+
+    torch.manual_seed(0)
+    net = ttt.digits_mlp()
+    x = ttt.dataset_inputs(digits, quantized=False)
+    ttt.train(net, x, digits.y_train, 20)
+    layers = [(net[i].weight.detach().numpy(), net[i].bias.detach().numpy(), i == 0) for i in (0, 2)]
+    buf = int8_dense_chain(layers, x)
+    lite = run_interpreter(buf, ttt.dataset_inputs(digits, "test", quantized=False)).argmax(1)
+    m = tt.from_tflite(buf, dataset=digits)
+    agree = np.mean(Simulator(m).predict(digits.x_test) == lite)
+    assert agree >= 0.99, agree
+    path = tmp_path / "w1.tflite"
+    path.write_bytes(buf)
+    out = tmp_path / "w1.tt"
+    assert cli.main(["import", str(path), "--data", "digits", "--out", str(out), "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["integer_accuracy"] == tt.evaluate(m, digits)["accuracy"]
+    assert cli.main(["train", "--data", "digits", "--model", str(out), "--epochs", "2", "--out",
+                     str(tmp_path / "t.tt"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["test_accuracy"] >= rep["integer_accuracy"] - 0.02
+
+
+# ------------------------------------------------------------------ the board
+
+def _missing_tools():  # as in test_device_qemu.py
+    import shutil
+    missing = [t for t in ("qemu-system-arm", "arm-none-eabi-gcc") if shutil.which(t) is None]
+    try:
+        import platformio  # noqa: F401
+    except ImportError:
+        missing.append("platformio")
+    return missing
+
+
+@pytest.mark.qemu
+@pytest.mark.skipif(bool(_missing_tools()), reason=f"missing: {', '.join(_missing_tools())}")
+def test_imported_w3_verifies_bit_exact_on_qemu_m4(w3_torch, digits_image, tmp_path, capsys):
+    """The PTQ import of W3 trains on the emulated Cortex-M4 to the simulator's state, step by step."""
+    pt = tmp_path / "w3.pt"
+    torch.save(w3_torch, pt)
+    out = tmp_path / "w3.tt"
+    assert cli.main(["import", str(pt), "--data", "digits-image", "--out", str(out), "--json"]) == 0
+    capsys.readouterr()
+    assert cli.main(["verify", "--board", "mps2_an386", "--model", str(out), "--steps", "100", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["mismatches"] == 0 and r["steps"] == 100 and r["board"] == "mps2_an386"
