@@ -21,6 +21,10 @@ def _attrs(node) -> dict:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
+#: ops whose other inputs are weights: one that is not a constant is a missing weight
+_WEIGHTED = ("Gemm", "MatMul", "Conv", "BatchNormalization", "Add")
+
+
 def onnx_graph(model, fold_batchnorm: bool = False):
     """(float ops, tinytrain input shape) of an onnx ModelProto."""
     from onnx import numpy_helper
@@ -63,8 +67,8 @@ def onnx_graph(model, fold_batchnorm: bool = False):
     cur, pad, rank, last, matmul_open = inp.name, None, len(sample), None, False
     for i, n in enumerate(nodes):
         name = n.name or f"{n.op_type}_{i}"
-        data_in = [x for x in n.input if x and x not in consts]
-        if data_in != [cur]:
+        extra = [x for x in n.input[1:] if x and x not in consts]
+        if not n.input or n.input[0] != cur or (extra and n.op_type not in _WEIGHTED):
             raise InteropError(f"node {name!r} ({n.op_type}) does not read the previous node's output alone: "
                                "only chains of layers (no branches, no skip connections) are imported")
         cur = n.output[0]

@@ -84,7 +84,7 @@ def tflite_graph(buf: bytes):
         oc = m.OperatorCodes(op.OpcodeIndex())
         code = max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())
         name = sg.Tensors(int(op.OutputsAsNumpy()[0])).Name().decode() or f"op{i}"
-        data_in = [int(x) for x in op.InputsAsNumpy() if x >= 0 and const(x) is None]
+        data_in = [int(x) for x in op.InputsAsNumpy()[:1]]
         if data_in != [cur]:
             raise InteropError(f"node {name!r} ({_opname(code)}) does not read the previous node's output alone: "
                                "only chains of layers are imported")
