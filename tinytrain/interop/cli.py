@@ -72,7 +72,7 @@ def _import_args(p):
     p.add_argument("--input-scale", default="unit", metavar="S",
                    help="what the source model reads relative to the data's floats: unit (floats / "
                    "2^ceil(log2 max|x|), tinytrain's convention; default), data (the floats as they are) "
-                   "or a number c (it reads c * x); not used for .tflite, whose input quantization says it")
+                   "or a number c (it reads c * x)")
     p.add_argument("--fold-batchnorm", action="store_true",
                    help="fold each BatchNorm into the convolution before it instead of keeping it as a layer")
     p.add_argument("--lr", type=float, help="learning rate of the imported model's integer SGD (default 0.01)")
