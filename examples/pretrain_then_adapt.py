@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import shutil
 
 import numpy as np
@@ -26,22 +25,9 @@ import torch
 
 import tinytrain as tt
 import tinytrain.torch as ttt
+from on_device_adaptation import device_set, subset  # the sibling example (its folder is on sys.path)
 
 OLD = list(range(7))
-
-
-def subset(ds, mask, name):
-    return dataclasses.replace(ds, name=name, x_train=ds.x_train[mask], y_train=ds.y_train[mask],
-                               float_x_train=ds.float_x_train[mask])
-
-
-def device_set(ds, per_class, seed):
-    rng = np.random.default_rng(seed)
-    keep = np.zeros(len(ds.y_train), bool)
-    for c in range(ds.n_classes):
-        idx = np.flatnonzero(ds.y_train == c)
-        keep[rng.choice(idx, size=min(per_class, len(idx)), replace=False)] = True
-    return subset(ds, keep, f"device-{per_class}-per-class")
 
 
 def accuracies(model, ds):

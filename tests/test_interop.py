@@ -297,18 +297,14 @@ def test_tflite_int8_w1_matches_the_interpreter_then_trains(digits, tmp_path, ca
 
 # ------------------------------------------------------------------ the board
 
-def _missing_tools():  # as in test_device_qemu.py
-    import shutil
-    missing = [t for t in ("qemu-system-arm", "arm-none-eabi-gcc") if shutil.which(t) is None]
-    try:
-        import platformio  # noqa: F401
-    except ImportError:
-        missing.append("platformio")
-    return missing
+def _needs_qemu(f):
+    from tests.test_bad_input import qemu  # the qemu marker, skipped only without the tools
+    for mark in qemu:
+        f = mark(f)
+    return f
 
 
-@pytest.mark.qemu
-@pytest.mark.skipif(bool(_missing_tools()), reason=f"missing: {', '.join(_missing_tools())}")
+@_needs_qemu
 def test_imported_w3_verifies_bit_exact_on_qemu_m4(w3_torch, digits_image, tmp_path, capsys):
     """The PTQ import of W3 trains on the emulated Cortex-M4 to the simulator's state, step by step."""
     pt = tmp_path / "w3.pt"
