@@ -46,7 +46,9 @@ def onnx_agreement(model, ds) -> float:
 
 
 def run_seed(seed: int, epochs: int, data: dict) -> dict:
-    from tinytrain.interop.tflite_writer import int8_dense_chain, run_interpreter
+    from tinytrain.interop import ir
+    from tinytrain.interop.torch_import import torch_graph
+    from tinytrain.interop.tflite_writer import run_interpreter, write_tflite
 
     out = {"seed": seed}
     for wl, make in (("w1", ttt.digits_mlp), ("w3", ttt.digits_cnn)):
@@ -62,8 +64,7 @@ def run_seed(seed: int, epochs: int, data: dict) -> dict:
         out[f"{wl}_qat"] = ttt.accuracy(q, ttt.dataset_inputs(ds, "test"), ds.y_test)
         out[f"{wl}_qat_int"] = tt.evaluate(ttt.convert(q, ds), ds)["accuracy"]
         if wl == "w1":
-            layers = [(net[i].weight.detach().numpy(), net[i].bias.detach().numpy(), i == 0) for i in (0, 2)]
-            buf = int8_dense_chain(layers, x)
+            buf = write_tflite(ir.to_model(*torch_graph(net, x[:1])).ops, x)
             lite = run_interpreter(buf, ttt.dataset_inputs(ds, "test", quantized=False)).argmax(1)
             mt = tt.from_tflite(buf, dataset=ds)
             out["w1_tflite_acc"] = float(np.mean(lite == ds.y_test))

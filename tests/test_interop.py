@@ -268,18 +268,24 @@ def test_fake_quant_act_is_tinytrains_requantization():
 
 # ------------------------------------------------------------------ TFLite
 
+def _tflite_of(net, x_channels_first, int8=True) -> bytes:
+    from tinytrain.interop.tflite_writer import write_tflite
+    ops, shape = torch_graph(net, x_channels_first[:1])
+    xl = np.moveaxis(x_channels_first, 1, -1) if x_channels_first.ndim > 2 else x_channels_first
+    return write_tflite(ir.to_model(ops, shape).ops, xl, int8=int8)
+
+
 def test_tflite_int8_w1_matches_the_interpreter_then_trains(digits, tmp_path, capsys):
     """An int8 .tflite of W1 (per-channel weight scales, written with the flatbuffer schema)
     imports, predicts what the TFLite interpreter predicts on >= 99 % of the test set, and
     trains on (CLI import, then train)."""
-    from tinytrain.interop.tflite_writer import int8_dense_chain, run_interpreter
+    from tinytrain.interop.tflite_writer import run_interpreter
 
     torch.manual_seed(0)
     net = ttt.digits_mlp()
     x = ttt.dataset_inputs(digits, quantized=False)
     ttt.train(net, x, digits.y_train, 20)
-    layers = [(net[i].weight.detach().numpy(), net[i].bias.detach().numpy(), i == 0) for i in (0, 2)]
-    buf = int8_dense_chain(layers, x)
+    buf = _tflite_of(net, x)
     lite = run_interpreter(buf, ttt.dataset_inputs(digits, "test", quantized=False)).argmax(1)
     m = tt.from_tflite(buf, dataset=digits)
     agree = np.mean(Simulator(m).predict(digits.x_test) == lite)
@@ -293,6 +299,35 @@ def test_tflite_int8_w1_matches_the_interpreter_then_trains(digits, tmp_path, ca
     assert cli.main(["train", "--data", "digits", "--model", str(out), "--epochs", "2", "--out",
                      str(tmp_path / "t.tt"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["test_accuracy"] >= rep["integer_accuracy"] - 0.02
+
+
+def test_tflite_cnn_layouts(digits_image):
+    """A CNN with conv, depthwise, max and average pooling, 1x1 conv, reshape and dense: its
+    float .tflite computes what PyTorch computes (the writer's layout), the importer's float
+    graph of it too (the reader's), and the int8 file imports to a model that agrees with the
+    interpreter on >= 98 % of the test set."""
+    from tinytrain.interop.tflite_import import tflite_graph
+    from tinytrain.interop.tflite_writer import run_interpreter
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                        nn.Conv2d(8, 8, 3, padding=1, groups=8), nn.ReLU(), nn.AvgPool2d(2), nn.Conv2d(8, 16, 1),
+                        nn.ReLU(), nn.Flatten(), nn.Linear(64, 10))
+    x = ttt.dataset_inputs(digits_image, quantized=False)
+    ttt.train(net, x, digits_image.y_train, 5)
+    xt = ttt.dataset_inputs(digits_image, "test", quantized=False)
+    with torch.no_grad():
+        want = net.eval()(torch.from_numpy(xt)).numpy()
+    flt = _tflite_of(net, x, int8=False)
+    np.testing.assert_allclose(run_interpreter(flt, np.moveaxis(xt, 1, -1)), want, rtol=1e-4, atol=1e-4)
+    ops, shape = tflite_graph(flt)
+    assert shape == (8, 8, 1) and [o.kind for o in ops][:4] == ["conv2d", "relu", "maxpool2d", "depthwise_conv2d"]
+    np.testing.assert_allclose(ir.float_forward(ops, np.moveaxis(xt, 1, -1).astype(np.float64)), want,
+                               rtol=1e-4, atol=1e-4)
+    q = _tflite_of(net, x)
+    lite = run_interpreter(q, np.moveaxis(xt, 1, -1)).argmax(1)
+    m = tt.from_tflite(q, dataset=digits_image)
+    assert np.mean(Simulator(m).predict(digits_image.x_test) == lite) >= 0.98
 
 
 # ------------------------------------------------------------------ the board
