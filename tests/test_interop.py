@@ -67,7 +67,20 @@ def _random_init(net, seed=0):
     return net.eval()
 
 
+class Functional(nn.Module):
+    """A module that is not a Sequential: F.relu, torch.flatten-by-view, layers called in forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv, self.bn, self.fc = nn.Conv2d(2, 4, 3, stride=2, padding=1), nn.BatchNorm2d(4), nn.Linear(4 * 4 * 4, 5)
+
+    def forward(self, x):
+        x = torch.nn.functional.relu(self.bn(self.conv(x)))
+        return self.fc(x.view(x.size(0), -1))
+
+
 NETS = {
+    "functional-view": (Functional, (2, 8, 8)),
     "conv2d-bn-pool-dense": (lambda: nn.Sequential(
         nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(4, 5, (3, 2), stride=(1, 2)), nn.ReLU(), nn.Flatten(), nn.Linear(5 * 2 * 2, 6)), (3, 8, 8)),
@@ -92,7 +105,7 @@ def test_float_graph_equals_pytorch(name):
     x = np.random.default_rng(0).standard_normal((7, *shape)).astype(np.float32)
     with torch.no_grad():
         want = net(torch.from_numpy(x)).numpy()
-    if isinstance(net[-1], nn.Softmax):  # dropped on import: tinytrain's loss head replaces it
+    if isinstance(net, nn.Sequential) and isinstance(net[-1], nn.Softmax):  # dropped on import: tinytrain's loss head replaces it
         with torch.no_grad():
             want = net[:-1](torch.from_numpy(x)).numpy()
     ops, in_shape = torch_graph(net, x[:1])
@@ -106,6 +119,47 @@ def test_float_graph_equals_pytorch(name):
     assert in_shape2 == in_shape
     np.testing.assert_allclose(ir.float_forward(built2.ops, xl.astype(np.float64)), want, rtol=1e-4, atol=1e-5)
     assert built2.model.state_hash() == built.model.state_hash()
+
+
+def test_onnx_matmul_add_and_gemm_attributes():
+    """MatMul + Add is a Linear; Gemm with transB 0, alpha and beta; a final Softmax is dropped."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    w1, b1, w2, b2 = (rng.standard_normal(s).astype(np.float32) for s in ((6, 5), (5,), (5, 3), (3,)))
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["h2"]),
+         helper.make_node("Relu", ["h2"], ["h3"]),
+         helper.make_node("Gemm", ["h3", "w2", "b2"], ["z"], alpha=0.5, beta=2.0),
+         helper.make_node("Softmax", ["z"], ["y"], axis=1)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])],
+        [numpy_helper.from_array(v, n) for v, n in ((w1, "w1"), (b1, "b1"), (w2, "w2"), (b2, "b2"))])
+    ops, shape = onnx_graph(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    assert shape == (6,) and [o.kind for o in ops] == ["dense", "relu", "dense"]
+    x = rng.standard_normal((4, 6))
+    want = 0.5 * np.maximum(x @ w1 + b1, 0) @ w2 + 2.0 * b2
+    np.testing.assert_allclose(ir.float_forward(ops, x), want, rtol=1e-5, atol=1e-5)
+
+
+def test_cli_input_scale_and_fold_batchnorm(digits, digits_image, w3_torch, tmp_path, capsys):
+    """--input-scale: a model trained on pixels / 10 (not a power of two) imports exactly;
+    --fold-batchnorm: no BatchNorm layer left, accuracy kept."""
+    torch.manual_seed(0)
+    net = ttt.digits_mlp()
+    ttt.train(net, ttt.dataset_inputs(digits, input_scale=0.1, quantized=False), digits.y_train, 10)
+    pt = tmp_path / "w1.pt"
+    torch.save(net, pt)
+    assert cli.main(["import", str(pt), "--data", "digits", "--out", str(tmp_path / "a.tt"), "--input-scale", "0.1",
+                     "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    acc = ttt.accuracy(net, ttt.dataset_inputs(digits, "test", input_scale=0.1, quantized=False), digits.y_test)
+    assert rep["float_accuracy"] == acc and abs(rep["integer_accuracy"] - acc) <= 0.01
+    torch.save(w3_torch, pt)
+    assert cli.main(["import", str(pt), "--data", "digits-image", "--out", str(tmp_path / "b.tt"), "--fold-batchnorm",
+                     "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert "batchnorm" not in [l["type"] for l in rep["layers"]]
+    assert rep["float_accuracy"] - rep["integer_accuracy"] <= 0.01
 
 
 def test_fold_batchnorm_keeps_the_function():

@@ -110,17 +110,14 @@ def _windows(x, kh, kw, sh, sw):
 
 
 def _pads(kind, options, in_shape, w):
+    """((sh, sw), (top, bottom, left, right)) of a convolution, by the ops' own geometry."""
+    from tinytrain.ops import conv1d as r_c1
     from tinytrain.ops import conv2d as r_c2
     if kind == "conv1d":
-        k, s = w.shape[1], options.get("stride", 1)
-        p = options.get("padding", "valid")
-        if isinstance(p, str):
-            p = r_c2._pads_1d(in_shape[0], k, s, p)
-        return (1, int(s)), (0, 0, int(p[0]), int(p[1]))
+        _, s, (pl, pr) = r_c1.geometry(in_shape[0], w.shape[1], options.get("stride", 1), options.get("padding", "valid"))
+        return (1, s), (0, 0, pl, pr)
     kh, kw = (w.shape[1:3] if kind == "conv2d" else w.shape[:2])
-    st = options.get("stride", 1)
-    st = (st, st) if isinstance(st, int) else tuple(st)
-    _, _, _, pad = r_c2.geometry(in_shape[0], in_shape[1], kh, kw, st, options.get("padding", "valid"))
+    _, _, st, pad = r_c2.geometry(in_shape[0], in_shape[1], kh, kw, options.get("stride", 1), options.get("padding", "valid"))
     return st, pad
 
 

@@ -228,10 +228,9 @@ def _tf_padding(op, Padding) -> int:
         return Padding.SAME if p == "same" else Padding.VALID
     if not any(p):
         return Padding.VALID
-    k = op.options["kernel"]
-    st = op.options.get("stride", [1, 1])
-    if all(st_i == 1 for st_i in st) and list(p) == [v for kk in k for v in r_c2._pads_1d(kk, kk, 1, "same")]:
-        return Padding.SAME
+    k, st = op.options["kernel"], op.options.get("stride", [1, 1])
+    if all(s == 1 for s in st) and tuple(p) == r_c2.geometry(k[0], k[1], k[0], k[1], 1, "same")[3]:
+        return Padding.SAME  # at stride 1 'same' pads by the kernel alone, whatever the input size
     raise InteropError(f"write_tflite: padding {p} of node {op.node!r} is neither SAME nor VALID")
 
 
