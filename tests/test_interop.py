@@ -242,6 +242,9 @@ def test_cli_import_then_train_codegen_verify(w3_torch, digits_image, tmp_path, 
     assert cli.main(["verify", "--board", "host", "--model", str(out), "--steps", "50", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["mismatches"] == 0 and r["steps"] == 50
+    assert cli.main(["federate", "--simulated", "2", "--rounds", "1", "--model", str(out), "--data", "digits-image",
+                     "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["final_accuracy"] > 0.95
 
 
 def test_cli_import_human_report(w3_torch, tmp_path, capsys):

@@ -140,7 +140,8 @@ def torch_graph(module, example_input, fold_batchnorm: bool = False):
     x = torch.as_tensor(example_input, dtype=torch.float32)
     if x.ndim not in (2, 3, 4):
         raise InteropError(f"example input of shape {tuple(x.shape)}: give a batch (N, K), (N, C, L) or (N, C, H, W)")
-    module = module.eval()
+    was_training = module.training
+    module.eval()  # the import reads eval-mode behaviour (running statistics, no dropout)
     try:
         with torch.no_grad():
             module(x)
@@ -148,6 +149,8 @@ def torch_graph(module, example_input, fold_batchnorm: bool = False):
         msg = " ".join(str(exc).split())[:300]
         raise InteropError(f"the PyTorch model does not accept an input of shape {tuple(x.shape)} "
                            f"(from the data): {type(exc).__name__}: {msg}") from None
+    finally:
+        module.train(was_training)
     try:
         gm = fx.symbolic_trace(module)
     except Exception as exc:
@@ -227,9 +230,7 @@ def torch_graph(module, example_input, fold_batchnorm: bool = False):
                 raise unsupported(getattr(tgt, "__name__", str(tgt)), node.name)
         if pad is not None and op is not None:
             raise unsupported("zero padding", last_pad_node, "only before a convolution")
-        if op.kind == "flatten":
-            rank = 1
-        elif op.kind == "dense":
+        if op.kind in ("flatten", "dense"):
             rank = 1
         ops.append(op)
     if not ops:
