@@ -407,3 +407,22 @@ def test_imported_w3_verifies_bit_exact_on_qemu_m4(w3_torch, digits_image, tmp_p
     assert cli.main(["verify", "--board", "mps2_an386", "--model", str(out), "--steps", "100", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["mismatches"] == 0 and r["steps"] == 100 and r["board"] == "mps2_an386"
+
+
+@_needs_qemu
+def test_pretrain_then_adapt_example_runs():
+    """examples/pretrain_then_adapt.py end to end, shortened: import, QEMU verify, three partial
+    updates with their RAM, the adapted model verified on QEMU."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    ex = Path(__file__).resolve().parent.parent / "examples" / "pretrain_then_adapt.py"
+    r = subprocess.run([sys.executable, str(ex), "--pretrain-epochs", "3", "--epochs", "1", "--steps", "20"],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.count("0 mismatches with the simulator") == 2, r.stdout
+    rows = [line.split() for line in r.stdout.splitlines() if line.strip().startswith(("bias ", "last:1 ", "all "))]
+    assert [row[0] for row in rows] == ["bias", "last:1", "all"]
+    ram = {row[0]: int(row[5].replace(",", "")) for row in rows}
+    assert ram["last:1"] < ram["all"]
