@@ -79,8 +79,24 @@ class Functional(nn.Module):
         return self.fc(x.view(x.size(0), -1))
 
 
+class ResNetLike(nn.Module):
+    """A residual block y = relu(x + bn(conv(relu(bn(conv(x)))))) between plain layers."""
+
+    def __init__(self, c_in=1, c=8, classes=10, hw=8):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(c_in, c, 3, padding=1), nn.BatchNorm2d(c), nn.ReLU())
+        self.f = nn.Sequential(nn.Conv2d(c, c, 3, padding=1), nn.BatchNorm2d(c), nn.ReLU(),
+                               nn.Conv2d(c, c, 3, padding=1), nn.BatchNorm2d(c))
+        self.head = nn.Sequential(nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(c * (hw // 2) ** 2, classes))
+
+    def forward(self, x):
+        x = self.stem(x)
+        return self.head(x + self.f(x))
+
+
 NETS = {
     "functional-view": (Functional, (2, 8, 8)),
+    "residual": (lambda: ResNetLike(2, 4, 5), (2, 8, 8)),
     "conv2d-bn-pool-dense": (lambda: nn.Sequential(
         nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(4, 5, (3, 2), stride=(1, 2)), nn.ReLU(), nn.Flatten(), nn.Linear(5 * 2 * 2, 6)), (3, 8, 8)),
@@ -160,6 +176,25 @@ def test_cli_input_scale_and_fold_batchnorm(digits, digits_image, w3_torch, tmp_
     rep = json.loads(capsys.readouterr().out)
     assert "batchnorm" not in [l["type"] for l in rep["layers"]]
     assert rep["float_accuracy"] - rep["integer_accuracy"] <= 0.01
+
+
+def test_residual_block_imports_trains_and_exports(digits_image, tmp_path):
+    """x + f(x) becomes tinytrain's Residual: PTQ within a point, generated C equal to the
+    simulator, and the ONNX export agreeing with it."""
+    torch.manual_seed(0)
+    net = ResNetLike()
+    ttt.train(net, ttt.dataset_inputs(digits_image, quantized=False), digits_image.y_train, 5)
+    m = tt.from_torch(net, None, dataset=digits_image)
+    assert [l.kind for l in m.layers][:4] == ["conv2d", "batchnorm", "relu", "residual"]
+    r = m.import_report
+    assert r["float_accuracy"] - r["integer_accuracy"] <= 0.01, r
+    path = tmp_path / "res.tt"
+    tt.save(m, path)
+    assert cli.main(["verify", "--board", "host", "--model", str(path), "--steps", "20"]) == 0
+    onx = tmp_path / "res.onnx"
+    tt.to_onnx(m, onx)
+    logits = ort.InferenceSession(str(onx)).run(None, {"input": digits_image.float_x_test})[0]
+    assert np.mean(logits.argmax(1) == Simulator(m).predict(digits_image.x_test)) >= 0.99
 
 
 def test_fold_batchnorm_keeps_the_function():

@@ -82,44 +82,51 @@ def to_onnx(model, path=None, *, qdq: bool = False):
     rank = len(shape)
     if rank > 1:
         x = g.node("Transpose", [x], perm=[0, rank] + list(range(1, rank)))
-    for li, l in enumerate(model.layers):
-        k = l.kind
-        if k in ("conv2d", "depthwise_conv2d", "conv1d"):
-            w, b = l.params
-            if k == "conv1d":
-                wt, pads, strides, ks = (0, 2, 1), [l.pad[0], l.pad[1]], [l.stride], [l.kernel]
-                group = 1
+    def emit(layers, x, tag):
+        for li, l in enumerate(layers):
+            li = f"{tag}{li}"
+            k = l.kind
+            if k in ("conv2d", "depthwise_conv2d", "conv1d"):
+                w, b = l.params
+                if k == "conv1d":
+                    wt, pads, strides, ks = (0, 2, 1), [l.pad[0], l.pad[1]], [l.stride], [l.kernel]
+                    group = 1
+                else:
+                    t, bt, le, r = l.pad
+                    pads, strides, ks = [t, le, bt, r], list(l.stride), list(l.kernel)
+                    wt, group = ((0, 3, 1, 2), 1) if k == "conv2d" else ((2, 0, 1), l.in_shape[-1])
+                wn = g.param(f"l{li}_w", w, wt)
+                if k == "depthwise_conv2d":
+                    wn = g.node("Unsqueeze", [wn, g.const("axis", [1], np.int64)])
+                x = g.node("Conv", [x, wn, g.param(f"l{li}_b", b)], kernel_shape=ks, pads=pads, strides=strides, group=group)
+            elif k == "dense":
+                w, b = l.params
+                x = g.node("Gemm", [x, g.param(f"l{li}_w", w), g.param(f"l{li}_b", b)], transB=1)
+            elif k == "batchnorm":
+                gm, bt, rm, rv = l.params
+                x = g.node("BatchNormalization", [x] + [g.param(f"l{li}_{p.name}", p) for p in (gm, bt, rm, rv)],
+                           epsilon=float(l.eps))
+            elif k == "relu":
+                x = g.node("Relu", [x])
+            elif k in ("maxpool2d", "avgpool2d", "maxpool1d"):
+                kk = [l.kernel] if k == "maxpool1d" else list(l.kernel)
+                ss = [l.stride] if k == "maxpool1d" else list(l.stride)
+                x = g.node("MaxPool" if k.startswith("max") else "AveragePool", [x], kernel_shape=kk, strides=ss)
+            elif k == "global_avgpool":
+                x = g.node("Flatten", [g.node("GlobalAveragePool", [x])], axis=1)
+            elif k == "flatten":
+                r = len(l.in_shape)
+                if r > 1:
+                    x = g.node("Flatten", [g.node("Transpose", [x], perm=[0] + list(range(2, r + 1)) + [1])], axis=1)
+            elif k == "residual":
+                x = g.node("Add", [x, emit(l.inner, x, f"{li}_")])
             else:
-                t, bt, le, r = l.pad
-                pads, strides, ks = [t, le, bt, r], list(l.stride), list(l.kernel)
-                wt, group = ((0, 3, 1, 2), 1) if k == "conv2d" else ((2, 0, 1), l.in_shape[-1])
-            wn = g.param(f"l{li}_w", w, wt)
-            if k == "depthwise_conv2d":
-                wn = g.node("Unsqueeze", [wn, g.const("axis", [1], np.int64)])
-            x = g.node("Conv", [x, wn, g.param(f"l{li}_b", b)], kernel_shape=ks, pads=pads, strides=strides, group=group)
-        elif k == "dense":
-            w, b = l.params
-            x = g.node("Gemm", [x, g.param(f"l{li}_w", w), g.param(f"l{li}_b", b)], transB=1)
-        elif k == "batchnorm":
-            gm, bt, rm, rv = l.params
-            x = g.node("BatchNormalization", [x] + [g.param(f"l{li}_{p.name}", p) for p in (gm, bt, rm, rv)],
-                       epsilon=float(l.eps))
-        elif k == "relu":
-            x = g.node("Relu", [x])
-        elif k in ("maxpool2d", "avgpool2d", "maxpool1d"):
-            kk = [l.kernel] if k == "maxpool1d" else list(l.kernel)
-            ss = [l.stride] if k == "maxpool1d" else list(l.stride)
-            x = g.node("MaxPool" if k.startswith("max") else "AveragePool", [x], kernel_shape=kk, strides=ss)
-        elif k == "global_avgpool":
-            x = g.node("Flatten", [g.node("GlobalAveragePool", [x])], axis=1)
-        elif k == "flatten":
-            r = len(l.in_shape)
-            if r > 1:
-                x = g.node("Flatten", [g.node("Transpose", [x], perm=[0] + list(range(2, r + 1)) + [1])], axis=1)
-        else:
-            raise InteropError(f"layer {li} ({k}) has no ONNX export yet: exportable layers are conv2d, "
-                               "depthwise_conv2d, conv1d, dense, batchnorm, relu, maxpool, avgpool, "
-                               "global_avgpool, flatten")
+                raise InteropError(f"layer {li} ({k}) has no ONNX export yet: exportable layers are conv2d, "
+                                   "depthwise_conv2d, conv1d, dense, batchnorm, relu, maxpool, avgpool, "
+                                   "global_avgpool, flatten, residual")
+        return x
+
+    emit(model.layers, x, "")
     g.nodes[-1].output[0] = "logits"
     scaling = (f"input: float32 (N, {', '.join(map(str, shape))}) channels-last, in the dataset's float units "
                f"(tinytrain quantizes them to int8 at 2^{data_exp}); the graph multiplies by "

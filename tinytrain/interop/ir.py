@@ -38,7 +38,8 @@ from tinytrain.graph.optim import MASTER_EXTRA_BITS, SGD
 #: what the importers accept, by source op (for error messages)
 SUPPORTED = ("Linear/Gemm/FullyConnected, Conv1d, Conv2d (groups 1 or depthwise), ReLU, "
              "MaxPool (non-overlapping, no padding), AvgPool, global average pooling, Flatten, "
-             "BatchNorm (as a layer or folded), zero padding before a convolution, Dropout/Identity")
+             "BatchNorm (as a layer or folded), zero padding before a convolution, Dropout/Identity, "
+             "residual blocks x + f(x) of a chain f")
 
 #: bits of the int16 range kept free at import (0: the layer's whole range, the one its own init
 #: leaves 4x headroom in); a tensor beyond it is scaled down (weight_shift)
@@ -59,6 +60,7 @@ class FloatOp:
     options: dict = field(default_factory=dict)   # the tinytrain layer's options
     weights: dict = field(default_factory=dict)   # float64 arrays, tinytrain layout
     chw_columns: bool = False       # dense only: input columns in channels-first flatten order
+    inner: list = field(default_factory=list)     # residual only: the block's f, y = x + f(x)
 
 
 WEIGHTED = ("dense", "conv2d", "depthwise_conv2d", "conv1d")
@@ -70,6 +72,17 @@ def unsupported(op: str, node: str, why: str = "") -> InteropError:
                         f"supported: {SUPPORTED}")
 
 
+def residual(ops: list, start: int, node: str) -> list:
+    """ops with ops[start:] (the branch f that read the chain at `start`) made one residual
+    block y = x + f(x), as ``tinytrain.graph.residual.Residual``."""
+    inner = ops[start:]
+    if not inner:
+        raise unsupported("Add", node, "of a tensor with itself")
+    if any(o.kind == "residual" for o in inner):
+        raise unsupported("Add", node, "nested residual blocks")
+    return ops[:start] + [FloatOp("residual", node, inner=inner)]
+
+
 # ------------------------------------------------------------------ graph rewrites
 
 def fold_batchnorm(ops: list[FloatOp], only_flat: bool = False) -> list[FloatOp]:
@@ -78,6 +91,8 @@ def fold_batchnorm(ops: list[FloatOp], only_flat: bool = False) -> list[FloatOp]
     + beta. only_flat: fold only those on a flat input (tinytrain's BatchNorm needs positions)."""
     out: list[FloatOp] = []
     for op in ops:
+        if op.kind == "residual":
+            op = FloatOp(op.kind, op.node, op.options, op.weights, inner=fold_batchnorm(op.inner, only_flat))
         prev = out[-1] if out else None
         if op.kind == "batchnorm" and (not only_flat or op.options.get("_flat")):
             if prev is None or prev.kind not in WEIGHTED:
@@ -93,7 +108,7 @@ def fold_batchnorm(ops: list[FloatOp], only_flat: bool = False) -> list[FloatOp]
             shape[axis] = -1
             pw["w"] = pw["w"] * f.reshape(shape)
             pw["b"] = (pw["b"] - w["mean"]) * f + w["beta"]
-            out[-1] = FloatOp(prev.kind, prev.node, prev.options, pw, prev.chw_columns)
+            out[-1] = FloatOp(prev.kind, prev.node, prev.options, pw, prev.chw_columns, prev.inner)
             continue
         out.append(op)
     for op in out:
@@ -162,6 +177,8 @@ def float_forward(ops: list[FloatOp], x: np.ndarray, keep: bool = False):
             a = a.reshape(len(a), -1, a.shape[-1]).mean(axis=1)
         elif k == "flatten":
             a = a.reshape(len(a), -1)
+        elif k == "residual":
+            a = a + float_forward(op.inner, a)
         else:  # an importer produced a kind this forward does not know: a bug
             raise AssertionError(f"float_forward: unknown op kind {k}")
         if keep:
@@ -249,7 +266,7 @@ def to_model(ops: list[FloatOp], input_shape, *, dataset=None, input_scale="unit
         c_log2 = math.log2(c)
     data_exp = int(dataset.input_exp) if dataset is not None else 0
     e_c = round(c_log2)
-    ops = [FloatOp(o.kind, o.node, dict(o.options), dict(o.weights), o.chw_columns) for o in ops]
+    ops = _copy(ops)
     model = _build(ops, input_shape, data_exp + e_c, dataset, optimizer, seed, name, n_classes)
     scales, shifts, saturated = _quantize_into(model, ops, e_c - c_log2)
     rescaled = False
@@ -268,13 +285,23 @@ def to_model(ops: list[FloatOp], input_shape, *, dataset=None, input_scale="unit
     return Built(model, ops, scales, shifts, saturated, c_log2)
 
 
+def _copy(ops):
+    return [FloatOp(o.kind, o.node, dict(o.options), dict(o.weights), o.chw_columns, _copy(o.inner)) for o in ops]
+
+
+def _config(op) -> dict:
+    if op.kind == "residual":
+        return {"type": "residual", "layers": [_config(o) for o in op.inner]}
+    return {"type": op.kind, **op.options}
+
+
 def _build(ops, input_shape, input_exp, dataset, optimizer, seed, name, n_classes):
     from tinytrain.graph.model import Sequential
 
     layers = []
     for op in ops:
         try:
-            layers.append(layer_from_config({"type": op.kind, **op.options}))
+            layers.append(layer_from_config(_config(op)))
         except ModelError as exc:
             raise InteropError(f"node {op.node!r} ({op.kind}): {exc}") from None
     if n_classes is None and dataset is not None:
@@ -289,11 +316,19 @@ def _build(ops, input_shape, input_exp, dataset, optimizer, seed, name, n_classe
 def _quantize_into(model, ops, s: float):
     """Quantize the float weights into the built model's parameters, tracking the scale s
     (tinytrain value = float value * 2^s). Permutes channels-first Dense columns in place."""
+    return _quantize_layers(model.layers, ops, s)[:3]
+
+
+def _quantize_layers(layers, ops, s: float, target: float | None = None):
+    """(scales, shifts, saturated, s) for these layers and float ops from scale s on. target:
+    the scale the last weighted or batch-norm op must end at (a residual branch must end at
+    its skip's scale): its k is chosen for that, and must not be smaller than its weights need."""
     scales, shifts, saturated = [], [], []
-    for i, (op, layer) in enumerate(zip(ops, model.layers)):
+    last = max((i for i, o in enumerate(ops) if o.kind in WEIGHTED + ("batchnorm",)), default=-1)
+    for i, (op, layer) in enumerate(zip(ops, layers)):
         k, nsat = 0, 0
         if op.kind == "dense" and op.chw_columns and i > 0 and ops[i - 1].kind == "flatten":
-            op.weights["w"] = _chw_to_hwc(op.weights["w"], model.layers[i - 1].in_shape)
+            op.weights["w"] = _chw_to_hwc(op.weights["w"], layers[i - 1].in_shape)
             op.chw_columns = False
         if op.kind in WEIGHTED:
             wp, bp = layer.params
@@ -302,23 +337,40 @@ def _quantize_into(model, ops, s: float):
             cap = _next_bn_cap(ops, i)
             if s - k > cap:
                 k += math.ceil(s - k - cap)
+            k = _to_target(k, s - target if target is not None and i == last else None, op)
             wp.data[...], n1 = quantize(w * 2.0**-k, wp.exp, np.int16)
             bp.data[...], n2 = quantize(op.weights["b"] * 2.0**(s - k), bp.exp, np.int32)
             nsat, s = n1 + n2, s - k
         elif op.kind == "batchnorm":
             g, b, rm, rv = layer.params
             k = weight_shift(float(np.max(np.abs(op.weights["gamma"]))), g.exp)
+            k = _to_target(k, -target if target is not None and i == last else None, op)
             rm.data[...], n3 = quantize(op.weights["mean"] * 2.0**s, rm.exp, np.int32)
             rv.data[...], n4 = quantize(op.weights["var"] * 2.0**(2 * s), rv.exp, np.int32)
             g.data[...], n1 = quantize(op.weights["gamma"] * 2.0**-k, g.exp, np.int16)
             b.data[...], n2 = quantize(op.weights["beta"] * 2.0**-k, b.exp, np.int32)
             nsat, s = n1 + n2 + n3 + n4, -float(k)
+        elif op.kind == "residual":
+            _, ks, sats, s_f = _quantize_layers(layer.inner, op.inner, s, target=s)
+            if abs(s_f - s) > 1e-9:  # a branch with no weighted op cannot be rescaled
+                raise unsupported("Add", op.node, "a residual branch without a Linear/Conv/BatchNorm")
+            k, nsat = max(ks), sum(sats)
         elif op.kind not in SCALE_FREE:
             raise AssertionError(f"to_model: unknown op kind {op.kind}")
         scales.append(s)
         shifts.append(k)
         saturated.append(nsat)
-    return scales, shifts, saturated
+    return scales, shifts, saturated, s
+
+
+def _to_target(k_needed: float, k_target: float | None, op) -> float:
+    if k_target is None:
+        return k_needed
+    if k_target < k_needed - 1e-9:
+        raise InteropError(f"node {op.node!r} ends a residual branch but its weights need a scale-down by "
+                           f"2^{k_needed:g} that the skip path (2^{k_target:g}) does not have: scale the block "
+                           "down before exporting, or fold it")
+    return k_target
 
 
 def _first_weighted(ops) -> int:

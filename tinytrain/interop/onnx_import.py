@@ -64,9 +64,18 @@ def onnx_graph(model, fold_batchnorm: bool = False):
         return consts[name]
 
     ops: list[FloatOp] = []
-    cur, pad, rank, last, matmul_open = inp.name, None, len(sample), None, False
+    cur, pad, rank, last, matmul_open, at = inp.name, None, len(sample), None, False, {}
     for i, n in enumerate(nodes):
         name = n.name or f"{n.op_type}_{i}"
+        at[cur] = len(ops)  # the ops made after cur start here
+        data = [x for x in n.input if x and x not in consts]
+        if n.op_type == "Add" and len(data) == 2:  # a residual block y = x + f(x)
+            skip = data[0] if data[1] == cur else data[1] if data[0] == cur else None
+            if skip not in at or skip == cur:
+                raise InteropError(f"node {name!r} (Add) adds two tensors that are not a block's input and its "
+                                   "output: only chains and residual blocks y = x + f(x) are imported")
+            ops, cur, matmul_open = ir.residual(ops, at[skip], name), n.output[0], False
+            continue
         extra = [x for x in n.input[1:] if x and x not in consts]
         if not n.input or n.input[0] != cur or (extra and n.op_type not in _WEIGHTED):
             raise InteropError(f"node {name!r} ({n.op_type}) does not read the previous node's output alone: "

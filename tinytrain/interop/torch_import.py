@@ -159,7 +159,7 @@ def torch_graph(module, example_input, fold_batchnorm: bool = False):
     sample = tuple(int(d) for d in x.shape[1:])
     input_shape = sample if len(sample) == 1 else sample[1:] + sample[:1]
     ops: list[FloatOp] = []
-    prev, pad, rank = None, None, len(sample)
+    prev, pad, rank, at = None, None, len(sample), {}
     last_pad_node = None
     for node in gm.graph.nodes:
         if node.op == "placeholder":
@@ -170,6 +170,15 @@ def torch_graph(module, example_input, fold_batchnorm: bool = False):
         if node.op == "get_attr":
             raise unsupported("a parameter used directly", node.name, "weights must belong to layers")
         if node.op == "call_method" and node.target == "size":
+            continue
+        at[prev] = len(ops)  # the ops made after prev's output start here
+        if _is_add(node, torch):
+            a, b = node.args[:2]
+            skip = a if b is prev else b if a is prev else None
+            if skip not in at or skip is prev:
+                raise InteropError(f"node {node.name!r} adds two tensors that are not a block's input and its "
+                                   "output: only chains and residual blocks y = x + f(x) are imported")
+            ops, prev = ir.residual(ops, at[skip], node.name), node
             continue
         if node.op == "output":
             if node.args[0] is not prev:
@@ -241,6 +250,17 @@ def torch_graph(module, example_input, fold_batchnorm: bool = False):
     if fold_batchnorm:
         ops = ir.fold_batchnorm(ops)
     return ops, input_shape
+
+
+def _is_add(node, torch) -> bool:
+    """x + y, torch.add(x, y), x.add(y): both operands tensors (nodes)."""
+    import operator
+
+    import torch.fx as fx
+    if node.op == "call_function" and node.target in (operator.add, torch.add) or \
+            node.op == "call_method" and node.target == "add":
+        return len(node.args) >= 2 and all(isinstance(a, fx.Node) for a in node.args[:2]) and not node.kwargs
+    return False
 
 
 def _is_last(node) -> bool:
