@@ -1,5 +1,6 @@
-"""Import (PyTorch, ONNX) and export (ONNX): layouts converted exactly, PTQ accuracy, the
-imported model trains, generates C and verifies bit for bit; QAT matches the integer model.
+"""Import (PyTorch, ONNX, TFLite) and export (ONNX): layouts converted exactly, PTQ accuracy,
+residual blocks, the imported model trains, generates C, federates and verifies bit for bit
+(host and QEMU M4); QAT matches the integer model; the pretrain-then-adapt example runs.
 Needs the interop extra (torch, onnx, onnxruntime), which CI installs (scripts/bootstrap.sh):
 without it these tests fail on the import below instead of skipping."""
 from __future__ import annotations
@@ -20,7 +21,7 @@ import tinytrain.torch as ttt
 from tinytrain import cli
 from tinytrain.interop import ir
 from tinytrain.interop.onnx_import import onnx_graph
-from tinytrain.interop.torch_import import channels_first, torch_graph
+from tinytrain.interop.torch_import import torch_graph
 from tinytrain.sim.simulator import Simulator
 
 torch.set_num_threads(1)

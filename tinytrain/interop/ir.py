@@ -373,10 +373,6 @@ def _to_target(k_needed: float, k_target: float | None, op) -> float:
     return k_target
 
 
-def _first_weighted(ops) -> int:
-    return next((i for i, o in enumerate(ops) if o.kind in WEIGHTED), -1)
-
-
 def _next_bn_cap(ops, i) -> float:
     """The statistics cap of the BatchNorm that reads op i's output through scale-free ops."""
     for op in ops[i + 1:]:
