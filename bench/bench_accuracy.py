@@ -24,9 +24,9 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import float_twins  # noqa: E402
+from tinytrain.lab import twins as float_twins  # noqa: E402
 import report  # noqa: E402
-from workloads import SEEDS, WORKLOADS, epoch_orders  # noqa: E402
+from tinytrain.lab.workloads import SEEDS, WORKLOADS, epoch_orders  # noqa: E402
 
 from tinytrain.sim.simulator import Simulator  # noqa: E402
 

@@ -32,7 +32,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from report import machine, machine_line, markdown_table, update_section, write_json  # noqa: E402
-from workloads import train_macs  # noqa: E402
+from tinytrain.lab.workloads import train_macs  # noqa: E402
 
 from tinytrain import data  # noqa: E402
 from tinytrain.graph import models  # noqa: E402

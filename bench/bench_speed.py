@@ -37,9 +37,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import float_twins  # noqa: E402
+from tinytrain.lab import twins as float_twins  # noqa: E402
 import report  # noqa: E402
-from workloads import WORKLOADS, epoch_orders, train_macs  # noqa: E402
+from tinytrain.lab.workloads import WORKLOADS, epoch_orders, train_macs  # noqa: E402
 
 from tinytrain.sim.simulator import Simulator  # noqa: E402
 

@@ -25,7 +25,8 @@ import dataclasses
 import numpy as np
 
 from tinytrain import data
-from tinytrain.graph.models import build_model, memory_estimate
+from tinytrain.graph.models import build_model
+from tinytrain.codegen.memory import memory_estimate
 from tinytrain.train import evaluate, fit
 
 OLD = list(range(7))
@@ -93,7 +94,7 @@ def main():
                  mem["ram_error_buffers"], mem["ram_scratch"] + mem["ram_meta"], mem["ram_stack_estimate"])
         print(f"{train:8s} {acc:6.3f} {old:6.3f} {new:6.3f} | {mem['ram_total']:6d} {mem['flash_frozen_params']:7d}  "
               + " + ".join(str(p) for p in parts))
-    print("\n(RAM/flash: the code generator's memory plan, tinytrain.graph.models.memory_estimate; frozen "
+    print("\n(RAM/flash: the code generator's memory plan, tinytrain.codegen.memory.memory_estimate; frozen "
           "layers are const data in flash; stack is a fixed estimate without a cross compiler)")
 
 

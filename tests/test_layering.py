@@ -76,9 +76,36 @@ def test_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+def _within(m, pkgs) -> bool:
+    """m is one of the modules or packages pkgs, or inside one (by dotted name, not prefix)."""
+    return any(m == p or m.startswith(p + ".") for p in pkgs)
+
+
 def test_specification_imports_nothing_above_it():
     spec = ("tinytrain.fixedpoint", "tinytrain.ops", "tinytrain.kernels")
     below = spec + ("tinytrain.graph.state",)
-    bad = {m: sorted(d for d in deps if not d.startswith(spec))
-           for m, deps in import_graph().items() if m.startswith(below)}
+    bad = {m: sorted(d for d in deps if not _within(d, spec))
+           for m, deps in import_graph().items() if _within(m, below)}
     assert {m: d for m, d in bad.items() if d} == {}
+
+
+#: what each lower stage of the pipeline may import (besides itself): the model sits on the
+#: specification, the simulator on the model, the code generator never reaches the simulator,
+#: the training loop or the command line, and the board layer needs only its own files
+ALLOWED = {
+    "graph": {"fixedpoint", "ops", "kernels", "data"},
+    "sim": {"fixedpoint", "ops", "kernels", "graph"},
+    "codegen": {"fixedpoint", "ops", "graph", "device", "federated", "resources"},
+    "device": {"resources"},
+}
+
+
+def test_stages_import_downward_only():
+    bad = {}
+    for m, deps in import_graph().items():
+        st = m.split(".")[1] if m.count(".") else ""
+        if st in ALLOWED:
+            up = sorted(d for d in deps if d.split(".")[1] != st and d.split(".")[1] not in ALLOWED[st])
+            if up:
+                bad[m] = up
+    assert bad == {}

@@ -7,7 +7,8 @@ import pytest
 
 from tinytrain import data
 from tinytrain.graph.layers import ModelError
-from tinytrain.graph.models import MODELS, available, build_model, memory_estimate
+from tinytrain.codegen.memory import memory_estimate
+from tinytrain.graph.models import MODELS, available, build_model
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""ReLU, Flatten, residual Add: reference == numba == C on hypothesis-drawn shapes, values
+"""ReLU, Leaky ReLU, Flatten, residual Add: reference == numba == C on hypothesis-drawn shapes, values
 and exponents, plus exact checks of the references."""
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from tinytrain.kernels import elementwise as ke
 from tinytrain.ops import add as radd
 from tinytrain.ops import flatten as rflat
+from tinytrain.ops import leaky_relu as rleaky
 from tinytrain.ops import relu as rrelu
 
 from .oputil import c_i8, draw_array
@@ -166,3 +167,104 @@ def test_relu_flatten_edges_ubsan(clib_ubsan):
     assert lib.tt_flatten_fwd_s8(c_i8(ffi, e), 1, e.size, c_i8(ffi, y), st_c) == 1
     assert lib.tt_flatten_bwd_s8(c_i8(ffi, y), 1, 0, c_i8(ffi, y), st_c) == 1
     assert np.array_equal(y, e) and st_c.saturated == 0
+
+
+# ----------------------------------------------------------------------------- Leaky ReLU
+LEAKY_CDEF = """
+int32_t t_leaky_fwd(const int8_t *x, int32_t ex, int32_t n, int32_t s, int8_t *y);
+int32_t t_leaky_bwd(const int8_t *e, int32_t ee, const int8_t *y, int32_t n, int32_t s, int8_t *dx);
+"""
+LEAKY_WRAP = """#include "tt_leaky_relu.h"
+int32_t t_leaky_fwd(const int8_t *x, int32_t ex, int32_t n, int32_t s, int8_t *y)
+{ tt_stats st = {0}; return tt_leaky_relu_fwd_s8(x, ex, n, s, y, &st); }
+int32_t t_leaky_bwd(const int8_t *e, int32_t ee, const int8_t *y, int32_t n, int32_t s, int8_t *dx)
+{ tt_stats st = {0}; return tt_leaky_relu_bwd_s8(e, ee, y, n, s, dx, &st); }
+"""
+
+
+@pytest.fixture(scope="module")
+def leaky_c():
+    """The header-only C kernels, called through two wrappers (UBSan build)."""
+    from tinytrain.device import cbuild
+    return cbuild.compile_shared([("leaky_wrap.c", LEAKY_WRAP)], LEAKY_CDEF, include_dirs=[cbuild.FIRMWARE_INCLUDE],
+                                 sanitize=True, name="leaky")
+
+
+def _leaky_exact(v, s):
+    """Python-int model of the rule: v * s / 256 rounded to nearest, ties toward +inf."""
+    return [int(a) if a > 0 else (int(a) * s + 128) // 256 for a in np.asarray(v).reshape(-1)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(unary_case(), st.integers(1, 255))
+def test_leaky_relu_equal(leaky_c, case, s):
+    ffi, lib = leaky_c
+    x, e, ex, ee = case
+    y_ref, ey, nsat = rleaky.forward(x, ex, s)
+    dx_ref, edx, _, grads = rleaky.backward(e, ee, y_ref, s)
+    assert y_ref.dtype == np.int8 and ey == ex and nsat == 0 and grads == [] and edx == ee
+    assert list(y_ref.reshape(-1)) == _leaky_exact(x, s)
+    assert [int(d) for d in dx_ref.reshape(-1)] == [int(a) if b > 0 else (int(a) * s + 128) // 256
+                                                    for a, b in zip(e.reshape(-1), y_ref.reshape(-1))]
+    stats = np.zeros(4, np.int64)
+    y, dx = np.zeros_like(x), np.zeros_like(x)
+    assert ke.leaky_relu_fwd(x, ex, s, y, stats) == ex and np.array_equal(y, y_ref)
+    assert ke.leaky_relu_bwd(e, ee, y_ref, s, dx, stats) == ee and np.array_equal(dx, dx_ref)
+    yc, dxc = np.zeros_like(x), np.zeros_like(x)
+    assert lib.t_leaky_fwd(c_i8(ffi, x), ex, x.size, s, c_i8(ffi, yc)) == ex
+    assert lib.t_leaky_bwd(c_i8(ffi, e), ee, c_i8(ffi, y_ref), x.size, s, c_i8(ffi, dxc)) == ee
+    assert np.array_equal(yc, y_ref) and np.array_equal(dxc, dx_ref)
+
+
+def test_leaky_relu_edges_and_bad_alpha():
+    x = np.array([-128, -127, -2, -1, 0, 1, 127], np.int8)
+    assert list(rleaky.forward(x, 0, 255)[0]) == [-127, -127, -2, -1, 0, 1, 127]  # -127 * 255/256 = -126.50..: -127
+    assert list(rleaky.forward(x, 0, 1)[0]) == [0, 0, 0, 0, 0, 1, 127]  # -128/256 = -0.5 -> 0 (tie up)
+    assert rleaky.slope_q8(0.125) == 32 and rleaky.slope_q8(0.1) == 26
+    for bad in (0, 1, -0.1, 1.5, True, "0.1", 0.001):
+        with pytest.raises(ValueError, match="alpha"):
+            rleaky.slope_q8(bad)
+
+
+def _leaky_models():
+    from tinytrain.graph.conv import Conv2d, MaxPool2d
+    from tinytrain.graph.layers import Dense, Flatten, LeakyReLU
+    from tinytrain.graph.residual import Residual
+    yield (12,), [Dense(9), LeakyReLU(0.1), Dense(3)], "all"
+    yield (6, 6, 2), [Conv2d(3, 3, padding="same"), LeakyReLU(0.25), Residual([Conv2d(3, 3, padding="same"), LeakyReLU()]),
+                      MaxPool2d(2), Flatten(), Dense(3)], "all"
+    yield (12,), [Dense(9), LeakyReLU(0.3), Dense(3)], "last:1"
+
+
+@pytest.mark.parametrize("k", range(3))
+def test_leaky_relu_in_models_reference_sim_c_equal(k):
+    """The layer end to end: reference = numba = C (UBSan) after every step, alone, inside a
+    residual block, after a conv, and frozen before the learning layers."""
+    from tinytrain.graph.model import Sequential
+    from tinytrain.graph.optim import SGD
+
+    from .test_exactness import _data, three_way
+
+    shape, layers, train = list(_leaky_models())[k]
+    m = Sequential(layers, input_shape=shape, input_exp=-7, n_classes=3,
+                   optimizer=SGD(lr=0.05, momentum=0.9, train=train), seed=k)
+    x, y = _data(10, shape, 3, k)
+    three_way(m, x, y, epochs=2)
+
+
+@pytest.mark.qemu
+def test_leaky_relu_trains_bit_exact_in_qemu(tmp_path):
+    """...and on a board: a Dense-LeakyReLU-Dense digits model, 100 verified steps on the M4."""
+    from tinytrain import data
+    from tinytrain.codegen.project import build_firmware
+    from tinytrain.graph.layers import Dense, LeakyReLU
+    from tinytrain.graph.model import Sequential
+    from tinytrain.graph.optim import SGD
+    from tinytrain.verify import verify
+
+    ds = data.load("digits")
+    model = lambda: Sequential([Dense(16), LeakyReLU(0.125), Dense(10)], input_shape=(64,),  # noqa: E731
+                               input_exp=ds.input_exp - 4, optimizer=SGD(lr=0.05), seed=0)
+    elf = build_firmware(model(), "mps2_an386", tmp_path)
+    r = verify(model(), ds, 100, board="mps2_an386", elf=elf)
+    assert r["mismatches"] == 0 and r["first_mismatch"] is None and r["steps"] == 100

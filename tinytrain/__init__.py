@@ -48,7 +48,7 @@ _EXPORTS = {
     "TrainError": ("train", "TrainError"),
     "build_model": ("graph.models", "build_model"),
     "MODELS": ("graph.models", "MODELS"),
-    "memory_estimate": ("graph.models", "memory_estimate"),
+    "memory_estimate": ("codegen.memory", "memory_estimate"),
     "datasets": ("data", None),
     "load_dataset": ("data", "load"),
     "Dataset": ("data", "Dataset"),
@@ -64,8 +64,19 @@ _EXPORTS = {
 __all__ = ["__version__", *_EXPORTS]
 
 
+def _layer_classes() -> dict:
+    """Every registered layer type by class name (tt.LeakyReLU, ...): a layer added with its op
+    table row is public without an entry here."""
+    from tinytrain.graph import model  # noqa: F401  (registers every built-in layer type)
+    from tinytrain.graph.layers import LAYER_TYPES
+    return {cls.__name__: cls for cls in LAYER_TYPES.values()}
+
+
 def __getattr__(name):
     if name not in _EXPORTS:
+        if name[:1].isupper() and name in _layer_classes():
+            globals()[name] = value = _layer_classes()[name]
+            return value
         raise AttributeError(f"module 'tinytrain' has no attribute {name!r}")
     import importlib
     mod, attr = _EXPORTS[name]
@@ -76,4 +87,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+    return sorted(set(globals()) | set(_EXPORTS) | set(_layer_classes()))

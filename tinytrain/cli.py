@@ -57,6 +57,7 @@ SUBCOMMANDS: dict[str, Subcommand] = {}
 PLUGIN_MODULES = [
     "tinytrain.cli_device",  # codegen, build, verify, emulate, flash
     "tinytrain.federated.cli",  # federate
+    "tinytrain.lab.cli",  # precision-lab
     "tinytrain.interop.cli",  # import, export
 ]
 
@@ -394,24 +395,47 @@ def _eval_run(args) -> int:
 
 # ---------------------------------------------------------------------------- info
 
+def _positive_int(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}")
+    return v
+
+
 def _info_args(p):
-    p.add_argument("file", help="a saved model file (.tt)")
+    p.add_argument("file", nargs="?", default=None, help="a saved model file (.tt)")
+    p.add_argument("--model", dest="model_file", default=None, metavar="FILE", help="the same, as an option")
     p.add_argument("--board", default=None, help="board of the device-memory breakdown (default: "
                    "the default board, mps2_an386); the figures are those codegen, build and verify show")
     p.add_argument("--plot", metavar="FILE", default=None, help="write a PNG of the board's RAM and "
                    "flash as bars split by role against its limits, and per-layer RAM/flash/MACs")
+    p.add_argument("--fixed-point", action="store_true", help="also replay one epoch of training "
+                   "(reference, on a copy) and report every tensor's Q-format, the range it uses, "
+                   "headroom, saturations and update underflows per layer, and the accumulator bounds")
+    p.add_argument("--data", default=None, help="dataset of the --fixed-point replay (default: the one "
+                   "the model was trained on)")
+    p.add_argument("--samples", type=_positive_int, default=None, metavar="N",
+                   help="replay only the first N training samples (default: the whole split)")
     p.add_argument("--json", action="store_true", help="print only a JSON object on stdout")
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = ("examples:\n  tinytrain info runs/w1.tt\n"
-                "  tinytrain info runs/w1.tt --board nucleo_f446re --plot w1-mem.png --json")
+                "  tinytrain info runs/w1.tt --board nucleo_f446re --plot w1-mem.png --json\n"
+                "  tinytrain info runs/w1.tt --fixed-point\n"
+                "  tinytrain info --model runs/w3.tt --fixed-point --samples 200 --json")
 
 
 def _info_run(args) -> int:
     from pathlib import Path
 
     from tinytrain.graph import io as tio
-    from tinytrain.graph.models import memory_estimate
+    from tinytrain.codegen.memory import memory_estimate
 
+    if (args.file is None) == (args.model_file is None):
+        raise ValueError("give the saved model once: tinytrain info FILE.tt (or --model FILE.tt)")
+    args.file = args.file or args.model_file
     if args.plot:
         tio.check_writable(args.plot)
     model, extra = tio.load(args.file)
@@ -432,6 +456,8 @@ def _info_run(args) -> int:
 
         plot_memory(bd, args.plot, f"{model.name} on {bd.board}")
         info["plot"] = args.plot
+    if args.fixed_point:
+        info["fixed_point"] = _fixed_point(model, extra, args)
     if args.json:
         _emit_json(info)
         return 0
@@ -444,7 +470,28 @@ def _info_run(args) -> int:
     print(bd.table())
     if args.plot:
         print(f"memory plot: {args.plot}")
+    if args.fixed_point:
+        from tinytrain.fixedpoint_report import format_report
+
+        print(format_report(info["fixed_point"]))
     return 0
+
+
+def _fixed_point(model, extra, args) -> dict:
+    from tinytrain import data
+    from tinytrain.fixedpoint_report import fixed_point_report
+    from tinytrain.progress import progress_bar
+
+    name = args.data or extra.get("dataset")
+    if not name:
+        raise ValueError(f"{args.file} does not record its dataset: give --data (e.g. --data digits)")
+    ds = data.load(name)
+    if tuple(ds.input_shape) != tuple(model.input_shape):
+        raise ValueError(f"--data {name} has inputs of shape {tuple(ds.input_shape)}, the model takes "
+                       f"{tuple(model.input_shape)}: give the dataset it was trained on")
+    n = len(ds.x_train) if args.samples is None else min(args.samples, len(ds.x_train))
+    with progress_bar(total=n, desc="fixed-point replay", unit="sample", json=args.json) as bar:
+        return fixed_point_report(model, ds, n, progress=bar)
 
 
 def _breakdown_of(mem: dict):

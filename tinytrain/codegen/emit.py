@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tinytrain.graph import optable
+from tinytrain.graph.optable import Names
 from tinytrain.graph.optim import MASTER_EXTRA_BITS
 
 CTYPE = {np.dtype(np.int8): "int8_t", np.dtype(np.int16): "int16_t", np.dtype(np.int32): "int32_t",
@@ -74,159 +76,48 @@ class Emitted:
         return [h, c]
 
 
-class _C:
-    """Names of one layer's buffers inside the generated step function."""
+class _CNames(Names):
+    """The C spelling of a model's buffers: prefixed static arrays (Emitter.sym)."""
 
-    def __init__(self, em, li):
-        self.em, self.li = em, li
-        l = em.model.layers[li]
-        self.layer = l
-        self.x = "x" if li == 0 else em.sym(f"a{li - 1}")
-        self.ex = f"e{li}"
-        self.y = em.sym(f"a{li}")
-        self.ey = f"e{li + 1}"
-        self.e = self.ee = self.dx = self.edx = None
+    target, stats = "c", "&STATS"
 
-    def p(self, j):
-        return self.em.sym(f"l{self.li}_{self.layer.params[j].name}")
+    def __init__(self, em):
+        self.em = em
 
-    def pe(self, j):
-        return str(self.layer.params[j].exp)
+    def param(self, li, pi):
+        return self.em.sym(f"l{li}_{self.em.model.layers[li].params[pi].name}")
 
-    def g(self, j):
-        return self.em.grad_name(self.li, j)
+    def grad(self, li, pi):
+        return self.em.grad_name(li, pi)
 
-    @property
-    def grads(self) -> bool:
-        """Whether the layer learns: the shared gradient buffers are sized for the layers that
-        do, so a frozen layer's backward must not run its gradient kernel."""
-        return self.em.model.layer_learns(self.li)
+    def grad_exp(self, li, pi):
+        return f"ge{pi}"
 
-    def saved(self):
-        return self.em.sym(f"l{self.li}_saved")
+    def buf(self, li, name):
+        return self.em.sym(f"l{li}_{name}")
 
-    def geo(self, j):
-        return f"ge{j}"
+    def learns(self, li, pis):
+        """The shared gradient buffers are sized for the layers that learn, so a frozen
+        layer's backward must not run its gradient kernel."""
+        return any(self.em.model.learns(li, pi) for pi in pis)
 
+    def stmt(self, s):
+        return s + ";"
 
-def _dense_fwd(l, c):
-    K, N = l.in_shape[0], l.units
-    return [f"{c.ey} = tt_dense_fwd_s8({c.x}, {c.ex}, {c.p(0)}, {c.pe(0)}, {c.p(1)}, {c.pe(1)}, {K}, {N}, SCRATCH, {c.y}, &STATS);"]
+    def scratch(self, words):
+        return "SCRATCH"
+
+    def unused(self, names):
+        return [" ".join(f"(void){n};" for n in names)]
 
 
-def _dense_bwd(l, c):
-    K, N = l.in_shape[0], l.units
-    out = []
-    if c.dx:
-        out.append(f"{c.edx} = tt_dense_bwd_s8({c.e}, {c.ee}, {c.p(0)}, {c.pe(0)}, {K}, {N}, SCRATCH, {c.dx}, &STATS);")
-    if c.grads:
-        out.append(f"tt_dense_grad_s32({c.e}, {c.x}, {K}, {N}, {c.g(0)}, {c.g(1)});")
-        out.append(f"{c.geo(0)} = {c.ee} + {c.ex};")
-        out.append(f"{c.geo(1)} = {c.ee};")
-    return out
-
-
-def _relu_fwd(l, c):
-    return [f"{c.ey} = tt_relu_fwd_s8({c.x}, {c.ex}, {l.in_size}, {c.y}, &STATS);"]
-
-
-def _relu_bwd(l, c):
-    return [f"{c.edx} = tt_relu_bwd_s8({c.e}, {c.ee}, {c.y}, {l.in_size}, {c.dx}, &STATS);"] if c.dx else []
-
-
-def _flatten_fwd(l, c):
-    return [f"{c.ey} = tt_flatten_fwd_s8({c.x}, {c.ex}, {l.in_size}, {c.y}, &STATS);"]
-
-
-def _flatten_bwd(l, c):
-    return [f"{c.edx} = tt_flatten_bwd_s8({c.e}, {c.ee}, {l.in_size}, {c.dx}, &STATS);"] if c.dx else []
-
-
-def _conv_fwd(name):
-    def f(l, c):
-        return [f"{c.ey} = tt_{name}_fwd_s8({c.x}, {c.ex}, {c.p(0)}, {c.pe(0)}, {c.p(1)}, {c.pe(1)}, {l._cdims()}, SCRATCH, {c.y}, &STATS);"]
-    return f
-
-
-def _conv_bwd(name):
-    def f(l, c):
-        out = []
-        if c.dx:
-            out.append(f"{c.edx} = tt_{name}_bwd_s8({c.e}, {c.ee}, {c.p(0)}, {c.pe(0)}, {l._cdims()}, SCRATCH, {c.dx}, &STATS);")
-        if c.grads:
-            out.append(f"tt_{name}_grad_s32({c.e}, {c.x}, {l._cdims()}, {c.g(0)}, {c.g(1)});")
-            out += [f"{c.geo(0)} = {c.ee} + {c.ex};", f"{c.geo(1)} = {c.ee};"]
-        return out
-    return f
-
-
-def _pool2(l):
-    H, W, C = l.in_shape
-    return f"{H}, {W}, {C}, {l.kernel[0]}, {l.kernel[1]}, {l.stride[0]}, {l.stride[1]}"
-
-
-def _pool1(l):
-    L, C = l.in_shape
-    return f"{L}, {C}, {l.kernel}, {l.stride}"
-
-
-def _maxpool_fwd(l, c):
-    d = "2d" if l.kind == "maxpool2d" else "1d"
-    dims = _pool2(l) if d == "2d" else _pool1(l)
-    return [f"{c.ey} = tt_maxpool{d}_fwd_s8({c.x}, {c.ex}, {dims}, {c.y}, &STATS);"]
-
-
-def _maxpool_bwd(l, c):
-    if not c.dx:
-        return []
-    d = "2d" if l.kind == "maxpool2d" else "1d"
-    dims = _pool2(l) if d == "2d" else _pool1(l)
-    return [f"{c.edx} = tt_maxpool{d}_bwd_s8({c.e}, {c.ee}, {c.x}, {dims}, 0, {c.dx}, &STATS);"]
-
-
-def _avgpool_fwd(l, c):
-    m, k = l._mk()
-    return [f"{c.ey} = tt_avgpool2d_fwd_s8({c.x}, {c.ex}, {_pool2(l)}, {m}, {k}, {c.y}, &STATS);"]
-
-
-def _avgpool_bwd(l, c):
-    if not c.dx:
-        return []
-    m, k = l._mk()
-    return [f"{c.edx} = tt_avgpool2d_bwd_s8({c.e}, {c.ee}, {_pool2(l)}, {m}, {k}, {c.dx}, &STATS);"]
-
-
-def _gap_fwd(l, c):
-    return [f"{c.ey} = tt_global_avgpool_fwd_s8({c.x}, {c.ex}, {l._P()}, {l.in_shape[-1]}, {l._k()}, {c.y}, &STATS);"]
-
-
-def _gap_bwd(l, c):
-    if not c.dx:
-        return []
-    return [f"{c.edx} = tt_global_avgpool_bwd_s8({c.e}, {c.ee}, {l._P()}, {l.in_shape[-1]}, {l._k()}, {c.dx}, &STATS);"]
-
-
-#: kind -> (headers, forward emitter, backward emitter, extra scratch words(int64) needed)
-EMITTERS = {
-    "dense": (["tt_dense.h"], _dense_fwd, _dense_bwd),
-    "relu": (["tt_relu.h"], _relu_fwd, _relu_bwd),
-    "flatten": (["tt_flatten.h"], _flatten_fwd, _flatten_bwd),
-    "conv2d": (["tt_conv.h"], _conv_fwd("conv2d"), _conv_bwd("conv2d")),
-    "depthwise_conv2d": (["tt_conv.h"], _conv_fwd("depthwise"), _conv_bwd("depthwise")),
-    "conv1d": (["tt_conv.h"], _conv_fwd("conv1d"), _conv_bwd("conv1d")),
-    "maxpool2d": (["tt_pool.h"], _maxpool_fwd, _maxpool_bwd),
-    "maxpool1d": (["tt_pool.h"], _maxpool_fwd, _maxpool_bwd),
-    "avgpool2d": (["tt_pool.h"], _avgpool_fwd, _avgpool_bwd),
-    "global_avgpool": (["tt_pool.h"], _gap_fwd, _gap_bwd),
-    "batchnorm": (["tt_batchnorm.h"], lambda l, c: l.c_forward(c), lambda l, c: l.c_backward(c)),
-    "residual": (["tt_add.h", "tt_dense.h", "tt_relu.h", "tt_flatten.h", "tt_conv.h", "tt_pool.h", "tt_batchnorm.h"],
-                 lambda l, c: l.c_forward(c), lambda l, c: l.c_backward(c)),
-}
-
-
-def scratch_words(l) -> int:
-    """int64 scratch words a layer needs (the widest of its inputs and outputs by default)."""
-    return int(getattr(l, "c_scratch_words", lambda: max(l.in_size, l.out_size))())
+def _has_c(layer) -> bool:
+    op = optable.OPS.get(layer.kind)
+    if op is None:
+        return False
+    if op.composite:
+        return all(_has_c(l) for l in layer.inner)
+    return op.fwd is not None and bool(op.fwd.c)
 
 
 class Emitter:
@@ -235,9 +126,11 @@ class Emitter:
             raise CodegenError(f"prefix {prefix!r} is not a valid C identifier")
         self.model, self.prefix = model, prefix
         for i, l in enumerate(model.layers):
-            if l.kind not in EMITTERS:
+            if not _has_c(l):
+                supported = sorted(k for k, op in optable.OPS.items() if op.composite or (op.fwd and op.fwd.c))
                 raise CodegenError(f"layer {i} ({l.kind}) has no C kernel yet: the code generator "
-                                   f"supports {', '.join(sorted(EMITTERS))}")
+                                   f"supports {', '.join(supported)}")
+        self.names = _CNames(self)
 
     def sym(self, name: str) -> str:
         """Every emitted symbol goes through this one prefixing function."""
@@ -287,8 +180,8 @@ class Emitter:
         for li, l in enumerate(m.layers):
             T.append(Tensor(self.sym(f"a{li}"), "int8_t", l.out_size, "activation", li))
             backward = li >= self.first_backward
-            for name, ctype, count, role in getattr(l, "c_buffers", lambda em, li, backward: [])(self, li, backward):
-                T.append(Tensor(name, ctype, count, role, li))
+            for name, shape, dtype, role in optable.buffers(l, backward):
+                T.append(Tensor(self.names.buf(li, name), CTYPE[np.dtype(dtype)], int(np.prod(shape)), role, li))
         emax = max(l.out_size for l in m.layers)
         T.append(Tensor(self.sym("err0"), "int8_t", emax, "error"))
         T.append(Tensor(self.sym("err1"), "int8_t", emax, "error"))
@@ -304,7 +197,7 @@ class Emitter:
         for pi, n in enumerate(gmax):
             if n:
                 T.append(Tensor(self.grad_name(0, pi), "int32_t", n, "grad"))
-        sw = max([int(np.prod(m.input_shape))] + [scratch_words(l) for l in m.layers])
+        sw = max([int(np.prod(m.input_shape))] + [optable.scratch_words(l) for l in m.layers])
         T.append(Tensor(self.sym("scratch"), "int64_t", sw, "scratch"))
         self.tensors, self.state_order = T, order
         return T
@@ -314,7 +207,7 @@ class Emitter:
         m, P = self.model, self.prefix
         T = self.plan()
         opt = m.opt
-        headers = sorted({h for l in m.layers for h in EMITTERS[l.kind][0]})
+        headers = sorted(set().union(*(optable.headers(l) for l in m.layers)))
         in_size = int(np.prod(m.input_shape))
         out_size = m.layers[-1].out_size
         schema = m.schema_hash()
@@ -402,7 +295,7 @@ uint32_t {P}_saturations(void);
         L = len(self.model.layers)
         names = [f"e{i}" for i in range(L + 1)]
         for li, l in enumerate(self.model.layers):
-            names += getattr(l, "c_locals", lambda li, backward: [])(li, backward and li >= self.first_backward)
+            names += optable.exp_vars(l, li, backward and li >= self.first_backward)
         return "int32_t " + ", ".join(names) + ";"
 
     def _emit_step(self):
@@ -413,9 +306,8 @@ uint32_t {P}_saturations(void);
                f"    int32_t m_t = tt_sgd_lr_mult(&{self.sym('opt')}, {self.sym('meta')}[1]);",
                f"    e0 = {m.input_exp};"]
         for li, l in enumerate(m.layers):
-            c = _C(self, li)
             out.append(f"    /* layer {li}: {l!r} {l.in_shape} -> {l.out_shape} */")
-            out += ["    " + s for s in EMITTERS[l.kind][1](l, c)]
+            out += ["    " + s for s in optable.forward_lines(l, self.names, li, *self._io(li), train=True)]
         zl = self.sym(f"a{L - 1}")
         errs = [self.sym("err0"), self.sym("err1")]
         if m.loss == "softmax_ce":
@@ -426,19 +318,18 @@ uint32_t {P}_saturations(void);
         first = self.first_backward
         for li in range(L - 1, first - 1, -1):
             l = m.layers[li]
-            c = _C(self, li)
-            c.e, c.ee = errs[li % 2], "de"
-            if li > first:
-                # dx's exponent goes to ee; de (this layer's error exponent) is still needed
-                # for the parameter gradients and is replaced after the update
-                c.dx, c.edx = errs[(li - 1) % 2], "ee"
+            e = errs[li % 2]
+            # dx's exponent goes to ee; de (this layer's error exponent) is still needed for the
+            # parameter gradients and is replaced after the update
+            dx = errs[(li - 1) % 2] if li > first else None
             out.append(f"    /* backward {li}: {l!r} */")
+            x, ex, y, _ = self._io(li)
             if self.fused(li):
-                out += self._fused_dense(li, l, c)
-                if c.dx:
+                out += self._fused_dense(li, l, x, ex, e, dx)
+                if dx:
                     out.append("    de = ee;")
                 continue
-            out += ["    " + s for s in EMITTERS[l.kind][2](l, c)]
+            out += ["    " + s for s in optable.backward_lines(l, self.names, li, x, ex, y, e, "de", dx, "ee" if dx else None)]
             for pi, p in enumerate(l.params):
                 key = (li, pi)
                 if not m.learns(li, pi):
@@ -448,12 +339,12 @@ uint32_t {P}_saturations(void);
                 if key in m.master:
                     w16, w32, ews = "0", pn + "_master", p.exp - MASTER_EXTRA_BITS
                 if opt.accumulate:
-                    out.append(f"    tt_sgd_accumulate({pn}_acc, {p.data.size}, {ews}, {c.g(pi)}, ge{pi}, &{self.sym('opt')}, m_t, &{self.sym('meta')}[0]);")
+                    out.append(f"    tt_sgd_accumulate({pn}_acc, {p.data.size}, {ews}, {self.grad_name(li, pi)}, ge{pi}, &{self.sym('opt')}, m_t, &{self.sym('meta')}[0]);")
                 else:
-                    out.append(f"    tt_sgd_update_direct({w16}, {w32}, {p.data.size}, {ews}, {c.g(pi)}, ge{pi}, &{self.sym('opt')}, m_t, &{self.sym('meta')}[0], &STATS);")
+                    out.append(f"    tt_sgd_update_direct({w16}, {w32}, {p.data.size}, {ews}, {self.grad_name(li, pi)}, ge{pi}, &{self.sym('opt')}, m_t, &{self.sym('meta')}[0], &STATS);")
                     if key in m.master:
                         out.append(f"    tt_sgd_refresh_copy({pn}_master, {pn}, {p.data.size});")
-            if c.dx:
+            if dx:
                 out.append("    de = ee;")
         meta = self.sym("meta")
         out.append(f"    {meta}[2] += 1;")
@@ -481,14 +372,21 @@ uint32_t {P}_saturations(void);
                 "    return pred;", "}"]
         return out
 
-    def _fused_dense(self, li, l, c):
+    def _io(self, li):
+        """(input, its exponent, output, its exponent) of layer li in the generated step."""
+        return "x" if li == 0 else self.sym(f"a{li - 1}"), f"e{li}", self.sym(f"a{li}"), f"e{li + 1}"
+
+    def _fused_dense(self, li, l, x, ex, e, dx):
+        """Dense in direct mode: its input error (the op table's bwd call), then one fused
+        kernel forming and applying the weight and bias updates (no gradient buffer)."""
         m = self.model
         out = []
         K, N = l.in_shape[0], l.units
-        if c.dx:
-            out.append(f"    {c.edx} = tt_dense_bwd_s8({c.e}, {c.ee}, {c.p(0)}, {c.pe(0)}, {K}, {N}, SCRATCH, {c.dx}, &STATS);")
+        if dx:
+            out += ["    " + s for s in optable.backward_lines(l, self.names, li, x, ex, self.sym(f"a{li}"), e, "de", dx, "ee",
+                                                               grads=False)]
         w, b = l.params
-        pw, pb = c.p(0), c.p(1)
+        pw, pb = self.names.param(li, 0), self.names.param(li, 1)
         if (li, 0) in m.master:
             w16, w32, ews = "0", pw + "_master", w.exp - MASTER_EXTRA_BITS
         else:
@@ -498,7 +396,7 @@ uint32_t {P}_saturations(void);
             w16, w32 = "0", "0"  # frozen weights are const (flash)
         if not ub:
             pb = "0"
-        out.append(f"    tt_sgd_dense_direct({c.e}, {c.ee}, {c.x}, {c.ex}, {K}, {N}, {w16}, {w32}, {ews}, {pb}, {b.exp}, "
+        out.append(f"    tt_sgd_dense_direct({e}, de, {x}, {ex}, {K}, {N}, {w16}, {w32}, {ews}, {pb}, {b.exp}, "
                    f"{uw}, {ub}, &{self.sym('opt')}, m_t, &{self.sym('meta')}[0], &STATS);")
         if (li, 0) in m.master and uw:
             out.append(f"    tt_sgd_refresh_copy({pw}_master, {pw}, {w.data.size});")
@@ -509,9 +407,7 @@ uint32_t {P}_saturations(void);
         L = len(m.layers)
         out = ["", f"int32_t {P}_predict(const int8_t *x)", "{", "    " + self._lvars(backward=False), f"    e0 = {m.input_exp};"]
         for li, l in enumerate(m.layers):
-            c = _C(self, li)
-            fwd = getattr(l, "c_forward_eval", None)
-            out += ["    " + s for s in (fwd(c) if fwd else EMITTERS[l.kind][1](l, c))]
+            out += ["    " + s for s in optable.forward_lines(l, self.names, li, *self._io(li), train=False)]
         out.append(f"    (void)e{L};")
         out += [f"    return tt_argmax_s8({self.sym(f'a{L - 1}')}, {m.layers[-1].out_size});", "}"]
         return out

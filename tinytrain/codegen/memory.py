@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from tinytrain.device import cbuild
-from tinytrain.codegen.emit import Emitted
+from tinytrain.codegen.emit import Emitted, generate
 
 ARM_CC = "arm-none-eabi-gcc"
 CPU_FLAGS = {
@@ -388,8 +388,6 @@ def breakdown(model, board=None, prefix: str = "tt_model", *, shadow: bool = Tru
     recorded beside the figures (``linked``); stack_measured: a device's peak stack reading."""
     from tinytrain.device.boards import default_board, get_board
     from tinytrain.codegen.device import PROTOCOL_RAM, device_source, fedcodec_bytes, state_bytes
-    from tinytrain.codegen.emit import generate
-
     b = get_board(board) if board is not None else default_board()
     em = generate(model, prefix)
     ram = dict.fromkeys(RAM_ROLES, 0)
@@ -451,3 +449,23 @@ def firmware_sizes(elf) -> dict:
     flash = sum(sec.get(k, 0) for k in (".isr_vector", ".text", ".rodata", ".ARM.exidx", ".data"))
     return {"flash_bytes": flash, "ram_bytes": sec.get(".data", 0) + sec.get(".bss", 0),
             "stack_reserved_bytes": sec.get(".stack", 0)}
+
+
+def memory_estimate(model, board=None) -> dict:
+    """Bytes a device needs to train this model on `board` (default: the default board):
+    the model's own buffers (ram_* keys, from the code generator's memory plan; frozen
+    parameters are const data in flash) and, under "breakdown", the whole firmware's RAM and
+    flash by role (tinytrain.codegen.memory.breakdown, as codegen, build and verify report it);
+    ram_total is that breakdown's total."""
+    em = generate(model)
+    bd = breakdown(model, board)
+    by_role = {}
+    for t in em.tensors:
+        by_role[t.role] = by_role.get(t.role, 0) + t.bytes
+    return {"flash_frozen_params": by_role.get("frozen", 0), "ram_trainable_params": by_role.get("param", 0),
+            "ram_master_weights": by_role.get("master", 0),
+            "ram_optimizer_buffers": by_role.get("accum", 0) + by_role.get("velocity", 0),
+            "ram_gradients": by_role.get("grad", 0), "ram_activations_kept": by_role.get("activation", 0),
+            "ram_error_buffers": by_role.get("error", 0), "ram_scratch": by_role.get("scratch", 0),
+            "ram_meta": by_role.get("meta", 0), "ram_stack_estimate": bd.ram["stack"],
+            "ram_total": bd.ram_total, "flash_total": bd.flash_total, "breakdown": bd.as_dict()}

@@ -1,5 +1,5 @@
-"""Convolution and pooling layers (channels-last), with their reference, numba and C glue.
-The arithmetic is in ops/conv2d.py, depthwise.py, conv1d.py, maxpool.py, avgpool.py."""
+"""Convolution and pooling layers (channels-last) and their op table rows. The arithmetic is in
+ops/conv2d.py, depthwise.py, conv1d.py, maxpool.py, avgpool.py and their numba and C twins."""
 from __future__ import annotations
 
 import math
@@ -7,7 +7,8 @@ import math
 import numpy as np
 
 from tinytrain.graph import fields as F
-from tinytrain.graph.layers import Layer, ModelError, Param, _quantize, _weight_exp, register
+from tinytrain.graph.layers import MAX_PRODUCT, Layer, ModelError, Param, _quantize, _weight_exp, register
+from tinytrain.graph.optable import Call, Op, register_op
 from tinytrain.ops import avgpool as r_avg
 from tinytrain.ops import conv1d as r_c1
 from tinytrain.ops import conv2d as r_c2
@@ -17,10 +18,6 @@ from tinytrain.ops import maxpool as r_mp
 
 def _pair(v):
     return (int(v), int(v)) if isinstance(v, (int, np.integer)) else (int(v[0]), int(v[1]))
-
-
-def _shape(c, shape):
-    return f"{c}.reshape({tuple(int(s) for s in shape)})"
 
 
 class _ConvBase(Layer):
@@ -65,38 +62,6 @@ class Conv2d(_ConvBase):
     def macs(self):
         return int(np.prod(self.out_shape)) * self.kernel[0] * self.kernel[1] * self.in_shape[2]
 
-    def ref_forward(self, x, ex, train):
-        w, b = self.params
-        y, ey, n = r_c2.forward(x, ex, w.data, w.exp, b.data, b.exp, self.stride, self.pad)
-        return y, ey, n, (x, ex)
-
-    def ref_backward(self, e, ee, saved, need_dx):
-        x, ex = saved
-        w = self.params[0]
-        return r_c2.backward(e.reshape(self.out_shape), ee, x, ex, w.data, w.exp, self.stride, self.pad, need_dx)
-
-    nb_imports = ["from tinytrain.kernels.conv import conv2d_fwd, conv2d_bwd, conv2d_grad"]
-
-    def _nbargs(self):
-        return f"{self.stride[0]}, {self.stride[1]}, {self.pad[0]}, {self.pad[2]}"
-
-    def nb_forward(self, c):
-        return [f"{c.ey} = conv2d_fwd({_shape(c.x, self.in_shape)}, {c.ex}, {c.p(0)}, {c.pe(0)}, {c.p(1)}, {c.pe(1)}, {self._nbargs()}, S64, {_shape(c.y, self.out_shape)}, stats)"]
-
-    def nb_backward(self, c):
-        out = []
-        if c.dx is not None:
-            out.append(f"{c.edx} = conv2d_bwd({_shape(c.e, self.out_shape)}, {c.ee}, {c.p(0)}, {c.pe(0)}, {self._nbargs()}, S64, {_shape(c.dx, self.in_shape)}, stats)")
-        out.append(f"conv2d_grad({_shape(c.e, self.out_shape)}, {_shape(c.x, self.in_shape)}, {self._nbargs()}, {c.g(0)}, {c.g(1)})")
-        out += [f"{c.geo(0)} = {c.ee} + {c.ex}", f"{c.geo(1)} = {c.ee}"]
-        return out
-
-    def _cdims(self):
-        H, W, C = self.in_shape
-        OH, OW, F = self.out_shape
-        return f"{H}, {W}, {C}, {F}, {self.kernel[0]}, {self.kernel[1]}, {self.stride[0]}, {self.stride[1]}, {self.pad[0]}, {self.pad[2]}, {OH}, {OW}"
-
-
 @register
 class DepthwiseConv2d(Conv2d):
     kind = "depthwise_conv2d"
@@ -130,30 +95,6 @@ class DepthwiseConv2d(Conv2d):
     def macs(self):
         return int(np.prod(self.out_shape)) * self.kernel[0] * self.kernel[1]
 
-    def ref_forward(self, x, ex, train):
-        w, b = self.params
-        y, ey, n = r_dw.forward(x, ex, w.data, w.exp, b.data, b.exp, self.stride, self.pad)
-        return y, ey, n, (x, ex)
-
-    def ref_backward(self, e, ee, saved, need_dx):
-        x, ex = saved
-        w = self.params[0]
-        return r_dw.backward(e.reshape(self.out_shape), ee, x, ex, w.data, w.exp, self.stride, self.pad, need_dx)
-
-    nb_imports = ["from tinytrain.kernels.conv import depthwise_fwd, depthwise_bwd, depthwise_grad"]
-
-    def nb_forward(self, c):
-        return [s.replace("conv2d_fwd", "depthwise_fwd") for s in super().nb_forward(c)]
-
-    def nb_backward(self, c):
-        return [s.replace("conv2d_bwd", "depthwise_bwd").replace("conv2d_grad", "depthwise_grad") for s in super().nb_backward(c)]
-
-    def _cdims(self):
-        H, W, C = self.in_shape
-        OH, OW, _ = self.out_shape
-        return f"{H}, {W}, {C}, {self.kernel[0]}, {self.kernel[1]}, {self.stride[0]}, {self.stride[1]}, {self.pad[0]}, {self.pad[2]}, {OH}, {OW}"
-
-
 @register
 class Conv1d(_ConvBase):
     kind = "conv1d"
@@ -185,35 +126,6 @@ class Conv1d(_ConvBase):
 
     def macs(self):
         return int(np.prod(self.out_shape)) * self.kernel * self.in_shape[1]
-
-    def ref_forward(self, x, ex, train):
-        w, b = self.params
-        y, ey, n = r_c1.forward(x, ex, w.data, w.exp, b.data, b.exp, self.stride, self.pad)
-        return y, ey, n, (x, ex)
-
-    def ref_backward(self, e, ee, saved, need_dx):
-        x, ex = saved
-        w = self.params[0]
-        return r_c1.backward(e.reshape(self.out_shape), ee, x, ex, w.data, w.exp, self.stride, self.pad, need_dx)
-
-    nb_imports = ["from tinytrain.kernels.conv import conv1d_fwd, conv1d_bwd, conv1d_grad"]
-
-    def nb_forward(self, c):
-        return [f"{c.ey} = conv1d_fwd({_shape(c.x, self.in_shape)}, {c.ex}, {c.p(0)}, {c.pe(0)}, {c.p(1)}, {c.pe(1)}, {self.stride}, {self.pad[0]}, S64, {_shape(c.y, self.out_shape)}, stats)"]
-
-    def nb_backward(self, c):
-        out = []
-        if c.dx is not None:
-            out.append(f"{c.edx} = conv1d_bwd({_shape(c.e, self.out_shape)}, {c.ee}, {c.p(0)}, {c.pe(0)}, {self.stride}, {self.pad[0]}, S64, {_shape(c.dx, self.in_shape)}, stats)")
-        out.append(f"conv1d_grad({_shape(c.e, self.out_shape)}, {_shape(c.x, self.in_shape)}, {self.stride}, {self.pad[0]}, {c.g(0)}, {c.g(1)})")
-        out += [f"{c.geo(0)} = {c.ee} + {c.ex}", f"{c.geo(1)} = {c.ee}"]
-        return out
-
-    def _cdims(self):
-        L, C = self.in_shape
-        OL, F = self.out_shape
-        return f"{L}, {C}, {F}, {self.kernel}, {self.stride}, {self.pad[0]}, {OL}"
-
 
 _POOL_FIELDS = {d: {"kernel": f, "stride": F.optional(f)}
                 for d, f in ((1, F.POS_INT), (2, F.POS_INT_OR_PAIR))}
@@ -255,25 +167,6 @@ class MaxPool2d(_Pool):
     kind = "maxpool2d"
     dims = 2
     fields = _POOL_FIELDS[2]
-    nb_imports = ["from tinytrain.kernels.pool import maxpool2d_fwd, maxpool2d_bwd"]
-
-    def ref_forward(self, x, ex, train):
-        y, ey, n = r_mp.forward(x, ex, self.kernel, self.stride)
-        return y, ey, n, x
-
-    def ref_backward(self, e, ee, x, need_dx):
-        return r_mp.backward(e.reshape(self.out_shape), ee, x, self.kernel, self.stride, need_dx)
-
-    def _k(self):
-        return f"{self.kernel[0]}, {self.kernel[1]}, {self.stride[0]}, {self.stride[1]}"
-
-    def nb_forward(self, c):
-        return [f"{c.ey} = maxpool2d_fwd({_shape(c.x, self.in_shape)}, {c.ex}, {self._k()}, {_shape(c.y, self.out_shape)}, stats)"]
-
-    def nb_backward(self, c):
-        if c.dx is None:
-            return []
-        return [f"{c.edx} = maxpool2d_bwd({_shape(c.e, self.out_shape)}, {c.ee}, {_shape(c.x, self.in_shape)}, {self._k()}, I32, {_shape(c.dx, self.in_shape)}, stats)"]
 
 
 @register
@@ -281,22 +174,6 @@ class MaxPool1d(_Pool):
     kind = "maxpool1d"
     dims = 1
     fields = _POOL_FIELDS[1]
-    nb_imports = ["from tinytrain.kernels.pool import maxpool1d_fwd, maxpool1d_bwd"]
-
-    def ref_forward(self, x, ex, train):
-        y, ey, n = r_mp.forward1d(x, ex, self.kernel, self.stride)
-        return y, ey, n, x
-
-    def ref_backward(self, e, ee, x, need_dx):
-        return r_mp.backward1d(e.reshape(self.out_shape), ee, x, self.kernel, self.stride, need_dx)
-
-    def nb_forward(self, c):
-        return [f"{c.ey} = maxpool1d_fwd({_shape(c.x, self.in_shape)}, {c.ex}, {self.kernel}, {self.stride}, {_shape(c.y, self.out_shape)}, stats)"]
-
-    def nb_backward(self, c):
-        if c.dx is None:
-            return []
-        return [f"{c.edx} = maxpool1d_bwd({_shape(c.e, self.out_shape)}, {c.ee}, {_shape(c.x, self.in_shape)}, {self.kernel}, {self.stride}, I32, {_shape(c.dx, self.in_shape)}, stats)"]
 
 
 @register
@@ -304,36 +181,15 @@ class AvgPool2d(_Pool):
     kind = "avgpool2d"
     dims = 2
     fields = _POOL_FIELDS[2]
-    nb_imports = ["from tinytrain.kernels.pool import avgpool2d_fwd, avgpool2d_bwd"]
 
     def _mk(self):
         return r_avg.reciprocal(self.kernel[0] * self.kernel[1])
-
-    def ref_forward(self, x, ex, train):
-        y, ey, n = r_avg.forward(x, ex, self.kernel, self.stride)
-        return y, ey, n, None
-
-    def ref_backward(self, e, ee, saved, need_dx):
-        return r_avg.backward(e.reshape(self.out_shape), ee, self.in_shape, self.kernel, self.stride, need_dx)
-
-    def _k(self):
-        m, k = self._mk()
-        return f"{self.kernel[0]}, {self.kernel[1]}, {self.stride[0]}, {self.stride[1]}, {m}, {k}"
-
-    def nb_forward(self, c):
-        return [f"{c.ey} = avgpool2d_fwd({_shape(c.x, self.in_shape)}, {c.ex}, {self._k()}, {_shape(c.y, self.out_shape)}, stats)"]
-
-    def nb_backward(self, c):
-        if c.dx is None:
-            return []
-        return [f"{c.edx} = avgpool2d_bwd({_shape(c.e, self.out_shape)}, {c.ee}, {self._k()}, {_shape(c.dx, self.in_shape)}, stats)"]
 
 
 @register
 class GlobalAvgPool(Layer):
     kind = "global_avgpool"
     fields = {}
-    nb_imports = ["from tinytrain.kernels.pool import global_avgpool_fwd, global_avgpool_bwd"]
 
     def _out_shape(self, s):
         if len(s) not in (2, 3):
@@ -343,21 +199,146 @@ class GlobalAvgPool(Layer):
     def _P(self):
         return int(np.prod(self.in_shape[:-1]))
 
-    def ref_forward(self, x, ex, train):
-        y, ey, n = r_avg.global_forward(x, ex)
-        return y, ey, n, None
 
-    def ref_backward(self, e, ee, saved, need_dx):
-        return r_avg.global_backward(e, ee, self.in_shape, need_dx)
+# ------------------------------------------------------------------ op table rows
+def _conv_forward(ref):
+    def forward(l, x, ex, train):
+        w, b = l.params
+        y, ey, n = ref.forward(x, ex, w.data, w.exp, b.data, b.exp, l.stride, l.pad)
+        return y, ey, n, (x, ex)
+    return forward
 
-    def _k(self):
-        m, k = r_avg.reciprocal(self._P())
-        return f"{m}, {k}"
 
-    def nb_forward(self, c):
-        return [f"{c.ey} = global_avgpool_fwd({_shape(c.x, (self._P(), self.in_shape[-1]))}, {c.ex}, {self._k()}, {c.y}, stats)"]
+def _conv_backward(ref):
+    def backward(l, e, ee, saved, need_dx):
+        x, ex = saved
+        w = l.params[0]
+        return ref.backward(e.reshape(l.out_shape), ee, x, ex, w.data, w.exp, l.stride, l.pad, need_dx)
+    return backward
 
-    def nb_backward(self, c):
-        if c.dx is None:
-            return []
-        return [f"{c.edx} = global_avgpool_bwd({c.e}, {c.ee}, {self._k()}, {_shape(c.dx, (self._P(), self.in_shape[-1]))}, stats)"]
+
+def _conv2d_args(l):
+    (H, W, C), (OH, OW, F) = l.in_shape, l.out_shape
+    return {"H": H, "W": W, "Cin": C, "Cout": F, "kh": l.kernel[0], "kw": l.kernel[1], "stride_h": l.stride[0],
+            "stride_w": l.stride[1], "pad_top": l.pad[0], "pad_left": l.pad[2], "Ho": OH, "Wo": OW}
+
+
+_NB_CONV2D = "{stride_h}, {stride_w}, {pad_top}, {pad_left}"
+_C_CONV2D = "{H}, {W}, {Cin}, {Cout}, {kh}, {kw}, {stride_h}, {stride_w}, {pad_top}, {pad_left}, {Ho}, {Wo}"
+_C_DEPTHWISE = "{H}, {W}, {Cin}, {kh}, {kw}, {stride_h}, {stride_w}, {pad_top}, {pad_left}, {Ho}, {Wo}"
+_C_CONV1D = "{L}, {Cin}, {Cout}, {k}, {stride}, {pad_left}, {Lo}"
+
+
+def _conv_bounds(fan_in, fan_out, positions):
+    """The bounds of ops/conv2d.py, depthwise.py, conv1d.py: sums exact in int64, the weight
+    gradient in int32 (``geometry`` refuses more than GRAD_MAX_POSITIONS output positions)."""
+    return lambda l: [("forward sum", fan_in(l) * MAX_PRODUCT + 2**30, 64),
+                      ("input-error sum", fan_out(l) * MAX_PRODUCT, 64),
+                      ("weight gradient", 127 * 127 * positions(l), 32)]
+
+
+def _conv_row(kind, name, ref, args, nb_dims, c_dims, bounds):
+    """Conv2d, depthwise and Conv1d share one calling convention (their kernels differ)."""
+    return Op(
+        kind, _conv_forward(ref), _conv_backward(ref),
+        nb_import=f"tinytrain.kernels.conv: {name}_fwd, {name}_bwd, {name}_grad", c_header="tt_conv.h", args=args,
+        fwd=Call(f"{name}_fwd({{x:in}}, {{ex}}, {{w}}, {{exp_w}}, {{b}}, {{exp_b}}, {nb_dims}, {{scratch}}, {{y:out}}, {{stats}})",
+                 f"tt_{name}_fwd_s8({{x}}, {{ex}}, {{w}}, {{exp_w}}, {{b}}, {{exp_b}}, {c_dims}, {{scratch}}, {{y}}, {{stats}})"),
+        bwd=Call(f"{name}_bwd({{e:out}}, {{ee}}, {{w}}, {{exp_w}}, {nb_dims}, {{scratch}}, {{dx:in}}, {{stats}})",
+                 f"tt_{name}_bwd_s8({{e}}, {{ee}}, {{w}}, {{exp_w}}, {c_dims}, {{scratch}}, {{dx}}, {{stats}})"),
+        grad=Call(f"{name}_grad({{e:out}}, {{x:in}}, {nb_dims}, {{g_w}}, {{g_b}})",
+                  f"tt_{name}_grad_s32({{e}}, {{x}}, {c_dims}, {{g_w}}, {{g_b}})"),
+        grad_exp={"w": "{ee} + {ex}", "b": "{ee}"}, bounds=bounds)
+
+
+def _hw(l):
+    return l.out_shape[0] * l.out_shape[1]
+
+
+register_op(_conv_row("conv2d", "conv2d", r_c2, _conv2d_args, _NB_CONV2D, _C_CONV2D,
+                      _conv_bounds(lambda l: l.kernel[0] * l.kernel[1] * l.in_shape[2],
+                                   lambda l: l.filters * l.kernel[0] * l.kernel[1], _hw)))
+register_op(_conv_row("depthwise_conv2d", "depthwise", r_dw, _conv2d_args, _NB_CONV2D, _C_DEPTHWISE,
+                      _conv_bounds(lambda l: l.kernel[0] * l.kernel[1], lambda l: l.kernel[0] * l.kernel[1], _hw)))
+register_op(_conv_row(
+    "conv1d", "conv1d", r_c1,
+    lambda l: {"L": l.in_shape[0], "Cin": l.in_shape[1], "Cout": l.out_shape[1], "k": l.kernel, "stride": l.stride,
+               "pad_left": l.pad[0], "Lo": l.out_shape[0]},
+    "{stride}, {pad_left}", _C_CONV1D,
+    _conv_bounds(lambda l: l.kernel * l.in_shape[1], lambda l: l.filters * l.kernel, lambda l: l.out_shape[0])))
+
+
+def _pool2_args(l):
+    H, W, C = l.in_shape
+    return {"H": H, "W": W, "C": C, "kh": l.kernel[0], "kw": l.kernel[1], "stride_h": l.stride[0], "stride_w": l.stride[1]}
+
+
+_NB_POOL2 = "{kh}, {kw}, {stride_h}, {stride_w}"
+_C_POOL2 = "{H}, {W}, {C}, {kh}, {kw}, {stride_h}, {stride_w}"
+
+
+def _maxpool_forward(ref):
+    def forward(l, x, ex, train):
+        y, ey, n = ref(x, ex, l.kernel, l.stride)
+        return y, ey, n, x  # backward routes the error to each window's first maximum
+    return forward
+
+
+def _maxpool_backward(ref):
+    return lambda l, e, ee, x, need_dx: ref(e.reshape(l.out_shape), ee, x, l.kernel, l.stride, need_dx)
+
+
+def _maxpool_row(kind, name, fwd_ref, bwd_ref, args, nb_dims, c_dims):
+    return Op(
+        kind, _maxpool_forward(fwd_ref), _maxpool_backward(bwd_ref),
+        nb_import=f"tinytrain.kernels.pool: {name}_fwd, {name}_bwd", c_header="tt_pool.h", args=args,
+        fwd=Call(f"{name}_fwd({{x:in}}, {{ex}}, {nb_dims}, {{y:out}}, {{stats}})",
+                 f"tt_{name}_fwd_s8({{x}}, {{ex}}, {c_dims}, {{y}}, {{stats}})"),
+        bwd=Call(f"{name}_bwd({{e:out}}, {{ee}}, {{x:in}}, {nb_dims}, I32, {{dx:in}}, {{stats}})",
+                 f"tt_{name}_bwd_s8({{e}}, {{ee}}, {{x}}, {c_dims}, 0, {{dx}}, {{stats}})"))
+
+
+register_op(_maxpool_row("maxpool2d", "maxpool2d", r_mp.forward, r_mp.backward, _pool2_args, _NB_POOL2, _C_POOL2))
+register_op(_maxpool_row("maxpool1d", "maxpool1d", r_mp.forward1d, r_mp.backward1d,
+                         lambda l: {"L": l.in_shape[0], "C": l.in_shape[1], "k": l.kernel, "stride": l.stride},
+                         "{k}, {stride}", "{L}, {C}, {k}, {stride}"))
+
+
+def _avgpool_args(l):
+    m, k = l._mk()
+    return {**_pool2_args(l), "mult": m, "shift": k}
+
+
+def _avgpool_forward(l, x, ex, train):
+    y, ey, n = r_avg.forward(x, ex, l.kernel, l.stride)
+    return y, ey, n, None
+
+
+register_op(Op(
+    "avgpool2d", _avgpool_forward,
+    lambda l, e, ee, saved, need_dx: r_avg.backward(e.reshape(l.out_shape), ee, l.in_shape, l.kernel, l.stride, need_dx),
+    nb_import="tinytrain.kernels.pool: avgpool2d_fwd, avgpool2d_bwd", c_header="tt_pool.h", args=_avgpool_args,
+    fwd=Call(f"avgpool2d_fwd({{x:in}}, {{ex}}, {_NB_POOL2}, {{mult}}, {{shift}}, {{y:out}}, {{stats}})",
+             f"tt_avgpool2d_fwd_s8({{x}}, {{ex}}, {_C_POOL2}, {{mult}}, {{shift}}, {{y}}, {{stats}})"),
+    bwd=Call(f"avgpool2d_bwd({{e:out}}, {{ee}}, {_NB_POOL2}, {{mult}}, {{shift}}, {{dx:in}}, {{stats}})",
+             f"tt_avgpool2d_bwd_s8({{e}}, {{ee}}, {_C_POOL2}, {{mult}}, {{shift}}, {{dx}}, {{stats}})")))
+
+
+def _gap_args(l):
+    m, k = r_avg.reciprocal(l._P())
+    return {"P": l._P(), "C": l.in_shape[-1], "mult": m, "shift": k}
+
+
+def _gap_forward(l, x, ex, train):
+    y, ey, n = r_avg.global_forward(x, ex)
+    return y, ey, n, None
+
+
+register_op(Op(
+    "global_avgpool", _gap_forward,
+    lambda l, e, ee, saved, need_dx: r_avg.global_backward(e, ee, l.in_shape, need_dx),
+    nb_import="tinytrain.kernels.pool: global_avgpool_fwd, global_avgpool_bwd", c_header="tt_pool.h", args=_gap_args,
+    fwd=Call("global_avgpool_fwd({x:pc}, {ex}, {mult}, {shift}, {y}, {stats})",
+             "tt_global_avgpool_fwd_s8({x}, {ex}, {P}, {C}, {mult}, {shift}, {y}, {stats})"),
+    bwd=Call("global_avgpool_bwd({e}, {ee}, {mult}, {shift}, {dx:pc}, {stats})",
+             "tt_global_avgpool_bwd_s8({e}, {ee}, {P}, {C}, {mult}, {shift}, {dx}, {stats})")))

@@ -1,6 +1,7 @@
-"""Layers: configuration, parameter initialisation (build time, float allowed), and the glue
-that calls each op's reference (simulator spec), numba kernel (fast path) and C kernel
-(codegen). One class per layer type; the arithmetic lives in ops/, kernels/ and firmware/."""
+"""Layers: configuration, shape inference and parameter initialisation (build time, float
+allowed). One class per layer type; what each computes is its row in the op table
+(graph/optable.py), registered next to the class; the arithmetic lives in ops/ (reference),
+kernels/ (numba) and firmware/ (C)."""
 from __future__ import annotations
 
 import inspect
@@ -10,8 +11,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinytrain.graph import fields as F
+from tinytrain.graph.optable import Call, Op, op_for, register_op
 from tinytrain.ops import dense as r_dense
 from tinytrain.ops import flatten as r_flatten
+from tinytrain.ops import leaky_relu as r_leaky
 from tinytrain.ops import relu as r_relu
 
 
@@ -34,6 +37,10 @@ class Param:
 def _weight_exp(bound: float) -> int:
     """Fixed int16 exponent leaving 4x headroom above the init bound (range >= 4 * bound)."""
     return math.ceil(math.log2(4.0 * bound)) - 15
+
+
+#: largest |int8 activation or error * int16 weight| (both symmetric: -128 and -32768 never occur)
+MAX_PRODUCT = 127 * 32767
 
 
 def _quantize(v: np.ndarray, exp: int, dtype) -> np.ndarray:
@@ -78,6 +85,14 @@ class Layer:
 
     def macs(self) -> int:
         return 0
+
+    def ref_forward(self, x, ex, train):
+        """The reference forward (the op table's row): (y, ey, nsat, saved)."""
+        return op_for(self).forward(self, x, ex, train)
+
+    def ref_backward(self, e, ee, saved, need_dx):
+        """The reference backward: (dx, edx, nsat, [gradient, exponent per trainable param])."""
+        return op_for(self).backward(self, e, ee, saved, need_dx)
 
     def ref_grads(self, e, ee, saved, need_dx):
         """``ref_backward`` with its gradients keyed by parameter name.
@@ -128,27 +143,10 @@ class Dense(Layer):
     def macs(self):
         return self.units * self.in_shape[0]
 
-    def ref_forward(self, x, ex, train):
-        w, b = self.params
-        y, ey, nsat = r_dense.forward(x, ex, w.data, w.exp, b.data, b.exp)
-        return y, ey, nsat, (x, ex)
-
-    def ref_backward(self, e, ee, saved, need_dx):
-        x, ex = saved
-        w = self.params[0]
-        return r_dense.backward(e, ee, x, ex, w.data, w.exp, need_dx)
-
 
 class ReLU(Layer):
     kind = "relu"
     fields = {}
-
-    def ref_forward(self, x, ex, train):
-        y, ey, nsat = r_relu.forward(x, ex)
-        return y, ey, nsat, y
-
-    def ref_backward(self, e, ee, saved, need_dx):
-        return r_relu.backward(e, ee, saved, need_dx)
 
 
 class Flatten(Layer):
@@ -157,13 +155,6 @@ class Flatten(Layer):
 
     def _out_shape(self, in_shape):
         return (int(np.prod(in_shape)),)
-
-    def ref_forward(self, x, ex, train):
-        y, ey, nsat = r_flatten.forward(x, ex)
-        return y, ey, nsat, None
-
-    def ref_backward(self, e, ee, saved, need_dx):
-        return r_flatten.backward(e, ee, self.in_shape, need_dx)
 
 
 LAYER_TYPES = {cls.kind: cls for cls in (Dense, ReLU, Flatten)}
@@ -194,35 +185,89 @@ def layer_from_config(d: dict) -> Layer:
         raise ModelError(f"bad options for layer {kind!r}: {exc}") from None
 
 
-# ---------------------------------------------------------------------------------------
-# numba emitters: each returns source lines for the generated training function (sim.py).
-# ctx provides: x (input buffer expr), ex (input exponent expr), y (output buffer expr),
-# p(j) (param j storage expr, shaped), pe(j) (its exponent literal), e (output-error expr),
-# dx (input-error expr or None), g(j) (gradient buffer expr for param j), buf(j) (extra buffer).
-
-def _nb_dense_fwd(self, c):
-    return [f"{c.ey} = dense_fwd({c.x}, {c.ex}, {c.p(0)}, {c.pe(0)}, {c.p(1)}, {c.pe(1)}, S64[:{self.units}], {c.y}, stats)"]
+# ------------------------------------------------------------------ op table rows
+def _dense_forward(l, x, ex, train):
+    w, b = l.params
+    y, ey, nsat = r_dense.forward(x, ex, w.data, w.exp, b.data, b.exp)
+    return y, ey, nsat, (x, ex)
 
 
-def _nb_dense_bwd(self, c):
-    lines = []
-    if c.dx is not None:
-        lines.append(f"{c.edx} = dense_bwd({c.e}, {c.ee}, {c.p(0)}, {c.pe(0)}, S64[:{self.in_shape[0]}], {c.dx}, stats)")
-    lines.append(f"dense_grad({c.e}, {c.x}, {c.g(0)}, {c.g(1)})")
-    lines.append(f"{c.geo(0)} = {c.ee} + {c.ex}")
-    lines.append(f"{c.geo(1)} = {c.ee}")
-    return lines
+def _dense_backward(l, e, ee, saved, need_dx):
+    x, ex = saved
+    w = l.params[0]
+    return r_dense.backward(e, ee, x, ex, w.data, w.exp, need_dx)
 
 
-Dense.nb_imports = ["from tinytrain.kernels.dense import dense_fwd, dense_bwd, dense_grad"]
-Dense.nb_forward = _nb_dense_fwd
-Dense.nb_backward = _nb_dense_bwd
+register_op(Op(
+    "dense", _dense_forward, _dense_backward,
+    nb_import="tinytrain.kernels.dense: dense_fwd, dense_bwd, dense_grad", c_header="tt_dense.h",
+    args=lambda l: {"K": l.in_shape[0], "N": l.units},
+    fwd=Call("dense_fwd({x}, {ex}, {w}, {exp_w}, {b}, {exp_b}, {scratch:N}, {y}, {stats})",
+             "tt_dense_fwd_s8({x}, {ex}, {w}, {exp_w}, {b}, {exp_b}, {K}, {N}, {scratch}, {y}, {stats})"),
+    bwd=Call("dense_bwd({e}, {ee}, {w}, {exp_w}, {scratch:K}, {dx}, {stats})",
+             "tt_dense_bwd_s8({e}, {ee}, {w}, {exp_w}, {K}, {N}, {scratch}, {dx}, {stats})"),
+    grad=Call("dense_grad({e}, {x}, {g_w}, {g_b})", "tt_dense_grad_s32({e}, {x}, {K}, {N}, {g_w}, {g_b})"),
+    grad_exp={"w": "{ee} + {ex}", "b": "{ee}"},
+    # ops/dense.py; the C picks int32 below TT_DENSE_S32_MAX_K / _MAX_N (tt_dense.h)
+    bounds=lambda l: [("forward sum", l.in_shape[0] * MAX_PRODUCT + 2**30, 32 if l.in_shape[0] <= 258 else 64),
+                      ("input-error sum", l.units * MAX_PRODUCT, 32 if l.units <= 516 else 64),
+                      ("weight gradient", 127 * 127, 32)]))
 
-# the kernels tests/test_ops_elementwise.py checks against ops/relu.py and ops/flatten.py
-ReLU.nb_imports = ["from tinytrain.kernels.elementwise import relu_fwd, relu_bwd"]
-ReLU.nb_forward = lambda self, c: [f"{c.ey} = relu_fwd({c.x}, {c.ex}, {c.y}, stats)"]
-ReLU.nb_backward = lambda self, c: ([f"{c.edx} = relu_bwd({c.e}, {c.ee}, {c.y}, {c.dx}, stats)"] if c.dx is not None else [])
 
-Flatten.nb_imports = ["from tinytrain.kernels.elementwise import flatten_fwd, flatten_bwd"]
-Flatten.nb_forward = lambda self, c: [f"{c.ey} = flatten_fwd({c.x}, {c.ex}, {c.y}, stats)"]
-Flatten.nb_backward = lambda self, c: ([f"{c.edx} = flatten_bwd({c.e}, {c.ee}, {c.dx}, stats)"] if c.dx is not None else [])
+def _relu_forward(l, x, ex, train):
+    y, ey, nsat = r_relu.forward(x, ex)
+    return y, ey, nsat, y  # backward masks with the saved output
+
+
+register_op(Op(
+    "relu", _relu_forward, lambda l, e, ee, y, need_dx: r_relu.backward(e, ee, y, need_dx),
+    nb_import="tinytrain.kernels.elementwise: relu_fwd, relu_bwd", c_header="tt_relu.h",
+    args=lambda l: {"n": l.in_size},
+    fwd=Call("relu_fwd({x}, {ex}, {y}, {stats})", "tt_relu_fwd_s8({x}, {ex}, {n}, {y}, {stats})"),
+    bwd=Call("relu_bwd({e}, {ee}, {y}, {dx}, {stats})", "tt_relu_bwd_s8({e}, {ee}, {y}, {n}, {dx}, {stats})")))
+
+
+def _flatten_forward(l, x, ex, train):
+    y, ey, nsat = r_flatten.forward(x, ex)
+    return y, ey, nsat, None
+
+
+register_op(Op(
+    "flatten", _flatten_forward, lambda l, e, ee, saved, need_dx: r_flatten.backward(e, ee, l.in_shape, need_dx),
+    nb_import="tinytrain.kernels.elementwise: flatten_fwd, flatten_bwd", c_header="tt_flatten.h",
+    args=lambda l: {"n": l.in_size},
+    fwd=Call("flatten_fwd({x}, {ex}, {y}, {stats})", "tt_flatten_fwd_s8({x}, {ex}, {n}, {y}, {stats})"),
+    bwd=Call("flatten_bwd({e}, {ee}, {dx}, {stats})", "tt_flatten_bwd_s8({e}, {ee}, {n}, {dx}, {stats})")))
+
+
+# --------------------------------------------- LeakyReLU: the worked example of docs/adding-an-op.md
+@register
+class LeakyReLU(Layer):
+    kind = "leaky_relu"
+    fields = {"alpha": F.Field("a number in (0, 1)", lambda v: F.is_number(v) and 0 < v < 1)}
+
+    def __init__(self, alpha: float = 0.125):
+        super().__init__()
+        try:
+            self.slope_q8 = r_leaky.slope_q8(alpha)
+        except ValueError as exc:
+            raise ModelError(str(exc)) from None
+        self.alpha = alpha
+
+    def config(self):
+        return {"alpha": self.alpha}
+
+
+def _leaky_forward(l, x, ex, train):
+    y, ey, nsat = r_leaky.forward(x, ex, l.slope_q8)
+    return y, ey, nsat, y  # backward masks with the saved output, as ReLU does
+
+
+register_op(Op(
+    "leaky_relu", _leaky_forward, lambda l, e, ee, y, need_dx: r_leaky.backward(e, ee, y, l.slope_q8, need_dx),
+    nb_import="tinytrain.kernels.elementwise: leaky_relu_fwd, leaky_relu_bwd", c_header="tt_leaky_relu.h",
+    args=lambda l: {"n": l.in_size, "slope_q8": l.slope_q8},
+    fwd=Call("leaky_relu_fwd({x}, {ex}, {slope_q8}, {y}, {stats})",
+             "tt_leaky_relu_fwd_s8({x}, {ex}, {n}, {slope_q8}, {y}, {stats})"),
+    bwd=Call("leaky_relu_bwd({e}, {ee}, {y}, {slope_q8}, {dx}, {stats})",
+             "tt_leaky_relu_bwd_s8({e}, {ee}, {y}, {n}, {slope_q8}, {dx}, {stats})")))

@@ -284,13 +284,15 @@ class Sequential:
     def _apply_batch(self, prng):
         for li, l in enumerate(self.layers):
             for pi in range(len(l.params)):
-                if (li, pi) not in self.accum:
-                    continue
-                w, _ = self._store(li, pi)
-                self.stats[1] += r_opt.apply_accumulated_ref(w, self.accum[(li, pi)], self.velocity.get((li, pi)), self.opt, prng)
-                self._refresh(li, pi)
+                if (li, pi) in self.accum:
+                    self._apply_accumulated(li, pi, prng)
         self.meta[1] += 1
         self.meta[2] = 0
+
+    def _apply_accumulated(self, li, pi, prng):
+        w, _ = self._store(li, pi)
+        self.stats[1] += r_opt.apply_accumulated_ref(w, self.accum[(li, pi)], self.velocity.get((li, pi)), self.opt, prng)
+        self._refresh(li, pi)
 
     target_exp = 0
 

@@ -211,28 +211,3 @@ def build_model(name_or_path, dataset, *, seed: int = 0, lr: float | None = None
         return from_spec(read_model_file(p), dataset, where=p.name, seed=seed, **overrides)
     raise ModelError(f"unknown model {s!r}: built-in models are {', '.join(MODELS)}, or give the "
                      "path of a .json/.toml model file or a saved .tt model")
-
-
-# --------------------------------------------------------------- memory estimate
-
-def memory_estimate(model: Sequential, board=None) -> dict:
-    """Bytes a device needs to train this model on `board` (default: the default board):
-    the model's own buffers (ram_* keys, from the code generator's memory plan; frozen
-    parameters are const data in flash) and, under "breakdown", the whole firmware's RAM and
-    flash by role (tinytrain.codegen.memory.breakdown, as codegen, build and verify report it);
-    ram_total is that breakdown's total."""
-    from tinytrain.codegen.emit import generate
-    from tinytrain.codegen.memory import breakdown
-
-    em = generate(model)
-    bd = breakdown(model, board)
-    by_role = {}
-    for t in em.tensors:
-        by_role[t.role] = by_role.get(t.role, 0) + t.bytes
-    return {"flash_frozen_params": by_role.get("frozen", 0), "ram_trainable_params": by_role.get("param", 0),
-            "ram_master_weights": by_role.get("master", 0),
-            "ram_optimizer_buffers": by_role.get("accum", 0) + by_role.get("velocity", 0),
-            "ram_gradients": by_role.get("grad", 0), "ram_activations_kept": by_role.get("activation", 0),
-            "ram_error_buffers": by_role.get("error", 0), "ram_scratch": by_role.get("scratch", 0),
-            "ram_meta": by_role.get("meta", 0), "ram_stack_estimate": bd.ram["stack"],
-            "ram_total": bd.ram_total, "flash_total": bd.flash_total, "breakdown": bd.as_dict()}

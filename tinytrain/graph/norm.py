@@ -1,4 +1,5 @@
-"""Integer batch normalization as a layer (arithmetic in ops/batchnorm.py; numba and C twins).
+"""Integer batch normalization as a layer and its op table row (arithmetic in ops/batchnorm.py;
+numba and C twins).
 
 At batch 1 the statistics of a channel are taken over the sample's positions (H*W or L), as
 PyTorch's BatchNorm does in train mode at batch size 1. Eval mode (prediction) uses the
@@ -11,6 +12,7 @@ import numpy as np
 
 from tinytrain.graph import fields as F
 from tinytrain.graph.layers import Layer, ModelError, Param, register
+from tinytrain.graph.optable import Buffer, Call, Op, register_op
 from tinytrain.ops import batchnorm as r_bn
 
 
@@ -52,72 +54,40 @@ class BatchNorm(Layer):
     def C(self):
         return self.in_shape[-1]
 
-    def c_scratch_words(self):
-        return max(3 * self.C, self.in_size)
 
-    def c_buffers(self, em, li, backward=True):
-        """(name, ctype, count, role) of the per-channel values backward needs, in the generated C."""
-        return [(em.sym(f"l{li}_saved"), "int32_t", 3 * self.C, "activation")]
+# ------------------------------------------------------------------ op table row
+def _bn_forward(l, x, ex, train):
+    g, b, rm, rv = l.params
+    y, ey, n, saved, rm2, rv2 = r_bn.forward(x, ex, g.data, g.exp, b.data, b.exp, rm.data, rm.exp, rv.data, rv.exp,
+                                             train=train, **l.cfg)
+    if train:  # the running statistics are state: the forward pass updates them
+        rm.data[...] = rm2
+        rv.data[...] = rv2
+    return y, ey, n, (x, ex, saved, train)
 
-    def nb_buffers(self):
-        return [((3, self.C), np.int32)]
 
-    def ref_forward(self, x, ex, train):
-        g, b, rm, rv = self.params
-        y, ey, n, saved, rm2, rv2 = r_bn.forward(x, ex, g.data, g.exp, b.data, b.exp, rm.data, rm.exp, rv.data, rv.exp,
-                                                 train=train, **self.cfg)
-        if train:
-            rm.data[...] = rm2
-            rv.data[...] = rv2
-        return y, ey, n, (x, ex, saved, train)
+def _bn_backward(l, e, ee, saved, need_dx):
+    x, ex, sv, train = saved
+    g = l.params[0]
+    return r_bn.backward(e.reshape(l.in_shape), ee, x, ex, sv, g.data, g.exp, train=train, need_dx=need_dx)
 
-    def ref_backward(self, e, ee, saved, need_dx):
-        x, ex, sv, train = saved
-        g = self.params[0]
-        return r_bn.backward(e.reshape(self.in_shape), ee, x, ex, sv, g.data, g.exp, train=train, need_dx=need_dx)
 
-    nb_imports = ["from tinytrain.kernels.batchnorm import batchnorm_fwd, batchnorm_bwd, batchnorm_grad"]
+_BN_PARAMS = "{gamma}, {exp_gamma}, {beta}, {exp_beta}, {running_mean}, {exp_running_mean}, {running_var}, {exp_running_var}"
 
-    def _pc(self, name):
-        return f"{name}.reshape(({self.P}, {self.C}))"
-
-    def _nbf(self, c, train):
-        cf = self.cfg
-        return [f"{c.ey} = batchnorm_fwd({self._pc(c.x)}, {c.ex}, {c.p(0)}, {c.pe(0)}, {c.p(1)}, {c.pe(1)}, {c.p(2)}, {c.pe(2)}, "
-                f"{c.p(3)}, {c.pe(3)}, {cf['eps_m']}, {cf['eps_k']}, {cf['mom_k']}, {train}, {c.buf(0)}, S64[:{3 * self.C}], "
-                f"{self._pc(c.y)}, stats)"]
-
-    def nb_forward(self, c):
-        return self._nbf(c, True)
-
-    def nb_forward_eval(self, c):
-        return self._nbf(c, False)
-
-    def nb_backward(self, c):
-        out = []
-        if c.dx is not None:
-            out.append(f"{c.edx} = batchnorm_bwd({self._pc(c.e)}, {c.ee}, {self._pc(c.x)}, {c.ex}, {c.buf(0)}, {c.p(0)}, {c.pe(0)}, "
-                       f"True, S64[:{3 * self.C}], {self._pc(c.dx)}, stats)")
-        out.append(f"batchnorm_grad({self._pc(c.e)}, {self._pc(c.x)}, {c.buf(0)}, True, {c.g(0)}, {c.g(1)})")
-        out += [f"{c.geo(0)} = {c.ee} - {r_bn.XHAT_FRAC}", f"{c.geo(1)} = {c.ee}"]
-        return out
-
-    # C emitters (tinytrain/codegen/emit.py looks these up by kind)
-    def c_forward(self, c, train=True):
-        cf = self.cfg
-        return [f"{c.ey} = tt_batchnorm_fwd_s8({c.x}, {c.ex}, {self.P}, {self.C}, {c.p(0)}, {c.pe(0)}, {c.p(1)}, {c.pe(1)}, "
-                f"{c.p(2)}, {c.pe(2)}, {c.p(3)}, {c.pe(3)}, {cf['eps_m']}, {cf['eps_k']}, {cf['mom_k']}, {int(train)}, "
-                f"{c.saved()}, SCRATCH, {c.y}, &STATS);"]
-
-    def c_forward_eval(self, c):
-        return self.c_forward(c, train=False)
-
-    def c_backward(self, c):
-        out = []
-        if c.dx:
-            out.append(f"{c.edx} = tt_batchnorm_bwd_s8({c.e}, {c.ee}, {c.x}, {c.ex}, {self.P}, {self.C}, {c.saved()}, "
-                       f"{c.p(0)}, {c.pe(0)}, 1, SCRATCH, {c.dx}, &STATS);")
-        if c.grads:
-            out.append(f"tt_batchnorm_grad_s32({c.e}, {c.x}, {self.P}, {self.C}, {c.saved()}, 1, {c.g(0)}, {c.g(1)});")
-            out += [f"{c.geo(0)} = {c.ee} - {r_bn.XHAT_FRAC};", f"{c.geo(1)} = {c.ee};"]
-        return out
+register_op(Op(
+    "batchnorm", _bn_forward, _bn_backward,
+    nb_import="tinytrain.kernels.batchnorm: batchnorm_fwd, batchnorm_bwd, batchnorm_grad", c_header="tt_batchnorm.h",
+    args=lambda l: {"P": l.P, "C": l.C, "C3": 3 * l.C, **{k: l.cfg[k] for k in ("eps_m", "eps_k", "mom_k")}},
+    # saved: per channel, the values backward needs (ops/batchnorm.py); backward always runs after
+    # a training forward, so its train flag is 1
+    buffers=(Buffer("saved", lambda l: (3, l.C)),),
+    scratch=lambda l: max(3 * l.C, l.in_size),
+    fwd=Call(f"batchnorm_fwd({{x:pc}}, {{ex}}, {_BN_PARAMS}, {{eps_m}}, {{eps_k}}, {{mom_k}}, {{train}}, {{saved}}, "
+             "{scratch:C3}, {y:pc}, {stats})",
+             f"tt_batchnorm_fwd_s8({{x}}, {{ex}}, {{P}}, {{C}}, {_BN_PARAMS}, {{eps_m}}, {{eps_k}}, {{mom_k}}, {{train}}, "
+             "{saved}, {scratch}, {y}, {stats})"),
+    bwd=Call("batchnorm_bwd({e:pc}, {ee}, {x:pc}, {ex}, {saved}, {gamma}, {exp_gamma}, True, {scratch:C3}, {dx:pc}, {stats})",
+             "tt_batchnorm_bwd_s8({e}, {ee}, {x}, {ex}, {P}, {C}, {saved}, {gamma}, {exp_gamma}, 1, {scratch}, {dx}, {stats})"),
+    grad=Call("batchnorm_grad({e:pc}, {x:pc}, {saved}, True, {g_gamma}, {g_beta})",
+              "tt_batchnorm_grad_s32({e}, {x}, {P}, {C}, {saved}, 1, {g_gamma}, {g_beta})"),
+    grad_exp={"gamma": f"{{ee}} - {r_bn.XHAT_FRAC}", "beta": "{ee}"}))

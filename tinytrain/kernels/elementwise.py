@@ -1,8 +1,9 @@
-"""numba kernels for ReLU, Flatten and residual Add, bit-exact with tinytrain.ops.relu,
-ops.flatten and ops.add (tests/test_ops_elementwise.py). Arrays may have any shape but must
+"""numba kernels for ReLU, Leaky ReLU, Flatten and residual Add, bit-exact with
+tinytrain.ops.relu, ops.leaky_relu, ops.flatten and ops.add (tests/test_ops_elementwise.py). Arrays may have any shape but must
 be C-contiguous (they are walked through flat views); no scratch."""
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 from tinytrain.kernels._common import align, requant_shift, rshift_round
@@ -72,4 +73,24 @@ def add_bwd(e, ee, da, db, stats):
     """da = db = e; returns ee."""
     da[...] = e
     db[...] = e
+    return ee
+
+
+@njit(cache=True)
+def leaky_relu_fwd(x, ex, s, y, stats):
+    """y = x where x > 0 else (x * s + 128) >> 8 (s: the Q8 slope); returns ex. y may be x."""
+    xf, yf = x.reshape(x.size), y.reshape(y.size)
+    for i in range(xf.size):
+        v = np.int32(xf[i])
+        yf[i] = v if v > 0 else (v * s + 128) >> 8
+    return ex
+
+
+@njit(cache=True)
+def leaky_relu_bwd(e, ee, y, s, dx, stats):
+    """dx = e where the saved output y > 0 else (e * s + 128) >> 8; returns ee. dx may be e."""
+    ef, yf, df = e.reshape(e.size), y.reshape(y.size), dx.reshape(dx.size)
+    for i in range(ef.size):
+        v = np.int32(ef[i])
+        df[i] = v if yf[i] > 0 else (v * s + 128) >> 8
     return ee

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tinytrain.graph.layers import Layer
+from tinytrain.graph import optable
+from tinytrain.graph.optable import Names
 from tinytrain.graph.optim import MASTER_EXTRA_BITS
 
 
@@ -37,29 +38,44 @@ def _cache_dir() -> Path:
     return d
 
 
-class _Ctx:
-    """Names an emitter uses for one layer in the generated source."""
+class _NbNames(Names):
+    """The numba spelling of a model's buffers: tuples of arrays indexed by position."""
 
-    def __init__(self, li, pidx, x, ex, y, ey, e=None, ee=None, dx=None, edx=None, gidx=None, bidx=None):
-        self.li, self._pidx, self.x, self.ex, self.y, self.ey = li, pidx, x, ex, y, ey
-        self.e, self.ee, self.dx, self.edx = e, ee, dx, edx
-        self._gidx, self._bidx = gidx or {}, bidx or []
-        self.layer: Layer | None = None
+    target, stats = "nb", "stats"
 
-    def p(self, j):
-        return f"P[{self._pidx[j]}]"
+    def __init__(self, model, pidx, gidx, bidx):
+        self.model, self.pidx, self.gidx, self.bidx = model, pidx, gidx, bidx
 
-    def pe(self, j):
-        return str(self.layer.params[j].exp)
+    def param(self, li, pi):
+        return f"P[{self.pidx[li][pi]}]"
 
-    def g(self, j):
-        return f"G[{self._gidx[j]}]" if j in self._gidx else f"GD[{self._pidx[j]}]"
+    def grad(self, li, pi):  # a learning layer's frozen parameters get their gradient in GD
+        return f"G[{self.gidx[(li, pi)]}]" if (li, pi) in self.gidx else f"GD[{self.pidx[li][pi]}]"
 
-    def geo(self, j):
-        return f"ge_{self.li}_{j}"
+    def grad_exp(self, li, pi):
+        return f"ge_{li}_{pi}"
 
-    def buf(self, j):
-        return f"B[{self._bidx[j]}]"
+    def buf(self, li, name):
+        return f"B[{self.bidx[li][name]}]"
+
+    def learns(self, li, pis):
+        return any(self.model.learns(li, pi) for pi in pis)
+
+    def stmt(self, s):
+        return s
+
+    def scratch(self, words):
+        return "S64" if words is None else f"S64[:{words}]"
+
+
+def buffer_index(model) -> list[dict]:
+    """Per layer, its op-table buffers' positions in the simulator's B tuple."""
+    out, n = [], 0
+    for l in model.layers:
+        names = [b[0] for b in optable.buffers(l)]
+        out.append({name: n + j for j, name in enumerate(names)})
+        n += len(names)
+    return out
 
 
 # The optimizer's integer constants reach the compiled loop as data (train_run's OC argument),
@@ -89,27 +105,17 @@ def generate_source(model) -> str:
     keys = [(li, pi) for li, l in enumerate(model.layers) for pi in range(len(l.params))]
     train_keys = [key for key in keys if model.learns(*key)]
     gidx = {key: i for i, key in enumerate(train_keys)}
-    bidx, nb = [], 0
-    for l in model.layers:
-        n = len(getattr(l, "nb_buffers", lambda: [])())
-        bidx.append(list(range(nb, nb + n)))
-        nb += n
+    names = _NbNames(model, pidx, gidx, buffer_index(model))
     first = model.first_learning
 
-    def ctx(li, train):
-        c = _Ctx(li, pidx[li], "x" if li == 0 else f"A[{li - 1}]", f"e{li}", f"A[{li}]", f"e{li + 1}",
-                 gidx={pi: gidx[(li, pi)] for pi in range(len(model.layers[li].params)) if (li, pi) in gidx},
-                 bidx=bidx[li])
-        c.layer = model.layers[li]
-        c.train = train
-        return c
+    def src(li):
+        return "x" if li == 0 else f"A[{li - 1}]"
 
     def fwd(train):
         out = []
         for li, l in enumerate(model.layers):
-            imports.update(l.nb_imports)
-            c = ctx(li, train)
-            out += l.nb_forward(c) if train or not hasattr(l, "nb_forward_eval") else l.nb_forward_eval(c)
+            imports.update(optable.imports(l))
+            out += optable.forward_lines(l, names, li, src(li), f"e{li}", f"A[{li}]", f"e{li + 1}", train)
         return out
 
     body = ["for n in range(order.size):", "    i = order[n]", "    x = X[i]", f"    e0 = {model.input_exp}"]
@@ -126,17 +132,15 @@ def generate_source(model) -> str:
     body.append(f"    de{L - 1} = ee")
     for li in range(L - 1, first - 1, -1):
         l = model.layers[li]
-        c = ctx(li, True)
-        c.e, c.ee = f"D[{li}]", f"de{li}"
-        if li > first:
-            c.dx, c.edx = f"D[{li - 1}]", f"de{li - 1}"
-        body += ["    " + s for s in l.nb_backward(c)]
+        dx, edx = (f"D[{li - 1}]", f"de{li - 1}") if li > first else (None, None)
+        body += ["    " + s for s in optable.backward_lines(l, names, li, src(li), f"e{li}", f"A[{li}]",
+                                                           f"D[{li}]", f"de{li}", dx, edx)]
         for pi, p in enumerate(l.params):
             key = (li, pi)
             if key not in gidx:
                 continue
             g = f"G[{gidx[key]}].reshape(-1)"
-            ge = c.geo(pi)
+            ge = names.grad_exp(li, pi)
             is_master = key in model.master
             store, ews = (f"MS[{gidx[key]}].reshape(-1)", p.exp - MASTER_EXTRA_BITS) if is_master else (f"P[{pidx[li][pi]}].reshape(-1)", p.exp)
             lo, hi = (-32767, 32767) if (p.data.dtype == np.int16 and not is_master) else (-(2**31), 2**31 - 1)
@@ -220,14 +224,11 @@ class Simulator:
         self.GD = tuple(np.zeros(p.shape, np.int32) for p in self.P) or (dummy32,)  # grads of frozen params
         self.A = tuple(np.zeros(l.out_size, np.int8) for l in m.layers)
         self.D = tuple(np.zeros(l.out_size, np.int8) for l in m.layers)
-        bufs = []
-        for l in m.layers:
-            for shape, dt in getattr(l, "nb_buffers", lambda: [])():
-                bufs.append(np.zeros(shape, dt))
+        bufs = [np.zeros(shape, dt) for l in m.layers for _, shape, dt, _ in optable.buffers(l)]
         self.B = tuple(bufs) or (np.zeros(1, np.int32),)
         width = max([int(np.prod(m.input_shape))] + [l.out_size for l in m.layers] + [l.in_size for l in m.layers]
-                    + [int(getattr(l, "c_scratch_words", lambda: 0)()) for l in m.layers])
-        self.S64 = np.zeros(max(width, getattr(m, "scratch_words", 0)), np.int64)
+                    + [optable.scratch_words(l) for l in m.layers])
+        self.S64 = np.zeros(width, np.int64)
         self.I32 = np.zeros(self.S64.size, np.int32)
         self.cos = m.opt.cosine.astype(np.int64)
         self.OC = opt_constants(m.opt)

@@ -46,7 +46,7 @@ def twin_losses(n: int, epochs: int) -> tuple[np.ndarray, int]:
     import torch
     import torch.nn.functional as F
 
-    from float_twins import w3_twin
+    from tinytrain.lab.twins import w3_twin
     from tinytrain import data
 
     torch.set_num_threads(1)

@@ -1,7 +1,7 @@
 /* float32 C training of the W3 digits-cnn on the device: the yardstick for tinytrain's integer step.
  *
  * Exactly the layers of tinytrain/models.py `digits-cnn` and of its PyTorch twin
- * (bench/float_twins.py w3_twin), channels-last:
+ * (tinytrain/lab/twins.py w3_twin), channels-last:
  *   8x8x1 -> Conv2d(8, 3x3, same) -> BatchNorm -> ReLU -> MaxPool 2x2 -> 4x4x8
  *         -> Conv2d(16, 3x3, same) -> BatchNorm -> ReLU -> MaxPool 2x2 -> 2x2x16
  *         -> Flatten (H, W, C) -> Dense(10) -> softmax cross-entropy.

@@ -1,7 +1,7 @@
 """The benchmark workloads (DESIGN.md, Benchmarks): data, tinytrain model, hyper-parameters.
 
 One `Workload` per benchmark model; bench_accuracy.py and bench_speed.py take its name.  A
-workload's float twin lives in float_twins.py under the same name.  W1 lists its layers here;
+workload's float twin lives in twins.py under the same name.  W1 lists its layers here;
 W2 and W3 are the built-in models of tinytrain/graph/models.py (`builtin`), and the hyper-parameters
 written here (lr, schedule, input shift) are checked against the built model, so the twin can
 never silently train with other values than the integer model.

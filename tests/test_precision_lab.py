@@ -1,0 +1,104 @@
+"""The precision lab's parts: each cast is the format's (ml_dtypes) after clipping, stochastic
+rounding is unbiased between the two neighbours, delayed scaling and the loss scale follow
+their stated semantics, and the all-fp32 recipe is the float twin's own training, exactly."""
+from __future__ import annotations
+
+import json
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+from tinytrain import cli
+from tinytrain.lab import precision as P
+from tinytrain.lab import twins
+from tinytrain.lab.workloads import WORKLOADS, epoch_orders
+
+
+@pytest.mark.parametrize("fmt, dt", [("fp16", np.float16), ("bf16", ml_dtypes.bfloat16),
+                                     ("fp8_e4m3", ml_dtypes.float8_e4m3fn), ("fp8_e5m2", ml_dtypes.float8_e5m2)])
+def test_cast_is_ml_dtypes_after_clipping(fmt, dt):
+    rng = np.random.default_rng(0)
+    a = (rng.standard_normal(4000) * 10.0 ** rng.integers(-9, 6, 4000)).astype(np.float32)
+    c = P.Counts()
+    q = P.cast(a, fmt, c)
+    mx = float(ml_dtypes.finfo(dt).max)
+    assert np.array_equal(q, np.clip(a, -mx, mx).astype(dt).astype(np.float32))
+    assert c.cast == a.size and c.overflow == int((np.abs(a) > mx).sum())
+    assert c.underflow == int(((a != 0) & (q == 0)).sum())
+    assert np.all(np.isfinite(q))  # never inf or nan: clipped first
+
+
+def test_tf32_rounds_the_mantissa_to_ten_bits_nearest_even():
+    u = 2.0**-10
+    a = np.array([1 + u / 2, 1 + 3 * u / 2, 1 + u / 2 + 2**-20, -(1 + 3 * u / 2), 1 + u], np.float32)
+    assert list(P.cast(a, "tf32")) == [1.0, 1 + 2 * u, 1 + u, -(1 + 2 * u), 1 + u]
+
+
+def test_stochastic_rounding_is_unbiased_between_neighbours():
+    x = np.full(200_000, 1.0 + 2**-9, np.float32)  # 1/4 of the way from 1.0 to bf16's next value 1 + 2^-7
+    q = P.cast(x, "bf16", rng=np.random.default_rng(1))
+    assert set(np.unique(q)) == {1.0, 1.0 + 2**-7}
+    assert abs(float(q.mean()) - float(x[0])) < 2e-5  # E[q] = x (nearest-even would always give 1.0)
+    exact = np.array([1.5, -2.0, 0.0], np.float32)
+    assert np.array_equal(P.cast(exact, "fp8_e4m3", rng=np.random.default_rng(2)), exact)
+
+
+def test_delayed_scaling_uses_the_history_of_amax():
+    d = P._Delayed("fp8_e4m3")
+    c = P.Counts()
+    a = np.array([0.001, -0.0005], np.float32)  # E4M3 alone would flush these (smallest 2^-9)
+    q = d(a, c)
+    assert np.allclose(q, a, rtol=0.07) and c.underflow == 0 and d.hist == [float(np.float32(0.001))]
+    big = np.array([0.01], np.float32)  # beyond the history's amax: the scale saturates it
+    q2 = d(big, c)
+    assert float(q2[0]) == pytest.approx(0.001, rel=0.01) and c.overflow == 1
+    for _ in range(P.AMAX_HISTORY):
+        d(np.array([0.02], np.float32), c)
+    assert d.hist == [float(np.float32(0.02))] * P.AMAX_HISTORY  # the history keeps the last 16 steps only
+
+
+def test_loss_scale_semantics():
+    none, static, dyn = P.LossScale("none"), P.LossScale("static"), P.LossScale("dynamic")
+    assert none.step(True) is False and none.scale == 1.0
+    assert static.step(True) is True and static.scale == P.STATIC_SCALE and static.step(False) is False
+    assert dyn.scale == P.DYNAMIC_INIT and dyn.step(True) is True and dyn.scale == P.DYNAMIC_INIT / 2
+    for _ in range(P.GROWTH_INTERVAL - 1):
+        assert dyn.step(False) is False
+    assert dyn.scale == P.DYNAMIC_INIT / 2 and dyn.step(False) is False and dyn.scale == P.DYNAMIC_INIT
+
+
+def test_fp32_recipe_is_the_twin_training_exactly():
+    torch.set_num_threads(1)
+    wl = WORKLOADS["w1"]
+    ds = wl.load()
+    got = P.train_float(wl, ds, 0, P.recipe("fp32"), 1, 32)
+    net = twins.twin("w1", 0)
+    xtr, _ = wl.float_inputs(ds)
+    twins.train(net, xtr, ds.y_train, epoch_orders(0, len(xtr), 1), wl.lr * 32**0.5, 32)
+    for a, b in zip(got["net"].parameters(), net.parameters()):
+        assert torch.equal(a, b)
+    assert got["skipped_steps"] == 0 and got["counts"]["gradients"]["underflow"] == 0
+
+
+def test_low_precision_without_help_loses_gradients():
+    """E4M3 gradients without scaling flush most small gradients; delayed scaling keeps them."""
+    torch.set_num_threads(1)
+    wl = WORKLOADS["w1"]
+    ds = wl.load()
+    plain = P.train_float(wl, ds, 0, P.recipe("fp8 e4m3 + master"), 1, 32)["counts"]["gradients"]
+    scaled = P.train_float(wl, ds, 0, P.recipe("fp8 hybrid + master + delayed scaling"), 1, 32)["counts"]["gradients"]
+    assert plain["underflow"] / plain["cast"] > 0.05 > scaled["underflow"] / scaled["cast"]
+
+
+def test_cli_json_and_bad_input(capsys):
+    assert cli.main(["precision-lab", "--workload", "w1", "--seeds", "0", "--epochs", "1", "--recipe", "fp32",
+                     "--recipe", "bf16 + master", "--no-integer", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["recipe"] for r in out["rows"]] == ["fp32", "bf16 + master"] and out["seeds"] == [0]
+    assert out["rows"][1]["bytes"]["master"] == 4 * 2410
+    assert cli.main(["precision-lab", "--workload", "w1", "--recipe", "fp4"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown recipe 'fp4'" in err and len(err.strip().splitlines()) == 1
+    assert cli.main(["precision-lab", "--workload", "w1", "--seeds", "a,b"]) == 2
