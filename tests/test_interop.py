@@ -107,6 +107,8 @@ NETS = {
     "conv1d-maxpool": (lambda: nn.Sequential(
         nn.Conv1d(2, 5, 5, stride=2, padding=2), nn.BatchNorm1d(5), nn.ReLU(), nn.MaxPool1d(2),
         nn.Conv1d(5, 4, 3, padding="same"), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 5, 3)), (2, 20)),
+    "leaky": (lambda: nn.Sequential(nn.Conv2d(1, 3, 3), nn.LeakyReLU(0.125), nn.Flatten(), nn.Linear(3 * 4 * 4, 4)),
+              (1, 6, 6)),
     "mlp-bn-folded": (lambda: nn.Sequential(
         nn.Linear(10, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Dropout(0.5), nn.Linear(8, 3), nn.Softmax(dim=1)), (10,)),
 }

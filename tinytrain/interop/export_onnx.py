@@ -108,6 +108,8 @@ def to_onnx(model, path=None, *, qdq: bool = False):
                            epsilon=float(l.eps))
             elif k == "relu":
                 x = g.node("Relu", [x])
+            elif k == "leaky_relu":  # the slope the integer model uses: slope_q8 / 256
+                x = g.node("LeakyRelu", [x], alpha=l.slope_q8 / 256.0)
             elif k in ("maxpool2d", "avgpool2d", "maxpool1d"):
                 kk = [l.kernel] if k == "maxpool1d" else list(l.kernel)
                 ss = [l.stride] if k == "maxpool1d" else list(l.stride)
@@ -122,7 +124,7 @@ def to_onnx(model, path=None, *, qdq: bool = False):
                 x = g.node("Add", [x, emit(l.inner, x, f"{li}_")])
             else:
                 raise InteropError(f"layer {li} ({k}) has no ONNX export yet: exportable layers are conv2d, "
-                                   "depthwise_conv2d, conv1d, dense, batchnorm, relu, maxpool, avgpool, "
+                                   "depthwise_conv2d, conv1d, dense, batchnorm, relu, leaky_relu, maxpool, avgpool, "
                                    "global_avgpool, flatten, residual")
         return x
 

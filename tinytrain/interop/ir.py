@@ -36,7 +36,7 @@ from tinytrain.graph.layers import ModelError, layer_from_config
 from tinytrain.graph.optim import MASTER_EXTRA_BITS, SGD
 
 #: what the importers accept, by source op (for error messages)
-SUPPORTED = ("Linear/Gemm/FullyConnected, Conv1d, Conv2d (groups 1 or depthwise), ReLU, "
+SUPPORTED = ("Linear/Gemm/FullyConnected, Conv1d, Conv2d (groups 1 or depthwise), ReLU, LeakyReLU, "
              "MaxPool (non-overlapping, no padding), AvgPool, global average pooling, Flatten, "
              "BatchNorm (as a layer or folded), zero padding before a convolution, Dropout/Identity, "
              "residual blocks x + f(x) of a chain f")
@@ -64,7 +64,7 @@ class FloatOp:
 
 
 WEIGHTED = ("dense", "conv2d", "depthwise_conv2d", "conv1d")
-SCALE_FREE = ("relu", "maxpool2d", "maxpool1d", "avgpool2d", "global_avgpool", "flatten")
+SCALE_FREE = ("relu", "leaky_relu", "maxpool2d", "maxpool1d", "avgpool2d", "global_avgpool", "flatten")
 
 
 def unsupported(op: str, node: str, why: str = "") -> InteropError:
@@ -164,6 +164,8 @@ def float_forward(ops: list[FloatOp], x: np.ndarray, keep: bool = False):
             a = (a - w["mean"]) / np.sqrt(w["var"] + eps) * w["gamma"] + w["beta"]
         elif k == "relu":
             a = np.maximum(a, 0)
+        elif k == "leaky_relu":
+            a = np.where(a > 0, a, a * o["alpha"])
         elif k in ("maxpool2d", "avgpool2d", "maxpool1d"):
             one_d = k == "maxpool1d"
             kk = o.get("kernel", 2)

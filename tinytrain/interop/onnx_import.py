@@ -123,6 +123,8 @@ def onnx_graph(model, fold_batchnorm: bool = False):
             continue
         elif t == "Relu":
             op = FloatOp("relu", name)
+        elif t == "LeakyRelu":
+            op = FloatOp("leaky_relu", name, {"alpha": float(a.get("alpha", 0.01))})
         elif t in ("MaxPool", "AveragePool"):
             if any(a.get("pads", [])) or a.get("ceil_mode", 0) or any(d != 1 for d in a.get("dilations", [])):
                 raise unsupported(t, name, "padding, ceil_mode or dilations: tinytrain pools have none")

@@ -147,6 +147,10 @@ def tflite_graph(buf: bytes):
             rank = 1
         elif code == B.RELU:
             new.append(FloatOp("relu", name))
+        elif code == B.LEAKY_RELU:
+            o = tflite.LeakyReluOptions()
+            o.Init(opts.Bytes, opts.Pos)
+            new.append(FloatOp("leaky_relu", name, {"alpha": float(o.Alpha())}))
         else:
             raise unsupported(_opname(code), name)
         if act == 1:

@@ -207,6 +207,8 @@ def torch_graph(module, example_input, fold_batchnorm: bool = False):
                              chw_columns=True)
             elif isinstance(m, nn.ReLU):
                 op = FloatOp("relu", node.name)
+            elif isinstance(m, nn.LeakyReLU):
+                op = FloatOp("leaky_relu", node.name, {"alpha": float(m.negative_slope)})
             elif isinstance(m, (nn.MaxPool1d, nn.MaxPool2d, nn.AvgPool1d, nn.AvgPool2d)):
                 op = _pool(m, nn, node.name)
             elif isinstance(m, (nn.AdaptiveAvgPool1d, nn.AdaptiveAvgPool2d)):
@@ -229,6 +231,9 @@ def torch_graph(module, example_input, fold_batchnorm: bool = False):
             tgt = node.target
             if tgt in (F.relu, torch.relu, "relu", "relu_"):
                 op = FloatOp("relu", node.name)
+            elif tgt is F.leaky_relu:
+                alpha = node.args[1] if len(node.args) > 1 else node.kwargs.get("negative_slope", 0.01)
+                op = FloatOp("leaky_relu", node.name, {"alpha": float(alpha)})
             elif _is_flatten_call(node, prev):
                 op = FloatOp("flatten", node.name)
             elif tgt in (F.softmax, F.log_softmax, torch.softmax, "softmax", "log_softmax") and _is_last(node):
