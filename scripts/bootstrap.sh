@@ -24,12 +24,14 @@ if [ ! -x .venv/bin/python ]; then
 fi
 stamp=.venv/.tinytrain-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-  echo "[bootstrap] installing tinytrain with its test, device, flower and lab extras into .venv"
+  echo "[bootstrap] installing tinytrain with its test, device, flower, lab and interop extras into .venv"
   .venv/bin/pip install -q --upgrade pip >/dev/null
   # the distribution was called "tinytrain" before it became tinytrain-mcu: drop an old editable
   # install, whose finder would still map tinytrain.codegen to the old top-level folder
   .venv/bin/pip uninstall -q -y tinytrain >/dev/null 2>&1 || true
-  .venv/bin/pip install -q -e ".[test,device,flower,lab]"
+  # interop: torch (CPU build, torch==2.13.0 as pinned), onnx, onnxruntime, tflite, ai-edge-litert;
+  # the interop tests need it and fail without it
+  .venv/bin/pip install -q -e ".[test,device,flower,lab,interop]"
   touch "$stamp"
 fi
 if [ -f tinytrain/device/toolchain.py ]; then

@@ -74,6 +74,55 @@ def _missing_tools():  # as in test_device_qemu.py
 
 qemu = [pytest.mark.qemu, pytest.mark.skipif(bool(_missing_tools()), reason=f"missing: {', '.join(_missing_tools())}")]
 
+
+# ---- import/export sources (the interop extra: torch, onnx; CI installs it)
+
+def onnx_file(name, kind):
+    """An ONNX file that cannot be imported: an unsupported op, a dynamic shape, a missing weight."""
+    def setup(tmp_path, monkeypatch):
+        import onnx
+        from onnx import TensorProto, helper, numpy_helper
+        dims = ["N", "K"] if kind == "dynamic" else ["N", 64]
+        inits = [numpy_helper.from_array(np.zeros((10, 64), np.float32), "W"),
+                 numpy_helper.from_array(np.zeros(10, np.float32), "B")]
+        if kind == "missing-weight":
+            inits = inits[1:]
+        nodes = [helper.make_node("Gemm", ["x", "W", "B"], ["h"], name="fc", transB=1)]
+        nodes.append(helper.make_node("Sigmoid" if kind == "unsupported" else "Relu", ["h"], ["y"], name="act"))
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])], inits)
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(tmp_path / name))
+    return setup
+
+
+def torch_file(name, kind):
+    """A .pt that cannot be imported: an unsupported layer, a state_dict, a model for other data."""
+    def setup(tmp_path, monkeypatch):
+        import torch
+        from torch import nn
+        net = {"unsupported": lambda: nn.Sequential(nn.Linear(64, 10), nn.Sigmoid()),
+               "state-dict": lambda: nn.Linear(64, 10).state_dict(),
+               "shape": lambda: nn.Sequential(nn.Linear(40, 10)),
+               "branch": lambda: Branchy()}[kind]()
+        torch.save(net, tmp_path / name)
+    return setup
+
+
+try:
+    from torch import nn as _nn
+
+    class Branchy(_nn.Module):  # module level: torch.save pickles it by reference
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = _nn.Linear(64, 10), _nn.Linear(64, 10)
+
+        def forward(self, x):
+            return self.a(x) + self.b(x)
+except ImportError:  # the interop extra is missing: the import rows fail, loudly
+    Branchy = None
+
+IMPORT = ["import", "m.onnx", "--data", "digits", "--out", "out.tt"]
+
 R = pytest.param
 ROWS = [
     # ---- model files (.tt): wrong magic, empty, not a model, a directory
@@ -238,6 +287,34 @@ ROWS = [
       id="federate-no-devices"),
     R(["federate", "--simulated", "2", "--rounds", "1", "--model", "digits-mlp", "--partition", "foo"],
       "partition 'foo'", {}, None, id="federate-partition"),
+    # ---- import / export (issue 14)
+    R(IMPORT, "unsupported op Sigmoid at node 'act'", {}, onnx_file("m.onnx", "unsupported"), id="import-onnx-unsupported-op"),
+    R(IMPORT, "dynamic dimension 1 (K)", {}, onnx_file("m.onnx", "dynamic"), id="import-onnx-dynamic-shape"),
+    R(IMPORT, "node 'fc' (Gemm): its weight 'W' is not an initializer", {}, onnx_file("m.onnx", "missing-weight"),
+      id="import-onnx-missing-weight"),
+    R(["import", "m.onnx", "--data", "digits-image", "--out", "out.tt"], "does not match the data 'digits-image'", {},
+      onnx_file("m.onnx", "ok"), id="import-onnx-wrong-data-shape"),
+    R(IMPORT, "m.onnx: not a readable ONNX model", {"m.onnx": b"\x00garbage" * 4}, None, id="import-onnx-garbage"),
+    R(["import", "m.pt", "--data", "digits", "--out", "out.tt"], "unsupported op Sigmoid at node '_1'", {},
+      torch_file("m.pt", "unsupported"), id="import-torch-unsupported-layer"),
+    R(["import", "m.pt", "--data", "digits", "--out", "out.tt"], "a state_dict holds weights but not the layers", {},
+      torch_file("m.pt", "state-dict"), id="import-torch-state-dict"),
+    R(["import", "m.pt", "--data", "digits", "--out", "out.tt"], "does not accept an input of shape (1, 64)", {},
+      torch_file("m.pt", "shape"), id="import-torch-wrong-data-shape"),
+    R(["import", "m.pt", "--data", "digits", "--out", "out.tt"], "only chains of layers", {},
+      torch_file("m.pt", "branch"), id="import-torch-branch"),
+    R(["import", "m.tflite", "--data", "digits", "--out", "out.tt"], "not a TFLite model", {"m.tflite": b"junk" * 8},
+      None, id="import-tflite-garbage"),
+    R(["import", "m.h5", "--data", "digits", "--out", "out.tt"], "unknown model format '.h5'", {"m.h5": b"x"}, None,
+      id="import-unknown-format"),
+    R(["import", "none.onnx", "--data", "digits", "--out", "out.tt"], "none.onnx: no such file", {}, None,
+      id="import-missing-file"),
+    R([*IMPORT, "--calibrate", "0"], "--calibrate must be >= 1", {}, onnx_file("m.onnx", "ok"), id="import-calibrate-0"),
+    R([*IMPORT, "--input-scale", "big"], "--input-scale 'big'", {}, onnx_file("m.onnx", "ok"), id="import-input-scale"),
+    R(IMPORT, "out.tt exists: pass --force", {"out.tt": b"x"}, onnx_file("m.onnx", "ok"), id="import-out-exists"),
+    R(["export", "--model", "missing.tt", "--onnx", "o.onnx"], "no such model file", {}, None, id="export-missing-model"),
+    R(["export", "--model", "m.tt", "--onnx", "sub"], "sub is a directory", {"sub/x": ""}, saved_model("m.tt"),
+      id="export-onnx-is-a-directory"),
 ]
 
 

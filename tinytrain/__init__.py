@@ -54,6 +54,11 @@ _EXPORTS = {
     "Dataset": ("data", "Dataset"),
     "DataError": ("data", "DataError"),
     "fixedpoint": ("fixedpoint", None),
+    "from_torch": ("interop", "from_torch"),
+    "from_onnx": ("interop", "from_onnx"),
+    "from_tflite": ("interop", "from_tflite"),
+    "to_onnx": ("interop", "to_onnx"),
+    "InteropError": ("interop", "InteropError"),
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -58,6 +58,7 @@ PLUGIN_MODULES = [
     "tinytrain.cli_device",  # codegen, build, verify, emulate, flash
     "tinytrain.federated.cli",  # federate
     "tinytrain.lab.cli",  # precision-lab
+    "tinytrain.interop.cli",  # import, export
 ]
 
 
