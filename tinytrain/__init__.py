@@ -61,7 +61,7 @@ _EXPORTS = {
     "InteropError": ("interop", "InteropError"),
 }
 
-__all__ = ["__version__", *_EXPORTS]
+# __all__ is computed on first use (module __getattr__): it lists every registered layer class too
 
 
 def _layer_classes() -> dict:
@@ -73,6 +73,9 @@ def _layer_classes() -> dict:
 
 
 def __getattr__(name):
+    if name == "__all__":
+        globals()["__all__"] = value = ["__version__", *_EXPORTS, *sorted(set(_layer_classes()) - set(_EXPORTS))]
+        return value
     if name not in _EXPORTS:
         if name[:1].isupper() and name in _layer_classes():
             globals()[name] = value = _layer_classes()[name]
