@@ -19,6 +19,9 @@ from pathlib import Path
 for _v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
     os.environ[_v] = "1"
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report  # noqa: E402
+
 from tinytrain.lab import precision as P  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results"
@@ -28,29 +31,51 @@ def _row(res, name):
     return next(r for r in res["rows"] if r["recipe"] == name)
 
 
+def targets(res) -> str:
+    f32, b16 = _row(res, "fp32"), _row(res, "bf16 + master")
+    f8 = _row(res, "fp8 hybrid + master + delayed scaling")
+    d1 = b16["accuracy_mean"] - f32["accuracy_mean"]
+    d2 = f8["accuracy_mean"] - b16["accuracy_mean"]
+    return (f"{res['workload']}: bf16 + master vs fp32 {d1:+.2f} points (target within 0.3: "
+            f"{'met' if abs(d1) <= 0.3 else 'NOT met'}); fp8 hybrid + delayed vs bf16 + master {d2:+.2f} "
+            f"(target within 0.5: {'met' if abs(d2) <= 0.5 else 'NOT met'}); {res.get('seconds', 0):.0f} s, "
+            f"load {res.get('load', 0):.1f}")
+
+
+def write_section(results):
+    body = ["## Precision lab (issue 11)", "",
+            "`python bench/bench_precision.py` (`tinytrain precision-lab --workload W`): float twins in each "
+            "recipe, then tinytrain's integer policies, seeds 0/1/2; accuracy mean ± std; underflow = share of "
+            "nonzero values cast to zero per role (weights/activations/gradients); bytes per training sample: "
+            "weights+master / activations / errors / weight gradients. One test sample of 360 is 0.28 points. "
+            "docs/precision-lab.md has the recipes.", ""]
+    for res in results:
+        body += ["```", P.format_table(res), "```", targets(res), ""]
+    body.append(f"Machine: {report.machine_line(report.machine())}; other jobs were running (load above).")
+    report.update_section("precision", "\n".join(body))
+
+
 def main(names):
     results = []
     for w in names:
         t0 = time.time()
         res = P.run(w)
-        res["seconds"] = time.time() - t0
+        res["seconds"], res["load"] = time.time() - t0, os.getloadavg()[0]
         results.append(res)
         print(P.format_table(res))
-        f32, b16 = _row(res, "fp32"), _row(res, "bf16 + master")
-        f8 = _row(res, "fp8 hybrid + master + delayed scaling")
-        d1 = b16["accuracy_mean"] - f32["accuracy_mean"]
-        d2 = f8["accuracy_mean"] - b16["accuracy_mean"]
-        print(f"{w}: bf16 + master vs fp32 {d1:+.2f} points (target within 0.3: {'met' if abs(d1) <= 0.3 else 'NOT met'}); "
-              f"fp8 hybrid + delayed vs bf16 + master {d2:+.2f} (target within 0.5: {'met' if abs(d2) <= 0.5 else 'NOT met'}); "
-              f"{res['seconds']:.0f} s, load {os.getloadavg()[0]:.1f}\n")
+        print(targets(res) + "\n")
     OUT.mkdir(exist_ok=True)
     path = OUT / "precision.json"
     kept = [r for r in (json.loads(path.read_text()) if path.exists() else []) if r["workload"] not in names]
     results = sorted(kept + results, key=lambda r: r["workload"])  # a partial rerun keeps the others
     path.write_text(json.dumps(results, indent=1, sort_keys=True))
     P.plot(results, str(OUT / "precision.png"))
+    write_section(results)
     print(f"wrote {OUT / 'precision.json'} and {OUT / 'precision.png'}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["w1", "w2", "w3"])
+    if sys.argv[1:] == ["--report"]:  # rebuild BENCHMARKS.md's section from precision.json
+        write_section(json.loads((OUT / "precision.json").read_text()))
+    else:
+        main(sys.argv[1:] or ["w1", "w2", "w3"])
