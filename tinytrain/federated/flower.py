@@ -339,6 +339,9 @@ def server_main(grid, context, log=print, run_config=None) -> dict:
         from flwr.serverapp.strategy.strategy_utils import sample_nodes
 
         clients = least = len(sample_nodes(grid, least, 1)[1])
+    if s["quorum"] >= 1 and s["quorum"] > clients:
+        raise ValueError(f"run_config quorum={s['quorum']:g}: a count above the {clients} devices can never "
+                         "be met; give a fraction (< 1) or a count up to the number of devices")
     strat = IntegerFedAvg(model, ds, s["config"], clients, out=s["out-dir"] or None, log=log,
                           fraction_train=s["fraction-train"], min_available_nodes=least)
     strat.start(grid, strat.initial_arrays(), num_rounds=s["num-server-rounds"],
