@@ -162,20 +162,20 @@ def scale(repeats: int) -> dict:
     exe = [sys.executable, "-m", "tinytrain"]
     subprocess.run(exe + SCALE, check=True, capture_output=True)  # warm the numba cache
     res = {"command": "tinytrain " + " ".join(SCALE), "dataset_first_load_seconds": gen, "runs": {}}
-    for w in (1, 2):
-        walls, rounds, loads, hashes = [], [], [], set()
-        for _ in range(repeats):
-            loads.append(_load())
+    import json
+
+    runs = {w: {"wall_seconds": [], "round_seconds": [], "load_before": [], "state_hashes": set()} for w in (1, 2)}
+    for _ in range(repeats):  # interleaved, so that both counts meet the same load
+        for w, r in runs.items():
+            r["load_before"].append(_load())
             t = time.perf_counter()
             p = subprocess.run(exe + SCALE + ["--workers", str(w)], check=True, capture_output=True, text=True)
-            walls.append(time.perf_counter() - t)
-            import json
-
+            r["wall_seconds"].append(time.perf_counter() - t)
             out = json.loads(p.stdout)
-            hashes.add(out["state_hash"])
-            rounds.append(out["seconds_per_round"][-1])
-        res["runs"][w] = {"wall_seconds": walls, "round_seconds": rounds, "load_before": loads,
-                          "state_hashes": sorted(hashes)}
+            r["state_hashes"].add(out["state_hash"])
+            r["round_seconds"].append(out["seconds_per_round"][-1])
+    for w, r in runs.items():
+        res["runs"][w] = dict(r, state_hashes=sorted(r["state_hashes"]))
     res["bit_identical"] = len(set().union(*(set(r["state_hashes"]) for r in res["runs"].values()))) == 1
     res["machine"] = report.machine()
     path = report.write_json("federated-scale.json", res)
@@ -189,7 +189,8 @@ def scale(repeats: int) -> dict:
         "--workers W`, timed from process start to exit (Python start-up, imports, the cached "
         "dataset, the cached numba build, one round of 10,000 clients x 10 samples with int8 updates "
         "verified and aggregated by the coordinator, evaluation on 25,000 test samples). "
-        f"Machine: {report.machine_line(res['machine'])}. Median (min–max) of {repeats} runs; the "
+        f"Machine: {report.machine_line(res['machine'])}. Median (min–max) of {repeats} runs, 1 and 2 "
+        "workers alternating; the "
         "load average before each run is given because other jobs shared the machine. "
         f"Generating mnist1d:100000 the first time: {gen:.0f} s (then cached). Global model "
         f"{'bit-identical' if res['bit_identical'] else 'DIFFERENT'} across worker counts "

@@ -51,3 +51,21 @@ def test_flwr_run_bad_run_config_fails_and_saves_nothing(flower, tmp_path):
     rc = flower.run(f'out-dir="{out}" compress="int9"', "--federation-config", "num-supernodes=2")
     assert "compress='int9': use one of none, int8, int4, sign" in rc.stdout + rc.stderr
     assert not out.exists()
+
+
+def test_flwr_run_without_quorum_changes_and_saves_no_model(flower, tmp_path):
+    """Half of 4 nodes sampled per round, quorum 3 devices: every round falls short, the global
+    model stays the initial one and no model file is written (only the run's summary)."""
+    from tinytrain.federated import resolve
+
+    out = tmp_path / "noq"
+    rc = flower.run(f'out-dir="{out}" num-server-rounds=2 quorum=3.0 fraction-train=0.5',
+                    "--federation-config", "num-supernodes=4")
+    assert rc.returncode == 0, rc.stdout[-3000:]
+    s = json.loads((out / "summary.json").read_text())
+    assert s["rounds"] == 0 and [h["accepted"] for h in s["history"]] == [2, 2]
+    assert s["state_hash"] == f"{resolve('digits-mlp', 'digits')[0].state_hash():08x}"
+    assert sorted(p.name for p in out.rglob("*")) == ["summary.json"]
+    rc = flower.run(f'out-dir="{out}-2" quorum=5.0', "--federation-config", "num-supernodes=4")
+    assert "quorum=5: a count above the 4 devices can never be met" in rc.stdout + rc.stderr
+    assert not (tmp_path / "noq-2").exists()

@@ -40,55 +40,12 @@ import numpy as np
 from tinytrain.federated.codec import HEADER, CorruptUpdate, Schema, decode_update, encode_global
 from tinytrain.federated.engine import FedConfig
 from tinytrain.federated.fedavg import Aggregator, set_store, store_tensors
+from tinytrain.federated.runconfig import RUN_CONFIG, settings
 
 __all__ = ["RUN_CONFIG", "settings", "IntegerFedAvg", "client_train", "server_main",
            "make_client_app", "make_server_app", "run"]
 
-#: run_config keys of the Flower App, their types and defaults (docs/federated.md)
-RUN_CONFIG = {
-    "model": (str, "digits-mlp"), "data": (str, "digits"), "partition": (str, "iid"),
-    "compress": (str, "int8"), "num-server-rounds": (int, 3), "local-epochs": (int, 1),
-    "local-steps": (int, 0), "seed": (int, 0), "quorum": (float, 0.5), "clients": (int, 0),
-    "fraction-train": (float, 1.0), "min-available-nodes": (int, 0), "out-dir": (str, ""),
-    "round-timeout": (float, 3600.0),
-}
-
 _CACHE: dict = {}  # per process: (model, X, Y, schema, partitions), simulated backends
-
-
-def settings(run_config) -> dict:
-    """The app's settings from Flower's run_config, type-checked: ValueError naming the key."""
-    from tinytrain.federated.codec import CODECS
-    from tinytrain.federated.partition import parse_partition
-
-    unknown = sorted(set(run_config) - set(RUN_CONFIG))
-    if unknown:
-        raise ValueError(f"run_config: unknown key(s) {unknown}: known are {sorted(RUN_CONFIG)}")
-    s = {}
-    for k, (typ, default) in RUN_CONFIG.items():
-        v = run_config.get(k, default)
-        if typ is float and isinstance(v, int) and not isinstance(v, bool):
-            v = float(v)
-        if not isinstance(v, typ) or isinstance(v, bool):
-            raise ValueError(f"run_config {k}={v!r}: must be {typ.__name__} (e.g. {k}={default!r})")
-        s[k] = v
-    parse_partition(s["partition"])
-    if s["compress"] not in CODECS:
-        raise ValueError(f"run_config compress={s['compress']!r}: use one of {', '.join(CODECS)}")
-    for k in ("num-server-rounds", "local-epochs"):
-        if s[k] < 1:
-            raise ValueError(f"run_config {k}={s[k]}: must be >= 1")
-    for k in ("local-steps", "clients", "min-available-nodes"):
-        if s[k] < 0:
-            raise ValueError(f"run_config {k}={s[k]}: must be >= 0 (0: {'no cap' if k == 'local-steps' else 'one per node'})")
-    if not 0 < s["fraction-train"] <= 1 or not s["quorum"] > 0:
-        raise ValueError("run_config fraction-train must be in (0, 1] and quorum > 0")
-    s["run"] = {k: s[k] for k in RUN_CONFIG}
-    s["config"] = FedConfig(rounds=s["num-server-rounds"], local_epochs=s["local-epochs"],
-                            local_steps=s["local-steps"] or None, partition=s["partition"],
-                            compress=s["compress"], compress_down="none", seed=s["seed"],
-                            quorum=s["quorum"])
-    return s
 
 
 def _setup(s: dict, clients: int):
@@ -382,6 +339,9 @@ def server_main(grid, context, log=print, run_config=None) -> dict:
         from flwr.serverapp.strategy.strategy_utils import sample_nodes
 
         clients = least = len(sample_nodes(grid, least, 1)[1])
+    if s["quorum"] >= 1 and s["quorum"] > clients:
+        raise ValueError(f"run_config quorum={s['quorum']:g}: a count above the {clients} devices can never "
+                         "be met; give a fraction (< 1) or a count up to the number of devices")
     strat = IntegerFedAvg(model, ds, s["config"], clients, out=s["out-dir"] or None, log=log,
                           fraction_train=s["fraction-train"], min_available_nodes=least)
     strat.start(grid, strat.initial_arrays(), num_rounds=s["num-server-rounds"],

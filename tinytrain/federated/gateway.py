@@ -76,7 +76,7 @@ class Gateway:
 
     def _devices(self, run_config, ids):
         from tinytrain.federated.api import make_devices, resolve
-        from tinytrain.federated.flower import settings
+        from tinytrain.federated.runconfig import settings
 
         s = settings(run_config)
         cfg = s["config"]
