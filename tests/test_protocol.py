@@ -976,3 +976,34 @@ def test_fuzz_host_against_random_valid_crc_replies():
     for kind in ("ok", "MalformedReply", "DeviceTimeout", "DeviceError", "DeviceReset",
                  "CrcError", "VersionMismatch", "SchemaMismatch"):
         assert seen.get(kind, 0) > 0, (kind, seen)
+
+
+def test_socket_serial_keeps_what_the_peer_sent_at_connect():
+    """A QEMU guest starts printing the moment the host connects; pyserial's own socket open()
+    would drop those bytes (it flushes its input after connecting). Every banner must arrive."""
+    import socket
+    import threading
+
+    from tinytrain.device.emulator import open_socket_serial
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+
+    def serve():
+        for _ in range(20):
+            c, _ = srv.accept()
+            c.sendall(b"tinytrain echo board=x\r\n")
+            c.recv(1)  # until the client closes
+            c.close()
+    th = threading.Thread(target=serve, daemon=True)
+    th.start()
+    try:
+        for _ in range(20):
+            ser = open_socket_serial(f"socket://127.0.0.1:{port}", timeout=5)
+            try:
+                assert ser.readline() == b"tinytrain echo board=x\r\n"
+            finally:
+                ser.close()
+    finally:
+        th.join(10)
+        srv.close()

@@ -67,6 +67,21 @@ def kill_all() -> int:
 atexit.register(kill_all)
 
 
+def open_socket_serial(url: str, timeout: float):
+    """pyserial on a socket:// URL that keeps every byte the peer sent from the first: pyserial's
+    socket open() ends with reset_input_buffer(), which drops what arrived between the connect
+    and that call; a QEMU guest (wait=on) starts at the connect and may print in that window."""
+    import serial
+
+    ser = serial.serial_for_url(url, timeout=timeout, do_not_open=True)
+    ser.reset_input_buffer = lambda: None
+    try:
+        ser.open()
+    finally:
+        del ser.reset_input_buffer
+    return ser
+
+
 class EmulatorError(RuntimeError):
     """QEMU is missing, the board is not emulated, or QEMU failed to start."""
 
@@ -193,7 +208,7 @@ class Emulator:
         err = None
         for _ in range(retries):
             try:
-                self._serial = serial.serial_for_url(url, timeout=timeout)
+                self._serial = open_socket_serial(url, timeout)
                 return self._serial
             except serial.SerialException as exc:  # not listening yet (no /proc)
                 err = exc
