@@ -31,9 +31,10 @@ def _json(capsys):
 # ----------------------------------------------------------------------------- API
 
 def test_tt_exports_every_layer_type():
+    from tinytrain.graph import model  # noqa: F401  (registers every built-in layer type)
     from tinytrain.graph.layers import LAYER_TYPES
 
-    for cls in LAYER_TYPES.values():
+    for cls in list(LAYER_TYPES.values()):
         assert getattr(tt, cls.__name__) is cls
         assert cls.__name__ in tt.__all__
 

@@ -61,7 +61,7 @@ _EXPORTS = {
     "InteropError": ("interop", "InteropError"),
 }
 
-__all__ = ["__version__", *_EXPORTS]
+_ALL = ["__version__", *_EXPORTS]  # __all__ adds every registered layer class (lazily: see __getattr__)
 
 
 def _layer_classes() -> dict:
@@ -73,6 +73,9 @@ def _layer_classes() -> dict:
 
 
 def __getattr__(name):
+    if name == "__all__":  # computed on first use, so that `import tinytrain` stays light
+        globals()["__all__"] = value = _ALL + sorted(set(_layer_classes()) - set(_ALL))
+        return value
     if name not in _EXPORTS:
         if name[:1].isupper() and name in _layer_classes():
             globals()[name] = value = _layer_classes()[name]
