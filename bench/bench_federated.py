@@ -4,21 +4,26 @@ against simulated devices.
 
     python bench/bench_federated.py            # all, QEMU part if qemu-system-arm is present
     python bench/bench_federated.py --no-qemu
+    python bench/bench_federated.py --only scale [--repeats 5]   # just the 10,000-client round
 
-Writes bench/results/federated.json and the `federated` section of BENCHMARKS.md.
+Writes bench/results/federated.json and the `federated` section of BENCHMARKS.md; the scale
+part (10,000 clients of mnist1d:100000, the whole `tinytrain federate` command timed from
+process start, 1 and 2 worker processes) writes federated-scale.json and its own section.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import shutil
+import statistics
+import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import report  # noqa: E402
 
-from tinytrain.federated import federate, resolve  # noqa: E402
+from tinytrain.federated import CODECS, federate, resolve  # noqa: E402
 from tinytrain.train import fit  # noqa: E402
 
 
@@ -26,7 +31,19 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--qemu", action=argparse.BooleanOptionalAction, default=shutil.which("qemu-system-arm") is not None)
     ap.add_argument("--clients", type=int, default=1000)
+    ap.add_argument("--only", choices=("all", "scale", "flower-scale", "codecs"), default="all")
+    ap.add_argument("--repeats", type=int, default=5, help="runs per figure of the scale part (median)")
+    ap.add_argument("--flower-clients", type=int, default=10_000)
     a = ap.parse_args(argv)
+    if a.only == "flower-scale":
+        flower_scale(a.flower_clients)
+        return 0
+    codec_grid()
+    if a.only == "codecs":
+        return 0
+    scale(a.repeats)
+    if a.only == "scale":
+        return 0
     model, ds = resolve("digits-mlp", "digits")
     res = {"machine": report.machine(), "workload": "W1 digits-mlp, 1437 train / 360 test, seed 0"}
 
@@ -51,7 +68,7 @@ def main(argv=None) -> int:
 
     codecs, crow = {}, []
     int32 = None
-    for c in ("none", "int8", "int4", "sign"):
+    for c in CODECS:
         r = federate(model, ds, simulated=4, rounds=10, partition="iid", compress=c)
         msgs = 2 * 4 * 10
         int32 = msgs * 4 * r["params"]
@@ -119,6 +136,193 @@ def main(argv=None) -> int:
     print("\n".join(body))
     print(f"wrote {path.relative_to(report.ROOT)} and {report.BENCHMARKS_MD.name}")
     return 0
+
+
+SCALE = ["federate", "--simulated", "10000", "--rounds", "1", "--model", "digits-mlp",
+         "--data", "mnist1d-flat:100000", "--compress", "int8", "--json"]
+
+
+def _load() -> str:
+    return " ".join(open("/proc/loadavg").read().split()[:3]) if os.path.exists("/proc/loadavg") else "?"
+
+
+def scale(repeats: int) -> dict:
+    """Wall time of one round of 10,000 clients x 10 samples, whole command from process start
+    (interpreter, imports, cached dataset, cached numba build, round, evaluation on 25,000 test
+    samples), median and range of `repeats` runs per worker count, load average beside it."""
+    import tempfile
+
+    from tinytrain import data
+
+    data.load("mnist1d-flat:100000")  # in the default cache, for the timed runs
+    with tempfile.TemporaryDirectory() as tmp:  # the one-off generation, timed apart
+        t0 = time.perf_counter()
+        data.load_mnist1d("flat", n_train=100_000, cache=tmp)
+        gen = time.perf_counter() - t0
+    exe = [sys.executable, "-m", "tinytrain"]
+    subprocess.run(exe + SCALE, check=True, capture_output=True)  # warm the numba cache
+    res = {"command": "tinytrain " + " ".join(SCALE), "dataset_first_load_seconds": gen, "runs": {}}
+    for w in (1, 2):
+        walls, rounds, loads, hashes = [], [], [], set()
+        for _ in range(repeats):
+            loads.append(_load())
+            t = time.perf_counter()
+            p = subprocess.run(exe + SCALE + ["--workers", str(w)], check=True, capture_output=True, text=True)
+            walls.append(time.perf_counter() - t)
+            import json
+
+            out = json.loads(p.stdout)
+            hashes.add(out["state_hash"])
+            rounds.append(out["seconds_per_round"][-1])
+        res["runs"][w] = {"wall_seconds": walls, "round_seconds": rounds, "load_before": loads,
+                          "state_hashes": sorted(hashes)}
+    res["bit_identical"] = len(set().union(*(set(r["state_hashes"]) for r in res["runs"].values()))) == 1
+    res["machine"] = report.machine()
+    path = report.write_json("federated-scale.json", res)
+    med = lambda v: f"{statistics.median(v):.2f} s ({min(v):.2f}–{max(v):.2f})"  # noqa: E731
+    rows = [[w, med(r["wall_seconds"]), med(r["round_seconds"]), "; ".join(r["load_before"])]
+            for w, r in res["runs"].items()]
+    body = "\n".join([
+        "## Federated scale: 10,000 simulated clients",
+        "",
+        f"`python bench/bench_federated.py --only scale --repeats {repeats}`: `{res['command']} "
+        "--workers W`, timed from process start to exit (Python start-up, imports, the cached "
+        "dataset, the cached numba build, one round of 10,000 clients x 10 samples with int8 updates "
+        "verified and aggregated by the coordinator, evaluation on 25,000 test samples). "
+        f"Machine: {report.machine_line(res['machine'])}. Median (min–max) of {repeats} runs; the "
+        "load average before each run is given because other jobs shared the machine. "
+        f"Generating mnist1d:100000 the first time: {gen:.0f} s (then cached). Global model "
+        f"{'bit-identical' if res['bit_identical'] else 'DIFFERENT'} across worker counts "
+        f"(state hash {', '.join(sorted(res['runs'][1]['state_hashes']))}).",
+        "",
+        report.markdown_table(["workers", "command wall", "round (engine)", "load average (1, 5, 15 min) before each run"], rows),
+    ])
+    report.update_section("federated-scale", body)
+    print(body)
+    print(f"wrote {path.relative_to(report.ROOT)} and {report.BENCHMARKS_MD.name}")
+    return res
+
+
+def codec_grid() -> dict:
+    """Bytes vs accuracy of every codec (up and down), W1, 10 rounds, 1 local epoch: 4 and 100
+    devices, IID and Dirichlet 0.5; bytes against int32 parameters in every message."""
+    model, ds = resolve("digits-mlp", "digits")
+    res, rows = {}, []
+    for k in (4, 100):
+        for part in ("iid", "dirichlet:0.5"):
+            base = None
+            for c in CODECS:
+                r = federate(model, ds, simulated=k, rounds=10, partition=part, compress=c)
+                int32 = 2 * k * 10 * 4 * r["params"]
+                base = r["final_accuracy"] if c == "none" else base
+                res[f"{k} {part} {c}"] = {"accuracy": r["final_accuracy"], "bytes_on_wire": r["bytes_on_wire"],
+                                          "cut_vs_int32": int32 / r["bytes_on_wire"]}
+                rows.append([k, part, c, f"{100 * r['final_accuracy']:.2f} %",
+                             f"{100 * (r['final_accuracy'] - base):+.2f}", f"{r['bytes_on_wire']:,}",
+                             f"{int32 / r['bytes_on_wire']:.1f}×"])
+    res["machine"] = report.machine()
+    report.write_json("federated-codecs.json", res)
+    body = "\n".join([
+        "## Federated update codecs: bytes vs accuracy",
+        "",
+        "`python bench/bench_federated.py --only codecs`: W1 digits-mlp, 10 rounds, 1 local epoch, "
+        "seed 0, the same codec up (updates, error feedback on the device) and down (broadcast "
+        "deltas against the previous broadcast; round 1 sends the model whole). Bytes: every "
+        "federated message, headers and CRC included; 'cut' against int32 parameters in every "
+        "message (2 × devices × rounds × 4 B × parameters).",
+        "",
+        report.markdown_table(["devices", "partition", "codec", "accuracy", "vs none (points)",
+                               "bytes on the wire", "cut vs int32 params"], rows),
+    ])
+    report.update_section("federated-codecs", body)
+    print(body)
+    return res
+
+
+def _tree_rss(root: int) -> int:
+    """Resident bytes of process `root` and all its descendants (Linux /proc)."""
+    kids: dict = {}
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/stat") as f:
+                    kids.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(p))
+            except OSError:
+                pass
+    todo, total = [root], 0
+    while todo:
+        q = todo.pop()
+        try:
+            with open(f"/proc/{q}/status") as f:
+                total += next((int(x.split()[1]) * 1024 for x in f if x.startswith("VmRSS:")), 0)
+        except OSError:
+            pass
+        todo += kids.get(q, [])
+    return total
+
+
+def flower_scale(clients: int) -> dict:
+    """One round of `clients` simulated clients of mnist1d-flat:10*clients through Flower's
+    simulation engine: `flwr run examples/flower-app` against a SuperLink started here
+    (tests/flowerutil.py), round time from the strategy, peak resident memory of the SuperLink's
+    whole process tree (SuperExec, simulation, Ray workers) sampled every 0.5 s."""
+    import json
+    import tempfile
+    import threading
+    from pathlib import Path
+
+    sys.path.insert(0, str(report.ROOT))
+    from tests.flowerutil import Flower
+
+    data = f"mnist1d-flat:{10 * clients}"
+    with tempfile.TemporaryDirectory() as tmp:
+        f = Flower(Path(tmp) / "home", simulation=True)
+        peak, stop = [0], threading.Event()
+
+        def sample():
+            while not stop.wait(0.5):
+                peak[0] = max(peak[0], _tree_rss(f.superlink.pid))
+
+        threading.Thread(target=sample, daemon=True).start()
+        load = _load()
+        try:
+            t = time.perf_counter()
+            rc = f.run(f'out-dir="{tmp}/out" num-server-rounds=1 data="{data}" compress="int8"',
+                       "--federation-config", f"num-supernodes={clients}", timeout=3600)
+            wall = time.perf_counter() - t
+        finally:
+            stop.set()
+            f.close()
+        if rc.returncode != 0 or not (Path(tmp) / "out" / "summary.json").exists():
+            raise SystemExit(f"flwr run failed: {rc.stdout[-2000:]} {rc.stderr[-2000:]}")
+        s = json.loads((Path(tmp) / "out" / "summary.json").read_text())
+    model, ds = resolve("digits-mlp", data)
+    engine = federate(model, ds, simulated=clients, rounds=1, compress="int8", compress_down="none")
+    res = {"clients": clients, "data": data, "round_seconds": s["history"][0]["seconds"],
+           "engine_state_hash": engine["state_hash"], "bit_identical": engine["state_hash"] == s["state_hash"],
+           "flwr_run_wall_seconds": wall, "peak_rss_bytes": peak[0], "load_before": load,
+           "accepted": s["history"][0]["accepted"], "state_hash": s["state_hash"], "machine": report.machine()}
+    path = report.write_json("federated-flower-scale.json", res)
+    body = "\n".join([
+        f"## Federated scale through Flower's simulation engine: {clients:,} clients",
+        "",
+        f"`python bench/bench_federated.py --only flower-scale --flower-clients {clients}`: `flwr run "
+        f"examples/flower-app` with `num-supernodes={clients}`, data `{data}` (10 samples per client), int8 "
+        "updates, IntegerFedAvg on the ServerApp, Ray backend, one CPU per ClientApp actor. "
+        f"Machine: {report.machine_line(res['machine'])}; load average before the run {load} (other "
+        "jobs shared the machine). One run. Global model state hash "
+        f"{res['state_hash']}, tinytrain's engine with the same clients {res['engine_state_hash']}: "
+        f"{'bit-identical' if res['bit_identical'] else 'DIFFERENT'}.",
+        "",
+        report.markdown_table(["clients", "accepted", "round (strategy)", "flwr run wall (start-up, FAB, round, shutdown)",
+                               "peak RSS, SuperLink process tree"],
+                              [[f"{clients:,}", f"{res['accepted']:,}", f"{res['round_seconds']:.1f} s",
+                                f"{wall:.1f} s", f"{peak[0] / 2**30:.2f} GiB"]]),
+    ])
+    report.update_section("federated-flower-scale", body)
+    print(body)
+    print(f"wrote {path.relative_to(report.ROOT)} and {report.BENCHMARKS_MD.name}")
+    return res
 
 
 if __name__ == "__main__":

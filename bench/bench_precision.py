@@ -3,7 +3,7 @@ policies, seeds 0/1/2, in one run; prints the tables and the issue's targets as 
 differences, and writes bench/results/precision.json and precision.png.
 
     python bench/bench_precision.py            # all three workloads (~15-30 min on 2 cores)
-    python bench/bench_precision.py w1 w3      # some
+    python bench/bench_precision.py w1 w3      # some (the others' results in precision.json are kept)
 
 Targets (issue 11): BF16 with an FP32 master within 0.3 point of FP32 on W2 and W3; the FP8
 hybrid recipe with delayed scaling within 0.5 point of BF16 (+ master).
@@ -44,7 +44,10 @@ def main(names):
               f"fp8 hybrid + delayed vs bf16 + master {d2:+.2f} (target within 0.5: {'met' if abs(d2) <= 0.5 else 'NOT met'}); "
               f"{res['seconds']:.0f} s, load {os.getloadavg()[0]:.1f}\n")
     OUT.mkdir(exist_ok=True)
-    (OUT / "precision.json").write_text(json.dumps(results, indent=1, sort_keys=True))
+    path = OUT / "precision.json"
+    kept = [r for r in (json.loads(path.read_text()) if path.exists() else []) if r["workload"] not in names]
+    results = sorted(kept + results, key=lambda r: r["workload"])  # a partial rerun keeps the others
+    path.write_text(json.dumps(results, indent=1, sort_keys=True))
     P.plot(results, str(OUT / "precision.png"))
     print(f"wrote {OUT / 'precision.json'} and {OUT / 'precision.png'}")
 

@@ -4,12 +4,14 @@
 
 Training samples per second at batch 1 and batch 32 of:
   numba  tinytrain Simulator (the numba-compiled training loop), compile time excluded (warm-up);
-  torch  the float32 PyTorch twin (float_twins.py), CPU, torch.set_num_threads(1), a real batch;
+  torch  the float32 PyTorch twin (tinytrain/lab/twins.py), CPU, torch.set_num_threads(1), a real batch;
   numpy  tinytrain's numpy reference path (Sequential.ref_train_step), a few hundred samples;
   C      bench/c/mlp_float.c, plain float32 C (W1 only), gcc -O2, timing itself over all epochs.
 tinytrain batch 32 is SGD(batch_size=32): gradients accumulated per sample, applied per batch.
-Each timing is the best of --repeats runs (the machine is shared: best-of is least disturbed);
-epoch orders are drawn before timing.  Only ratios measured in this one run are comparable.
+Every run trains a fresh model from the same initial state (a repeat never trains an already
+trained model, which would skip more zero-error rows); the contenders are interleaved (each
+repeat runs every one once) and each figure is the median over --repeats runs with its range,
+next to the load average before and after.  Only ratios measured in this one run are comparable.
 
 Threads: OMP/MKL/OPENBLAS/NUMBA_NUM_THREADS=1 are set before numpy is imported.  If
 OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are set (this machine sets them for old OpenBLAS builds;
@@ -55,38 +57,46 @@ def _result(samples: int, seconds: float) -> dict:
     return {"samples": samples, "seconds": seconds, "samples_per_s": samples / seconds}
 
 
-def _best(results: list[dict]) -> dict:
-    best = max(results, key=lambda r: r["samples_per_s"])
-    return {**best, "runs_samples_per_s": [round(r["samples_per_s"], 1) for r in results]}
+def _summary(runs: list[dict]) -> dict:
+    """Median and range over the runs (each on a fresh, untrained model)."""
+    rates = sorted(r["samples_per_s"] for r in runs)
+    med = float(np.median(rates))
+    out = {"samples_per_s": med, "min_samples_per_s": rates[0], "max_samples_per_s": rates[-1],
+           "runs_samples_per_s": [round(r["samples_per_s"], 1) for r in runs], "samples": runs[0]["samples"]}
+    if "test_acc" in runs[0]:
+        out["test_acc"] = runs[0]["test_acc"]
+    return out
 
 
-def time_numba(wl, ds, bs: int, repeats: int) -> dict:
+def run_numba(wl, ds, bs: int) -> dict:
+    """One timed training of a fresh model (the compiled loop is shared: numba's cache)."""
     sim = Simulator(wl.model(ds, SEED, bs))
     orders = epoch_orders(SEED, len(ds.x_train), wl.epochs)
-    sim.train(ds.x_train, ds.y_train, orders[0][:64])  # compile (or load numba's cache)
-    runs = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for order in orders:
-            sim.train(ds.x_train, ds.y_train, order)
-        runs.append(_result(sum(len(o) for o in orders), time.perf_counter() - t0))
-    return _best(runs)
+    t0 = time.perf_counter()
+    for order in orders:
+        sim.train(ds.x_train, ds.y_train, order)
+    return _result(sum(len(o) for o in orders), time.perf_counter() - t0)
 
 
-def time_torch(wl, ds, bs: int, repeats: int) -> dict:
+def warm_numba(wl, ds, bs: int):
+    Simulator(wl.model(ds, SEED, bs)).train(ds.x_train, ds.y_train, np.arange(64))  # compile or load
+
+
+def run_torch(wl, ds, bs: int) -> dict:
     xtr, _ = wl.float_inputs(ds)
     orders = epoch_orders(SEED, len(xtr), TORCH_EPOCHS[bs])
-    net = float_twins.twin(wl.name, SEED)
-    float_twins.train(net, xtr, ds.y_train, [orders[0][:256]], wl.lr, bs)  # warm-up
-    runs = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        n = float_twins.train(net, xtr, ds.y_train, orders, wl.lr, bs, schedule=wl.schedule)
-        runs.append(_result(n, time.perf_counter() - t0))
-    return _best(runs)
+    net = float_twins.twin(wl.name, SEED)  # fresh, untrained
+    t0 = time.perf_counter()
+    n = float_twins.train(net, xtr, ds.y_train, orders, wl.lr, bs, schedule=wl.schedule)
+    return _result(n, time.perf_counter() - t0)
 
 
-def time_numpy(wl, ds, bs: int) -> dict:
+def warm_torch(wl, ds, bs: int):
+    xtr, _ = wl.float_inputs(ds)
+    float_twins.train(float_twins.twin(wl.name, SEED), xtr, ds.y_train, [np.arange(256)], wl.lr, bs)
+
+
+def run_numpy(wl, ds, bs: int) -> dict:
     m = wl.model(ds, SEED, bs)
     order = epoch_orders(SEED, len(ds.x_train), 1)[0]
     for i in order[:10]:  # warm-up: first-call imports and caches
@@ -117,16 +127,14 @@ def write_c_data(wl, ds, path: Path):
             f.write(np.ascontiguousarray(a).tobytes())
 
 
-def time_c(exe: Path, data: Path, wl, bs: int, repeats: int) -> dict:
-    runs = []
-    for _ in range(repeats):
-        out = subprocess.run([str(exe), str(data), str(wl.epochs), str(bs), repr(wl.lr), str(SEED)],
-                             capture_output=True, text=True, check=True).stdout
-        kv = dict(re.findall(r"(\w+)=([0-9.]+)", out))
-        r = _result(int(kv["samples"]), float(kv["seconds"]))
-        r["test_acc"] = float(kv["test_acc"])
-        runs.append(r)
-    return _best(runs)
+def run_c(exe: Path, data: Path, wl, bs: int) -> dict:
+    """The C program trains a fresh model and times itself over all epochs."""
+    out = subprocess.run([str(exe), str(data), str(wl.epochs), str(bs), repr(wl.lr), str(SEED)],
+                         capture_output=True, text=True, check=True).stdout
+    kv = dict(re.findall(r"(\w+)=([0-9.]+)", out))
+    r = _result(int(kv["samples"]), float(kv["seconds"]))
+    r["test_acc"] = float(kv["test_acc"])
+    return r
 
 
 def _blas() -> list[dict]:
@@ -142,6 +150,10 @@ def _fmt_rate(r: dict | None) -> str:
     return "n/a" if r is None else f"{r['samples_per_s']:,.0f}"
 
 
+def _fmt_range(r: dict | None) -> str:
+    return "n/a" if r is None else f"{r['min_samples_per_s']:,.0f}–{r['max_samples_per_s']:,.0f}"
+
+
 def _fmt_us(r: dict | None) -> str:
     return "n/a" if r is None else f"{1e6 / r['samples_per_s']:.2f}"
 
@@ -149,7 +161,7 @@ def _fmt_us(r: dict | None) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workload", default="w1", choices=sorted(WORKLOADS))
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=7, help="interleaved rounds (default 7); the median is reported")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
     wl = WORKLOADS[args.workload]
@@ -169,19 +181,34 @@ def main(argv=None) -> int:
           "(forward + weight gradients + dx of all parameterised layers but the first)")
 
     res: dict[str, dict[int, dict | None]] = {"numba": {}, "torch": {}, "numpy": {}, "c": {}}
+    load = {"before": os.getloadavg()}
     with tempfile.TemporaryDirectory(prefix="tt-bench-") as tmp:
         exe = build_c(wl, Path(tmp))
         if exe is not None:
             write_c_data(wl, ds, Path(tmp) / "data.bin")
+        contenders = {"numba": lambda bs: run_numba(wl, ds, bs), "torch": lambda bs: run_torch(wl, ds, bs),
+                      "numpy": lambda bs: run_numpy(wl, ds, bs)}
+        if exe is not None:
+            contenders["c"] = lambda bs: run_c(exe, Path(tmp) / "data.bin", wl, bs)
         for bs in BATCHES:
-            print(f"batch {bs}: numba ...", end="", flush=True)
-            res["numba"][bs] = time_numba(wl, ds, bs, args.repeats)
-            print(" torch ...", end="", flush=True)
-            res["torch"][bs] = time_torch(wl, ds, bs, args.repeats)
-            print(" numpy ...", end="", flush=True)
-            res["numpy"][bs] = time_numpy(wl, ds, bs)
-            print(" C ...", flush=True)
-            res["c"][bs] = time_c(exe, Path(tmp) / "data.bin", wl, bs, args.repeats) if exe else None
+            warm_numba(wl, ds, bs)
+            warm_torch(wl, ds, bs)
+        runs = {(k, bs): [] for k in contenders for bs in BATCHES}
+        # interleaved: every repeat runs every contender once, so a burst of load from another
+        # job hits them alike; each run trains a fresh model from the same initial state
+        for rep in range(args.repeats):
+            print(f"repeat {rep + 1}/{args.repeats}:", end="", flush=True)
+            for bs in BATCHES:
+                for k, fn in contenders.items():
+                    print(f" {k}@{bs}", end="", flush=True)
+                    runs[(k, bs)].append(fn(bs))
+            print(flush=True)
+        for (k, bs), rs in runs.items():
+            res[k][bs] = _summary(rs)
+        for k in res:
+            for bs in BATCHES:
+                res[k].setdefault(bs, None)
+    load["after"] = os.getloadavg()
 
     ratios = {}
     for bs in BATCHES:
@@ -191,13 +218,14 @@ def main(argv=None) -> int:
 
     names = {"numba": "tinytrain numba Simulator (int)", "torch": "PyTorch float32 CPU",
              "numpy": f"tinytrain numpy reference (int, {NUMPY_SAMPLES} samples)", "c": "plain C float32 (gcc -O2)"}
-    header = ["implementation"] + [h for bs in BATCHES for h in (f"batch {bs}: samples/s", f"µs/sample")]
-    rows = [[names[k]] + [c for bs in BATCHES for c in (_fmt_rate(res[k][bs]), _fmt_us(res[k][bs]))] for k in names]
+    header = ["implementation"] + [h for bs in BATCHES for h in (f"batch {bs}: samples/s (median)", "range", "µs/sample")]
+    rows = [[names[k]] + [c for bs in BATCHES for c in (_fmt_rate(res[k][bs]), _fmt_range(res[k][bs]), _fmt_us(res[k][bs]))]
+            for k in names]
     for key in ("numba/torch", "numba/numpy", "numba/c"):
         goal = GOALS.get(key)
         note = f" (goal ≥ {goal[0]:g}×, target {goal[1]:g}×)" if goal else ""
         rows.append([f"ratio {key}{note}"] + [c for bs in BATCHES for c in
-                    ((f"{ratios[bs][key]:.1f}×" if ratios[bs][key] else "n/a"), "")])
+                    ((f"{ratios[bs][key]:.2f}×" if ratios[bs][key] else "n/a"), "", "")])
     table = report.markdown_table(header, rows)
     print()
     print(table)
@@ -213,11 +241,13 @@ def main(argv=None) -> int:
                "macs_per_sample": {"forward": fwd, "training_step": trn},
                "results": {k: {str(bs): v for bs, v in d.items()} for k, d in res.items()},
                "ratios": {str(bs): r for bs, r in ratios.items()},
-               "threads": 1, "unset_env": UNSET_OPENBLAS, "blas": blas, "machine": mach}
+               "threads": 1, "unset_env": UNSET_OPENBLAS, "blas": blas, "machine": mach, "loadavg": load}
     path = report.write_json(f"speed_{wl.name}.json", payload)
     body = (f"## Host training speed: {wl.name.upper()} {wl.title}\n\n"
-            f"`python bench/bench_speed.py --workload {wl.name}`, one thread, best of {args.repeats} "
-            f"(numpy: one run of {NUMPY_SAMPLES} samples). Machine: {report.machine_line(mach)}. "
+            f"`python bench/bench_speed.py --workload {wl.name}`, one thread, median (and range) of "
+            f"{args.repeats} interleaved runs, each training a fresh model (numpy: {NUMPY_SAMPLES} samples "
+            f"per run). Load average before/after: {load['before'][0]:.2f}/{load['after'][0]:.2f}. "
+            f"Machine: {report.machine_line(mach)}. "
             f"OPENBLAS_CORETYPE/L2_SIZE: {'unset for the run' if UNSET_OPENBLAS else 'not set'}. "
             f"MACs per sample: forward {fwd:,}, training step {trn:,}. Ratios are of samples/s measured "
             f"in the same run; the machine is shared with other jobs, so absolute figures vary between "

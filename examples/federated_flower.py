@@ -5,11 +5,8 @@ engine, which must end in the same global model bit for bit.
     pip install 'tinytrain-mcu[flower]'
     python examples/federated_flower.py [--clients 100] [--rounds 3]
 
-With boards instead of simulated clients, build the apps yourself and pass the serial ports
-(one per partition; each port is opened once per worker process and kept open)::
-
-    from tinytrain.federated.flower import make_client_app, make_server_app
-    client = make_client_app("digits-mlp", "digits", clients=2, ports=["/dev/ttyACM0", "/dev/ttyACM1"])
+Flower users run the Flower App instead (``flwr run examples/flower-app``, docs/federated.md);
+boards join through a SuperNode and ``tinytrain federate-gateway`` on their host.
 """
 import argparse
 

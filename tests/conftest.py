@@ -1,6 +1,7 @@
 """Shared fixtures: the firmware runtime compiled for the host (cffi), once per session."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -8,6 +9,13 @@ import pytest
 from tinytrain.device import cbuild
 
 HERE = Path(__file__).parent
+
+
+def examples(n: int) -> int:
+    """Hypothesis examples of a test that compiles a simulator and a C model per example (the
+    random-graph tests: ~5-10 s each): n by default, n * TINYTRAIN_EXAMPLES for a longer
+    search (e.g. TINYTRAIN_EXAMPLES=10 overnight). The suite's default keeps them ~2-4 min."""
+    return n * max(1, int(os.environ.get("TINYTRAIN_EXAMPLES", "1")))
 SHIM_CDEF = """
 int64_t tt_t_rshift_round_s64(int64_t x, int32_t s);
 int32_t tt_t_rshift_round_s32(int32_t x, int32_t s);
@@ -27,14 +35,14 @@ def runtime_cdef() -> str:
     parts = [SHIM_CDEF]
     headers = sorted(cbuild.FIRMWARE_INCLUDE.glob("tt_*.h"), key=lambda h: h.stem != "tt_fixedpoint")
     for h in headers:
-        if h.stem in ("tt_port", "tt_device", "tt_protocol", "tt_cobs", "tt_crc32", "tt_fedcodec"):
+        if h.stem in ("tt_port", "tt_device", "tt_protocol", "tt_cobs", "tt_crc32", "tt_fedcodec", "tt_state"):
             continue
         parts.append(cbuild.cdef_from_header(h))
     return "\n".join(parts)
 
 
 def _build(sanitize: bool):
-    srcs = [p for p in cbuild.runtime_sources() if p.stem not in ("tt_protocol", "tt_cobs", "tt_crc32", "tt_fedcodec")]
+    srcs = [p for p in cbuild.runtime_sources() if p.stem not in ("tt_protocol", "tt_cobs", "tt_crc32", "tt_fedcodec", "tt_state")]
     return cbuild.compile_shared(
         [*srcs, HERE / "c" / "tt_test_shim.c"], runtime_cdef(), sanitize=sanitize, name="ttrt"
     )

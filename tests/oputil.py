@@ -45,3 +45,11 @@ def c_i32(ffi, a):
 def c_i64(ffi, a):
     assert a.dtype == np.int64
     return _ptr(ffi, "int64_t *", a)
+
+
+def c_ctx(ffi, scratch=None):
+    """(tt_ctx *, tt_stats *) over a numpy int64 scratch (or none). The ctx does not own the
+    scratch: the caller keeps the array (and both results) alive while the ctx is used."""
+    st = ffi.new("tt_stats *")
+    scr = ffi.NULL if scratch is None else c_i64(ffi, scratch)
+    return ffi.new("tt_ctx *", {"scratch": scr, "stats": st}), st

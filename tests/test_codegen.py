@@ -18,6 +18,8 @@ from tinytrain.graph.model import Sequential
 from tinytrain.graph.optim import SGD
 from tinytrain.sim.simulator import Simulator
 
+from .conftest import examples
+
 
 def _data(n, shape, n_classes, seed):
     rng = np.random.default_rng(seed)
@@ -63,7 +65,7 @@ def test_mlp_c_equals_simulator_every_step(opt):
     _run_both(m, x, y, epochs=3)
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(4), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.integers(1, 24), min_size=0, max_size=3), st.integers(2, 30), st.integers(2, 8),
        st.integers(0, 2**16), st.sampled_from([0.01, 0.05, 0.2]), st.booleans(), st.integers(-9, 2))
 def test_random_mlps_c_equals_simulator(hidden, n_in, n_cls, seed, lr, sr, in_exp):
@@ -107,9 +109,14 @@ def test_emitted_c_snapshot_substrings():
     em = generate(_w1(), prefix="w1")
     src, hdr = em.source, em.header
     assert "#ifndef W1_H" in hdr and "int32_t w1_train_step(const int8_t *x, int32_t label, int32_t *loss_q16);" in hdr
-    assert "e1 = tt_dense_fwd_s8(x, e0, w1_l0_w, -14, w1_l0_b, -22, 64, 32, SCRATCH, w1_a0, &STATS);" in src
+    assert ("static const tt_dense_params w1_l0_dense = {.K = 64, .N = 32, .w = w1_l0_w, .ew = -14, "
+            ".b = w1_l0_b, .eb = -22};") in src
+    assert "e1 = tt_dense_fwd_s8(&CTX, &w1_l0_dense, x, e0, w1_a0);" in src
     assert "e2 = tt_relu_fwd_s8(w1_a0, e1, 32, w1_a1, &STATS);" in src
-    assert "pred = tt_softmax_ce_s8(w1_a2, e3, label, 10, SCRATCH" in src
+    assert "pred = tt_softmax_ce_s8(&CTX, w1_a2, e3, label, 10, &loss);" in src
+    assert "static const tt_ctx CTX = {.scratch = SCRATCH, .stats = &STATS};" in src and "#define CTX w1_ctx" in src
+    assert ".m = " in src and ".cosine = w1_cosine};" in src  # the optimizer, with named fields
+    assert "tt_sgd_dense_direct_s16(&sgd, &w1_l2_sgd, " in src
     assert "float" not in src and "double" not in src and "malloc" not in src
     for line in src.splitlines():  # every global symbol carries the prefix
         if line.startswith("static ") and "[" in line:
@@ -264,7 +271,7 @@ def random_graph(draw):
                       seed=draw(st.integers(0, 1000))), n_cls
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(4), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(random_graph(), st.integers(0, 2**16))
 def test_random_cnn_graphs_reference_sim_and_c_equal(graph, seed):
     ref, n_cls = graph
@@ -279,3 +286,51 @@ def test_random_cnn_graphs_reference_sim_and_c_equal(graph, seed):
             assert ref.state_hash() == fast.state_hash() == hm.state_hash(), f"epoch {epoch} step {i}: {ref.summary()}"
             assert tuple(a) == b == c
     assert [ref.ref_predict(v) for v in x] == list(sim.predict(x)) == [hm.predict(v) for v in x]
+
+
+def _calls(src: str):
+    """(name, argument count) of every function call inside a body or initializer of C source."""
+    import re
+
+    src = re.sub(r"/\*.*?\*/", "", src, flags=re.S)
+    out, depth, i = [], 0, 0
+    call = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
+    while i < len(src):
+        ch = src[i]
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        m = call.match(src, i) if depth > 0 and (i == 0 or not (src[i - 1].isalnum() or src[i - 1] == "_")) else None
+        if m and m.group(1) not in ("if", "for", "while", "switch", "return", "sizeof"):
+            j, par, n, empty = m.end(), 1, 1, True
+            while par:
+                c = src[j]
+                par += {"(": 1, ")": -1}.get(c, 0)
+                if par == 1 and c == ",":
+                    n += 1
+                elif par >= 1 and not c.isspace() and c != "(":
+                    empty = False
+                j += 1
+            out.append((m.group(1), 0 if empty else n))
+        i += 1
+    return out
+
+
+@pytest.mark.parametrize("name,dataset", [("digits-mlp", "digits"), ("digits-cnn", "digits-image"),
+                                          ("mnist1d-cnn", "mnist1d")])
+def test_generated_kernel_calls_take_at_most_six_arguments(name, dataset):
+    """W1, W3 and W2 read with named fields: each layer's dims and parameters are a static const
+    struct with designated initializers, and no call of the generated C passes more than six
+    arguments (the kernels used to take up to 21 positional integers)."""
+    from tinytrain import data
+    from tinytrain.graph import models
+
+    em = generate(models.build_model(name, data.load(dataset)), prefix="m")
+    calls = _calls(em.source)
+    kernels = [(f, n) for f, n in calls if f.startswith("tt_")]
+    assert len(kernels) > 10 and {f for f, _ in kernels} >= {"tt_softmax_ce_s8", "tt_state_hash", "tt_sgd_lr_mult"}
+    assert max(n for _, n in calls) <= 6, [c for c in calls if c[1] > 6]
+    assert "tt_relu_fwd_s8" in {f for f, _ in kernels}
+    for line in em.source.splitlines():  # every params struct names its fields
+        if line.startswith("static const tt_") and "_params " in line:
+            assert " = {." in line and ", ." in line, line
+    assert "= {\n    .m = " in em.source  # the optimizer too
+    assert _calls("void f(void) { g(a, h(b, c), (d, e)); k(); }") == [("g", 3), ("h", 2), ("k", 0)]

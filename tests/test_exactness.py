@@ -27,6 +27,8 @@ from tinytrain.graph.model import Sequential
 from tinytrain.graph.optim import SGD
 from tinytrain.sim.simulator import Simulator
 
+from .conftest import examples
+
 
 def _out(layer, shape):
     """Output shape of `layer` on `shape` (None if it does not apply), without touching it."""
@@ -146,7 +148,7 @@ def three_way(ref: Sequential, x, y, epochs=2):
 
 
 # no shrinking: every example compiles a simulator and a C model; the failing draw is printed as is
-@settings(max_examples=10, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+@settings(max_examples=examples(10), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.data())
 def test_any_graph_any_optimizer_reference_sim_c_equal(data):

@@ -50,7 +50,7 @@ def test_fedavg_rounds_half_up_exactly(dtype):
 
 # ------------------------------------------------------------------------------ codecs
 
-@pytest.mark.parametrize("codec", ["int8", "int4", "sign"])
+@pytest.mark.parametrize("codec", ["int8", "int4", "sign", "topk16", "topk32", "int4b32", "int4b64"])
 def test_codec_error_feedback_loses_nothing(w1, codec):
     """Over rounds, sum of what the coordinator reconstructs + the final residual equals the
     sum of the true deltas, exactly (error feedback), and the decoder agrees bit for bit."""
@@ -74,8 +74,36 @@ def test_codec_error_feedback_loses_nothing(w1, codec):
     for t, s, r in zip(true, sent, res):
         assert np.array_equal(t, s + r)
     n = schema.n_params
-    per = {"int8": n, "int4": n / 2, "sign": n / 8}[codec]
+    topk = sum(3 * -(-int(np.prod(sh)) // (16 if codec == "topk16" else 32)) for sh in schema.shapes)
+    b = {"int4b32": 32, "int4b64": 64}.get(codec, 1)
+    block = sum(-(-int(np.prod(sh)) // 2) + -(-int(np.prod(sh)) // b) for sh in schema.shapes)
+    per = {"int8": n, "int4": n / 2, "sign": n / 8, "int4b32": block, "int4b64": block}.get(codec, topk)
     assert len(msg) <= per + 2 * len(glob) + 40
+
+
+def test_topk_sends_the_k_largest_and_refuses_bad_indices(w1):
+    from tinytrain.federated.codec import HEADER, topk_count
+
+    model, _ = w1
+    schema = Schema.of(model)
+    glob = [np.zeros(sh, dt) for sh, dt in zip(schema.shapes, schema.dtypes)]
+    rng = np.random.default_rng(7)
+    local = [rng.integers(-3000, 3000, sh).astype(dt) for sh, dt in zip(schema.shapes, schema.dtypes)]
+    local[0].reshape(-1)[:5] = 2999  # ties: the lower indices win
+    body, recon, res = compress("topk16", local, glob, None)
+    for lo, rc in zip(local, recon):
+        v, k = np.abs(lo.reshape(-1).astype(np.int64)), topk_count(lo.size, "topk16")
+        sent = np.flatnonzero(rc.reshape(-1))
+        assert len(sent) <= k and np.abs(v[sent]).min() >= np.sort(v)[-k] - 1
+    assert set(range(5)) <= set(np.flatnonzero(recon[0].reshape(-1)))
+    msg = encode_update("topk16", 0, 1, 5, 0, store_hash(recon), len(glob), body)
+    assert [np.array_equal(a, b) for a, b in zip(decode_update(msg, schema, glob, 1).store, recon)] == [True] * 4
+    bad = bytearray(msg)
+    off = HEADER.size + 1  # header, tensor 0's shift byte, then its indices: swap the first two
+    bad[off:off + 4] = bad[off + 2:off + 4] + bad[off:off + 2]
+    bad[-4:] = struct.pack("<I", fp.crc32(bytes(bad[:-4])))
+    with pytest.raises(CorruptUpdate, match="strictly increasing"):
+        decode_update(bytes(bad), schema, glob, 1)
 
 
 def test_update_crc_and_tamper_are_caught(w1):

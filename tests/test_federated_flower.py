@@ -1,5 +1,5 @@
 """Flower simulation (optional extra `flower`, engine `flwr[simulation]`): 100 tinytrain
-clients through Flower's run_simulation, integer FedAvg on the ServerApp; the result equals
+clients through Flower's run_simulation with the IntegerFedAvg strategy; the result equals
 tinytrain's own engine with the same devices, bit for bit."""
 import pytest
 

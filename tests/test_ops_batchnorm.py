@@ -14,7 +14,7 @@ from tinytrain import fixedpoint as fp
 from tinytrain.kernels import batchnorm as kb
 from tinytrain.ops import batchnorm as rb
 
-from .oputil import c_i8, c_i16, c_i32, c_i64, draw_array
+from .oputil import c_ctx, c_i8, c_i16, c_i32, draw_array
 
 
 @st.composite
@@ -76,24 +76,25 @@ def c_run(ffi, lib, k, train):
     C = x.shape[-1]
     P = x.size // C
     rm, rv = k["rmean"].copy(), k["rvar"].copy()
-    saved, scratch = np.zeros((3, C), np.int32), np.zeros(3 * C, np.int64)
-    assert scratch.nbytes == 24 * C and saved.nbytes == 12 * C  # TT_BATCHNORM_*_SIZE(C)
-    y, stc = np.zeros(x.shape, np.int8), ffi.new("tt_stats *")
+    buf, scratch = np.zeros(3 * C + 1, np.int32), np.zeros(3 * C, np.int64)
+    assert scratch.nbytes == 24 * C and buf.nbytes == 12 * C + 4  # TT_BATCHNORM_*_SIZE(C)
+    y = np.zeros(x.shape, np.int8)
+    ctx, stc = c_ctx(ffi, scratch)
     c = k["cfg"]
-    ey = lib.tt_batchnorm_fwd_s8(c_i8(ffi, x), k["ex"], P, C, c_i16(ffi, k["gamma"]), k["e_g"],
-                                 c_i32(ffi, k["beta"]), k["e_b"], c_i32(ffi, rm), k["e_rm"],
-                                 c_i32(ffi, rv), k["e_rv"], c["eps_m"], c["eps_k"], c["mom_k"],
-                                 int(train), c_i32(ffi, saved), c_i64(ffi, scratch), c_i8(ffi, y),
-                                 stc)
+    p = ffi.new("tt_batchnorm_params *", dict(
+        P=P, C=C, gamma=c_i16(ffi, k["gamma"]), e_g=k["e_g"], beta=c_i32(ffi, k["beta"]), e_b=k["e_b"],
+        rmean=c_i32(ffi, rm), e_rm=k["e_rm"], rvar=c_i32(ffi, rv), e_rv=k["e_rv"], eps_m=c["eps_m"],
+        eps_k=c["eps_k"], mom_k=c["mom_k"], saved=c_i32(ffi, buf)))
+    mode = "" if train else "_eval"
+    ey = getattr(lib, f"tt_batchnorm_fwd{mode}_s8")(ctx, p, c_i8(ffi, x), k["ex"], c_i8(ffi, y))
+    assert buf[3 * C] == k["ex"]  # the input exponent, saved for backward
     nsat = stc.saturated
     dx = np.zeros(x.shape, np.int8)
     e = np.ascontiguousarray(k["e"])
-    edx = lib.tt_batchnorm_bwd_s8(c_i8(ffi, e), k["ee"], c_i8(ffi, x), k["ex"], P, C,
-                                  c_i32(ffi, saved), c_i16(ffi, k["gamma"]), k["e_g"], int(train),
-                                  c_i64(ffi, scratch), c_i8(ffi, dx), stc)
+    edx = getattr(lib, f"tt_batchnorm_bwd{mode}_s8")(ctx, p, c_i8(ffi, e), k["ee"], c_i8(ffi, x), c_i8(ffi, dx))
     gg, gb = np.zeros(C, np.int32), np.zeros(C, np.int32)
-    lib.tt_batchnorm_grad_s32(c_i8(ffi, e), c_i8(ffi, x), P, C, c_i32(ffi, saved), int(train),
-                              c_i32(ffi, gg), c_i32(ffi, gb))
+    getattr(lib, f"tt_batchnorm_grad{mode}_s32")(p, c_i8(ffi, e), c_i8(ffi, x), c_i32(ffi, gg), c_i32(ffi, gb))
+    saved = buf[:3 * C].reshape(3, C)
     return dict(y=y, ey=ey, nsat=nsat, saved=saved, rm=rm, rv=rv, dx=dx, edx=edx,
                 nsat_b=stc.saturated - nsat, gg=gg, gb=gb)
 

@@ -13,7 +13,7 @@ from tinytrain.ops import conv1d as r1
 from tinytrain.ops import conv2d as r2
 from tinytrain.ops import depthwise as rdw
 
-from .oputil import c_i8, c_i16, c_i32, c_i64, draw_array
+from .oputil import c_ctx, c_i8, c_i16, c_i32, draw_array
 
 GUARD = 3  # sentinel elements after every buffer the C kernels write
 
@@ -90,21 +90,21 @@ def run_numba(fwd, bwd, grad, c, cfg_args, x, w, e):
     return y, ey, nsat, dx, edx, int(stats[0]) - nsat, gw, gb
 
 
-def run_c(ffi, fwd, bwd, grad, c, dims, x, w, e):
-    """dims: the C geometry arguments between the eb / ew and the scratch arguments."""
+def run_c(ffi, fwd, bwd, grad, c, ctype, dims, x, w, e):
+    """ctype, dims: the C params struct and its geometry fields (w, ew, b, eb are added here)."""
     ex, ew, eb, ee = c["exps"]
     nscr = max(e.size, x.size)
     scr_g, scr = guarded(nscr, np.int64, fill=-(2**62))
-    st_c = ffi.new("tt_stats *")
+    ctx, st_c = c_ctx(ffi, scr_g)
+    p = ffi.new(f"{ctype} *", dict(dims, w=c_i16(ffi, w), ew=ew, b=c_i32(ffi, c["b"]), eb=eb))
     y_g, y = guarded(e.size, np.int8)
-    ey = fwd(c_i8(ffi, x), ex, c_i16(ffi, w), ew, c_i32(ffi, c["b"]), eb, *dims,
-             c_i64(ffi, scr_g), c_i8(ffi, y_g), st_c)
+    ey = fwd(ctx, p, c_i8(ffi, x), ex, c_i8(ffi, y_g))
     nsat = st_c.saturated
     dx_g, dx = guarded(x.size, np.int8)
-    edx = bwd(c_i8(ffi, e), ee, c_i16(ffi, w), ew, *dims, c_i64(ffi, scr_g), c_i8(ffi, dx_g), st_c)
+    edx = bwd(ctx, p, c_i8(ffi, e), ee, c_i8(ffi, dx_g))
     gw_g, gw = guarded(w.size, np.int32, fill=7)
     gb_g, gb = guarded(e.shape[-1], np.int32, fill=7)
-    grad(c_i8(ffi, e), c_i8(ffi, x), *dims, c_i32(ffi, gw_g), c_i32(ffi, gb_g))
+    grad(p, c_i8(ffi, e), c_i8(ffi, x), c_i32(ffi, gw_g), c_i32(ffi, gb_g))
     for buf, n in ((scr_g, nscr), (y_g, e.size), (dx_g, x.size), (gw_g, w.size), (gb_g, gb.size)):
         assert untouched(buf, n), "C kernel wrote past its buffer"
     return (y.reshape(e.shape), ey, nsat, dx.reshape(x.shape), edx, st_c.saturated - nsat,
@@ -134,9 +134,10 @@ def check_conv2d(clib, c):
     H, W, Cin = x.shape
     Cout, KH, KW, _ = w.shape
     OH, OW, _ = e.shape
-    dims = (H, W, Cin, Cout, KH, KW, sh, sw, pt, pl, OH, OW)
+    dims = dict(H=H, W=W, Cin=Cin, Cout=Cout, kh=KH, kw=KW, stride_h=sh, stride_w=sw, pad_h=pt, pad_w=pl,
+                Ho=OH, Wo=OW)
     assert_same(ref, run_c(ffi, lib.tt_conv2d_fwd_s8, lib.tt_conv2d_bwd_s8, lib.tt_conv2d_grad_s32,
-                           c, dims, x, w, e), "C")
+                           c, "tt_conv_params", dims, x, w, e), "C")
 
 
 def check_depthwise(clib, c):
@@ -150,9 +151,10 @@ def check_depthwise(clib, c):
     H, W, C = x.shape
     KH, KW, _ = w.shape
     OH, OW, _ = e.shape
-    dims = (H, W, C, KH, KW, sh, sw, pt, pl, OH, OW)
+    dims = dict(H=H, W=W, Cin=C, Cout=C, kh=KH, kw=KW, stride_h=sh, stride_w=sw, pad_h=pt, pad_w=pl,
+                Ho=OH, Wo=OW)
     assert_same(ref, run_c(ffi, lib.tt_depthwise_fwd_s8, lib.tt_depthwise_bwd_s8,
-                           lib.tt_depthwise_grad_s32, c, dims, x, w, e), "C")
+                           lib.tt_depthwise_grad_s32, c, "tt_conv_params", dims, x, w, e), "C")
 
 
 def as_1d(c):
@@ -172,9 +174,9 @@ def check_conv1d(clib, c):
                 "numba")
     L, Cin = x.shape
     Cout, K, _ = w.shape
-    dims = (L, Cin, Cout, K, s, pl, e.shape[0])
+    dims = dict(L=L, Cin=Cin, Cout=Cout, k=K, stride=s, pad=pl, Lo=e.shape[0])
     assert_same(ref, run_c(ffi, lib.tt_conv1d_fwd_s8, lib.tt_conv1d_bwd_s8, lib.tt_conv1d_grad_s32,
-                           c, dims, x, w, e), "C")
+                           c, "tt_conv1d_params", dims, x, w, e), "C")
 
 
 # --------------------------------------------------------------- equality properties
@@ -348,8 +350,8 @@ def test_grad_exact_at_the_int32_bound(clib):
     kc.conv1d_grad(e, x, 1, 0, gw, gb)
     assert int(gw[0, 0, 0]) == want and int(gb[0]) == n * 127
     gw[:], gb[:] = 0, 0
-    lib.tt_conv1d_grad_s32(c_i8(ffi, e), c_i8(ffi, x), n, 1, 1, 1, 1, 0, n,
-                           c_i32(ffi, gw), c_i32(ffi, gb))
+    p = ffi.new("tt_conv1d_params *", dict(L=n, Cin=1, Cout=1, k=1, stride=1, pad=0, Lo=n))
+    lib.tt_conv1d_grad_s32(p, c_i8(ffi, e), c_i8(ffi, x), c_i32(ffi, gw), c_i32(ffi, gb))
     assert int(gw[0, 0, 0]) == want and int(gb[0]) == n * 127
 
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from tinytrain.kernels import dense as kd
 from tinytrain.ops import dense as rd
 
-from .oputil import c_i8, c_i16, c_i32, c_i64, draw_array
+from .oputil import c_ctx, c_i8, c_i16, c_i32, draw_array
 
 
 @st.composite
@@ -45,18 +45,17 @@ def test_dense_forward_backward_equal(clib, case):
     kd.dense_grad(e, x, gw, gb)
     assert np.array_equal(gw, grads[0][0]) and np.array_equal(gb, grads[1][0])
 
-    st_c = ffi.new("tt_stats *")
     yc = np.zeros(N, np.int8)
     scratch = np.zeros(max(N, K), np.int64)
-    eyc = lib.tt_dense_fwd_s8(c_i8(ffi, x), ex, c_i16(ffi, w), ew, c_i32(ffi, b), eb, K, N,
-                              c_i64(ffi, scratch), c_i8(ffi, yc), st_c)
+    ctx, st_c = c_ctx(ffi, scratch)
+    p = ffi.new("tt_dense_params *", dict(K=K, N=N, w=c_i16(ffi, w), ew=ew, b=c_i32(ffi, b), eb=eb))
+    eyc = lib.tt_dense_fwd_s8(ctx, p, c_i8(ffi, x), ex, c_i8(ffi, yc))
     assert eyc == ey_ref and np.array_equal(yc, y_ref) and st_c.saturated == nsat_ref
     dxc = np.zeros(K, np.int8)
-    edxc = lib.tt_dense_bwd_s8(c_i8(ffi, e), ee, c_i16(ffi, w), ew, K, N, c_i64(ffi, scratch),
-                               c_i8(ffi, dxc), st_c)
+    edxc = lib.tt_dense_bwd_s8(ctx, p, c_i8(ffi, e), ee, c_i8(ffi, dxc))
     assert edxc == edx_ref and np.array_equal(dxc, dx_ref)
     gwc, gbc = np.zeros((N, K), np.int32), np.zeros(N, np.int32)
-    lib.tt_dense_grad_s32(c_i8(ffi, e), c_i8(ffi, x), K, N, c_i32(ffi, gwc), c_i32(ffi, gbc))
+    lib.tt_dense_grad_s32(p, c_i8(ffi, e), c_i8(ffi, x), c_i32(ffi, gwc), c_i32(ffi, gbc))
     assert np.array_equal(gwc, grads[0][0]) and np.array_equal(gbc, grads[1][0])
 
 

@@ -22,7 +22,7 @@ from tinytrain.ops import dense as rd
 from tinytrain.graph.optim import update_direct_ref
 
 from .conftest import HERE, runtime_cdef
-from .oputil import c_i8, c_i16, c_i32, c_i64, draw_array
+from .oputil import c_ctx, c_i8, c_i16, c_i32, draw_array
 
 
 @pytest.fixture(scope="session")
@@ -69,13 +69,12 @@ def dense_case(draw):
 def _fwd_bwd(lib, ffi, case):
     x, w, b, e, ex, ew, eb, ee = case
     N, K = w.shape
-    st_c = ffi.new("tt_stats *")
     y, dx = np.zeros(N, np.int8), np.zeros(K, np.int8)
     scratch = np.zeros(max(N, K), np.int64)
-    ey = lib.tt_dense_fwd_s8(c_i8(ffi, x), ex, c_i16(ffi, w), ew, c_i32(ffi, b), eb, K, N,
-                             c_i64(ffi, scratch), c_i8(ffi, y), st_c)
-    edx = lib.tt_dense_bwd_s8(c_i8(ffi, e), ee, c_i16(ffi, w), ew, K, N, c_i64(ffi, scratch),
-                              c_i8(ffi, dx), st_c)
+    ctx, st_c = c_ctx(ffi, scratch)
+    p = ffi.new("tt_dense_params *", dict(K=K, N=N, w=c_i16(ffi, w), ew=ew, b=c_i32(ffi, b), eb=eb))
+    ey = lib.tt_dense_fwd_s8(ctx, p, c_i8(ffi, x), ex, c_i8(ffi, y))
+    edx = lib.tt_dense_bwd_s8(ctx, p, c_i8(ffi, e), ee, c_i8(ffi, dx))
     return ey, y, edx, dx, st_c.saturated
 
 
@@ -154,8 +153,9 @@ def _sgd(lib, ffi, case, k=20):
     o = ffi.new("tt_sgd *", {"m": m_t, "k": k, "batch_size": 1, "cosine": cos})
     prng = ffi.new("uint32_t *", 1)
     st_c = ffi.new("tt_stats *")
-    lib.tt_sgd_dense_direct(c_i8(ffi, e), ee, c_i8(ffi, x), ex, K, N, c_i16(ffi, w), ffi.NULL, ew,
-                            c_i32(ffi, b), eb, 1, 1, o, m_t, prng, st_c)
+    u = ffi.new("tt_sgd_step *", {"cfg": o, "m_t": m_t, "prng": prng, "stats": st_c})
+    p = ffi.new("tt_sgd_dense_s16_params *", dict(K=K, N=N, w=c_i16(ffi, w), ew=ew, b=c_i32(ffi, b), eb=eb))
+    lib.tt_sgd_dense_direct_s16(u, p, c_i8(ffi, e), ee, c_i8(ffi, x), ex)
     return w, b, st_c.saturated, (ew, ee + ex, eb, ee, k)
 
 
@@ -219,3 +219,26 @@ def test_fused_sgd_dsp_at_the_int16_limits(clib, dsplib, K, s, w0):
         live = e != 0
         assert np.array_equal(wd[live], wr[live]) and np.array_equal(wd[~live], w[~live])
         assert np.array_equal(bd, br) and nd == n1 + n2 - int(np.count_nonzero(w[~live] == -32768))
+
+
+@pytest.mark.parametrize("s", [31, 32, 40, 62, 63, 64, 94, 95, 109, 200])
+def test_update_direct_stochastic_shift_beyond_63_bits(clib_ubsan, s):
+    """Stochastic rounding with shifts past the width of int64 (tiny gradients at a large weight
+    exponent): the C rounds as the reference does (floor, 0 or -1) instead of shifting int64 by 64
+    or more (undefined behaviour, which UBSan turns into an abort)."""
+    ffi, lib = clib_ubsan
+    from tinytrain.graph.optim import IntSGD
+
+    g = np.array([2**31 - 1, -(2**31), 1, -1, 0, 12345, -54321], np.int32)
+    w = np.array([5, -5, 0, 1, -1, 2**31 - 1, -(2**31)], np.int32)
+    opt = IntSGD(m=32767, k=0, mu_m=0, mu_k=0, wd_m=0, wd_k=0, ib_m=0, ib_k=0, batch_size=1, schedule=0,
+                 gamma_q15=32768, step_size=1, total_steps=1, cosine=np.zeros(65, np.int32), sr=True, master=False)
+    wr, prng_ref = w.copy(), [7]
+    update_direct_ref(wr, s, g, 0, opt, 32767, prng_ref)
+    cos = ffi.new("int32_t[65]")
+    o = ffi.new("tt_sgd *", {"m": 32767, "k": 0, "batch_size": 1, "sr": 1, "cosine": cos})
+    prng, st_c = ffi.new("uint32_t *", 7), ffi.new("tt_stats *")
+    u = ffi.new("tt_sgd_step *", {"cfg": o, "m_t": 32767, "prng": prng, "stats": st_c})
+    wc = w.copy()
+    lib.tt_sgd_update_direct_s32(u, c_i32(ffi, wc), w.size, s, c_i32(ffi, g), 0)
+    assert np.array_equal(wc, wr) and prng[0] == prng_ref[0]

@@ -13,7 +13,7 @@ from tinytrain.kernels import pool as kp
 from tinytrain.ops import avgpool as ravg
 from tinytrain.ops import maxpool as rmax
 
-from .oputil import c_i8, c_i32, draw_array
+from .oputil import c_ctx, c_i8, draw_array
 
 NULL_I32 = np.zeros(1, np.int32)  # stands for "no scratch"
 
@@ -37,12 +37,12 @@ def pool_case(draw, one_d=False):
 def _maxpool_c(lib, ffi, x, e, ex, ee, k, s):
     H, W, C = x.shape
     OH, OW, _ = e.shape
-    st_c = ffi.new("tt_stats *")
     y, dx = np.zeros((OH, OW, C), np.int8), np.zeros_like(x)
-    scratch = np.zeros(max(1, H * W * C), np.int32)
-    ey = lib.tt_maxpool2d_fwd_s8(c_i8(ffi, x), ex, H, W, C, *k, *s, c_i8(ffi, y), st_c)
-    edx = lib.tt_maxpool2d_bwd_s8(c_i8(ffi, e), ee, c_i8(ffi, x), H, W, C, *k, *s,
-                                  c_i32(ffi, scratch), c_i8(ffi, dx), st_c)
+    scratch = np.zeros(max(1, H * W * C), np.int64)
+    ctx, st_c = c_ctx(ffi, scratch)
+    p = ffi.new("tt_pool_params *", dict(H=H, W=W, C=C, kh=k[0], kw=k[1], stride_h=s[0], stride_w=s[1]))
+    ey = lib.tt_maxpool2d_fwd_s8(ctx, p, c_i8(ffi, x), ex, c_i8(ffi, y))
+    edx = lib.tt_maxpool2d_bwd_s8(ctx, p, c_i8(ffi, e), ee, c_i8(ffi, x), c_i8(ffi, dx))
     return y, ey, dx, edx, st_c.saturated
 
 
@@ -89,11 +89,12 @@ def test_maxpool1d_equal(clib, case):
     assert kp.maxpool1d_bwd(e, ee, x, k, s, scratch, dx, stats) == edx_ref
     assert np.array_equal(dx, dx_ref) and stats[0] == nsat_b
 
-    st_c = ffi.new("tt_stats *")
+    scratch = np.zeros(L * C, np.int64)
+    ctx, st_c = c_ctx(ffi, scratch)
+    p = ffi.new("tt_pool1d_params *", dict(L=L, C=C, k=k, stride=s))
     yc, dxc = np.zeros_like(y_ref), np.zeros_like(x)
-    assert lib.tt_maxpool1d_fwd_s8(c_i8(ffi, x), ex, L, C, k, s, c_i8(ffi, yc), st_c) == ey_ref
-    assert lib.tt_maxpool1d_bwd_s8(c_i8(ffi, e), ee, c_i8(ffi, x), L, C, k, s,
-                                   c_i32(ffi, scratch), c_i8(ffi, dxc), st_c) == edx_ref
+    assert lib.tt_maxpool1d_fwd_s8(ctx, p, c_i8(ffi, x), ex, c_i8(ffi, yc)) == ey_ref
+    assert lib.tt_maxpool1d_bwd_s8(ctx, p, c_i8(ffi, e), ee, c_i8(ffi, x), c_i8(ffi, dxc)) == edx_ref
     assert np.array_equal(yc, y_ref) and np.array_equal(dxc, dx_ref)
 
 
@@ -116,9 +117,11 @@ def test_maxpool_ties_and_overlap(clib_ubsan):
     assert np.array_equal(dxc, dx) and edxc == edx and (yc == 9).all()
     # non-overlapping: scratch untouched (NULL would do; pass a sentinel and check it)
     x = np.array([[[-3], [-3]], [[-3], [-3]]], np.int8)
-    st_c, sentinel, dxc = ffi.new("tt_stats *"), np.full(4, 77, np.int32), np.zeros_like(x)
-    edxc = lib.tt_maxpool2d_bwd_s8(c_i8(ffi, np.array([[[-127]]], np.int8)), 3, c_i8(ffi, x),
-                                   2, 2, 1, 2, 2, 2, 2, c_i32(ffi, sentinel), c_i8(ffi, dxc), st_c)
+    sentinel, dxc = np.full(4, 77, np.int64), np.zeros_like(x)
+    ctx, st_c = c_ctx(ffi, sentinel)
+    p = ffi.new("tt_pool_params *", dict(H=2, W=2, C=1, kh=2, kw=2, stride_h=2, stride_w=2))
+    edxc = lib.tt_maxpool2d_bwd_s8(ctx, p, c_i8(ffi, np.array([[[-127]]], np.int8)), 3, c_i8(ffi, x),
+                                   c_i8(ffi, dxc))
     assert edxc == 3 and dxc[:, :, 0].tolist() == [[-127, 0], [0, 0]] and (sentinel == 77).all()
 
 
@@ -158,11 +161,13 @@ def _avgpool_all(lib, ffi, x, e, k, s, ex, ee):
     assert kp.avgpool2d_bwd(e, ee, *k, *s, m, sh, dx, stats) == edx_ref
     assert np.array_equal(dx, dx_ref) and stats[0] == nsat_f + nsat_b
 
-    st_c = ffi.new("tt_stats *")
+    ctx, st_c = c_ctx(ffi)
+    p = ffi.new("tt_pool_params *", dict(H=H, W=W, C=C, kh=k[0], kw=k[1], stride_h=s[0], stride_w=s[1], mult=m,
+                                         shift=sh))
     yc, dxc = np.zeros_like(y_ref), np.zeros_like(x)
-    assert lib.tt_avgpool2d_fwd_s8(c_i8(ffi, x), ex, H, W, C, *k, *s, m, sh, c_i8(ffi, yc), st_c) == ey_ref
+    assert lib.tt_avgpool2d_fwd_s8(ctx, p, c_i8(ffi, x), ex, c_i8(ffi, yc)) == ey_ref
     assert np.array_equal(yc, y_ref) and st_c.saturated == nsat_f
-    assert lib.tt_avgpool2d_bwd_s8(c_i8(ffi, e), ee, H, W, C, *k, *s, m, sh, c_i8(ffi, dxc), st_c) == edx_ref
+    assert lib.tt_avgpool2d_bwd_s8(ctx, p, c_i8(ffi, e), ee, c_i8(ffi, dxc)) == edx_ref
     assert np.array_equal(dxc, dx_ref) and st_c.saturated == nsat_f + nsat_b
     return y_ref, ey_ref, dx_ref, edx_ref
 
@@ -192,10 +197,11 @@ def test_avgpool1d_equal(clib, case):
     assert kp.avgpool1d_fwd(x, ex, k, s, m, sh, y, stats) == ey_ref and np.array_equal(y, y_ref)
     assert kp.avgpool1d_bwd(e, ee, k, s, m, sh, dx, stats) == edx_ref and np.array_equal(dx, dx_ref)
 
-    st_c = ffi.new("tt_stats *")
+    ctx, _ = c_ctx(ffi)
+    p = ffi.new("tt_pool1d_params *", dict(L=L, C=C, k=k, stride=s, mult=m, shift=sh))
     yc, dxc = np.zeros_like(y_ref), np.zeros_like(x)
-    assert lib.tt_avgpool1d_fwd_s8(c_i8(ffi, x), ex, L, C, k, s, m, sh, c_i8(ffi, yc), st_c) == ey_ref
-    assert lib.tt_avgpool1d_bwd_s8(c_i8(ffi, e), ee, L, C, k, s, m, sh, c_i8(ffi, dxc), st_c) == edx_ref
+    assert lib.tt_avgpool1d_fwd_s8(ctx, p, c_i8(ffi, x), ex, c_i8(ffi, yc)) == ey_ref
+    assert lib.tt_avgpool1d_bwd_s8(ctx, p, c_i8(ffi, e), ee, c_i8(ffi, dxc)) == edx_ref
     assert np.array_equal(yc, y_ref) and np.array_equal(dxc, dx_ref)
 
 
@@ -229,10 +235,11 @@ def test_global_avgpool_equal(clib, case):
     assert np.array_equal(y, y_ref) and np.array_equal(dx.reshape(x.shape), dx_ref)
     assert stats[0] == nsat_f + nsat_b
 
-    st_c = ffi.new("tt_stats *")
+    ctx, st_c = c_ctx(ffi)
+    p = ffi.new("tt_global_pool_params *", dict(P=P, C=C, mult=m, shift=sh))
     yc, dxc = np.zeros(C, np.int8), np.zeros_like(x)
-    assert lib.tt_global_avgpool_fwd_s8(c_i8(ffi, x), ex, P, C, m, sh, c_i8(ffi, yc), st_c) == ey_ref
-    assert lib.tt_global_avgpool_bwd_s8(c_i8(ffi, e), ee, P, C, m, sh, c_i8(ffi, dxc), st_c) == edx_ref
+    assert lib.tt_global_avgpool_fwd_s8(ctx, p, c_i8(ffi, x), ex, c_i8(ffi, yc)) == ey_ref
+    assert lib.tt_global_avgpool_bwd_s8(ctx, p, c_i8(ffi, e), ee, c_i8(ffi, dxc)) == edx_ref
     assert np.array_equal(yc, y_ref) and np.array_equal(dxc, dx_ref)
     assert st_c.saturated == nsat_f + nsat_b
 
@@ -296,6 +303,7 @@ def test_pool_edges_ubsan(clib_ubsan):
     x = np.array([[[127], [127], [1], [0], [-127], [-127], [-1], [0]]], np.int8)
     y, ey, nsat = ravg.forward(x, 0, (1, 4))
     assert y.reshape(-1).tolist() == [127, -127] and ey == -1 and nsat == 1
-    st_c, yc = ffi.new("tt_stats *"), np.zeros(2, np.int8)
-    assert lib.tt_avgpool1d_fwd_s8(c_i8(ffi, x[0]), 0, 8, 1, 4, 4, 1, 2, c_i8(ffi, yc), st_c) == -1
+    (ctx, st_c), yc = c_ctx(ffi), np.zeros(2, np.int8)
+    p = ffi.new("tt_pool1d_params *", dict(L=8, C=1, k=4, stride=4, mult=1, shift=2))
+    assert lib.tt_avgpool1d_fwd_s8(ctx, p, c_i8(ffi, x[0]), 0, c_i8(ffi, yc)) == -1
     assert yc.tolist() == [127, -127] and st_c.saturated == 1

@@ -30,7 +30,7 @@ import numpy as np
 
 __all__ = [
     "DataError", "Dataset", "quantize_inputs", "dequantize", "from_arrays",
-    "load", "load_digits", "load_mnist1d", "load_npz", "load_csv", "load_idx_dir",
+    "load", "load_digits", "load_mnist1d", "mnist1d_args", "parse_mnist1d", "load_npz", "load_csv", "load_idx_dir",
     "read_idx", "write_idx", "BUILTINS",
 ]
 
@@ -348,16 +348,54 @@ def _mnist1d_arrays(args: dict | None, cache: Path | None):
     return arrays
 
 
+MNIST1D_MAX_TRAIN = 2_000_000  # 2.5M generated signals: ~1 GB of float64 while generating
+
+
+def mnist1d_args(n_train: int) -> dict:
+    """Generation args for MNIST-1D with `n_train` training samples and the generator's
+    defaults otherwise: num_samples = the smallest multiple of 10 (the generator makes
+    num_samples // 10 per class) whose train split (train_split, 0.8) holds n_train; the
+    train split is then cut to its first n_train samples, the test split kept whole.
+    n_train 4000 gives the default dataset exactly (5000 samples, 4000 / 1000)."""
+    n = int(n_train)
+    split = 0.8  # mnist1d's default train_split, checked against the package in the tests
+    num = max(10, (n * 10 // 8) // 10 * 10 - 10)  # just below the answer; step up exactly
+    while int(num * split) < n:
+        num += 10
+    return {"num_samples": num}
+
+
+def parse_mnist1d(spec: str) -> tuple[str, int | None]:
+    """"mnist1d", "mnist1d-flat", "mnist1d:N", "mnist1d-flat:N" -> (layout, N or None)."""
+    base, sep, n = spec.partition(":")
+    layout = {"mnist1d": "signal", "mnist1d-flat": "flat"}[base]
+    if not sep:
+        return layout, None
+    if not n.strip().isdigit() or not 10 <= int(n) <= MNIST1D_MAX_TRAIN:
+        raise DataError(f"--data {spec!r}: N in {base}:N is the number of training samples, an "
+                        f"integer from 10 to {MNIST1D_MAX_TRAIN:,}, e.g. {base}:100000")
+    return layout, int(n)
+
+
 def load_mnist1d(layout: str = "signal", bits: int = 8, args: dict | None = None,
-                 cache: str | os.PathLike | None = None) -> Dataset:
+                 cache: str | os.PathLike | None = None, n_train: int | None = None) -> Dataset:
     """MNIST-1D generated locally with its default arguments (4000 train / 1000 test,
     40 samples per signal), cached under cache_dir().  layout "signal" -> (40, 1)
-    channels-last for a 1-D CNN, "flat" -> (40,).  args overrides generation arguments."""
+    channels-last for a 1-D CNN, "flat" -> (40,).  args overrides generation arguments;
+    n_train: that many training samples (mnist1d_args), the dataset named "mnist1d:N"."""
     if layout not in ("signal", "flat"):
         raise DataError(f"layout={layout!r}: use 'signal' or 'flat'")
+    if n_train is not None:
+        if args and "num_samples" in args:
+            raise DataError("give n_train or args['num_samples'], not both")
+        args = {**(args or {}), **mnist1d_args(n_train)}
     x, y, xt, yt = _mnist1d_arrays(args, Path(cache) if cache else None)
+    if n_train is not None:
+        x, y = x[:n_train], y[:n_train]
     shape = (x.shape[1], 1) if layout == "signal" else (x.shape[1],)
     name = "mnist1d" if layout == "signal" else "mnist1d-flat"
+    if n_train is not None:
+        name += f":{n_train}"
     return from_arrays(x, y, xt, yt, name=name, input_shape=shape, n_classes=10,
                        bits=bits, source="mnist1d.data.make_dataset")
 
@@ -593,10 +631,14 @@ def load_idx_dir(path, *, n_classes=None, bits: int = 8) -> Dataset:
 
 
 def load(spec, **kwargs) -> Dataset:
-    """A built-in name (digits, digits-image, mnist1d, mnist1d-flat) or a path: .npz,
+    """A built-in name (digits, digits-image, mnist1d, mnist1d-flat, mnist1d:N,
+    mnist1d-flat:N with N training samples) or a path: .npz,
     .csv/.tsv, or a directory of MNIST-style IDX files.  kwargs go to the loader."""
     if isinstance(spec, str) and spec in BUILTINS:
         return BUILTINS[spec](**kwargs)
+    if isinstance(spec, str) and spec.partition(":")[0] in ("mnist1d", "mnist1d-flat") and ":" in spec:
+        layout, n = parse_mnist1d(spec)
+        return load_mnist1d(layout, n_train=n, **kwargs)
     p = _existing(spec)
     if p.is_dir():
         return load_idx_dir(p, **kwargs)

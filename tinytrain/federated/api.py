@@ -34,14 +34,18 @@ def resolve(model, dataset, seed: int = 0):
 
 def make_devices(model, dataset, config: FedConfig, *, simulated: int | None = None,
                  board: str | None = None, devices: int | None = None, ports=None,
-                 elf=None, timeout: float = 10.0, retries: int | None = None):
+                 elf=None, timeout: float = 10.0, retries: int | None = None, workers: int = 1,
+                 ids=None, clients: int | None = None):
     """Devices of one kind with their data partitions: `simulated` K in-process devices,
     `board` B x `devices` K emulated boards (firmware built once, cached; a board that misses
     a round is killed and booted again), or `ports` (pyserial URLs of boards already running
     this model's firmware; one that misses a round is reset by DTR/RTS). timeout, retries: of
     each board's serial link (seconds per attempt; retransmissions). retries None: DeviceLink's
     default for ports, none for emulated boards (a local socket loses no bytes: a board silent
-    for one timeout is hung, and is restarted before the next round)."""
+    for one timeout is hung, and is restarted before the next round). workers > 1 (simulated
+    only): the devices live in that many forked worker processes (pool.SimPool). ids: only
+    these devices of the federation (a gateway's share; with ports, ports[j] is device
+    ids[j] and `clients` the federation's size, which the partition is cut for)."""
     from tinytrain.device.protocol import DEFAULT_RETRIES
 
     from tinytrain.train import prepare_inputs
@@ -51,15 +55,29 @@ def make_devices(model, dataset, config: FedConfig, *, simulated: int | None = N
     if kinds != 1:
         raise ValueError("name exactly one kind of device: simulated=K, board=B with devices=K, or ports=[...]")
     k = simulated if simulated is not None else (len(ports) if ports is not None else devices)
+    if ids is not None and ports is not None:
+        k = clients
+        if len(ids) != len(ports):
+            raise ValueError(f"{len(ids)} device ids for {len(ports)} ports")
     if not k or k < 1:
         raise ValueError("the number of devices must be at least 1")
+    sel = list(range(k)) if ids is None else [int(i) for i in ids]
+    if any(not 0 <= i < k for i in sel):
+        raise ValueError(f"device ids {sel}: a federation of {k} devices has ids 0..{k - 1}")
     schema = Schema.of(model)
     parts = split(Y, int(k), config.partition, config.seed)
     kw = dict(codec=config.compress, seed=config.seed, local_epochs=config.local_epochs,
               local_steps=config.local_steps)
+    if workers != 1 and simulated is None:
+        raise ValueError("workers > 1 is for simulated devices; boards already run in parallel")
     if simulated is not None:
         backend = SimBackend(model, X, Y)
-        return [SimDevice(i, schema, parts[i], backend, **kw) for i in range(k)]
+        devs = [SimDevice(i, schema, parts[i], backend, **kw) for i in sel]
+        if workers > 1 and len(devs) > 1:
+            from tinytrain.federated.pool import SimPool
+
+            return SimPool(devs, workers).proxies
+        return devs
     if board is not None:
         from tinytrain.device.boards import get_board
         from tinytrain.device.emulator import find_qemu
@@ -71,7 +89,7 @@ def make_devices(model, dataset, config: FedConfig, *, simulated: int | None = N
         find_qemu()  # before the firmware build: without QEMU no board can start
         elf = elf or build_cached(model, b.name, fedcodec="auto")  # boards encode their updates
         out = []
-        for i in range(k):
+        for i in sel:
             eb = EmulatedBoard(b.name, elf, timeout=timeout, retries=0 if retries is None else retries)
             dev = LinkDevice(i, schema, parts[i], X, Y, model, eb.connect, restart=eb.restart, **kw)
             dev.board = eb
@@ -83,7 +101,7 @@ def make_devices(model, dataset, config: FedConfig, *, simulated: int | None = N
 
     retries = DEFAULT_RETRIES if retries is None else retries
     return [LinkDevice(i, schema, parts[i], X, Y, model, (lambda p=p: DeviceLink(p, timeout=timeout, retries=retries)),
-                       restart=(lambda p=p: reset_serial_board(p)), **kw) for i, p in enumerate(ports)]
+                       restart=(lambda p=p: reset_serial_board(p)), **kw) for i, p in zip(sel, ports)]
 
 
 def federate(model, dataset=None, *, simulated: int | None = None, board: str | None = None,
@@ -91,19 +109,25 @@ def federate(model, dataset=None, *, simulated: int | None = None, board: str | 
              local_epochs: int = 1, local_steps: int | None = None, compress: str = "none",
              compress_down: str | None = None, seed: int = 0, quorum: float = 0.5, out=None, resume: bool = False, plot=None,
              log=None, timeout: float = 10.0, retries: int | None = None,
-             device_list=None) -> dict:
+             device_list=None, workers: int = 1) -> dict:
     """Run a federation and return its summary (rounds, final_accuracy, bytes_on_wire,
     dropped_updates, accuracy_per_round, history, ...). `device_list`: prebuilt devices
     (e.g. wrapped in devices.FaultyDevice) instead of simulated/board/ports. timeout,
-    retries: of each board's serial link (see make_devices)."""
+    retries: of each board's serial link; workers: processes for simulated devices (see
+    make_devices)."""
     model, dataset = resolve(model, dataset, seed)
     cfg = FedConfig(rounds=rounds, local_epochs=local_epochs, local_steps=local_steps,
                     partition=partition, compress=compress, compress_down=compress_down, seed=seed,
                     quorum=quorum)
     devs = device_list if device_list is not None else make_devices(
         model, dataset, cfg, simulated=simulated, board=board, devices=devices, ports=ports,
-        timeout=timeout, retries=retries)
-    fed = Federation(model, dataset, devs, cfg, out=out, log=log)
+        timeout=timeout, retries=retries, workers=workers)
+    try:
+        fed = Federation(model, dataset, devs, cfg, out=out, log=log)
+    except BaseException:
+        for d in devs:
+            d.close()
+        raise
     try:
         if resume:
             fed.resume()

@@ -41,13 +41,17 @@ def _args(p):
     p.add_argument("--partition", default="iid", help="iid or dirichlet:ALPHA (default iid)")
     p.add_argument("--local-epochs", type=int, default=1, help="local epochs per round (default 1)")
     p.add_argument("--local-steps", type=int, default=None, help="cap on samples per device per round")
-    p.add_argument("--compress", choices=("none", "int8", "int4", "sign"), default="none",
+    from tinytrain.federated.codec import CODECS
+
+    p.add_argument("--compress", choices=CODECS, default="none",
                    help="update (and broadcast) compression, with error feedback")
-    p.add_argument("--compress-down", choices=("none", "int8", "int4", "sign"), default=None,
+    p.add_argument("--compress-down", choices=CODECS, default=None,
                    help="broadcast compression (default: as --compress)")
     p.add_argument("--quorum", type=float, default=0.5, help="valid updates a round needs: a fraction "
                    "of the devices (< 1) or a count (default 0.5)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--workers", type=int, default=1, metavar="W", help="processes that run the "
+                   "simulated devices (with --simulated; default 1; 0: one per core)")
     from tinytrain.cli_device import add_link_args
 
     add_link_args(p, "10 s", "10 with --ports, 0 on emulated boards: their local socket loses no bytes")
@@ -69,6 +73,13 @@ def _run(args) -> int:
                    ("--local-steps", args.local_steps), ("--devices", args.devices)):
         if v is not None and v < 1:
             raise ValueError(f"{opt} must be >= 1, got {v}")
+    if args.workers < 0 or (args.workers != 1 and args.simulated is None):
+        raise ValueError(f"--workers {args.workers}: give a count >= 1 (0: one per core), "
+                         "and only with --simulated (boards already run in parallel)")
+    if args.workers == 0:
+        import os
+
+        args.workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     k = args.simulated if args.simulated is not None else len(args.ports) if args.ports else args.devices
     if not 0 < args.quorum <= k:
         raise ValueError(f"--quorum must be a fraction in (0, 1) or a count 1..{k} of the {k} devices, "
@@ -92,10 +103,11 @@ def _run(args) -> int:
                      compress=args.compress, compress_down=args.compress_down, seed=args.seed, quorum=args.quorum, out=args.out,
                      resume=args.resume, plot=args.plot,
                      timeout=10.0 if args.timeout is None else args.timeout, retries=args.retries,
-                     log=_round_logger(bar, logf))
+                     log=_round_logger(bar, logf), workers=args.workers)
     r["compress_down"] = args.compress_down or args.compress
     if args.json:
         hist = r.pop("history")
+        r["seconds_per_round"] = [e["seconds"] for e in hist]
         r["history"] = [{k: e[k] for k in ("round", "accuracy", "accepted", "bytes_up", "bytes_down")}
                         | {"dropped": [d["device"] for d in e["dropped"]]} for e in hist]
         print(json.dumps(r, sort_keys=True))
@@ -108,3 +120,42 @@ def _run(args) -> int:
 
 cli.register("federate", "federated training over simulated devices, emulated or real boards",
              _args, _user_errors(_run))
+
+
+# ------------------------------------------------------------------ federate-gateway
+
+def _gateway_args(p):
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--board", help="emulated board (QEMU), one instance per device the node serves")
+    who.add_argument("--ports", nargs="+", metavar="P", help="serial ports / pyserial URLs of the boards "
+                     "on this host, running the run's model firmware, in device order")
+    p.add_argument("--listen", default="127.0.0.1:7801", metavar="HOST:PORT",
+                   help="address for the SuperNode's ClientApp (default 127.0.0.1:7801; keep it local)")
+    from tinytrain.cli_device import add_link_args
+
+    add_link_args(p, "10 s", "10 with --ports, 0 on emulated boards")
+
+
+def _gateway_run(args) -> int:
+    from tinytrain.federated.gateway import Gateway, serve
+
+    host, _, port = args.listen.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--listen {args.listen!r}: give HOST:PORT, e.g. 127.0.0.1:7801")
+    if args.board:
+        from tinytrain.device.boards import get_board
+
+        if not get_board(args.board).is_emulated:
+            raise ValueError(f"{args.board} is a real board: flash it and give its serial ports (--ports)")
+    gw = Gateway(board=args.board, ports=args.ports, timeout=10.0 if args.timeout is None else args.timeout,
+                 retries=args.retries)
+    try:
+        serve(gw, host, int(port), ready=lambda srv: print(
+            f"tinytrain gateway listening on {host}:{srv.server_address[1]}", file=sys.stderr, flush=True))
+    except OSError as e:
+        raise ValueError(f"--listen {args.listen}: {e.strerror or e}: choose a free port") from None
+    return 0
+
+
+cli.register("federate-gateway", "serve this host's boards to the Flower SuperNode on it (deployment)",
+             _gateway_args, _user_errors(_gateway_run))

@@ -13,6 +13,13 @@ device's error-feedback residual ``r``: ``v = delta + r``):
   ``2^s`` with ``s = bitwidth(floor(sum|v| / n)) - 1`` (the power of two at or below the
   mean magnitude); a tensor whose mean magnitude floors to 0 is sent as "zero" (s = 255,
   no bits) and all of ``v`` stays in the residual.
+* ``topk16``, ``topk32`` - the k = ceil(n / 16) (or / 32) elements of largest ``|v|`` (ties: the
+  lower index), as int8 with the int8 shift of the tensor, ``s = requant_shift(max|v|, 8)``;
+  every other element sends nothing and stays in the residual (top-k sparsification with error
+  feedback). Encoded on the host side only (the firmware codec has the four above).
+* ``int4b32``, ``int4b64`` - int4 with one shift per block of 32 (64) elements (block-wise
+  exponents, the last block shorter): ``s_b = requant_shift(max|v_block|, 4)``; the tensor's
+  shift byte is 0, then one u8 shift per block, then the nibbles as for int4. Host side only.
 
 Decoded delta ``d = q << s``; the reconstructed local tensor is ``sat(global + d)`` in the
 tensor's dtype (int16: [-32767, 32767], int32: full range). The residual kept by the device is
@@ -29,10 +36,13 @@ Message layout (little-endian)::
 reports it); other codecs - CRC-32 over the reconstructed parameter store tensors (their
 little-endian bytes in schema order), which the coordinator recomputes after decoding.
 Body: none - the state blob; int8/int4/sign - per stored tensor ``u8 shift`` then its data
-(n, ceil(n/2) or ceil(n/8) bytes; nothing for a zero sign tensor).
+(n, ceil(n/2) or ceil(n/8) bytes; nothing for a zero sign tensor); topk - ``u8 shift``, k
+strictly increasing indices (u16; u32 when n > 65536), k int8 values.
 """
 from __future__ import annotations
 
+import functools
+import math
 import struct
 from dataclasses import dataclass
 
@@ -40,7 +50,10 @@ import numpy as np
 
 from tinytrain import fixedpoint as fp
 
-CODECS = ("none", "int8", "int4", "sign")
+CODECS = ("none", "int8", "int4", "sign", "topk16", "topk32", "int4b32", "int4b64")
+DEVICE_CODECS = CODECS[:4]  # the ones the firmware's tt_fedcodec.c encodes on the board
+TOPK = {"topk16": 16, "topk32": 32}
+BLOCK = {"int4b32": 32, "int4b64": 64}
 VERSION = 1
 HEADER = struct.Struct("<BBHIIIIIH")
 ZERO_SHIFT = 255
@@ -105,6 +118,7 @@ class Update:
     nbytes: int           # bytes of the serialized message
 
 
+@functools.lru_cache(maxsize=None)
 def _bounds(dt):
     dt = np.dtype(dt)
     if dt == np.int16:
@@ -115,17 +129,50 @@ def _bounds(dt):
     return int(info.min), int(info.max)
 
 
+def _sat(v: np.ndarray, dt) -> np.ndarray:
+    """v (int64) saturated to dt's codec range, as dt (np.clip's result, without its
+    per-call overhead, which dominated rounds of thousands of small updates)."""
+    lo, hi = _bounds(dt)
+    return np.minimum(np.maximum(v, lo), hi).astype(dt)
+
+
 def store_hash(tensors) -> int:
     return fp.state_hash(tensors)
 
 
+def topk_count(n: int, codec: str) -> int:
+    """Elements a top-k codec sends of a tensor of n: ceil(n / D), D = 16 or 32."""
+    return -(-n // TOPK[codec])
+
+
+def _blocks(n: int, codec: str):
+    b = BLOCK[codec]
+    return [(i, min(i + b, n)) for i in range(0, n, b)]
+
+
 def _quantize(v: np.ndarray, codec: str):
     """(shift, q int64 array or None for a zero tensor, decoded delta int64)."""
+    if codec in BLOCK:  # int4 with one shift per block: the tensor-level shift is 0
+        shifts, q = [], np.empty_like(v)
+        for a, b in _blocks(v.size, codec):
+            sb = fp.requant_shift(fp.maxabs(v[a:b]), 4)
+            shifts.append(sb)
+            q[a:b] = np.minimum(np.maximum(fp.rshift_round(v[a:b], sb), -7), 7)
+        sh = np.repeat(np.asarray(shifts, np.int64), [b - a for a, b in _blocks(v.size, codec)])
+        return 0, (np.asarray(shifts, np.uint8), q), q << sh
+    if codec in TOPK:
+        k = topk_count(v.size, codec)
+        sel = np.sort(np.argsort(-np.abs(v), kind="stable")[:k])  # ties: the lower index
+        s = fp.requant_shift(fp.maxabs(v), 8)
+        qv = np.minimum(np.maximum(fp.rshift_round(v[sel], s), -127), 127)
+        d = np.zeros_like(v)
+        d[sel] = qv << s
+        return s, (sel, qv, v.size), d
     if codec in ("int8", "int4"):
         bits = 8 if codec == "int8" else 4
         qmax = (1 << (bits - 1)) - 1
         s = fp.requant_shift(fp.maxabs(v), bits)
-        q = np.clip(fp.rshift_round(v, s), -qmax, qmax)
+        q = np.minimum(np.maximum(fp.rshift_round(v, s), -qmax), qmax)
         return s, q, q << s
     # sign
     mean = int(np.abs(v).sum()) // max(v.size, 1)
@@ -136,7 +183,17 @@ def _quantize(v: np.ndarray, codec: str):
     return s, q, q << s
 
 
-def _pack(codec: str, q: np.ndarray) -> bytes:
+def _index_dtype(n: int):
+    return np.dtype("<u2") if n <= 65536 else np.dtype("<u4")
+
+
+def _pack(codec: str, q) -> bytes:
+    if codec in BLOCK:  # block shifts, then int4 nibbles as for int4
+        shifts, qv = q
+        return shifts.tobytes() + _pack("int4", qv)
+    if codec in TOPK:  # ascending indices (u16, u32 for tensors above 65536), then int8 values
+        sel, qv, n = q
+        return sel.astype(_index_dtype(n)).tobytes() + qv.astype(np.int8).tobytes()
     if codec == "int8":
         return q.astype(np.int8).tobytes()
     if codec == "int4":
@@ -149,6 +206,22 @@ def _pack(codec: str, q: np.ndarray) -> bytes:
 
 def _unpack(codec: str, buf: bytes, off: int, n: int):
     """(q int64 array, bytes consumed)."""
+    if codec in BLOCK:  # q comes back already shifted by its block's shift
+        blocks = _blocks(n, codec)
+        shifts = np.frombuffer(buf, np.uint8, len(blocks), off).astype(np.int64)
+        if (shifts > 62).any():
+            raise CorruptUpdate("block shift out of range")
+        q, k = _unpack("int4", buf, off + len(blocks), n)
+        return q << np.repeat(shifts, [b - a for a, b in blocks]), len(blocks) + k
+    if codec in TOPK:
+        k, dt = topk_count(n, codec), _index_dtype(n)
+        sel = np.frombuffer(buf, dt, k, off).astype(np.int64)
+        qv = np.frombuffer(buf, np.int8, k, off + k * dt.itemsize).astype(np.int64)
+        if k and (sel[-1] >= n or (np.diff(sel) <= 0).any()):
+            raise CorruptUpdate("top-k indices not strictly increasing below the tensor size")
+        q = np.zeros(n, np.int64)
+        q[sel] = qv
+        return q, k * (dt.itemsize + 1)
     if codec == "int8":
         return np.frombuffer(buf, np.int8, n, off).astype(np.int64), n
     if codec == "int4":
@@ -175,10 +248,9 @@ def compress(codec: str, local, glob, residual):
         body.append(bytes([s]))
         if q is not None:
             body.append(_pack(codec, q))
-        lo_b, hi_b = _bounds(np.asarray(gl).dtype)
-        r = np.clip(g64 + d, lo_b, hi_b)
-        recon.append(r.astype(np.asarray(gl).dtype).reshape(np.shape(gl)))
-        new_res.append(v - (r - g64))
+        rt = _sat(g64 + d, np.asarray(gl).dtype)
+        recon.append(rt.reshape(np.shape(gl)))
+        new_res.append(v - (rt.astype(np.int64) - g64))
     return b"".join(body), recon, new_res
 
 
@@ -222,22 +294,21 @@ def decode_update(msg: bytes, schema: Schema, glob, rnd: int | None = None, *,
     off, recon = 0, []
     try:
         for shape, gl in zip(schema.shapes, glob):
-            size = int(np.prod(shape))
+            size = math.prod(shape)
             s = body[off]
             off += 1
             g64 = np.asarray(gl, np.int64).reshape(-1)
             if codec == "sign" and s == ZERO_SHIFT:
                 d = np.zeros(size, np.int64)
             else:
-                if s > 62:
+                if s > 62 or (codec in BLOCK and s != 0):
                     raise CorruptUpdate(f"shift {s} out of range")
                 q, k = _unpack(codec, body, off, size)
                 if len(q) != size:
                     raise CorruptUpdate("truncated tensor data")
                 off += k
                 d = q << s
-            lo_b, hi_b = _bounds(np.asarray(gl).dtype)
-            recon.append(np.clip(g64 + d, lo_b, hi_b).astype(np.asarray(gl).dtype).reshape(shape))
+            recon.append(_sat(g64 + d, np.asarray(gl).dtype).reshape(shape))
     except (IndexError, ValueError) as e:
         if isinstance(e, CorruptUpdate):
             raise
@@ -290,7 +361,7 @@ def decode_global(msg: bytes, schema: Schema, base=None):
     off, store = GLOBAL_HEADER.size, []
     if codec == "none":
         for shape, dt in zip(schema.shapes, schema.dtypes):
-            n = int(np.prod(shape))
+            n = math.prod(shape)
             d = np.dtype(dt).newbyteorder("<")
             store.append(np.frombuffer(msg, d, n, off).astype(dt).reshape(shape))
             off += n * d.itemsize

@@ -35,7 +35,7 @@ import logging
 import numpy as np
 
 from tinytrain import fixedpoint as fp
-from tinytrain.federated.codec import CODECS, Schema, compress, decode_global, encode_update
+from tinytrain.federated.codec import CODECS, DEVICE_CODECS, Schema, compress, decode_global, encode_update
 from tinytrain.federated.fedavg import client_seed, start_state
 
 __all__ = ["DeviceFault", "Device", "SimBackend", "SimDevice", "LinkDevice", "EmulatedBoard",
@@ -336,8 +336,8 @@ class LinkDevice(Device):
     def on_device(self) -> bool:
         """True if this round's update is encoded by the board (codec != none and the
         firmware has the update codec, unless device_codec=False)."""
-        if self.codec == "none" or self.device_codec is False or self.link is None:
-            return False
+        if self.codec not in DEVICE_CODECS[1:] or self.device_codec is False or self.link is None:
+            return False  # none, or a codec only the host side encodes (topk)
         if self.link.info is not None and self.link.info.fedcodec:
             return True
         if self.device_codec:

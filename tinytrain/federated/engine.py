@@ -93,6 +93,10 @@ class Federation:
                 a[...] = 0
         self.dataset = dataset
         self.devices = list(devices)
+        groups = {id(getattr(d, "group", None)) for d in self.devices}
+        self.group = getattr(self.devices[0], "group", None) if self.devices else None
+        if len(groups) > 1:
+            raise ValueError("devices in worker processes (SimPool) cannot be mixed with other devices")
         self.schema = Schema.of(self.model)
         _, _, self.Xt, self.Yt = prepare_inputs(self.model, dataset)
         self._eval_model = self.model.copy()
@@ -162,16 +166,24 @@ class Federation:
             except DeviceFault as e:
                 return sent, e
 
-        if len(self.devices) > 1 and all(getattr(d, "parallel", False) for d in self.devices):
+        if self.group is not None:
+            # simulated devices in worker processes (pool.SimPool): their replies stream in,
+            # shard by shard, and are verified here while the workers go on training
+            by_id = {d.id: d for d in self.devices}
+            stream = ((by_id[i], (sent, reply)) for i, sent, reply in
+                      self.group.exchange(full, delta, self.synced))
+        elif len(self.devices) > 1 and all(getattr(d, "parallel", False) for d in self.devices):
             # boards train at the same time (each one its own link); simulated devices share
             # one simulator and run one after another
             from concurrent.futures import ThreadPoolExecutor
 
             with ThreadPoolExecutor(max_workers=min(32, len(self.devices))) as pool:
-                replies = list(pool.map(exchange, self.devices))
+                stream = list(zip(self.devices, pool.map(exchange, self.devices)))
         else:
-            replies = [exchange(d) for d in self.devices]
-        for dev, (sent, reply) in zip(self.devices, replies):
+            stream = ((d, exchange(d)) for d in self.devices)
+        replies = {}
+        for dev, (sent, reply) in stream:
+            replies[dev.id] = (sent, reply)
             down += sent
             try:
                 if isinstance(reply, DeviceFault):
@@ -187,8 +199,10 @@ class Federation:
                 dropped.append({"device": dev.id, "reason": e.kind, "detail": str(e)})
             except CorruptUpdate as e:
                 dropped.append({"device": dev.id, "reason": "corrupt", "detail": str(e)})
-        faults = [(dev, reply) for dev, (_, reply) in zip(self.devices, replies)
-                  if getattr(reply, "at_connect", False)]
+        accepted.sort(key=lambda d: d.id)  # worker shards may answer out of order
+        dropped.sort(key=lambda d: d["device"])
+        faults = [(dev, replies[dev.id][1]) for dev in self.devices
+                  if getattr(replies[dev.id][1], "at_connect", False)]
         if not self.reached and len(faults) == len(self.devices):
             raise DevicesUnreachable(_unreachable(faults))
         self.reached = True
@@ -197,7 +211,9 @@ class Federation:
         self.dropped_total += len(dropped)
         ok = len(accepted) >= need
         ids = {d.id for d in accepted} if ok else set()
-        for dev in self.devices:
+        if self.group is not None:
+            self.group.ack(r, ids)
+        for dev in self.devices if self.group is None else ():
             dev.ack(r, dev.id in ids)
         for d in dropped:
             self.log(f"round {r}: device {d['device']} dropped ({d['reason']}): {d['detail']}")
@@ -250,7 +266,10 @@ class Federation:
 
         self.out.mkdir(parents=True, exist_ok=True)
         fleet = f"fleet-r{self.round:04d}.npz"
-        states = {str(d.id): s for d in self.devices if (s := d.get_state()) is not None}
+        if self.group is not None:
+            states = {str(i): s for i, s in self.group.get_states().items()}
+        else:
+            states = {str(d.id): s for d in self.devices if (s := d.get_state()) is not None}
         if self.held is not None and self.config.down != "none":
             states.update({f"held{i}": t for i, t in enumerate(self.held)})
         if states:
@@ -296,20 +315,24 @@ class Federation:
         self.dropped_total = int(fed["dropped_total"])
         if fed.get("fleet"):
             with np.load(self.out / fed["fleet"]) as z:
-                for d in self.devices:
-                    if str(d.id) in z.files:
-                        d.set_state(z[str(d.id)])
+                states = {d.id: z[str(d.id)] for d in self.devices if str(d.id) in z.files}
                 if "held0" in z.files:
                     self.held = [z[f"held{i}"] for i in range(len(self.schema.shapes))]
                     self.synced = set(fed.get("synced", []))
-                    for d in self.devices:  # their stored copy of the last broadcast
-                        if d.id in self.synced:
-                            d.replica = [t.copy() for t in self.held]
+            if self.group is not None:
+                self.group.set_states(states, self.held, self.synced)
+            for d in self.devices if self.group is None else ():
+                if d.id in states:
+                    d.set_state(states[d.id])
+                if self.held is not None and d.id in self.synced:  # their copy of the last broadcast
+                    d.replica = [t.copy() for t in self.held]
         self.log(f"resumed from {self.out / 'global.tt'} after round {self.round}")
         return True
 
     def close(self) -> None:
-        for d in self.devices:
+        if self.group is not None:
+            self.group.close()
+        for d in self.devices if self.group is None else ():
             d.close()
 
 

@@ -1,169 +1,424 @@
-"""Flower apps around tinytrain devices (optional extra: ``pip install tinytrain-mcu[flower]``,
-and ``flwr[simulation]`` for Flower's Ray simulation engine). Written for flwr's Message API
-(flwr >= 1.21, the first whose flwr.app exports Message and the records: ``flwr.clientapp.ClientApp``, ``flwr.serverapp.ServerApp``, ``Grid``).
+"""tinytrain on Flower (optional extra: ``pip install tinytrain-mcu[flower]``): the integer FedAvg
+as a Flower ``Strategy`` and the ClientApp / ServerApp bodies of the Flower App in
+``examples/flower-app`` (``flwr run``), written for flwr's Message API (flwr 1.42:
+``flwr.serverapp.strategy.FedAvg``, ``flwr.app`` records, ``Grid``).
 
-    from tinytrain.federated.flower import make_apps, run
-    summary = run("digits-mlp", "digits", clients=100, rounds=2)      # run_simulation inside
+What travels. The messages carry tinytrain's own bytes, so the ServerApp checks every update
+exactly as tinytrain's engine does (CRC-32, length, round, schema, state hash:
+``codec.decode_update``) and aggregates with the same integer FedAvg (``fedavg.Aggregator``,
+round to nearest, ties toward +inf); Flower moves the bytes, samples the nodes, logs records.
 
-The messages carry tinytrain's own bytes: the ServerApp sends the global model message
-(``codec.encode_global``, in a ConfigRecord "tt" under "global", with the previous round's
-accepted device ids under "accepted"); a ClientApp answers with its update message
-(``codec.encode_update`` under "update"). So the server verifies every update (CRC-32, hash)
-and aggregates with tinytrain's integer FedAvg (``fedavg.Aggregator``) - Flower only moves
-bytes. A ClientApp node with partition-id i is tinytrain device i: a simulated device (one
-SimBackend per worker process), or, with ``ports``, the board on ports[i], its serial port
-opened once per process and kept for the app's lifetime. The device's error-feedback
-residual lives in the node's ``context.state`` (Flower keeps it between rounds).
+* train message (server -> node): ConfigRecord "tt": ``global`` (``codec.encode_global``,
+  codec none: broadcasts go uncompressed through Flower), ``round``, and ``used-dev`` /
+  ``used-round``: for the devices the node served before, the last round whose update was
+  used, so each device commits its error-feedback residual only then (``Device.ack``).
+* reply (node -> server): ConfigRecord "tt": ``updates`` (one ``codec.encode_update`` per
+  device the node serves), ``faults`` (``"device:kind"`` for those that could not train);
+  MetricRecord "metrics": ``num-examples``.
+
+A node serves the devices named by its node_config: ``devices="0,1"`` (deployment: a gateway
+host with several devices), else its ``partition-id`` (simulation: one device per node).
+Device kinds: simulated (default; one SimBackend per process), or ``gateway="HOST:PORT"``, a
+long-lived ``tinytrain federate-gateway`` process on the node's host that owns the boards
+(``tinytrain.federated.gateway``; a Flower ClientApp process lives for one message only, a
+board's QEMU or serial port must outlive it). The device's residual lives in the node's
+``context.state`` for simulated devices, on the gateway for boards.
+
+Rounds without quorum: fewer valid updates than ``quorum`` -> the global model is left
+unchanged and nothing is saved for that round (Flower's loop goes on to the next round;
+tinytrain's own engine would retry the round).
 """
 from __future__ import annotations
 
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
 import numpy as np
 
-from tinytrain.federated.codec import Schema, CorruptUpdate, decode_update, encode_global
+from tinytrain.federated.codec import HEADER, CorruptUpdate, Schema, decode_update, encode_global
 from tinytrain.federated.engine import FedConfig
 from tinytrain.federated.fedavg import Aggregator, set_store, store_tensors
 
-_CACHE: dict = {}  # per worker process: backends, partitions, open links
+__all__ = ["RUN_CONFIG", "settings", "IntegerFedAvg", "client_train", "server_main",
+           "make_client_app", "make_server_app", "run"]
+
+#: run_config keys of the Flower App, their types and defaults (docs/federated.md)
+RUN_CONFIG = {
+    "model": (str, "digits-mlp"), "data": (str, "digits"), "partition": (str, "iid"),
+    "compress": (str, "int8"), "num-server-rounds": (int, 3), "local-epochs": (int, 1),
+    "local-steps": (int, 0), "seed": (int, 0), "quorum": (float, 0.5), "clients": (int, 0),
+    "fraction-train": (float, 1.0), "min-available-nodes": (int, 0), "out-dir": (str, ""),
+    "round-timeout": (float, 3600.0),
+}
+
+_CACHE: dict = {}  # per process: (model, X, Y, schema, partitions), simulated backends
 
 
-def _setup(model_name, data_name, clients, cfg: FedConfig):
-    key = (model_name, data_name, clients, cfg.partition, cfg.seed)
+def settings(run_config) -> dict:
+    """The app's settings from Flower's run_config, type-checked: ValueError naming the key."""
+    from tinytrain.federated.codec import CODECS
+    from tinytrain.federated.partition import parse_partition
+
+    unknown = sorted(set(run_config) - set(RUN_CONFIG))
+    if unknown:
+        raise ValueError(f"run_config: unknown key(s) {unknown}: known are {sorted(RUN_CONFIG)}")
+    s = {}
+    for k, (typ, default) in RUN_CONFIG.items():
+        v = run_config.get(k, default)
+        if typ is float and isinstance(v, int) and not isinstance(v, bool):
+            v = float(v)
+        if not isinstance(v, typ) or isinstance(v, bool):
+            raise ValueError(f"run_config {k}={v!r}: must be {typ.__name__} (e.g. {k}={default!r})")
+        s[k] = v
+    parse_partition(s["partition"])
+    if s["compress"] not in CODECS:
+        raise ValueError(f"run_config compress={s['compress']!r}: use one of {', '.join(CODECS)}")
+    for k in ("num-server-rounds", "local-epochs"):
+        if s[k] < 1:
+            raise ValueError(f"run_config {k}={s[k]}: must be >= 1")
+    for k in ("local-steps", "clients", "min-available-nodes"):
+        if s[k] < 0:
+            raise ValueError(f"run_config {k}={s[k]}: must be >= 0 (0: {'no cap' if k == 'local-steps' else 'one per node'})")
+    if not 0 < s["fraction-train"] <= 1 or not s["quorum"] > 0:
+        raise ValueError("run_config fraction-train must be in (0, 1] and quorum > 0")
+    s["run"] = {k: s[k] for k in RUN_CONFIG}
+    s["config"] = FedConfig(rounds=s["num-server-rounds"], local_epochs=s["local-epochs"],
+                            local_steps=s["local-steps"] or None, partition=s["partition"],
+                            compress=s["compress"], compress_down="none", seed=s["seed"],
+                            quorum=s["quorum"])
+    return s
+
+
+def _setup(s: dict, clients: int):
+    key = (s["model"], s["data"], clients, s["partition"], s["seed"])
     if key not in _CACHE:
-        from tinytrain.train import prepare_inputs
         from tinytrain.federated.api import resolve
         from tinytrain.federated.partition import partition
+        from tinytrain.train import prepare_inputs
 
-        model, ds = resolve(model_name, data_name, cfg.seed)
+        model, ds = resolve(s["model"], s["data"], s["seed"])
         X, Y, _, _ = prepare_inputs(model, ds)
-        _CACHE[key] = (model, X, Y, Schema.of(model), partition(Y, clients, cfg.partition, cfg.seed))
+        _CACHE[key] = (model, X, Y, Schema.of(model), partition(Y, clients, s["partition"], s["seed"]))
     return _CACHE[key]
 
 
-def _device(pid, model_name, data_name, clients, cfg, ports):
-    from tinytrain.federated.devices import LinkDevice, SimBackend, SimDevice
-
-    model, X, Y, schema, parts = _setup(model_name, data_name, clients, cfg)
-    kw = dict(codec=cfg.compress, seed=cfg.seed, local_epochs=cfg.local_epochs, local_steps=cfg.local_steps)
-    if ports:
-        k = ("link", ports[pid])
-        if k not in _CACHE:  # the serial port: opened once for this process's lifetime
-            from tinytrain.device.protocol import DeviceLink
-
-            _CACHE[k] = LinkDevice(pid, schema, parts[pid], X, Y, model,
-                                   lambda p=ports[pid]: DeviceLink(p), **kw)
-        return _CACHE[k]
-    if ("sim", id(model)) not in _CACHE:
-        _CACHE[("sim", id(model))] = SimBackend(model, X, Y)
-    return SimDevice(pid, schema, parts[pid], _CACHE[("sim", id(model))], **kw)
+def _served(node_config) -> list[int]:
+    """The tinytrain device ids a node serves: node_config devices="0,1" or its partition-id."""
+    if "devices" in node_config:
+        try:
+            return [int(v) for v in str(node_config["devices"]).split(",") if v.strip()]
+        except ValueError:
+            raise ValueError(f"node_config devices={node_config['devices']!r}: give device ids, "
+                             "e.g. devices=\"0,1\"") from None
+    return [int(node_config["partition-id"])]
 
 
-def make_client_app(model_name="digits-mlp", data_name="digits", clients=100,
-                    config: FedConfig | None = None, ports=None):
-    from flwr.app import ArrayRecord, ConfigRecord, Message, RecordDict
+def _node_clients(s: dict, node_config) -> int:
+    k = s["clients"] or int(node_config.get("num-partitions", 0))
+    if k < 1:
+        raise ValueError("run_config clients=0 needs num-partitions in the node_config (simulation); "
+                         "in deployment set clients to the number of devices")
+    return k
+
+
+# --------------------------------------------------------------------------- client side
+
+def _restore(dev, st, used: dict) -> None:
+    """Bring a simulated device's error-feedback state back from the node's context.state and
+    commit its pending residual if the server used that update."""
+    key = f"tt-res-{dev.id}"
+    if key not in st:
+        return
+    rec = st[key]
+    dev.set_state(rec["committed"].numpy())
+    pending_round = int(st[f"tt-meta-{dev.id}"]["pending-round"])
+    if "pending" in rec and used.get(dev.id) == pending_round:
+        dev.set_state(rec["pending"].numpy())
+
+
+def _keep(dev, st) -> None:
+    from flwr.app import Array, ArrayRecord, ConfigRecord
+
+    if dev.residual is None:
+        return
+    recs = {"committed": np.concatenate(dev.residual)}
+    if dev._pending is not None:
+        recs["pending"] = np.concatenate(dev._pending[1])
+    st[f"tt-res-{dev.id}"] = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in recs.items()})
+    st[f"tt-meta-{dev.id}"] = ConfigRecord({"pending-round": dev._pending[0] if dev._pending else -1})
+
+
+def client_train(msg, context, run_config=None):
+    """The ClientApp's train handler: every device this node serves trains one round from the
+    global message; the reply carries their update messages. run_config: instead of the
+    context's (run_simulation has none)."""
+    from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
+
+    from tinytrain.federated.devices import DeviceFault, SimBackend, SimDevice
+
+    s = settings(context.run_config if run_config is None else run_config)
+    tt = msg.content["tt"]
+    gmsg = bytes(tt["global"])
+    used = dict(zip((int(v) for v in tt.get("used-dev", [])), (int(v) for v in tt.get("used-round", []))))
+    used.pop(-1, None)
+    ids = _served(context.node_config)
+    updates, faults, n = [], [], 0
+    if "gateway" in context.node_config:
+        from tinytrain.federated.gateway import request
+
+        updates, faults, n = request(str(context.node_config["gateway"]), gmsg, ids, used, s["run"],
+                                     timeout=s["round-timeout"])
+    else:
+        cfg = s["config"]
+        k = _node_clients(s, context.node_config)
+        model, X, Y, schema, parts = _setup(s, k)
+        bk = ("sim", id(model))
+        if bk not in _CACHE:
+            _CACHE[bk] = SimBackend(model, X, Y)
+        for i in ids:
+            if not 0 <= i < k:
+                raise ValueError(f"node serves device {i}, but the federation has devices 0..{k - 1}")
+            dev = SimDevice(i, schema, parts[i], _CACHE[bk], codec=cfg.compress, seed=cfg.seed,
+                            local_epochs=cfg.local_epochs, local_steps=cfg.local_steps)
+            _restore(dev, context.state, used)
+            try:
+                updates.append(dev.run_round(gmsg))
+                n += HEADER.unpack_from(updates[-1])[5]  # the update's n_samples
+            except DeviceFault as e:
+                faults.append(f"{i}:{e.kind}")
+            _keep(dev, context.state)
+    content = {"tt": ConfigRecord({"updates": updates or [b""], "faults": faults or [""]}),
+               "metrics": MetricRecord({"num-examples": int(n)})}
+    return Message(RecordDict(content), reply_to=msg)
+
+
+# --------------------------------------------------------------------------- server side
+
+def _store_record(store):
+    from flwr.app import Array, ArrayRecord
+
+    return ArrayRecord({f"t{i}": Array(np.ascontiguousarray(t)) for i, t in enumerate(store)})
+
+
+def _store_of(arrays) -> list[np.ndarray]:
+    return [arrays[k].numpy() for k in arrays.keys()]
+
+
+def _fedavg_base():
+    from flwr.serverapp.strategy import FedAvg
+
+    return FedAvg
+
+
+class IntegerFedAvg(_fedavg_base()):
+    """tinytrain's integer FedAvg as a Flower strategy: Flower's FedAvg node sampling
+    (fraction_train, min_train_nodes, min_available_nodes), tinytrain's messages, checks and
+    rounding. The ArrayRecord Flower passes around is the global parameter store (native
+    integer dtypes, schema order); `history` collects one record per round."""
+
+    def __init__(self, model, dataset, config: FedConfig, clients: int, *, out=None, log=None,
+                 fraction_train: float = 1.0, min_available_nodes: int = 1):
+        super().__init__(fraction_train=fraction_train, fraction_evaluate=0.0,
+                         min_train_nodes=1, min_available_nodes=max(1, min_available_nodes))
+        from tinytrain.sim.simulator import Simulator
+        from tinytrain.train import prepare_inputs
+
+        self.model, self.dataset, self.config, self.clients = model.copy(), dataset, config, clients
+        for d in (self.model.accum, self.model.velocity):
+            for a in d.values():
+                a[...] = 0
+        self.schema = Schema.of(self.model)
+        _, _, self.Xt, self.Yt = prepare_inputs(self.model, dataset)
+        self._ev = self.model.copy()
+        self._sim = Simulator(self._ev)
+        self.step = int(self.model.meta[1])
+        self.used: dict[int, int] = {}           # device -> last round its update was used
+        self.node_devices: dict[int, list] = {}  # node id -> device ids it answered for
+        self.history: list[dict] = []
+        self.out = Path(out) if out else None
+        self.log = log or (lambda s: None)
+        self._glob = None
+        self._t0 = 0.0
+        self._down = 0
+        self._sent: set = set()
+
+    def initial_arrays(self):
+        return _store_record(store_tensors(self.model))
+
+    def configure_train(self, server_round, arrays, config, grid):
+        from flwr.app import ConfigRecord, Message, RecordDict
+        from flwr.serverapp.strategy.strategy_utils import sample_nodes
+
+        self._t0 = time.perf_counter()
+        self._glob = _store_of(arrays)
+        gmsg, _ = encode_global(server_round, self.step, self._glob)
+        # min_available_nodes gathers the federation before round 1; later rounds go on with
+        # the nodes still connected, and the quorum of devices decides (tinytrain's rule)
+        least = self.min_available_nodes if server_round == 1 else 1
+        total = len(list(grid.get_node_ids()))
+        want = max(int(total * self.fraction_train), self.min_train_nodes)
+        nodes, _ = sample_nodes(grid, least, want)
+        self._down = len(gmsg) * len(nodes)
+        self._sent = set(nodes)
+        msgs = []
+        for node in nodes:
+            devs = [d for d in self.node_devices.get(node, []) if d in self.used]
+            rec = ConfigRecord({"global": gmsg, "round": server_round, "used-dev": devs or [-1],
+                                "used-round": [self.used[d] for d in devs] or [-1]})
+            msgs.append(Message(RecordDict({"tt": rec}), dst_node_id=node, message_type="train"))
+        return msgs
+
+    def aggregate_train(self, server_round, replies):
+        from flwr.app import MetricRecord
+
+        agg, accepted, steps, dropped, up, seen = Aggregator(self._glob), [], [], [], 0, set()
+        answered = set()
+        for reply in replies:
+            node = reply.metadata.src_node_id
+            answered.add(node)
+            if reply.has_error():
+                lost = self.node_devices.get(node, [])
+                dropped += [{"device": d, "reason": "node", "detail": reply.error.reason} for d in lost] or \
+                           [{"device": -1, "reason": "node", "detail": f"node {node}: {reply.error.reason}"}]
+                continue
+            tt = reply.content["tt"]
+            dropped += [{"device": int(f.split(":")[0]), "reason": f.split(":")[1], "detail": f}
+                        for f in tt["faults"] if f]
+            mine = []
+            for b in (bytes(x) for x in tt["updates"] if len(x)):
+                up += len(b)
+                try:
+                    u = decode_update(b, self.schema, self._glob, server_round)
+                    if u.device in seen or not 0 <= u.device < self.clients:
+                        raise CorruptUpdate(f"update names device {u.device}: a duplicate or not one of "
+                                            f"0..{self.clients - 1}")
+                except CorruptUpdate as e:
+                    dropped.append({"device": -1, "reason": "corrupt", "detail": f"node {node}: {e}"})
+                    continue
+                seen.add(u.device)
+                mine.append(u.device)
+                agg.add(u.store, u.n_samples)
+                accepted.append(u.device)
+                steps.append(u.step)
+            if mine:
+                self.node_devices[node] = mine
+        for node in self._sent - answered:  # no reply within round-timeout
+            dropped += [{"device": d, "reason": "no-reply", "detail": f"node {node} did not answer"}
+                        for d in self.node_devices.get(node, [])]
+        need = self.config.need(self.clients)
+        rec = {"round": server_round, "accepted": len(accepted), "accepted_devices": sorted(accepted),
+               "dropped": sorted(dropped, key=lambda d: d["device"]),
+               "samples": agg.N, "bytes_up": up, "bytes_down": self._down}
+        metrics = MetricRecord({"accepted": len(accepted), "dropped": len(dropped), "samples": int(agg.N),
+                                "bytes-up": up, "bytes-down": self._down})
+        if len(accepted) < need:
+            self.log(f"round {server_round}: {len(accepted)} valid updates < quorum {need}: global model "
+                     "unchanged, nothing saved")
+            rec["accuracy"] = None
+            self.history.append(rec)
+            return None, metrics
+        set_store(self.model, agg.result())
+        self.step = max(steps)
+        self.model.meta[1] = self.step
+        for d in accepted:
+            self.used[d] = server_round
+        rec.update(accuracy=self.accuracy(), seconds=time.perf_counter() - self._t0,
+                   state_hash=f"{self.model.state_hash():08x}")
+        self.history.append(rec)
+        self._save(server_round)
+        self.log(f"round {server_round}: accuracy {rec['accuracy']:.4f}, {len(accepted)}/{self.clients} "
+                 f"updates, {len(dropped)} dropped")
+        return _store_record(store_tensors(self.model)), metrics
+
+    def configure_evaluate(self, server_round, arrays, config, grid):
+        return []  # evaluation is centralized (evaluate_fn): the server holds the test split
+
+    def aggregate_evaluate(self, server_round, replies):
+        return None
+
+    def accuracy(self) -> float:
+        set_store(self._ev, store_tensors(self.model))
+        return float(np.mean(self._sim.predict(self.Xt) == self.Yt))
+
+    def evaluate_fn(self, server_round, arrays):
+        from flwr.app import MetricRecord
+
+        return MetricRecord({"accuracy": self.accuracy(), "state-hash": int(self.model.state_hash())})
+
+    def _save(self, rnd: int) -> None:
+        """global.tt after every round with quorum, atomically (the engine's commit point)."""
+        if self.out is None:
+            return
+        from tinytrain.graph import io as tio
+
+        extra = {"federated": {"round": rnd, "step": self.step, "config": asdict(self.config),
+                               "history": self.history, "engine": "flower"},
+                 "dataset": self.dataset.name}
+        tio.save(self.model, self.out / "global.tt", extra=extra)
+        tio.save(self.model, self.out / "rounds" / f"global-r{rnd:04d}.tt", extra=extra)
+
+    def summary_dict(self) -> dict:
+        done = [h for h in self.history if h["accuracy"] is not None]
+        return {"rounds": len(done), "final_accuracy": done[-1]["accuracy"] if done else self.accuracy(),
+                "accuracy_per_round": [h["accuracy"] for h in done], "clients": self.clients,
+                "bytes_up": sum(h["bytes_up"] for h in self.history),
+                "bytes_down": sum(h["bytes_down"] for h in self.history),
+                "dropped_updates": sum(len(h["dropped"]) for h in self.history),
+                "state_hash": f"{self.model.state_hash():08x}", "history": self.history}
+
+
+def server_main(grid, context, log=print, run_config=None) -> dict:
+    """The ServerApp's main: settings from run_config (the context's, or `run_config`),
+    IntegerFedAvg over Flower's loop; writes OUT/summary.json (atomically) when out-dir is
+    set; returns the summary."""
+    from tinytrain.federated.api import resolve
+
+    s = settings(context.run_config if run_config is None else run_config)
+    model, ds = resolve(s["model"], s["data"], s["seed"])
+    clients, least = s["clients"], max(1, s["min-available-nodes"])
+    if not clients:  # one device per node (simulation): wait for the nodes, count them
+        from flwr.serverapp.strategy.strategy_utils import sample_nodes
+
+        clients = least = len(sample_nodes(grid, least, 1)[1])
+    strat = IntegerFedAvg(model, ds, s["config"], clients, out=s["out-dir"] or None, log=log,
+                          fraction_train=s["fraction-train"], min_available_nodes=least)
+    strat.start(grid, strat.initial_arrays(), num_rounds=s["num-server-rounds"],
+                timeout=s["round-timeout"], evaluate_fn=strat.evaluate_fn)
+    summary = strat.summary_dict()
+    if strat.out is not None:
+        from tinytrain.graph import io as tio
+
+        tio.atomic_write(strat.out / "summary.json",
+                         lambda f: f.write(json.dumps(summary, sort_keys=True).encode()))
+    return summary
+
+
+def make_client_app(run_config=None):
+    """A ClientApp (run_config: fixed settings instead of the context's, for run_simulation)."""
     from flwr.clientapp import ClientApp
 
-    cfg = config or FedConfig()
     app = ClientApp()
 
     @app.train()
     def train(msg, context):
-        pid = int(context.node_config["partition-id"])
-        dev = _device(pid, model_name, data_name, clients, cfg, ports)
-        tt = msg.content["tt"]
-        st = context.state
-        if "tt_residual" in st:  # restore this device's error-feedback state
-            res = st["tt_residual"]
-            dev.set_state(res["committed"].numpy())
-            committed = dev.residual
-            if "pending" in res:
-                dev.set_state(res["pending"].numpy())
-                dev._pending = (int(st["tt_meta"]["pending_round"]), dev.residual)
-            dev.residual = committed
-        accepted = set(int(v) for v in tt.get("accepted", []))
-        prev = int(tt["round"]) - 1
-        dev.ack(prev, pid in accepted)
-        from tinytrain.federated.devices import DeviceFault
-
-        try:
-            update = dev.run_round(bytes(tt["global"]))
-        except DeviceFault as e:
-            return Message(RecordDict({"tt": ConfigRecord({"fault": e.kind})}), reply_to=msg)
-        if dev.residual is not None:
-            recs = {"committed": np.concatenate(dev.residual)}
-            if dev._pending is not None:
-                recs["pending"] = np.concatenate(dev._pending[1])
-            st["tt_residual"] = ArrayRecord({k: _arr(v) for k, v in recs.items()})
-            st["tt_meta"] = ConfigRecord({"pending_round": dev._pending[0] if dev._pending else -1})
-        return Message(RecordDict({"tt": ConfigRecord({"update": update})}), reply_to=msg)
+        return client_train(msg, context, run_config)
 
     return app
 
 
-def _arr(a):
-    from flwr.app import Array
-
-    return Array(np.ascontiguousarray(a))
-
-
-def make_server_app(model_name="digits-mlp", data_name="digits", config: FedConfig | None = None,
-                    result: dict | None = None, log=print):
-    """A ServerApp running `config.rounds` rounds of integer FedAvg over all connected nodes;
-    the summary (accuracy per round, bytes, dropped updates, state hash) goes into `result`."""
-    from flwr.app import ConfigRecord, Message, RecordDict
+def make_server_app(result: dict | None = None, log=print, run_config=None):
+    """A ServerApp; its summary goes into `result` (run_config as for make_client_app)."""
     from flwr.serverapp import ServerApp
 
-    cfg = config or FedConfig()
     app = ServerApp()
-    out = result if result is not None else {}
 
     @app.main()
     def main(grid, context):
-        from tinytrain.sim.simulator import Simulator
-        from tinytrain.train import prepare_inputs
-        from tinytrain.federated.api import resolve
-
-        model, ds = resolve(model_name, data_name, cfg.seed)
-        schema = Schema.of(model)
-        _, _, Xt, Yt = prepare_inputs(model, ds)
-        ev = model.copy()
-        sim = Simulator(ev)
-        step, accepted, hist = int(model.meta[1]), [], []
-        up = down = dropped_total = 0
-        for r in range(1, cfg.rounds + 1):
-            glob = [t.copy() for t in store_tensors(model)]
-            gmsg, _ = encode_global(r, step, glob)
-            nodes = list(grid.get_node_ids())
-            msgs = [Message(RecordDict({"tt": ConfigRecord(
-                        {"global": gmsg, "round": r, "accepted": accepted or [-1]})}),
-                        dst_node_id=n, message_type="train", group_id=str(r)) for n in nodes]
-            down += len(gmsg) * len(nodes)
-            agg, accepted, steps, dropped = Aggregator(glob), [], [], 0
-            for reply in grid.send_and_receive(msgs):
-                try:
-                    if reply.has_error() or "update" not in reply.content["tt"]:
-                        raise CorruptUpdate("no update")
-                    b = bytes(reply.content["tt"]["update"])
-                    up += len(b)
-                    u = decode_update(b, schema, glob, r)
-                    agg.add(u.store, u.n_samples)
-                    accepted.append(u.device)
-                    steps.append(u.step)
-                except CorruptUpdate:
-                    dropped += 1
-            dropped_total += dropped
-            if len(accepted) < cfg.need(len(nodes)):
-                raise RuntimeError(f"round {r}: only {len(accepted)} of {len(nodes)} updates")
-            set_store(model, agg.result())
-            step = max(steps)
-            set_store(ev, store_tensors(model))
-            acc = float(np.mean(sim.predict(Xt) == Yt))
-            hist.append(acc)
-            log(f"flower round {r}: accuracy {acc:.4f}, {len(accepted)}/{len(nodes)} updates")
-        model.meta[1] = step
-        out.update({"rounds": cfg.rounds, "final_accuracy": hist[-1], "accuracy_per_round": hist,
-                    "clients": len(nodes), "bytes_on_wire": up + down, "bytes_up": up,
-                    "bytes_down": down, "dropped_updates": dropped_total,
-                    "state_hash": f"{model.state_hash():08x}"})
+        out = server_main(grid, context, log, run_config)
+        if result is not None:
+            result.update(out)
 
     return app
 
@@ -171,14 +426,23 @@ def make_server_app(model_name="digits-mlp", data_name="digits", config: FedConf
 def run(model_name="digits-mlp", data_name="digits", *, clients=100, rounds=2, partition="iid",
         local_epochs=1, local_steps=None, compress="none", seed=0, quorum=0.5, backend="ray",
         backend_config=None, log=print) -> dict:
-    """Run the tinytrain Flower apps in Flower's simulation engine; returns the summary."""
+    """The tinytrain Flower apps in Flower's simulation engine, in this process (for tests and
+    notebooks; `flwr run examples/flower-app` is the way users run it); returns the summary."""
+    import warnings
+
     from flwr.simulation import run_simulation
 
-    cfg = FedConfig(rounds=rounds, local_epochs=local_epochs, local_steps=local_steps,
-                    partition=partition, compress=compress, seed=seed, quorum=quorum)
+    run_config = {"model": str(model_name), "data": str(data_name), "clients": int(clients),
+                  "num-server-rounds": int(rounds), "partition": partition, "local-epochs": int(local_epochs),
+                  "local-steps": int(local_steps or 0), "compress": compress, "seed": int(seed),
+                  "quorum": float(quorum)}
+    settings(run_config)
     result: dict = {}
-    run_simulation(server_app=make_server_app(model_name, data_name, cfg, result, log),
-                   client_app=make_client_app(model_name, data_name, clients, cfg),
-                   num_supernodes=clients, backend_name=backend,
-                   backend_config=backend_config or {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # run_simulation: flwr run is the way
+        run_simulation(server_app=make_server_app(result, log, run_config),
+                       client_app=make_client_app(run_config),
+                       num_supernodes=clients, backend_name=backend,
+                       backend_config=backend_config or {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
     return result
+

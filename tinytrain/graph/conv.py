@@ -224,9 +224,13 @@ def _conv2d_args(l):
 
 
 _NB_CONV2D = "{stride_h}, {stride_w}, {pad_top}, {pad_left}"
-_C_CONV2D = "{H}, {W}, {Cin}, {Cout}, {kh}, {kw}, {stride_h}, {stride_w}, {pad_top}, {pad_left}, {Ho}, {Wo}"
-_C_DEPTHWISE = "{H}, {W}, {Cin}, {kh}, {kw}, {stride_h}, {stride_w}, {pad_top}, {pad_left}, {Ho}, {Wo}"
-_C_CONV1D = "{L}, {Cin}, {Cout}, {k}, {stride}, {pad_left}, {Lo}"
+_TENSORS = {"w": "{w}", "ew": "{exp_w}", "b": "{b}", "eb": "{exp_b}"}
+#: tt_conv_params (conv2d; depthwise with Cout = Cin), tt_conv1d_params
+_C_CONV2D = ("conv", "tt_conv_params", {
+    **{k: "{" + k + "}" for k in ("H", "W", "Cin", "Cout", "kh", "kw", "stride_h", "stride_w")},
+    "pad_h": "{pad_top}", "pad_w": "{pad_left}", "Ho": "{Ho}", "Wo": "{Wo}", **_TENSORS})
+_C_CONV1D = ("conv", "tt_conv1d_params", {**{k: "{" + k + "}" for k in ("L", "Cin", "Cout", "k", "stride")},
+                                           "pad": "{pad_left}", "Lo": "{Lo}", **_TENSORS})
 
 
 def _conv_bounds(fan_in, fan_out, positions):
@@ -237,17 +241,18 @@ def _conv_bounds(fan_in, fan_out, positions):
                       ("weight gradient", 127 * 127 * positions(l), 32)]
 
 
-def _conv_row(kind, name, ref, args, nb_dims, c_dims, bounds):
+def _conv_row(kind, name, ref, args, nb_dims, c_params, bounds):
     """Conv2d, depthwise and Conv1d share one calling convention (their kernels differ)."""
     return Op(
         kind, _conv_forward(ref), _conv_backward(ref),
         nb_import=f"tinytrain.kernels.conv: {name}_fwd, {name}_bwd, {name}_grad", c_header="tt_conv.h", args=args,
+        c_params=c_params,
         fwd=Call(f"{name}_fwd({{x:in}}, {{ex}}, {{w}}, {{exp_w}}, {{b}}, {{exp_b}}, {nb_dims}, {{scratch}}, {{y:out}}, {{stats}})",
-                 f"tt_{name}_fwd_s8({{x}}, {{ex}}, {{w}}, {{exp_w}}, {{b}}, {{exp_b}}, {c_dims}, {{scratch}}, {{y}}, {{stats}})"),
+                 f"tt_{name}_fwd_s8(&CTX, {{params}}, {{x}}, {{ex}}, {{y}})"),
         bwd=Call(f"{name}_bwd({{e:out}}, {{ee}}, {{w}}, {{exp_w}}, {nb_dims}, {{scratch}}, {{dx:in}}, {{stats}})",
-                 f"tt_{name}_bwd_s8({{e}}, {{ee}}, {{w}}, {{exp_w}}, {c_dims}, {{scratch}}, {{dx}}, {{stats}})"),
+                 f"tt_{name}_bwd_s8(&CTX, {{params}}, {{e}}, {{ee}}, {{dx}})"),
         grad=Call(f"{name}_grad({{e:out}}, {{x:in}}, {nb_dims}, {{g_w}}, {{g_b}})",
-                  f"tt_{name}_grad_s32({{e}}, {{x}}, {c_dims}, {{g_w}}, {{g_b}})"),
+                  f"tt_{name}_grad_s32({{params}}, {{e}}, {{x}}, {{g_w}}, {{g_b}})"),
         grad_exp={"w": "{ee} + {ex}", "b": "{ee}"}, bounds=bounds)
 
 
@@ -258,7 +263,7 @@ def _hw(l):
 register_op(_conv_row("conv2d", "conv2d", r_c2, _conv2d_args, _NB_CONV2D, _C_CONV2D,
                       _conv_bounds(lambda l: l.kernel[0] * l.kernel[1] * l.in_shape[2],
                                    lambda l: l.filters * l.kernel[0] * l.kernel[1], _hw)))
-register_op(_conv_row("depthwise_conv2d", "depthwise", r_dw, _conv2d_args, _NB_CONV2D, _C_DEPTHWISE,
+register_op(_conv_row("depthwise_conv2d", "depthwise", r_dw, _conv2d_args, _NB_CONV2D, _C_CONV2D,
                       _conv_bounds(lambda l: l.kernel[0] * l.kernel[1], lambda l: l.kernel[0] * l.kernel[1], _hw)))
 register_op(_conv_row(
     "conv1d", "conv1d", r_c1,
@@ -274,7 +279,7 @@ def _pool2_args(l):
 
 
 _NB_POOL2 = "{kh}, {kw}, {stride_h}, {stride_w}"
-_C_POOL2 = "{H}, {W}, {C}, {kh}, {kw}, {stride_h}, {stride_w}"
+_C_POOL2 = {k: "{" + k + "}" for k in ("H", "W", "C", "kh", "kw", "stride_h", "stride_w")}
 
 
 def _maxpool_forward(ref):
@@ -288,20 +293,22 @@ def _maxpool_backward(ref):
     return lambda l, e, ee, x, need_dx: ref(e.reshape(l.out_shape), ee, x, l.kernel, l.stride, need_dx)
 
 
-def _maxpool_row(kind, name, fwd_ref, bwd_ref, args, nb_dims, c_dims):
+def _maxpool_row(kind, name, fwd_ref, bwd_ref, args, nb_dims, c_params):
     return Op(
         kind, _maxpool_forward(fwd_ref), _maxpool_backward(bwd_ref),
         nb_import=f"tinytrain.kernels.pool: {name}_fwd, {name}_bwd", c_header="tt_pool.h", args=args,
+        c_params=c_params,
         fwd=Call(f"{name}_fwd({{x:in}}, {{ex}}, {nb_dims}, {{y:out}}, {{stats}})",
-                 f"tt_{name}_fwd_s8({{x}}, {{ex}}, {c_dims}, {{y}}, {{stats}})"),
+                 f"tt_{name}_fwd_s8(&CTX, {{params}}, {{x}}, {{ex}}, {{y}})"),
         bwd=Call(f"{name}_bwd({{e:out}}, {{ee}}, {{x:in}}, {nb_dims}, I32, {{dx:in}}, {{stats}})",
-                 f"tt_{name}_bwd_s8({{e}}, {{ee}}, {{x}}, {c_dims}, 0, {{dx}}, {{stats}})"))
+                 f"tt_{name}_bwd_s8(&CTX, {{params}}, {{e}}, {{ee}}, {{x}}, {{dx}})"))
 
 
-register_op(_maxpool_row("maxpool2d", "maxpool2d", r_mp.forward, r_mp.backward, _pool2_args, _NB_POOL2, _C_POOL2))
+register_op(_maxpool_row("maxpool2d", "maxpool2d", r_mp.forward, r_mp.backward, _pool2_args, _NB_POOL2,
+                         ("pool", "tt_pool_params", _C_POOL2)))
 register_op(_maxpool_row("maxpool1d", "maxpool1d", r_mp.forward1d, r_mp.backward1d,
                          lambda l: {"L": l.in_shape[0], "C": l.in_shape[1], "k": l.kernel, "stride": l.stride},
-                         "{k}, {stride}", "{L}, {C}, {k}, {stride}"))
+                         "{k}, {stride}", ("pool", "tt_pool1d_params", {k: "{" + k + "}" for k in ("L", "C", "k", "stride")})))
 
 
 def _avgpool_args(l):
@@ -318,10 +325,11 @@ register_op(Op(
     "avgpool2d", _avgpool_forward,
     lambda l, e, ee, saved, need_dx: r_avg.backward(e.reshape(l.out_shape), ee, l.in_shape, l.kernel, l.stride, need_dx),
     nb_import="tinytrain.kernels.pool: avgpool2d_fwd, avgpool2d_bwd", c_header="tt_pool.h", args=_avgpool_args,
+    c_params=("pool", "tt_pool_params", {**_C_POOL2, "mult": "{mult}", "shift": "{shift}"}),
     fwd=Call(f"avgpool2d_fwd({{x:in}}, {{ex}}, {_NB_POOL2}, {{mult}}, {{shift}}, {{y:out}}, {{stats}})",
-             f"tt_avgpool2d_fwd_s8({{x}}, {{ex}}, {_C_POOL2}, {{mult}}, {{shift}}, {{y}}, {{stats}})"),
+             "tt_avgpool2d_fwd_s8(&CTX, {params}, {x}, {ex}, {y})"),
     bwd=Call(f"avgpool2d_bwd({{e:out}}, {{ee}}, {_NB_POOL2}, {{mult}}, {{shift}}, {{dx:in}}, {{stats}})",
-             f"tt_avgpool2d_bwd_s8({{e}}, {{ee}}, {_C_POOL2}, {{mult}}, {{shift}}, {{dx}}, {{stats}})")))
+             "tt_avgpool2d_bwd_s8(&CTX, {params}, {e}, {ee}, {dx})")))
 
 
 def _gap_args(l):
@@ -338,7 +346,8 @@ register_op(Op(
     "global_avgpool", _gap_forward,
     lambda l, e, ee, saved, need_dx: r_avg.global_backward(e, ee, l.in_shape, need_dx),
     nb_import="tinytrain.kernels.pool: global_avgpool_fwd, global_avgpool_bwd", c_header="tt_pool.h", args=_gap_args,
+    c_params=("pool", "tt_global_pool_params", {k: "{" + k + "}" for k in ("P", "C", "mult", "shift")}),
     fwd=Call("global_avgpool_fwd({x:pc}, {ex}, {mult}, {shift}, {y}, {stats})",
-             "tt_global_avgpool_fwd_s8({x}, {ex}, {P}, {C}, {mult}, {shift}, {y}, {stats})"),
+             "tt_global_avgpool_fwd_s8(&CTX, {params}, {x}, {ex}, {y})"),
     bwd=Call("global_avgpool_bwd({e}, {ee}, {mult}, {shift}, {dx:pc}, {stats})",
-             "tt_global_avgpool_bwd_s8({e}, {ee}, {P}, {C}, {mult}, {shift}, {dx}, {stats})")))
+             "tt_global_avgpool_bwd_s8(&CTX, {params}, {e}, {ee}, {dx})")))

@@ -18,7 +18,6 @@ for. Train/eval re-quantize data with another exponent to it (see train.prepare_
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 

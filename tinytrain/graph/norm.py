@@ -78,16 +78,21 @@ register_op(Op(
     "batchnorm", _bn_forward, _bn_backward,
     nb_import="tinytrain.kernels.batchnorm: batchnorm_fwd, batchnorm_bwd, batchnorm_grad", c_header="tt_batchnorm.h",
     args=lambda l: {"P": l.P, "C": l.C, "C3": 3 * l.C, **{k: l.cfg[k] for k in ("eps_m", "eps_k", "mom_k")}},
-    # saved: per channel, the values backward needs (ops/batchnorm.py); backward always runs after
-    # a training forward, so its train flag is 1
-    buffers=(Buffer("saved", lambda l: (3, l.C)),),
+    # saved: per channel, the values backward needs (ops/batchnorm.py); the C keeps the input
+    # exponent after them (TT_BATCHNORM_SAVED_SIZE). Backward always follows a training forward,
+    # so its train flag is 1 (the C has no flag: prediction is tt_batchnorm_fwd_eval_s8)
+    buffers=(Buffer("saved", lambda l: (3, l.C), c_count=lambda l: 3 * l.C + 1),),
     scratch=lambda l: max(3 * l.C, l.in_size),
+    c_params=("bn", "tt_batchnorm_params", {
+        "P": "{P}", "C": "{C}", "gamma": "{gamma}", "e_g": "{exp_gamma}", "beta": "{beta}", "e_b": "{exp_beta}",
+        "rmean": "{running_mean}", "e_rm": "{exp_running_mean}", "rvar": "{running_var}", "e_rv": "{exp_running_var}",
+        "eps_m": "{eps_m}", "eps_k": "{eps_k}", "mom_k": "{mom_k}", "saved": "{saved}"}),
     fwd=Call(f"batchnorm_fwd({{x:pc}}, {{ex}}, {_BN_PARAMS}, {{eps_m}}, {{eps_k}}, {{mom_k}}, {{train}}, {{saved}}, "
              "{scratch:C3}, {y:pc}, {stats})",
-             f"tt_batchnorm_fwd_s8({{x}}, {{ex}}, {{P}}, {{C}}, {_BN_PARAMS}, {{eps_m}}, {{eps_k}}, {{mom_k}}, {{train}}, "
-             "{saved}, {scratch}, {y}, {stats})"),
+             "tt_batchnorm_fwd_s8(&CTX, {params}, {x}, {ex}, {y})"),
+    fwd_eval=Call("", "tt_batchnorm_fwd_eval_s8(&CTX, {params}, {x}, {ex}, {y})"),  # numba: fwd, train False
     bwd=Call("batchnorm_bwd({e:pc}, {ee}, {x:pc}, {ex}, {saved}, {gamma}, {exp_gamma}, True, {scratch:C3}, {dx:pc}, {stats})",
-             "tt_batchnorm_bwd_s8({e}, {ee}, {x}, {ex}, {P}, {C}, {saved}, {gamma}, {exp_gamma}, 1, {scratch}, {dx}, {stats})"),
+             "tt_batchnorm_bwd_s8(&CTX, {params}, {e}, {ee}, {x}, {dx})"),
     grad=Call("batchnorm_grad({e:pc}, {x:pc}, {saved}, True, {g_gamma}, {g_beta})",
-              "tt_batchnorm_grad_s32({e}, {x}, {P}, {C}, {saved}, 1, {g_gamma}, {g_beta})"),
+              "tt_batchnorm_grad_s32({params}, {e}, {x}, {g_gamma}, {g_beta})"),
     grad_exp={"gamma": f"{{ee}} - {r_bn.XHAT_FRAC}", "beta": "{ee}"}))

@@ -6,8 +6,10 @@ A row (:class:`Op`) holds what a layer type computes and what it needs:
   built on the op's file in ``tinytrain/ops/``;
 - ``nb_import``: the numba twin's module in ``tinytrain/kernels/`` and the names it provides;
   ``c_header``: the C twin's header in ``firmware/include/``;
-- ``fwd``, ``bwd``, ``grad``: one :class:`Call` each, the numba and the C spelling of the same
-  call, written with named placeholders;
+- ``fwd``, ``bwd``, ``grad`` (and ``fwd_eval`` where prediction is another call): one
+  :class:`Call` each, the numba and the C spelling of the same call, written with named
+  placeholders; ``c_params``: the C kernels' params struct (named fields: dims, tensors,
+  exponents), emitted ``static const`` once per layer and passed as ``{params}``;
 - ``args``: the named constants of the op (dims and params), computed from the layer at build
   time; ``grad_exp``: the exponent of each parameter gradient; ``buffers``: what the op keeps
   from forward to backward; ``scratch``: the int64 scratch words it needs; ``bounds``: its
@@ -52,6 +54,7 @@ class Buffer:
     shape: Callable
     dtype: type = np.int32
     role: str = "activation"
+    c_count: Callable | None = None   # elements in C, where it keeps more (default: the shape's)
 
 
 @dataclass(frozen=True)
@@ -64,6 +67,10 @@ class Op:
     fwd: Call | None = None
     bwd: Call | None = None                # the input error (when it is needed)
     grad: Call | None = None               # the parameter gradients (when the layer learns)
+    fwd_eval: Call | None = None           # prediction, where it is another call than training
+    #: C: the layer's ``static const`` params struct, (tag, C type, {field: template}); the C
+    #: calls name it ``{params}`` (its address)
+    c_params: tuple | None = None
     args: Callable = lambda l: {}          # named dims and params
     grad_exp: dict = field(default_factory=dict)   # parameter name -> exponent expression
     buffers: tuple = ()
@@ -99,19 +106,21 @@ def scratch_words(layer) -> int:
     return max(layer.in_size, layer.out_size)
 
 
-def buffers(layer, backward=True) -> list[tuple[str, tuple, type, str]]:
+def buffers(layer, backward=True, target="nb") -> list[tuple[str, tuple, type, str]]:
     """(name, shape, dtype, role) of the buffers a layer's op keeps, composites included:
     the inner outputs, the inner errors (backward only; the last inner layer reads the block's
-    own error), f's input error (backward only) and each inner op's buffers (``k_<name>``)."""
+    own error), f's input error (backward only) and each inner op's buffers (``k_<name>``).
+    For ``target="c"`` a buffer's shape is its C element count where the row gives one."""
     op = op_for(layer)
     if not op.composite:
-        return [(b.name, tuple(b.shape(layer)), b.dtype, b.role) for b in op.buffers]
+        return [(b.name, (int(b.c_count(layer)),) if target == "c" and b.c_count else tuple(b.shape(layer)),
+                 b.dtype, b.role) for b in op.buffers]
     out, n = [], len(layer.inner)
     for k, l in enumerate(layer.inner):
         out.append((f"{k}_out", (l.out_size,), np.int8, "activation"))
         if backward and k < n - 1:
             out.append((f"{k}_err", (l.out_size,), np.int8, "error"))
-        out += [(f"{k}_{name}", shape, dt, role) for name, shape, dt, role in buffers(l, backward)]
+        out += [(f"{k}_{name}", shape, dt, role) for name, shape, dt, role in buffers(l, backward, target)]
     if backward:
         out.append(("fdx", (layer.in_size,), np.int8, "error"))
     return out
@@ -160,6 +169,7 @@ class Names:
     def learns(self, li, pis) -> bool: ...
     def stmt(self, s) -> str: ...
     def scratch(self, words) -> str: ...
+    def decl(self, li, tag, ctype, fields) -> str: ...  # C: declare a params struct, its address
     stats = ""
 
     def unused(self, names) -> list[str]:
@@ -217,6 +227,9 @@ def _fill(layer, names: Names, li, offset, tensors, train=True) -> dict:
     m["scratch"] = _Scratch(names, args)
     m["stats"] = names.stats
     m["train"] = _Bool(train, t)
+    if t == "c" and op.c_params is not None:
+        tag, ctype, fields = op.c_params
+        m["params"] = names.decl(li, f"{prefix}{tag}", ctype, {k: v.format_map(m) for k, v in fields.items()})
     return m
 
 
@@ -235,7 +248,10 @@ def forward_lines(layer, names: Names, li, x, ex, y, ey, train=True, offset=0, p
     if op.composite:
         return _composite_forward(layer, op, names, li, x, ex, y, ey, train)
     m = _fill(layer, names, li, offset, {"x": x, "ex": ex, "y": y, "ey": ey, "_bufprefix": prefix}, train)
-    return [names.stmt(f"{ey} = {_call(op.fwd, names, m)}")]
+    call = op.fwd
+    if not train and op.fwd_eval is not None and (op.fwd_eval.nb if names.target == "nb" else op.fwd_eval.c):
+        call = op.fwd_eval  # an empty spelling: that target predicts with the training call
+    return [names.stmt(f"{ey} = {_call(call, names, m)}")]
 
 
 def backward_lines(layer, names: Names, li, x, ex, y, e, ee, dx=None, edx=None, offset=0, prefix="",

@@ -1,9 +1,9 @@
 /** Convolution kernels: Conv2d, DepthwiseConv2d, Conv1d (see tinytrain/ops/conv2d.py,
  * depthwise.py, conv1d.py for the exact arithmetic). Channels-last, one sample.
  *
- * Static configuration (resolved at build time by tinytrain.ops.conv2d.geometry): stride
- * (sh, sw), top / left zero padding (pt, pl) and the output size (OH, OW), which also fixes the
- * bottom / right padding. Forward and dx accumulate in int64; weight gradients accumulate in
+ * Static configuration (resolved at build time by tinytrain.ops.conv2d.geometry, held in
+ * tt_conv_params / tt_conv1d_params): stride, top / left zero padding and the output size,
+ * which also fixes the bottom / right padding. Forward and dx accumulate in int64; weight gradients accumulate in
  * int32, which is exact because geometry() only accepts OH*OW <= TT_CONV_GRAD_MAX_POSITIONS. */
 #ifndef TT_CONV_H
 #define TT_CONV_H
@@ -27,55 +27,71 @@ extern "C" {
 /** Scratch bytes for conv1d fwd and bwd. */
 #define TT_CONV1D_BUFFER_SIZE(L, Cin, OL, Cout) (8 * TT_CONV_MAX((OL) * (Cout), (L) * (Cin)))
 
-/** y[OH][OW][Cout] = requant_s8(conv(x[H][W][Cin], w[Cout][KH][KW][Cin]) + align(b)); -> ey. */
-int32_t tt_conv2d_fwd_s8(const int8_t *x, int32_t ex, const int16_t *w, int32_t ew,
-                         const int32_t *b, int32_t eb, int32_t H, int32_t W, int32_t Cin,
-                         int32_t Cout, int32_t KH, int32_t KW, int32_t sh, int32_t sw,
-                         int32_t pt, int32_t pl, int32_t OH, int32_t OW,
-                         int64_t *scratch, int8_t *y, tt_stats *st);
+/** A 2-D convolution x[H][W][Cin] -> y[Ho][Wo][Cout] with kernel w[Cout][kh][kw][Cin] and bias
+ *  b[Cout]. Input row of output row o and tap t: o * stride_h - pad_h + t (likewise columns).
+ *  DepthwiseConv2d uses the same struct with Cout = Cin = C and w[kh][kw][C]. */
+typedef struct tt_conv_params {
+    int32_t H, W, Cin, Cout;   /* input height, width, channels; output channels */
+    int32_t kh, kw;            /* kernel height, width */
+    int32_t stride_h, stride_w;
+    int32_t pad_h, pad_w;      /* zero padding on the top, on the left */
+    int32_t Ho, Wo;            /* output height, width */
+    const int16_t *w;          /* at exponent ew */
+    int32_t ew;
+    const int32_t *b;          /* at exponent eb */
+    int32_t eb;
+} tt_conv_params;
 
-/** dx[H][W][Cin] = requant_s8(transposed conv of e[OH][OW][Cout]) with the pre-update weights. */
-int32_t tt_conv2d_bwd_s8(const int8_t *e, int32_t ee, const int16_t *w, int32_t ew,
-                         int32_t H, int32_t W, int32_t Cin, int32_t Cout, int32_t KH, int32_t KW,
-                         int32_t sh, int32_t sw, int32_t pt, int32_t pl, int32_t OH, int32_t OW,
-                         int64_t *scratch, int8_t *dx, tt_stats *st);
+/** A 1-D convolution x[L][Cin] -> y[Lo][Cout] with kernel w[Cout][k][Cin] and bias b[Cout]
+ *  (Conv2d with H = kh = Ho = 1). */
+typedef struct tt_conv1d_params {
+    int32_t L, Cin, Cout;      /* input length, channels; output channels */
+    int32_t k, stride, pad;    /* kernel length, stride, zero padding on the left */
+    int32_t Lo;                /* output length */
+    const int16_t *w;          /* at exponent ew */
+    int32_t ew;
+    const int32_t *b;          /* at exponent eb */
+    int32_t eb;
+} tt_conv1d_params;
 
-/** gw[Cout][KH][KW][Cin] = sum over positions of e x (at ee + ex), gb[Cout] = sum of e (ee). */
-void tt_conv2d_grad_s32(const int8_t *e, const int8_t *x, int32_t H, int32_t W, int32_t Cin,
-                        int32_t Cout, int32_t KH, int32_t KW, int32_t sh, int32_t sw,
-                        int32_t pt, int32_t pl, int32_t OH, int32_t OW, int32_t *gw, int32_t *gb);
+/** y = requant_s8(conv(x, w) + align(b)); returns ey. Scratch: TT_CONV2D_BUFFER_SIZE. */
+int32_t tt_conv2d_fwd_s8(const tt_ctx *ctx, const tt_conv_params *p, const int8_t *x, int32_t ex,
+                         int8_t *y);
 
-/** y[OH][OW][C] = requant_s8(depthwise conv(x[H][W][C], w[KH][KW][C]) + align(b)); returns ey. */
-int32_t tt_depthwise_fwd_s8(const int8_t *x, int32_t ex, const int16_t *w, int32_t ew,
-                            const int32_t *b, int32_t eb, int32_t H, int32_t W, int32_t C,
-                            int32_t KH, int32_t KW, int32_t sh, int32_t sw, int32_t pt, int32_t pl,
-                            int32_t OH, int32_t OW, int64_t *scratch, int8_t *y, tt_stats *st);
+/** dx[H][W][Cin] = requant_s8(transposed conv of e[Ho][Wo][Cout]) with the pre-update weights;
+ *  returns edx. */
+int32_t tt_conv2d_bwd_s8(const tt_ctx *ctx, const tt_conv_params *p, const int8_t *e, int32_t ee,
+                         int8_t *dx);
 
-/** dx[H][W][C] = requant_s8(transposed depthwise conv of e[OH][OW][C]); returns edx. */
-int32_t tt_depthwise_bwd_s8(const int8_t *e, int32_t ee, const int16_t *w, int32_t ew,
-                            int32_t H, int32_t W, int32_t C, int32_t KH, int32_t KW,
-                            int32_t sh, int32_t sw, int32_t pt, int32_t pl, int32_t OH, int32_t OW,
-                            int64_t *scratch, int8_t *dx, tt_stats *st);
+/** gw[Cout][kh][kw][Cin] = sum over positions of e x (at ee + ex), gb[Cout] = sum of e (ee). */
+void tt_conv2d_grad_s32(const tt_conv_params *p, const int8_t *e, const int8_t *x, int32_t *gw,
+                        int32_t *gb);
 
-/** gw[KH][KW][C] = sum over positions of e x (ee + ex), gb[C] = sum of e (ee). */
-void tt_depthwise_grad_s32(const int8_t *e, const int8_t *x, int32_t H, int32_t W, int32_t C,
-                           int32_t KH, int32_t KW, int32_t sh, int32_t sw, int32_t pt, int32_t pl,
-                           int32_t OH, int32_t OW, int32_t *gw, int32_t *gb);
+/** y[Ho][Wo][C] = requant_s8(depthwise conv(x[H][W][C], w[kh][kw][C]) + align(b)); returns ey.
+ *  Scratch: TT_DEPTHWISE_BUFFER_SIZE. */
+int32_t tt_depthwise_fwd_s8(const tt_ctx *ctx, const tt_conv_params *p, const int8_t *x,
+                            int32_t ex, int8_t *y);
 
-/** y[OL][Cout] = requant_s8(conv(x[L][Cin], w[Cout][K][Cin]) + align(b)); returns ey. */
-int32_t tt_conv1d_fwd_s8(const int8_t *x, int32_t ex, const int16_t *w, int32_t ew,
-                         const int32_t *b, int32_t eb, int32_t L, int32_t Cin, int32_t Cout,
-                         int32_t K, int32_t s, int32_t pl, int32_t OL,
-                         int64_t *scratch, int8_t *y, tt_stats *st);
+/** dx[H][W][C] = requant_s8(transposed depthwise conv of e[Ho][Wo][C]); returns edx. */
+int32_t tt_depthwise_bwd_s8(const tt_ctx *ctx, const tt_conv_params *p, const int8_t *e,
+                            int32_t ee, int8_t *dx);
 
-/** dx[L][Cin] = requant_s8(transposed conv of e[OL][Cout]); returns edx. */
-int32_t tt_conv1d_bwd_s8(const int8_t *e, int32_t ee, const int16_t *w, int32_t ew,
-                         int32_t L, int32_t Cin, int32_t Cout, int32_t K, int32_t s, int32_t pl,
-                         int32_t OL, int64_t *scratch, int8_t *dx, tt_stats *st);
+/** gw[kh][kw][C] = sum over positions of e x (ee + ex), gb[C] = sum of e (ee). */
+void tt_depthwise_grad_s32(const tt_conv_params *p, const int8_t *e, const int8_t *x, int32_t *gw,
+                           int32_t *gb);
 
-/** gw[Cout][K][Cin] = sum over positions of e x (ee + ex), gb[Cout] = sum of e (ee). */
-void tt_conv1d_grad_s32(const int8_t *e, const int8_t *x, int32_t L, int32_t Cin, int32_t Cout,
-                        int32_t K, int32_t s, int32_t pl, int32_t OL, int32_t *gw, int32_t *gb);
+/** y[Lo][Cout] = requant_s8(conv(x[L][Cin], w) + align(b)); returns ey.
+ *  Scratch: TT_CONV1D_BUFFER_SIZE. */
+int32_t tt_conv1d_fwd_s8(const tt_ctx *ctx, const tt_conv1d_params *p, const int8_t *x,
+                         int32_t ex, int8_t *y);
+
+/** dx[L][Cin] = requant_s8(transposed conv of e[Lo][Cout]); returns edx. */
+int32_t tt_conv1d_bwd_s8(const tt_ctx *ctx, const tt_conv1d_params *p, const int8_t *e,
+                         int32_t ee, int8_t *dx);
+
+/** gw[Cout][k][Cin] = sum over positions of e x (ee + ex), gb[Cout] = sum of e (ee). */
+void tt_conv1d_grad_s32(const tt_conv1d_params *p, const int8_t *e, const int8_t *x, int32_t *gw,
+                        int32_t *gb);
 
 #ifdef __cplusplus
 }

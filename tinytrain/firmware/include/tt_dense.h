@@ -18,18 +18,29 @@ extern "C" {
 /** Scratch (bytes) the forward and backward kernels need: one int64 per output / input. */
 #define TT_DENSE_BUFFER_SIZE(K, N) (8 * ((K) > (N) ? (K) : (N)))
 
-/** y[N] = requant_s8(w[N][K] x[K] + align(b)); returns the output exponent. */
-int32_t tt_dense_fwd_s8(const int8_t *x, int32_t ex, const int16_t *w, int32_t ew,
-                        const int32_t *b, int32_t eb, int32_t K, int32_t N,
-                        int64_t *scratch, int8_t *y, tt_stats *st);
+/** A Dense layer y[N] = w[N][K] x[K] + b[N]: its dims and its parameters with their
+ *  (build-time, fixed) exponents. w is row-major (one row of K weights per output). */
+typedef struct tt_dense_params {
+    int32_t K;             /* inputs (fan-in), >= 1 */
+    int32_t N;             /* outputs (fan-out), >= 1 */
+    const int16_t *w;      /* w[N][K] at exponent ew */
+    int32_t ew;
+    const int32_t *b;      /* b[N] at exponent eb */
+    int32_t eb;
+} tt_dense_params;
 
-/** dx[K] = requant_s8(w^T e) with the current (pre-update) weights; returns its exponent. */
-int32_t tt_dense_bwd_s8(const int8_t *e, int32_t ee, const int16_t *w, int32_t ew,
-                        int32_t K, int32_t N, int64_t *scratch, int8_t *dx, tt_stats *st);
+/** y[N] = requant_s8(w x + align(b)); returns the output exponent. Scratch: N int64. */
+int32_t tt_dense_fwd_s8(const tt_ctx *ctx, const tt_dense_params *p, const int8_t *x,
+                        int32_t ex, int8_t *y);
 
-/** gw[N][K] = e[n] x[k] (exponent ee + ex), gb[N] = e[n] (exponent ee). */
-void tt_dense_grad_s32(const int8_t *e, const int8_t *x, int32_t K, int32_t N,
-                       int32_t *gw, int32_t *gb);
+/** dx[K] = requant_s8(w^T e) with the current (pre-update) weights; returns its exponent.
+ *  Scratch: K int64. */
+int32_t tt_dense_bwd_s8(const tt_ctx *ctx, const tt_dense_params *p, const int8_t *e,
+                        int32_t ee, int8_t *dx);
+
+/** gw[N][K] = e[n] x[k] (exponent ee + ex), gb[N] = e[n] (exponent ee); w and b are not read. */
+void tt_dense_grad_s32(const tt_dense_params *p, const int8_t *e, const int8_t *x, int32_t *gw,
+                       int32_t *gb);
 
 #ifdef __cplusplus
 }

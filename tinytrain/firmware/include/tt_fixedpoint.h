@@ -21,6 +21,15 @@ typedef struct tt_stats {
     uint32_t saturated;  /* values clamped by a saturating cast */
 } tt_stats;
 
+/** What every kernel that needs scratch or counts saturations receives: one per model (the
+ *  generated C emits it `static const`). scratch: at least the kernel's TT_<OP>_BUFFER_SIZE
+ *  bytes, 8-byte aligned, contents undefined on entry and exit; stats: incremented, never reset
+ *  by a kernel. Kernels that do not saturate leave stats untouched. */
+typedef struct tt_ctx {
+    int64_t *scratch;
+    tt_stats *stats;
+} tt_ctx;
+
 /** Round-to-nearest right shift, ties toward +inf; s in [0, 62]. Never overflows. */
 static inline int64_t tt_rshift_round_s64(int64_t x, int32_t s)
 {

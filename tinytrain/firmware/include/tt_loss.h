@@ -9,10 +9,18 @@
 extern "C" {
 #endif
 
-/** Softmax CE on int8 logits z[N] (exponent ez) for label; writes the int8 error e[N] and its
- *  exponent *ee, -log2(p_label) in Q16 to *loss_q16; returns argmax(z). g: N int64 scratch. */
-int32_t tt_softmax_ce_s8(const int8_t *z, int32_t ez, int32_t label, int32_t N, int64_t *g,
-                         int8_t *e, int32_t *ee, int32_t *loss_q16, tt_stats *st);
+/** What a loss head writes: the int8 error e[N] (the caller's buffer) and its exponent ee,
+ *  and the loss. */
+typedef struct tt_loss_out {
+    int8_t *e;
+    int32_t ee;
+    int32_t loss_q16;      /* softmax CE: -log2(p_label) in Q16 */
+} tt_loss_out;
+
+/** Softmax CE on int8 logits z[N] (exponent ez) for label: fills out (e, ee, loss_q16);
+ *  returns argmax(z). Scratch: N int64. */
+int32_t tt_softmax_ce_s8(const tt_ctx *ctx, const int8_t *z, int32_t ez, int32_t label,
+                         int32_t N, tt_loss_out *out);
 
 /** MSE on int8 y[N] (ey) against int8 t[N] (et); writes error e[N], *ee, the sum of squares
  *  *loss (exponent 2*min(ey, et)). g: N int64 scratch. */

@@ -27,29 +27,67 @@ typedef struct tt_sgd {
 /** Learning-rate multiplier m_t at optimizer step t. */
 int32_t tt_sgd_lr_mult(const tt_sgd *o, uint32_t t);
 
-/** Direct mode: w -= shift(m_t * g, ew + k - eg) (+ decay), saturating to [lo, hi].
- *  w is int16 (w16 != NULL) or int32 (w32 != NULL). prng: state for stochastic rounding. */
-void tt_sgd_update_direct(int16_t *w16, int32_t *w32, int32_t n, int32_t ew, const int32_t *g,
-                          int32_t eg, const tt_sgd *o, int32_t m_t, uint32_t *prng, tt_stats *st);
+/** What every update of one training step shares: the configuration, the step's learning-rate
+ *  multiplier m_t = tt_sgd_lr_mult(cfg, step), the PRNG state stochastic rounding draws from
+ *  (one draw per rounded element, in element order) and the saturation counters. */
+typedef struct tt_sgd_step {
+    const tt_sgd *cfg;
+    int32_t m_t;
+    uint32_t *prng;
+    tt_stats *stats;
+} tt_sgd_step;
+
+/** Direct mode: w[n] -= shift(m_t * g, ew + k - eg) (+ decay), saturating to [-32767, 32767]. */
+void tt_sgd_update_direct_s16(const tt_sgd_step *u, int16_t *w, int32_t n, int32_t ew,
+                              const int32_t *g, int32_t eg);
+
+/** The same for an int32 tensor (a bias, or an int32 master copy), saturating to int32. */
+void tt_sgd_update_direct_s32(const tt_sgd_step *u, int32_t *w, int32_t n, int32_t ew,
+                              const int32_t *g, int32_t eg);
 
 /** Accumulate mode, per sample: A = sat32(A + shift(m_t * g, ew + k - eg - G)). */
-void tt_sgd_accumulate(int32_t *A, int32_t n, int32_t ew, const int32_t *g, int32_t eg,
-                       const tt_sgd *o, int32_t m_t, uint32_t *prng);
+void tt_sgd_accumulate_s32(const tt_sgd_step *u, int32_t *A, int32_t n, int32_t ew,
+                           const int32_t *g, int32_t eg);
 
-/** Accumulate mode, end of batch: averaging, momentum V (may be NULL), decay, update, A = 0. */
-void tt_sgd_apply_accumulated(int16_t *w16, int32_t *w32, int32_t *A, int32_t *V, int32_t n,
-                              const tt_sgd *o, uint32_t *prng, tt_stats *st);
+/** Accumulate mode, end of batch: averaging, momentum V[n] (NULL when momentum is off), decay,
+ *  update of w[n] saturating to [-32767, 32767], A = 0. m_t is not used. */
+void tt_sgd_apply_accumulated_s16(const tt_sgd_step *u, int16_t *w, int32_t *A, int32_t *V,
+                                  int32_t n);
+
+/** The same for an int32 tensor, saturating to int32. */
+void tt_sgd_apply_accumulated_s32(const tt_sgd_step *u, int32_t *w, int32_t *A, int32_t *V,
+                                  int32_t n);
+
+/** Where a direct-mode Dense update writes: weights w[N][K] (int16) at exponent ew, biases
+ *  b[N] at eb. A NULL tensor is frozen: it is neither read nor written. */
+typedef struct tt_sgd_dense_s16_params {
+    int32_t K, N;
+    int16_t *w;
+    int32_t ew;
+    int32_t *b;
+    int32_t eb;
+} tt_sgd_dense_s16_params;
+
+/** The same with int32 weights (the int32 master copy of master-weight training). */
+typedef struct tt_sgd_dense_s32_params {
+    int32_t K, N;
+    int32_t *w;
+    int32_t ew;
+    int32_t *b;
+    int32_t eb;
+} tt_sgd_dense_s32_params;
 
 /** Direct-mode update of a Dense layer without a gradient buffer: the gradient
  *  g[n][k] = e[n] * x[k] (exponent ee + ex) and gb[n] = e[n] (exponent ee) is formed element by
- *  element and applied exactly as tt_sgd_update_direct would (weights row-major, then biases,
- *  same PRNG order). Rows with e[n] == 0 are skipped when that cannot change the result
- *  (no stochastic rounding, no weight decay). w16 or w32 (master) receives the weight update;
- *  upd_w / upd_b select which tensors learn. */
-void tt_sgd_dense_direct(const int8_t *e, int32_t ee, const int8_t *x, int32_t ex, int32_t K,
-                         int32_t N, int16_t *w16, int32_t *w32, int32_t ew, int32_t *b,
-                         int32_t eb, int32_t upd_w, int32_t upd_b, const tt_sgd *o, int32_t m_t,
-                         uint32_t *prng, tt_stats *st);
+ *  element and applied exactly as tt_sgd_update_direct_s16 / _s32 would (weights row-major,
+ *  then biases, same PRNG order). Rows with e[n] == 0 are skipped when that cannot change the
+ *  result (no stochastic rounding, no weight decay). */
+void tt_sgd_dense_direct_s16(const tt_sgd_step *u, const tt_sgd_dense_s16_params *p,
+                             const int8_t *e, int32_t ee, const int8_t *x, int32_t ex);
+
+/** The same with int32 weights. */
+void tt_sgd_dense_direct_s32(const tt_sgd_step *u, const tt_sgd_dense_s32_params *p,
+                             const int8_t *e, int32_t ee, const int8_t *x, int32_t ex);
 
 /** int16 compute copy of an int32 master: sat_s16(rshift_round(master, 16)). */
 void tt_sgd_refresh_copy(const int32_t *master, int16_t *w16, int32_t n);

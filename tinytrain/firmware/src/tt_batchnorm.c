@@ -94,13 +94,17 @@ static inline int32_t bn_xhat_k(const bn_chan *k, int32_t xv, const int32_t *sav
     return bn_xhat(xv, k->A, saved, C, c, nsat);
 }
 
-int32_t tt_batchnorm_fwd_s8(const int8_t *x, int32_t ex, int32_t P, int32_t C,
-                            const int16_t *gamma, int32_t e_g, const int32_t *beta, int32_t e_b,
-                            int32_t *rmean, int32_t e_rm, int32_t *rvar, int32_t e_rv,
-                            int32_t eps_m, int32_t eps_k, int32_t mom_k, int32_t train,
-                            int32_t *saved, int64_t *scratch, int8_t *y, tt_stats *st)
+static int32_t bn_fwd(const tt_ctx *ctx, const tt_batchnorm_params *bp, const int8_t *x,
+                      int32_t ex, int32_t train, int8_t *y)
 {
-    const int32_t ea = e_g - BN_F;
+    const int32_t P = bp->P, C = bp->C, e_b = bp->e_b, e_rm = bp->e_rm, e_rv = bp->e_rv;
+    const int32_t eps_m = bp->eps_m, eps_k = bp->eps_k, mom_k = bp->mom_k;
+    const int16_t *gamma = bp->gamma;
+    const int32_t *beta = bp->beta;
+    int32_t *rmean = bp->rmean, *rvar = bp->rvar, *saved = bp->saved;
+    int64_t *scratch = ctx->scratch;
+    tt_stats *st = ctx->stats;
+    const int32_t ea = bp->e_g - BN_F;
     int64_t A;
     uint64_t m = 0;
     int32_t p, c, s, n;
@@ -145,6 +149,7 @@ int32_t tt_batchnorm_fwd_s8(const int8_t *x, int32_t ex, int32_t P, int32_t C,
             if (a > m) m = a;
         }
     }
+    saved[3 * C] = ex;
     s = tt_requant_shift(m, 8);
     for (c = 0; c < C; c++) {
         const bn_chan k = bn_channel(A, saved, C, c);
@@ -160,6 +165,18 @@ int32_t tt_batchnorm_fwd_s8(const int8_t *x, int32_t ex, int32_t P, int32_t C,
     return ea + s;
 }
 
+int32_t tt_batchnorm_fwd_s8(const tt_ctx *ctx, const tt_batchnorm_params *p, const int8_t *x,
+                            int32_t ex, int8_t *y)
+{
+    return bn_fwd(ctx, p, x, ex, 1, y);
+}
+
+int32_t tt_batchnorm_fwd_eval_s8(const tt_ctx *ctx, const tt_batchnorm_params *p,
+                                 const int8_t *x, int32_t ex, int8_t *y)
+{
+    return bn_fwd(ctx, p, x, ex, 0, y);
+}
+
 /** J = rshift_round(I, BN_F) of one position (see ops/batchnorm.py, Backward). */
 static int64_t bn_j(int32_t ev, int64_t xh, int64_t A, int64_t se, int64_t g, int32_t train)
 {
@@ -168,11 +185,14 @@ static int64_t bn_j(int32_t ev, int64_t xh, int64_t A, int64_t se, int64_t g, in
     return tt_rshift_round_s64(i, BN_F);
 }
 
-int32_t tt_batchnorm_bwd_s8(const int8_t *e, int32_t ee, const int8_t *x, int32_t ex,
-                            int32_t P, int32_t C, const int32_t *saved, const int16_t *gamma,
-                            int32_t e_g, int32_t train, int64_t *scratch, int8_t *dx,
-                            tt_stats *st)
+static int32_t bn_bwd(const tt_ctx *ctx, const tt_batchnorm_params *bp, const int8_t *e,
+                      int32_t ee, const int8_t *x, int32_t train, int8_t *dx)
 {
+    const int32_t P = bp->P, C = bp->C, e_g = bp->e_g, ex = bp->saved[3 * bp->C];
+    const int32_t *saved = bp->saved;
+    const int16_t *gamma = bp->gamma;
+    int64_t *scratch = ctx->scratch;
+    tt_stats *st = ctx->stats;
     int64_t *se = scratch, *g = scratch + C, *km = scratch + 2 * C;
     const int64_t A = train ? P : 1 << TT_BN_EVAL_FRAC;
     uint64_t m = 0;
@@ -232,9 +252,23 @@ int32_t tt_batchnorm_bwd_s8(const int8_t *e, int32_t ee, const int8_t *x, int32_
     return e_k + e_g + ee - ex - 2 * BN_F + s;
 }
 
-void tt_batchnorm_grad_s32(const int8_t *e, const int8_t *x, int32_t P, int32_t C,
-                           const int32_t *saved, int32_t train, int32_t *ggamma, int32_t *gbeta)
+int32_t tt_batchnorm_bwd_s8(const tt_ctx *ctx, const tt_batchnorm_params *p, const int8_t *e,
+                            int32_t ee, const int8_t *x, int8_t *dx)
 {
+    return bn_bwd(ctx, p, e, ee, x, 1, dx);
+}
+
+int32_t tt_batchnorm_bwd_eval_s8(const tt_ctx *ctx, const tt_batchnorm_params *p,
+                                 const int8_t *e, int32_t ee, const int8_t *x, int8_t *dx)
+{
+    return bn_bwd(ctx, p, e, ee, x, 0, dx);
+}
+
+static void bn_grad(const tt_batchnorm_params *bp, const int8_t *e, const int8_t *x,
+                    int32_t train, int32_t *ggamma, int32_t *gbeta)
+{
+    const int32_t P = bp->P, C = bp->C;
+    const int32_t *saved = bp->saved;
     const int64_t A = train ? P : 1 << TT_BN_EVAL_FRAC;
     int32_t p, c;
     for (c = 0; c < C; c++) {
@@ -248,4 +282,16 @@ void tt_batchnorm_grad_s32(const int8_t *e, const int8_t *x, int32_t P, int32_t 
         ggamma[c] = tt_sat_s32(g);
         gbeta[c] = (int32_t)se;
     }
+}
+
+void tt_batchnorm_grad_s32(const tt_batchnorm_params *p, const int8_t *e, const int8_t *x,
+                           int32_t *ggamma, int32_t *gbeta)
+{
+    bn_grad(p, e, x, 1, ggamma, gbeta);
+}
+
+void tt_batchnorm_grad_eval_s32(const tt_batchnorm_params *p, const int8_t *e, const int8_t *x,
+                                int32_t *ggamma, int32_t *gbeta)
+{
+    bn_grad(p, e, x, 0, ggamma, gbeta);
 }

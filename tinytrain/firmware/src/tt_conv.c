@@ -17,14 +17,20 @@ static void tt_conv_taps(int32_t i0, int32_t K, int32_t n, int32_t *k0, int32_t 
     if (*k1 < *k0) *k1 = *k0;
 }
 
-int32_t tt_conv2d_fwd_s8(const int8_t *x, int32_t ex, const int16_t *w, int32_t ew,
-                         const int32_t *b, int32_t eb, int32_t H, int32_t W, int32_t Cin,
-                         int32_t Cout, int32_t KH, int32_t KW, int32_t sh, int32_t sw,
-                         int32_t pt, int32_t pl, int32_t OH, int32_t OW,
-                         int64_t *scratch, int8_t *y, tt_stats *st)
+/* The dims of p as locals, named as in the loops below (kh, kw there are tap indices). */
+#define TT_CONV_DIMS(p)                                                                     \
+    const int32_t H = (p)->H, W = (p)->W, Cin = (p)->Cin, Cout = (p)->Cout, KH = (p)->kh;   \
+    const int32_t KW = (p)->kw, sh = (p)->stride_h, sw = (p)->stride_w, pt = (p)->pad_h;    \
+    const int32_t pl = (p)->pad_w, OH = (p)->Ho, OW = (p)->Wo
+
+int32_t tt_conv2d_fwd_s8(const tt_ctx *ctx, const tt_conv_params *p, const int8_t *x, int32_t ex,
+                         int8_t *y)
 {
-    const int32_t ea = ex + ew;
-    int64_t *acc = scratch;
+    TT_CONV_DIMS(p);
+    const int16_t *w = p->w;
+    const int32_t *b = p->b;
+    const int32_t eb = p->eb, ea = ex + p->ew;
+    int64_t *scratch = ctx->scratch, *acc = scratch;
     int32_t oh, ow, co, kh, j, kh0, kh1, kw0, kw1, kh_end;
     for (oh = 0; oh < OH; oh++) {
         const int32_t ih0 = oh * sh - pt;
@@ -46,14 +52,15 @@ int32_t tt_conv2d_fwd_s8(const int8_t *x, int32_t ex, const int16_t *w, int32_t 
             }
         }
     }
-    return ea + tt_requant_s8_from_s64(scratch, OH * OW * Cout, y, st);
+    return ea + tt_requant_s8_from_s64(scratch, OH * OW * Cout, y, ctx->stats);
 }
 
-int32_t tt_conv2d_bwd_s8(const int8_t *e, int32_t ee, const int16_t *w, int32_t ew,
-                         int32_t H, int32_t W, int32_t Cin, int32_t Cout, int32_t KH, int32_t KW,
-                         int32_t sh, int32_t sw, int32_t pt, int32_t pl, int32_t OH, int32_t OW,
-                         int64_t *scratch, int8_t *dx, tt_stats *st)
+int32_t tt_conv2d_bwd_s8(const tt_ctx *ctx, const tt_conv_params *p, const int8_t *e, int32_t ee,
+                         int8_t *dx)
 {
+    TT_CONV_DIMS(p);
+    const int16_t *w = p->w;
+    int64_t *scratch = ctx->scratch;
     int32_t oh, ow, co, kh, j, kh0, kh1, kw0, kw1, kh_end;
     memset(scratch, 0, sizeof(int64_t) * (size_t)(H * W * Cin));
     for (oh = 0; oh < OH; oh++) {
@@ -77,13 +84,13 @@ int32_t tt_conv2d_bwd_s8(const int8_t *e, int32_t ee, const int16_t *w, int32_t 
             }
         }
     }
-    return ee + ew + tt_requant_s8_from_s64(scratch, H * W * Cin, dx, st);
+    return ee + p->ew + tt_requant_s8_from_s64(scratch, H * W * Cin, dx, ctx->stats);
 }
 
-void tt_conv2d_grad_s32(const int8_t *e, const int8_t *x, int32_t H, int32_t W, int32_t Cin,
-                        int32_t Cout, int32_t KH, int32_t KW, int32_t sh, int32_t sw,
-                        int32_t pt, int32_t pl, int32_t OH, int32_t OW, int32_t *gw, int32_t *gb)
+void tt_conv2d_grad_s32(const tt_conv_params *p, const int8_t *e, const int8_t *x, int32_t *gw,
+                        int32_t *gb)
 {
+    TT_CONV_DIMS(p);
     /* int32 sums: OH*OW <= TT_CONV_GRAD_MAX_POSITIONS terms of |e*x| <= 127*127 each. */
     int32_t oh, ow, co, kh, j, kh0, kh1, kw0, kw1, kh_end;
     memset(gw, 0, sizeof(int32_t) * (size_t)(Cout * KH * KW * Cin));
@@ -112,12 +119,14 @@ void tt_conv2d_grad_s32(const int8_t *e, const int8_t *x, int32_t H, int32_t W, 
     }
 }
 
-int32_t tt_depthwise_fwd_s8(const int8_t *x, int32_t ex, const int16_t *w, int32_t ew,
-                            const int32_t *b, int32_t eb, int32_t H, int32_t W, int32_t C,
-                            int32_t KH, int32_t KW, int32_t sh, int32_t sw, int32_t pt, int32_t pl,
-                            int32_t OH, int32_t OW, int64_t *scratch, int8_t *y, tt_stats *st)
+int32_t tt_depthwise_fwd_s8(const tt_ctx *ctx, const tt_conv_params *p, const int8_t *x,
+                            int32_t ex, int8_t *y)
 {
-    const int32_t ea = ex + ew;
+    TT_CONV_DIMS(p);
+    const int32_t C = Cin, eb = p->eb, ea = ex + p->ew;
+    const int16_t *w = p->w;
+    const int32_t *b = p->b;
+    int64_t *scratch = ctx->scratch;
     int32_t oh, ow, kh, kw, c, kh0, kh1, kw0, kw1;
     for (oh = 0; oh < OH; oh++) {
         const int32_t ih0 = oh * sh - pt;
@@ -136,14 +145,17 @@ int32_t tt_depthwise_fwd_s8(const int8_t *x, int32_t ex, const int16_t *w, int32
             }
         }
     }
-    return ea + tt_requant_s8_from_s64(scratch, OH * OW * C, y, st);
+    (void)Cout;
+    return ea + tt_requant_s8_from_s64(scratch, OH * OW * C, y, ctx->stats);
 }
 
-int32_t tt_depthwise_bwd_s8(const int8_t *e, int32_t ee, const int16_t *w, int32_t ew,
-                            int32_t H, int32_t W, int32_t C, int32_t KH, int32_t KW,
-                            int32_t sh, int32_t sw, int32_t pt, int32_t pl, int32_t OH, int32_t OW,
-                            int64_t *scratch, int8_t *dx, tt_stats *st)
+int32_t tt_depthwise_bwd_s8(const tt_ctx *ctx, const tt_conv_params *p, const int8_t *e,
+                            int32_t ee, int8_t *dx)
 {
+    TT_CONV_DIMS(p);
+    const int32_t C = Cin;
+    const int16_t *w = p->w;
+    int64_t *scratch = ctx->scratch;
     int32_t oh, ow, kh, kw, c, kh0, kh1, kw0, kw1;
     memset(scratch, 0, sizeof(int64_t) * (size_t)(H * W * C));
     for (oh = 0; oh < OH; oh++) {
@@ -162,15 +174,18 @@ int32_t tt_depthwise_bwd_s8(const int8_t *e, int32_t ee, const int16_t *w, int32
             }
         }
     }
-    return ee + ew + tt_requant_s8_from_s64(scratch, H * W * C, dx, st);
+    (void)Cout;
+    return ee + p->ew + tt_requant_s8_from_s64(scratch, H * W * C, dx, ctx->stats);
 }
 
-void tt_depthwise_grad_s32(const int8_t *e, const int8_t *x, int32_t H, int32_t W, int32_t C,
-                           int32_t KH, int32_t KW, int32_t sh, int32_t sw, int32_t pt, int32_t pl,
-                           int32_t OH, int32_t OW, int32_t *gw, int32_t *gb)
+void tt_depthwise_grad_s32(const tt_conv_params *p, const int8_t *e, const int8_t *x, int32_t *gw,
+                           int32_t *gb)
 {
+    TT_CONV_DIMS(p);
+    const int32_t C = Cin;
     /* int32 sums: OH*OW <= TT_CONV_GRAD_MAX_POSITIONS terms of |e*x| <= 127*127 each. */
     int32_t oh, ow, kh, kw, c, kh0, kh1, kw0, kw1;
+    (void)Cout;
     memset(gw, 0, sizeof(int32_t) * (size_t)(KH * KW * C));
     memset(gb, 0, sizeof(int32_t) * (size_t)C);
     for (oh = 0; oh < OH; oh++) {
@@ -192,27 +207,34 @@ void tt_depthwise_grad_s32(const int8_t *e, const int8_t *x, int32_t H, int32_t 
     }
 }
 
-/* Conv1d is Conv2d with H = KH = OH = 1: same memory layout, no vertical stride or padding. */
-
-int32_t tt_conv1d_fwd_s8(const int8_t *x, int32_t ex, const int16_t *w, int32_t ew,
-                         const int32_t *b, int32_t eb, int32_t L, int32_t Cin, int32_t Cout,
-                         int32_t K, int32_t s, int32_t pl, int32_t OL,
-                         int64_t *scratch, int8_t *y, tt_stats *st)
+/* Conv1d is Conv2d with H = kh = Ho = 1: same memory layout, no vertical stride or padding. */
+static tt_conv_params tt_conv1d_as_2d(const tt_conv1d_params *p)
 {
-    return tt_conv2d_fwd_s8(x, ex, w, ew, b, eb, 1, L, Cin, Cout, 1, K, 1, s, 0, pl, 1, OL,
-                            scratch, y, st);
+    tt_conv_params q;
+    q.H = 1; q.W = p->L; q.Cin = p->Cin; q.Cout = p->Cout;
+    q.kh = 1; q.kw = p->k; q.stride_h = 1; q.stride_w = p->stride; q.pad_h = 0; q.pad_w = p->pad;
+    q.Ho = 1; q.Wo = p->Lo;
+    q.w = p->w; q.ew = p->ew; q.b = p->b; q.eb = p->eb;
+    return q;
 }
 
-int32_t tt_conv1d_bwd_s8(const int8_t *e, int32_t ee, const int16_t *w, int32_t ew,
-                         int32_t L, int32_t Cin, int32_t Cout, int32_t K, int32_t s, int32_t pl,
-                         int32_t OL, int64_t *scratch, int8_t *dx, tt_stats *st)
+int32_t tt_conv1d_fwd_s8(const tt_ctx *ctx, const tt_conv1d_params *p, const int8_t *x,
+                         int32_t ex, int8_t *y)
 {
-    return tt_conv2d_bwd_s8(e, ee, w, ew, 1, L, Cin, Cout, 1, K, 1, s, 0, pl, 1, OL,
-                            scratch, dx, st);
+    const tt_conv_params q = tt_conv1d_as_2d(p);
+    return tt_conv2d_fwd_s8(ctx, &q, x, ex, y);
 }
 
-void tt_conv1d_grad_s32(const int8_t *e, const int8_t *x, int32_t L, int32_t Cin, int32_t Cout,
-                        int32_t K, int32_t s, int32_t pl, int32_t OL, int32_t *gw, int32_t *gb)
+int32_t tt_conv1d_bwd_s8(const tt_ctx *ctx, const tt_conv1d_params *p, const int8_t *e,
+                         int32_t ee, int8_t *dx)
 {
-    tt_conv2d_grad_s32(e, x, 1, L, Cin, Cout, 1, K, 1, s, 0, pl, 1, OL, gw, gb);
+    const tt_conv_params q = tt_conv1d_as_2d(p);
+    return tt_conv2d_bwd_s8(ctx, &q, e, ee, dx);
+}
+
+void tt_conv1d_grad_s32(const tt_conv1d_params *p, const int8_t *e, const int8_t *x, int32_t *gw,
+                        int32_t *gb)
+{
+    const tt_conv_params q = tt_conv1d_as_2d(p);
+    tt_conv2d_grad_s32(&q, e, x, gw, gb);
 }

@@ -174,15 +174,17 @@ static uint32_t tt_dense_bwd_cols_s32(const int8_t *e, const int16_t *w, int32_t
 }
 #endif
 
-int32_t tt_dense_fwd_s8(const int8_t *x, int32_t ex, const int16_t *w, int32_t ew,
-                        const int32_t *b, int32_t eb, int32_t K, int32_t N,
-                        int64_t *scratch, int8_t *y, tt_stats *st)
+int32_t tt_dense_fwd_s8(const tt_ctx *ctx, const tt_dense_params *p, const int8_t *x,
+                        int32_t ex, int8_t *y)
 {
+    const int32_t K = p->K, N = p->N, eb = p->eb, ea = ex + p->ew;
+    const int16_t *w = p->w;
+    const int32_t *b = p->b;
+    int64_t *scratch = ctx->scratch;
     int32_t n, k;
-    const int32_t ea = ex + ew;
     if (K <= TT_DENSE_S32_MAX_K) {
         const uint32_t m = tt_dense_fwd_rows_s32(x, w, b, eb, ea, K, N, scratch);
-        return ea + tt_requant_s8_from_s64_max(scratch, N, m, y, st);
+        return ea + tt_requant_s8_from_s64_max(scratch, N, m, y, ctx->stats);
     }
     for (n = 0; n < N; n++) {
         const int16_t *row = w + (int64_t)n * K;
@@ -190,16 +192,19 @@ int32_t tt_dense_fwd_s8(const int8_t *x, int32_t ex, const int16_t *w, int32_t e
         for (k = 0; k < K; k++) acc += (int32_t)x[k] * (int32_t)row[k];
         scratch[n] = acc;
     }
-    return ea + tt_requant_s8_from_s64(scratch, N, y, st);
+    return ea + tt_requant_s8_from_s64(scratch, N, y, ctx->stats);
 }
 
-int32_t tt_dense_bwd_s8(const int8_t *e, int32_t ee, const int16_t *w, int32_t ew,
-                        int32_t K, int32_t N, int64_t *scratch, int8_t *dx, tt_stats *st)
+int32_t tt_dense_bwd_s8(const tt_ctx *ctx, const tt_dense_params *p, const int8_t *e,
+                        int32_t ee, int8_t *dx)
 {
+    const int32_t K = p->K, N = p->N, ew = p->ew;
+    const int16_t *w = p->w;
+    int64_t *scratch = ctx->scratch;
     int32_t n, k;
     if (N <= TT_DENSE_S32_MAX_N) {
         const uint32_t m = tt_dense_bwd_cols_s32(e, w, K, N, scratch);
-        return ee + ew + tt_requant_s8_from_s64_max(scratch, K, m, dx, st);
+        return ee + ew + tt_requant_s8_from_s64_max(scratch, K, m, dx, ctx->stats);
     }
     for (k = 0; k < K; k++) { /* column sums in int64 (also keeps 64-bit zero fills, which
                                  * GCC may do with VFP registers, out of hard-float builds) */
@@ -208,12 +213,13 @@ int32_t tt_dense_bwd_s8(const int8_t *e, int32_t ee, const int16_t *w, int32_t e
         for (n = 0; n < N; n++, col += K) acc += (int32_t)e[n] * (int32_t)col[0];
         scratch[k] = acc;
     }
-    return ee + ew + tt_requant_s8_from_s64(scratch, K, dx, st);
+    return ee + ew + tt_requant_s8_from_s64(scratch, K, dx, ctx->stats);
 }
 
-void tt_dense_grad_s32(const int8_t *e, const int8_t *x, int32_t K, int32_t N,
-                       int32_t *gw, int32_t *gb)
+void tt_dense_grad_s32(const tt_dense_params *p, const int8_t *e, const int8_t *x, int32_t *gw,
+                       int32_t *gb)
 {
+    const int32_t K = p->K, N = p->N;
     int32_t n, k;
     for (n = 0; n < N; n++) {
         const int32_t en = e[n];

@@ -12,9 +12,10 @@ int32_t tt_argmax_s8(const int8_t *z, int32_t N)
     return best;
 }
 
-int32_t tt_softmax_ce_s8(const int8_t *z, int32_t ez, int32_t label, int32_t N, int64_t *g,
-                         int8_t *e, int32_t *ee, int32_t *loss_q16, tt_stats *st)
+int32_t tt_softmax_ce_s8(const tt_ctx *ctx, const int8_t *z, int32_t ez, int32_t label,
+                         int32_t N, tt_loss_out *out)
 {
+    int64_t *g = ctx->scratch;
     const int32_t pred = tt_argmax_s8(z, N);
     const int32_t zmax = z[pred];
     int32_t i, sh = 7 - ez;
@@ -37,8 +38,8 @@ int32_t tt_softmax_ce_s8(const int8_t *z, int32_t ez, int32_t label, int32_t N, 
     }
     pc = g[label];
     g[label] -= 32768;
-    *ee = -15 + tt_requant_s8_from_s64(g, N, e, st);
-    *loss_q16 = (15 << 16) - tt_log2_q16((uint32_t)(pc > 1 ? pc : 1));
+    out->ee = -15 + tt_requant_s8_from_s64(g, N, out->e, ctx->stats);
+    out->loss_q16 = (15 << 16) - tt_log2_q16((uint32_t)(pc > 1 ? pc : 1));
     return pred;
 }
 

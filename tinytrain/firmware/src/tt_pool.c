@@ -28,13 +28,28 @@ static int32_t argmax(const int8_t *x, int32_t W, int32_t C, int32_t h0, int32_t
     return best_pos;
 }
 
-int32_t tt_maxpool2d_fwd_s8(const int8_t *x, int32_t ex, int32_t H, int32_t W, int32_t C,
-                            int32_t kh, int32_t kw, int32_t sh, int32_t sw, int8_t *y,
-                            tt_stats *st)
+/* The window of p as locals, and the output size. */
+#define TT_POOL_DIMS(p)                                                                      \
+    const int32_t H = (p)->H, W = (p)->W, C = (p)->C, kh = (p)->kh, kw = (p)->kw;            \
+    const int32_t sh = (p)->stride_h, sw = (p)->stride_w;                                    \
+    const int32_t OH = TT_POOL_OUT(H, kh, sh), OW = TT_POOL_OUT(W, kw, sw)
+
+/* A 1-D window (or the global one: one window of all P positions) as a 2-D one with H = 1. */
+static tt_pool_params tt_pool_as_2d(int32_t L, int32_t C, int32_t k, int32_t s, int32_t mult,
+                                    int32_t shift)
 {
-    const int32_t OH = TT_POOL_OUT(H, kh, sh), OW = TT_POOL_OUT(W, kw, sw);
+    tt_pool_params q;
+    q.H = 1; q.W = L; q.C = C; q.kh = 1; q.kw = k; q.stride_h = 1; q.stride_w = s;
+    q.mult = mult; q.shift = shift;
+    return q;
+}
+
+int32_t tt_maxpool2d_fwd_s8(const tt_ctx *ctx, const tt_pool_params *p, const int8_t *x,
+                            int32_t ex, int8_t *y)
+{
+    TT_POOL_DIMS(p);
     int32_t oh, ow, c;
-    (void)st;
+    (void)ctx; (void)H;
     for (oh = 0; oh < OH; oh++)
         for (ow = 0; ow < OW; ow++)
             for (c = 0; c < C; c++)
@@ -42,12 +57,12 @@ int32_t tt_maxpool2d_fwd_s8(const int8_t *x, int32_t ex, int32_t H, int32_t W, i
     return ex;
 }
 
-int32_t tt_maxpool2d_bwd_s8(const int8_t *e, int32_t ee, const int8_t *x, int32_t H,
-                            int32_t W, int32_t C, int32_t kh, int32_t kw, int32_t sh,
-                            int32_t sw, int32_t *scratch, int8_t *dx, tt_stats *st)
+int32_t tt_maxpool2d_bwd_s8(const tt_ctx *ctx, const tt_pool_params *p, const int8_t *e,
+                            int32_t ee, const int8_t *x, int8_t *dx)
 {
-    const int32_t OH = TT_POOL_OUT(H, kh, sh), OW = TT_POOL_OUT(W, kw, sw);
+    TT_POOL_DIMS(p);
     const int32_t n = H * W * C;
+    int64_t *scratch;
     int32_t oh, ow, c, i;
     if (sh >= kh && sw >= kw) {
         /* each input in at most one window: |dx_acc| <= 127, requant shift 0 */
@@ -58,25 +73,27 @@ int32_t tt_maxpool2d_bwd_s8(const int8_t *e, int32_t ee, const int8_t *x, int32_
                     dx[argmax(x, W, C, oh * sh, ow * sw, c, kh, kw) * C + c] = *e++;
         return ee;
     }
+    scratch = ctx->scratch;
     for (i = 0; i < n; i++) scratch[i] = 0;
     for (oh = 0; oh < OH; oh++)
         for (ow = 0; ow < OW; ow++)
             for (c = 0; c < C; c++)
                 scratch[argmax(x, W, C, oh * sh, ow * sw, c, kh, kw) * C + c] += *e++;
-    return ee + tt_requant_s8_from_s32(scratch, n, dx, st);
+    return ee + tt_requant_s8_from_s64(scratch, n, dx, ctx->stats);
 }
 
-int32_t tt_maxpool1d_fwd_s8(const int8_t *x, int32_t ex, int32_t L, int32_t C, int32_t k,
-                            int32_t s, int8_t *y, tt_stats *st)
+int32_t tt_maxpool1d_fwd_s8(const tt_ctx *ctx, const tt_pool1d_params *p, const int8_t *x,
+                            int32_t ex, int8_t *y)
 {
-    return tt_maxpool2d_fwd_s8(x, ex, 1, L, C, 1, k, 1, s, y, st);
+    const tt_pool_params q = tt_pool_as_2d(p->L, p->C, p->k, p->stride, 0, 0);
+    return tt_maxpool2d_fwd_s8(ctx, &q, x, ex, y);
 }
 
-int32_t tt_maxpool1d_bwd_s8(const int8_t *e, int32_t ee, const int8_t *x, int32_t L,
-                            int32_t C, int32_t k, int32_t s, int32_t *scratch, int8_t *dx,
-                            tt_stats *st)
+int32_t tt_maxpool1d_bwd_s8(const tt_ctx *ctx, const tt_pool1d_params *p, const int8_t *e,
+                            int32_t ee, const int8_t *x, int8_t *dx)
 {
-    return tt_maxpool2d_bwd_s8(e, ee, x, 1, L, C, 1, k, 1, s, scratch, dx, st);
+    const tt_pool_params q = tt_pool_as_2d(p->L, p->C, p->k, p->stride, 0, 0);
+    return tt_maxpool2d_bwd_s8(ctx, &q, e, ee, x, dx);
 }
 
 /* mult * (sum of channel c over the window at (h0, w0)); |sum| <= 127 P < 2^31. */
@@ -89,12 +106,14 @@ static int64_t window_acc(const int8_t *x, int32_t W, int32_t C, int32_t h0, int
     return (int64_t)t * mult;
 }
 
-int32_t tt_avgpool2d_fwd_s8(const int8_t *x, int32_t ex, int32_t H, int32_t W, int32_t C,
-                            int32_t kh, int32_t kw, int32_t sh, int32_t sw, int32_t mult,
-                            int32_t shift, int8_t *y, tt_stats *st)
+int32_t tt_avgpool2d_fwd_s8(const tt_ctx *ctx, const tt_pool_params *p, const int8_t *x,
+                            int32_t ex, int8_t *y)
 {
-    const int32_t OH = TT_POOL_OUT(H, kh, sh), OW = TT_POOL_OUT(W, kw, sw);
+    TT_POOL_DIMS(p);
+    const int32_t mult = p->mult;
+    tt_stats *st = ctx->stats;
     int32_t oh, ow, c, s;
+    (void)H;
     uint64_t m = 0;
     for (oh = 0; oh < OH; oh++)
         for (ow = 0; ow < OW; ow++)
@@ -107,7 +126,7 @@ int32_t tt_avgpool2d_fwd_s8(const int8_t *x, int32_t ex, int32_t H, int32_t W, i
         for (ow = 0; ow < OW; ow++)
             for (c = 0; c < C; c++)
                 *y++ = round_s8(window_acc(x, W, C, oh * sh, ow * sw, c, kh, kw, mult), s, st);
-    return ex - shift + s;
+    return ex - p->shift + s;
 }
 
 /* [*lo, *hi): the windows (size k, stride s, n_out of them) that contain index h. */
@@ -130,11 +149,12 @@ static int64_t spread_acc(const int8_t *e, int32_t OH, int32_t OW, int32_t C, in
     return (int64_t)t * mult;
 }
 
-int32_t tt_avgpool2d_bwd_s8(const int8_t *e, int32_t ee, int32_t H, int32_t W, int32_t C,
-                            int32_t kh, int32_t kw, int32_t sh, int32_t sw, int32_t mult,
-                            int32_t shift, int8_t *dx, tt_stats *st)
+int32_t tt_avgpool2d_bwd_s8(const tt_ctx *ctx, const tt_pool_params *p, const int8_t *e,
+                            int32_t ee, int8_t *dx)
 {
-    const int32_t OH = TT_POOL_OUT(H, kh, sh), OW = TT_POOL_OUT(W, kw, sw);
+    TT_POOL_DIMS(p);
+    const int32_t mult = p->mult;
+    tt_stats *st = ctx->stats;
     int32_t h, w, c, s;
     uint64_t m = 0;
     for (h = 0; h < H; h++)
@@ -148,29 +168,33 @@ int32_t tt_avgpool2d_bwd_s8(const int8_t *e, int32_t ee, int32_t H, int32_t W, i
         for (w = 0; w < W; w++)
             for (c = 0; c < C; c++)
                 *dx++ = round_s8(spread_acc(e, OH, OW, C, h, w, c, kh, kw, sh, sw, mult), s, st);
-    return ee - shift + s;
+    return ee - p->shift + s;
 }
 
-int32_t tt_avgpool1d_fwd_s8(const int8_t *x, int32_t ex, int32_t L, int32_t C, int32_t k,
-                            int32_t s, int32_t mult, int32_t shift, int8_t *y, tt_stats *st)
+int32_t tt_avgpool1d_fwd_s8(const tt_ctx *ctx, const tt_pool1d_params *p, const int8_t *x,
+                            int32_t ex, int8_t *y)
 {
-    return tt_avgpool2d_fwd_s8(x, ex, 1, L, C, 1, k, 1, s, mult, shift, y, st);
+    const tt_pool_params q = tt_pool_as_2d(p->L, p->C, p->k, p->stride, p->mult, p->shift);
+    return tt_avgpool2d_fwd_s8(ctx, &q, x, ex, y);
 }
 
-int32_t tt_avgpool1d_bwd_s8(const int8_t *e, int32_t ee, int32_t L, int32_t C, int32_t k,
-                            int32_t s, int32_t mult, int32_t shift, int8_t *dx, tt_stats *st)
+int32_t tt_avgpool1d_bwd_s8(const tt_ctx *ctx, const tt_pool1d_params *p, const int8_t *e,
+                            int32_t ee, int8_t *dx)
 {
-    return tt_avgpool2d_bwd_s8(e, ee, 1, L, C, 1, k, 1, s, mult, shift, dx, st);
+    const tt_pool_params q = tt_pool_as_2d(p->L, p->C, p->k, p->stride, p->mult, p->shift);
+    return tt_avgpool2d_bwd_s8(ctx, &q, e, ee, dx);
 }
 
-int32_t tt_global_avgpool_fwd_s8(const int8_t *x, int32_t ex, int32_t P, int32_t C,
-                                 int32_t mult, int32_t shift, int8_t *y, tt_stats *st)
+int32_t tt_global_avgpool_fwd_s8(const tt_ctx *ctx, const tt_global_pool_params *p,
+                                 const int8_t *x, int32_t ex, int8_t *y)
 {
-    return tt_avgpool2d_fwd_s8(x, ex, 1, P, C, 1, P, 1, 1, mult, shift, y, st);
+    const tt_pool_params q = tt_pool_as_2d(p->P, p->C, p->P, 1, p->mult, p->shift);
+    return tt_avgpool2d_fwd_s8(ctx, &q, x, ex, y);
 }
 
-int32_t tt_global_avgpool_bwd_s8(const int8_t *e, int32_t ee, int32_t P, int32_t C,
-                                 int32_t mult, int32_t shift, int8_t *dx, tt_stats *st)
+int32_t tt_global_avgpool_bwd_s8(const tt_ctx *ctx, const tt_global_pool_params *p,
+                                 const int8_t *e, int32_t ee, int8_t *dx)
 {
-    return tt_avgpool2d_bwd_s8(e, ee, 1, P, C, 1, P, 1, 1, mult, shift, dx, st);
+    const tt_pool_params q = tt_pool_as_2d(p->P, p->C, p->P, 1, p->mult, p->shift);
+    return tt_avgpool2d_bwd_s8(ctx, &q, e, ee, dx);
 }

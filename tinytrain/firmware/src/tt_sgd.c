@@ -22,7 +22,9 @@ static int64_t tt_sgd_shift(int64_t v, int32_t s, int32_t sr, uint32_t *prng)
         const uint32_t r = tt_prng_next(prng);
         const int32_t ss = s < 31 ? s : 31;
         int64_t out = tt_rshift_stoch_s64(v, ss, r);
-        if (s > 31) out >>= (s - ss);
+        /* floor(out / 2^(s - ss)); a shift by 64 or more is undefined in C, and for
+         * s - ss >= 63 the floor is out >> 63 (0 or -1) since |out| < 2^63 */
+        if (s > 31) out >>= (s - ss < 63 ? s - ss : 63);
         return out;
     }
 }
@@ -48,9 +50,15 @@ int32_t tt_sgd_lr_mult(const tt_sgd *o, uint32_t t)
     return (int32_t)tt_rshift_round_s64((int64_t)o->m * f, 15);
 }
 
-void tt_sgd_update_direct(int16_t *w16, int32_t *w32, int32_t n, int32_t ew, const int32_t *g,
-                          int32_t eg, const tt_sgd *o, int32_t m_t, uint32_t *prng, tt_stats *st)
+/* The update rules on a tensor that is int16 (w16) or int32 (w32, w16 == NULL): one body for
+ * both element types; the public API has one function per type. */
+static void sgd_update_direct(const tt_sgd_step *u, int16_t *w16, int32_t *w32, int32_t n,
+                              int32_t ew, const int32_t *g, int32_t eg)
 {
+    const tt_sgd *o = u->cfg;
+    const int32_t m_t = u->m_t;
+    uint32_t *prng = u->prng;
+    tt_stats *st = u->stats;
     const int32_t s = ew + o->k - eg;
     const int64_t lo = w16 ? -TT_S16_MAX : INT32_MIN, hi = w16 ? TT_S16_MAX : INT32_MAX;
     int32_t i;
@@ -65,9 +73,24 @@ void tt_sgd_update_direct(int16_t *w16, int32_t *w32, int32_t n, int32_t ew, con
     }
 }
 
-void tt_sgd_accumulate(int32_t *A, int32_t n, int32_t ew, const int32_t *g, int32_t eg,
-                       const tt_sgd *o, int32_t m_t, uint32_t *prng)
+void tt_sgd_update_direct_s16(const tt_sgd_step *u, int16_t *w, int32_t n, int32_t ew,
+                              const int32_t *g, int32_t eg)
 {
+    sgd_update_direct(u, w, 0, n, ew, g, eg);
+}
+
+void tt_sgd_update_direct_s32(const tt_sgd_step *u, int32_t *w, int32_t n, int32_t ew,
+                              const int32_t *g, int32_t eg)
+{
+    sgd_update_direct(u, 0, w, n, ew, g, eg);
+}
+
+void tt_sgd_accumulate_s32(const tt_sgd_step *u, int32_t *A, int32_t n, int32_t ew,
+                           const int32_t *g, int32_t eg)
+{
+    const tt_sgd *o = u->cfg;
+    const int32_t m_t = u->m_t;
+    uint32_t *prng = u->prng;
     const int32_t s = ew + o->k - eg - TT_SGD_GUARD_BITS;
     int32_t i;
     for (i = 0; i < n; i++) {
@@ -76,9 +99,12 @@ void tt_sgd_accumulate(int32_t *A, int32_t n, int32_t ew, const int32_t *g, int3
     }
 }
 
-void tt_sgd_apply_accumulated(int16_t *w16, int32_t *w32, int32_t *A, int32_t *V, int32_t n,
-                              const tt_sgd *o, uint32_t *prng, tt_stats *st)
+static void sgd_apply_accumulated(const tt_sgd_step *u, int16_t *w16, int32_t *w32, int32_t *A,
+                                  int32_t *V, int32_t n)
 {
+    const tt_sgd *o = u->cfg;
+    uint32_t *prng = u->prng;
+    tt_stats *st = u->stats;
     const int64_t lo = w16 ? -TT_S16_MAX : INT32_MIN, hi = w16 ? TT_S16_MAX : INT32_MAX;
     int32_t i;
     for (i = 0; i < n; i++) {
@@ -101,6 +127,18 @@ void tt_sgd_apply_accumulated(int16_t *w16, int32_t *w32, int32_t *A, int32_t *V
         if (nv != v) st->saturated++;
         if (w16) w16[i] = (int16_t)nv; else w32[i] = (int32_t)nv;
     }
+}
+
+void tt_sgd_apply_accumulated_s16(const tt_sgd_step *u, int16_t *w, int32_t *A, int32_t *V,
+                                  int32_t n)
+{
+    sgd_apply_accumulated(u, w, 0, A, V, n);
+}
+
+void tt_sgd_apply_accumulated_s32(const tt_sgd_step *u, int32_t *w, int32_t *A, int32_t *V,
+                                  int32_t n)
+{
+    sgd_apply_accumulated(u, 0, w, A, V, n);
 }
 
 void tt_sgd_refresh_copy(const int32_t *master, int16_t *w16, int32_t n)
@@ -248,52 +286,71 @@ static void tt_sgd_dense_rows_zero_s16(const int8_t *e, int32_t K, int32_t N, in
     }
 }
 
-void tt_sgd_dense_direct(const int8_t *e, int32_t ee, const int8_t *x, int32_t ex, int32_t K,
-                         int32_t N, int16_t *w16, int32_t *w32, int32_t ew, int32_t *b,
-                         int32_t eb, int32_t upd_w, int32_t upd_b, const tt_sgd *o, int32_t m_t,
-                         uint32_t *prng, tt_stats *st)
+/* 32-bit paths of the Dense update, same bits, when it draws no PRNG number and has no decay
+ * term (can_skip: an element with g = 0 keeps its value, so rows with e[n] == 0 are skipped)
+ * and |m_t * e * x| < 2^15 * 128 * 128 = 2^29 (fast). */
+#define TT_SGD_CAN_SKIP(o) (!(o)->sr && !(o)->wd_m)
+#define TT_SGD_FAST(o, m_t) (TT_SGD_CAN_SKIP(o) && (m_t) >= 0 && (m_t) < 32768)
+
+/* Weights w16 or w32 (the other NULL) of a Dense update by the element rule, s = ew + k - eg. */
+static void tt_sgd_dense_weights(const tt_sgd_step *u, int16_t *w16, int32_t *w32, int32_t s,
+                                 const int8_t *e, const int8_t *x, int32_t K, int32_t N)
 {
-    /* 32-bit paths, same bits: no PRNG draw or decay term, so an element with g = 0 keeps its
-     * value (rows with e[n] == 0 are skipped), and |m_t * e * x| < 2^15 * 128 * 128 = 2^29. */
-    const int32_t can_skip = !o->sr && !o->wd_m, fast = can_skip && m_t >= 0 && m_t < 32768;
+    const int32_t can_skip = TT_SGD_CAN_SKIP(u->cfg);
     int32_t n, k;
-    if (upd_w && w16 && fast) {
-        const int32_t s = ew + o->k - (ee + ex);
-        if (s >= 1 && s <= 31) {
-            tt_sgd_dense_rows_s16(e, x, K, N, w16, m_t, s, st);
-            upd_w = 0;
-        } else if (s >= 32) {
-            tt_sgd_dense_rows_zero_s16(e, K, N, w16, st);
-            upd_w = 0;
-        }
+    for (n = 0; n < N; n++) {
+        const int32_t en = e[n];
+        if (en == 0 && can_skip) continue;
+        for (k = 0; k < K; k++)
+            tt_sgd_apply1(w16, w32, n * K + k, (int64_t)(en * (int32_t)x[k]), s, u->cfg, u->m_t,
+                          u->prng, u->stats);
     }
-    if (upd_w) {
-        const int32_t s = ew + o->k - (ee + ex);
+}
+
+/* Biases b[N] at eb of a Dense update, gradient e[n] at ee. */
+static inline void tt_sgd_dense_bias(const tt_sgd_step *u, int32_t *b, int32_t eb,
+                                     const int8_t *e, int32_t ee, int32_t N)
+{
+    const tt_sgd *o = u->cfg;
+    const int32_t m_t = u->m_t, s = eb + o->k - ee;
+    int32_t n;
+    if (TT_SGD_FAST(o, m_t) && s >= 1 && s <= 31) {
+        /* |m_t * e| < 2^22: the int32 rounding shift is exact; b - d is formed in int64 */
         for (n = 0; n < N; n++) {
-            const int32_t en = e[n];
-            if (en == 0 && can_skip) continue;
-            for (k = 0; k < K; k++)
-                tt_sgd_apply1(w16, w32, n * K + k, (int64_t)(en * (int32_t)x[k]), s, o, m_t, prng, st);
+            const int32_t p = m_t * (int32_t)e[n];
+            int64_t v;
+            if (p == 0) continue;
+            v = (int64_t)b[n] - tt_rshift_round_s32(p, s);
+            if (v > INT32_MAX) { v = INT32_MAX; u->stats->saturated++; }
+            else if (v < INT32_MIN) { v = INT32_MIN; u->stats->saturated++; }
+            b[n] = (int32_t)v;
         }
+        return;
     }
-    if (upd_b) {
-        const int32_t s = eb + o->k - ee;
-        if (fast && s >= 1 && s <= 31) {
-            /* |m_t * e| < 2^22: the int32 rounding shift is exact; b - d is formed in int64 */
-            for (n = 0; n < N; n++) {
-                const int32_t p = m_t * (int32_t)e[n];
-                int64_t v;
-                if (p == 0) continue;
-                v = (int64_t)b[n] - tt_rshift_round_s32(p, s);
-                if (v > INT32_MAX) { v = INT32_MAX; st->saturated++; }
-                else if (v < INT32_MIN) { v = INT32_MIN; st->saturated++; }
-                b[n] = (int32_t)v;
-            }
-            return;
-        }
-        for (n = 0; n < N; n++) {
-            if (e[n] == 0 && can_skip) continue;
-            tt_sgd_apply1(0, b, n, e[n], s, o, m_t, prng, st);
-        }
+    for (n = 0; n < N; n++) {
+        if (e[n] == 0 && TT_SGD_CAN_SKIP(o)) continue;
+        tt_sgd_apply1(0, b, n, e[n], s, o, m_t, u->prng, u->stats);
     }
+}
+
+void tt_sgd_dense_direct_s16(const tt_sgd_step *u, const tt_sgd_dense_s16_params *p,
+                             const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
+{
+    if (p->w) {
+        const int32_t s = p->ew + u->cfg->k - (ee + ex);
+        if (TT_SGD_FAST(u->cfg, u->m_t) && s >= 1 && s <= 31)
+            tt_sgd_dense_rows_s16(e, x, p->K, p->N, p->w, u->m_t, s, u->stats);
+        else if (TT_SGD_FAST(u->cfg, u->m_t) && s >= 32)
+            tt_sgd_dense_rows_zero_s16(e, p->K, p->N, p->w, u->stats);
+        else
+            tt_sgd_dense_weights(u, p->w, 0, s, e, x, p->K, p->N);
+    }
+    if (p->b) tt_sgd_dense_bias(u, p->b, p->eb, e, ee, p->N);
+}
+
+void tt_sgd_dense_direct_s32(const tt_sgd_step *u, const tt_sgd_dense_s32_params *p,
+                             const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
+{
+    if (p->w) tt_sgd_dense_weights(u, 0, p->w, p->ew + u->cfg->k - (ee + ex), e, x, p->K, p->N);
+    if (p->b) tt_sgd_dense_bias(u, p->b, p->eb, e, ee, p->N);
 }

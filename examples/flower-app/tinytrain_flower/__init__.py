@@ -1,0 +1,1 @@
+"""tinytrain's Flower App: the apps are thin; the logic is tinytrain.federated.flower."""

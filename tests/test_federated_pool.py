@@ -1,0 +1,71 @@
+"""Simulated devices in worker processes (pool.SimPool, `federate --workers`): the same global
+model, accuracies, bytes and drops as one process, bit for bit, with error feedback, delta
+broadcasts and resume; and a worker pool scales to 10,000 clients of mnist1d:N."""
+import json
+
+import pytest
+
+from tinytrain.federated import federate, resolve
+from tinytrain.federated.pool import can_fork
+
+pytestmark = pytest.mark.skipif(not can_fork(), reason="worker processes need fork (Linux)")
+
+SAME = ("state_hash", "accuracy_per_round", "bytes_up", "bytes_down", "dropped_updates")
+
+
+@pytest.fixture(scope="module")
+def w1():
+    return resolve("digits-mlp", "digits")
+
+
+@pytest.mark.parametrize("codec,down", [("none", None), ("int8", None), ("int4", "int8"), ("sign", "none"),
+                                        ("topk16", "topk32"), ("int4b32", "int4b64")])
+def test_workers_equal_one_process(w1, codec, down):
+    model, ds = w1
+    kw = dict(simulated=7, rounds=3, partition="dirichlet:0.5", local_steps=40, compress=codec,
+              compress_down=down)
+    one = federate(model, ds, **kw)
+    three = federate(model, ds, workers=3, **kw)
+    assert {k: three[k] for k in SAME} == {k: one[k] for k in SAME}
+    assert [h["accepted"] for h in three["history"]] == [h["accepted"] for h in one["history"]]
+
+
+def test_workers_resume_equals_uninterrupted(w1, tmp_path):
+    """Residuals and the held broadcast go to the fleet checkpoint from the workers and back."""
+    model, ds = w1
+    kw = dict(simulated=5, partition="iid", local_steps=30, compress="int8")
+    a = federate(model, ds, rounds=4, **kw)
+    federate(model, ds, rounds=2, out=tmp_path / "b", workers=2, **kw)
+    b = federate(model, ds, rounds=4, out=tmp_path / "b", resume=True, workers=2, **kw)
+    assert {k: b[k] for k in SAME} == {k: a[k] for k in SAME}
+
+
+def test_ten_thousand_clients_of_mnist1d_n_on_two_workers():
+    model, ds = resolve("digits-mlp", "mnist1d-flat:100000")
+    r = federate(model, ds, simulated=10_000, rounds=1, compress="int8", workers=2)
+    h = r["history"][0]
+    assert h["accepted"] == 10_000 and h["samples"] == 100_000 and r["dropped_updates"] == 0
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--simulated", "4", "--workers", "-1"], "--workers -1: give a count >= 1"),
+    (["--board", "mps2_an386", "--workers", "2"], "only with --simulated"),
+])
+def test_cli_bad_workers(argv, msg, capsys):
+    from tinytrain.cli import main
+
+    rc = main(["federate", "--rounds", "1", "--model", "digits-mlp", *argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and msg in err[0]
+
+
+def test_cli_workers_json(capsys):
+    from tinytrain.cli import main
+
+    argv = ["federate", "--simulated", "6", "--rounds", "2", "--model", "digits-mlp",
+            "--local-steps", "20", "--compress", "int8", "--json"]
+    assert main(argv) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert main(argv + ["--workers", "0"]) == 0
+    many = json.loads(capsys.readouterr().out)
+    assert many["state_hash"] == one["state_hash"] and many["bytes_on_wire"] == one["bytes_on_wire"]

@@ -1,0 +1,159 @@
+"""Simulated devices spread over worker processes, so a federation of thousands of simulated
+clients uses every core.
+
+``SimPool(devices, workers)`` forks `workers` processes; worker w takes a contiguous shard of
+the (already built) simulated devices and is from then on the only holder of their state:
+error-feedback residuals, pending residuals, the replica of the last broadcast. The parent
+keeps one ``PoolDevice`` proxy per device (id, kind, sample count) for the round engine.
+
+Per round the engine sends each worker the global message(s) once and gets back, shard by
+shard, each device's update bytes (or its fault), which it verifies and aggregates itself
+as for in-process devices - so the coordinator still checks every update (CRC-32, hash) and
+the global model is the same, bit for bit: each device's round depends only on the global
+message and its own state, and integer FedAvg is an exact integer sum (the order in which
+updates are added cannot change it). Workers send their replies in chunks of ``CHUNK``
+devices, so the coordinator decodes while they still train.
+
+Fork, not spawn: the children inherit the compiled simulator, the training arrays and the
+partitions without pickling or recompiling (Linux; elsewhere ``workers=1`` is used).
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from multiprocessing.connection import wait
+
+import numpy as np
+
+from tinytrain.federated.devices import DeviceFault
+
+__all__ = ["SimPool", "PoolDevice", "can_fork"]
+
+CHUNK = 256  # devices per reply message: small enough to overlap decoding with training
+
+
+def can_fork() -> bool:
+    return "fork" in mp.get_all_start_methods()
+
+
+class PoolDevice:
+    """The coordinator's handle on a device that lives in a worker process."""
+
+    kind = "simulated"
+
+    def __init__(self, dev, group: "SimPool"):
+        self.id = dev.id
+        self.n_samples = dev.n_samples
+        self.group = group
+
+    def close(self) -> None:
+        self.group.close()
+
+
+def _serve(conn, devices) -> None:
+    """Worker loop: commands from the coordinator, replies on the same pipe."""
+    while True:
+        cmd, *args = conn.recv()
+        if cmd == "round":
+            full, delta, synced = args
+            out = []
+            for d in devices:
+                msg = delta if (delta is not None and d.id in synced) else full
+                try:
+                    out.append((d.id, len(msg), d.run_round(msg)))
+                except DeviceFault as e:
+                    out.append((d.id, len(msg), ("fault", e.kind, str(e))))
+                if len(out) == CHUNK:
+                    conn.send(out)
+                    out = []
+            conn.send(out)
+            conn.send(None)  # end of this worker's replies
+        elif cmd == "ack":
+            rnd, ids = args
+            for d in devices:
+                d.ack(rnd, d.id in ids)
+            conn.send(True)
+        elif cmd == "get_state":
+            conn.send({d.id: s for d in devices if (s := d.get_state()) is not None})
+        elif cmd == "set_state":
+            states, held, synced = args
+            for d in devices:
+                if d.id in states:
+                    d.set_state(states[d.id])
+                if held is not None and d.id in synced:
+                    d.replica = [t.copy() for t in held]
+            conn.send(True)
+        elif cmd == "close":
+            conn.close()
+            return
+        else:
+            raise ValueError(f"unknown command {cmd!r}")
+
+
+class SimPool:
+    """`devices` (simulated, built in this process) served by `workers` forked processes."""
+
+    def __init__(self, devices, workers: int):
+        devices = list(devices)
+        if not can_fork():
+            raise ValueError("worker processes need the 'fork' start method (Linux): use workers=1")
+        workers = max(1, min(int(workers), len(devices)))
+        ctx = mp.get_context("fork")
+        self.conns, self.procs = [], []
+        for shard in np.array_split(np.arange(len(devices)), workers):
+            parent, child = ctx.Pipe()
+            p = ctx.Process(target=_serve, args=(child, [devices[i] for i in shard]), daemon=True)
+            p.start()
+            child.close()
+            self.conns.append(parent)
+            self.procs.append(p)
+        self.proxies = [PoolDevice(d, self) for d in devices]
+        self.pid = os.getpid()
+
+    def exchange(self, full: bytes, delta: bytes | None, synced):
+        """Yield (device id, bytes sent, update bytes or DeviceFault) as workers deliver them."""
+        for c in self.conns:
+            c.send(("round", full, delta, frozenset(synced)))
+        open_ = list(self.conns)
+        while open_:
+            for c in wait(open_):
+                chunk = c.recv()
+                if chunk is None:
+                    open_.remove(c)
+                    continue
+                for did, sent, reply in chunk:
+                    if isinstance(reply, tuple):
+                        reply = DeviceFault(reply[1], reply[2])
+                    yield did, sent, reply
+
+    def _all(self, *cmd):
+        for c in self.conns:
+            c.send(cmd)
+        return [c.recv() for c in self.conns]
+
+    def ack(self, rnd: int, ids) -> None:
+        self._all("ack", rnd, frozenset(ids))
+
+    def get_states(self) -> dict:
+        out = {}
+        for part in self._all("get_state"):
+            out.update(part)
+        return out
+
+    def set_states(self, states: dict, held=None, synced=()) -> None:
+        self._all("set_state", states, held, frozenset(synced))
+
+    def close(self) -> None:
+        if not self.conns or os.getpid() != self.pid:
+            return
+        for c in self.conns:
+            try:
+                c.send(("close",))
+                c.close()
+            except (OSError, BrokenPipeError):
+                pass
+        for p in self.procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.kill()
+        self.conns, self.procs = [], []

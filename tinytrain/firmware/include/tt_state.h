@@ -1,0 +1,65 @@
+/** The training state of a generated model as a byte blob, model-independent: the generated
+ * file holds only its tables (tt_span, tt_init) and one-line wrappers (<prefix>_state_hash...).
+ *
+ * The state blob is the concatenation of the spans of a table in table order (the model's
+ * schema order), each span's bytes as they are in memory (little-endian on every supported
+ * target). Offsets and lengths are in bytes; a range is valid when off + n <= the blob size,
+ * computed without overflow. */
+#ifndef TT_STATE_H
+#define TT_STATE_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** One tensor: bytes at p. ro != 0: a read-only tensor (a frozen parameter in flash): it reads
+ *  like the others, and a write must leave it unchanged. */
+typedef struct tt_span {
+    void *p;
+    uint32_t bytes;
+    int32_t ro;
+} tt_span;
+
+/** A table of n spans: the state blob, or the inspectable tensors (by index). */
+typedef struct tt_spans {
+    const tt_span *span;
+    uint32_t n;
+} tt_spans;
+
+/** What a reset restores: bytes at dst copied from src, or zeroed when src is NULL. */
+typedef struct tt_init {
+    void *dst;
+    const void *src;
+    uint32_t bytes;
+} tt_init;
+
+/** Size of the blob in bytes (the sum of the spans' sizes, < 2^32). */
+uint32_t tt_state_size(const tt_spans *t);
+
+/** CRC-32 of the blob (zlib.crc32 of its bytes; the state hash). */
+uint32_t tt_state_hash(const tt_spans *t);
+
+/** Copy blob bytes [off, off + n) to dst. 0 on success, -1 if the range is out of the blob
+ *  (nothing copied). n == 0 is valid for any off <= size. */
+int tt_state_read(const tt_spans *t, uint32_t off, uint8_t *dst, uint32_t n);
+
+/** Overwrite blob bytes [off, off + n) from src, span by span. 0 on success; -1 if the range is
+ *  out of the blob (nothing written) or if src differs from a read-only span it covers (the
+ *  spans before that one are written, the read-only span and those after it are not). */
+int tt_state_write(const tt_spans *t, uint32_t off, const uint8_t *src, uint32_t n);
+
+/** Copy bytes [off, off + n) of span id to dst; *total receives the span's size when id is
+ *  valid. 0 on success, -1 for a bad id or an out-of-range [off, off + n). */
+int tt_state_get_tensor(const tt_spans *t, uint32_t id, uint32_t off, uint8_t *dst, uint32_t n,
+                        uint32_t *total);
+
+/** Apply the n entries of init in order (copy or zero fill). */
+void tt_state_reset(const tt_init *init, uint32_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TT_STATE_H */
