@@ -78,3 +78,22 @@ def test_cli_json_is_pure_and_bad_input_is_exit_2(digits, tmp_path, capsys):
     assert "--data" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["info", str(path), "--samples", "0"])
+
+
+def test_residual_blocks_report_their_inner_accumulators_and_saturations(digits):
+    from tinytrain.graph.layers import Dense, LeakyReLU, ReLU
+    from tinytrain.graph.model import Sequential
+    from tinytrain.graph.optim import SGD
+    from tinytrain.graph.residual import Residual
+
+    m = Sequential([Dense(16), Residual([Dense(16), LeakyReLU(), Dense(16), ReLU(), Dense(16)]), Dense(10)],
+                   input_shape=(64,), input_exp=digits.input_exp - 4, optimizer=SGD(lr=0.05, train="last:2"), seed=0)
+    r = fixed_point_report(m, digits, 300)
+    block = r["layers"][1]["accumulators"]
+    assert [a["what"] for a in block][:3] == ["0 dense: forward sum", "0 dense: input-error sum", "0 dense: weight gradient"]
+    assert len(block) == 9
+    rows = sum((L["activation"] or {}).get("saturations", 0) + (L["input_error"] or {}).get("saturations", 0)
+               for L in r["layers"])
+    assert rows <= r["totals"]["act_saturations"]
+    assert r["layers"][1]["input_error"] is None or "qformat" not in r["layers"][1]["input_error"]
+    assert "totals:" in format_report(r)

@@ -102,3 +102,22 @@ def test_cli_json_and_bad_input(capsys):
     err = capsys.readouterr().err
     assert "unknown recipe 'fp4'" in err and len(err.strip().splitlines()) == 1
     assert cli.main(["precision-lab", "--workload", "w1", "--seeds", "a,b"]) == 2
+
+
+def test_stochastic_rounding_in_fp8_e4m3_too():
+    """E4M3FN has no infinity: the neighbour is found toward the largest finite value."""
+    q = P.cast(np.full(100_000, 1.03, np.float32), "fp8_e4m3", rng=np.random.default_rng(0))
+    assert set(np.unique(q)) == {1.0, 1.125} and abs(float(q.mean()) - 1.03) < 2e-3
+    top = P.cast(np.full(10, 448.0, np.float32), "fp8_e4m3", rng=np.random.default_rng(0))
+    assert np.all(top == 448.0)  # the largest value stays (no NaN neighbour)
+
+
+def test_vs_fp32_found_by_name_and_master_bytes_are_the_models():
+    res = P.run("w1", seeds=(0,), recipes=["bf16", "fp32"], epochs=1, integer=False)
+    assert all(r["vs_fp32_points"] is not None for r in res["rows"])
+    from tinytrain.graph.model import Sequential
+    wl = WORKLOADS["w1"]
+    cfg = wl.model(wl.load(), 0).config()
+    cfg["optimizer"]["master_weights"] = True
+    assert P._role_bytes(wl, wl.load(), None)["weights"] == 2 * 2368 + 4 * 42
+    assert sum(v.nbytes for v in Sequential.from_config(cfg).master.values()) == 4 * 2368

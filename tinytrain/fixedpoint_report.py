@@ -40,20 +40,29 @@ class _Tensor:
         self.size, self.exps, self.max_abs, self.sat, self.steps = size, Counter(), 0, 0, 0
 
     def add(self, a, e, nsat):
+        self.sat += int(nsat)  # a backward that produces no input error may still saturate inside
         if a is None:
             return
         self.exps[int(e)] += 1
         self.max_abs = max(self.max_abs, int(np.abs(np.asarray(a, np.int64)).max(initial=0)))
-        self.sat += int(nsat)
         self.steps += 1
 
     def as_dict(self):
         if not self.steps:
-            return None
+            return {"saturations": self.sat} if self.sat else None
         common = self.exps.most_common(1)[0][0]
         return {"dtype": "int8", "exp_range": [min(self.exps), max(self.exps)], "qformat": qformat(8, common),
                 "max_abs": self.max_abs, "headroom_bits": 7 - _bitwidth(self.max_abs), "saturations": self.sat,
                 "saturation_fraction": self.sat / (self.size * self.steps)}
+
+
+def _bounds(layer) -> list:
+    """The accumulator bounds of a layer's op; a composite's are its inner layers', named by
+    their position in the block (``1 conv2d: forward sum``)."""
+    op = op_for(layer)
+    if op.composite:
+        return [(f"{k} {l.kind}: {w}", b, bits) for k, l in enumerate(layer.inner) for w, b, bits in _bounds(l)]
+    return op.bounds(layer)
 
 
 def fixed_point_report(model, dataset, samples: int | None = None, progress=None) -> dict:
@@ -129,7 +138,7 @@ def fixed_point_report(model, dataset, samples: int | None = None, progress=None
             params.append(entry)
         bounds = [{"what": w, "bound": int(b), "width": int(bits), "bound_bits": _bitwidth(b) + 1,
                    "fits": _bitwidth(b) + 1 <= bits, "margin_bits": bits - 1 - _bitwidth(b)}
-                  for w, b, bits in op_for(l).bounds(l)]
+                  for w, b, bits in _bounds(l)]
         layers.append({"index": li, "layer": repr(l), "kind": l.kind, "params": params,
                        "activation": acts[li].as_dict(), "input_error": errs[li].as_dict(), "accumulators": bounds})
     under = sum(punder.values())
@@ -157,6 +166,10 @@ def format_report(r: dict) -> str:
             name = ""
         for what, t in (("activation", L["activation"]), ("input error", L["input_error"])):
             if t is None:
+                continue
+            if "qformat" not in t:  # no tensor, saturations inside (a composite's inner backward)
+                rows.append(f"{name:<28} {what + ' (none)':<14} {'':<6} {'':<9} {'':<18} {'':>8} {t['saturations']:>10} {'-':>10}")
+                name = ""
                 continue
             fmt = t["qformat"] if t["exp_range"][0] == t["exp_range"][1] else f"{t['qformat']}*"
             rows.append(f"{name:<28} {what:<14} {'int8':<6} {fmt:<9} {t['max_abs']:<18} {t['headroom_bits']:>8} "

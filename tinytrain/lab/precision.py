@@ -81,7 +81,10 @@ def cast(a: np.ndarray, fmt: str, counts: Counts | None = None, rng: np.random.G
         qd = c.astype(dt)
         if rng is not None:
             err = c - qd.astype(np.float32)
-            other = np.nextafter(qd, np.where(err > 0, np.asarray(np.inf, dt), np.asarray(-np.inf, dt)).astype(dt))
+            # step toward the largest finite value of the error's sign (E4M3FN has no infinity:
+            # its inf is NaN, and nextafter toward NaN is NaN)
+            toward = np.where(err > 0, np.float32(mx), np.float32(-mx)).astype(dt)
+            other = np.nextafter(qd, toward)
             span = np.abs(other.astype(np.float32) - qd.astype(np.float32))
             with np.errstate(invalid="ignore", divide="ignore"):
                 p = np.where(span > 0, np.abs(err) / np.where(span > 0, span, 1), 0)
@@ -347,8 +350,11 @@ def run(workload: str, seeds=(0, 1, 2), recipes=None, epochs: int | None = None,
                     progress.update(1)
             acc = 100 * np.array([x["accuracy"] for x in runs])
             b = _role_bytes(wl, ds, None)
-            if over.get("master_weights"):
-                b["master"] = 4 * wl.model(ds, 0).param_count()
+            if over.get("master_weights"):  # int32 masters of the int16 tensors only (model.master)
+                from tinytrain.graph.model import Sequential
+                cfg = wl.model(ds, 0).config()
+                cfg["optimizer"].update(over)
+                b["master"] = sum(v.nbytes for v in Sequential.from_config(cfg).master.values())
             grads = max(1, sum(x["steps"] for x in runs))
             rows.append({"recipe": name, "kind": "integer", "optimizer": over, "accuracy_mean": float(acc.mean()),
                          "accuracy_std": float(acc.std(ddof=1)) if len(acc) > 1 else 0.0,
@@ -357,7 +363,7 @@ def run(workload: str, seeds=(0, 1, 2), recipes=None, epochs: int | None = None,
                          "saturations": {"activations": sum(x["act_saturations"] for x in runs),
                                          "weights": sum(x["weight_saturations"] for x in runs)},
                          "bytes": b, "seconds": time.time() - t0})
-    base = rows[0]["accuracy_mean"] if recipes and recipes[0].name == "fp32" else None
+    base = next((r["accuracy_mean"] for r in rows if r["recipe"] == "fp32"), None)
     for row in rows:
         row["vs_fp32_points"] = None if base is None else row["accuracy_mean"] - base
     return {"workload": workload, "title": wl.title, "seeds": list(seeds), "epochs": epochs,
