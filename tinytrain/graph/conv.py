@@ -91,11 +91,6 @@ class Conv2d(_ConvBase):
         out += [f"{c.geo(0)} = {c.ee} + {c.ex}", f"{c.geo(1)} = {c.ee}"]
         return out
 
-    def _cdims(self):
-        H, W, C = self.in_shape
-        OH, OW, F = self.out_shape
-        return f"{H}, {W}, {C}, {F}, {self.kernel[0]}, {self.kernel[1]}, {self.stride[0]}, {self.stride[1]}, {self.pad[0]}, {self.pad[2]}, {OH}, {OW}"
-
 
 @register
 class DepthwiseConv2d(Conv2d):
@@ -147,11 +142,6 @@ class DepthwiseConv2d(Conv2d):
 
     def nb_backward(self, c):
         return [s.replace("conv2d_bwd", "depthwise_bwd").replace("conv2d_grad", "depthwise_grad") for s in super().nb_backward(c)]
-
-    def _cdims(self):
-        H, W, C = self.in_shape
-        OH, OW, _ = self.out_shape
-        return f"{H}, {W}, {C}, {self.kernel[0]}, {self.kernel[1]}, {self.stride[0]}, {self.stride[1]}, {self.pad[0]}, {self.pad[2]}, {OH}, {OW}"
 
 
 @register
@@ -208,11 +198,6 @@ class Conv1d(_ConvBase):
         out.append(f"conv1d_grad({_shape(c.e, self.out_shape)}, {_shape(c.x, self.in_shape)}, {self.stride}, {self.pad[0]}, {c.g(0)}, {c.g(1)})")
         out += [f"{c.geo(0)} = {c.ee} + {c.ex}", f"{c.geo(1)} = {c.ee}"]
         return out
-
-    def _cdims(self):
-        L, C = self.in_shape
-        OL, F = self.out_shape
-        return f"{L}, {C}, {F}, {self.kernel}, {self.stride}, {self.pad[0]}, {OL}"
 
 
 _POOL_FIELDS = {d: {"kernel": f, "stride": F.optional(f)}
