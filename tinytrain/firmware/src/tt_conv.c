@@ -17,20 +17,16 @@ static void tt_conv_taps(int32_t i0, int32_t K, int32_t n, int32_t *k0, int32_t 
     if (*k1 < *k0) *k1 = *k0;
 }
 
-/* The dims of p as locals, named as in the loops below (kh, kw there are tap indices). */
-#define TT_CONV_DIMS(p)                                                                     \
-    const int32_t H = (p)->H, W = (p)->W, Cin = (p)->Cin, Cout = (p)->Cout, KH = (p)->kh;   \
-    const int32_t KW = (p)->kw, sh = (p)->stride_h, sw = (p)->stride_w, pt = (p)->pad_h;    \
-    const int32_t pl = (p)->pad_w, OH = (p)->Ho, OW = (p)->Wo
-
-int32_t tt_conv2d_fwd_s8(const tt_ctx *ctx, const tt_conv_params *p, const int8_t *x, int32_t ex,
-                         int8_t *y)
+/* Conv2d on positional dims (tt_conv_params' fields in order: stride sh, sw; top / left padding
+ * pt, pl), shared by the 2-D and the 1-D entry points at the end of this file. */
+static int32_t conv2d_fwd(const int8_t *x, int32_t ex, const int16_t *w, int32_t ew,
+                          const int32_t *b, int32_t eb, int32_t H, int32_t W, int32_t Cin,
+                          int32_t Cout, int32_t KH, int32_t KW, int32_t sh, int32_t sw,
+                          int32_t pt, int32_t pl, int32_t OH, int32_t OW,
+                          int64_t *scratch, int8_t *y, tt_stats *st)
 {
-    TT_CONV_DIMS(p);
-    const int16_t *w = p->w;
-    const int32_t *b = p->b;
-    const int32_t eb = p->eb, ea = ex + p->ew;
-    int64_t *scratch = ctx->scratch, *acc = scratch;
+    const int32_t ea = ex + ew;
+    int64_t *acc = scratch;
     int32_t oh, ow, co, kh, j, kh0, kh1, kw0, kw1, kh_end;
     for (oh = 0; oh < OH; oh++) {
         const int32_t ih0 = oh * sh - pt;
@@ -52,15 +48,14 @@ int32_t tt_conv2d_fwd_s8(const tt_ctx *ctx, const tt_conv_params *p, const int8_
             }
         }
     }
-    return ea + tt_requant_s8_from_s64(scratch, OH * OW * Cout, y, ctx->stats);
+    return ea + tt_requant_s8_from_s64(scratch, OH * OW * Cout, y, st);
 }
 
-int32_t tt_conv2d_bwd_s8(const tt_ctx *ctx, const tt_conv_params *p, const int8_t *e, int32_t ee,
-                         int8_t *dx)
+static int32_t conv2d_bwd(const int8_t *e, int32_t ee, const int16_t *w, int32_t ew,
+                          int32_t H, int32_t W, int32_t Cin, int32_t Cout, int32_t KH, int32_t KW,
+                          int32_t sh, int32_t sw, int32_t pt, int32_t pl, int32_t OH, int32_t OW,
+                          int64_t *scratch, int8_t *dx, tt_stats *st)
 {
-    TT_CONV_DIMS(p);
-    const int16_t *w = p->w;
-    int64_t *scratch = ctx->scratch;
     int32_t oh, ow, co, kh, j, kh0, kh1, kw0, kw1, kh_end;
     memset(scratch, 0, sizeof(int64_t) * (size_t)(H * W * Cin));
     for (oh = 0; oh < OH; oh++) {
@@ -84,13 +79,13 @@ int32_t tt_conv2d_bwd_s8(const tt_ctx *ctx, const tt_conv_params *p, const int8_
             }
         }
     }
-    return ee + p->ew + tt_requant_s8_from_s64(scratch, H * W * Cin, dx, ctx->stats);
+    return ee + ew + tt_requant_s8_from_s64(scratch, H * W * Cin, dx, st);
 }
 
-void tt_conv2d_grad_s32(const tt_conv_params *p, const int8_t *e, const int8_t *x, int32_t *gw,
-                        int32_t *gb)
+static void conv2d_grad(const int8_t *e, const int8_t *x, int32_t H, int32_t W, int32_t Cin,
+                        int32_t Cout, int32_t KH, int32_t KW, int32_t sh, int32_t sw,
+                        int32_t pt, int32_t pl, int32_t OH, int32_t OW, int32_t *gw, int32_t *gb)
 {
-    TT_CONV_DIMS(p);
     /* int32 sums: OH*OW <= TT_CONV_GRAD_MAX_POSITIONS terms of |e*x| <= 127*127 each. */
     int32_t oh, ow, co, kh, j, kh0, kh1, kw0, kw1, kh_end;
     memset(gw, 0, sizeof(int32_t) * (size_t)(Cout * KH * KW * Cin));
@@ -118,6 +113,13 @@ void tt_conv2d_grad_s32(const tt_conv_params *p, const int8_t *e, const int8_t *
         }
     }
 }
+
+/* The dims of p as locals for the depthwise kernels, named as in the loops (kh, kw there are
+ * tap indices). */
+#define TT_CONV_DIMS(p)                                                                     \
+    const int32_t H = (p)->H, W = (p)->W, Cin = (p)->Cin, Cout = (p)->Cout, KH = (p)->kh;   \
+    const int32_t KW = (p)->kw, sh = (p)->stride_h, sw = (p)->stride_w, pt = (p)->pad_h;    \
+    const int32_t pl = (p)->pad_w, OH = (p)->Ho, OW = (p)->Wo
 
 int32_t tt_depthwise_fwd_s8(const tt_ctx *ctx, const tt_conv_params *p, const int8_t *x,
                             int32_t ex, int8_t *y)
@@ -207,34 +209,47 @@ void tt_depthwise_grad_s32(const tt_conv_params *p, const int8_t *e, const int8_
     }
 }
 
-/* Conv1d is Conv2d with H = kh = Ho = 1: same memory layout, no vertical stride or padding. */
-static tt_conv_params tt_conv1d_as_2d(const tt_conv1d_params *p)
+/* The public entry points unpack their params into the positional bodies above, which Conv1d
+ * shares (H = kh = Ho = 1). With two callers GCC keeps each body out of line with its dims in
+ * argument registers and stack slots; unpacking the struct inside the loops cost W3's conv
+ * forward 0.5 % more instructions on Cortex-M4 (bench/dev/profile_device.py). */
+#define TT_CONV2D_ARGS(p) (p)->H, (p)->W, (p)->Cin, (p)->Cout, (p)->kh, (p)->kw, (p)->stride_h, \
+    (p)->stride_w, (p)->pad_h, (p)->pad_w, (p)->Ho, (p)->Wo
+#define TT_CONV1D_ARGS(p) 1, (p)->L, (p)->Cin, (p)->Cout, 1, (p)->k, 1, (p)->stride, 0, (p)->pad, 1, \
+    (p)->Lo
+
+int32_t tt_conv2d_fwd_s8(const tt_ctx *ctx, const tt_conv_params *p, const int8_t *x, int32_t ex,
+                         int8_t *y)
 {
-    tt_conv_params q;
-    q.H = 1; q.W = p->L; q.Cin = p->Cin; q.Cout = p->Cout;
-    q.kh = 1; q.kw = p->k; q.stride_h = 1; q.stride_w = p->stride; q.pad_h = 0; q.pad_w = p->pad;
-    q.Ho = 1; q.Wo = p->Lo;
-    q.w = p->w; q.ew = p->ew; q.b = p->b; q.eb = p->eb;
-    return q;
+    return conv2d_fwd(x, ex, p->w, p->ew, p->b, p->eb, TT_CONV2D_ARGS(p), ctx->scratch, y, ctx->stats);
+}
+
+int32_t tt_conv2d_bwd_s8(const tt_ctx *ctx, const tt_conv_params *p, const int8_t *e, int32_t ee,
+                         int8_t *dx)
+{
+    return conv2d_bwd(e, ee, p->w, p->ew, TT_CONV2D_ARGS(p), ctx->scratch, dx, ctx->stats);
+}
+
+void tt_conv2d_grad_s32(const tt_conv_params *p, const int8_t *e, const int8_t *x, int32_t *gw,
+                        int32_t *gb)
+{
+    conv2d_grad(e, x, TT_CONV2D_ARGS(p), gw, gb);
 }
 
 int32_t tt_conv1d_fwd_s8(const tt_ctx *ctx, const tt_conv1d_params *p, const int8_t *x,
                          int32_t ex, int8_t *y)
 {
-    const tt_conv_params q = tt_conv1d_as_2d(p);
-    return tt_conv2d_fwd_s8(ctx, &q, x, ex, y);
+    return conv2d_fwd(x, ex, p->w, p->ew, p->b, p->eb, TT_CONV1D_ARGS(p), ctx->scratch, y, ctx->stats);
 }
 
 int32_t tt_conv1d_bwd_s8(const tt_ctx *ctx, const tt_conv1d_params *p, const int8_t *e,
                          int32_t ee, int8_t *dx)
 {
-    const tt_conv_params q = tt_conv1d_as_2d(p);
-    return tt_conv2d_bwd_s8(ctx, &q, e, ee, dx);
+    return conv2d_bwd(e, ee, p->w, p->ew, TT_CONV1D_ARGS(p), ctx->scratch, dx, ctx->stats);
 }
 
 void tt_conv1d_grad_s32(const tt_conv1d_params *p, const int8_t *e, const int8_t *x, int32_t *gw,
                         int32_t *gb)
 {
-    const tt_conv_params q = tt_conv1d_as_2d(p);
-    tt_conv2d_grad_s32(&q, e, x, gw, gb);
+    conv2d_grad(e, x, TT_CONV1D_ARGS(p), gw, gb);
 }
