@@ -242,3 +242,20 @@ def test_update_direct_stochastic_shift_beyond_63_bits(clib_ubsan, s):
     wc = w.copy()
     lib.tt_sgd_update_direct_s32(u, c_i32(ffi, wc), w.size, s, c_i32(ffi, g), 0)
     assert np.array_equal(wc, wr) and prng[0] == prng_ref[0]
+
+
+@pytest.mark.parametrize("s", [31, 32, 40, 62, 63, 64, 94, 95, 109, 200])
+def test_numba_update_direct_stochastic_shift_beyond_63_bits(s):
+    """The numba twin of the test above: the same floor (0 or -1) past 63 bits, same PRNG draws."""
+    from tinytrain.graph.optim import IntSGD
+    from tinytrain.kernels.optim import update_direct
+
+    g = np.array([2**31 - 1, -(2**31), 1, -1, 0, 12345, -54321], np.int32)
+    w = np.array([5, -5, 0, 1, -1, 2**31 - 1, -(2**31)], np.int32)
+    opt = IntSGD(m=32767, k=0, mu_m=0, mu_k=0, wd_m=0, wd_k=0, ib_m=0, ib_k=0, batch_size=1, schedule=0,
+                 gamma_q15=32768, step_size=1, total_steps=1, cosine=np.zeros(65, np.int32), sr=True, master=False)
+    wr, prng_ref = w.copy(), [7]
+    update_direct_ref(wr, s, g, 0, opt, 32767, prng_ref)
+    wn, meta, stats = w.copy(), np.array([7, 0, 0], np.int64), np.zeros(4, np.int64)
+    update_direct(wn, s, g, 0, 0, 32767, True, 0, 0, -(2**31), 2**31 - 1, meta, stats)
+    assert np.array_equal(wn, wr) and int(meta[0]) == prng_ref[0]

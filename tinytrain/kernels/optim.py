@@ -36,8 +36,8 @@ def _shift1(v, s, sr, meta):
     ss = s if s < 31 else 31
     m = (np.int64(1) << ss) - 1
     r = (v >> ss) + (((v & m) + (st & m)) >> ss)
-    if s > 31:
-        r >>= s - ss
+    if s > 31:  # floor(r / 2^(s - ss)); |r| < 2^63, so a shift of 63 or more is r >> 63 (0 or -1),
+        r >>= s - ss if s - ss < 63 else 63  # and 64 or more is undefined in LLVM (as in C)
     return r
 
 
