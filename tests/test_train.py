@@ -250,3 +250,16 @@ def test_update_underflow_counted_same_in_reference_and_simulator(digits):
         assert a.stats[2] == b.stats[2] and a.state_hash() == b.state_hash()
         counts[sr] = int(a.stats[2])
     assert counts[False] > 0 and counts[True] < counts[False]
+
+
+def test_training_plot_shows_the_integer_losses_beside_the_loss(tmp_path):
+    """The curve PNG has a third panel: underflows and saturations per sample, per epoch."""
+    import matplotlib.image as mpimg
+
+    from tinytrain.train import History, plot_history
+
+    h = History(epochs=[{"epoch": e, "train_loss": 1.0 / e, "train_accuracy": 0.5, "test_accuracy": 0.5,
+                         "act_saturations": 3 * e, "weight_saturations": 0, "update_underflows": 1000 * e,
+                         "seconds": 0.1, "samples": 100} for e in (1, 2, 3)])
+    img = mpimg.imread(plot_history(h, tmp_path / "c.png"))
+    assert img.shape[1] > 3.5 * img.shape[0]  # three panels side by side

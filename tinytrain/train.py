@@ -398,7 +398,9 @@ def evaluate(model, dataset: Dataset, split: str = "test", reference: bool = Fal
 
 
 def plot_history(history: History, path, title: str = "training") -> Path:
-    """Write a PNG with the loss and accuracy curves (matplotlib, Agg backend)."""
+    """Write a PNG with the loss and accuracy curves and, beside them, what the integer
+    arithmetic lost per training sample each epoch: update underflows (nonzero gradients whose
+    step rounded to 0) and saturations of activations/errors and of weights (matplotlib, Agg)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -406,7 +408,7 @@ def plot_history(history: History, path, title: str = "training") -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     ep = history["epoch"]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(9, 3.5))
+    fig, (a1, a2, a3) = plt.subplots(1, 3, figsize=(13.5, 3.5))
     a1.plot(ep, history["train_loss"], marker="o", ms=3)
     a1.set_xlabel("epoch")
     a1.set_ylabel("train loss (nats)")
@@ -417,8 +419,21 @@ def plot_history(history: History, path, title: str = "training") -> Path:
     a2.set_ylabel("accuracy")
     a2.grid(alpha=0.3)
     a2.legend()
+    n = [max(1, int(e.get("samples") or 1)) for e in history.epochs]
+    for key, label, mk in (("update_underflows", "update underflows", "o"), ("act_saturations", "activation/error saturations", "s"),
+                           ("weight_saturations", "weight saturations", "^")):
+        v = [float(e.get(key, 0) or 0) / k for e, k in zip(history.epochs, n)]
+        if any(v):
+            a3.plot(ep, v, marker=mk, ms=3, label=label)
+    a3.set_xlabel("epoch")
+    a3.set_ylabel("per training sample")
+    a3.set_yscale("symlog", linthresh=0.01)
+    a3.grid(alpha=0.3)
+    if a3.get_legend_handles_labels()[0]:
+        a3.legend(fontsize=8)
+    a3.set_title("integer losses (per layer: tinytrain info --fixed-point)", fontsize=8)
     from matplotlib.ticker import MaxNLocator
-    for ax in (a1, a2):
+    for ax in (a1, a2, a3):
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.suptitle(title)
     fig.tight_layout()
