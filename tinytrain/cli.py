@@ -247,7 +247,30 @@ def load_model_args(args):
             if name not in data.BUILTINS and src and Path(str(src)).exists():
                 name = src
     ds = data.load(name or "digits")
-    return build_model(args.model, ds, seed=args.seed), ds
+    return build_model(args.model, ds, seed=args.seed, precision=precision_arg(getattr(args, "precision", None))), ds
+
+
+def precision_arg(text):
+    """--precision as given (None, a preset name or a JSON object), checked: a ModelError
+    (exit 2, one line) names what is wrong."""
+    from tinytrain.graph.layers import ModelError
+    from tinytrain.graph.precision import PrecisionError, parse_cli
+
+    if text is None:
+        return None
+    try:
+        return parse_cli(text)
+    except PrecisionError as exc:
+        raise ModelError(str(exc)) from None
+
+
+def add_precision_arg(p) -> None:
+    from tinytrain.graph.precision import PRESETS
+
+    p.add_argument("--precision", default=None, metavar="POLICY",
+                   help=f"precision policy: a preset ({', '.join(PRESETS)}) or a JSON object such as "
+                   "'{\"weights\": \"int8\", \"master\": \"int16\"}' (replaces the model file's; a saved "
+                   ".tt is converted to it: docs/precision.md)")
 
 
 def _resolve_data(data_arg: str, model_arg: str) -> str:
@@ -271,6 +294,7 @@ def _train_args(p):
     p.add_argument("--out", help="model file (.tt) written after every epoch (checkpoint)")
     p.add_argument("--lr", type=float, help="learning rate (overrides the model's)")
     p.add_argument("--batch-size", type=int, help="batch size (overrides the model's; default 1)")
+    add_precision_arg(p)
     p.add_argument("--plot", help="write a training-curve PNG here")
     p.add_argument("--resume", action="store_true", help="continue from --out if it exists (bit-identical)")
     p.add_argument("--force", action="store_true", help="replace --out even if it holds a different "
@@ -298,7 +322,8 @@ def _train_run(args) -> int:
         if out:
             tio.check_writable(out)
     ds = data.load(_resolve_data(args.data, args.model))
-    model = build_model(args.model, ds, seed=args.seed, lr=args.lr, batch_size=args.batch_size)
+    model = build_model(args.model, ds, seed=args.seed, lr=args.lr, batch_size=args.batch_size,
+                        precision=precision_arg(args.precision))
     if args.out and not (args.resume or args.force):
         _refuse_replacing(args.out, model)
     progress = sys.stderr.isatty() if args.progress is None else args.progress

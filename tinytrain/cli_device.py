@@ -49,6 +49,9 @@ def _model_args(p, steps=False):
     p.add_argument("--data", default=None, help="dataset (default: the one the built-in model is "
                    "made for, else digits)")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and of the sample order")
+    from tinytrain.cli import add_precision_arg
+
+    add_precision_arg(p)
 
 
 def _retries(text: str) -> int:

@@ -24,10 +24,17 @@ import numpy as np
 
 from tinytrain.graph import optable
 from tinytrain.graph.optable import Names
-from tinytrain.graph.optim import MASTER_EXTRA_BITS
 
 CTYPE = {np.dtype(np.int8): "int8_t", np.dtype(np.int16): "int16_t", np.dtype(np.int32): "int32_t",
          np.dtype(np.uint32): "uint32_t"}
+#: layer types with C kernels for int8 weights (optable.weight_variant "_w8")
+C_WEIGHT_VARIANTS = {"dense"}
+#: the SGD kernels' suffix for a storage type
+STORE_TAG = {np.dtype(np.int8): "s8", np.dtype(np.int16): "s16", np.dtype(np.int32): "s32"}
+#: (master dtype, compute dtype, shift) -> the C call narrowing a master into its compute copy
+REFRESH = {(np.dtype(np.int32), np.dtype(np.int16), 16): "tt_sgd_refresh_copy",
+           (np.dtype(np.int32), np.dtype(np.int8), 24): "tt_sgd_refresh_copy_s32_s8",
+           (np.dtype(np.int16), np.dtype(np.int8), 8): "tt_sgd_refresh_copy_s16_s8"}
 
 
 class CodegenError(ValueError):
@@ -171,6 +178,13 @@ class Emitter:
     # ---------------------------------------------------------------- planning
     def plan(self):
         m = self.model
+        for li, l in enumerate(m.layers):
+            for k, leaf in enumerate(getattr(l, "inner", None) or [l]):
+                if optable.weight_variant(leaf) and leaf.kind not in C_WEIGHT_VARIANTS:
+                    where = f"layer {li}" + (f" (inner layer {k})" if leaf is not l else "")
+                    raise CodegenError(f"{where} ({leaf.kind}) has int8 weights, which only dense layers have C "
+                                       "kernels for so far: give it \"precision\": {\"weights\": \"int16\"} "
+                                       "(the host simulator trains it as it is)")
         T, order = [], []
         for li, l in enumerate(m.layers):
             for pi, p in enumerate(l.params):
@@ -179,7 +193,7 @@ class Emitter:
                 frozen = p.role != "state" and not m.learns(li, pi)
                 T.append(Tensor(nm, CTYPE[p.data.dtype], p.data.size, "frozen" if frozen else "param", li, p.data))
                 if key in m.master:
-                    T.append(Tensor(self.sym(f"l{li}_{p.name}_master"), "int32_t", p.data.size, "master", li, m.master[key]))
+                    T.append(Tensor(self.sym(f"l{li}_{p.name}_master"), CTYPE[m.master[key].dtype], p.data.size, "master", li, m.master[key]))
                     order.append(T[-1].name)
                 else:
                     order.append(nm)
@@ -359,14 +373,14 @@ uint32_t {P}_saturations(void);
                 if not m.learns(li, pi):
                     continue
                 pn = self.sym(f"l{li}_{p.name}")
-                ews = p.exp - MASTER_EXTRA_BITS if key in m.master else p.exp
+                ews = m.master_exp(key) if key in m.master else p.exp
                 if opt.accumulate:
                     out.append(f"    tt_sgd_accumulate_s32(&sgd, {pn}_acc, {p.data.size}, {ews}, {self.grad_name(li, pi)}, ge{pi});")
                 else:
                     w, t = self._update_target(li, pi)
                     out.append(f"    tt_sgd_update_direct_{t}(&sgd, {w}, {p.data.size}, {ews}, {self.grad_name(li, pi)}, ge{pi});")
                     if key in m.master:
-                        out.append(f"    tt_sgd_refresh_copy({pn}_master, {pn}, {p.data.size});")
+                        out.append("    " + self._refresh(li, pi))
             if dx:
                 out.append("    de = ee;")
         meta = self.sym("meta")
@@ -385,7 +399,7 @@ uint32_t {P}_saturations(void);
                     vel = f"{pn}_vel" if key in m.velocity else "0"
                     out.append(f"        tt_sgd_apply_accumulated_{t}(&sgd, {w}, {pn}_acc, {vel}, {p.data.size});")
                     if key in m.master:
-                        out.append(f"        tt_sgd_refresh_copy({pn}_master, {pn}, {p.data.size});")
+                        out.append("        " + self._refresh(li, pi))
             out.append(f"        {meta}[1] += 1;")
             out.append(f"        {meta}[2] = 0;")
             out.append("    }")
@@ -394,12 +408,23 @@ uint32_t {P}_saturations(void);
         return out
 
     def _update_target(self, li, pi):
-        """(tensor, s16|s32) an update of parameter pi of layer li writes: its int32 master
-        copy when it has one, else the parameter itself."""
+        """(tensor, s8|s16|s32) an update of parameter pi of layer li writes: its master copy
+        when it has one, else the parameter itself."""
         p, pn = self.model.layers[li].params[pi], self.sym(f"l{li}_{self.model.layers[li].params[pi].name}")
         if (li, pi) in self.model.master:
-            return pn + "_master", "s32"
-        return pn, "s16" if p.data.dtype == np.int16 else "s32"
+            return pn + "_master", STORE_TAG[self.model.master[(li, pi)].dtype]
+        return pn, STORE_TAG[p.data.dtype]
+
+    def _refresh(self, li, pi) -> str:
+        """The call narrowing the master of parameter pi of layer li into its compute copy."""
+        m = self.model
+        p, pn = m.layers[li].params[pi], self.names.param(li, pi)
+        kind = (m.master[(li, pi)].dtype, p.data.dtype, m.master_shift[(li, pi)])
+        fn = REFRESH.get(kind)
+        if fn is None:
+            raise CodegenError(f"layer {li} ({m.layers[li].kind}): no C kernel narrows a {kind[0]} master into "
+                               f"{kind[1]} {p.name}: use another precision policy")
+        return f"{fn}({pn}_master, {pn}, {p.data.size});"
 
     def _io(self, li):
         """(input, its exponent, output, its exponent) of layer li in the generated step."""
@@ -417,13 +442,13 @@ uint32_t {P}_saturations(void);
         w, b = l.params
         uw, ub = bool(m.trainable[li][0]), bool(m.trainable[li][1])
         pw, t = self._update_target(li, 0)
-        ews = w.exp - MASTER_EXTRA_BITS if (li, 0) in m.master else w.exp
+        ews = m.master_exp((li, 0)) if (li, 0) in m.master else w.exp
         # a frozen tensor is NULL (frozen weights are const, in flash)
         sp = self.names.decl(li, "sgd", f"tt_sgd_dense_{t}_params", {"K": K, "N": N, "w": pw if uw else 0, "ew": ews,
                              "b": self.names.param(li, 1) if ub else 0, "eb": b.exp})
         out.append(f"    tt_sgd_dense_direct_{t}(&sgd, {sp}, {e}, de, {x}, {ex});")
         if (li, 0) in m.master and uw:
-            out.append(f"    tt_sgd_refresh_copy({self.names.param(li, 0)}_master, {self.names.param(li, 0)}, {w.data.size});")
+            out.append("    " + self._refresh(li, 0))
         return out
 
     def _emit_predict(self):

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from tinytrain.graph import fields as F
-from tinytrain.graph.layers import MAX_PRODUCT, Layer, ModelError, Param, _quantize, _weight_exp, register
+from tinytrain.graph.layers import MAX_PRODUCT, Layer, ModelError, Param, register
 from tinytrain.graph.optable import Call, Op, register_op
 from tinytrain.ops import avgpool as r_avg
 from tinytrain.ops import conv1d as r_c1
@@ -23,9 +23,8 @@ def _pair(v):
 class _ConvBase(Layer):
     def _params_init(self, rng, fan_in, wshape, n_out):
         bound = math.sqrt(6.0 / fan_in)
-        ew = _weight_exp(bound)
-        w = _quantize(rng.uniform(-bound, bound, wshape), ew, np.int16)
-        return [Param("w", w, ew, "weight"), Param("b", np.zeros(n_out, np.int32), ew - 8, "bias")]
+        w, ew = self._weights(rng, bound, wshape)
+        return [Param("w", w, ew, "weight"), Param("b", np.zeros(n_out, np.int32), self._bias_exp(ew), "bias")]
 
 
 @register

@@ -254,6 +254,7 @@ def from_bytes(buf: bytes, where: str = "<bytes>"):
     except (ModelError, ValueError, KeyError, TypeError) as exc:
         raise FileFormatError(f"{where}: the stored model cannot be rebuilt by this tinytrain ({exc}); "
                               "it may need layer types from a newer version") from None
+    _apply_exponents(model, header.get("schema"), where)
     items = _state_items(model)
     names = [n for n, _ in items]
     if [t.get("name") for t in tensors] != names:
@@ -269,10 +270,11 @@ def from_bytes(buf: bytes, where: str = "<bytes>"):
         if start + int(t["nbytes"]) > len(body) or int(t["nbytes"]) != dst.nbytes:
             raise FileFormatError(f"{where}: tensor {name} lies outside the data section: the file is inconsistent")
         dst[...] = np.frombuffer(buf, dtype=dt, count=dst.size, offset=start).reshape(dst.shape)
-        if dst.dtype == np.int16 and dst.size and int(dst.min()) < -32767:
-            # the contract keeps int16 tensors symmetric: -32768 is never produced by training
-            raise FileFormatError(f"{where}: tensor {name} holds -32768, outside the symmetric int16 range "
-                                  f"[-32767, 32767] that tinytrain's arithmetic assumes: the file was not written "
+        if dst.dtype in (np.int8, np.int16) and dst.size and int(dst.min()) < -int(np.iinfo(dst.dtype).max):
+            # the contract keeps int8/int16 tensors symmetric: -128 / -32768 is never produced
+            lim = int(np.iinfo(dst.dtype).max)
+            raise FileFormatError(f"{where}: tensor {name} holds {-lim - 1}, outside the symmetric {dst.dtype} range "
+                                  f"[{-lim}, {lim}] that tinytrain's arithmetic assumes: the file was not written "
                                   f"by tinytrain or was edited; clamp the values and save again")
     if header.get("data_input_exp") is not None:
         model.data_input_exp = int(header["data_input_exp"])
@@ -280,6 +282,26 @@ def from_bytes(buf: bytes, where: str = "<bytes>"):
         raise FileFormatError(f"{where}: the loaded state hashes to {model.state_hash():08x}, the file "
                               f"recorded {header.get('state_hash')}: the writer and this reader disagree")
     return model, header.get("extra", {})
+
+
+def _apply_exponents(model, schema, where):
+    """Set the parameters' exponents to the stored ones: they are part of the training state
+    (a model converted to another precision, or imported, has others than a fresh build)."""
+    stored = (schema or {}).get("params")
+    if stored is None:
+        return
+    params = [p for l in model.layers for p in l.params]
+    if len(stored) != len(params):
+        raise FileFormatError(f"{where}: the schema lists {len(stored)} parameters, the model has {len(params)}: "
+                              "the file is inconsistent")
+    for p, row in zip(params, stored):
+        name, dtype, shape, exp = row[0], row[1], row[2], row[3]
+        if name != p.name or dtype != str(p.data.dtype) or list(shape) != list(p.data.shape):
+            raise FileFormatError(f"{where}: parameter {name} is {dtype} {shape} in the schema, the model has "
+                                  f"{p.name} {p.data.dtype} {list(p.data.shape)}: the file is inconsistent")
+        if not isinstance(exp, int) or not -200 <= exp <= 200:
+            raise FileFormatError(f"{where}: parameter {name} has exponent {exp!r}: the file is inconsistent")
+        p.exp = exp
 
 
 def load(path):

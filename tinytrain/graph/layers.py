@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinytrain.graph import fields as F
+from tinytrain.graph.precision import DEFAULT as DEFAULT_PRECISION, Precision, PrecisionError
 from tinytrain.graph.optable import Call, Op, op_for, register_op
 from tinytrain.ops import dense as r_dense
 from tinytrain.ops import flatten as r_flatten
@@ -34,13 +35,19 @@ class Param:
         return self.role in ("weight", "bias")
 
 
-def _weight_exp(bound: float) -> int:
-    """Fixed int16 exponent leaving 4x headroom above the init bound (range >= 4 * bound)."""
-    return math.ceil(math.log2(4.0 * bound)) - 15
+def _weight_exp(bound: float, bits: int = 16) -> int:
+    """Fixed exponent of a ``bits``-wide weight tensor leaving 4x headroom above the init bound
+    (range >= 4 * bound)."""
+    return math.ceil(math.log2(4.0 * bound)) - (bits - 1)
 
 
 #: largest |int8 activation or error * int16 weight| (both symmetric: -128 and -32768 never occur)
 MAX_PRODUCT = 127 * 32767
+
+
+def max_product(layer) -> int:
+    """Largest |int8 activation or error * weight| of a layer under its precision policy."""
+    return 127 * int(np.iinfo(layer.policy.weight_dtype).max)
 
 
 def _quantize(v: np.ndarray, exp: int, dtype) -> np.ndarray:
@@ -55,6 +62,10 @@ class Layer:
     #: option name -> fields.Field, checked when a layer is built from a dict (model files);
     #: None: not declared (a user's layer type), its constructor checks its own options
     fields: dict | None = None
+    #: this layer's "precision" object (overrides the model's policy), as given
+    precision = None
+    #: the policy the layer is built with (the model's, with this layer's override)
+    policy: Precision = DEFAULT_PRECISION
 
     def __init__(self):
         self.params = []
@@ -62,6 +73,25 @@ class Layer:
 
     def config(self) -> dict:
         return {}
+
+    def set_policy(self, base: Precision, where: str = "precision") -> None:
+        """Resolve this layer's policy over the model's ``base`` (before ``build``)."""
+        try:
+            self.policy = Precision.parse(self.precision, where, base)
+        except PrecisionError as exc:
+            raise ModelError(str(exc)) from None
+        for k, l in enumerate(getattr(self, "inner", ())):
+            l.set_policy(self.policy, f"{where} of inner layer {k}")
+
+    def _weights(self, rng, bound, shape):
+        """Initial weights uniform in [-bound, bound] in the policy's width, and their exponent."""
+        ew = _weight_exp(bound, self.policy.weight_bits)
+        return _quantize(rng.uniform(-bound, bound, shape), ew, self.policy.weight_dtype), ew
+
+    def _bias_exp(self, ew: int) -> int:
+        """The int32 bias sits 8 bits below the weights' int16 exponent, whatever their width
+        (a policy changes the weights, not the bias)."""
+        return ew - 8 - (16 - self.policy.weight_bits)
 
     def build(self, in_shape, rng: np.random.Generator):
         self.in_shape = tuple(in_shape)
@@ -136,9 +166,8 @@ class Dense(Layer):
     def _init_params(self, rng):
         K = self.in_shape[0]
         bound = math.sqrt(6.0 / K)  # He-uniform, as for ReLU networks
-        ew = _weight_exp(bound)
-        w = _quantize(rng.uniform(-bound, bound, (self.units, K)), ew, np.int16)
-        return [Param("w", w, ew, "weight"), Param("b", np.zeros(self.units, np.int32), ew - 8, "bias")]
+        w, ew = self._weights(rng, bound, (self.units, K))
+        return [Param("w", w, ew, "weight"), Param("b", np.zeros(self.units, np.int32), self._bias_exp(ew), "bias")]
 
     def macs(self):
         return self.units * self.in_shape[0]
@@ -165,9 +194,15 @@ def register(cls):
     return cls
 
 
+def layer_config(l: Layer) -> dict:
+    """A layer as a model file writes it: its type, options and its "precision" override."""
+    return {"type": l.kind, **l.config(), **({"precision": l.precision} if l.precision is not None else {})}
+
+
 def layer_from_config(d: dict) -> Layer:
     d = dict(d)
     kind = d.pop("type", None)
+    precision = d.pop("precision", None)
     if not isinstance(kind, str) or kind not in LAYER_TYPES:
         raise ModelError(
             f"unknown layer type {kind!r}: known types are {', '.join(sorted(LAYER_TYPES))}"
@@ -180,9 +215,16 @@ def layer_from_config(d: dict) -> Layer:
         if missing:
             raise ModelError(f"{kind} needs {', '.join(f'{m} ({cls.fields[m].desc})' for m in missing)}")
     try:
-        return cls(**d)
+        layer = cls(**d)
     except TypeError as exc:
         raise ModelError(f"bad options for layer {kind!r}: {exc}") from None
+    if precision is not None:
+        try:
+            Precision.check_keys(precision, f"{kind} precision")
+        except PrecisionError as exc:
+            raise ModelError(str(exc)) from None
+        layer.precision = precision
+    return layer
 
 
 # ------------------------------------------------------------------ op table rows
@@ -202,16 +244,16 @@ register_op(Op(
     "dense", _dense_forward, _dense_backward,
     nb_import="tinytrain.kernels.dense: dense_fwd, dense_bwd, dense_grad", c_header="tt_dense.h",
     args=lambda l: {"K": l.in_shape[0], "N": l.units},
-    c_params=("dense", "tt_dense_params", {"K": "{K}", "N": "{N}", "w": "{w}", "ew": "{exp_w}", "b": "{b}", "eb": "{exp_b}"}),
+    c_params=("dense", "tt_dense{wv}_params", {"K": "{K}", "N": "{N}", "w": "{w}", "ew": "{exp_w}", "b": "{b}", "eb": "{exp_b}"}),
     fwd=Call("dense_fwd({x}, {ex}, {w}, {exp_w}, {b}, {exp_b}, {scratch:N}, {y}, {stats})",
-             "tt_dense_fwd_s8(&CTX, {params}, {x}, {ex}, {y})"),
+             "tt_dense_fwd_s8{wv}(&CTX, {params}, {x}, {ex}, {y})"),
     bwd=Call("dense_bwd({e}, {ee}, {w}, {exp_w}, {scratch:K}, {dx}, {stats})",
-             "tt_dense_bwd_s8(&CTX, {params}, {e}, {ee}, {dx})"),
-    grad=Call("dense_grad({e}, {x}, {g_w}, {g_b})", "tt_dense_grad_s32({params}, {e}, {x}, {g_w}, {g_b})"),
+             "tt_dense_bwd_s8{wv}(&CTX, {params}, {e}, {ee}, {dx})"),
+    grad=Call("dense_grad({e}, {x}, {g_w}, {g_b})", "tt_dense_grad_s32{wv}({params}, {e}, {x}, {g_w}, {g_b})"),
     grad_exp={"w": "{ee} + {ex}", "b": "{ee}"},
     # ops/dense.py; the C picks int32 below TT_DENSE_S32_MAX_K / _MAX_N (tt_dense.h)
-    bounds=lambda l: [("forward sum", l.in_shape[0] * MAX_PRODUCT + 2**30, 32 if l.in_shape[0] <= 258 else 64),
-                      ("input-error sum", l.units * MAX_PRODUCT, 32 if l.units <= 516 else 64),
+    bounds=lambda l: [("forward sum", l.in_shape[0] * max_product(l) + 2**30, 32 if l.in_shape[0] * max_product(l) + 2**30 < 2**31 else 64),
+                      ("input-error sum", l.units * max_product(l), 32 if l.units * max_product(l) < 2**31 else 64),
                       ("weight gradient", 127 * 127, 32)]))
 
 

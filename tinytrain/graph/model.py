@@ -16,11 +16,12 @@ import numpy as np
 
 from tinytrain import fixedpoint as fp
 from tinytrain.graph.fields import is_int
-from tinytrain.graph.layers import Layer, ModelError, layer_from_config
+from tinytrain.graph.layers import Layer, ModelError, layer_config, layer_from_config
+from tinytrain.graph.precision import DTYPES, MASTER_BITS, Precision, PrecisionError
 from tinytrain.graph import conv, norm, residual  # noqa: F401  (register the layer types)
 from tinytrain.ops import mse as r_mse
 from tinytrain.ops import softmax_ce as r_ce
-from tinytrain.graph.optim import SGD, IntSGD, MASTER_EXTRA_BITS
+from tinytrain.graph.optim import SGD, IntSGD
 from tinytrain.graph import optim as r_opt
 
 LOSSES = ("softmax_ce", "mse")
@@ -41,7 +42,7 @@ class Sequential:
 
     def __init__(self, layers: list[Layer], input_shape=None, input_exp: int | None = None,
                  n_classes: int | None = None, loss: str = "softmax_ce", optimizer: SGD | None = None,
-                 seed: int = 0, name: str = "model", dataset=None):
+                 seed: int = 0, name: str = "model", dataset=None, precision=None):
         data_input_exp = None
         if dataset is not None:
             from tinytrain.data import unit_shift
@@ -67,6 +68,13 @@ class Sequential:
             raise ModelError(f"unknown loss {loss!r}: use one of {', '.join(LOSSES)}")
         if not (is_int(seed) and seed >= 0):
             raise ModelError(f"seed {seed!r} must be an integer >= 0")
+        try:
+            #: the model's precision policy (layers may override it: layer.precision)
+            self.precision = Precision.parse(precision)
+        except PrecisionError as exc:
+            raise ModelError(str(exc)) from None
+        for i, l in enumerate(layers):
+            l.set_policy(self.precision, f"layer {i} ({l.kind}) precision")
         self.layers = list(layers)
         self.input_shape = tuple(int(v) for v in input_shape)
         self.input_exp = int(input_exp)
@@ -90,16 +98,64 @@ class Sequential:
                 raise ModelError(f"the last layer has {shape[0]} outputs but the data has {self.n_classes} classes")
         else:
             self.n_classes = 0
+        self.optimizer = self._resolve_rounding(self.optimizer)
         self.opt: IntSGD = self.optimizer.compile()
         if data_input_exp is not None:
             self.data_input_exp = data_input_exp
         self._init_training_state()
+
+    # ------------------------------------------------------------------ policy
+    def param_policy(self, li: int, pi: int) -> Precision:
+        """The policy parameter pi of layer li was built with (an inner layer's, in a block)."""
+        l = self.layers[li]
+        inner = getattr(l, "inner", None)
+        if inner:
+            k = max(j for j, off in enumerate(l.offsets) if off <= pi)
+            return inner[k].policy
+        return l.policy
+
+    def _leaf_layers(self):
+        for l in self.layers:
+            yield from (getattr(l, "inner", None) or [l])
+
+    def _resolve_rounding(self, sgd: SGD) -> SGD:
+        """The optimizer's stochastic_rounding under the policies: on where some learning layer
+        asks for it (int8 weights without a master under rounding "auto", or "stochastic")."""
+        from dataclasses import replace
+
+        wants = {l.policy.rounding for l in self._leaf_layers() if l.params}
+        auto_sr = any(l.policy.needs_stochastic and l.policy.rounding == "auto"
+                      for l in self._leaf_layers() if l.params)
+        sr = "stochastic" in wants or auto_sr
+        if sr and "nearest" in wants:
+            raise ModelError("precision: rounding = \"nearest\" in one layer and stochastic rounding in another: "
+                             "rounding is one for the model (one PRNG); use the same rounding everywhere")
+        if "nearest" in wants and sgd.stochastic_rounding:
+            raise ModelError("precision: rounding = \"nearest\" but optimizer.stochastic_rounding is true: drop one")
+        return replace(sgd, stochastic_rounding=True) if sr and not sgd.stochastic_rounding else sgd
+
+    def _master_bits(self, li, pi) -> int:
+        """Width of the master copy of parameter pi of layer li (0: none): the policy's master, or
+        int32 for ``optimizer.master_weights``; only a copy wider than the parameter counts."""
+        p = self.layers[li].params[pi]
+        if p.data.dtype not in (np.int8, np.int16):
+            return 0
+        pol = self.param_policy(li, pi)
+        bits = MASTER_BITS[pol.master] if pol.master != "none" else (32 if self.opt.master else 0)
+        return bits if bits > 8 * p.data.dtype.itemsize else 0
+
+    def master_exp(self, key) -> int:
+        """Exponent of the master copy of parameter ``key``."""
+        li, pi = key
+        return self.layers[li].params[pi].exp - self.master_shift[key]
 
     # ------------------------------------------------------------------ state
     def _init_training_state(self):
         opt = self.opt
         self.trainable = self._trainable_mask()
         self.master = {}
+        #: bits between a master copy and its compute copy (master = compute << shift)
+        self.master_shift = {}
         self.accum = {}
         self.velocity = {}
         for li, l in enumerate(self.layers):
@@ -107,8 +163,11 @@ class Sequential:
                 if not self.learns(li, pi):
                     continue
                 key = (li, pi)
-                if opt.master and p.data.dtype == np.int16:
-                    self.master[key] = p.data.astype(np.int32) << MASTER_EXTRA_BITS
+                mb = self._master_bits(li, pi)
+                if mb:
+                    shift = mb - 8 * p.data.dtype.itemsize
+                    self.master[key] = p.data.astype(DTYPES[f"int{mb}"]) << shift
+                    self.master_shift[key] = shift
                 if opt.accumulate:
                     self.accum[key] = np.zeros(p.data.shape, np.int32)
                 if opt.mu_m:
@@ -178,12 +237,16 @@ class Sequential:
         return fp.state_hash(self.state_tensors())
 
     def schema(self) -> dict:
-        return {
+        d = {
             "input_shape": list(self.input_shape), "input_exp": self.input_exp, "loss": self.loss,
-            "n_classes": self.n_classes, "layers": [{"type": l.kind, **l.config()} for l in self.layers],
+            "n_classes": self.n_classes, "layers": [layer_config(l) for l in self.layers],
             "optimizer": self.optimizer.to_dict(),
             "params": [[p.name, str(p.data.dtype), list(p.data.shape), p.exp, p.role] for l in self.layers for p in l.params],
         }
+        if self.precision.to_dict():  # a default policy leaves the schema (and its hash) as it was
+            d["precision"] = self.precision.to_dict()
+            d["masters"] = [[li, pi, str(m.dtype), self.master_shift[(li, pi)]] for (li, pi), m in sorted(self.master.items())]
+        return d
 
     def schema_hash(self) -> int:
         import json
@@ -266,7 +329,7 @@ class Sequential:
         key = (li, pi)
         p = self.layers[li].params[pi]
         if key in self.master:
-            return self.master[key], p.exp - MASTER_EXTRA_BITS
+            return self.master[key], self.master_exp(key)
         return p.data, p.exp
 
     def _apply_grad(self, li, pi, g, eg, m_t, prng):
@@ -279,7 +342,8 @@ class Sequential:
 
     def _refresh(self, li, pi):
         if (li, pi) in self.master:
-            r_opt.refresh_compute_copy(self.master[(li, pi)], self.layers[li].params[pi].data)
+            r_opt.refresh_compute_copy(self.master[(li, pi)], self.layers[li].params[pi].data,
+                                       self.master_shift[(li, pi)])
 
     def _apply_batch(self, prng):
         for li, l in enumerate(self.layers):
@@ -307,10 +371,14 @@ class Sequential:
         opt = SGD.from_dict(cfg.get("optimizer", {}))
         return cls(layers, input_shape=cfg["input_shape"], input_exp=cfg.get("input_exp", 0),
                    n_classes=cfg.get("n_classes"), loss=cfg.get("loss", "softmax_ce"),
-                   optimizer=opt, seed=cfg.get("seed", 0), name=cfg.get("name", "model"))
+                   optimizer=opt, seed=cfg.get("seed", 0), name=cfg.get("name", "model"),
+                   precision=cfg.get("precision"))
 
     def config(self) -> dict:
-        return {"name": self.name, "input_shape": list(self.input_shape), "input_exp": self.input_exp,
-                "n_classes": self.n_classes, "loss": self.loss, "seed": self.seed,
-                "layers": [{"type": l.kind, **l.config()} for l in self.layers],
-                "optimizer": self.optimizer.to_dict()}
+        d = {"name": self.name, "input_shape": list(self.input_shape), "input_exp": self.input_exp,
+             "n_classes": self.n_classes, "loss": self.loss, "seed": self.seed,
+             "layers": [layer_config(l) for l in self.layers],
+             "optimizer": self.optimizer.to_dict()}
+        if self.precision.to_dict():
+            d["precision"] = self.precision.to_dict()
+        return d

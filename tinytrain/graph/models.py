@@ -35,6 +35,8 @@ FILE_FIELDS = {
                          lambda v: isinstance(v, dict)),
     "loss": F.one_of(*LOSSES), "input_scale": F.either(F.one_of("unit", "data"), F.INT),
     "name": F.STR, "seed": F.Field("an integer >= 0", lambda v: F.is_int(v) and v >= 0),
+    "precision": F.Field("a preset name (int16, int8, int8-master16, ...) or an object such as "
+                         "{\"weights\": \"int8\"}", lambda v: isinstance(v, (str, dict))),
 }
 
 
@@ -63,8 +65,10 @@ def _optimizer(base: dict, overrides: dict, where: str) -> SGD:
     return opt
 
 
-def from_spec(spec: dict, dataset, *, where: str = "model", seed: int = 0, **opt_overrides) -> Sequential:
-    """Build a Sequential from a model description (the dict of a model file)."""
+def from_spec(spec: dict, dataset, *, where: str = "model", seed: int = 0, precision=None,
+              **opt_overrides) -> Sequential:
+    """Build a Sequential from a model description (the dict of a model file). ``precision``
+    (a preset name or a dict) replaces the file's "precision" object."""
     if not isinstance(spec, dict):
         raise ModelError(f"{where}: a model description is a table/object with a 'layers' list")
     if "layers" not in spec:
@@ -90,7 +94,8 @@ def from_spec(spec: dict, dataset, *, where: str = "model", seed: int = 0, **opt
         model = Sequential(built, input_shape=dataset.input_shape,
                            input_exp=_input_exp(dataset, spec.get("input_scale")),
                            n_classes=dataset.n_classes or None, loss=loss, optimizer=opt,
-                           seed=int(spec.get("seed", seed)), name=str(spec.get("name", where)))
+                           seed=int(spec.get("seed", seed)), name=str(spec.get("name", where)),
+                           precision=precision if precision is not None else spec.get("precision"))
     except ConfigError as exc:
         raise ModelError(f"{where}: {exc}") from None
     except ModelError as exc:
@@ -191,13 +196,14 @@ def read_model_file(path) -> dict:
 
 
 def build_model(name_or_path, dataset, *, seed: int = 0, lr: float | None = None,
-                batch_size: int | None = None, **opt_overrides) -> Sequential:
+                batch_size: int | None = None, precision=None, **opt_overrides) -> Sequential:
     """A fresh model for ``dataset``: a built-in name, a .json/.toml model file, or a saved
-    model file (its weights and training state are kept; lr/batch overrides are refused)."""
+    model file (its weights and training state are kept; lr/batch overrides are refused; a
+    ``precision`` converts it: :func:`tinytrain.graph.convert.with_precision`)."""
     s = str(name_or_path)
     overrides = dict(opt_overrides, lr=lr, batch_size=batch_size)
     if s in MODELS:
-        return from_spec(model_spec(s, dataset), dataset, where=s, seed=seed, **overrides)
+        return from_spec(model_spec(s, dataset), dataset, where=s, seed=seed, precision=precision, **overrides)
     p = Path(s)
     if p.is_file():
         from tinytrain.graph import io as tio
@@ -206,7 +212,10 @@ def build_model(name_or_path, dataset, *, seed: int = 0, lr: float | None = None
                 raise ModelError(f"{p} is a saved model: its optimizer is part of its training state; "
                                  "drop --lr/--batch-size or start from a model description")
             model, extra = tio.load(p)
+            if precision is not None:
+                from tinytrain.graph.convert import with_precision
+                model = with_precision(model, precision)
             return model
-        return from_spec(read_model_file(p), dataset, where=p.name, seed=seed, **overrides)
+        return from_spec(read_model_file(p), dataset, where=p.name, seed=seed, precision=precision, **overrides)
     raise ModelError(f"unknown model {s!r}: built-in models are {', '.join(MODELS)}, or give the "
                      "path of a .json/.toml model file or a saved .tt model")

@@ -19,7 +19,8 @@ Placeholders in a call: ``{x} {ex} {y} {ey}`` (input, its exponent, output, its 
 ``{e} {ee} {dx} {edx}`` (output error, its exponent, input error, its exponent), a parameter
 by name (``{w}``), its exponent (``{exp_w}``), its gradient (``{g_w}``), a buffer by name
 (``{saved}``), every name of ``args``, and ``{scratch}``, ``{stats}``, ``{train}`` (whether the
-forward is a training step or a prediction). A tensor's
+forward is a training step or a prediction), ``{wv}`` (the C suffix of the weights' width under
+the precision policy: "" for int16, "_w8" for int8; also in ``c_params``' type). A tensor's
 format spec gives its shape to the numba spelling (``{x:in}``: the input shape, ``{y:out}``,
 ``{e:out}``, ``{dx:in}``, ``{x:pc}``: positions x channels); C is flat, the spec is ignored.
 ``{scratch:N}`` is the first ``args["N"]`` words of the scratch buffer.
@@ -224,13 +225,24 @@ def _fill(layer, names: Names, li, offset, tensors, train=True) -> dict:
         m[f"ge_{name}"] = names.grad_exp(li, offset + j)
     for b in op.buffers:
         m[b.name] = names.buf(li, f"{prefix}{b.name}")
+    m["wv"] = weight_variant(layer)
     m["scratch"] = _Scratch(names, args)
     m["stats"] = names.stats
     m["train"] = _Bool(train, t)
     if t == "c" and op.c_params is not None:
         tag, ctype, fields = op.c_params
-        m["params"] = names.decl(li, f"{prefix}{tag}", ctype, {k: v.format_map(m) for k, v in fields.items()})
+        m["params"] = names.decl(li, f"{prefix}{tag}", ctype.format_map(m), {k: v.format_map(m) for k, v in fields.items()})
     return m
+
+
+#: C suffix of the kernels and params struct of a layer's weight width (precision policy)
+WEIGHT_VARIANTS = {np.dtype(np.int16): "", np.dtype(np.int8): "_w8"}
+
+
+def weight_variant(layer) -> str:
+    """``{wv}``: "" for int16 weights (and layers without weights), "_w8" for int8 weights."""
+    w = next((p for p in layer.params if p.role == "weight"), None)
+    return WEIGHT_VARIANTS.get(w.data.dtype, "") if w is not None else ""
 
 
 def _base(name, prefix):

@@ -5,8 +5,9 @@ Float appears only in ``SGD.compile`` (build time), which turns the user's hyper
 into integer constants. The update itself (``update_ref`` here, its numba and C twins) is
 integer only.
 
-Update of one parameter tensor (storage ``w`` with exponent ``ew``; int16 storage, or int32
-"master" storage at exponent ew - 16 with an int16 compute copy refreshed after each update)
+Update of one parameter tensor (storage ``w`` with exponent ``ew``; int8/int16 storage, or a
+wider "master" storage (precision.py) at exponent ew - shift with the compute copy refreshed after
+each update; int32 masters of int16 weights: shift 16)
 from an int32 gradient ``g`` at exponent ``eg``; lr_t = m_t * 2^-k:
 
 * m_t = rshift_round(m * f_t, 15) with f_t the Q15 schedule factor at optimizer step t
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tinytrain.graph import fields as F
-from tinytrain.fixedpoint import prng_next, rshift_round, rshift_stoch, sat_s16, sat_s32, to_mult_shift
+from tinytrain.fixedpoint import prng_next, rshift_round, rshift_stoch, sat_s32, to_mult_shift
 
 GUARD_BITS = 8
 MASTER_EXTRA_BITS = 16
@@ -198,8 +199,19 @@ def _shift(v: np.ndarray, s: int, sr: bool, prng: list):
     return out.reshape(v.shape)
 
 
+def sat_range(dtype) -> tuple[int, int]:
+    """The range an update saturates a tensor of ``dtype`` to: symmetric for int8 and int16
+    (-128 and -32768 never occur, so every product bound of the kernels holds), full for int32."""
+    dt = np.dtype(dtype)
+    if dt == np.int32:
+        return -(2**31), 2**31 - 1
+    hi = int(np.iinfo(dt).max)
+    return -hi, hi
+
+
 def _sat_store(w: np.ndarray, v: np.ndarray) -> np.ndarray:
-    return (sat_s16(v) if w.dtype == np.int16 else sat_s32(v)).astype(w.dtype)
+    lo, hi = sat_range(w.dtype)
+    return np.clip(v, lo, hi).astype(w.dtype)
 
 
 def update_direct_ref(w, ew_store, g, eg, opt: IntSGD, m_t: int, prng: list, stats=None):
@@ -244,6 +256,7 @@ def apply_accumulated_ref(w, A, V, opt: IntSGD, prng: list):
     return nsat
 
 
-def refresh_compute_copy(master: np.ndarray, w16: np.ndarray) -> None:
-    """int16 compute copy of an int32 master: sat_s16(rshift_round(master, 16))."""
-    w16[...] = sat_s16(rshift_round(master.astype(np.int64), MASTER_EXTRA_BITS)).astype(np.int16)
+def refresh_compute_copy(master: np.ndarray, w: np.ndarray, shift: int = MASTER_EXTRA_BITS) -> None:
+    """The compute copy of a master, ``shift`` bits narrower: sat(rshift_round(master, shift))
+    in w's symmetric range (int32 -> int16: 16 bits, int32 -> int8: 24, int16 -> int8: 8)."""
+    w[...] = _sat_store(w, rshift_round(master.astype(np.int64), shift))

@@ -11,7 +11,7 @@ in the reference, the simulator and the generated C alike.
 from __future__ import annotations
 
 from tinytrain.graph import fields as F
-from tinytrain.graph.layers import Layer, ModelError, layer_from_config, register
+from tinytrain.graph.layers import Layer, ModelError, layer_config, layer_from_config, register
 from tinytrain.graph.optable import Call, Op, register_op
 from tinytrain.ops import add as r_add
 
@@ -32,7 +32,7 @@ class Residual(Layer):
         self.inner = inner
 
     def config(self):
-        return {"layers": [{"type": l.kind, **l.config()} for l in self.inner]}
+        return {"layers": [layer_config(l) for l in self.inner]}
 
     def build(self, in_shape, rng):
         self.in_shape = tuple(in_shape)

@@ -99,10 +99,11 @@ def apply_accumulated(w, A, V, bs, ib_m, ib_k, mu_m, mu_k, wd_m, wd_k, sr, lo, h
 
 
 @njit(cache=True)
-def refresh_copy(master, w16):
+def refresh_copy(master, w, shift, lo, hi):
+    """w = sat(rshift_round(master, shift)) in [lo, hi]: the compute copy of a master."""
     for i in range(master.size):
-        v = rshift_round(np.int64(master[i]), 16)
-        w16[i] = 32767 if v > 32767 else -32767 if v < -32767 else v
+        v = rshift_round(np.int64(master[i]), shift)
+        w[i] = lo if v < lo else hi if v > hi else v
 
 
 @njit(cache=True)

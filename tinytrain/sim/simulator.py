@@ -18,7 +18,7 @@ import numpy as np
 
 from tinytrain.graph import optable
 from tinytrain.graph.optable import Names
-from tinytrain.graph.optim import MASTER_EXTRA_BITS
+from tinytrain.graph.optim import sat_range
 
 
 def _kernels_fingerprint() -> str:
@@ -111,6 +111,12 @@ def generate_source(model) -> str:
     def src(li):
         return "x" if li == 0 else f"A[{li - 1}]"
 
+    def refresh(key):
+        """The compute copy of a master narrowed into its parameter (shift and range as data)."""
+        lo, hi = sat_range(model.layers[key[0]].params[key[1]].data.dtype)
+        return (f"refresh_copy(MS[{gidx[key]}].reshape(-1), P[{pidx[key[0]][key[1]]}].reshape(-1), "
+                f"{model.master_shift[key]}, {lo}, {hi})")
+
     def fwd(train):
         out = []
         for li, l in enumerate(model.layers):
@@ -142,14 +148,14 @@ def generate_source(model) -> str:
             g = f"G[{gidx[key]}].reshape(-1)"
             ge = names.grad_exp(li, pi)
             is_master = key in model.master
-            store, ews = (f"MS[{gidx[key]}].reshape(-1)", p.exp - MASTER_EXTRA_BITS) if is_master else (f"P[{pidx[li][pi]}].reshape(-1)", p.exp)
-            lo, hi = (-32767, 32767) if (p.data.dtype == np.int16 and not is_master) else (-(2**31), 2**31 - 1)
+            store, ews = (f"MS[{gidx[key]}].reshape(-1)", model.master_exp(key)) if is_master else (f"P[{pidx[li][pi]}].reshape(-1)", p.exp)
+            lo, hi = sat_range(model.master[key].dtype if is_master else p.data.dtype)
             if opt.accumulate:
                 body.append(f"    accumulate(ACC[{gidx[key]}].reshape(-1), {ews}, {g}, {ge}, lr_k, m_t, sr, meta, stats)")
             else:
                 body.append(f"    update_direct({store}, {ews}, {g}, {ge}, lr_k, m_t, sr, wd_m, wd_k, {lo}, {hi}, meta, stats)")
                 if is_master:
-                    body.append(f"    refresh_copy({store}, P[{pidx[li][pi]}].reshape(-1))")
+                    body.append(f"    {refresh(key)}")
     body.append("    meta[2] += 1")
     if not opt.accumulate:
         body.append("    meta[1] += 1")
@@ -160,11 +166,11 @@ def generate_source(model) -> str:
             p = model.layers[li].params[pi]
             is_master = key in model.master
             store = f"MS[{gidx[key]}].reshape(-1)" if is_master else f"P[{pidx[li][pi]}].reshape(-1)"
-            lo, hi = (-32767, 32767) if (p.data.dtype == np.int16 and not is_master) else (-(2**31), 2**31 - 1)
+            lo, hi = sat_range(model.master[key].dtype if is_master else p.data.dtype)
             vel = f"VEL[{gidx[key]}].reshape(-1)" if opt.mu_m else f"ACC[{gidx[key]}].reshape(-1)"
             body.append(f"        apply_accumulated({store}, ACC[{gidx[key]}].reshape(-1), {vel}, batch_size, ib_m, ib_k, mu_m, mu_k, wd_m, wd_k, sr, {lo}, {hi}, meta, stats)")
             if is_master:
-                body.append(f"        refresh_copy({store}, P[{pidx[li][pi]}].reshape(-1))")
+                body.append(f"        {refresh(key)}")
         body.append("        meta[1] += 1")
         body.append("        meta[2] = 0")
 

@@ -42,6 +42,36 @@ int32_t tt_dense_bwd_s8(const tt_ctx *ctx, const tt_dense_params *p, const int8_
 void tt_dense_grad_s32(const tt_dense_params *p, const int8_t *e, const int8_t *x, int32_t *gw,
                        int32_t *gb);
 
+/* ---- int8 weights (precision policy "weights": "int8"): the same arithmetic, w int8 ---- */
+
+/** Largest fan-in for which the int8-weight forward sum provably fits int32
+ *  (K * 127 * 127 + 2^30 < 2^31). */
+#define TT_DENSE_W8_S32_MAX_K 66572
+/** Largest fan-out for which the int8-weight dx column sum provably fits int32. */
+#define TT_DENSE_W8_S32_MAX_N 133144
+
+/** tt_dense_params with int8 weights. */
+typedef struct tt_dense_w8_params {
+    int32_t K;
+    int32_t N;
+    const int8_t *w;       /* w[N][K] at exponent ew, in [-127, 127] */
+    int32_t ew;
+    const int32_t *b;
+    int32_t eb;
+} tt_dense_w8_params;
+
+/** tt_dense_fwd_s8 with int8 weights. Scratch: N int64. */
+int32_t tt_dense_fwd_s8_w8(const tt_ctx *ctx, const tt_dense_w8_params *p, const int8_t *x,
+                           int32_t ex, int8_t *y);
+
+/** tt_dense_bwd_s8 with int8 weights. Scratch: K int64. */
+int32_t tt_dense_bwd_s8_w8(const tt_ctx *ctx, const tt_dense_w8_params *p, const int8_t *e,
+                           int32_t ee, int8_t *dx);
+
+/** tt_dense_grad_s32 for a layer with int8 weights (the gradients do not read them). */
+void tt_dense_grad_s32_w8(const tt_dense_w8_params *p, const int8_t *e, const int8_t *x,
+                          int32_t *gw, int32_t *gb);
+
 #ifdef __cplusplus
 }
 #endif

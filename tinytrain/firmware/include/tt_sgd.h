@@ -92,6 +92,36 @@ void tt_sgd_dense_direct_s32(const tt_sgd_step *u, const tt_sgd_dense_s32_params
 /** int16 compute copy of an int32 master: sat_s16(rshift_round(master, 16)). */
 void tt_sgd_refresh_copy(const int32_t *master, int16_t *w16, int32_t n);
 
+/* ---- int8 storage (precision policy "weights": "int8"): the same rules, saturating to
+ * [-127, 127]; and the narrowing of a master copy into an int8 compute copy ---- */
+
+/** tt_sgd_update_direct_s16 on an int8 tensor. */
+void tt_sgd_update_direct_s8(const tt_sgd_step *u, int8_t *w, int32_t n, int32_t ew,
+                             const int32_t *g, int32_t eg);
+
+/** tt_sgd_apply_accumulated_s16 on an int8 tensor. */
+void tt_sgd_apply_accumulated_s8(const tt_sgd_step *u, int8_t *w, int32_t *A, int32_t *V,
+                                 int32_t n);
+
+/** Where a direct-mode Dense update with int8 weights writes (NULL: frozen). */
+typedef struct tt_sgd_dense_s8_params {
+    int32_t K, N;
+    int8_t *w;
+    int32_t ew;
+    int32_t *b;
+    int32_t eb;
+} tt_sgd_dense_s8_params;
+
+/** tt_sgd_dense_direct_s16 with int8 weights. */
+void tt_sgd_dense_direct_s8(const tt_sgd_step *u, const tt_sgd_dense_s8_params *p,
+                            const int8_t *e, int32_t ee, const int8_t *x, int32_t ex);
+
+/** int8 compute copy of an int32 master: sat_s8(rshift_round(master, 24)). */
+void tt_sgd_refresh_copy_s32_s8(const int32_t *master, int8_t *w8, int32_t n);
+
+/** int8 compute copy of an int16 master: sat_s8(rshift_round(master, 8)). */
+void tt_sgd_refresh_copy_s16_s8(const int16_t *master, int8_t *w8, int32_t n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -228,3 +228,78 @@ void tt_dense_grad_s32(const tt_dense_params *p, const int8_t *e, const int8_t *
         gb[n] = en;
     }
 }
+
+/* ---- int8 weights: the products are int8 x int8 (|p| <= 127 * 127), so int32 sums hold up to
+ * the TT_DENSE_W8_S32_MAX_* bounds of tt_dense.h; beyond them int64. Portable loops, four
+ * products per turn; both widths compute every partial sum exactly. */
+int32_t tt_dense_fwd_s8_w8(const tt_ctx *ctx, const tt_dense_w8_params *p, const int8_t *x,
+                           int32_t ex, int8_t *y)
+{
+    const int32_t K = p->K, N = p->N, eb = p->eb, ea = ex + p->ew;
+    int64_t *scratch = ctx->scratch;
+    uint32_t m = 0;
+    int32_t n, k;
+    if (K > TT_DENSE_W8_S32_MAX_K) {
+        for (n = 0; n < N; n++) {
+            const int8_t *row = p->w + (int64_t)n * K;
+            int64_t acc = tt_align(p->b[n], eb, ea);
+            for (k = 0; k < K; k++) acc += (int32_t)x[k] * (int32_t)row[k];
+            scratch[n] = acc;
+        }
+        return ea + tt_requant_s8_from_s64(scratch, N, y, ctx->stats);
+    }
+    for (n = 0; n < N; n++) {
+        const int8_t *row = p->w + n * K;
+        int32_t s = tt_align_s32(p->b[n], eb, ea);
+        uint32_t a;
+        for (k = 0; k + 4 <= K; k += 4) {
+            s += (int32_t)x[k] * (int32_t)row[k];
+            s += (int32_t)x[k + 1] * (int32_t)row[k + 1];
+            s += (int32_t)x[k + 2] * (int32_t)row[k + 2];
+            s += (int32_t)x[k + 3] * (int32_t)row[k + 3];
+        }
+        for (; k < K; k++) s += (int32_t)x[k] * (int32_t)row[k];
+        scratch[n] = s;
+        a = s < 0 ? 0u - (uint32_t)s : (uint32_t)s;
+        if (a > m) m = a;
+    }
+    return ea + tt_requant_s8_from_s64_max(scratch, N, m, y, ctx->stats);
+}
+
+int32_t tt_dense_bwd_s8_w8(const tt_ctx *ctx, const tt_dense_w8_params *p, const int8_t *e,
+                           int32_t ee, int8_t *dx)
+{
+    const int32_t K = p->K, N = p->N;
+    int64_t *scratch = ctx->scratch;
+    uint32_t m = 0;
+    int32_t n, k;
+    if (N > TT_DENSE_W8_S32_MAX_N) {
+        for (k = 0; k < K; k++) { /* int64 sums started from the first product (N >= 1 here): a
+                                   * constant 0 start is one GCC may load with VFP registers */
+            const int8_t *col = p->w + k;
+            int64_t acc = (int32_t)e[0] * (int32_t)col[0];
+            for (n = 1, col += K; n < N; n++, col += K) acc += (int32_t)e[n] * (int32_t)col[0];
+            scratch[k] = acc;
+        }
+        return ee + p->ew + tt_requant_s8_from_s64(scratch, K, dx, ctx->stats);
+    }
+    if (N <= 0) /* no rows: all sums 0 (said apart, as in tt_dense_bwd_cols_s32: no VFP zero stores) */
+        memset(scratch, 0, (size_t)K * sizeof *scratch);
+    else for (k = 0; k < K; k++) {
+        const int8_t *col = p->w + k;
+        int32_t s = 0;
+        uint32_t a;
+        for (n = 0; n < N; n++, col += K) s += (int32_t)e[n] * (int32_t)col[0];
+        scratch[k] = s;
+        a = s < 0 ? 0u - (uint32_t)s : (uint32_t)s;
+        if (a > m) m = a;
+    }
+    return ee + p->ew + tt_requant_s8_from_s64_max(scratch, K, m, dx, ctx->stats);
+}
+
+void tt_dense_grad_s32_w8(const tt_dense_w8_params *p, const int8_t *e, const int8_t *x,
+                          int32_t *gw, int32_t *gb)
+{
+    const tt_dense_params q = {p->K, p->N, 0, p->ew, p->b, p->eb};
+    tt_dense_grad_s32(&q, e, x, gw, gb);
+}

@@ -354,3 +354,84 @@ void tt_sgd_dense_direct_s32(const tt_sgd_step *u, const tt_sgd_dense_s32_params
     if (p->w) tt_sgd_dense_weights(u, 0, p->w, p->ew + u->cfg->k - (ee + ex), e, x, p->K, p->N);
     if (p->b) tt_sgd_dense_bias(u, p->b, p->eb, e, ee, p->N);
 }
+
+/* ---- int8 storage: the element rules of sgd_update_direct / sgd_apply_accumulated with the
+ * range [-127, 127] (kept apart from the int16/int32 bodies and their fast paths). */
+static void tt_sgd_apply1_s8(int8_t *w, int64_t g, int32_t s, const tt_sgd_step *u)
+{
+    const tt_sgd *o = u->cfg;
+    const int64_t wi = *w;
+    int64_t d = tt_sgd_shift((int64_t)u->m_t * g, s, o->sr, u->prng), v, nv;
+    if (o->wd_m) d += tt_rshift_round_s64(wi * o->wd_m, o->wd_k);
+    v = wi - d;
+    nv = tt_clamp64(v, -TT_S8_MAX, TT_S8_MAX);
+    if (nv != v) u->stats->saturated++;
+    *w = (int8_t)nv;
+}
+
+void tt_sgd_update_direct_s8(const tt_sgd_step *u, int8_t *w, int32_t n, int32_t ew,
+                             const int32_t *g, int32_t eg)
+{
+    const int32_t s = ew + u->cfg->k - eg;
+    int32_t i;
+    for (i = 0; i < n; i++) tt_sgd_apply1_s8(w + i, g[i], s, u);
+}
+
+void tt_sgd_apply_accumulated_s8(const tt_sgd_step *u, int8_t *w, int32_t *A, int32_t *V,
+                                 int32_t n)
+{
+    const tt_sgd *o = u->cfg;
+    int32_t i;
+    for (i = 0; i < n; i++) {
+        int64_t a = A[i], wi, v, nv;
+        if (o->batch_size > 1) a = tt_rshift_round_s64(a * o->ib_m, o->ib_k);
+        A[i] = 0;
+        if (o->mu_m) {
+            const int32_t vv = tt_sat_s32(tt_rshift_round_s64((int64_t)V[i] * o->mu_m, o->mu_k) + a);
+            V[i] = vv;
+            a = vv;
+        }
+        wi = w[i];
+        if (o->wd_m) {
+            const int32_t s = o->wd_k - TT_SGD_GUARD_BITS;
+            const int64_t wd = wi * o->wd_m;
+            a += s >= 0 ? tt_rshift_round_s64(wd, s) : wd * ((int64_t)1 << -s);
+        }
+        v = wi - tt_sgd_shift(a, TT_SGD_GUARD_BITS, o->sr, u->prng);
+        nv = tt_clamp64(v, -TT_S8_MAX, TT_S8_MAX);
+        if (nv != v) u->stats->saturated++;
+        w[i] = (int8_t)nv;
+    }
+}
+
+void tt_sgd_dense_direct_s8(const tt_sgd_step *u, const tt_sgd_dense_s8_params *p,
+                            const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
+{
+    if (p->w) {
+        const int32_t s = p->ew + u->cfg->k - (ee + ex), K = p->K, can_skip = TT_SGD_CAN_SKIP(u->cfg);
+        int32_t n, k;
+        for (n = 0; n < p->N; n++) {
+            const int32_t en = e[n];
+            int8_t *row = p->w + n * K;
+            if (en == 0 && can_skip) { /* w - 0: only an old -128 changes (clamped, counted) */
+                for (k = 0; k < K; k++)
+                    if (row[k] == -128) { row[k] = -TT_S8_MAX; u->stats->saturated++; }
+                continue;
+            }
+            for (k = 0; k < K; k++) tt_sgd_apply1_s8(row + k, (int64_t)(en * (int32_t)x[k]), s, u);
+        }
+    }
+    if (p->b) tt_sgd_dense_bias(u, p->b, p->eb, e, ee, p->N);
+}
+
+void tt_sgd_refresh_copy_s32_s8(const int32_t *master, int8_t *w8, int32_t n)
+{
+    int32_t i;
+    for (i = 0; i < n; i++) w8[i] = tt_sat_s8(tt_rshift_round_s64(master[i], 24));
+}
+
+void tt_sgd_refresh_copy_s16_s8(const int16_t *master, int8_t *w8, int32_t n)
+{
+    int32_t i;
+    for (i = 0; i < n; i++) w8[i] = tt_sat_s8(tt_rshift_round_s64(master[i], 8));
+}

@@ -1,0 +1,262 @@
+"""Precision policies (graph/precision.py): parsing, what a policy builds, conversion, files, and
+reference = numba = C every step on drawn graphs x policies x optimizer options.
+
+The policy keys beyond weights/master/rounding accept only their one implemented value; the
+others are refused with an error that says so (tested here and in test_bad_input.py)."""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from tinytrain.codegen.emit import CodegenError, generate
+from tinytrain.graph import io as tio
+from tinytrain.graph.conv import Conv1d, Conv2d
+from tinytrain.graph.convert import with_precision
+from tinytrain.graph.layers import Dense, Flatten, ModelError, ReLU, layer_from_config
+from tinytrain.graph.model import Sequential
+from tinytrain.graph.optim import SGD
+from tinytrain.graph.precision import PRESETS, Precision, PrecisionError, parse_cli
+from tinytrain.graph.residual import Residual
+from tinytrain.sim.simulator import Simulator
+
+from .conftest import examples
+from .test_exactness import _data, any_graph, any_optimizer, three_way
+
+POLICIES = list(PRESETS)
+
+
+# ------------------------------------------------------------------------------ parsing
+def test_presets_and_objects_parse_to_the_same_policy():
+    assert Precision.parse("int8") == Precision.parse({"weights": "int8"}) == Precision(weights="int8")
+    assert Precision.parse(None) == Precision() == PRESETS["int16"]
+    assert Precision.parse({"master": "int16"}, base=Precision(weights="int8")) == PRESETS["int8-master16"]
+    assert Precision().to_dict() == {} and PRESETS["int8-master16"].to_dict() == {"weights": "int8", "master": "int16"}
+
+
+@pytest.mark.parametrize("spec, match", [
+    ({"weight": "int8"}, "unknown key(s) weight"),
+    ({"weights": "int7"}, 'weights = "int7" must be one of'),
+    ({"weights": "int4"}, "not implemented yet: int4 weights need row or block32"),
+    ({"momentum": "int8"}, "not implemented yet"),
+    ({"activations": "int16"}, "not implemented yet"),
+    ({"exponent": "block32"}, "not implemented yet"),
+    ({"master": "int16"}, "not wider than the int16 weights"),
+    ({"weights": "int8", "rounding": "nearest"}, "cannot train with rounding"),
+    ("int9", "unknown preset 'int9'"),
+    (7, "must be a preset name or an object"),
+])
+def test_bad_policies_name_the_key(spec, match):
+    with pytest.raises(PrecisionError, match=match.replace("(", r"\(").replace(")", r"\)")):
+        Precision.parse(spec)
+
+
+def test_cli_spelling():
+    assert parse_cli("int8") == "int8"
+    assert parse_cli('{"weights": "int8", "master": "int16"}') == {"weights": "int8", "master": "int16"}
+    with pytest.raises(PrecisionError, match="not valid JSON"):
+        parse_cli("{weights: int8}")
+
+
+def test_rounding_is_one_for_the_model():
+    l = Dense(4)
+    l.precision = {"weights": "int16", "rounding": "nearest"}
+    with pytest.raises(ModelError, match="rounding is one for the model"):
+        Sequential([l, Dense(3)], input_shape=(5,), precision="int8")
+    # int8 without a master turns stochastic rounding on (rounding "auto"); with a master it stays off
+    assert Sequential([Dense(3)], input_shape=(5,), precision="int8").opt.sr
+    assert not Sequential([Dense(3)], input_shape=(5,), precision="int8-master16").opt.sr
+    assert Sequential([Dense(3)], input_shape=(5,), precision={"rounding": "stochastic"}).opt.sr
+
+
+# -------------------------------------------------------------------------- what it builds
+@pytest.mark.parametrize("name", POLICIES)
+def test_policy_builds_its_widths(name):
+    pol = PRESETS[name]
+    m = Sequential([Dense(6), ReLU(), Residual([Dense(6)]), Dense(3)], input_shape=(9,), input_exp=-7, precision=name)
+    ref = Sequential([Dense(6), ReLU(), Residual([Dense(6)]), Dense(3)], input_shape=(9,), input_exp=-7)
+    for l, r in zip(m.layers, ref.layers):
+        for p, q in zip(l.params, r.params):
+            if p.role == "weight":
+                assert p.data.dtype == pol.weight_dtype
+                # the same range in fewer bits: the exponent moves by the difference
+                assert p.exp == q.exp + 16 - pol.weight_bits
+                lim = np.iinfo(p.data.dtype).max
+                assert -lim <= int(p.data.min()) and int(p.data.max()) <= lim
+            else:
+                assert p.data.dtype == q.data.dtype and p.exp == q.exp
+    weights = [(li, pi) for li, l in enumerate(m.layers) for pi, p in enumerate(l.params) if p.role == "weight"]
+    if pol.master == "none":
+        assert m.master == {}
+    else:
+        assert sorted(m.master) == weights
+        for key in weights:
+            w = m.layers[key[0]].params[key[1]]
+            assert m.master[key].dtype == np.dtype(pol.master)
+            assert m.master_shift[key] == np.dtype(pol.master).itemsize * 8 - pol.weight_bits
+            assert (m.master[key] >> m.master_shift[key] == w.data).all()
+
+
+def test_default_policy_changes_nothing():
+    """A model under the default policy is the model without one: schema, C, state."""
+    a = Sequential([Dense(6), ReLU(), Dense(3)], input_shape=(9,), input_exp=-7)
+    b = Sequential([Dense(6), ReLU(), Dense(3)], input_shape=(9,), input_exp=-7, precision="int16")
+    assert a.schema_hash() == b.schema_hash() and a.state_hash() == b.state_hash()
+    assert generate(a).source == generate(b).source
+    assert "precision" not in a.config() and "precision" not in a.schema()
+
+
+def test_optimizer_master_weights_is_an_int32_master():
+    a = Sequential([Dense(3)], input_shape=(5,), optimizer=SGD(master_weights=True))
+    b = Sequential([Dense(3)], input_shape=(5,), precision="int16-master32")
+    assert a.master.keys() == b.master.keys() and all((a.master[k] == b.master[k]).all() for k in a.master)
+    c = Sequential([Dense(3)], input_shape=(5,), precision="int8", optimizer=SGD(master_weights=True))
+    assert c.master[(0, 0)].dtype == np.int32 and c.master_shift[(0, 0)] == 24
+
+
+def test_layer_override_from_a_model_file():
+    from tinytrain.data import load_digits
+    from tinytrain.graph.models import from_spec
+
+    ds = load_digits()
+    spec = {"precision": "int8", "layers": [{"type": "dense", "units": 8, "precision": {"master": "int16"}},
+                                            {"type": "relu"}, {"type": "dense", "units": 10}]}
+    m = from_spec(spec, ds)
+    assert [p.data.dtype for p in m.layers[0].params] == [np.int8, np.int32]
+    assert m.master.keys() == {(0, 0)} and m.master[(0, 0)].dtype == np.int16
+    assert m.opt.sr  # the second dense has int8 weights and no master
+    assert m.config()["layers"][0]["precision"] == {"master": "int16"}
+    with pytest.raises(ModelError, match="dense precision: unknown key"):
+        layer_from_config({"type": "dense", "units": 3, "precision": {"bits": 8}})
+
+
+# ------------------------------------------------------------------------------ conversion
+def test_conversion_keeps_the_range_and_rounds():
+    a = Sequential([Dense(6), ReLU(), Dense(3)], input_shape=(9,), input_exp=-7, precision="int16-master32", seed=4)
+    x, y = _data(30, (9,), 3, 2)
+    Simulator(a).train(x, y, np.arange(30))
+    b = with_precision(a, "int8-master16")
+    for key in ((0, 0), (2, 0)):
+        w_old, w_new = a.layers[key[0]].params[key[1]], b.layers[key[0]].params[key[1]]
+        assert w_new.exp == w_old.exp + 8
+        # the new int16 master (at e_old + 8 - 8) from the old int32 master (at e_old - 16): 16 bits,
+        # rounded; it equals the old int16 compute copy
+        m32 = a.master[key].astype(np.int64)
+        assert (b.master[key] == np.clip((m32 >> 16) + ((m32 >> 15) & 1), -32767, 32767)).all()
+        assert (b.master[key] == w_old.data).all()
+        assert (w_new.data == np.clip((b.master[key].astype(np.int64) >> 8) + ((b.master[key] >> 7) & 1), -127, 127)).all()
+    assert (b.meta[:2] == a.meta[:2]).all()
+    back = with_precision(b, "int16")  # widening is exact
+    assert all((p.data == q.data.astype(np.int16) << 8).all() for p, q in zip(back.layers[0].params[:1], b.layers[0].params[:1]))
+
+
+def test_converted_model_saves_loads_and_trains_equal(tmp_path):
+    a = Sequential([Dense(6), ReLU(), Dense(3)], input_shape=(9,), input_exp=-7, seed=1)
+    x, y = _data(12, (9,), 3, 3)
+    Simulator(a).train(x, y, np.arange(12))
+    b = with_precision(a, "int8")
+    tio.save(b, tmp_path / "b.tt")
+    c, _ = tio.load(tmp_path / "b.tt")
+    assert c.schema() == b.schema() and c.state_hash() == b.state_hash()
+    assert [p.exp for l in c.layers for p in l.params] == [p.exp for l in b.layers for p in l.params]
+    three_way(c, x, y, epochs=1)
+
+
+# ------------------------------------------------------- reference = numba = C, drawn policies
+@st.composite
+def flat_model(draw):
+    n_in = draw(st.integers(3, 12))
+    layers = []
+    for _ in range(draw(st.integers(0, 2))):
+        kind = draw(st.sampled_from(["dense", "relu", "residual"]))
+        n = layers[-1].units if layers and isinstance(layers[-1], Dense) else None
+        if kind == "dense":
+            layers.append(Dense(draw(st.integers(2, 12))))
+        elif kind == "relu":
+            layers.append(ReLU())
+        elif n:
+            layers.append(Residual([Dense(n)] + ([ReLU()] if draw(st.booleans()) else [])))
+    n_cls = draw(st.integers(2, 5))
+    layers.append(Dense(n_cls))
+    for l in layers:  # per-layer overrides of the model's policy
+        if l.params and draw(st.integers(0, 3)) == 0:
+            l.precision = draw(st.sampled_from([{"weights": "int16"}, {"weights": "int8", "master": "int16"},
+                                                {"master": "int32"}, {"weights": "int8"}]))
+    return (n_in,), layers, n_cls
+
+
+def _build(data, shape, layers, policy):
+    probe = Sequential(copy.deepcopy(layers), input_shape=shape, input_exp=-7, precision=policy)
+    opt = data.draw(any_optimizer(probe.layers))
+    return Sequential(layers, input_shape=shape, input_exp=data.draw(st.integers(-9, 0)), optimizer=opt,
+                      seed=data.draw(st.integers(0, 1000)), precision=policy)
+
+
+@settings(max_examples=examples(8), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_any_policy_any_optimizer_reference_sim_c_equal(data):
+    shape, layers, n_cls = data.draw(flat_model())
+    try:
+        ref = _build(data, shape, layers, data.draw(st.sampled_from(POLICIES)))
+    except ModelError as exc:  # a drawn override may ask for nearest rounding beside int8: refused
+        assert "rounding" in str(exc) or "not wider" in str(exc)
+        return
+    x, y = _data(data.draw(st.integers(4, 9)), shape, n_cls, data.draw(st.integers(0, 2**16)))
+    three_way(ref, x, y)
+
+
+@settings(max_examples=examples(4), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_any_graph_under_a_policy_reference_sim_c_equal(data):
+    """Any graph (convs, batch norm, pools, residual blocks) under a policy. Conv layers keep
+    int16 weights in C (the int8 C kernels are dense only): they get that override; the
+    reference and numba are also compared with int8 conv weights."""
+    shape, layers, n_cls = data.draw(any_graph())
+    policy = data.draw(st.sampled_from(POLICIES))
+    x, y = _data(data.draw(st.integers(4, 8)), shape, n_cls, data.draw(st.integers(0, 2**16)))
+    ref = _build(data, shape, copy.deepcopy(layers), policy)
+    two = ref.copy()
+    sim = Simulator(two)
+    for i in range(len(x)):
+        assert tuple(ref.ref_train_step(x[i], y[i])) == tuple(sim.train(x, y, [i])[0])
+        assert ref.state_hash() == two.state_hash(), f"step {i}"
+    for l in layers:
+        for leaf in getattr(l, "inner", None) or [l]:
+            if leaf.kind in ("conv1d", "conv2d", "depthwise_conv2d"):
+                leaf.precision = {"weights": "int16", "master": "none"}
+    try:
+        ref = _build(data, shape, layers, policy)
+    except ModelError as exc:
+        assert "rounding" in str(exc)
+        return
+    three_way(ref, x, y, epochs=1)
+
+
+def test_int8_conv_weights_are_refused_by_codegen_with_the_fix():
+    m = Sequential([Conv1d(2, 3), Flatten(), Dense(3)], input_shape=(8, 1), input_exp=-7, precision="int8")
+    with pytest.raises(CodegenError, match=r'layer 0 \(conv1d\) has int8 weights.*"weights": "int16"'):
+        generate(m)
+    m = Sequential([Residual([Conv2d(1, 3, padding="same")]), Flatten(), Dense(3)], input_shape=(4, 4, 1),
+                   input_exp=-7, precision="int8")
+    with pytest.raises(CodegenError, match=r"layer 0 \(inner layer 0\) \(conv2d\)"):
+        generate(m)
+
+
+@pytest.mark.skipif(__import__("shutil").which("arm-none-eabi-gcc") is None, reason="arm-none-eabi-gcc not installed")
+@pytest.mark.parametrize("policy", ["int8", "int8-master16", "int8-master32"])
+def test_int8_policies_are_integer_only_on_cortex_m(policy):
+    """No float helper on M0, no VFP instruction in hard-float M4/M33 builds (GCC may move
+    64-bit zeros through VFP registers: the int8 kernels are written not to let it)."""
+    from tinytrain.codegen import memory
+
+    opt = SGD(lr=0.05, batch_size=2, momentum=0.9) if policy.endswith("32") else SGD(lr=0.05)
+    em = generate(Sequential([Dense(32), ReLU(), Dense(10)], input_shape=(64,), input_exp=-6, optimizer=opt,
+                             precision=policy))
+    assert memory.float_symbols(memory.compile_arm(em, "cortex-m0")["undefined"]) == []
+    for cpu in ("cortex-m4", "cortex-m33"):
+        assert memory.vfp_instructions(memory.compile_arm(em, cpu)["disasm"]) == [], cpu

@@ -1,0 +1,183 @@
+"""Precision policies: the bit width of every tensor a model trains with.
+
+A policy is a ``"precision"`` object in the model file (the model's default), which any layer
+object may override with its own ``"precision"`` object, e.g.::
+
+    "precision": {"weights": "int8", "master": "none"},
+    "layers": [{"type": "dense", "units": 32, "precision": {"master": "int16"}}, ...]
+
+or a preset name (:data:`PRESETS`). Keys and what tinytrain does with them:
+
+``weights``  the compute copy of the weights of dense and conv layers: ``int16`` (the default)
+             or ``int8``. Its exponent is fixed at build time with 4x headroom above the
+             initialisation bound (the int16 rule, in the narrower width). Values stay in the
+             symmetric range (+-32767, +-127): every product bound of the kernels holds.
+``master``   a wider copy the optimizer updates, narrowed (rounded, saturated) into the
+             compute copy after each update, the integer form of FP32 master weights:
+             ``none``, ``int16`` (only for int8 weights) or ``int32``. It sits
+             ``bits(master) - bits(weights)`` bits below the weights' exponent.
+             ``optimizer.master_weights: true`` is the older spelling of ``int32``.
+``rounding`` how an update is rounded into its storage: ``nearest``, ``stochastic`` or
+             ``auto`` (the default): stochastic exactly when some int8 weights have no master.
+             A step of an int8 weight is 1/128 of its range: most SGD updates are smaller than
+             half a step and round-to-nearest drops them all (W1 stops learning), while
+             stochastic rounding keeps their expectation. So int8 weights without a master
+             and with ``nearest`` are refused. This sets the optimizer's
+             ``stochastic_rounding`` (the PRNG is the optimizer's; it is one for the model).
+
+Also part of the policy, with the one value implemented today (others are refused with an
+error that says so): ``momentum`` ``int32``, ``activations`` and ``errors`` ``int8``, ``bias``
+``int32``, ``exponent`` ``tensor``, ``loss_scale`` ``dynamic`` (per-step error exponents).
+
+Biases, batch-norm parameters and running statistics keep their formats under every policy.
+A policy that leaves everything at its default changes nothing: the schema, the generated C and
+the state hash of such a model are those of a model without a policy.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields as dc_fields, replace
+
+import numpy as np
+
+from tinytrain.graph import fields as F
+
+WEIGHT_BITS = {"int16": 16, "int8": 8}
+MASTER_BITS = {"none": 0, "int16": 16, "int32": 32}
+DTYPES = {"int8": np.int8, "int16": np.int16, "int32": np.int32}
+
+#: values accepted by the model file, per key (what is implemented; see NOT_YET)
+FIELDS = {
+    "weights": F.one_of("int16", "int8", "int4"),
+    "master": F.one_of("none", "int16", "int32"),
+    "rounding": F.one_of("auto", "nearest", "stochastic"),
+    "momentum": F.one_of("int8", "int16", "int32"),
+    "activations": F.one_of("int8", "int16"),
+    "errors": F.one_of("int8", "int16"),
+    "bias": F.one_of("int16", "int32"),
+    "exponent": F.one_of("tensor", "row", "block32"),
+    "loss_scale": F.one_of("dynamic"),
+}
+
+#: values the issue tracker names that tinytrain does not implement yet: (key, value) -> advice
+NOT_YET = {
+    ("weights", "int4"): "int4 weights need row or block32 exponents, which are not implemented yet; use int8",
+    ("momentum", "int8"): "only int32 momentum is implemented; leave momentum out",
+    ("momentum", "int16"): "only int32 momentum is implemented; leave momentum out",
+    ("activations", "int16"): "only int8 activations are implemented; leave activations out",
+    ("errors", "int16"): "only int8 errors are implemented; leave errors out",
+    ("bias", "int16"): "only int32 biases are implemented; leave bias out",
+    ("exponent", "row"): "only per-tensor exponents are implemented; leave exponent out",
+    ("exponent", "block32"): "only per-tensor exponents are implemented; leave exponent out",
+}
+
+
+class PrecisionError(ValueError):
+    """A precision policy that is malformed, not implemented, or cannot train."""
+
+
+@dataclass(frozen=True)
+class Precision:
+    weights: str = "int16"
+    master: str = "none"
+    rounding: str = "auto"
+    momentum: str = "int32"
+    activations: str = "int8"
+    errors: str = "int8"
+    bias: str = "int32"
+    exponent: str = "tensor"
+    loss_scale: str = "dynamic"
+
+    # ---------------------------------------------------------------- parsing
+    @classmethod
+    def parse(cls, spec, where: str = "precision", base: "Precision | None" = None) -> "Precision":
+        """A policy from a preset name, a dict of keys (over ``base``, default: the defaults) or
+        a Precision. Raises PrecisionError naming the key."""
+        base = base or cls()
+        if spec is None:
+            return base
+        if isinstance(spec, Precision):
+            return spec
+        if isinstance(spec, str):
+            if spec not in PRESETS:
+                raise PrecisionError(f"{where}: unknown preset {spec!r}: use one of {', '.join(PRESETS)} "
+                                     "or an object of keys (docs/precision.md)")
+            return PRESETS[spec]
+        cls.check_keys(spec, where)
+        p = replace(base, **spec)
+        p.check(where)
+        return p
+
+    @staticmethod
+    def check_keys(spec, where: str = "precision") -> None:
+        """The keys and values of an object (or a preset name), not yet their combination (a
+        layer's override is complete only over the model's policy)."""
+        if isinstance(spec, str):
+            Precision.parse(spec, where)
+            return
+        if not isinstance(spec, dict):
+            raise PrecisionError(f"{where} must be a preset name or an object of keys, got {F.show(spec)}")
+        F.check(spec, FIELDS, where, PrecisionError)
+        for k, v in spec.items():
+            if (k, v) in NOT_YET:
+                raise PrecisionError(f"{where}: {k} = {F.show(v)} is not implemented yet: {NOT_YET[(k, v)]}")
+
+    def check(self, where: str = "precision") -> None:
+        if self.master != "none" and MASTER_BITS[self.master] <= WEIGHT_BITS[self.weights]:
+            raise PrecisionError(f"{where}: master = {self.master!r} is not wider than the {self.weights} weights: "
+                                 f"use {'int32' if self.weights == 'int16' else 'int16 or int32'}, or none")
+        if self.weights == "int8" and self.master == "none" and self.rounding == "nearest":
+            raise PrecisionError(f"{where}: int8 weights without a master copy cannot train with rounding = \"nearest\" "
+                                 "(updates below half a step are all lost): use rounding \"stochastic\" (or \"auto\") "
+                                 "or master \"int16\"")
+
+    # ----------------------------------------------------------------- queries
+    def to_dict(self, only_changed: bool = True) -> dict:
+        d = {f.name: getattr(self, f.name) for f in dc_fields(self)}
+        if only_changed:
+            d = {k: v for k, v in d.items() if v != getattr(DEFAULT, k)}
+        return d
+
+    @property
+    def weight_dtype(self):
+        return DTYPES[self.weights]
+
+    @property
+    def weight_bits(self) -> int:
+        return WEIGHT_BITS[self.weights]
+
+    def master_shift(self) -> int:
+        """Bits the master sits below the compute copy (0: no master)."""
+        return MASTER_BITS[self.master] - self.weight_bits if self.master != "none" else 0
+
+    @property
+    def needs_stochastic(self) -> bool:
+        return self.weights == "int8" and self.master == "none"
+
+
+DEFAULT = Precision()
+
+#: named policies (``--precision NAME``)
+PRESETS = {
+    "int16": DEFAULT,
+    "int16-master32": Precision(master="int32"),
+    "int8": Precision(weights="int8"),
+    "int8-master16": Precision(weights="int8", master="int16"),
+    "int8-master32": Precision(weights="int8", master="int32"),
+}
+
+
+def parse_cli(text: str) -> "dict | str":
+    """``--precision`` as given on the command line: a preset name or a JSON object."""
+    import json
+
+    t = text.strip()
+    if t.startswith("{"):
+        try:
+            v = json.loads(t)
+        except json.JSONDecodeError as exc:
+            raise PrecisionError(f"--precision: not valid JSON ({exc.msg} at column {exc.colno}): "
+                                 "give a preset name or an object such as '{\"weights\": \"int8\"}'") from None
+        Precision.parse(v, "--precision")
+        return v
+    Precision.parse(t, "--precision")
+    return t
