@@ -21,7 +21,6 @@ from collections import Counter
 import numpy as np
 
 from tinytrain.graph.optable import op_for
-from tinytrain.graph.optim import MASTER_EXTRA_BITS
 
 
 def qformat(bits: int, exp: int) -> str:
@@ -130,7 +129,8 @@ def fixed_point_report(model, dataset, samples: int | None = None, progress=None
                      "role": p.role if (learns or p.role == "state") else "frozen", "range": [lo, hi],
                      "headroom_bits": bits - 1 - _bitwidth(mx), "saturations": psat[(li, pi)]}
             if (li, pi) in m.master:
-                entry["master"] = {"dtype": "int32", "qformat": qformat(32, p.exp - MASTER_EXTRA_BITS)}
+                ms = m.master[(li, pi)]
+                entry["master"] = {"dtype": str(ms.dtype), "qformat": qformat(ms.dtype.itemsize * 8, m.master_exp((li, pi)))}
             if learns:
                 upd = pupd[(li, pi)]
                 entry.update({"gradient_entries": upd, "underflows": punder[(li, pi)],

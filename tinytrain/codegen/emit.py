@@ -28,7 +28,7 @@ from tinytrain.graph.optable import Names
 CTYPE = {np.dtype(np.int8): "int8_t", np.dtype(np.int16): "int16_t", np.dtype(np.int32): "int32_t",
          np.dtype(np.uint32): "uint32_t"}
 #: layer types with C kernels for int8 weights (optable.weight_variant "_w8")
-C_WEIGHT_VARIANTS = {"dense"}
+C_WEIGHT_VARIANTS = {"dense", "conv2d", "depthwise_conv2d", "conv1d"}
 #: the SGD kernels' suffix for a storage type
 STORE_TAG = {np.dtype(np.int8): "s8", np.dtype(np.int16): "s16", np.dtype(np.int32): "s32"}
 #: (master dtype, compute dtype, shift) -> the C call narrowing a master into its compute copy
@@ -182,8 +182,8 @@ class Emitter:
             for k, leaf in enumerate(getattr(l, "inner", None) or [l]):
                 if optable.weight_variant(leaf) and leaf.kind not in C_WEIGHT_VARIANTS:
                     where = f"layer {li}" + (f" (inner layer {k})" if leaf is not l else "")
-                    raise CodegenError(f"{where} ({leaf.kind}) has int8 weights, which only dense layers have C "
-                                       "kernels for so far: give it \"precision\": {\"weights\": \"int16\"} "
+                    raise CodegenError(f"{where} ({leaf.kind}) has int8 weights, for which its layer type has no C "
+                                       "kernels: give it \"precision\": {\"weights\": \"int16\"} "
                                        "(the host simulator trains it as it is)")
         T, order = [], []
         for li, l in enumerate(m.layers):

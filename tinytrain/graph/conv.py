@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from tinytrain.graph import fields as F
-from tinytrain.graph.layers import MAX_PRODUCT, Layer, ModelError, Param, register
+from tinytrain.graph.layers import Layer, ModelError, Param, max_product, register
 from tinytrain.graph.optable import Call, Op, register_op
 from tinytrain.ops import avgpool as r_avg
 from tinytrain.ops import conv1d as r_c1
@@ -225,18 +225,18 @@ def _conv2d_args(l):
 _NB_CONV2D = "{stride_h}, {stride_w}, {pad_top}, {pad_left}"
 _TENSORS = {"w": "{w}", "ew": "{exp_w}", "b": "{b}", "eb": "{exp_b}"}
 #: tt_conv_params (conv2d; depthwise with Cout = Cin), tt_conv1d_params
-_C_CONV2D = ("conv", "tt_conv_params", {
+_C_CONV2D = ("conv", "tt_conv{wv}_params", {
     **{k: "{" + k + "}" for k in ("H", "W", "Cin", "Cout", "kh", "kw", "stride_h", "stride_w")},
     "pad_h": "{pad_top}", "pad_w": "{pad_left}", "Ho": "{Ho}", "Wo": "{Wo}", **_TENSORS})
-_C_CONV1D = ("conv", "tt_conv1d_params", {**{k: "{" + k + "}" for k in ("L", "Cin", "Cout", "k", "stride")},
+_C_CONV1D = ("conv", "tt_conv1d{wv}_params", {**{k: "{" + k + "}" for k in ("L", "Cin", "Cout", "k", "stride")},
                                            "pad": "{pad_left}", "Lo": "{Lo}", **_TENSORS})
 
 
 def _conv_bounds(fan_in, fan_out, positions):
     """The bounds of ops/conv2d.py, depthwise.py, conv1d.py: sums exact in int64, the weight
     gradient in int32 (``geometry`` refuses more than GRAD_MAX_POSITIONS output positions)."""
-    return lambda l: [("forward sum", fan_in(l) * MAX_PRODUCT + 2**30, 64),
-                      ("input-error sum", fan_out(l) * MAX_PRODUCT, 64),
+    return lambda l: [("forward sum", fan_in(l) * max_product(l) + 2**30, 64),
+                      ("input-error sum", fan_out(l) * max_product(l), 64),
                       ("weight gradient", 127 * 127 * positions(l), 32)]
 
 
@@ -244,14 +244,15 @@ def _conv_row(kind, name, ref, args, nb_dims, c_params, bounds):
     """Conv2d, depthwise and Conv1d share one calling convention (their kernels differ)."""
     return Op(
         kind, _conv_forward(ref), _conv_backward(ref),
-        nb_import=f"tinytrain.kernels.conv: {name}_fwd, {name}_bwd, {name}_grad", c_header="tt_conv.h", args=args,
+        nb_import=f"tinytrain.kernels.conv: {name}_fwd, {name}_bwd, {name}_grad", c_header="tt_conv.h",
+        c_header_w8="tt_conv_w8.h", args=args,
         c_params=c_params,
         fwd=Call(f"{name}_fwd({{x:in}}, {{ex}}, {{w}}, {{exp_w}}, {{b}}, {{exp_b}}, {nb_dims}, {{scratch}}, {{y:out}}, {{stats}})",
-                 f"tt_{name}_fwd_s8(&CTX, {{params}}, {{x}}, {{ex}}, {{y}})"),
+                 f"tt_{name}_fwd_s8{{wv}}(&CTX, {{params}}, {{x}}, {{ex}}, {{y}})"),
         bwd=Call(f"{name}_bwd({{e:out}}, {{ee}}, {{w}}, {{exp_w}}, {nb_dims}, {{scratch}}, {{dx:in}}, {{stats}})",
-                 f"tt_{name}_bwd_s8(&CTX, {{params}}, {{e}}, {{ee}}, {{dx}})"),
+                 f"tt_{name}_bwd_s8{{wv}}(&CTX, {{params}}, {{e}}, {{ee}}, {{dx}})"),
         grad=Call(f"{name}_grad({{e:out}}, {{x:in}}, {nb_dims}, {{g_w}}, {{g_b}})",
-                  f"tt_{name}_grad_s32({{params}}, {{e}}, {{x}}, {{g_w}}, {{g_b}})"),
+                  f"tt_{name}_grad_s32{{wv}}({{params}}, {{e}}, {{x}}, {{g_w}}, {{g_b}})"),
         grad_exp={"w": "{ee} + {ex}", "b": "{ee}"}, bounds=bounds)
 
 
@@ -298,7 +299,7 @@ def _maxpool_row(kind, name, fwd_ref, bwd_ref, args, nb_dims, c_params):
         nb_import=f"tinytrain.kernels.pool: {name}_fwd, {name}_bwd", c_header="tt_pool.h", args=args,
         c_params=c_params,
         fwd=Call(f"{name}_fwd({{x:in}}, {{ex}}, {nb_dims}, {{y:out}}, {{stats}})",
-                 f"tt_{name}_fwd_s8(&CTX, {{params}}, {{x}}, {{ex}}, {{y}})"),
+                 f"tt_{name}_fwd_s8{{wv}}(&CTX, {{params}}, {{x}}, {{ex}}, {{y}})"),
         bwd=Call(f"{name}_bwd({{e:out}}, {{ee}}, {{x:in}}, {nb_dims}, I32, {{dx:in}}, {{stats}})",
                  f"tt_{name}_bwd_s8(&CTX, {{params}}, {{e}}, {{ee}}, {{x}}, {{dx}})"))
 

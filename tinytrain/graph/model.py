@@ -264,6 +264,11 @@ class Sequential:
             ps = ", ".join(f"{p.name}{list(p.data.shape)}:{p.data.dtype}@2^{p.exp}" for p in l.params)
             lines.append(f"  {i:2d} {l!r:32s} -> {l.out_shape}  {ps}")
         lines.append(f"  trainable parameters: {self.param_count()}, MACs/forward: {self.macs()}")
+        if self.precision.to_dict() or any(l.precision is not None for l in self._leaf_layers()):
+            over = {i: l.precision for i, l in enumerate(self.layers) if l.precision is not None}
+            lines.append(f"  precision: {self.precision.to_dict() or 'default'}"
+                         + (f", layer overrides {over}" if over else "")
+                         + (f"; masters {sorted({str(v.dtype) for v in self.master.values()})}" if self.master else ""))
         return "\n".join(lines)
 
     # --------------------------------------------------------- validation

@@ -65,6 +65,7 @@ class Op:
     backward: Callable | None = None       # (layer, e, ee, saved, need_dx) -> (dx, edx, nsat, [grads])
     nb_import: str = ""                    # "tinytrain.kernels.dense: dense_fwd, dense_bwd"
     c_header: str = ""                     # "tt_dense.h"
+    c_header_w8: str = ""                  # where the int8-weight kernels are, if not in c_header
     fwd: Call | None = None
     bwd: Call | None = None                # the input error (when it is needed)
     grad: Call | None = None               # the parameter gradients (when the layer learns)
@@ -139,7 +140,7 @@ def headers(layer) -> set[str]:
     op = op_for(layer)
     if op.composite:
         return {OPS[op.join].c_header}.union(*(headers(l) for l in layer.inner))
-    return {op.c_header}
+    return {op.c_header} | ({op.c_header_w8} if op.c_header_w8 and weight_variant(layer) == "_w8" else set())
 
 
 def imports(layer) -> set[str]:

@@ -283,23 +283,38 @@ def _role_bytes(wl, ds, r: Recipe | None) -> dict:
             "weight_gradients": BYTES[r.gradients] * n_w}
 
 
+#: tinytrain's integer rows: optimizer overrides, and a "precision" policy (graph/precision.py)
 INTEGER_POLICIES = {
     "tinytrain int16 w / int8 act+err (today)": {},
     "tinytrain + int32 master": {"master_weights": True},
     "tinytrain + stochastic rounding": {"stochastic_rounding": True},
+    "tinytrain int8 w, no master (stochastic rounding)": {"precision": "int8"},
+    "tinytrain int8 w + int16 master": {"precision": "int8-master16"},
 }
 
 
-def train_integer(wl, ds, seed: int, opt_overrides: dict) -> dict:
+def integer_model(wl, ds, seed: int, overrides: dict):
+    """The workload's integer model with optimizer overrides and a "precision" policy."""
     from tinytrain.graph.model import Sequential
+
+    m = wl.model(ds, seed)
+    if overrides:
+        cfg = m.config()
+        over = dict(overrides)
+        if "precision" in over:
+            cfg["precision"] = over.pop("precision")
+        cfg["optimizer"].update(over)
+        base, m = m, Sequential.from_config(cfg)
+        if "data_input_exp" in base.__dict__:
+            m.data_input_exp = base.data_input_exp
+    return m
+
+
+def train_integer(wl, ds, seed: int, opt_overrides: dict) -> dict:
     from tinytrain.lab.workloads import epoch_orders
     from tinytrain.sim.simulator import Simulator
 
-    m = wl.model(ds, seed)
-    if opt_overrides:
-        cfg = m.config()
-        cfg["optimizer"].update(opt_overrides)
-        m = Sequential.from_config(cfg)
+    m = integer_model(wl, ds, seed, opt_overrides)
     sim = Simulator(m)
     steps = 0
     for order in epoch_orders(seed, len(ds.x_train), wl.epochs):
@@ -350,11 +365,9 @@ def run(workload: str, seeds=(0, 1, 2), recipes=None, epochs: int | None = None,
                     progress.update(1)
             acc = 100 * np.array([x["accuracy"] for x in runs])
             b = _role_bytes(wl, ds, None)
-            if over.get("master_weights"):  # int32 masters of the int16 tensors only (model.master)
-                from tinytrain.graph.model import Sequential
-                cfg = wl.model(ds, 0).config()
-                cfg["optimizer"].update(over)
-                b["master"] = sum(v.nbytes for v in Sequential.from_config(cfg).master.values())
+            built = integer_model(wl, ds, 0, over)  # the policy's widths, masters of the tensors it gives one
+            b["weights"] = sum(p.data.nbytes for l in built.layers for p in l.params if p.trainable)
+            b["master"] = sum(v.nbytes for v in built.master.values())
             grads = max(1, sum(x["steps"] for x in runs))
             rows.append({"recipe": name, "kind": "integer", "optimizer": over, "accuracy_mean": float(acc.mean()),
                          "accuracy_std": float(acc.std(ddof=1)) if len(acc) > 1 else 0.0,

@@ -404,11 +404,50 @@ void tt_sgd_apply_accumulated_s8(const tt_sgd_step *u, int8_t *w, int32_t *A, in
     }
 }
 
+/* Stochastic rounding without decay, 0 <= m_t < 32768 and s in [1, 31] (the int8-weight case
+ * the policy makes the default): p = m_t e x has |p| < 2^15 * 127 * 127 < 2^29, so
+ * rshift_stoch_s64(p, s, r) = (p >> s) + (((p & M) + (r & M)) >> s) with M = 2^s - 1 is exact in
+ * 32 bits (each masked term < 2^31, their sum < 2^32); one draw per weight in row-major order,
+ * rows with e[n] = 0 included (their steps are 0, but the draws are made). */
+static void tt_sgd_dense_rows_s8_sr(const tt_sgd_step *u, const int8_t *e, const int8_t *x,
+                                    int32_t K, int32_t N, int8_t *w, int32_t s)
+{
+    const uint32_t M = ((uint32_t)1 << s) - 1u;
+    uint32_t r = *u->prng, sat = 0;
+    int32_t n, k;
+    for (n = 0; n < N; n++) {
+        const int32_t a = u->m_t * (int32_t)e[n];
+        int8_t *row = w + n * K;
+        if (a == 0) { /* every step is (0 + (r & M)) >> s = 0: only the draws, and an old -128 */
+            for (k = 0; k < K; k++) {
+                r = tt_prng_next(&r);
+                if (row[k] == -128) { row[k] = -TT_S8_MAX; sat++; }
+            }
+            continue;
+        }
+        for (k = 0; k < K; k++) {
+            const int32_t p = a * (int32_t)x[k];
+            int32_t v;
+            r = tt_prng_next(&r);
+            v = (int32_t)row[k] - ((p >> s) + (int32_t)((((uint32_t)p & M) + (r & M)) >> s));
+            if (v > TT_S8_MAX) { v = TT_S8_MAX; sat++; }
+            else if (v < -TT_S8_MAX) { v = -TT_S8_MAX; sat++; }
+            row[k] = (int8_t)v;
+        }
+    }
+    *u->prng = r;
+    u->stats->saturated += sat;
+}
+
 void tt_sgd_dense_direct_s8(const tt_sgd_step *u, const tt_sgd_dense_s8_params *p,
                             const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
 {
-    if (p->w) {
-        const int32_t s = p->ew + u->cfg->k - (ee + ex), K = p->K, can_skip = TT_SGD_CAN_SKIP(u->cfg);
+    const tt_sgd *o = u->cfg;
+    const int32_t s = p->ew + o->k - (ee + ex);
+    if (p->w && o->sr && !o->wd_m && u->m_t >= 0 && u->m_t < 32768 && s >= 1 && s <= 31) {
+        tt_sgd_dense_rows_s8_sr(u, e, x, p->K, p->N, p->w, s);
+    } else if (p->w) {
+        const int32_t K = p->K, can_skip = TT_SGD_CAN_SKIP(o);
         int32_t n, k;
         for (n = 0; n < p->N; n++) {
             const int32_t en = e[n];
@@ -424,14 +463,22 @@ void tt_sgd_dense_direct_s8(const tt_sgd_step *u, const tt_sgd_dense_s8_params *
     if (p->b) tt_sgd_dense_bias(u, p->b, p->eb, e, ee, p->N);
 }
 
+/* rshift_round(m, s) = (m >> s) + bit s-1 of m, in 32 bits (no carry can overflow: the sum is
+ * at most 2^(31-s)), then the symmetric int8 clamp. */
+static inline int8_t tt_narrow_s8(int32_t m, int32_t s)
+{
+    const int32_t v = (m >> s) + ((m >> (s - 1)) & 1);
+    return (int8_t)(v > TT_S8_MAX ? TT_S8_MAX : v < -TT_S8_MAX ? -TT_S8_MAX : v);
+}
+
 void tt_sgd_refresh_copy_s32_s8(const int32_t *master, int8_t *w8, int32_t n)
 {
     int32_t i;
-    for (i = 0; i < n; i++) w8[i] = tt_sat_s8(tt_rshift_round_s64(master[i], 24));
+    for (i = 0; i < n; i++) w8[i] = tt_narrow_s8(master[i], 24);
 }
 
 void tt_sgd_refresh_copy_s16_s8(const int16_t *master, int8_t *w8, int32_t n)
 {
     int32_t i;
-    for (i = 0; i < n; i++) w8[i] = tt_sat_s8(tt_rshift_round_s64(master[i], 8));
+    for (i = 0; i < n; i++) w8[i] = tt_narrow_s8(master[i], 8);
 }

@@ -1,0 +1,132 @@
+"""Integer precision policies (issue 11): accuracy and device cost of each policy, one table.
+
+    .venv/bin/python bench/bench_policies.py                 # W1, every policy, seeds 0/1/2
+    .venv/bin/python bench/bench_policies.py --steps 100 --seeds 0
+
+For each policy (graph/precision.py): the workload's integer model under it is trained by the
+numba simulator with the workload's recipe (tinytrain.lab.workloads: W1 20 epochs, lr 0.05,
+batch 1, its sample orders) for every seed and evaluated on the test split (mean and std of the
+test accuracy, points against the int16 default); then its firmware is built and verified on
+QEMU boards (mps2_an386 = Cortex-M4, microbit = Cortex-M0) for `--steps` samples, every step
+compared with the simulator (figures only with zero mismatches): instructions per training
+sample, and the memory of the one breakdown info/codegen/build/verify share. "training RAM" is
+what the issue's target counts: state + activations + scratch (parameters, masters, optimizer
+state, activations kept, error buffers, scratch, meta), no protocol, load shadow or stack; the
+stack estimate is given beside it.
+Writes bench/results/policies.json and the `policies` section of BENCHMARKS.md.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from report import machine, machine_line, markdown_table, update_section, write_json  # noqa: E402
+
+from tinytrain.codegen.memory import breakdown  # noqa: E402
+from tinytrain.lab.precision import integer_model, train_integer  # noqa: E402
+from tinytrain.lab.workloads import WORKLOADS  # noqa: E402
+from tinytrain.verify import verify  # noqa: E402
+
+POLICIES = ["int16", "int16-master32", "int8", "int8-master16", "int8-master32"]
+BOARDS = ["mps2_an386", "microbit"]
+TRAINING_RAM = ("parameters", "optimizer state", "activations", "scratch")
+
+
+def measure(workload: str, policy: str, seeds, steps: int, boards) -> dict:
+    wl = WORKLOADS[workload]
+    ds = wl.load()
+    over = {} if policy == "int16" else {"precision": policy}
+    t0 = time.time()
+    runs = [train_integer(wl, ds, s, over) for s in seeds]
+    acc = 100 * np.array([r["accuracy"] for r in runs])
+    row = {"policy": policy, "accuracies": [float(a) for a in acc], "accuracy_mean": float(acc.mean()),
+           "accuracy_std": float(acc.std(ddof=1)) if len(acc) > 1 else 0.0,
+           "update_underflows_per_step": sum(r["update_underflows"] for r in runs) / max(1, sum(r["steps"] for r in runs)),
+           "weight_saturations": sum(r["weight_saturations"] for r in runs), "train_seconds": time.time() - t0}
+    m = integer_model(wl, ds, 0, over)
+    row["sr"] = bool(m.opt.sr)
+    row["boards"] = {}
+    for b in boards:
+        bd = breakdown(m, b)
+        try:
+            res = verify(integer_model(wl, ds, 0, over), ds, steps, board=b, json=True)
+        except MemoryError as exc:  # the policy does not fit the board (its RAM, even without the shadow)
+            row["boards"][b] = {"fits": False, "why": str(exc).split(":")[0], "ram_total": bd.ram_total,
+                                "training_ram": sum(bd.ram.get(k, 0) for k in TRAINING_RAM)}
+            continue
+        if res["mismatches"]:
+            raise SystemExit(f"{workload} {policy} on {b}: {res['mismatches']} mismatches: {res['first_mismatch']}")
+        row["boards"][b] = {"fits": True, "instructions_per_sample": res["instructions_per_step"], "steps": steps,
+                            "training_ram": sum(bd.ram.get(k, 0) for k in TRAINING_RAM),
+                            "stack": bd.ram.get("stack", 0), "ram_total": bd.ram_total, "flash_total": bd.flash_total,
+                            "ram": dict(bd.ram), "flash": dict(bd.flash)}
+    return row
+
+
+def table(res: dict, boards) -> str:
+    base = next(r for r in res["rows"] if r["policy"] == "int16")
+    head = ["policy", "SR", "accuracy % (mean ± std)", "vs int16", "underflows/step"]
+    for b in boards:
+        head += [f"{b} instr/sample", f"{b} training RAM B", f"{b} flash B"]
+    rows = []
+    for r in res["rows"]:
+        row = [r["policy"], "yes" if r["sr"] else "no", f"{r['accuracy_mean']:.2f} ± {r['accuracy_std']:.2f}",
+               f"{r['accuracy_mean'] - base['accuracy_mean']:+.2f}", f"{r['update_underflows_per_step']:.0f}"]
+        for b in boards:
+            d = r["boards"][b]
+            if not d["fits"]:
+                row += [f"does not fit ({d['ram_total']:,} B RAM)", f"{d['training_ram']:,}", "-"]
+                continue
+            row += [f"{d['instructions_per_sample']:,.0f}", f"{d['training_ram']:,}", f"{d['flash_total']:,}"]
+        rows.append(row)
+    return markdown_table(head, rows)
+
+
+def targets(res: dict) -> str:
+    rows = {r["policy"]: r for r in res["rows"]}
+    d = rows["int8"]["accuracy_mean"] - rows["int16"]["accuracy_mean"]
+    ram = rows["int8"]["boards"]["mps2_an386"]["training_ram"]
+    return (f"W1 int8 weights, no master, stochastic rounding: {d:+.2f} points vs int16 (target within 1.0: "
+            f"{'met' if abs(d) <= 1.0 else 'NOT met'}); training RAM {ram:,} B (target <= 4,000: "
+            f"{'met' if ram <= 4000 else 'NOT met'}).")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workload", default="w1", choices=["w1"])
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--steps", type=int, default=200, help="verified QEMU steps per policy and board")
+    ap.add_argument("--boards", default=",".join(BOARDS))
+    ap.add_argument("--policies", default=",".join(POLICIES))
+    a = ap.parse_args(argv)
+    seeds = [int(s) for s in a.seeds.split(",")]
+    boards = a.boards.split(",")
+    t0 = time.time()
+    rows = []
+    for p in a.policies.split(","):
+        rows.append(measure(a.workload, p, seeds, a.steps, boards))
+        print(f"{p}: {rows[-1]['accuracy_mean']:.2f} %", flush=True)
+    res = {"workload": a.workload, "seeds": seeds, "steps": a.steps, "rows": rows, "seconds": time.time() - t0,
+           "machine": machine()}
+    write_json("policies.json", res)
+    out = table(res, boards)
+    print(out)
+    print(targets(res))
+    body = ["## Integer precision policies (issue 11)", "",
+            f"`python bench/bench_policies.py` ({a.workload}, seeds {a.seeds}, {a.steps} verified QEMU steps per policy "
+            "and board, zero mismatches): accuracy of the numba training with the workload's recipe; instructions "
+            "per training sample on QEMU (`-icount`); training RAM = parameters + masters + optimizer state + "
+            "activations + error buffers + scratch + meta (no protocol, load shadow or stack), flash as linked. "
+            "`SR`: stochastic rounding (on by default for int8 weights without a master).", "",
+            out, "", targets(res), "", f"Machine: {machine_line(res['machine'])}; {res['seconds']:.0f} s."]
+    update_section("policies", "\n".join(body))
+
+
+if __name__ == "__main__":
+    main()
