@@ -35,6 +35,8 @@ _EXPORTS = {
     "TrainWarning": ("train", "TrainWarning"),
     "ModelError": ("graph.layers", "ModelError"),
     "SGD": ("graph.optim", "SGD"),
+    "Precision": ("graph.precision", "Precision"),
+    "with_precision": ("graph.convert", "with_precision"),
     "ConfigError": ("graph.optim", "ConfigError"),
     "Simulator": ("sim.simulator", "Simulator"),
     "save": ("graph.io", "save"),

@@ -304,6 +304,11 @@ def _train_args(p):
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show a progress bar (default: when stderr is a terminal)")
     p.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = ("examples:\n  tinytrain train --data digits --model digits-mlp --out runs/w1.tt\n"
+                "  tinytrain train --data digits --model digits-mlp --precision int8 --out runs/w1-int8.tt\n"
+                "  tinytrain train --data digits --model runs/w1.tt --precision int8-master16 --epochs 5 --out runs/w1-ft.tt\n"
+                "  tinytrain train --data mnist1d --model mnist1d-cnn --epochs 40 --plot runs/w2.png --json")
 
 
 def _train_run(args) -> int:
@@ -533,9 +538,11 @@ def _boards_args(p):
     p.add_argument("--model", default=None, help="also say for each board whether this model's "
                    "training firmware fits (RAM and flash): a built-in name, model file or .tt")
     p.add_argument("--data", default=None, help="dataset the model is shaped for (default: its own)")
+    add_precision_arg(p)
     p.add_argument("--json", action="store_true", help="print only a JSON list on stdout")
     p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.epilog = ("examples:\n  tinytrain boards\n  tinytrain boards --model digits-cnn --json")
+    p.epilog = ("examples:\n  tinytrain boards\n  tinytrain boards --model digits-cnn --json\n"
+                "  tinytrain boards --model digits-cnn --precision int8   # what fits with int8 weights")
 
 
 def _boards_run(args) -> int:

@@ -253,7 +253,8 @@ def _verify_args(p):
     add_link_args(p, "2 s with --port, 10 s for an emulated board")
     p.epilog = ("exit status: 0 equal every step, 3 a mismatch (the first is located), 2 bad input "
                 "or a missing tool, 1 an internal error. Examples: tinytrain verify --board host "
-                "--model runs/w1.tt --json; tinytrain verify --board mps2_an386 --model digits-mlp --steps 300")
+                "--model runs/w1.tt --json; tinytrain verify --board mps2_an386 --model digits-mlp --steps 300; "
+                "tinytrain verify --board microbit --model digits-mlp --precision int8 --steps 200")
 
 
 def _verify_run(args) -> int:
