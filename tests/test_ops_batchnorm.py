@@ -76,8 +76,8 @@ def c_run(ffi, lib, k, train):
     C = x.shape[-1]
     P = x.size // C
     rm, rv = k["rmean"].copy(), k["rvar"].copy()
-    buf, scratch = np.zeros(3 * C + 1, np.int32), np.zeros(3 * C, np.int64)
-    assert scratch.nbytes == 24 * C and buf.nbytes == 12 * C + 4  # TT_BATCHNORM_*_SIZE(C)
+    buf, scratch = np.zeros(3 * C + 1, np.int32), np.zeros(max(3 * C, P * C), np.int64)
+    assert buf.nbytes == 12 * C + 4  # TT_BATCHNORM_SAVED_SIZE(C); scratch: TT_BATCHNORM_BUFFER_SIZE(P, C)
     y = np.zeros(x.shape, np.int8)
     ctx, stc = c_ctx(ffi, scratch)
     c = k["cfg"]

@@ -22,13 +22,16 @@ from tinytrain.ops import dense as rd
 from tinytrain.graph.optim import update_direct_ref
 
 from .conftest import HERE, runtime_cdef
+from .test_ops_conv import assert_same as conv_assert_same
+from .test_ops_conv import run_c as conv_run_c
+from .test_ops_conv import run_ref as conv_run_ref
 from .oputil import c_ctx, c_i8, c_i16, c_i32, draw_array
 
 
 @pytest.fixture(scope="session")
 def dsplib():
     """(ffi, lib) of the runtime with the DSP paths (emulated intrinsics, UBSan on)."""
-    srcs = cbuild.runtime_sources(["tt_fixedpoint", "tt_dense", "tt_sgd"])
+    srcs = cbuild.runtime_sources(["tt_fixedpoint", "tt_dense", "tt_sgd", "tt_conv", "tt_batchnorm", "tt_pool"])
     return cbuild.compile_shared([*srcs, HERE / "c" / "tt_test_shim.c"], runtime_cdef(),
                                  include_dirs=[HERE / "c"], extra_flags=["-DTT_HAVE_DSP=1"],
                                  sanitize=True, name="ttrt_dsp")
@@ -44,7 +47,7 @@ def test_dsp_path_is_in_the_built_object(tmp_path, cpu, flags, dsp):
     fallback to the portable C fails here."""
     from tinytrain.codegen.memory import CPU_FLAGS
 
-    for src, insn in (("tt_dense", "smlad"), ("tt_sgd", "ssat16")):
+    for src, insn in (("tt_dense", "smlad"), ("tt_sgd", "ssat16"), ("tt_conv", "smlad")):
         obj = tmp_path / f"{src}-{cpu}.o"
         subprocess.run(["arm-none-eabi-gcc", "-std=c99", "-O2", "-c", *CPU_FLAGS[cpu], *flags,
                         f"-I{cbuild.FIRMWARE_INCLUDE}", str(cbuild.FIRMWARE_SRC / f"{src}.c"), "-o", str(obj)],
@@ -259,3 +262,124 @@ def test_numba_update_direct_stochastic_shift_beyond_63_bits(s):
     wn, meta, stats = w.copy(), np.array([7, 0, 0], np.int64), np.zeros(4, np.int64)
     update_direct(wn, s, g, 0, 0, 32767, True, 0, 0, -(2**31), 2**31 - 1, meta, stats)
     assert np.array_equal(wn, wr) and int(meta[0]) == prng_ref[0]
+
+
+# ------------------------------------------------------------------ convolutions
+
+
+@st.composite
+def conv_dsp_case(draw):
+    """Conv2d cases for the int32 paths: channel counts across the register blocks (4 output rows,
+    2 x 4 and 4 x 1 gradient blocks, 4-wide input-gradient blocks) and their tails, Cin = 1 (W3's
+    conv1), strides and paddings, and columns past TT_CONV_COL_MAX (the int64 path)."""
+    from tinytrain.ops import conv2d as r2
+
+    H, W = draw(st.integers(1, 9)), draw(st.integers(1, 9))
+    KH, KW = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    padding = draw(st.sampled_from(["valid", "same", (1, 0, 2, 1), (0, 2, 0, 0)]))
+    try:
+        OH, OW, _, pads = r2.geometry(H, W, KH, KW, stride, padding)
+    except ValueError:
+        from hypothesis import assume
+        assume(False)
+    Cin = draw(st.sampled_from([1, 1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 29]))
+    Cout = draw(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 9, 16, 17]))
+    mode = draw(st.sampled_from(["drawn", "extreme"]))
+    if mode == "drawn":
+        x = draw_array(draw, (H, W, Cin), np.int8, -127, 127)
+        w = draw_array(draw, (Cout, KH, KW, Cin), np.int16, -32767, 32767)
+        e = draw_array(draw, (OH, OW, Cout), np.int8, -127, 127)
+    else:  # the largest sums: every product at +-127 * 32767
+        rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+        x = rng.choice(np.array([-127, 127], np.int8), (H, W, Cin))
+        w = rng.choice(np.array([-32767, 32767], np.int16), (Cout, KH, KW, Cin))
+        e = rng.choice(np.array([-127, 127], np.int8), (OH, OW, Cout))
+    b = draw_array(draw, (Cout,), np.int32, -(2**31) + 1, 2**31 - 1)
+    exps = tuple(draw(st.integers(-30, 10)) for _ in range(4))
+    return dict(x=x, w=w, b=b, e=e, exps=exps, stride=stride, padding=padding, pads=pads)
+
+
+def _conv2d_c(lib, c):
+    ffi, L = lib
+    x, w, e = c["x"], c["w"], c["e"]
+    (sh, sw), (pt, _, pl, _) = c["stride"], c["pads"]
+    H, W, Cin = x.shape
+    Cout, KH, KW, _ = w.shape
+    OH, OW, _ = e.shape
+    dims = dict(H=H, W=W, Cin=Cin, Cout=Cout, kh=KH, kw=KW, stride_h=sh, stride_w=sw, pad_h=pt, pad_w=pl,
+                Ho=OH, Wo=OW)
+    return conv_run_c(ffi, L.tt_conv2d_fwd_s8, L.tt_conv2d_bwd_s8, L.tt_conv2d_grad_s32, c, "tt_conv_params", dims, x, w, e)
+
+
+@settings(max_examples=150, deadline=None)
+@given(conv_dsp_case())
+def test_conv2d_dsp_equals_portable_and_reference(clib, dsplib, c):
+    """Forward, input gradient and weight gradient of the DSP build (SMLAD rows, SMLABB/SMLABT
+    input-gradient blocks) == the portable build == the numpy reference, outputs, exponents and
+    saturation counts, with guard words around every buffer."""
+    from tinytrain.ops import conv2d as r2
+
+    ref = conv_run_ref(r2, c, stride=c["stride"], padding=c["padding"])
+    conv_assert_same(ref, _conv2d_c(clib, c), "portable")
+    conv_assert_same(ref, _conv2d_c(dsplib, c), "DSP")
+
+
+# ------------------------------------------------------------------ element-wise SGD update
+
+
+@st.composite
+def update_case(draw):
+    """A direct-mode update of an int16 tensor from an int32 gradient (a conv weight's, a batch
+    norm gamma's): gradient magnitudes on both sides of the int32 fast path's bound, weights at
+    the int16 and guard edges, shifts on both sides of [1, 31], and the options that leave the
+    fast path (stochastic rounding, weight decay)."""
+    n = draw(st.sampled_from([1, 2, 3, 7, 8, 72, 129, 1152]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    gb = draw(st.sampled_from([0, 1, 7, 14, 20, 24, 31]))
+    g = rng.integers(-(2**gb), 2**gb + 1, n).astype(np.int64)
+    if draw(st.booleans()):
+        g[rng.integers(0, n)] = draw(st.sampled_from([-(2**31), 2**31 - 1, 0, 1, -1]))
+    g = np.clip(g, -(2**31), 2**31 - 1).astype(np.int32)
+    if draw(st.booleans()):
+        w = rng.choice(W_EDGES, n).astype(np.int16)
+    else:
+        w = rng.integers(-32767, 32768, n).astype(np.int16)
+    m_t = draw(st.sampled_from([0, 1, 255, 26214, 32767]) | st.integers(0, 32767))
+    s = draw(st.integers(-2, 40))
+    sr, wd = draw(st.sampled_from([(0, 0), (0, 0), (0, 0), (1, 0), (0, 1)]))
+    return w, g, m_t, s, sr, wd
+
+
+def _update(lib, ffi, case, k=20):
+    w, g, m_t, s, sr, wd = case
+    w = w.copy()
+    cos = ffi.new("int32_t[65]")
+    o = ffi.new("tt_sgd *", {"m": m_t, "k": k, "batch_size": 1, "sr": sr, "wd_m": 300 * wd, "wd_k": 20,
+                             "cosine": cos})
+    prng, st_c = ffi.new("uint32_t *", 12345), ffi.new("tt_stats *")
+    u = ffi.new("tt_sgd_step *", {"cfg": o, "m_t": m_t, "prng": prng, "stats": st_c})
+    ew, eg = s - k - 3, -3
+    lib.tt_sgd_update_direct_s16(u, c_i16(ffi, w), w.size, ew, c_i32(ffi, g), eg)
+    return w, st_c.saturated, prng[0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(update_case())
+def test_update_direct_s16_dsp_equals_portable_and_reference(clib, dsplib, case):
+    """tt_sgd_update_direct_s16 (its plain-SGD int32 fast path, DSP pairs with the saturation
+    guard, and the generic path for the other options) == the numpy reference: weights,
+    saturation count and PRNG state."""
+    from tinytrain.graph.optim import IntSGD
+
+    wd_, nd, pd = _update(dsplib[1], dsplib[0], case)
+    wp, np_, pp = _update(clib[1], clib[0], case)
+    assert np.array_equal(wd_, wp), f"first difference at {np.argwhere(wd_ != wp)[0]}"
+    assert nd == np_ and pd == pp
+    w, g, m_t, s, sr, wd = case
+    opt = IntSGD(m=m_t, k=20, mu_m=0, mu_k=0, wd_m=300 * wd, wd_k=20, ib_m=0, ib_k=0, batch_size=1,
+                 schedule=0, gamma_q15=32768, step_size=1, total_steps=1, cosine=np.zeros(65, np.int32),
+                 sr=bool(sr), master=False)
+    wr, prng = w.copy(), [12345]
+    nr = update_direct_ref(wr, s - 20 - 3, g, -3, opt, m_t, prng)
+    assert np.array_equal(wd_, wr) and nd == nr and pd == prng[0]

@@ -19,8 +19,9 @@ extern "C" {
 #define TT_BN_KM_BITS 24
 #define TT_BN_MAX_P 4096
 
-/** Scratch (bytes) of the forward and backward kernels: three int64 per channel. */
-#define TT_BATCHNORM_BUFFER_SIZE(C) (24 * (C))
+/** Scratch (bytes) of the forward and backward kernels over x[P][C]: three int64 per channel
+ *  (forward, eval backward) or one per element (train backward: x_hat, then its J). */
+#define TT_BATCHNORM_BUFFER_SIZE(P, C) (8 * ((P) * (C) > 3 * (C) ? (P) * (C) : 3 * (C)))
 /** Size (bytes) of the saved per-channel state passed from forward to backward. */
 #define TT_BATCHNORM_SAVED_SIZE(C) (12 * (C) + 4)
 

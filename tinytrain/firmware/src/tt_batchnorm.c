@@ -1,8 +1,17 @@
 /** Integer batch normalization: portable scalar path. Every helper mirrors one function of
- * tinytrain/ops/batchnorm.py; int64 everywhere a value can pass 2^31 (bounds in that file). */
+ * tinytrain/ops/batchnorm.py; int64 everywhere a value can pass 2^31 (bounds in that file).
+ * The per-element loops take int32 forms (one 32x32->64 multiply for x_hat, words of the
+ * product for its shift) on channels where the bounds are checked once per channel; the int64
+ * formulas remain for the others. */
 #include "tt_batchnorm.h"
 
 #define BN_F TT_BN_XHAT_FRAC
+
+#if defined(__GNUC__)
+#define BN_NOINLINE __attribute__((noinline))
+#else
+#define BN_NOINLINE
+#endif
 
 /** n * 2^t for n >= 0: rounded right shift (t < 0) or left shift capped at 2^61. */
 static int64_t bn_scale_cap(int64_t n, int32_t t)
@@ -94,57 +103,116 @@ static inline int32_t bn_xhat_k(const bn_chan *k, int32_t xv, const int32_t *sav
     return bn_xhat(xv, k->A, saved, C, c, nsat);
 }
 
+/* y[i] = requant(g * x_hat(x[i]) + b) for i = 0, C, .., n - C (one channel) on the fast path:
+ * x_hat fits int32 (no saturation in the channel), every |g * x_hat + b| <= m <= INT32_MAX, so the
+ * sum is formed mod 2^32 and is exact, and s in [1, 24], so round(v / 2^s) is
+ * ((v >> (s - 1)) + 1) >> 1 (tt_rshift_round on an int32). x_hat = floor((t * inv + half) / 2^sh)
+ * for t = A*x - B is taken from the words of the 64-bit sum: for sh >= 33 half has no low word and
+ * the low word of t * inv cannot carry into the result, so x_hat = (hi(t * inv) + 2^(sh - 33)) >>
+ * (sh - 32); for sh < 32 it is the low word of the shifted sum. Out of line: its loop keeps its
+ * constants in registers. */
+static BN_NOINLINE void bn_out32(const int8_t *x, int32_t n, int32_t C, const bn_chan *k, int32_t g, int32_t b, int32_t s,
+         int8_t *y, uint32_t *nsat)
+{
+    const int32_t A = k->A, B = k->B, inv = k->inv, sh = k->sh, s1 = s - 1;
+    uint32_t cnt = 0;
+    int32_t i;
+    if (sh >= 33) {
+        const int32_t hh = (int32_t)1 << (sh - 33), sr = sh - 32;
+        for (i = 0; i < n; i += C) {
+            const int32_t h = (int32_t)((uint64_t)((int64_t)(A * x[i] - B) * inv) >> 32);
+            const int32_t v = (int32_t)((uint32_t)g * (uint32_t)((h + hh) >> sr) + (uint32_t)b);
+            const int32_t r = ((v >> s1) + 1) >> 1;
+            y[i] = (int8_t)r;
+            if ((uint32_t)(r + TT_S8_MAX) > 2u * TT_S8_MAX) { cnt++; y[i] = r > 0 ? TT_S8_MAX : -TT_S8_MAX; }
+        }
+    } else {
+        const uint32_t half = (uint32_t)1 << (sh - 1);
+        const int32_t sl = 32 - sh;
+        for (i = 0; i < n; i += C) {
+            const uint64_t w = (uint64_t)((int64_t)(A * x[i] - B) * inv + half);
+            const uint32_t xh = ((uint32_t)w >> sh) | ((uint32_t)(w >> 32) << sl);
+            const int32_t v = (int32_t)((uint32_t)g * xh + (uint32_t)b);
+            const int32_t r = ((v >> s1) + 1) >> 1;
+            y[i] = (int8_t)r;
+            if ((uint32_t)(r + TT_S8_MAX) > 2u * TT_S8_MAX) { cnt++; y[i] = r > 0 ? TT_S8_MAX : -TT_S8_MAX; }
+        }
+    }
+    *nsat += cnt;
+}
+
 /* The forward on positional arguments (tt_batchnorm_params' fields in order), out of line with
  * them in argument registers and stack slots: unpacking the struct inside the loops cost W3's
- * batch norm forward 0.4 % more instructions on Cortex-M4 (bench/dev/profile_device.py). */
+ * batch norm forward 0.4 % more instructions on Cortex-M4 (bench/dev/profile_device.py).
+ *
+ * x_hat is non-decreasing in x within a channel (A > 0, inv > 0, and every rounding, shift and
+ * clamp of bn_xhat is monotone), so gamma * x_hat + b is monotone in x: its largest |.| is taken
+ * at the channel's smallest or largest x, and x_hat saturates somewhere in the channel iff it
+ * does at one of those two. The maximum (hence the shift) and the saturation count come from
+ * two evaluations per channel; only a channel whose x_hat saturates (eval, stale statistics) is
+ * evaluated element by element. Scratch (3C words): b, flags and the x range per channel. */
 static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const int16_t *gamma,
                       int32_t e_g, const int32_t *beta, int32_t e_b, int32_t *rmean, int32_t e_rm,
                       int32_t *rvar, int32_t e_rv, int32_t eps_m, int32_t eps_k, int32_t mom_k,
                       int32_t train, int32_t *saved, int64_t *scratch, int8_t *y, tt_stats *st)
 {
     const int32_t ea = e_g - BN_F;
-    int64_t A;
+    const int64_t A = train ? P : 1 << TT_BN_EVAL_FRAC;
+    const int64_t eps_v = train ? bn_scale_cap((int64_t)eps_m * P * P, -eps_k - 2 * ex) : 0;
+    const int64_t eps_r = train ? 0 : bn_scale_cap(eps_m, -eps_k - e_rv);
     uint64_t m = 0;
     int32_t p, c, s, n;
-    if (train) {
-        int64_t eps_v;
-        A = P;
-        for (c = 0; c < 2 * C; c++) scratch[c] = 0;
-        for (p = 0; p < P; p++) {
-            const int8_t *row = x + (int64_t)p * C;
-            for (c = 0; c < C; c++) {
-                scratch[c] += row[c];
-                scratch[C + c] += (int32_t)row[c] * row[c];
+    for (c = 0; c < C; c++) {
+        const int8_t *xc = x + c;
+        int32_t S = 0, Q = 0, lo = 127, hi = -128; /* |S| < 2^19, Q < 2^26 (P <= 4096) */
+        if (train) {
+            for (p = 0; p < P; p++, xc += C) {
+                const int32_t v = xc[0];
+                S += v;
+                Q += v * v;
+                if (v < lo) lo = v;
+                if (v > hi) hi = v;
+            }
+        } else {
+            for (p = 0; p < P; p++, xc += C) {
+                const int32_t v = xc[0];
+                if (v < lo) lo = v;
+                if (v > hi) hi = v;
             }
         }
-        eps_v = bn_scale_cap((int64_t)eps_m * P * P, -eps_k - 2 * ex);
-        for (c = 0; c < C; c++) {
-            const int64_t S = scratch[c], m2 = P * scratch[C + c] - S * S, v = m2 + eps_v;
-            saved[c] = (int32_t)S;
+        scratch[2 * C + c] = (int64_t)lo * 256 + (hi + 128);
+        if (train) {
+            const int64_t m2 = (int64_t)P * Q - (int64_t)S * S, v = m2 + eps_v;
+            saved[c] = S;
             saved[C + c] = bn_inv_sqrt(v > 1 ? v : 1, 0, &n);
             saved[2 * C + c] = TT_BN_INV_BITS - BN_F - n / 2;
             rmean[c] = bn_ema(rmean[c], bn_rdiv(S, ex - e_rm, P), mom_k);
             rvar[c] = bn_ema(rvar[c], bn_rdiv(m2, 2 * ex - e_rv, (int64_t)P * (P - 1)), mom_k);
-        }
-    } else {
-        const int64_t eps_r = bn_scale_cap(eps_m, -eps_k - e_rv);
-        A = 1 << TT_BN_EVAL_FRAC;
-        for (c = 0; c < C; c++) {
+        } else {
             const int64_t v = (rvar[c] > 0 ? rvar[c] : 0) + eps_r;
             saved[c] = (int32_t)tt_align(rmean[c], e_rm, ex - TT_BN_EVAL_FRAC);
             saved[C + c] = bn_inv_sqrt(v > 1 ? v : 1, e_rv, &n);
             saved[2 * C + c] = TT_BN_INV_BITS - BN_F + (e_rv - n) / 2 + TT_BN_EVAL_FRAC - ex;
         }
     }
-    /* Channel by channel (the max and the saturation count do not depend on the order). */
     for (c = 0; c < C; c++) {
         const bn_chan k = bn_channel(A, saved, C, c);
-        const int64_t b = scratch[c] = tt_align(beta[c], e_b, ea);
-        const int32_t g = gamma[c];
-        for (p = 0; p < P; p++) {
-            const int32_t xh = bn_xhat_k(&k, x[(int64_t)p * C + c], saved, C, c, &st->saturated);
-            const uint64_t a = tt_abs_u64((int64_t)g * xh + b);
-            if (a > m) m = a;
+        const int64_t b = tt_align(beta[c], e_b, ea), r = scratch[2 * C + c];
+        const int32_t g = gamma[c], lo = (int32_t)(r >> 8), hi = (int32_t)(r & 255) - 128;
+        uint32_t sat = 0;
+        const int32_t xl = bn_xhat_k(&k, lo, saved, C, c, &sat), xr = bn_xhat_k(&k, hi, saved, C, c, &sat);
+        scratch[c] = b;
+        scratch[C + c] = sat;
+        if (sat) {
+            for (p = 0; p < P; p++) {
+                const int32_t xh = bn_xhat_k(&k, x[(int64_t)p * C + c], saved, C, c, &st->saturated);
+                const uint64_t a = tt_abs_u64((int64_t)g * xh + b);
+                if (a > m) m = a;
+            }
+        } else {
+            const uint64_t al = tt_abs_u64((int64_t)g * xl + b), ar = tt_abs_u64((int64_t)g * xr + b);
+            if (al > m) m = al;
+            if (ar > m) m = ar;
         }
     }
     saved[3 * C] = ex;
@@ -153,6 +221,11 @@ static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const i
         const bn_chan k = bn_channel(A, saved, C, c);
         const int64_t b = scratch[c];
         const int32_t g = gamma[c];
+        /* m <= INT32_MAX: s <= 24; |b| <= 2^30 (tt_align clamps) */
+        if (m <= (uint64_t)INT32_MAX && s >= 1 && k.fast && k.sh != 32 && !scratch[C + c]) {
+            bn_out32(x + c, P * C, C, &k, g, (int32_t)b, s, y + c, &st->saturated);
+            continue;
+        }
         for (p = 0; p < P; p++) {
             const int32_t xh = bn_xhat_k(&k, x[(int64_t)p * C + c], saved, C, c, 0);
             const int64_t r = tt_rshift_round_s64((int64_t)g * xh + b, s);
@@ -184,6 +257,208 @@ static int64_t bn_j(int32_t ev, int64_t xh, int64_t A, int64_t se, int64_t g, in
     const int64_t i = train ? (A * ev - se) * ((int64_t)1 << (2 * BN_F)) - xh * g
                             : A * ev * ((int64_t)1 << (2 * BN_F));
     return tt_rshift_round_s64(i, BN_F);
+}
+
+/* One channel on the fast path of bn_out32 (same contract: k->fast, sh != 32, no saturation):
+ * *se = sum e, *G = sum e * x_hat (exact int64) over i = 0, C, .., n - C, and xs[i] = x_hat(x[i])
+ * when store (a constant after inlining). */
+static inline void bn_xhat_sums(const int8_t *e, const int8_t *x, int32_t n, int32_t C,
+                                const bn_chan *k, int64_t *xs, int32_t *se, int64_t *G, int32_t store)
+{
+    const int32_t A = k->A, B = k->B, inv = k->inv, sh = k->sh;
+    int32_t i, ss = 0;
+    int64_t gs = 0;
+    if (sh >= 33) {
+        const int32_t hh = (int32_t)1 << (sh - 33), sr = sh - 32;
+        for (i = 0; i < n; i += C) {
+            const int32_t h = (int32_t)((uint64_t)((int64_t)(A * x[i] - B) * inv) >> 32);
+            const int32_t xh = (h + hh) >> sr, ev = e[i];
+            if (store) xs[i] = xh;
+            ss += ev;
+            gs += (int64_t)ev * xh;
+        }
+    } else {
+        const uint32_t half = (uint32_t)1 << (sh - 1);
+        const int32_t sl = 32 - sh;
+        for (i = 0; i < n; i += C) {
+            const uint64_t w = (uint64_t)((int64_t)(A * x[i] - B) * inv + half);
+            const int32_t xh = (int32_t)(((uint32_t)w >> sh) | ((uint32_t)(w >> 32) << sl)), ev = e[i];
+            if (store) xs[i] = xh;
+            ss += ev;
+            gs += (int64_t)ev * xh;
+        }
+    }
+    *se = ss;
+    *G = gs;
+}
+
+/* Backward pass 1 of one channel (bn_xhat_sums, storing x_hat). */
+static BN_NOINLINE void bn_bwd_xhat(const int8_t *e, const int8_t *x, int32_t n, int32_t C,
+                                    const bn_chan *k, int64_t *xs, int32_t *se, int64_t *G)
+{
+    bn_xhat_sums(e, x, n, C, k, xs, se, G, 1);
+}
+
+/* The gradient sums of one channel (bn_xhat_sums, nothing stored). */
+static BN_NOINLINE void bn_grad_sums(const int8_t *e, const int8_t *x, int32_t n, int32_t C,
+                                     const bn_chan *k, int32_t *se, int64_t *G)
+{
+    bn_xhat_sums(e, x, n, C, k, 0, se, G, 0);
+}
+
+/* Whether channel k's x_hat fits int32 for every int8 x (x_hat is monotone in x: the two ends
+ * decide) and takes the fast path of bn_out32. */
+static int32_t bn_chan_fast(const bn_chan *k, const int32_t *saved, int32_t C, int32_t c)
+{
+    uint32_t sat = 0;
+    if (!k->fast || k->sh == 32) return 0;
+    (void)bn_xhat_k(k, -128, saved, C, c, &sat);
+    (void)bn_xhat_k(k, 127, saved, C, c, &sat);
+    return sat == 0;
+}
+
+/* Backward pass 2 of one channel when every J fits int32 (the caller's bound): xs[i] = J =
+ * (A*e - Se) * 2^F + rshift_round(-x_hat * G, F) (= rshift_round(I, F), as (A*e - Se) * 2^(2F) is
+ * a multiple of 2^F), from x_hat in xs[i]; returns max |J|. q = -x_hat * G + 2^(F-1) >> F is taken
+ * from the words of the int64 sum (it fits int32 by the same bound). */
+static BN_NOINLINE uint32_t bn_bwd_j32(const int8_t *e, int32_t n, int32_t C, int32_t A,
+                                       int32_t se, int32_t nG, int64_t *xs)
+{
+    uint32_t mx = 0;
+    int32_t i;
+    for (i = 0; i < n; i += C) {
+        const uint64_t w = (uint64_t)((int64_t)(int32_t)xs[i] * nG + (1 << (BN_F - 1)));
+        const int32_t q = (int32_t)(((uint32_t)w >> BN_F) | ((uint32_t)(w >> 32) << (32 - BN_F)));
+        const int32_t J = (int32_t)((uint32_t)(A * e[i] - se) * (1u << BN_F) + (uint32_t)q);
+        const uint32_t a = J < 0 ? 0u - (uint32_t)J : (uint32_t)J;
+        xs[i] = J;
+        if (a > mx) mx = a;
+    }
+    return mx;
+}
+
+/* Backward pass 3 of one channel when every J fits int32: dx[i] = sat_s8(rshift_round(km * J, s))
+ * for s >= 1 and |km * J| <= m with s = bitwidth(m) - 7, so t = floor(km * J / 2^(s-1)) fits
+ * int32 (|t| <= 2^8) and is taken from the words of the product; r = (t + 1) >> 1. */
+static BN_NOINLINE void bn_bwd_out32(const int64_t *js, int32_t n, int32_t C, int32_t km,
+                                     int32_t s, int8_t *dx, uint32_t *nsat)
+{
+    const int32_t s1 = s - 1;
+    uint32_t cnt = 0;
+    int32_t i;
+#define BN_OUT(T)                                                                            \
+    for (i = 0; i < n; i += C) {                                                             \
+        const int64_t v = (int64_t)km * (int32_t)js[i];                                      \
+        const uint32_t lo = (uint32_t)v, hi = (uint32_t)((uint64_t)v >> 32);                 \
+        const int32_t r = ((T) + 1) >> 1;                                                    \
+        (void)lo; (void)hi;                                                                  \
+        dx[i] = (int8_t)r;                                                                   \
+        if ((uint32_t)(r + TT_S8_MAX) > 2u * TT_S8_MAX) { cnt++; dx[i] = r > 0 ? TT_S8_MAX : -TT_S8_MAX; } \
+    }
+    if (s1 >= 32) {
+        const int32_t sr = s1 - 32;
+        BN_OUT((int32_t)hi >> sr)
+    } else if (s1 == 0) {
+        BN_OUT((int32_t)lo)
+    } else {
+        const int32_t sl = 32 - s1;
+        BN_OUT((int32_t)((lo >> s1) | (hi << sl)))
+    }
+#undef BN_OUT
+    *nsat += cnt;
+}
+
+/* E_k of the backward (ops/batchnorm.py): the largest bitwidth(gamma * inv) - sh over channels
+ * with gamma * inv != 0, minus KM_BITS; and channel c's km = round(gamma * inv * 2^-(sh + E_k)). */
+static int32_t bn_e_k(const int16_t *gamma, const int32_t *saved, int32_t C)
+{
+    int32_t c, top = 0, have = 0;
+    for (c = 0; c < C; c++) {
+        const int64_t k = (int64_t)gamma[c] * saved[C + c];
+        if (k != 0) {
+            const int32_t t = tt_bitwidth_u64(tt_abs_u64(k)) - saved[2 * C + c];
+            if (!have || t > top) top = t;
+            have = 1;
+        }
+    }
+    return have ? top - TT_BN_KM_BITS : 0;
+}
+
+static int64_t bn_km(const int16_t *gamma, const int32_t *saved, int32_t C, int32_t c, int32_t e_k)
+{
+    const int64_t k = (int64_t)gamma[c] * saved[C + c];
+    const int32_t sk = saved[2 * C + c] + e_k;
+    return sk >= 0 ? tt_rshift_round_s64(k, sk < 62 ? sk : 62) : k * ((int64_t)1 << -sk);
+}
+
+/* The train backward, channel by channel, with x_hat, then J, kept per element in the scratch
+ * (P*C int64: TT_BATCHNORM_BUFFER_SIZE). Pass 1: x_hat, Se, G; pass 2: J and max |J| per
+ * channel, so max |km * J| = |km| * max |J| per channel; pass 3: dx. A channel takes the int32
+ * paths when x_hat cannot saturate there (x_hat at x = -128 and 127 fits int32: x_hat is
+ * monotone in x) and J is bounded below 2^31 (|A*e - Se| <= 128 A + |Se|, |x_hat| <= the larger
+ * endpoint); else the int64 formulas of bn_bwd_eval, element by element. */
+static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, const int8_t *e,
+                            int32_t ee, const int8_t *x, int8_t *dx)
+{
+    const int32_t P = bp->P, C = bp->C, n = P * C, e_g = bp->e_g, ex = bp->saved[3 * bp->C];
+    const int32_t *saved = bp->saved;
+    const int16_t *gamma = bp->gamma;
+    int64_t *xs = ctx->scratch;
+    tt_stats *st = ctx->stats;
+    const int32_t A = P, e_k = bn_e_k(gamma, saved, C);
+    uint64_t m = 0, fits = 0; /* fits: bit c (c < 64) when channel c's J are int32 */
+    int32_t c, p, s;
+    for (c = 0; c < C; c++) {
+        const bn_chan k = bn_channel(A, saved, C, c);
+        const uint64_t akm = tt_abs_u64(bn_km(gamma, saved, C, c, e_k));
+        uint32_t sat = 0;
+        const int32_t lo = bn_xhat_k(&k, -128, saved, C, c, &sat), hi = bn_xhat_k(&k, 127, saved, C, c, &sat);
+        const uint64_t xmax = tt_abs_u64(lo) > tt_abs_u64(hi) ? tt_abs_u64(lo) : tt_abs_u64(hi);
+        int32_t se = 0;
+        int64_t G = 0;
+        uint64_t mj = 0;
+        if (!sat && k.fast && k.sh != 32) {
+            bn_bwd_xhat(e + c, x + c, n, C, &k, xs + c, &se, &G);
+        } else {
+            for (p = 0; p < P; p++) {
+                const int32_t i = p * C + c, xh = bn_xhat_k(&k, x[i], saved, C, c, 0);
+                xs[i] = xh;
+                se += e[i];
+                G += (int64_t)e[i] * xh;
+            }
+        }
+        /* |J| <= (128 A + |Se|) 2^F + (xmax |G| + 2^(F-1)) / 2^F + 1 */
+        if (c < 64 && tt_abs_u64(G) <= (uint64_t)INT32_MAX && xmax < ((uint64_t)1 << 32) &&
+            ((uint64_t)(128 * (int64_t)A + (se < 0 ? -se : se)) << BN_F) +
+            ((xmax * tt_abs_u64(G)) >> BN_F) + 2 <= (uint64_t)INT32_MAX) {
+            mj = bn_bwd_j32(e + c, n, C, A, se, (int32_t)-G, xs + c);
+            fits |= (uint64_t)1 << c;
+        } else {
+            for (p = 0; p < P; p++) {
+                const int32_t i = p * C + c;
+                const int64_t J = bn_j(e[i], xs[i], A, se, G, 1);
+                const uint64_t a = tt_abs_u64(J);
+                xs[i] = J;
+                if (a > mj) mj = a;
+            }
+        }
+        if (akm * mj > m) m = akm * mj; /* |km| <= 2^24, |J| <= 2^38 */
+    }
+    s = tt_requant_shift(m, 8);
+    for (c = 0; c < C; c++) {
+        const int64_t km = bn_km(gamma, saved, C, c, e_k);
+        if (s >= 1 && c < 64 && ((fits >> c) & 1)) {
+            bn_bwd_out32(xs + c, n, C, (int32_t)km, s, dx + c, &st->saturated);
+            continue;
+        }
+        for (p = 0; p < P; p++) {
+            const int32_t i = p * C + c;
+            const int64_t r = tt_rshift_round_s64(km * xs[i], s);
+            if (r > TT_S8_MAX || r < -TT_S8_MAX) st->saturated++;
+            dx[i] = tt_sat_s8(r);
+        }
+    }
+    return e_k + e_g + ee - ex - 2 * BN_F + s;
 }
 
 static int32_t bn_bwd(const tt_ctx *ctx, const tt_batchnorm_params *bp, const int8_t *e,
@@ -256,7 +531,7 @@ static int32_t bn_bwd(const tt_ctx *ctx, const tt_batchnorm_params *bp, const in
 int32_t tt_batchnorm_bwd_s8(const tt_ctx *ctx, const tt_batchnorm_params *p, const int8_t *e,
                             int32_t ee, const int8_t *x, int8_t *dx)
 {
-    return bn_bwd(ctx, p, e, ee, x, 1, dx);
+    return bn_bwd_train(ctx, p, e, ee, x, dx);
 }
 
 int32_t tt_batchnorm_bwd_eval_s8(const tt_ctx *ctx, const tt_batchnorm_params *p,
@@ -275,6 +550,13 @@ static void bn_grad(const tt_batchnorm_params *bp, const int8_t *e, const int8_t
     for (c = 0; c < C; c++) {
         const bn_chan k = bn_channel(A, saved, C, c);
         int64_t se = 0, g = 0;
+        if (bn_chan_fast(&k, saved, C, c)) {
+            int32_t se32;
+            bn_grad_sums(e + c, x + c, P * C, C, &k, &se32, &g);
+            ggamma[c] = tt_sat_s32(g);
+            gbeta[c] = se32;
+            continue;
+        }
         for (p = 0; p < P; p++) {
             const int64_t i = (int64_t)p * C + c;
             se += e[i];

@@ -1,12 +1,24 @@
-/** Convolution kernels: portable scalar path.
+/** Convolution kernels: portable scalar paths and Cortex-M DSP paths (TT_HAVE_DSP), same bits.
+ *
+ * Conv2d / Conv1d take int32 paths where the sums provably fit int32 (bounds at the defines
+ * below): the forward through an im2col column per output position (SMLAD rows), the input
+ * gradient gathered per input element, the weight gradient gathered per tap, accumulators in
+ * registers. The int64 loops below them remain for the shapes outside those bounds.
  *
  * For an output row oh the input rows are ih = oh*sh - pt + kh; only kh in [kh0, kh1) hit
  * the input (the rest read zero padding and contribute nothing), likewise kw in [kw0, kw1).
  * In channels-last layout the valid (kw, ci) run of one kernel row is contiguous in both x
  * and w, so every inner loop is a plain dot product or axpy over (kw1 - kw0) * Cin values. */
 #include "tt_conv.h"
+#include "tt_dsp.h"
 
 #include <string.h>
+
+/* Longest im2col column KH*KW*Cin the int32 forward takes (the column sits on the stack):
+ * |acc| <= 2^30 + L * 2^7 * 2^15 < 2^31 for L <= 255, even with an int8 -128 or an int16 -32768. */
+#define TT_CONV_COL_MAX 255
+/* Most terms KH*KW*Cout of one input gradient the int32 backward takes: 511 * 2^22 < 2^31. */
+#define TT_CONV_BWD_MAX_TERMS 511
 
 /* Clip the kernel taps [0, K) to those whose input index i0 + k lies in [0, n); the range
  * is empty (k1 == k0) when the whole window lies in the padding. */
@@ -15,6 +27,256 @@ static void tt_conv_taps(int32_t i0, int32_t K, int32_t n, int32_t *k0, int32_t 
     *k0 = i0 < 0 ? -i0 : 0;
     *k1 = n - i0 < K ? n - i0 : K;
     if (*k1 < *k0) *k1 = *k0;
+}
+
+/* col[0..KH*KW*Cin) = the input patch of the output position with top-left input (ih0, iw0),
+ * in the order of a weight row (kh, kw, ci), zeros where the window lies in the padding. */
+static void conv_col(const int8_t *x, int32_t H, int32_t W, int32_t Cin, int32_t KH, int32_t KW,
+                     int32_t ih0, int32_t iw0, int16_t *col)
+{
+    const int32_t R = KW * Cin;
+    int32_t kh, kh0, kh1, kw0, kw1, j;
+    tt_conv_taps(ih0, KH, H, &kh0, &kh1);
+    tt_conv_taps(iw0, KW, W, &kw0, &kw1);
+    for (kh = 0; kh < KH; kh++, col += R) {
+        if (kh < kh0 || kh >= kh1) {
+            for (j = 0; j < R; j++) col[j] = 0;
+            continue;
+        }
+        {
+            const int8_t *xp = x + ((ih0 + kh) * W + iw0 + kw0) * Cin;
+            const int32_t a = kw0 * Cin, b = kw1 * Cin;
+            for (j = 0; j < a; j++) col[j] = 0;
+            for (; j < b; j++) col[j] = xp[j - a];
+            for (; j < R; j++) col[j] = 0;
+        }
+    }
+}
+
+/* Store v into acc and raise *m to |v|. */
+static inline void conv_put(int64_t *acc, int32_t v, uint32_t *m)
+{
+    const uint32_t a = v < 0 ? 0u - (uint32_t)v : (uint32_t)v;
+    *acc = v;
+    if (a > *m) *m = a;
+}
+
+/* acc[i] = bias[i] + w_i . col over L terms for the R rows i < R (4 or 1, a constant after
+ * inlining) at r, r + L, .., in int32 (exact: L <= TT_CONV_COL_MAX), the rows sharing the column
+ * loads (DSP: SMLAD on int16 pairs); raises *m to each |acc[i]|. bias and acc may be the same
+ * slots (each is read before it is written). */
+static inline void conv_rows(const int16_t *col, int32_t L, const int16_t *r, int32_t R,
+                             const int64_t *bias, int64_t *acc, uint32_t *m)
+{
+    const int16_t *r0 = r, *r1 = r + (R > 1 ? L : 0), *r2 = r + (R > 1 ? 2 * L : 0);
+    const int16_t *r3 = r + (R > 1 ? 3 * L : 0);
+    int32_t s0 = (int32_t)bias[0], s1 = R > 1 ? (int32_t)bias[1] : 0;
+    int32_t s2 = R > 1 ? (int32_t)bias[2] : 0, s3 = R > 1 ? (int32_t)bias[3] : 0, j;
+#if TT_HAVE_DSP
+    for (j = 0; j + 2 <= L; j += 2) {
+        const int32_t X = (int32_t)tt_ld_s16x2(col + j);
+        s0 = __smlad((int32_t)tt_ld_s16x2(r0 + j), X, s0);
+        if (R > 1) {
+            s1 = __smlad((int32_t)tt_ld_s16x2(r1 + j), X, s1);
+            s2 = __smlad((int32_t)tt_ld_s16x2(r2 + j), X, s2);
+            s3 = __smlad((int32_t)tt_ld_s16x2(r3 + j), X, s3);
+        }
+    }
+#else
+    for (j = 0; j + 2 <= L; j += 2) {
+        const int32_t X0 = col[j], X1 = col[j + 1];
+        s0 += X0 * r0[j] + X1 * r0[j + 1];
+        if (R > 1) {
+            s1 += X0 * r1[j] + X1 * r1[j + 1];
+            s2 += X0 * r2[j] + X1 * r2[j + 1];
+            s3 += X0 * r3[j] + X1 * r3[j + 1];
+        }
+    }
+#endif
+    if (j < L) {
+        const int32_t X0 = col[j];
+        s0 += X0 * r0[j];
+        if (R > 1) { s1 += X0 * r1[j]; s2 += X0 * r2[j]; s3 += X0 * r3[j]; }
+    }
+    conv_put(acc, s0, m);
+    if (R > 1) { conv_put(acc + 1, s1, m); conv_put(acc + 2, s2, m); conv_put(acc + 3, s3, m); }
+}
+
+/* The forward in int32 through an im2col column per output position (KH*KW*Cin <=
+ * TT_CONV_COL_MAX); the same sums as conv2d_fwd's int64 loops, every partial sum exact. The
+ * aligned biases are parked in the last position's slots, which are written last. */
+static int32_t conv2d_fwd_s32(const int8_t *x, int32_t ex, const int16_t *w, int32_t ew,
+                              const int32_t *b, int32_t eb, int32_t H, int32_t W, int32_t Cin,
+                              int32_t Cout, int32_t KH, int32_t KW, int32_t sh, int32_t sw,
+                              int32_t pt, int32_t pl, int32_t OH, int32_t OW,
+                              int64_t *scratch, int8_t *y, tt_stats *st)
+{
+    const int32_t ea = ex + ew, L = KH * KW * Cin;
+    int64_t *bias = scratch + (OH * OW - 1) * Cout;
+    int16_t col[TT_CONV_COL_MAX + 1];
+    uint32_t m = 0;
+    int32_t oh, ow, co;
+    for (co = 0; co < Cout; co++) bias[co] = tt_align_s32(b[co], eb, ea);
+    for (oh = 0; oh < OH; oh++)
+        for (ow = 0; ow < OW; ow++) {
+            int64_t *acc = scratch + (oh * OW + ow) * Cout;
+            conv_col(x, H, W, Cin, KH, KW, oh * sh - pt, ow * sw - pl, col);
+            for (co = 0; co + 4 <= Cout; co += 4) conv_rows(col, L, w + co * L, 4, bias + co, acc + co, &m);
+            for (; co < Cout; co++) conv_rows(col, L, w + co * L, 1, bias + co, acc + co, &m);
+        }
+    return ea + tt_requant_s8_from_s64_max(scratch, OH * OW * Cout, m, y, st);
+}
+
+/* The output rows (or columns) o in [*o0, *o1) whose input index o * st - pad + k lies in [0, n). */
+static void conv_out_range(int32_t k, int32_t st, int32_t pad, int32_t n, int32_t O, int32_t *o0,
+                           int32_t *o1)
+{
+    int32_t a = 0, b = O;
+    while (a < b && a * st - pad + k < 0) a++;
+    while (b > a && (b - 1) * st - pad + k >= n) b--;
+    *o0 = a;
+    *o1 = b;
+}
+
+/* One block of the gathered weight gradient: for the tap (kh, kw) with output rows [oh0, oh1),
+ * columns [ow0, ow1), sums over those positions of e[p][co + i] * x[in(p)][ci + j] for i < NO,
+ * j < NI (NO x NI accumulators, constants after inlining), written to g[i * L + j]. */
+static inline void conv_grad_block(const int8_t *e, const int8_t *x, int32_t W, int32_t Cin,
+                                   int32_t Cout, int32_t sh, int32_t sw, int32_t pt, int32_t pl,
+                                   int32_t OW, int32_t kh, int32_t kw, int32_t oh0, int32_t oh1,
+                                   int32_t ow0, int32_t ow1, int32_t co, int32_t ci, int32_t L,
+                                   int32_t NO, int32_t NI, int32_t *g)
+{
+    int32_t a00 = 0, a01 = 0, a02 = 0, a03 = 0, a10 = 0, a11 = 0, a12 = 0, a13 = 0;
+    int32_t a20 = 0, a30 = 0, oh, ow;
+    const int32_t xs = sw * Cin;
+    for (oh = oh0; oh < oh1; oh++) {
+        const int8_t *ep = e + (oh * OW + ow0) * Cout + co;
+        const int8_t *xp = x + ((oh * sh - pt + kh) * W + ow0 * sw - pl + kw) * Cin + ci;
+        for (ow = ow0; ow < ow1; ow++, ep += Cout, xp += xs) {
+            const int32_t e0 = ep[0], x0 = xp[0];
+            a00 += e0 * x0;
+            if (NI > 1) { a01 += e0 * xp[1]; a02 += e0 * xp[2]; a03 += e0 * xp[3]; }
+            if (NO > 1) {
+                const int32_t e1 = ep[1];
+                a10 += e1 * x0;
+                if (NI > 1) { a11 += e1 * xp[1]; a12 += e1 * xp[2]; a13 += e1 * xp[3]; }
+                if (NO > 2) { a20 += ep[2] * x0; a30 += ep[3] * x0; }
+            }
+        }
+    }
+    g[0] = a00;
+    if (NI > 1) { g[1] = a01; g[2] = a02; g[3] = a03; }
+    if (NO > 1) {
+        g[L] = a10;
+        if (NI > 1) { g[L + 1] = a11; g[L + 2] = a12; g[L + 3] = a13; }
+        if (NO > 2) { g[2 * L] = a20; g[3 * L] = a30; }
+    }
+}
+
+/* The weight gradient gathered tap by tap: each gw element is one sum over the output
+ * positions, its accumulators in registers (blocks of 2 output x 4 input channels, or 4 x 1
+ * when Cin < 4). int32 sums, exact as in conv2d_grad's scatter. */
+static void conv2d_grad_gather(const int8_t *e, const int8_t *x, int32_t H, int32_t W,
+                               int32_t Cin, int32_t Cout, int32_t KH, int32_t KW, int32_t sh,
+                               int32_t sw, int32_t pt, int32_t pl, int32_t OH, int32_t OW,
+                               int32_t *gw, int32_t *gb)
+{
+    const int32_t L = KH * KW * Cin;
+#define TT_GB(NO, NI) conv_grad_block(e, x, W, Cin, Cout, sh, sw, pt, pl, OW, kh, kw, oh0, oh1, ow0, \
+                                      ow1, co, ci, L, NO, NI, gw + co * L + (kh * KW + kw) * Cin + ci)
+    int32_t kh, kw, co, ci, p, oh0, oh1, ow0, ow1;
+    for (co = 0; co < Cout; co++) gb[co] = 0;
+    for (p = 0; p < OH * OW; p++)
+        for (co = 0; co < Cout; co++) gb[co] += e[p * Cout + co];
+    for (kh = 0; kh < KH; kh++) {
+        conv_out_range(kh, sh, pt, H, OH, &oh0, &oh1);
+        for (kw = 0; kw < KW; kw++) {
+            conv_out_range(kw, sw, pl, W, OW, &ow0, &ow1);
+            if (Cin >= 4) {
+                for (co = 0; co + 2 <= Cout; co += 2) {
+                    for (ci = 0; ci + 4 <= Cin; ci += 4) TT_GB(2, 4);
+                    for (; ci < Cin; ci++) TT_GB(2, 1);
+                }
+                for (; co < Cout; co++) {
+                    for (ci = 0; ci + 4 <= Cin; ci += 4) TT_GB(1, 4);
+                    for (; ci < Cin; ci++) TT_GB(1, 1);
+                }
+            } else {
+                for (ci = 0; ci < Cin; ci++) {
+                    for (co = 0; co + 4 <= Cout; co += 4) TT_GB(4, 1);
+                    for (; co < Cout; co++) TT_GB(1, 1);
+                }
+            }
+        }
+    }
+#undef TT_GB
+}
+
+/* One block of the gathered input gradient: acc[j] = sum over the taps (kh, kw) that reach input
+ * (ih, iw) and over co of e[o(kh, kw)][co] * w[co][kh][kw][ci + j], j < NI (4 or 1, a constant
+ * after inlining); DSP: SMLABB/SMLABT on weight pairs. Raises *m to each |acc[j]|. */
+static inline void conv_bwd_block(const int8_t *e, const int16_t *w, int32_t Cin, int32_t Cout,
+                                  int32_t KH, int32_t KW, int32_t sh, int32_t sw, int32_t pt,
+                                  int32_t pl, int32_t OH, int32_t OW, int32_t ih, int32_t iw,
+                                  int32_t ci, int32_t NI, int64_t *dst, uint32_t *m)
+{
+    const int32_t L = KH * KW * Cin;
+    int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, kh, kw, co, j, v[4];
+    for (kh = 0; kh < KH; kh++) {
+        const int32_t th = ih + pt - kh, oh = th / sh;
+        if (th < 0 || oh * sh != th || oh >= OH) continue;
+        for (kw = 0; kw < KW; kw++) {
+            const int32_t tw = iw + pl - kw, ow = tw / sw;
+            const int8_t *ep;
+            const int16_t *wp;
+            if (tw < 0 || ow * sw != tw || ow >= OW) continue;
+            ep = e + (oh * OW + ow) * Cout;
+            wp = w + (kh * KW + kw) * Cin + ci;
+            for (co = 0; co < Cout; co++, wp += L) {
+                const int32_t en = ep[co];
+                if (NI > 1) {
+#if TT_HAVE_DSP
+                    const int32_t w01 = (int32_t)tt_ld_s16x2(wp), w23 = (int32_t)tt_ld_s16x2(wp + 2);
+                    a0 = __smlabb(en, w01, a0);
+                    a1 = __smlabt(en, w01, a1);
+                    a2 = __smlabb(en, w23, a2);
+                    a3 = __smlabt(en, w23, a3);
+#else
+                    a0 += en * wp[0]; a1 += en * wp[1]; a2 += en * wp[2]; a3 += en * wp[3];
+#endif
+                } else {
+                    a0 += en * wp[0];
+                }
+            }
+        }
+    }
+    v[0] = a0; v[1] = a1; v[2] = a2; v[3] = a3;
+    for (j = 0; j < NI; j++) {
+        const uint32_t a = v[j] < 0 ? 0u - (uint32_t)v[j] : (uint32_t)v[j];
+        dst[j] = v[j];
+        if (a > *m) *m = a;
+    }
+}
+
+/* The input gradient gathered input by input (KH*KW*Cout <= TT_CONV_BWD_MAX_TERMS: int32 sums,
+ * exact), its accumulators in registers, then requantized with the tracked maximum. */
+static int32_t conv2d_bwd_s32(const int8_t *e, int32_t ee, const int16_t *w, int32_t ew,
+                              int32_t H, int32_t W, int32_t Cin, int32_t Cout, int32_t KH,
+                              int32_t KW, int32_t sh, int32_t sw, int32_t pt, int32_t pl,
+                              int32_t OH, int32_t OW, int64_t *scratch, int8_t *dx, tt_stats *st)
+{
+    uint32_t m = 0;
+    int32_t ih, iw, ci;
+    for (ih = 0; ih < H; ih++)
+        for (iw = 0; iw < W; iw++) {
+            int64_t *dst = scratch + (ih * W + iw) * Cin;
+            for (ci = 0; ci + 4 <= Cin; ci += 4)
+                conv_bwd_block(e, w, Cin, Cout, KH, KW, sh, sw, pt, pl, OH, OW, ih, iw, ci, 4, dst + ci, &m);
+            for (; ci < Cin; ci++)
+                conv_bwd_block(e, w, Cin, Cout, KH, KW, sh, sw, pt, pl, OH, OW, ih, iw, ci, 1, dst + ci, &m);
+        }
+    return ee + ew + tt_requant_s8_from_s64_max(scratch, H * W * Cin, m, dx, st);
 }
 
 /* Conv2d on positional dims (tt_conv_params' fields in order: stride sh, sw; top / left padding
@@ -28,6 +290,9 @@ static int32_t conv2d_fwd(const int8_t *x, int32_t ex, const int16_t *w, int32_t
     const int32_t ea = ex + ew;
     int64_t *acc = scratch;
     int32_t oh, ow, co, kh, j, kh0, kh1, kw0, kw1, kh_end;
+    if (KH * KW * Cin <= TT_CONV_COL_MAX && OH * OW >= 1 && Cout >= 1)
+        return conv2d_fwd_s32(x, ex, w, ew, b, eb, H, W, Cin, Cout, KH, KW, sh, sw, pt, pl, OH, OW,
+                              scratch, y, st);
     for (oh = 0; oh < OH; oh++) {
         const int32_t ih0 = oh * sh - pt;
         tt_conv_taps(ih0, KH, H, &kh0, &kh1);
@@ -57,6 +322,8 @@ static int32_t conv2d_bwd(const int8_t *e, int32_t ee, const int16_t *w, int32_t
                           int64_t *scratch, int8_t *dx, tt_stats *st)
 {
     int32_t oh, ow, co, kh, j, kh0, kh1, kw0, kw1, kh_end;
+    if (KH * KW * Cout <= TT_CONV_BWD_MAX_TERMS && H * W * Cin >= 1)
+        return conv2d_bwd_s32(e, ee, w, ew, H, W, Cin, Cout, KH, KW, sh, sw, pt, pl, OH, OW, scratch, dx, st);
     memset(scratch, 0, sizeof(int64_t) * (size_t)(H * W * Cin));
     for (oh = 0; oh < OH; oh++) {
         const int32_t ih0 = oh * sh - pt;
@@ -88,6 +355,10 @@ static void conv2d_grad(const int8_t *e, const int8_t *x, int32_t H, int32_t W, 
 {
     /* int32 sums: OH*OW <= TT_CONV_GRAD_MAX_POSITIONS terms of |e*x| <= 127*127 each. */
     int32_t oh, ow, co, kh, j, kh0, kh1, kw0, kw1, kh_end;
+    if (Cin >= 1 && Cout >= 1) {
+        conv2d_grad_gather(e, x, H, W, Cin, Cout, KH, KW, sh, sw, pt, pl, OH, OW, gw, gb);
+        return;
+    }
     memset(gw, 0, sizeof(int32_t) * (size_t)(Cout * KH * KW * Cin));
     memset(gb, 0, sizeof(int32_t) * (size_t)Cout);
     for (oh = 0; oh < OH; oh++) {

@@ -1,4 +1,4 @@
-/** Pooling kernels: portable scalar path. */
+/** Pooling kernels: portable scalar path (2x2 max pooling of stride 2 said apart). */
 #include <string.h>
 #include "tt_pool.h"
 
@@ -44,12 +44,62 @@ static tt_pool_params tt_pool_as_2d(int32_t L, int32_t C, int32_t k, int32_t s, 
     return q;
 }
 
+/* 2x2 windows of stride 2 (the common pooling), one output row of all channels at a time: the
+ * four inputs of channel c are r0[c], r0[C + c], r1[c], r1[C + c] in row-major window order.
+ * Backward writes e to the first maximum of that order (strict >), as argmax; the other three
+ * inputs get 0 (every input lies in at most one window). */
+static void maxpool_2x2_fwd(const int8_t *x, int32_t W, int32_t C, int32_t OH, int32_t OW, int8_t *y)
+{
+    int32_t oh, ow, c;
+    for (oh = 0; oh < OH; oh++)
+        for (ow = 0; ow < OW; ow++) {
+            const int8_t *r0 = x + ((2 * oh) * W + 2 * ow) * C, *r1 = r0 + W * C;
+            for (c = 0; c < C; c++) {
+                int32_t v = r0[c], t = r0[C + c];
+                if (t > v) v = t;
+                t = r1[c];
+                if (t > v) v = t;
+                t = r1[C + c];
+                if (t > v) v = t;
+                *y++ = (int8_t)v;
+            }
+        }
+}
+
+static void maxpool_2x2_bwd(const int8_t *e, const int8_t *x, int32_t W, int32_t C, int32_t OH,
+                            int32_t OW, int8_t *dx)
+{
+    int32_t oh, ow, c;
+    for (oh = 0; oh < OH; oh++)
+        for (ow = 0; ow < OW; ow++) {
+            const int32_t o = ((2 * oh) * W + 2 * ow) * C;
+            const int8_t *r0 = x + o, *r1 = r0 + W * C;
+            int8_t *d0 = dx + o, *d1 = d0 + W * C;
+            for (c = 0; c < C; c++) {
+                const int32_t a = r0[c], b = r0[C + c], u = r1[c], v = r1[C + c];
+                int32_t best = a, k = 0;
+                if (b > best) { best = b; k = 1; }
+                if (u > best) { best = u; k = 2; }
+                if (v > best) k = 3;
+                d0[c] = k == 0 ? *e : 0;
+                d0[C + c] = k == 1 ? *e : 0;
+                d1[c] = k == 2 ? *e : 0;
+                d1[C + c] = k == 3 ? *e : 0;
+                e++;
+            }
+        }
+}
+
 int32_t tt_maxpool2d_fwd_s8(const tt_ctx *ctx, const tt_pool_params *p, const int8_t *x,
                             int32_t ex, int8_t *y)
 {
     TT_POOL_DIMS(p);
     int32_t oh, ow, c;
     (void)ctx; (void)H;
+    if (kh == 2 && kw == 2 && sh == 2 && sw == 2) {
+        maxpool_2x2_fwd(x, W, C, OH, OW, y);
+        return ex;
+    }
     for (oh = 0; oh < OH; oh++)
         for (ow = 0; ow < OW; ow++)
             for (c = 0; c < C; c++)
@@ -64,6 +114,11 @@ int32_t tt_maxpool2d_bwd_s8(const tt_ctx *ctx, const tt_pool_params *p, const in
     const int32_t n = H * W * C;
     int64_t *scratch;
     int32_t oh, ow, c, i;
+    if (kh == 2 && kw == 2 && sh == 2 && sw == 2) {
+        if (2 * OH < H || 2 * OW < W) memset(dx, 0, (size_t)n); /* rows / columns no window reads */
+        maxpool_2x2_bwd(e, x, W, C, OH, OW, dx);
+        return ee;
+    }
     if (sh >= kh && sw >= kw) {
         /* each input in at most one window: |dx_acc| <= 127, requant shift 0 */
         memset(dx, 0, (size_t)n);

@@ -50,6 +50,9 @@ int32_t tt_sgd_lr_mult(const tt_sgd *o, uint32_t t)
     return (int32_t)tt_rshift_round_s64((int64_t)o->m * f, 15);
 }
 
+static int32_t tt_sgd_plain_s16(int16_t *w, int32_t n, const int32_t *g, int32_t m_t, int32_t s,
+                                tt_stats *st);
+
 /* The update rules on a tensor that is int16 (w16) or int32 (w32, w16 == NULL): one body for
  * both element types; the public API has one function per type. */
 static void sgd_update_direct(const tt_sgd_step *u, int16_t *w16, int32_t *w32, int32_t n,
@@ -62,6 +65,9 @@ static void sgd_update_direct(const tt_sgd_step *u, int16_t *w16, int32_t *w32, 
     const int32_t s = ew + o->k - eg;
     const int64_t lo = w16 ? -TT_S16_MAX : INT32_MIN, hi = w16 ? TT_S16_MAX : INT32_MAX;
     int32_t i;
+    if (w16 && !o->sr && !o->wd_m && m_t >= 0 && m_t < 32768 && s >= 1 && s <= 31 &&
+        tt_sgd_plain_s16(w16, n, g, m_t, s, st))
+        return;
     for (i = 0; i < n; i++) {
         const int64_t wi = w16 ? w16[i] : w32[i];
         int64_t d = tt_sgd_shift((int64_t)m_t * g[i], s, o->sr, prng), v, nv;
@@ -259,6 +265,55 @@ static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, i
     }
 }
 #endif
+
+/* Plain SGD (no stochastic rounding, no decay, m_t in [0, 2^15), s = ew + k - eg in [1, 31]) on
+ * an int16 tensor: w[i] -= round(m_t g[i] / 2^s), saturating to [-32767, 32767] and counted, as
+ * sgd_update_direct does. A first pass bounds |g| <= 2^b (b = bitwidth of the OR of
+ * g ^ (g >> 31)); when m_t 2^b + 2^(s-1) < 2^31 every d = (m_t g + 2^(s-1)) >> s is exact in
+ * int32 and the update runs here (returns 1), else the caller's generic path does (returns 0).
+ * DSP: two weights per step as the fused Dense update (tt_sgd_s16x2 and its guard), which also
+ * needs |d| <= 16383; a guard hit (a saturation, or an old -32768) undoes the tensor exactly
+ * and redoes it one weight at a time. */
+static int32_t tt_sgd_plain_s16(int16_t *w, int32_t n, const int32_t *g, int32_t m_t, int32_t s,
+                                tt_stats *st)
+{
+    const int32_t half = (int32_t)1 << (s - 1);
+    uint32_t o = 0;
+    int64_t dmax;
+    int32_t i, b;
+    for (i = 0; i < n; i++) o |= (uint32_t)(g[i] ^ (g[i] >> 31));
+    b = tt_bitwidth_u64(o); /* |g| <= o + 1 <= 2^b */
+    if (((int64_t)m_t << b) + half > INT32_MAX) return 0;
+    dmax = (((int64_t)m_t << b) + half) >> s;
+#if TT_HAVE_DSP
+    if (dmax <= 16383) {
+        tt_guard_clear();
+        for (i = 0; i + 2 <= n; i += 2) {
+            const int32_t d0 = (m_t * g[i] + half) >> s, d1 = (m_t * g[i + 1] + half) >> s;
+            tt_sgd_s16x2(w + i, tt_ld_s16x2(w + i), tt_pack_lo((uint32_t)d0, (uint32_t)d1));
+        }
+        if (!tt_guard_hit()) {
+            if (i < n) tt_sgd_s16_one(w + i, m_t * g[i], s, st);
+            return 1;
+        }
+        for (i = 0; i + 2 <= n; i += 2) { /* undo: w - d (mod 2^16) + d */
+            const int32_t d0 = (m_t * g[i] + half) >> s, d1 = (m_t * g[i + 1] + half) >> s;
+            tt_st_s16x2(w + i, (uint32_t)__sadd16((int32_t)tt_ld_s16x2(w + i), (int32_t)tt_pack_lo((uint32_t)d0, (uint32_t)d1)));
+        }
+    }
+#else
+    (void)dmax;
+#endif
+    for (i = 0; i < n; i++) {
+        int32_t v = (int32_t)w[i] - ((m_t * g[i] + half) >> s);
+        if ((uint32_t)(v + TT_S16_MAX) > 2u * TT_S16_MAX) {
+            st->saturated++;
+            v = v > 0 ? TT_S16_MAX : -TT_S16_MAX;
+        }
+        w[i] = (int16_t)v;
+    }
+    return 1;
+}
 
 /* Rows n of w16[N][K] with e[n] != 0 when every step rounds to 0 (s >= 32: |m_t e x| < 2^29 <
  * 2^(s - 1)): w - 0 changes only an old -32768, clamped to -32767 and counted, as the generic path
