@@ -1,6 +1,7 @@
 """The on-device update codec (tinytrain/firmware/src/tt_fedcodec.c, built with cffi and UBSan) against
 tinytrain/federated/codec.py: the same message bytes and the same error-feedback residual for
-hypothesis-drawn tensors, codecs and residuals; and the ROUND_BEGIN / GET_UPDATE / UPDATE_ACK
+hypothesis-drawn tensors, codecs and residuals; FedProx's pull (tt_fedcodec_prox) against
+tinytrain/federated/prox.py; and the ROUND_BEGIN / GET_UPDATE / UPDATE_ACK / FED_PROX
 conversation between DeviceLink and the C protocol (fake model of tests/c/tt_fake_model.c)."""
 from __future__ import annotations
 
@@ -57,6 +58,14 @@ int tfh_prepare(uint32_t n, uint32_t step, uint32_t *len, uint32_t *crc)
 { return tt_fedcodec_prepare(&codec, n, step, len, crc); }
 int tfh_read(uint32_t off, uint8_t *dst, uint32_t n) { return tt_fedcodec_read(&codec, off, dst, n); }
 int tfh_ack(uint32_t r, uint32_t crc, uint32_t a, uint32_t *st) { return tt_fedcodec_ack(&codec, r, crc, a, st); }
+static int blob_write(uint32_t off, const uint8_t *src, uint32_t n)
+{
+    if (off > blob_len || n > blob_len - off) return -1;
+    memcpy(blob + off, src, n);
+    return 0;
+}
+int tfh_prox(uint32_t m, uint32_t s) { return tt_fedcodec_prox(&codec, blob_write, m, s); }
+void tfh_get_blob(uint8_t *dst) { memcpy(dst, blob, blob_len); }
 """
 CDEF = """
 void tfh_setup(const uint32_t *spec, uint32_t nt);
@@ -68,6 +77,8 @@ uint32_t tfh_residual_crc(void);
 int tfh_prepare(uint32_t n, uint32_t step, uint32_t *len, uint32_t *crc);
 int tfh_read(uint32_t off, uint8_t *dst, uint32_t n);
 int tfh_ack(uint32_t r, uint32_t crc, uint32_t a, uint32_t *st);
+int tfh_prox(uint32_t m, uint32_t s);
+void tfh_get_blob(uint8_t *dst);
 """
 DTYPES = {1: np.int8, 2: np.int16, 4: np.int32}
 
@@ -128,6 +139,14 @@ class CCodec:
             assert self.lib.tfh_read(off, buf, total - off) == 0
             out += bytes(self.ffi.buffer(buf, total - off))
         return bytes(out)
+
+    def tensors(self):
+        """The store tensors as the blob holds them now."""
+        buf = self.ffi.new("uint8_t[]", self.size)
+        self.lib.tfh_get_blob(buf)
+        raw = bytes(self.ffi.buffer(buf, self.size))
+        return [np.frombuffer(raw, np.dtype(DTYPES[w]).newbyteorder("<"), n, self.spec[3 * i]).astype(DTYPES[w])
+                for i, (w, n) in enumerate(zip(self.widths, self.counts))]
 
     def ack(self, rnd, crc, accepted):
         stt = self.ffi.new("uint32_t *")
@@ -239,7 +258,78 @@ def test_c_codec_error_feedback_over_rounds(cc):
             g = recon if accepted else g
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases(), mult=st.one_of(st.integers(0, 32767), st.sampled_from([0, 1, 16384, 32767])),
+       shift=st.one_of(st.integers(0, 62), st.sampled_from([15, 16, 30, 62])))
+def test_c_prox_equals_python(cc, case, mult, shift):
+    """tt_fedcodec_prox pulls the live store toward the ROUND_BEGIN snapshot exactly as
+    prox.pull_ref (hypothesis: widths, sizes, edge values; any mult < 2^15, shift <= 62)."""
+    from tinytrain.federated.prox import pull_ref
+
+    widths, counts, gaps, glob, local, _, _, _ = case
+    c = CCodec(cc, widths, counts, gaps)
+    g = [np.array(v, DTYPES[w]) for v, w in zip(glob, widths)]
+    lo = [np.array(v, DTYPES[w]) for v, w in zip(local, widths)]
+    if shift == 0 and mult > 1:  # a coefficient >= 1 (not what prox_config emits) may leave the dtype
+        mult = 1
+    c.blob(g)
+    assert c.lib.tfh_begin(0, 1, 0) == 0
+    c.blob(lo, fill=0x3C)
+    assert c.lib.tfh_prox(mult, shift) == 0
+    want = [pull_ref(w, gl, mult, shift) for w, gl in zip(lo, g)]
+    got = c.tensors()
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert np.array_equal(a, b), f"tensor {i}: first differing index {np.flatnonzero(a != b)[:1]}"
+    assert c.lib.tfh_prox(32768, 16) == P.ErrorCode.RANGE
+    assert c.lib.tfh_prox(1, 63) == P.ErrorCode.RANGE
+
+
+def test_prox_ref_edges():
+    """pull_ref on edge values against Python ints: w - floor((w - g) * m / 2^s + 1/2)."""
+    from tinytrain.federated.prox import pull_ref
+
+    vals = [-32767, -32768, -1, 0, 1, 2, 32766, 32767, 16384, -16385]
+    for m, s in ((16384, 15), (32767, 15), (20972, 20), (1, 1), (32767, 62)):
+        for dt, lo, hi in ((np.int16, -32768, 32767), (np.int32, -2**31, 2**31 - 1)):
+            ws = [v for v in vals + [lo, hi] if lo <= v <= hi]
+            for gv in ws:
+                w = np.array(ws, dt)
+                got = pull_ref(w, np.full(len(ws), gv, dt), m, s)
+                want = [x - ((x - gv) * m + (1 << (s - 1))) // (1 << s) for x in ws]
+                assert got.tolist() == want and all(lo <= v <= hi for v in want)
+
+
 # ------------------------------------------------------------------ over the serial protocol
+
+def test_protocol_fed_prox(dev_link):
+    """FED_PROX pulls the fake model's store toward its ROUND_BEGIN snapshot as prox.pull_ref;
+    without an open round it answers SEQUENCE; HELLO advertises it (flag bit 2)."""
+    from tinytrain.federated.prox import pull_ref
+
+    link, cdev = dev_link
+    assert link.info.fedprox
+
+    def store(blob):
+        return [np.frombuffer(blob, "<i2", 300, 0).astype(np.int16),
+                np.frombuffer(blob, "<i4", 100, 600).astype(np.int32)]
+    with pytest.raises(P.DeviceError) as e:
+        link.fed_prox(20972, 20)
+    assert e.value.code == P.ErrorCode.SEQUENCE
+    g = store(link.read_params())
+    link.round_begin(3, 1, 0)
+    for i in range(4):
+        link.train(np.arange(16, dtype=np.int8) * (i + 2), i)
+    before = link.read_params()
+    h = link.fed_prox(20972, 20)
+    after = link.read_params()
+    assert h == link.state_hash()
+    want = [pull_ref(w, gl, 20972, 20) for w, gl in zip(store(before), g)]
+    assert all(np.array_equal(a, b) for a, b in zip(store(after), want))
+    assert after[1000:] == before[1000:]  # outside the store nothing moves
+    with pytest.raises(P.DeviceError) as e:
+        link.fed_prox(32768, 20)
+    assert e.value.code == P.ErrorCode.RANGE
+
 
 def test_protocol_update_commands(dev_link):
     """ROUND_BEGIN / GET_UPDATE / UPDATE_ACK between DeviceLink and the C protocol: the update
@@ -273,8 +363,12 @@ def test_protocol_update_commands(dev_link):
     # a new round with codec sign zeroes the residual (it was built with int8)
     assert link.round_begin(8, 2, CODECS.index("sign")).residual_crc == fp.crc32(bytes(8 * 400))
     with pytest.raises(P.DeviceError) as e:
-        link.round_begin(9, 2, 0)
+        link.round_begin(9, 2, 4)
     assert e.value.code == P.ErrorCode.RANGE
+    link.round_begin(9, 2, 0)  # codec 0: the snapshot only (FED_PROX, update encoded by the host)
+    with pytest.raises(P.DeviceError) as e:
+        link.get_update(1)
+    assert e.value.code == P.ErrorCode.SEQUENCE
 
 
 def test_protocol_update_without_round_and_after_change(dev_link):

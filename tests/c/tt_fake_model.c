@@ -167,9 +167,23 @@ static int fake_update_ack(uint32_t round, uint32_t crc, uint32_t accepted, uint
     return rc;
 }
 
+static int fake_write_params(uint32_t offset, const uint8_t *src, uint32_t n)
+{
+    if (offset > TT_FAKE_PARAMS || n > TT_FAKE_PARAMS - offset) {
+        return -1;
+    }
+    memcpy(fake_params + offset, src, n);
+    return 0;
+}
+
+static int fake_fed_prox(uint32_t mult, uint32_t shift)
+{
+    return tt_fedcodec_prox(&fake_codec, fake_write_params, mult, shift);
+}
+
 const tt_device_model tt_fake_model = {
     TT_FAKE_SCHEMA, 2u * TT_FAKE_PARAMS + 8u, TT_FAKE_PARAMS, TT_FAKE_INPUT, TT_FAKE_CLASSES,
     fake_train, fake_predict, fake_state_hash, fake_step_count, fake_read_params, fake_stage,
     fake_commit, fake_get_tensor, fake_set_seed, fake_reset,
-    fake_round_begin, fake_update_prepare, fake_update_read, fake_update_ack,
+    fake_round_begin, fake_update_prepare, fake_update_read, fake_update_ack, fake_fed_prox,
 };

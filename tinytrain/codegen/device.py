@@ -149,11 +149,23 @@ static int {P}_dev_update_ack(uint32_t round, uint32_t crc, uint32_t accepted, u
     *rcrc = tt_fedcodec_residual_crc(c);
     return rc;
 }}
+
+static int {P}_fed_write(uint32_t off, const uint8_t *src, uint32_t n)
+{{
+    return {P}_write_state(off, src, n);
+}}
+
+/* FED_PROX: FedProx's pull toward the ROUND_BEGIN snapshot (tt_fedcodec_prox). */
+static int {P}_dev_fed_prox(uint32_t mult, uint32_t shift)
+{{
+    return tt_fedcodec_prox({P}_fed_codec(), {P}_fed_write, mult, shift);
+}}
 #else
 #define {P}_dev_round_begin 0
 #define {P}_dev_update_prepare 0
 #define {P}_dev_update_read 0
 #define {P}_dev_update_ack 0
+#define {P}_dev_fed_prox 0
 #endif
 """
 
@@ -328,6 +340,7 @@ const tt_device_model {P}_device = {{
     {P}_dev_update_prepare,
     {P}_dev_update_read,
     {P}_dev_update_ack,
+    {P}_dev_fed_prox,
 }};
 
 {_MAIN.format(P=P) if main else ""}"""

@@ -98,6 +98,9 @@ typedef struct tt_device_model {
      *  2 round already closed; *residual_crc as in round_begin. */
     int (*update_ack)(uint32_t round, uint32_t crc, uint32_t accepted, uint32_t *status,
                       uint32_t *residual_crc);
+    /** Optional FED_PROX: FedProx's pull of the live parameter store toward the ROUND_BEGIN
+     *  snapshot, w -= rshift_round((w - g) * mult, shift) (tt_fedcodec_prox). NULL: UNSUPPORTED. */
+    int (*fed_prox)(uint32_t mult, uint32_t shift);
 } tt_device_model;
 
 /**

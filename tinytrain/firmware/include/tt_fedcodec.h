@@ -25,6 +25,11 @@
  * sum|v| < 2^63 per tensor. Training moves parameters by far less; the residual is bounded by
  * one quantization step plus what saturation of y held back.
  *
+ * FedProx's proximal pull (tinytrain/federated/prox.py, the reference), between local steps:
+ *   w' = w - rshift_round((w - g) * mult, shift)   per element of the store, int64, mult < 2^15,
+ * the result between g and w (the coefficient mult * 2^-shift < 1), so no saturation; chunks whose
+ * elements do not move are not written (frozen parameters in flash stay untouched).
+ *
  * RAM (caller-provided, static): store bytes for g, 8 bytes per stored element for r, one byte
  * per tensor for the shifts, and sizeof(tt_fedcodec). C99, no heap, no float, <stdint.h> and
  * <string.h> only (plus tt_crc32). Functions return 0 or a tt_err code (tt_device.h).
@@ -51,6 +56,8 @@ enum tt_fed_ack { TT_FED_KEPT = 0, TT_FED_COMMITTED = 1, TT_FED_CLOSED = 2 };
 /** Reads bytes [off, off + n) of the live state blob; 0 on success (the generated
  *  <prefix>_read_state has this signature). */
 typedef int (*tt_fed_read_fn)(uint32_t off, uint8_t *dst, uint32_t n);
+/** Writes bytes [off, off + n) of the live state blob; 0 on success (<prefix>_write_state). */
+typedef int (*tt_fed_write_fn)(uint32_t off, const uint8_t *src, uint32_t n);
 
 /** One tensor of the parameter store. */
 typedef struct tt_fed_tensor {
@@ -84,8 +91,9 @@ void tt_fedcodec_init(tt_fedcodec *c, const tt_fed_tensor *t, uint32_t n_tensors
 
 /**
  * Start a round: snapshot the global store from the live state (call right after loading the
- * global model) and select the codec (1..3, else TT_ERR_RANGE). A codec other than the one the
- * residual was built with zeroes the residual. An open round is abandoned (its residual kept).
+ * global model) and select the codec (1..3; 0: snapshot only, for tt_fedcodec_prox when the
+ * host encodes the update; else TT_ERR_RANGE). A codec other than the one the residual was built
+ * with zeroes the residual. An open round is abandoned (its residual kept).
  */
 int tt_fedcodec_begin(tt_fedcodec *c, uint32_t codec, uint32_t round, uint32_t device);
 
@@ -101,6 +109,13 @@ uint32_t tt_fedcodec_residual_crc(const tt_fedcodec *c);
  * No open round: TT_ERR_SEQUENCE.
  */
 int tt_fedcodec_prepare(tt_fedcodec *c, uint32_t n_samples, uint32_t step, uint32_t *len, uint32_t *crc);
+
+/**
+ * FedProx's pull of the live store toward the round's snapshot (the rule above), written through
+ * `write`. No open round: TT_ERR_SEQUENCE; mult >= 2^15 or shift > 62: TT_ERR_RANGE. A prepared
+ * message no longer describes the live state afterwards (prepare again).
+ */
+int tt_fedcodec_prox(tt_fedcodec *c, tt_fed_write_fn write, uint32_t mult, uint32_t shift);
 
 /** Bytes [off, off + n) of the prepared message (off + n <= len, else TT_ERR_RANGE). */
 int tt_fedcodec_read(const tt_fedcodec *c, uint32_t off, uint8_t *dst, uint32_t n);

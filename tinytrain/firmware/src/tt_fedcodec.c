@@ -345,7 +345,7 @@ void tt_fedcodec_init(tt_fedcodec *c, const tt_fed_tensor *t, uint32_t n_tensors
 int tt_fedcodec_begin(tt_fedcodec *c, uint32_t codec, uint32_t round, uint32_t device)
 {
     uint32_t ti, gb = 0;
-    if (codec < TT_FED_INT8 || codec > TT_FED_SIGN) {
+    if (codec > TT_FED_SIGN) {
         return TT_ERR_RANGE;
     }
     for (ti = 0; ti < c->n_tensors; ti++) {
@@ -388,7 +388,7 @@ uint32_t tt_fedcodec_residual_crc(const tt_fedcodec *c)
 int tt_fedcodec_prepare(tt_fedcodec *c, uint32_t n_samples, uint32_t step, uint32_t *len, uint32_t *crc)
 {
     int rc;
-    if (!c->open) {
+    if (!c->open || c->codec == TT_FED_NONE) {
         return TT_ERR_SEQUENCE;
     }
     c->n_samples = n_samples;
@@ -463,5 +463,43 @@ int tt_fedcodec_ack(tt_fedcodec *c, uint32_t round, uint32_t crc, uint32_t accep
     c->open = 0;
     c->prepared = 0;
     *status = TT_FED_COMMITTED;
+    return TT_OK;
+}
+
+int tt_fedcodec_prox(tt_fedcodec *c, tt_fed_write_fn write, uint32_t mult, uint32_t shift)
+{
+    uint8_t buf[TT_FED_CHUNK * 4u];
+    uint32_t ti, e, i, n, gb, rb;
+    if (!c->open) {
+        return TT_ERR_SEQUENCE;
+    }
+    if (mult >= 32768u || shift > 62u) {
+        return TT_ERR_RANGE;
+    }
+    c->prepared = 0;
+    for (ti = 0; ti < c->n_tensors; ti++) {
+        const tt_fed_tensor *t = &c->t[ti];
+        uint32_t w = t->width;
+        tt_fed_base(c, ti, &gb, &rb);
+        for (e = 0; e < t->count; e += n) {
+            int moved = 0;
+            n = t->count - e < TT_FED_CHUNK ? t->count - e : TT_FED_CHUNK;
+            if (c->read(t->offset + e * w, buf, n * w) != 0) {
+                return TT_ERR_RANGE;
+            }
+            for (i = 0; i < n; i++) {
+                int64_t x = tt_fed_get(buf + i * w, w);
+                int64_t d = x - tt_fed_get(c->global + gb + (e + i) * w, w);
+                int64_t pull = tt_fed_rshift_round(d * (int64_t)mult, shift);
+                if (pull != 0) {
+                    tt_fed_put(buf + i * w, w, x - pull);
+                    moved = 1;
+                }
+            }
+            if (moved && write(t->offset + e * w, buf, n * w) != 0) {
+                return TT_ERR_RANGE;
+            }
+        }
+    }
     return TT_OK;
 }
