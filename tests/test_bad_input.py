@@ -306,6 +306,8 @@ ROWS = [
       {}, None, id="federate-prox-too-strong"),
     R(["federate", "--simulated", "2", "--rounds", "1", "--model", "digits-mlp", "--prox-mu", "0.1",
        "--prox-every", "0"], "--prox-every 0: must be an integer >= 1", {}, None, id="federate-prox-every-0"),
+    R(["federate", "--simulated", "2", "--rounds", "1", "--model", "digits-mlp", "--preloaded"],
+      "--preloaded with an uncompressed broadcast changes nothing", {}, None, id="federate-preloaded-uncompressed"),
     # ---- import / export (issue 14)
     R(IMPORT, "unsupported op Sigmoid at node 'act'", {}, onnx_file("m.onnx", "unsupported"), id="import-onnx-unsupported-op"),
     R(IMPORT, "dynamic dimension 1 (K)", {}, onnx_file("m.onnx", "dynamic"), id="import-onnx-dynamic-shape"),

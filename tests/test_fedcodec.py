@@ -35,6 +35,12 @@ static int blob_read(uint32_t off, uint8_t *dst, uint32_t n)
     return 0;
 }
 
+static uint32_t res_width = 8;
+static int16_t res16[1 << 13];
+static int32_t res32[1 << 13];
+static void *res_buf(void) { return res_width == 2 ? (void *)res16 : res_width == 4 ? (void *)res32 : (void *)res; }
+
+void tfh_width(uint32_t w) { res_width = w; }
 void tfh_setup(const uint32_t *spec, uint32_t nt)
 {
     uint32_t i;
@@ -43,14 +49,20 @@ void tfh_setup(const uint32_t *spec, uint32_t nt)
         tens[i].count = spec[3 * i + 1];
         tens[i].width = spec[3 * i + 2];
     }
-    tt_fedcodec_init(&codec, tens, nt, blob_read, glob, res, shifts);
+    tt_fedcodec_init(&codec, tens, nt, blob_read, glob, res_buf(), res_width, shifts);
 }
 void tfh_blob(const uint8_t *p, uint32_t n) { memcpy(blob, p, n); blob_len = n; }
 void tfh_residual(int64_t *dst, const int64_t *src, uint32_t n)
 {
-    if (src) memcpy(res, src, n * sizeof *res);
-    if (dst) memcpy(dst, res, n * sizeof *res);
+    uint32_t i;
+    for (i = 0; src && i < n; i++) {
+        if (res_width == 2) res16[i] = (int16_t)src[i];
+        else if (res_width == 4) res32[i] = (int32_t)src[i];
+        else res[i] = src[i];
+    }
+    for (i = 0; dst && i < n; i++) dst[i] = res_width == 2 ? res16[i] : res_width == 4 ? res32[i] : res[i];
 }
+uint32_t tfh_saturations(void) { return tt_fedcodec_residual_saturations(&codec); }
 int tfh_begin(uint32_t k, uint32_t r, uint32_t d) { return tt_fedcodec_begin(&codec, k, r, d); }
 uint32_t tfh_global_hash(void) { return tt_fedcodec_global_hash(&codec); }
 uint32_t tfh_residual_crc(void) { return tt_fedcodec_residual_crc(&codec); }
@@ -68,6 +80,8 @@ int tfh_prox(uint32_t m, uint32_t s) { return tt_fedcodec_prox(&codec, blob_writ
 void tfh_get_blob(uint8_t *dst) { memcpy(dst, blob, blob_len); }
 """
 CDEF = """
+void tfh_width(uint32_t w);
+uint32_t tfh_saturations(void);
 void tfh_setup(const uint32_t *spec, uint32_t nt);
 void tfh_blob(const uint8_t *p, uint32_t n);
 void tfh_residual(int64_t *dst, const int64_t *src, uint32_t n);
@@ -92,8 +106,9 @@ def cc():
 class CCodec:
     """The C codec over a state blob laid out as [gap | tensor | gap | tensor ...]."""
 
-    def __init__(self, cc, widths, counts, gaps):
+    def __init__(self, cc, widths, counts, gaps, residual_bits=64):
         self.ffi, self.lib = cc
+        self.lib.tfh_width(residual_bits // 8)
         spec, off = [], 0
         for w, n, gap in zip(widths, counts, gaps):
             off += gap * w
@@ -187,11 +202,17 @@ def cases(draw):
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases(), meta=st.tuples(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1),
-                                    st.integers(1, 2**32 - 1), st.integers(0, 2**32 - 1)))
-def test_c_codec_equals_python_bytes_and_residual(cc, case, meta):
+                                    st.integers(1, 2**32 - 1), st.integers(0, 2**32 - 1)),
+       bits=st.sampled_from([64, 32, 16]))
+def test_c_codec_equals_python_bytes_and_residual(cc, case, meta, bits):
+    """... for a residual kept in int64, int32 or int16 (saturating, counted the same)."""
     widths, counts, gaps, glob, local, res, codec, chunks = case
     dev, rnd, n_samples, step = meta
-    c = CCodec(cc, widths, counts, gaps)
+    c = CCodec(cc, widths, counts, gaps, bits)
+    from tinytrain.federated.codec import residual_bounds
+
+    lo_r, hi_r = residual_bounds(bits)
+    res = [min(max(int(x), lo_r), hi_r) for x in res]  # a residual the device can hold
     g = [np.array(v, DTYPES[w]) for v, w in zip(glob, widths)]
     lo = [np.array(v, DTYPES[w]) for v, w in zip(local, widths)]
     c.blob(g)
@@ -202,7 +223,8 @@ def test_c_codec_equals_python_bytes_and_residual(cc, case, meta):
     c.residual(r0)
     sizes = np.cumsum(counts)[:-1]
     py_res = np.split(r0, sizes)
-    body, recon, new_res = compress(codec, lo, g, py_res)
+    stats = {}
+    body, recon, new_res = compress(codec, lo, g, py_res, bits, stats)
     want = encode_update(codec, dev, rnd, n_samples, step, store_hash(recon), len(g), body)
     c.blob(lo, fill=0x3C)
     total, crc = c.prepare(n_samples, step)
@@ -223,6 +245,7 @@ def test_c_codec_equals_python_bytes_and_residual(cc, case, meta):
     assert c.ack(rnd, crc, True) == (0, 1)
     want_res = np.concatenate(new_res) if new_res else np.zeros(0, np.int64)
     assert np.array_equal(c.residual(), want_res)
+    assert c.lib.tfh_saturations() == stats.get("residual_saturated", 0)
     assert c.lib.tfh_residual_crc() == fp.crc32(want_res.astype("<i8").tobytes())
 
 

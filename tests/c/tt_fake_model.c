@@ -29,7 +29,8 @@ void tt_fake_power_on(void)
     memset(fake_shadow, 0xEE, sizeof fake_shadow);
     fake_step = 0;
     fake_seed = 1;
-    tt_fedcodec_init(&fake_codec, fake_store, 2u, fake_read_params, fake_global, fake_residual, fake_shift);
+    tt_fedcodec_init(&fake_codec, fake_store, 2u, fake_read_params, fake_global, fake_residual,
+                     (uint32_t)sizeof fake_residual[0], fake_shift);
 }
 
 static int fake_train(const int8_t *x, int32_t label, int32_t *loss)
@@ -185,5 +186,5 @@ const tt_device_model tt_fake_model = {
     TT_FAKE_SCHEMA, 2u * TT_FAKE_PARAMS + 8u, TT_FAKE_PARAMS, TT_FAKE_INPUT, TT_FAKE_CLASSES,
     fake_train, fake_predict, fake_state_hash, fake_step_count, fake_read_params, fake_stage,
     fake_commit, fake_get_tensor, fake_set_seed, fake_reset,
-    fake_round_begin, fake_update_prepare, fake_update_read, fake_update_ack, fake_fed_prox,
+    fake_round_begin, fake_update_prepare, fake_update_read, fake_update_ack, fake_fed_prox, 64u,
 };

@@ -300,6 +300,7 @@ class DeviceInfo:
     step: int
     fedcodec: bool = False  # HELLO flag bit 1: ROUND_BEGIN / GET_UPDATE / UPDATE_ACK supported
     fedprox: bool = False   # HELLO flag bit 2: FED_PROX (and ROUND_BEGIN codec 0) supported
+    residual_bits: int = 64  # HELLO flag bits 3-4: on-device residual width (0: 64, 1: 32, 2: 16)
 
     @classmethod
     def from_payload(cls, p: bytes) -> "DeviceInfo":
@@ -310,7 +311,8 @@ class DeviceInfo:
             raise MalformedReply(f"HELLO advertises max_payload {mp}, the host needs at least "
                                  f"{HELLO_LEN} (a HELLO reply): rebuild the firmware with a "
                                  "larger TT_MAX_PAYLOAD")
-        return cls(v, bool(fl & 1), mp, fw, sch, ram, pb, il, nc, st, bool(fl & 2), bool(fl & 4))
+        return cls(v, bool(fl & 1), mp, fw, sch, ram, pb, il, nc, st, bool(fl & 2), bool(fl & 4),
+                   {1: 32, 2: 16}.get((fl >> 3) & 3, 64))
 
     @property
     def fw_version_str(self) -> str:

@@ -47,6 +47,12 @@ def _args(p):
                    help="update (and broadcast) compression, with error feedback")
     p.add_argument("--compress-down", choices=CODECS, default=None,
                    help="broadcast compression (default: as --compress)")
+    p.add_argument("--preloaded", action="store_true", help="the devices already hold the initial "
+                   "model (flashed with it, or built from the same model and seed): round 1's "
+                   "compressed broadcast is a delta against it instead of the model whole")
+    p.add_argument("--residual-bits", type=int, choices=(64, 32, 16), default=32, help="width of the "
+                   "devices' error-feedback residual, saturating below 64 (default 32; boards are built "
+                   "with it: 16 lets smaller boards keep it)")
     p.add_argument("--quorum", type=float, default=0.5, help="valid updates a round needs: a fraction "
                    "of the devices (< 1) or a count (default 0.5)")
     p.add_argument("--server-momentum", type=float, default=0.0, metavar="BETA", help="FedAvgM: "
@@ -113,7 +119,8 @@ def _run(args) -> int:
                      timeout=10.0 if args.timeout is None else args.timeout, retries=args.retries,
                      log=_round_logger(bar, logf), workers=args.workers,
                      server_momentum=args.server_momentum, server_lr=args.server_lr,
-                     prox_mu=args.prox_mu, prox_every=args.prox_every)
+                     prox_mu=args.prox_mu, prox_every=args.prox_every, preloaded=args.preloaded,
+                     residual_bits=args.residual_bits)
     r["compress_down"] = args.compress_down or args.compress
     if args.json:
         hist = r.pop("history")

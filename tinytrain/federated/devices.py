@@ -77,7 +77,8 @@ class Device:
     kind = "device"
 
     def __init__(self, device_id: int, schema: Schema, indices, X, Y, *, codec: str = "none",
-                 seed: int = 0, local_epochs: int = 1, local_steps: int | None = None, prox=None):
+                 seed: int = 0, local_epochs: int = 1, local_steps: int | None = None, prox=None,
+                 residual_bits: int = 64):
         if codec not in CODECS:
             raise ValueError(f"compression {codec!r}: use one of {', '.join(CODECS)}")
         self.id = int(device_id)
@@ -89,6 +90,8 @@ class Device:
         self.local_epochs = int(local_epochs)
         self.local_steps = local_steps
         self.prox = prox      # prox.Prox: FedProx's pull toward the global model, or None
+        self.residual_bits = int(residual_bits)  # width the residual is kept in (saturating)
+        self.stats = {"residual_saturated": 0}     # saturated residual elements committed so far
         self.residual = None if codec == "none" else [np.zeros(int(np.prod(s)), np.int64) for s in schema.shapes]
         self._pending = None  # (round, residual) waiting for the coordinator's ack
         self.replica = None   # the last global model received (base of delta broadcasts)
@@ -129,8 +132,9 @@ class Device:
         if self.codec == "none":
             return encode_update("none", self.id, rnd, len(order), new_step, h, len(self.schema.slots), blob)
         local = self.schema.store_from_blob(blob)
-        body, recon, res = compress(self.codec, local, store, self.residual)
-        self._pending = (rnd, res)
+        st = {}
+        body, recon, res = compress(self.codec, local, store, self.residual, self.residual_bits, st)
+        self._pending = (rnd, res, st.get("residual_saturated", 0))
         from tinytrain.federated.codec import store_hash
         return encode_update(self.codec, self.id, rnd, len(order), new_step, store_hash(recon),
                              len(self.schema.shapes), body)
@@ -145,6 +149,7 @@ class Device:
         residual only if the update was used."""
         if self._pending is not None and self._pending[0] == rnd and accepted:
             self.residual = self._pending[1]
+            self.stats["residual_saturated"] += self._pending[2]
         self._pending = None
 
     # device-side state that must survive a coordinator restart (the residual)
@@ -332,6 +337,14 @@ class LinkDevice(Device):
             self._drop(missed=False)
             self.left_out = (f"device {self.id}: its firmware has no FED_PROX command (--prox-mu): "
                              "rebuild it with the update codec (fedcodec=True)")
+            raise DeviceFault("left-out", self.left_out)
+        info = self.link.info
+        if (self.codec in DEVICE_CODECS[1:] and info.fedcodec and self.device_codec is not False
+                and info.residual_bits != self.residual_bits):
+            self._drop(missed=False)
+            self.left_out = (f"device {self.id}: its firmware keeps the residual in int{info.residual_bits}, "
+                             f"this run in int{self.residual_bits}: pass --residual-bits {info.residual_bits} "
+                             f"or rebuild it with -DTT_FED_RESIDUAL_BITS={self.residual_bits}")
             raise DeviceFault("left-out", self.left_out)
         got = self.link.info.schema_hash
         if got != self.schema_hash:

@@ -29,7 +29,7 @@ import numpy as np
 
 from tinytrain.federated.codec import Schema, CorruptUpdate, decode_update, encode_global
 from tinytrain.federated.devices import DeviceFault
-from tinytrain.federated.fedavg import Aggregator, set_store, store_tensors
+from tinytrain.federated.fedavg import aggregator, set_store, store_tensors
 from tinytrain.federated.server import ServerMomentum, server_opt
 
 __all__ = ["FedConfig", "Federation", "QuorumError", "DevicesUnreachable"]
@@ -61,6 +61,8 @@ class FedConfig:
     server_lr: float = 1.0               # FedAvgM eta
     prox_mu: float = 0.0                 # FedProx mu (prox.py); 0: no proximal term
     prox_every: int = 16                 # samples between proximal pulls
+    preloaded: bool = False              # devices start holding the initial global model
+    residual_bits: int = 32              # width of the devices' error-feedback residual (saturating)
 
     @property
     def down(self) -> str:
@@ -124,6 +126,14 @@ class Federation:
         self.dropped_total = 0
         self.held = None        # the model in-sync devices hold (last broadcast, decoded)
         self.synced = set()     # ids of devices known to hold `held`
+        if self.config.preloaded and self.config.down != "none":
+            # the devices were flashed with (or built from the seed of) the initial model: round
+            # 1's broadcast is a delta against it like every later one, not the model whole
+            self.held, self.synced = self.store, {d.id for d in self.devices}
+            if self.group is not None:
+                self.group.set_states({}, self.held, self.synced)
+            for d in self.devices if self.group is None else ():
+                d.replica = [t.copy() for t in self.held]
 
     # ------------------------------------------------------------------ state
     @property
@@ -161,7 +171,7 @@ class Federation:
         if self.config.down != "none" and self.held is not None:
             delta, glob = encode_global(r, self.step, self.store, self.config.down, self.held)
             full, _ = encode_global(r, self.step, glob)  # late joiners get the same model whole
-        agg = Aggregator(glob)
+        agg = aggregator(self.config.compress, glob)
         up = down = 0
         accepted, dropped, steps = [], [], []
         def exchange(dev):
@@ -205,7 +215,7 @@ class Federation:
                 u = decode_update(reply, self.schema, glob, r)
                 if u.device != dev.id:
                     raise CorruptUpdate(f"update names device {u.device}, came from {dev.id}")
-                agg.add(u.store, u.n_samples)
+                agg.add_update(u)
                 accepted.append(dev)
                 steps.append(u.step)
             except DeviceFault as e:
@@ -269,6 +279,12 @@ class Federation:
                 "partition": self.config.partition, "state_hash": f"{self.state_hash():08x}",
                 "params": self.schema.n_params,
                 "int32_params_bytes_per_update": 4 * self.schema.n_params,
+                # error-feedback residual elements saturated to --residual-bits by simulated
+                # devices in this process (None with workers or boards: a board counts its own,
+                # tt_fedcodec_residual_saturations, and equals its simulated twin)
+                "residual_saturated": None if self.group is not None or
+                any(getattr(d, "kind", "") == "board" for d in self.devices) else
+                sum(getattr(d, "stats", {}).get("residual_saturated", 0) for d in self.devices),
                 "out": str(self.out) if self.out else None}
 
     # ------------------------------------------------------------- checkpoints

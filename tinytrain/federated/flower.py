@@ -39,7 +39,7 @@ import numpy as np
 
 from tinytrain.federated.codec import HEADER, CorruptUpdate, Schema, decode_update, encode_global
 from tinytrain.federated.engine import FedConfig
-from tinytrain.federated.fedavg import Aggregator, set_store, store_tensors
+from tinytrain.federated.fedavg import aggregator, set_store, store_tensors
 from tinytrain.federated.runconfig import RUN_CONFIG, settings
 
 __all__ = ["RUN_CONFIG", "settings", "IntegerFedAvg", "client_train", "server_main",
@@ -139,7 +139,7 @@ def client_train(msg, context, run_config=None):
                 raise ValueError(f"node serves device {i}, but the federation has devices 0..{k - 1}")
             dev = SimDevice(i, schema, parts[i], _CACHE[bk], codec=cfg.compress, seed=cfg.seed,
                             local_epochs=cfg.local_epochs, local_steps=cfg.local_steps,
-                            prox=cfg.prox(model))
+                            prox=cfg.prox(model), residual_bits=cfg.residual_bits)
             _restore(dev, context.state, used)
             try:
                 updates.append(dev.run_round(gmsg))
@@ -236,7 +236,8 @@ class IntegerFedAvg(_fedavg_base()):
     def aggregate_train(self, server_round, replies):
         from flwr.app import MetricRecord
 
-        agg, accepted, steps, dropped, up, seen = Aggregator(self._glob), [], [], [], 0, set()
+        agg, accepted, steps = aggregator(self.config.compress, self._glob), [], []
+        dropped, up, seen = [], 0, set()
         answered = set()
         for reply in replies:
             node = reply.metadata.src_node_id
@@ -262,7 +263,7 @@ class IntegerFedAvg(_fedavg_base()):
                     continue
                 seen.add(u.device)
                 mine.append(u.device)
-                agg.add(u.store, u.n_samples)
+                agg.add_update(u)
                 accepted.append(u.device)
                 steps.append(u.step)
             if mine:

@@ -14,7 +14,7 @@ RUN_CONFIG = {
     "local-steps": (int, 0), "seed": (int, 0), "quorum": (float, 0.5), "clients": (int, 0),
     "fraction-train": (float, 1.0), "min-available-nodes": (int, 0), "out-dir": (str, ""),
     "round-timeout": (float, 3600.0), "server-momentum": (float, 0.0), "server-lr": (float, 1.0),
-    "prox-mu": (float, 0.0), "prox-every": (int, 16),
+    "prox-mu": (float, 0.0), "prox-every": (int, 16), "residual-bits": (int, 32),
 }
 
 
@@ -48,7 +48,10 @@ def settings(run_config) -> dict:
     from tinytrain.federated.prox import prox_config
     from tinytrain.federated.server import server_opt
 
+    from tinytrain.federated.codec import residual_bounds
+
     try:
+        residual_bounds(s["residual-bits"])
         server_opt(s["server-momentum"], s["server-lr"])
         prox_config(s["prox-mu"], s["prox-every"], None)  # the model's lr is checked where it is known
     except ValueError as e:
@@ -58,5 +61,6 @@ def settings(run_config) -> dict:
                             local_steps=s["local-steps"] or None, partition=s["partition"],
                             compress=s["compress"], compress_down="none", seed=s["seed"],
                             quorum=s["quorum"], server_momentum=s["server-momentum"],
-                            server_lr=s["server-lr"], prox_mu=s["prox-mu"], prox_every=s["prox-every"])
+                            server_lr=s["server-lr"], prox_mu=s["prox-mu"], prox_every=s["prox-every"],
+                            residual_bits=s["residual-bits"])
     return s

@@ -114,7 +114,9 @@ static int tt_cmd_hello(tt_proto *p, tt_call *c)
     c->out[1] = (uint8_t)((m->stage_params != NULL && m->commit_params != NULL) |
                           (m->round_begin != NULL && m->update_prepare != NULL &&
                            m->update_read != NULL && m->update_ack != NULL) << 1 |
-                          (m->round_begin != NULL && m->fed_prox != NULL) << 2);
+                          (m->round_begin != NULL && m->fed_prox != NULL) << 2 |
+                          /* bits 3-4: residual width, 0 int64, 1 int32, 2 int16 */
+                          (m->fed_residual_bits == 32u ? 1 : m->fed_residual_bits == 16u ? 2 : 0) << 3);
     tt_put_u16(c->out + 2, TT_MAX_PAYLOAD);
     tt_put_u32(c->out + 4, TT_FW_VERSION);
     tt_put_u32(c->out + 8, m->schema_hash);
@@ -412,7 +414,8 @@ static int tt_cmd_round_begin(tt_proto *p, tt_call *c)
         c->detail = 12;
         return TT_ERR_LENGTH;
     }
-    if (c->in[8] > 3u) { /* 0: snapshot only (FED_PROX with the update encoded by the host) */
+    /* 0: snapshot only (FED_PROX with the update encoded by the host); 8: signmv */
+    if (c->in[8] > 3u && c->in[8] != 8u) {
         c->detail = c->in[8];
         return TT_ERR_RANGE;
     }
