@@ -1,6 +1,7 @@
 """The on-device update codec (tinytrain/firmware/src/tt_fedcodec.c, built with cffi and UBSan) against
 tinytrain/federated/codec.py: the same message bytes and the same error-feedback residual for
-hypothesis-drawn tensors, codecs and residuals; and the ROUND_BEGIN / GET_UPDATE / UPDATE_ACK
+hypothesis-drawn tensors, codecs and residuals; FedProx's pull (tt_fedcodec_prox) against
+tinytrain/federated/prox.py; and the ROUND_BEGIN / GET_UPDATE / UPDATE_ACK / FED_PROX
 conversation between DeviceLink and the C protocol (fake model of tests/c/tt_fake_model.c)."""
 from __future__ import annotations
 
@@ -34,6 +35,12 @@ static int blob_read(uint32_t off, uint8_t *dst, uint32_t n)
     return 0;
 }
 
+static uint32_t res_width = 8;
+static int16_t res16[1 << 13];
+static int32_t res32[1 << 13];
+static void *res_buf(void) { return res_width == 2 ? (void *)res16 : res_width == 4 ? (void *)res32 : (void *)res; }
+
+void tfh_width(uint32_t w) { res_width = w; }
 void tfh_setup(const uint32_t *spec, uint32_t nt)
 {
     uint32_t i;
@@ -42,14 +49,20 @@ void tfh_setup(const uint32_t *spec, uint32_t nt)
         tens[i].count = spec[3 * i + 1];
         tens[i].width = spec[3 * i + 2];
     }
-    tt_fedcodec_init(&codec, tens, nt, blob_read, glob, res, shifts);
+    tt_fedcodec_init(&codec, tens, nt, blob_read, glob, res_buf(), res_width, shifts);
 }
 void tfh_blob(const uint8_t *p, uint32_t n) { memcpy(blob, p, n); blob_len = n; }
 void tfh_residual(int64_t *dst, const int64_t *src, uint32_t n)
 {
-    if (src) memcpy(res, src, n * sizeof *res);
-    if (dst) memcpy(dst, res, n * sizeof *res);
+    uint32_t i;
+    for (i = 0; src && i < n; i++) {
+        if (res_width == 2) res16[i] = (int16_t)src[i];
+        else if (res_width == 4) res32[i] = (int32_t)src[i];
+        else res[i] = src[i];
+    }
+    for (i = 0; dst && i < n; i++) dst[i] = res_width == 2 ? res16[i] : res_width == 4 ? res32[i] : res[i];
 }
+uint32_t tfh_saturations(void) { return tt_fedcodec_residual_saturations(&codec); }
 int tfh_begin(uint32_t k, uint32_t r, uint32_t d) { return tt_fedcodec_begin(&codec, k, r, d); }
 uint32_t tfh_global_hash(void) { return tt_fedcodec_global_hash(&codec); }
 uint32_t tfh_residual_crc(void) { return tt_fedcodec_residual_crc(&codec); }
@@ -57,8 +70,18 @@ int tfh_prepare(uint32_t n, uint32_t step, uint32_t *len, uint32_t *crc)
 { return tt_fedcodec_prepare(&codec, n, step, len, crc); }
 int tfh_read(uint32_t off, uint8_t *dst, uint32_t n) { return tt_fedcodec_read(&codec, off, dst, n); }
 int tfh_ack(uint32_t r, uint32_t crc, uint32_t a, uint32_t *st) { return tt_fedcodec_ack(&codec, r, crc, a, st); }
+static int blob_write(uint32_t off, const uint8_t *src, uint32_t n)
+{
+    if (off > blob_len || n > blob_len - off) return -1;
+    memcpy(blob + off, src, n);
+    return 0;
+}
+int tfh_prox(uint32_t m, uint32_t s) { return tt_fedcodec_prox(&codec, blob_write, m, s); }
+void tfh_get_blob(uint8_t *dst) { memcpy(dst, blob, blob_len); }
 """
 CDEF = """
+void tfh_width(uint32_t w);
+uint32_t tfh_saturations(void);
 void tfh_setup(const uint32_t *spec, uint32_t nt);
 void tfh_blob(const uint8_t *p, uint32_t n);
 void tfh_residual(int64_t *dst, const int64_t *src, uint32_t n);
@@ -68,6 +91,8 @@ uint32_t tfh_residual_crc(void);
 int tfh_prepare(uint32_t n, uint32_t step, uint32_t *len, uint32_t *crc);
 int tfh_read(uint32_t off, uint8_t *dst, uint32_t n);
 int tfh_ack(uint32_t r, uint32_t crc, uint32_t a, uint32_t *st);
+int tfh_prox(uint32_t m, uint32_t s);
+void tfh_get_blob(uint8_t *dst);
 """
 DTYPES = {1: np.int8, 2: np.int16, 4: np.int32}
 
@@ -81,8 +106,9 @@ def cc():
 class CCodec:
     """The C codec over a state blob laid out as [gap | tensor | gap | tensor ...]."""
 
-    def __init__(self, cc, widths, counts, gaps):
+    def __init__(self, cc, widths, counts, gaps, residual_bits=64):
         self.ffi, self.lib = cc
+        self.lib.tfh_width(residual_bits // 8)
         spec, off = [], 0
         for w, n, gap in zip(widths, counts, gaps):
             off += gap * w
@@ -129,6 +155,14 @@ class CCodec:
             out += bytes(self.ffi.buffer(buf, total - off))
         return bytes(out)
 
+    def tensors(self):
+        """The store tensors as the blob holds them now."""
+        buf = self.ffi.new("uint8_t[]", self.size)
+        self.lib.tfh_get_blob(buf)
+        raw = bytes(self.ffi.buffer(buf, self.size))
+        return [np.frombuffer(raw, np.dtype(DTYPES[w]).newbyteorder("<"), n, self.spec[3 * i]).astype(DTYPES[w])
+                for i, (w, n) in enumerate(zip(self.widths, self.counts))]
+
     def ack(self, rnd, crc, accepted):
         stt = self.ffi.new("uint32_t *")
         rc = self.lib.tfh_ack(rnd, crc, int(accepted), stt)
@@ -168,11 +202,17 @@ def cases(draw):
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases(), meta=st.tuples(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1),
-                                    st.integers(1, 2**32 - 1), st.integers(0, 2**32 - 1)))
-def test_c_codec_equals_python_bytes_and_residual(cc, case, meta):
+                                    st.integers(1, 2**32 - 1), st.integers(0, 2**32 - 1)),
+       bits=st.sampled_from([64, 32, 16]))
+def test_c_codec_equals_python_bytes_and_residual(cc, case, meta, bits):
+    """... for a residual kept in int64, int32 or int16 (saturating, counted the same)."""
     widths, counts, gaps, glob, local, res, codec, chunks = case
     dev, rnd, n_samples, step = meta
-    c = CCodec(cc, widths, counts, gaps)
+    c = CCodec(cc, widths, counts, gaps, bits)
+    from tinytrain.federated.codec import residual_bounds
+
+    lo_r, hi_r = residual_bounds(bits)
+    res = [min(max(int(x), lo_r), hi_r) for x in res]  # a residual the device can hold
     g = [np.array(v, DTYPES[w]) for v, w in zip(glob, widths)]
     lo = [np.array(v, DTYPES[w]) for v, w in zip(local, widths)]
     c.blob(g)
@@ -183,7 +223,8 @@ def test_c_codec_equals_python_bytes_and_residual(cc, case, meta):
     c.residual(r0)
     sizes = np.cumsum(counts)[:-1]
     py_res = np.split(r0, sizes)
-    body, recon, new_res = compress(codec, lo, g, py_res)
+    stats = {}
+    body, recon, new_res = compress(codec, lo, g, py_res, bits, stats)
     want = encode_update(codec, dev, rnd, n_samples, step, store_hash(recon), len(g), body)
     c.blob(lo, fill=0x3C)
     total, crc = c.prepare(n_samples, step)
@@ -204,6 +245,7 @@ def test_c_codec_equals_python_bytes_and_residual(cc, case, meta):
     assert c.ack(rnd, crc, True) == (0, 1)
     want_res = np.concatenate(new_res) if new_res else np.zeros(0, np.int64)
     assert np.array_equal(c.residual(), want_res)
+    assert c.lib.tfh_saturations() == stats.get("residual_saturated", 0)
     assert c.lib.tfh_residual_crc() == fp.crc32(want_res.astype("<i8").tobytes())
 
 
@@ -239,7 +281,78 @@ def test_c_codec_error_feedback_over_rounds(cc):
             g = recon if accepted else g
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=cases(), mult=st.one_of(st.integers(0, 32767), st.sampled_from([0, 1, 16384, 32767])),
+       shift=st.one_of(st.integers(0, 62), st.sampled_from([15, 16, 30, 62])))
+def test_c_prox_equals_python(cc, case, mult, shift):
+    """tt_fedcodec_prox pulls the live store toward the ROUND_BEGIN snapshot exactly as
+    prox.pull_ref (hypothesis: widths, sizes, edge values; any mult < 2^15, shift <= 62)."""
+    from tinytrain.federated.prox import pull_ref
+
+    widths, counts, gaps, glob, local, _, _, _ = case
+    c = CCodec(cc, widths, counts, gaps)
+    g = [np.array(v, DTYPES[w]) for v, w in zip(glob, widths)]
+    lo = [np.array(v, DTYPES[w]) for v, w in zip(local, widths)]
+    if shift == 0 and mult > 1:  # a coefficient >= 1 (not what prox_config emits) may leave the dtype
+        mult = 1
+    c.blob(g)
+    assert c.lib.tfh_begin(0, 1, 0) == 0
+    c.blob(lo, fill=0x3C)
+    assert c.lib.tfh_prox(mult, shift) == 0
+    want = [pull_ref(w, gl, mult, shift) for w, gl in zip(lo, g)]
+    got = c.tensors()
+    for i, (a, b) in enumerate(zip(got, want)):
+        assert np.array_equal(a, b), f"tensor {i}: first differing index {np.flatnonzero(a != b)[:1]}"
+    assert c.lib.tfh_prox(32768, 16) == P.ErrorCode.RANGE
+    assert c.lib.tfh_prox(1, 63) == P.ErrorCode.RANGE
+
+
+def test_prox_ref_edges():
+    """pull_ref on edge values against Python ints: w - floor((w - g) * m / 2^s + 1/2)."""
+    from tinytrain.federated.prox import pull_ref
+
+    vals = [-32767, -32768, -1, 0, 1, 2, 32766, 32767, 16384, -16385]
+    for m, s in ((16384, 15), (32767, 15), (20972, 20), (1, 1), (32767, 62)):
+        for dt, lo, hi in ((np.int16, -32768, 32767), (np.int32, -2**31, 2**31 - 1)):
+            ws = [v for v in vals + [lo, hi] if lo <= v <= hi]
+            for gv in ws:
+                w = np.array(ws, dt)
+                got = pull_ref(w, np.full(len(ws), gv, dt), m, s)
+                want = [x - ((x - gv) * m + (1 << (s - 1))) // (1 << s) for x in ws]
+                assert got.tolist() == want and all(lo <= v <= hi for v in want)
+
+
 # ------------------------------------------------------------------ over the serial protocol
+
+def test_protocol_fed_prox(dev_link):
+    """FED_PROX pulls the fake model's store toward its ROUND_BEGIN snapshot as prox.pull_ref;
+    without an open round it answers SEQUENCE; HELLO advertises it (flag bit 2)."""
+    from tinytrain.federated.prox import pull_ref
+
+    link, cdev = dev_link
+    assert link.info.fedprox
+
+    def store(blob):
+        return [np.frombuffer(blob, "<i2", 300, 0).astype(np.int16),
+                np.frombuffer(blob, "<i4", 100, 600).astype(np.int32)]
+    with pytest.raises(P.DeviceError) as e:
+        link.fed_prox(20972, 20)
+    assert e.value.code == P.ErrorCode.SEQUENCE
+    g = store(link.read_params())
+    link.round_begin(3, 1, 0)
+    for i in range(4):
+        link.train(np.arange(16, dtype=np.int8) * (i + 2), i)
+    before = link.read_params()
+    h = link.fed_prox(20972, 20)
+    after = link.read_params()
+    assert h == link.state_hash()
+    want = [pull_ref(w, gl, 20972, 20) for w, gl in zip(store(before), g)]
+    assert all(np.array_equal(a, b) for a, b in zip(store(after), want))
+    assert after[1000:] == before[1000:]  # outside the store nothing moves
+    with pytest.raises(P.DeviceError) as e:
+        link.fed_prox(32768, 20)
+    assert e.value.code == P.ErrorCode.RANGE
+
 
 def test_protocol_update_commands(dev_link):
     """ROUND_BEGIN / GET_UPDATE / UPDATE_ACK between DeviceLink and the C protocol: the update
@@ -273,8 +386,12 @@ def test_protocol_update_commands(dev_link):
     # a new round with codec sign zeroes the residual (it was built with int8)
     assert link.round_begin(8, 2, CODECS.index("sign")).residual_crc == fp.crc32(bytes(8 * 400))
     with pytest.raises(P.DeviceError) as e:
-        link.round_begin(9, 2, 0)
+        link.round_begin(9, 2, 4)
     assert e.value.code == P.ErrorCode.RANGE
+    link.round_begin(9, 2, 0)  # codec 0: the snapshot only (FED_PROX, update encoded by the host)
+    with pytest.raises(P.DeviceError) as e:
+        link.get_update(1)
+    assert e.value.code == P.ErrorCode.SEQUENCE
 
 
 def test_protocol_update_without_round_and_after_change(dev_link):

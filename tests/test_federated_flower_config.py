@@ -26,6 +26,11 @@ def test_defaults_match_the_app_pyproject():
     ({"partition": "dirichlet:x"}, "ALPHA must be a positive number"),
     ({"fraction-train": 1.5}, "fraction-train must be in (0, 1]"),
     ({"quorum": True}, "quorum=True: must be float"),
+    ({"server-momentum": 1.0}, "server-momentum 1.0: must be in [0, 0.99]"),
+    ({"server-lr": 0.0}, "server-lr 0.0: must be in (0, 4]"),
+    ({"prox-mu": -0.1}, "prox-mu -0.1: must be a finite number >= 0"),
+    ({"prox-every": 0}, "prox-every 0: must be an integer >= 1"),
+    ({"residual-bits": 8}, "residual-bits 8: use one of 64, 32, 16"),
 ])
 def test_bad_run_config(rc, msg):
     from tinytrain.federated.flower import settings

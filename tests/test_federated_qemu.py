@@ -57,6 +57,72 @@ def test_four_boards_non_iid_equal_simulated(w1, elf):
     assert boards["dropped_updates"] == 0
 
 
+@pytest.mark.parametrize("compress", ["int4", "none", "topk32", "signmv"])
+def test_fedprox_and_fedavgm_on_boards_equal_simulated(w1, elf, compress):
+    """FedProx's pull runs on the boards (FED_PROX, tt_fedcodec_prox) every 7 samples, between
+    TRAIN_BATCH chunks, toward their ROUND_BEGIN snapshot - with the update encoded on the board
+    (int4; signmv: codec 8, aggregated by majority vote), sent whole (none: ROUND_BEGIN codec 0)
+    or encoded by the host (topk32) - and the server applies FedAvgM: the global model equals
+    simulated devices' bit for bit."""
+    model, ds = w1
+    kw = dict(rounds=3, partition="dirichlet:0.5", local_steps=40, compress=compress,
+              server_momentum=0.5, server_lr=0.8, prox_mu=0.1, prox_every=7)
+    cfg = FedConfig(**kw)
+    devs = make_devices(model, ds, cfg, board=BOARD, devices=2, elf=elf)
+    assert all(d.prox is not None and d.prox.every == 7 for d in devs)
+    fed = Federation(model, ds, devs, cfg)
+    try:
+        boards = fed.run()
+    finally:
+        fed.close()
+    sim = federate(model, ds, simulated=2, **kw)
+    plain = federate(model, ds, simulated=2, **{**kw, "prox_mu": 0.0})
+    assert boards["dropped_updates"] == 0
+    assert boards["state_hash"] == sim["state_hash"] != plain["state_hash"]
+    assert boards["accuracy_per_round"] == sim["accuracy_per_round"]
+
+
+def test_int16_residual_on_boards_saturates_as_simulated(w1):
+    """Firmware built with -DTT_FED_RESIDUAL_BITS=16 (HELLO reports it) keeps its sign residual in
+    int16; it saturates (counted on the simulated twins), and the boards still equal simulated
+    devices bit for bit. A run whose width differs from the firmware's leaves the boards out."""
+    from tinytrain.federated import DevicesUnreachable
+    from tinytrain.federated import api
+
+    model, ds = w1
+    kw = dict(rounds=3, partition="dirichlet:0.5", local_steps=60, compress="signmv", residual_bits=16)
+    cfg = FedConfig(**kw)
+    devs = make_devices(model, ds, cfg, board=BOARD, devices=2)
+    fed = Federation(model, ds, devs, cfg)
+    try:
+        boards = fed.run()
+        assert all(d.link.info.residual_bits == 16 for d in devs)
+    finally:
+        fed.close()
+    made = []
+    real = api.make_devices
+    api.make_devices = lambda *a, **k: made.extend(real(*a, **k)) or made
+    try:
+        sim = federate(model, ds, simulated=2, **kw)
+    finally:
+        api.make_devices = real
+    assert sum(d.stats["residual_saturated"] for d in made) > 0
+    assert boards["state_hash"] == sim["state_hash"] and boards["dropped_updates"] == 0
+    wide = federate(model, ds, simulated=2, **{**kw, "residual_bits": 32})
+    assert wide["state_hash"] != sim["state_hash"]
+    from tinytrain.verify import build_cached
+
+    elf16 = build_cached(model, BOARD, fedcodec="auto", build_flags=("-DTT_FED_RESIDUAL_BITS=16",))
+    cfg32 = FedConfig(**{**kw, "rounds": 1, "residual_bits": 32})
+    devs = make_devices(model, ds, cfg32, board=BOARD, devices=1, elf=elf16)
+    fed = Federation(model, ds, devs, cfg32)
+    try:
+        with pytest.raises(DevicesUnreachable, match="keeps the residual in int16, this run in int32"):
+            fed.run()
+    finally:
+        fed.close()
+
+
 def test_board_killed_mid_round_rejoins(w1, elf, tmp_path):
     model, ds = w1
     cfg = FedConfig(rounds=3, local_steps=45, quorum=0.5)

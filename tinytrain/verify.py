@@ -169,10 +169,12 @@ def _fw_dir(board: str, em_source: str) -> Path:
     return root / f"{board}-{h.hexdigest()[:16]}"
 
 
-def build_cached(model, board: str, out_dir=None, prefix="tt_model", fedcodec: bool | str = False) -> Path:
-    """Build the firmware of `model` for `board` (once per generated source: cached by hash).
-    fedcodec: include the on-device federated update codec (True, or "auto": if RAM allows);
-    off by default so training-RAM figures are the model's own."""
+def build_cached(model, board: str, out_dir=None, prefix="tt_model", fedcodec: bool | str = False,
+                 build_flags=()) -> Path:
+    """Build the firmware of `model` for `board` (once per generated source and build flags:
+    cached by hash). fedcodec: include the on-device federated update codec (True, or "auto":
+    if RAM allows); off by default so training-RAM figures are the model's own. build_flags:
+    extra compiler flags (e.g. -DTT_FED_RESIDUAL_BITS=16)."""
     from tinytrain.codegen.device import device_source
     from tinytrain.codegen.project import build_firmware, choose_fedcodec, choose_shadow
     from tinytrain.codegen.emit import generate
@@ -182,11 +184,12 @@ def build_cached(model, board: str, out_dir=None, prefix="tt_model", fedcodec: b
         fedcodec = choose_fedcodec(model, board, prefix, choose_shadow(model, board, prefix))
     if out_dir is None:
         em = generate(model, prefix)
-        out_dir = _fw_dir(board, em.source + device_source(model, em, fedcodec=bool(fedcodec)))
+        out_dir = _fw_dir(board, em.source + device_source(model, em, fedcodec=bool(fedcodec))
+                          + "\n".join(build_flags))
         elf = elf_path(out_dir, board)
         if elf.is_file():
             return elf
-    return build_firmware(model, board, out_dir, prefix, fedcodec=bool(fedcodec))
+    return build_firmware(model, board, out_dir, prefix, fedcodec=bool(fedcodec), build_flags=tuple(build_flags))
 
 
 # ----------------------------------------------------------------------------- verify

@@ -29,7 +29,8 @@ void tt_fake_power_on(void)
     memset(fake_shadow, 0xEE, sizeof fake_shadow);
     fake_step = 0;
     fake_seed = 1;
-    tt_fedcodec_init(&fake_codec, fake_store, 2u, fake_read_params, fake_global, fake_residual, fake_shift);
+    tt_fedcodec_init(&fake_codec, fake_store, 2u, fake_read_params, fake_global, fake_residual,
+                     (uint32_t)sizeof fake_residual[0], fake_shift);
 }
 
 static int fake_train(const int8_t *x, int32_t label, int32_t *loss)
@@ -167,9 +168,23 @@ static int fake_update_ack(uint32_t round, uint32_t crc, uint32_t accepted, uint
     return rc;
 }
 
+static int fake_write_params(uint32_t offset, const uint8_t *src, uint32_t n)
+{
+    if (offset > TT_FAKE_PARAMS || n > TT_FAKE_PARAMS - offset) {
+        return -1;
+    }
+    memcpy(fake_params + offset, src, n);
+    return 0;
+}
+
+static int fake_fed_prox(uint32_t mult, uint32_t shift)
+{
+    return tt_fedcodec_prox(&fake_codec, fake_write_params, mult, shift);
+}
+
 const tt_device_model tt_fake_model = {
     TT_FAKE_SCHEMA, 2u * TT_FAKE_PARAMS + 8u, TT_FAKE_PARAMS, TT_FAKE_INPUT, TT_FAKE_CLASSES,
     fake_train, fake_predict, fake_state_hash, fake_step_count, fake_read_params, fake_stage,
     fake_commit, fake_get_tensor, fake_set_seed, fake_reset,
-    fake_round_begin, fake_update_prepare, fake_update_read, fake_update_ack,
+    fake_round_begin, fake_update_prepare, fake_update_read, fake_update_ack, fake_fed_prox, 64u,
 };

@@ -53,7 +53,7 @@ static void fz_check_frame(const uint8_t *f, uint32_t n)
         }
         fz_errors[code]++;
     } else if (type != TT_MSG_LOG && (type < (TT_MSG_REPLY | TT_MSG_HELLO) ||
-                                      type > (TT_MSG_REPLY | TT_MSG_UPDATE_ACK))) {
+                                      type > (TT_MSG_REPLY | TT_MSG_FED_PROX))) {
         abort();
     } else {
         fz_replies++;

@@ -61,11 +61,15 @@ def fedcodec_store(model) -> list[tuple[int, int, int]]:
     return out
 
 
-def fedcodec_bytes(model) -> int:
-    """RAM of the on-device update codec: the global store snapshot, an int64 residual per
-    stored element, a shift per tensor and the codec state."""
+#: width of the on-device error-feedback residual unless the build sets -DTT_FED_RESIDUAL_BITS
+FEDCODEC_RESIDUAL_BITS = 32
+
+
+def fedcodec_bytes(model, residual_bits: int = FEDCODEC_RESIDUAL_BITS) -> int:
+    """RAM of the on-device update codec: the global store snapshot, a residual of
+    residual_bits per stored element, a shift per tensor and the codec state."""
     st = fedcodec_store(model)
-    return sum(n * w + 8 * n + 1 for _, n, w in st) + FEDCODEC_STATE
+    return sum(n * w + residual_bits // 8 * n + 1 for _, n, w in st) + FEDCODEC_STATE
 
 
 def _fedcodec_glue(P: str, U: str, model, on: bool) -> str:
@@ -76,20 +80,34 @@ def _fedcodec_glue(P: str, U: str, model, on: bool) -> str:
     return f"""
 /* The federated update codec on the device (tt_fedcodec.h): ROUND_BEGIN snapshots the parameter
  * store, GET_UPDATE encodes the compressed update from the live state, UPDATE_ACK commits the
- * error-feedback residual. RAM: {store} B snapshot + {8 * n_el} B residual + {len(st)} B shifts
- * + the codec state. -DTT_FEDCODEC=1 / 0 puts it in / leaves it out; without it the three
- * commands answer UNSUPPORTED and the host compresses on its side of the serial link. */
+ * error-feedback residual. RAM: {store} B snapshot + {n_el} x TT_FED_RESIDUAL_BITS / 8 B residual
+ * ({4 * n_el} B at the default 32) + {len(st)} B shifts + the codec state. -DTT_FEDCODEC=1 / 0
+ * puts it in / leaves it out; without it the commands answer UNSUPPORTED and the host
+ * compresses on its side of the serial link. -DTT_FED_RESIDUAL_BITS=64/32/16 sets the width the
+ * residual is kept in (saturating below 64; HELLO reports it). */
 #ifndef TT_FEDCODEC
 #define TT_FEDCODEC {int(bool(on))}
 #endif
+#ifndef TT_FED_RESIDUAL_BITS
+#define TT_FED_RESIDUAL_BITS {FEDCODEC_RESIDUAL_BITS}
+#endif
 #if TT_FEDCODEC
 #include "tt_fedcodec.h"
+#if TT_FED_RESIDUAL_BITS == 64
+typedef int64_t {P}_fed_res_t;
+#elif TT_FED_RESIDUAL_BITS == 32
+typedef int32_t {P}_fed_res_t;
+#elif TT_FED_RESIDUAL_BITS == 16
+typedef int16_t {P}_fed_res_t;
+#else
+#error "TT_FED_RESIDUAL_BITS must be 64, 32 or 16"
+#endif
 
 static const tt_fed_tensor {P}_fed_store[{len(st)}] = {{
 {rows}
 }};
 static uint8_t {P}_fed_global[{store}u];
-static int64_t {P}_fed_residual[{n_el}u];
+static {P}_fed_res_t {P}_fed_residual[{n_el}u];
 static uint8_t {P}_fed_shift[{len(st)}u];
 static tt_fedcodec {P}_fed;
 static uint8_t {P}_fed_ready;
@@ -103,7 +121,7 @@ static tt_fedcodec *{P}_fed_codec(void)
 {{
     if (!{P}_fed_ready) {{ /* residual zero from boot */
         tt_fedcodec_init(&{P}_fed, {P}_fed_store, {len(st)}u, {P}_fed_read, {P}_fed_global,
-                         {P}_fed_residual, {P}_fed_shift);
+                         {P}_fed_residual, (uint32_t)sizeof({P}_fed_residual[0]), {P}_fed_shift);
         {P}_fed_ready = 1;
     }}
     return &{P}_fed;
@@ -149,11 +167,28 @@ static int {P}_dev_update_ack(uint32_t round, uint32_t crc, uint32_t accepted, u
     *rcrc = tt_fedcodec_residual_crc(c);
     return rc;
 }}
+
+static int {P}_fed_write(uint32_t off, const uint8_t *src, uint32_t n)
+{{
+    return {P}_write_state(off, src, n);
+}}
+
+/* FED_PROX: FedProx's pull toward the ROUND_BEGIN snapshot (tt_fedcodec_prox). */
+static int {P}_dev_fed_prox(uint32_t mult, uint32_t shift)
+{{
+    return tt_fedcodec_prox({P}_fed_codec(), {P}_fed_write, mult, shift);
+}}
 #else
 #define {P}_dev_round_begin 0
 #define {P}_dev_update_prepare 0
 #define {P}_dev_update_read 0
 #define {P}_dev_update_ack 0
+#define {P}_dev_fed_prox 0
+#endif
+#if !TT_FEDCODEC
+#define {P}_fed_res_bits 0u
+#else
+#define {P}_fed_res_bits ((uint32_t)TT_FED_RESIDUAL_BITS)
 #endif
 """
 
@@ -308,7 +343,7 @@ const tt_device_model {P}_device = {{
     {U}_SCHEMA_HASH ? {U}_SCHEMA_HASH : 1u,
     {static_ram_bytes(em, model, shadow)}u /* model tensors + load shadow */
 #if TT_FEDCODEC
-        + {fedcodec_bytes(model)}u /* + update codec */
+        + {fedcodec_bytes(model, 0)}u + {sum(n for _, n, _ in fedcodec_store(model))}u * (TT_FED_RESIDUAL_BITS / 8u) /* + update codec */
 #endif
     ,
     {U}_STATE_BYTES,
@@ -328,6 +363,8 @@ const tt_device_model {P}_device = {{
     {P}_dev_update_prepare,
     {P}_dev_update_read,
     {P}_dev_update_ack,
+    {P}_dev_fed_prox,
+    {P}_fed_res_bits,
 }};
 
 {_MAIN.format(P=P) if main else ""}"""

@@ -396,7 +396,9 @@ def breakdown(model, board=None, prefix: str = "tt_model", *, shadow: bool = Tru
             ram[TENSOR_ROLE[t.role]] += t.bytes
     ram["scratch"] += STATS_BYTES
     ram["protocol"] = PROTOCOL_RAM
-    ram["update codec"] = fedcodec_bytes(model) if fedcodec else 0
+    # fedcodec True: the default residual width; an int: that width (64, 32 or 16 bits)
+    ram["update codec"] = (fedcodec_bytes(model) if fedcodec is True else fedcodec_bytes(model, int(fedcodec))) \
+        if fedcodec else 0
     ram["shadow"] = state_bytes(model) if shadow else 0
     ram["stack"] = DEFAULT_STACK
     flash = {"parameters": flash_parameters(em), "code": None}

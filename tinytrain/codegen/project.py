@@ -42,10 +42,11 @@ def choose_shadow(model, board, prefix="tt_model") -> bool:
         return False
 
 
-def choose_fedcodec(model, board, prefix="tt_model", shadow: bool = True) -> bool:
-    """True if the board has RAM for the on-device update codec beside the model (and shadow)."""
+def choose_fedcodec(model, board, prefix="tt_model", shadow: bool = True, residual_bits=True) -> bool:
+    """True if the board has RAM for the on-device update codec beside the model (and shadow);
+    residual_bits: its residual's width (True: the default, 32)."""
     try:
-        memory_report(model, board, prefix, measure_stack=False, shadow=shadow, fedcodec=True)
+        memory_report(model, board, prefix, measure_stack=False, shadow=shadow, fedcodec=residual_bits)
         return True
     except MemoryError:
         return False

@@ -53,6 +53,7 @@ class Msg(enum.IntEnum):
     ROUND_BEGIN = 0x0C   # optional: federated update codec on the device
     GET_UPDATE = 0x0D
     UPDATE_ACK = 0x0E
+    FED_PROX = 0x0F      # optional: FedProx's pull toward the ROUND_BEGIN snapshot
     LOG = 0xC0
     ERROR = 0xFF
 
@@ -298,6 +299,8 @@ class DeviceInfo:
     n_classes: int
     step: int
     fedcodec: bool = False  # HELLO flag bit 1: ROUND_BEGIN / GET_UPDATE / UPDATE_ACK supported
+    fedprox: bool = False   # HELLO flag bit 2: FED_PROX (and ROUND_BEGIN codec 0) supported
+    residual_bits: int = 64  # HELLO flag bits 3-4: on-device residual width (0: 64, 1: 32, 2: 16)
 
     @classmethod
     def from_payload(cls, p: bytes) -> "DeviceInfo":
@@ -308,7 +311,8 @@ class DeviceInfo:
             raise MalformedReply(f"HELLO advertises max_payload {mp}, the host needs at least "
                                  f"{HELLO_LEN} (a HELLO reply): rebuild the firmware with a "
                                  "larger TT_MAX_PAYLOAD")
-        return cls(v, bool(fl & 1), mp, fw, sch, ram, pb, il, nc, st, bool(fl & 2))
+        return cls(v, bool(fl & 1), mp, fw, sch, ram, pb, il, nc, st, bool(fl & 2), bool(fl & 4),
+                   {1: 32, 2: 16}.get((fl >> 3) & 3, 64))
 
     @property
     def fw_version_str(self) -> str:
@@ -756,7 +760,8 @@ class DeviceLink:
 
     def round_begin(self, rnd: int, device: int, codec: int) -> RoundBegin:
         """Start federated round `rnd` on the device: it snapshots the parameter store it holds
-        (load the global model first) and selects the codec (1 int8, 2 int4, 3 sign)."""
+        (load the global model first) and selects the codec (1 int8, 2 int4, 3 sign; 0: the
+        snapshot only, for FED_PROX when the host encodes the update)."""
         r = RoundBegin(*self._call(Msg.ROUND_BEGIN, struct.pack(
             "<IIB3x", rnd & 0xFFFFFFFF, device & 0xFFFFFFFF, codec), "IIII"))
         self._last_step = r.step
@@ -781,6 +786,14 @@ class DeviceLink:
         if r.status > 2:
             raise MalformedReply(f"UPDATE_ACK reply with status {r.status} (0, 1 or 2)")
         return r
+
+    def fed_prox(self, mult: int, shift: int) -> int:
+        """FedProx's pull of the device's parameter store toward its ROUND_BEGIN snapshot,
+        w -= rshift_round((w - g) * mult, shift) (tinytrain/federated/prox.py). Returns the state
+        hash after the pull."""
+        step, h = self._call(Msg.FED_PROX, struct.pack("<IB3x", mult, shift), "II")
+        self._last_step = step
+        return h
 
     def set_seed(self, seed: int) -> None:
         self._call(Msg.SET_SEED, struct.pack("<I", seed & 0xFFFFFFFF), "")

@@ -1,7 +1,8 @@
 """Federated learning with tinytrain devices: integer FedAvg rounds over simulated devices,
 emulated boards (QEMU) and real boards, with compressed updates and fault handling.
 
-See docs/federated.md. Modules: ``fedavg`` (the aggregation rule), ``codec`` (update
+See docs/federated.md. Modules: ``fedavg`` (the aggregation rule), ``server`` (FedAvgM's
+server rule after it), ``prox`` (FedProx's proximal pull on the devices), ``codec`` (update
 messages, compression, error feedback), ``partition`` (IID / Dirichlet splits), ``devices``
 (the device kinds), ``engine`` (rounds, quorum, checkpoints), ``api`` (``federate``),
 ``cli`` (``tinytrain federate``), ``flower`` (optional Flower apps).

@@ -66,8 +66,13 @@ def make_devices(model, dataset, config: FedConfig, *, simulated: int | None = N
         raise ValueError(f"device ids {sel}: a federation of {k} devices has ids 0..{k - 1}")
     schema = Schema.of(model)
     parts = split(Y, int(k), config.partition, config.seed)
+    prox = config.prox(model)
+    if prox is not None and simulated is None and model.master:
+        raise ValueError("--prox-mu on boards needs a model without master weights (the board's glue "
+                         "cannot refresh the int16 compute copy after a pull): use simulated devices "
+                         "or master_weights = false")
     kw = dict(codec=config.compress, seed=config.seed, local_epochs=config.local_epochs,
-              local_steps=config.local_steps)
+              local_steps=config.local_steps, prox=prox, residual_bits=config.residual_bits)
     if workers != 1 and simulated is None:
         raise ValueError("workers > 1 is for simulated devices; boards already run in parallel")
     if simulated is not None:
@@ -87,7 +92,11 @@ def make_devices(model, dataset, config: FedConfig, *, simulated: int | None = N
         if not b.is_emulated:
             raise ValueError(f"{b.name} is a real board: flash it and pass its serial ports (--ports)")
         find_qemu()  # before the firmware build: without QEMU no board can start
-        elf = elf or build_cached(model, b.name, fedcodec="auto")  # boards encode their updates
+        from tinytrain.codegen.device import FEDCODEC_RESIDUAL_BITS
+
+        flags = () if config.residual_bits == FEDCODEC_RESIDUAL_BITS else \
+            (f"-DTT_FED_RESIDUAL_BITS={config.residual_bits}",)
+        elf = elf or build_cached(model, b.name, fedcodec="auto", build_flags=flags)  # boards encode their updates
         out = []
         for i in sel:
             eb = EmulatedBoard(b.name, elf, timeout=timeout, retries=0 if retries is None else retries)
@@ -109,16 +118,33 @@ def federate(model, dataset=None, *, simulated: int | None = None, board: str | 
              local_epochs: int = 1, local_steps: int | None = None, compress: str = "none",
              compress_down: str | None = None, seed: int = 0, quorum: float = 0.5, out=None, resume: bool = False, plot=None,
              log=None, timeout: float = 10.0, retries: int | None = None,
-             device_list=None, workers: int = 1) -> dict:
+             device_list=None, workers: int = 1, server_momentum: float = 0.0,
+             server_lr: float = 1.0, prox_mu: float = 0.0, prox_every: int = 16,
+             preloaded: bool = False, residual_bits: int = 32) -> dict:
     """Run a federation and return its summary (rounds, final_accuracy, bytes_on_wire,
     dropped_updates, accuracy_per_round, history, ...). `device_list`: prebuilt devices
     (e.g. wrapped in devices.FaultyDevice) instead of simulated/board/ports. timeout,
     retries: of each board's serial link; workers: processes for simulated devices (see
-    make_devices)."""
+    make_devices); server_momentum, server_lr: FedAvgM (server.py); prox_mu, prox_every:
+    FedProx's proximal pull on the devices (prox.py); preloaded: the devices already hold the
+    initial model (round 1's broadcast is a delta against it); residual_bits: 32 or 16 keep the
+    devices' error-feedback residual in that width, saturating (64: unbounded int64)."""
     model, dataset = resolve(model, dataset, seed)
     cfg = FedConfig(rounds=rounds, local_epochs=local_epochs, local_steps=local_steps,
                     partition=partition, compress=compress, compress_down=compress_down, seed=seed,
-                    quorum=quorum)
+                    quorum=quorum, server_momentum=server_momentum, server_lr=server_lr,
+                    prox_mu=prox_mu, prox_every=prox_every, preloaded=preloaded,
+                    residual_bits=residual_bits)
+    from tinytrain.federated.codec import residual_bounds
+
+    residual_bounds(residual_bits)
+    from tinytrain.federated.server import server_opt
+
+    server_opt(server_momentum, server_lr)  # bad values fail before any device starts
+    if preloaded and cfg.down == "none":
+        raise ValueError("--preloaded with an uncompressed broadcast changes nothing (the model goes whole "
+                         "every round): give --compress / --compress-down a codec, or leave --preloaded out")
+    cfg.prox(model)
     devs = device_list if device_list is not None else make_devices(
         model, dataset, cfg, simulated=simulated, board=board, devices=devices, ports=ports,
         timeout=timeout, retries=retries, workers=workers)

@@ -47,8 +47,22 @@ def _args(p):
                    help="update (and broadcast) compression, with error feedback")
     p.add_argument("--compress-down", choices=CODECS, default=None,
                    help="broadcast compression (default: as --compress)")
+    p.add_argument("--preloaded", action="store_true", help="the devices already hold the initial "
+                   "model (flashed with it, or built from the same model and seed): round 1's "
+                   "compressed broadcast is a delta against it instead of the model whole")
+    p.add_argument("--residual-bits", type=int, choices=(64, 32, 16), default=32, help="width of the "
+                   "devices' error-feedback residual, saturating below 64 (default 32; boards are built "
+                   "with it: 16 lets smaller boards keep it)")
     p.add_argument("--quorum", type=float, default=0.5, help="valid updates a round needs: a fraction "
                    "of the devices (< 1) or a count (default 0.5)")
+    p.add_argument("--server-momentum", type=float, default=0.0, metavar="BETA", help="FedAvgM: "
+                   "server momentum on the mean update, in [0, 0.99] (default 0: plain FedAvg)")
+    p.add_argument("--server-lr", type=float, default=1.0, metavar="ETA", help="FedAvgM: server "
+                   "learning rate, in (0, 4] (default 1)")
+    p.add_argument("--prox-mu", type=float, default=0.0, metavar="MU", help="FedProx: proximal term "
+                   "mu/2 |w - w_global|^2 on the devices (default 0: none)")
+    p.add_argument("--prox-every", type=int, default=16, metavar="N", help="FedProx: samples between "
+                   "two pulls toward the global model (default 16; 1: every step)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workers", type=int, default=1, metavar="W", help="processes that run the "
                    "simulated devices (with --simulated; default 1; 0: one per core)")
@@ -103,7 +117,10 @@ def _run(args) -> int:
                      compress=args.compress, compress_down=args.compress_down, seed=args.seed, quorum=args.quorum, out=args.out,
                      resume=args.resume, plot=args.plot,
                      timeout=10.0 if args.timeout is None else args.timeout, retries=args.retries,
-                     log=_round_logger(bar, logf), workers=args.workers)
+                     log=_round_logger(bar, logf), workers=args.workers,
+                     server_momentum=args.server_momentum, server_lr=args.server_lr,
+                     prox_mu=args.prox_mu, prox_every=args.prox_every, preloaded=args.preloaded,
+                     residual_bits=args.residual_bits)
     r["compress_down"] = args.compress_down or args.compress
     if args.json:
         hist = r.pop("history")

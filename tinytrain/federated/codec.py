@@ -13,6 +13,10 @@ device's error-feedback residual ``r``: ``v = delta + r``):
   ``2^s`` with ``s = bitwidth(floor(sum|v| / n)) - 1`` (the power of two at or below the
   mean magnitude); a tensor whose mean magnitude floors to 0 is sent as "zero" (s = 255,
   no bits) and all of ``v`` stays in the residual.
+* ``signmv`` - sign with majority vote (signSGD with majority vote, Bernstein et al. 2019): the
+  device encodes exactly as ``sign`` (same bits, shift, zero tensors, error feedback against its
+  own ``q << s``); only the coordinator's aggregation differs (fedavg.MajorityVote: the sign of
+  the sample-weighted sum of the devices' signs, at the devices' mean scale).
 * ``topk16``, ``topk32`` - the k = ceil(n / 16) (or / 32) elements of largest ``|v|`` (ties: the
   lower index), as int8 with the int8 shift of the tensor, ``s = requant_shift(max|v|, 8)``;
   every other element sends nothing and stays in the residual (top-k sparsification with error
@@ -50,8 +54,9 @@ import numpy as np
 
 from tinytrain import fixedpoint as fp
 
-CODECS = ("none", "int8", "int4", "sign", "topk16", "topk32", "int4b32", "int4b64")
-DEVICE_CODECS = CODECS[:4]  # the ones the firmware's tt_fedcodec.c encodes on the board
+CODECS = ("none", "int8", "int4", "sign", "topk16", "topk32", "int4b32", "int4b64", "signmv")
+DEVICE_CODECS = CODECS[:4] + ("signmv",)  # the ones the firmware's tt_fedcodec.c encodes on the board
+SIGN_CODECS = ("sign", "signmv")  # one bit per element and a scale 2^s per tensor
 TOPK = {"topk16": 16, "topk32": 32}
 BLOCK = {"int4b32": 32, "int4b64": 64}
 VERSION = 1
@@ -116,6 +121,7 @@ class Update:
     store: list           # reconstructed local parameter store
     hash: int
     nbytes: int           # bytes of the serialized message
+    signs: list | None = None  # sign codecs: per tensor (shift, int64 array of +-1), or None for a zero tensor
 
 
 @functools.lru_cache(maxsize=None)
@@ -174,7 +180,7 @@ def _quantize(v: np.ndarray, codec: str):
         s = fp.requant_shift(fp.maxabs(v), bits)
         q = np.minimum(np.maximum(fp.rshift_round(v, s), -qmax), qmax)
         return s, q, q << s
-    # sign
+    # sign, signmv
     mean = int(np.abs(v).sum()) // max(v.size, 1)
     if mean == 0:
         return ZERO_SHIFT, None, np.zeros_like(v)
@@ -235,9 +241,24 @@ def _unpack(codec: str, buf: bytes, off: int, n: int):
     return np.where(bits == 1, 1, -1).astype(np.int64), k
 
 
-def compress(codec: str, local, glob, residual):
+#: widths the error-feedback residual may be kept in (bits); narrower ones saturate
+RESIDUAL_BITS = (64, 32, 16)
+
+
+def residual_bounds(bits: int) -> tuple[int, int]:
+    """The two's-complement range of a residual kept in `bits` (64: numpy's int64, unbounded
+    in practice: |v| < 2^62 by the codec's range contract)."""
+    if bits not in RESIDUAL_BITS:
+        raise ValueError(f"--residual-bits {bits}: use one of {', '.join(map(str, RESIDUAL_BITS))}")
+    return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+
+
+def compress(codec: str, local, glob, residual, residual_bits: int = 64, stats=None):
     """Quantize local - global + residual per tensor. Returns (body bytes, reconstructed
-    local tensors, new residual list of int64 arrays)."""
+    local tensors, new residual list of int64 arrays). residual_bits < 64: the new residual is
+    saturated to that two's-complement range (what the device keeps); `stats` (a dict) then
+    counts the saturated elements under "residual_saturated"."""
+    lo_r, hi_r = residual_bounds(residual_bits)
     body, recon, new_res = [], [], []
     for i, (lo, gl) in enumerate(zip(local, glob)):
         g64 = np.asarray(gl, np.int64).reshape(-1)
@@ -250,7 +271,13 @@ def compress(codec: str, local, glob, residual):
             body.append(_pack(codec, q))
         rt = _sat(g64 + d, np.asarray(gl).dtype)
         recon.append(rt.reshape(np.shape(gl)))
-        new_res.append(v - (rt.astype(np.int64) - g64))
+        r = v - (rt.astype(np.int64) - g64)
+        if residual_bits < 64:
+            if stats is not None:
+                stats["residual_saturated"] = stats.get("residual_saturated", 0) + int(
+                    np.count_nonzero((r < lo_r) | (r > hi_r)))
+            r = np.minimum(np.maximum(r, lo_r), hi_r)
+        new_res.append(r)
     return b"".join(body), recon, new_res
 
 
@@ -292,14 +319,16 @@ def decode_update(msg: bytes, schema: Schema, glob, rnd: int | None = None, *,
     if nt != len(schema.shapes):
         raise CorruptUpdate(f"{nt} tensors, expected {len(schema.shapes)}")
     off, recon = 0, []
+    signs = [] if codec in SIGN_CODECS else None
     try:
         for shape, gl in zip(schema.shapes, glob):
             size = math.prod(shape)
             s = body[off]
             off += 1
             g64 = np.asarray(gl, np.int64).reshape(-1)
-            if codec == "sign" and s == ZERO_SHIFT:
+            if codec in SIGN_CODECS and s == ZERO_SHIFT:
                 d = np.zeros(size, np.int64)
+                signs.append(None)
             else:
                 if s > 62 or (codec in BLOCK and s != 0):
                     raise CorruptUpdate(f"shift {s} out of range")
@@ -308,6 +337,8 @@ def decode_update(msg: bytes, schema: Schema, glob, rnd: int | None = None, *,
                     raise CorruptUpdate("truncated tensor data")
                 off += k
                 d = q << s
+                if signs is not None:
+                    signs.append((s, q))
             recon.append(_sat(g64 + d, np.asarray(gl).dtype).reshape(shape))
     except (IndexError, ValueError) as e:
         if isinstance(e, CorruptUpdate):
@@ -318,7 +349,7 @@ def decode_update(msg: bytes, schema: Schema, glob, rnd: int | None = None, *,
     if check_hash and store_hash(recon) != h:
         raise CorruptUpdate(f"device {dev}: hash 0x{h:08x} != 0x{store_hash(recon):08x} of the "
                             "reconstructed parameters: tampered update")
-    return Update(dev, r, n, step, codec, recon, h, len(msg))
+    return Update(dev, r, n, step, codec, recon, h, len(msg), signs)
 
 
 # ------------------------------------------------------------------ the global message

@@ -77,7 +77,8 @@ class Device:
     kind = "device"
 
     def __init__(self, device_id: int, schema: Schema, indices, X, Y, *, codec: str = "none",
-                 seed: int = 0, local_epochs: int = 1, local_steps: int | None = None):
+                 seed: int = 0, local_epochs: int = 1, local_steps: int | None = None, prox=None,
+                 residual_bits: int = 64):
         if codec not in CODECS:
             raise ValueError(f"compression {codec!r}: use one of {', '.join(CODECS)}")
         self.id = int(device_id)
@@ -88,6 +89,9 @@ class Device:
         self.seed = int(seed)
         self.local_epochs = int(local_epochs)
         self.local_steps = local_steps
+        self.prox = prox      # prox.Prox: FedProx's pull toward the global model, or None
+        self.residual_bits = int(residual_bits)  # width the residual is kept in (saturating)
+        self.stats = {"residual_saturated": 0}     # saturated residual elements committed so far
         self.residual = None if codec == "none" else [np.zeros(int(np.prod(s)), np.int64) for s in schema.shapes]
         self._pending = None  # (round, residual) waiting for the coordinator's ack
         self.replica = None   # the last global model received (base of delta broadcasts)
@@ -128,8 +132,9 @@ class Device:
         if self.codec == "none":
             return encode_update("none", self.id, rnd, len(order), new_step, h, len(self.schema.slots), blob)
         local = self.schema.store_from_blob(blob)
-        body, recon, res = compress(self.codec, local, store, self.residual)
-        self._pending = (rnd, res)
+        st = {}
+        body, recon, res = compress(self.codec, local, store, self.residual, self.residual_bits, st)
+        self._pending = (rnd, res, st.get("residual_saturated", 0))
         from tinytrain.federated.codec import store_hash
         return encode_update(self.codec, self.id, rnd, len(order), new_step, store_hash(recon),
                              len(self.schema.shapes), body)
@@ -144,6 +149,7 @@ class Device:
         residual only if the update was used."""
         if self._pending is not None and self._pending[0] == rnd and accepted:
             self.residual = self._pending[1]
+            self.stats["residual_saturated"] += self._pending[2]
         self._pending = None
 
     # device-side state that must survive a coordinator restart (the residual)
@@ -170,12 +176,22 @@ class SimBackend:
         self.sim = Simulator(self.model)
         self.X, self.Y = X, Y
 
-    def train(self, store, seed, rnd, device, step, order) -> tuple[bytes, int]:
+    def train(self, store, seed, rnd, device, step, order, prox=None) -> tuple[bytes, int]:
+        """The device's round; with `prox` (prox.Prox) a pull toward `store` after every
+        prox.every samples (prox.py)."""
         from tinytrain.graph.state import state_blob
 
         m = self.model
         start_state(m, store, seed, rnd, device, step)
-        self.sim.train(self.X, self.Y, order)
+        if prox is None:
+            self.sim.train(self.X, self.Y, order)
+        else:
+            from tinytrain.federated.prox import pull_model
+
+            for a in range(0, len(order), prox.every):
+                self.sim.train(self.X, self.Y, order[a:a + prox.every])
+                if a + prox.every <= len(order):
+                    pull_model(m, store, prox)
         blob = state_blob(m)
         return blob, fp.crc32(blob)
 
@@ -188,7 +204,7 @@ class SimDevice(Device):
         self.backend = backend
 
     def _train(self, store, rnd, step, order):
-        return self.backend.train(store, self.seed, rnd, self.id, step, order)
+        return self.backend.train(store, self.seed, rnd, self.id, step, order, self.prox)
 
 
 # ---------------------------------------------------------------------------- boards
@@ -317,6 +333,19 @@ class LinkDevice(Device):
                 raise DeviceFault("left-out", self.left_out) from e
             raise DeviceFault("disconnect", f"device {self.id}: cannot connect: {e}") from e
         self.missed = False
+        if self.prox is not None and not self.link.info.fedprox:
+            self._drop(missed=False)
+            self.left_out = (f"device {self.id}: its firmware has no FED_PROX command (--prox-mu): "
+                             "rebuild it with the update codec (fedcodec=True)")
+            raise DeviceFault("left-out", self.left_out)
+        info = self.link.info
+        if (self.codec in DEVICE_CODECS[1:] and info.fedcodec and self.device_codec is not False
+                and info.residual_bits != self.residual_bits):
+            self._drop(missed=False)
+            self.left_out = (f"device {self.id}: its firmware keeps the residual in int{info.residual_bits}, "
+                             f"this run in int{self.residual_bits}: pass --residual-bits {info.residual_bits} "
+                             f"or rebuild it with -DTT_FED_RESIDUAL_BITS={self.residual_bits}")
+            raise DeviceFault("left-out", self.left_out)
         got = self.link.info.schema_hash
         if got != self.schema_hash:
             self._drop(missed=False)
@@ -350,18 +379,10 @@ class LinkDevice(Device):
         return False
 
     def _device_update(self, store, rnd, step, order):
-        from tinytrain.federated.codec import store_hash
-
         if not self.on_device():
             return None
         self._device_pending = None
-
-        def begin(lk):
-            self.last_begin = b = lk.round_begin(rnd, self.id, CODECS.index(self.codec))
-            if b.global_hash != store_hash(store):
-                raise DeviceFault("corrupt", f"device {self.id}: global model snapshot hash "
-                                             f"0x{b.global_hash:08x} != 0x{store_hash(store):08x}")
-
+        begin = lambda lk: self._begin(lk, rnd, CODECS.index(self.codec), store)  # noqa: E731
         msg = self._on_link(store, rnd, step, order, begin, lambda lk: lk.get_update(len(order)))
         self._device_pending = (rnd, fp.crc32(msg[:-4]))
         return msg
@@ -390,8 +411,19 @@ class LinkDevice(Device):
             else super().get_state()
 
     def _train(self, store, rnd, step, order):
-        return self._on_link(store, rnd, step, order, None,
+        begin = None
+        if self.prox is not None:  # FED_PROX pulls toward the board's ROUND_BEGIN snapshot
+            begin = lambda lk: self._begin(lk, rnd, 0, store)  # noqa: E731 - codec 0: snapshot only
+        return self._on_link(store, rnd, step, order, begin,
                              lambda lk: (lk.read_params(), lk.state_hash()))
+
+    def _begin(self, lk, rnd, codec, store):
+        from tinytrain.federated.codec import store_hash
+
+        self.last_begin = b = lk.round_begin(rnd, self.id, codec)
+        if b.global_hash != store_hash(store):
+            raise DeviceFault("corrupt", f"device {self.id}: global model snapshot hash "
+                                         f"0x{b.global_hash:08x} != 0x{store_hash(store):08x}")
 
     def _on_link(self, store, rnd, step, order, begin, finish):
         """Load the round's start state, run begin(link), train on `order`, return finish(link);
@@ -413,9 +445,10 @@ class LinkDevice(Device):
             if begin is not None:
                 begin(lk)
             per = max(1, (lk.info.max_payload - 2) // (2 + lk.info.input_len)) if self.batch else 1
-            k = 0
+            prox = self.prox
+            k, pull_at = 0, prox.every if prox is not None else len(order) + 1
             while k < len(order):
-                idx = order[k:k + per]
+                idx = order[k:min(k + per, pull_at)]
                 if len(idx) > 1:
                     try:
                         lk.train_batch([self.X[i] for i in idx], [int(self.Y[i]) for i in idx])
@@ -427,6 +460,9 @@ class LinkDevice(Device):
                 else:
                     lk.train(self.X[idx[0]], int(self.Y[idx[0]]))
                 k += len(idx)
+                if k == pull_at:  # FedProx: after every prox.every samples, as SimBackend.train
+                    lk.fed_prox(prox.mult, prox.shift)
+                    pull_at += prox.every
                 if self.on_step is not None:
                     self.on_step(self, rnd, k)
             out = finish(lk)

@@ -8,7 +8,7 @@ A round r (1-based):
  3. every update is checked (CRC-32, hash, round, length: codec.decode_update); a device that
     raised DeviceFault or sent a bad update is left out of the round ("dropped");
  4. with at least `quorum` accepted updates the new global store is their integer FedAvg
-    (fedavg.Aggregator), the global step becomes the largest device step, devices are told
+    (fedavg.Aggregator; through FedAvgM's server rule, server.py, when configured), the global step becomes the largest device step, devices are told
     whether their update was used (error-feedback residuals commit only then); without a
     quorum the round is attempted again (up to `max_retries` times), then QuorumError;
  5. the global model is evaluated on the test set and saved (checkpoint), atomically: the
@@ -29,7 +29,8 @@ import numpy as np
 
 from tinytrain.federated.codec import Schema, CorruptUpdate, decode_update, encode_global
 from tinytrain.federated.devices import DeviceFault
-from tinytrain.federated.fedavg import Aggregator, set_store, store_tensors
+from tinytrain.federated.fedavg import aggregator, set_store, store_tensors
+from tinytrain.federated.server import ServerMomentum, server_opt
 
 __all__ = ["FedConfig", "Federation", "QuorumError", "DevicesUnreachable"]
 
@@ -56,10 +57,22 @@ class FedConfig:
     quorum: float = 0.5                  # < 1: fraction of devices; >= 1: a count
     max_retries: int = 2
     keep_rounds: bool = True             # also save rounds/global-rNNNN.tt
+    server_momentum: float = 0.0         # FedAvgM beta (server.py); 0: plain FedAvg
+    server_lr: float = 1.0               # FedAvgM eta
+    prox_mu: float = 0.0                 # FedProx mu (prox.py); 0: no proximal term
+    prox_every: int = 16                 # samples between proximal pulls
+    preloaded: bool = False              # devices start holding the initial global model
+    residual_bits: int = 32              # width of the devices' error-feedback residual (saturating)
 
     @property
     def down(self) -> str:
         return self.compress if self.compress_down is None else self.compress_down
+
+    def prox(self, model):
+        """The compiled proximal pull for `model` (its base lr), or None (prox.prox_config)."""
+        from tinytrain.federated.prox import prox_config
+
+        return prox_config(self.prox_mu, self.prox_every, model.optimizer.lr)
 
     def need(self, k: int) -> int:
         q = self.quorum
@@ -98,6 +111,8 @@ class Federation:
         if len(groups) > 1:
             raise ValueError("devices in worker processes (SimPool) cannot be mixed with other devices")
         self.schema = Schema.of(self.model)
+        self.server = ServerMomentum(server_opt(self.config.server_momentum, self.config.server_lr),
+                                     store_tensors(self.model))
         _, _, self.Xt, self.Yt = prepare_inputs(self.model, dataset)
         self._eval_model = self.model.copy()
         self._eval_sim = Simulator(self._eval_model)
@@ -111,6 +126,14 @@ class Federation:
         self.dropped_total = 0
         self.held = None        # the model in-sync devices hold (last broadcast, decoded)
         self.synced = set()     # ids of devices known to hold `held`
+        if self.config.preloaded and self.config.down != "none":
+            # the devices were flashed with (or built from the seed of) the initial model: round
+            # 1's broadcast is a delta against it like every later one, not the model whole
+            self.held, self.synced = self.store, {d.id for d in self.devices}
+            if self.group is not None:
+                self.group.set_states({}, self.held, self.synced)
+            for d in self.devices if self.group is None else ():
+                d.replica = [t.copy() for t in self.held]
 
     # ------------------------------------------------------------------ state
     @property
@@ -148,7 +171,7 @@ class Federation:
         if self.config.down != "none" and self.held is not None:
             delta, glob = encode_global(r, self.step, self.store, self.config.down, self.held)
             full, _ = encode_global(r, self.step, glob)  # late joiners get the same model whole
-        agg = Aggregator(glob)
+        agg = aggregator(self.config.compress, glob)
         up = down = 0
         accepted, dropped, steps = [], [], []
         def exchange(dev):
@@ -192,7 +215,7 @@ class Federation:
                 u = decode_update(reply, self.schema, glob, r)
                 if u.device != dev.id:
                     raise CorruptUpdate(f"update names device {u.device}, came from {dev.id}")
-                agg.add(u.store, u.n_samples)
+                agg.add_update(u)
                 accepted.append(dev)
                 steps.append(u.step)
             except DeviceFault as e:
@@ -221,7 +244,7 @@ class Federation:
             self.log(f"round {r} attempt {attempt + 1}: {len(accepted)} valid updates < quorum {need}: retrying")
             return None
         self.held, self.synced = glob, ids
-        set_store(self.model, agg.result())
+        set_store(self.model, self.server.step(glob, agg.result()))  # FedAvg, or FedAvgM
         self.step = max(steps)
         self.model.meta[1] = self.step
         self.round = r
@@ -256,6 +279,12 @@ class Federation:
                 "partition": self.config.partition, "state_hash": f"{self.state_hash():08x}",
                 "params": self.schema.n_params,
                 "int32_params_bytes_per_update": 4 * self.schema.n_params,
+                # error-feedback residual elements saturated to --residual-bits by simulated
+                # devices in this process (None with workers or boards: a board counts its own,
+                # tt_fedcodec_residual_saturations, and equals its simulated twin)
+                "residual_saturated": None if self.group is not None or
+                any(getattr(d, "kind", "") == "board" for d in self.devices) else
+                sum(getattr(d, "stats", {}).get("residual_saturated", 0) for d in self.devices),
                 "out": str(self.out) if self.out else None}
 
     # ------------------------------------------------------------- checkpoints
@@ -272,6 +301,8 @@ class Federation:
             states = {str(d.id): s for d in self.devices if (s := d.get_state()) is not None}
         if self.held is not None and self.config.down != "none":
             states.update({f"held{i}": t for i, t in enumerate(self.held)})
+        if not self.server.opt.plain:
+            states["server-momentum"] = self.server.get_state()
         if states:
             tio.atomic_write(self.out / fleet, lambda f: np.savez(f, **states))
         extra = {"federated": {"round": self.round, "step": self.step, "config": asdict(self.config),
@@ -300,10 +331,12 @@ class Federation:
             raise ValueError(f"{self.out / 'global.tt'} is not a federated checkpoint")
         if saved.schema_hash() != self.model.schema_hash():
             raise ValueError(f"{self.out / 'global.tt'} holds another model: cannot resume")
-        mine = asdict(self.config)
-        for k in ("local_epochs", "local_steps", "partition", "compress", "seed"):
-            if fed["config"].get(k) != mine[k]:
-                raise ValueError(f"cannot resume: the checkpoint used {k}={fed['config'].get(k)!r}, "
+        mine, default = asdict(self.config), asdict(FedConfig())
+        for k in ("local_epochs", "local_steps", "partition", "compress", "seed", "server_momentum",
+                  "server_lr", "prox_mu", "prox_every"):
+            saved_k = fed["config"].get(k, default[k])  # checkpoints from before the option
+            if saved_k != mine[k]:
+                raise ValueError(f"cannot resume: the checkpoint used {k}={saved_k!r}, "
                                  f"this run {k}={mine[k]!r}")
         if fed["devices"] != [d.id for d in self.devices]:
             raise ValueError("cannot resume: the checkpoint was written by another set of devices")
@@ -316,6 +349,8 @@ class Federation:
         if fed.get("fleet"):
             with np.load(self.out / fed["fleet"]) as z:
                 states = {d.id: z[str(d.id)] for d in self.devices if str(d.id) in z.files}
+                if "server-momentum" in z.files:
+                    self.server.set_state(z["server-momentum"])
                 if "held0" in z.files:
                     self.held = [z[f"held{i}"] for i in range(len(self.schema.shapes))]
                     self.synced = set(fed.get("synced", []))

@@ -39,7 +39,7 @@ import numpy as np
 
 from tinytrain.federated.codec import HEADER, CorruptUpdate, Schema, decode_update, encode_global
 from tinytrain.federated.engine import FedConfig
-from tinytrain.federated.fedavg import Aggregator, set_store, store_tensors
+from tinytrain.federated.fedavg import aggregator, set_store, store_tensors
 from tinytrain.federated.runconfig import RUN_CONFIG, settings
 
 __all__ = ["RUN_CONFIG", "settings", "IntegerFedAvg", "client_train", "server_main",
@@ -138,7 +138,8 @@ def client_train(msg, context, run_config=None):
             if not 0 <= i < k:
                 raise ValueError(f"node serves device {i}, but the federation has devices 0..{k - 1}")
             dev = SimDevice(i, schema, parts[i], _CACHE[bk], codec=cfg.compress, seed=cfg.seed,
-                            local_epochs=cfg.local_epochs, local_steps=cfg.local_steps)
+                            local_epochs=cfg.local_epochs, local_steps=cfg.local_steps,
+                            prox=cfg.prox(model), residual_bits=cfg.residual_bits)
             _restore(dev, context.state, used)
             try:
                 updates.append(dev.run_round(gmsg))
@@ -187,6 +188,11 @@ class IntegerFedAvg(_fedavg_base()):
             for a in d.values():
                 a[...] = 0
         self.schema = Schema.of(self.model)
+        from tinytrain.federated.server import ServerMomentum, server_opt
+
+        self.server = ServerMomentum(server_opt(config.server_momentum, config.server_lr),
+                                     store_tensors(self.model))  # FedAvgM, as the engine
+        config.prox(self.model)  # a pull the model's lr cannot take fails here, not on the nodes
         _, _, self.Xt, self.Yt = prepare_inputs(self.model, dataset)
         self._ev = self.model.copy()
         self._sim = Simulator(self._ev)
@@ -230,7 +236,8 @@ class IntegerFedAvg(_fedavg_base()):
     def aggregate_train(self, server_round, replies):
         from flwr.app import MetricRecord
 
-        agg, accepted, steps, dropped, up, seen = Aggregator(self._glob), [], [], [], 0, set()
+        agg, accepted, steps = aggregator(self.config.compress, self._glob), [], []
+        dropped, up, seen = [], 0, set()
         answered = set()
         for reply in replies:
             node = reply.metadata.src_node_id
@@ -256,7 +263,7 @@ class IntegerFedAvg(_fedavg_base()):
                     continue
                 seen.add(u.device)
                 mine.append(u.device)
-                agg.add(u.store, u.n_samples)
+                agg.add_update(u)
                 accepted.append(u.device)
                 steps.append(u.step)
             if mine:
@@ -276,7 +283,7 @@ class IntegerFedAvg(_fedavg_base()):
             rec["accuracy"] = None
             self.history.append(rec)
             return None, metrics
-        set_store(self.model, agg.result())
+        set_store(self.model, self.server.step(self._glob, agg.result()))
         self.step = max(steps)
         self.model.meta[1] = self.step
         for d in accepted:
@@ -385,9 +392,10 @@ def make_server_app(result: dict | None = None, log=print, run_config=None):
 
 def run(model_name="digits-mlp", data_name="digits", *, clients=100, rounds=2, partition="iid",
         local_epochs=1, local_steps=None, compress="none", seed=0, quorum=0.5, backend="ray",
-        backend_config=None, log=print) -> dict:
+        backend_config=None, log=print, run_config=None) -> dict:
     """The tinytrain Flower apps in Flower's simulation engine, in this process (for tests and
-    notebooks; `flwr run examples/flower-app` is the way users run it); returns the summary."""
+    notebooks; `flwr run examples/flower-app` is the way users run it); returns the summary.
+    run_config: further run_config keys (e.g. {"server-momentum": 0.5})."""
     import warnings
 
     from flwr.simulation import run_simulation
@@ -395,7 +403,7 @@ def run(model_name="digits-mlp", data_name="digits", *, clients=100, rounds=2, p
     run_config = {"model": str(model_name), "data": str(data_name), "clients": int(clients),
                   "num-server-rounds": int(rounds), "partition": partition, "local-epochs": int(local_epochs),
                   "local-steps": int(local_steps or 0), "compress": compress, "seed": int(seed),
-                  "quorum": float(quorum)}
+                  "quorum": float(quorum), **(run_config or {})}
     settings(run_config)
     result: dict = {}
     with warnings.catch_warnings():

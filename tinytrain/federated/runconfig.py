@@ -13,7 +13,8 @@ RUN_CONFIG = {
     "compress": (str, "int8"), "num-server-rounds": (int, 3), "local-epochs": (int, 1),
     "local-steps": (int, 0), "seed": (int, 0), "quorum": (float, 0.5), "clients": (int, 0),
     "fraction-train": (float, 1.0), "min-available-nodes": (int, 0), "out-dir": (str, ""),
-    "round-timeout": (float, 3600.0),
+    "round-timeout": (float, 3600.0), "server-momentum": (float, 0.0), "server-lr": (float, 1.0),
+    "prox-mu": (float, 0.0), "prox-every": (int, 16), "residual-bits": (int, 32),
 }
 
 
@@ -44,9 +45,22 @@ def settings(run_config) -> dict:
             raise ValueError(f"run_config {k}={s[k]}: must be >= 0 (0: {'no cap' if k == 'local-steps' else 'one per node'})")
     if not 0 < s["fraction-train"] <= 1 or not s["quorum"] > 0:
         raise ValueError("run_config fraction-train must be in (0, 1] and quorum > 0")
+    from tinytrain.federated.prox import prox_config
+    from tinytrain.federated.server import server_opt
+
+    from tinytrain.federated.codec import residual_bounds
+
+    try:
+        residual_bounds(s["residual-bits"])
+        server_opt(s["server-momentum"], s["server-lr"])
+        prox_config(s["prox-mu"], s["prox-every"], None)  # the model's lr is checked where it is known
+    except ValueError as e:
+        raise ValueError(f"run_config: {str(e).replace('--', '')}") from None
     s["run"] = {k: s[k] for k in RUN_CONFIG}
     s["config"] = FedConfig(rounds=s["num-server-rounds"], local_epochs=s["local-epochs"],
                             local_steps=s["local-steps"] or None, partition=s["partition"],
                             compress=s["compress"], compress_down="none", seed=s["seed"],
-                            quorum=s["quorum"])
+                            quorum=s["quorum"], server_momentum=s["server-momentum"],
+                            server_lr=s["server-lr"], prox_mu=s["prox-mu"], prox_every=s["prox-every"],
+                            residual_bits=s["residual-bits"])
     return s

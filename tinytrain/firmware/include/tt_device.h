@@ -82,7 +82,7 @@ typedef struct tt_device_model {
      * without it leave these NULL (or omit them): ROUND_BEGIN, GET_UPDATE and UPDATE_ACK then
      * answer TT_ERR_UNSUPPORTED and the host compresses on its side of the link. ---- */
     /** ROUND_BEGIN: snapshot the live parameter store as this round's global model and select
-     *  the codec (1 int8, 2 int4, 3 sign; else TT_ERR_RANGE). *global_hash = CRC-32 of the
+     *  the codec (1 int8, 2 int4, 3 sign, 8 signmv; 0 snapshot only; else TT_ERR_RANGE). *global_hash = CRC-32 of the
      *  snapshot, *residual_crc = CRC-32 of the error-feedback residual (int64 LE). */
     int (*round_begin)(uint32_t round, uint32_t device, uint32_t codec, uint32_t *global_hash,
                        uint32_t *residual_crc);
@@ -98,6 +98,12 @@ typedef struct tt_device_model {
      *  2 round already closed; *residual_crc as in round_begin. */
     int (*update_ack)(uint32_t round, uint32_t crc, uint32_t accepted, uint32_t *status,
                       uint32_t *residual_crc);
+    /** Optional FED_PROX: FedProx's pull of the live parameter store toward the ROUND_BEGIN
+     *  snapshot, w -= rshift_round((w - g) * mult, shift) (tt_fedcodec_prox). NULL: UNSUPPORTED. */
+    int (*fed_prox)(uint32_t mult, uint32_t shift);
+    /** Bits of the on-device error-feedback residual (64, 32 or 16; 0: unknown = 64), reported in
+     *  HELLO's flags. */
+    uint32_t fed_residual_bits;
 } tt_device_model;
 
 /**

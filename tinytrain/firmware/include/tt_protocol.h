@@ -46,6 +46,7 @@ enum tt_msg {
     TT_MSG_ROUND_BEGIN = 0x0C,  /* optional: federated update codec on the device */
     TT_MSG_GET_UPDATE = 0x0D,
     TT_MSG_UPDATE_ACK = 0x0E,
+    TT_MSG_FED_PROX = 0x0F,     /* optional: FedProx's pull toward the ROUND_BEGIN snapshot */
     TT_MSG_REPLY = 0x80,
     TT_MSG_LOG = 0xC0,
     TT_MSG_ERROR = 0xFF

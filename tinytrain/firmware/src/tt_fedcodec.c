@@ -74,6 +74,12 @@ static int64_t tt_fed_sat(int64_t y, uint32_t w)
     return y < lo ? lo : y > hi ? hi : y;
 }
 
+/* sign and signmv encode alike (signmv differs only in the coordinator's aggregation) */
+static int tt_fed_is_sign(uint32_t codec)
+{
+    return codec == TT_FED_SIGN || codec == TT_FED_SIGNMV;
+}
+
 static uint32_t tt_fed_per_byte(uint32_t codec)
 {
     return codec == TT_FED_INT8 ? 1u : codec == TT_FED_INT4 ? 2u : 8u;
@@ -82,7 +88,7 @@ static uint32_t tt_fed_per_byte(uint32_t codec)
 static uint32_t tt_fed_data_bytes(const tt_fedcodec *c, uint32_t ti)
 {
     uint32_t epb = tt_fed_per_byte(c->codec);
-    if (c->codec == TT_FED_SIGN && c->shift[ti] == TT_FED_ZERO_SHIFT) {
+    if (tt_fed_is_sign(c->codec) && c->shift[ti] == TT_FED_ZERO_SHIFT) {
         return 0u;
     }
     return (c->t[ti].count + epb - 1u) / epb;
@@ -104,6 +110,45 @@ uint32_t tt_fedcodec_n_params(const tt_fed_tensor *t, uint32_t n_tensors)
         s += t[i].count;
     }
     return s;
+}
+
+/* Residual element i, kept in res_width bytes (8, 4 or 2). */
+static int64_t tt_fed_res_get(const tt_fedcodec *c, uint32_t i)
+{
+    if (c->res_width == 8u) {
+        return ((const int64_t *)c->residual)[i];
+    }
+    if (c->res_width == 4u) {
+        return ((const int32_t *)c->residual)[i];
+    }
+    return ((const int16_t *)c->residual)[i];
+}
+
+/* Store residual element i, saturated to the width's two's-complement range (counted). */
+static void tt_fed_res_set(tt_fedcodec *c, uint32_t i, int64_t v)
+{
+    if (c->res_width == 8u) {
+        ((int64_t *)c->residual)[i] = v;
+        return;
+    }
+    {
+        int64_t hi = c->res_width == 4u ? (int64_t)INT32_MAX : (int64_t)INT16_MAX;
+        int64_t lo = -hi - 1;
+        if (v > hi || v < lo) {
+            v = v > hi ? hi : lo;
+            c->res_saturated++;
+        }
+    }
+    if (c->res_width == 4u) {
+        ((int32_t *)c->residual)[i] = (int32_t)v;
+    } else {
+        ((int16_t *)c->residual)[i] = (int16_t)v;
+    }
+}
+
+static void tt_fed_res_zero(tt_fedcodec *c)
+{
+    memset(c->residual, 0, (size_t)tt_fedcodec_n_params(c->t, c->n_tensors) * c->res_width);
 }
 
 /* Where tensor ti starts in the snapshot (bytes) and in the residual (elements). */
@@ -130,7 +175,7 @@ static int tt_fed_load(const tt_fedcodec *c, uint32_t ti, uint32_t e, uint32_t n
     }
     for (i = 0; i < n; i++) {
         g[i] = tt_fed_get(c->global + gb + (e + i) * w, w);
-        v[i] = tt_fed_get(buf + i * w, w) - g[i] + c->residual[rb + e + i];
+        v[i] = tt_fed_get(buf + i * w, w) - g[i] + tt_fed_res_get(c, rb + e + i);
     }
     return TT_OK;
 }
@@ -139,7 +184,7 @@ static int tt_fed_load(const tt_fedcodec *c, uint32_t ti, uint32_t e, uint32_t n
 static int64_t tt_fed_q(uint32_t codec, uint32_t s, int64_t v)
 {
     int64_t q, qmax;
-    if (codec == TT_FED_SIGN) {
+    if (tt_fed_is_sign(codec)) {
         return s == TT_FED_ZERO_SHIFT ? 0 : (v >= 0 ? 1 : -1);
     }
     qmax = codec == TT_FED_INT8 ? 127 : 7;
@@ -170,14 +215,14 @@ static int tt_fed_shifts(tt_fedcodec *c)
             }
             for (i = 0; i < n; i++) {
                 uint64_t a = tt_fed_abs(v[i]);
-                if (c->codec == TT_FED_SIGN) {
+                if (tt_fed_is_sign(c->codec)) {
                     acc += a;
                 } else if (a > acc) {
                     acc = a;
                 }
             }
         }
-        if (c->codec == TT_FED_SIGN) {
+        if (tt_fed_is_sign(c->codec)) {
             uint64_t mean = acc / (count > 0u ? count : 1u);
             c->shift[ti] = (uint8_t)(mean == 0u ? TT_FED_ZERO_SHIFT : tt_fed_bitwidth(mean) - 1u);
         } else {
@@ -210,7 +255,7 @@ static int tt_fed_reconstruct(tt_fedcodec *c, int hash, uint32_t *crc)
                 if (hash) {
                     tt_fed_put(buf + i * w, w, y);
                 } else {
-                    c->residual[rb + e + i] = v[i] - (y - g[i]);
+                    tt_fed_res_set(c, rb + e + i, v[i] - (y - g[i]));
                 }
             }
             if (hash) {
@@ -329,7 +374,7 @@ static int tt_fed_encode(tt_fedcodec *c, uint32_t *len, uint32_t *crc)
 }
 
 void tt_fedcodec_init(tt_fedcodec *c, const tt_fed_tensor *t, uint32_t n_tensors, tt_fed_read_fn read,
-                      uint8_t *global, int64_t *residual, uint8_t *shift)
+                      uint8_t *global, void *residual, uint32_t residual_width, uint8_t *shift)
 {
     memset(c, 0, sizeof *c);
     c->t = t;
@@ -338,14 +383,15 @@ void tt_fedcodec_init(tt_fedcodec *c, const tt_fed_tensor *t, uint32_t n_tensors
     c->global = global;
     c->residual = residual;
     c->shift = shift;
-    memset(residual, 0, (size_t)tt_fedcodec_n_params(t, n_tensors) * sizeof *residual);
+    c->res_width = residual_width == 4u || residual_width == 2u ? residual_width : 8u;
+    tt_fed_res_zero(c);
     memset(shift, 0, n_tensors);
 }
 
 int tt_fedcodec_begin(tt_fedcodec *c, uint32_t codec, uint32_t round, uint32_t device)
 {
     uint32_t ti, gb = 0;
-    if (codec < TT_FED_INT8 || codec > TT_FED_SIGN) {
+    if (codec > TT_FED_SIGN && codec != TT_FED_SIGNMV) {
         return TT_ERR_RANGE;
     }
     for (ti = 0; ti < c->n_tensors; ti++) {
@@ -358,7 +404,7 @@ int tt_fedcodec_begin(tt_fedcodec *c, uint32_t codec, uint32_t round, uint32_t d
         gb += bytes;
     }
     if (codec != c->res_codec) {
-        memset(c->residual, 0, (size_t)tt_fedcodec_n_params(c->t, c->n_tensors) * sizeof *c->residual);
+        tt_fed_res_zero(c);
         c->res_codec = codec;
     }
     c->codec = codec;
@@ -379,7 +425,7 @@ uint32_t tt_fedcodec_residual_crc(const tt_fedcodec *c)
     uint8_t b[8];
     uint32_t i, n = tt_fedcodec_n_params(c->t, c->n_tensors), crc = 0;
     for (i = 0; i < n; i++) {
-        tt_fed_put(b, 8, c->residual[i]);
+        tt_fed_put(b, 8, tt_fed_res_get(c, i));
         crc = tt_crc32_update(crc, b, 8);
     }
     return crc;
@@ -388,7 +434,7 @@ uint32_t tt_fedcodec_residual_crc(const tt_fedcodec *c)
 int tt_fedcodec_prepare(tt_fedcodec *c, uint32_t n_samples, uint32_t step, uint32_t *len, uint32_t *crc)
 {
     int rc;
-    if (!c->open) {
+    if (!c->open || c->codec == TT_FED_NONE) {
         return TT_ERR_SEQUENCE;
     }
     c->n_samples = n_samples;
@@ -464,4 +510,47 @@ int tt_fedcodec_ack(tt_fedcodec *c, uint32_t round, uint32_t crc, uint32_t accep
     c->prepared = 0;
     *status = TT_FED_COMMITTED;
     return TT_OK;
+}
+
+int tt_fedcodec_prox(tt_fedcodec *c, tt_fed_write_fn write, uint32_t mult, uint32_t shift)
+{
+    uint8_t buf[TT_FED_CHUNK * 4u];
+    uint32_t ti, e, i, n, gb, rb;
+    if (!c->open) {
+        return TT_ERR_SEQUENCE;
+    }
+    if (mult >= 32768u || shift > 62u) {
+        return TT_ERR_RANGE;
+    }
+    c->prepared = 0;
+    for (ti = 0; ti < c->n_tensors; ti++) {
+        const tt_fed_tensor *t = &c->t[ti];
+        uint32_t w = t->width;
+        tt_fed_base(c, ti, &gb, &rb);
+        for (e = 0; e < t->count; e += n) {
+            int moved = 0;
+            n = t->count - e < TT_FED_CHUNK ? t->count - e : TT_FED_CHUNK;
+            if (c->read(t->offset + e * w, buf, n * w) != 0) {
+                return TT_ERR_RANGE;
+            }
+            for (i = 0; i < n; i++) {
+                int64_t x = tt_fed_get(buf + i * w, w);
+                int64_t d = x - tt_fed_get(c->global + gb + (e + i) * w, w);
+                int64_t pull = tt_fed_rshift_round(d * (int64_t)mult, shift);
+                if (pull != 0) {
+                    tt_fed_put(buf + i * w, w, x - pull);
+                    moved = 1;
+                }
+            }
+            if (moved && write(t->offset + e * w, buf, n * w) != 0) {
+                return TT_ERR_RANGE;
+            }
+        }
+    }
+    return TT_OK;
+}
+
+uint32_t tt_fedcodec_residual_saturations(const tt_fedcodec *c)
+{
+    return c->res_saturated;
 }

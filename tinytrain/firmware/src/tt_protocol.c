@@ -113,7 +113,10 @@ static int tt_cmd_hello(tt_proto *p, tt_call *c)
     c->out[0] = (uint8_t)TT_PROTO_VERSION;
     c->out[1] = (uint8_t)((m->stage_params != NULL && m->commit_params != NULL) |
                           (m->round_begin != NULL && m->update_prepare != NULL &&
-                           m->update_read != NULL && m->update_ack != NULL) << 1);
+                           m->update_read != NULL && m->update_ack != NULL) << 1 |
+                          (m->round_begin != NULL && m->fed_prox != NULL) << 2 |
+                          /* bits 3-4: residual width, 0 int64, 1 int32, 2 int16 */
+                          (m->fed_residual_bits == 32u ? 1 : m->fed_residual_bits == 16u ? 2 : 0) << 3);
     tt_put_u16(c->out + 2, TT_MAX_PAYLOAD);
     tt_put_u32(c->out + 4, TT_FW_VERSION);
     tt_put_u32(c->out + 8, m->schema_hash);
@@ -411,7 +414,8 @@ static int tt_cmd_round_begin(tt_proto *p, tt_call *c)
         c->detail = 12;
         return TT_ERR_LENGTH;
     }
-    if (c->in[8] < 1u || c->in[8] > 3u) {
+    /* 0: snapshot only (FED_PROX with the update encoded by the host); 8: signmv */
+    if (c->in[8] > 3u && c->in[8] != 8u) {
         c->detail = c->in[8];
         return TT_ERR_RANGE;
     }
@@ -488,6 +492,25 @@ static int tt_cmd_update_ack(tt_proto *p, tt_call *c)
     return TT_OK;
 }
 
+/* u32 mult | u8 shift | 3 x u8 0  ->  u32 step | u32 state hash (after the pull) */
+static int tt_cmd_fed_prox(tt_proto *p, tt_call *c)
+{
+    int rc;
+    if (p->m->fed_prox == NULL) {
+        return TT_ERR_UNSUPPORTED;
+    }
+    if (c->n != 8) {
+        c->detail = 8;
+        return TT_ERR_LENGTH;
+    }
+    rc = p->m->fed_prox(tt_get_u32(c->in), c->in[4]);
+    if (rc != 0) {
+        return tt_hook_err(rc, &c->detail);
+    }
+    tt_put_state(p, c);
+    return TT_OK;
+}
+
 typedef int (*tt_cmd_fn)(tt_proto *p, tt_call *c);
 
 static tt_cmd_fn tt_cmd_lookup(uint32_t type)
@@ -507,6 +530,7 @@ static tt_cmd_fn tt_cmd_lookup(uint32_t type)
     case TT_MSG_ROUND_BEGIN: return tt_cmd_round_begin;
     case TT_MSG_GET_UPDATE: return tt_cmd_get_update;
     case TT_MSG_UPDATE_ACK: return tt_cmd_update_ack;
+    case TT_MSG_FED_PROX: return tt_cmd_fed_prox;
     default: return NULL;
     }
 }
