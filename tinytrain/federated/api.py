@@ -19,8 +19,9 @@ from tinytrain.federated.partition import partition as split
 __all__ = ["federate", "make_devices", "resolve"]
 
 
-def resolve(model, dataset, seed: int = 0):
-    """(Sequential, Dataset) from objects or names (built-in model/dataset names, model files)."""
+def resolve(model, dataset, seed: int = 0, precision=None):
+    """(Sequential, Dataset) from objects or names (built-in model/dataset names, model files);
+    ``precision``: a policy the model is built (or converted) under (docs/precision.md)."""
     from tinytrain import data
     from tinytrain.graph.models import MODELS, build_model
 
@@ -28,7 +29,10 @@ def resolve(model, dataset, seed: int = 0):
         name = dataset or (MODELS[model][2] if isinstance(model, str) and model in MODELS else "digits")
         dataset = data.load(name)
     if isinstance(model, (str, Path)):
-        model = build_model(str(model), dataset, seed=seed)
+        model = build_model(str(model), dataset, seed=seed, precision=precision)
+    elif precision is not None:
+        from tinytrain.graph.convert import with_precision
+        model = with_precision(model, precision)
     return model, dataset
 
 
@@ -120,7 +124,7 @@ def federate(model, dataset=None, *, simulated: int | None = None, board: str | 
              log=None, timeout: float = 10.0, retries: int | None = None,
              device_list=None, workers: int = 1, server_momentum: float = 0.0,
              server_lr: float = 1.0, prox_mu: float = 0.0, prox_every: int = 16,
-             preloaded: bool = False, residual_bits: int = 32) -> dict:
+             preloaded: bool = False, residual_bits: int = 32, precision=None) -> dict:
     """Run a federation and return its summary (rounds, final_accuracy, bytes_on_wire,
     dropped_updates, accuracy_per_round, history, ...). `device_list`: prebuilt devices
     (e.g. wrapped in devices.FaultyDevice) instead of simulated/board/ports. timeout,
@@ -128,8 +132,9 @@ def federate(model, dataset=None, *, simulated: int | None = None, board: str | 
     make_devices); server_momentum, server_lr: FedAvgM (server.py); prox_mu, prox_every:
     FedProx's proximal pull on the devices (prox.py); preloaded: the devices already hold the
     initial model (round 1's broadcast is a delta against it); residual_bits: 32 or 16 keep the
-    devices' error-feedback residual in that width, saturating (64: unbounded int64)."""
-    model, dataset = resolve(model, dataset, seed)
+    devices' error-feedback residual in that width, saturating (64: unbounded int64);
+    precision: the policy of the global model (a preset name or a dict, docs/precision.md)."""
+    model, dataset = resolve(model, dataset, seed, precision)
     cfg = FedConfig(rounds=rounds, local_epochs=local_epochs, local_steps=local_steps,
                     partition=partition, compress=compress, compress_down=compress_down, seed=seed,
                     quorum=quorum, server_momentum=server_momentum, server_lr=server_lr,

@@ -38,6 +38,7 @@ def _args(p):
     p.add_argument("--rounds", type=int, required=True)
     p.add_argument("--model", required=True, help="digits-mlp (built-in), a model file (.json/.toml) or a saved .tt")
     p.add_argument("--data", default=None, help="dataset (default: the model's)")
+    cli.add_precision_arg(p)
     p.add_argument("--partition", default="iid", help="iid or dirichlet:ALPHA (default iid)")
     p.add_argument("--local-epochs", type=int, default=1, help="local epochs per round (default 1)")
     p.add_argument("--local-steps", type=int, default=None, help="cap on samples per device per round")
@@ -120,7 +121,7 @@ def _run(args) -> int:
                      log=_round_logger(bar, logf), workers=args.workers,
                      server_momentum=args.server_momentum, server_lr=args.server_lr,
                      prox_mu=args.prox_mu, prox_every=args.prox_every, preloaded=args.preloaded,
-                     residual_bits=args.residual_bits)
+                     residual_bits=args.residual_bits, precision=cli.precision_arg(args.precision))
     r["compress_down"] = args.compress_down or args.compress
     if args.json:
         hist = r.pop("history")

@@ -46,7 +46,7 @@ def set_store(model, tensors) -> None:
             dst = model.master.get(key, p.data)
             dst[...] = tensors[k]
             if key in model.master:
-                refresh_compute_copy(dst, p.data)
+                refresh_compute_copy(dst, p.data, model.master_shift[key])
             k += 1
 
 

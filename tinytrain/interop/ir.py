@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tinytrain.graph.layers import ModelError, layer_from_config
-from tinytrain.graph.optim import MASTER_EXTRA_BITS, SGD
+from tinytrain.graph.optim import SGD
 
 #: what the importers accept, by source op (for error messages)
 SUPPORTED = ("Linear/Gemm/FullyConnected, Conv1d, Conv2d (groups 1 or depthwise), ReLU, LeakyReLU, "
@@ -283,7 +283,7 @@ def to_model(ops: list[FloatOp], input_shape, *, dataset=None, input_scale="unit
     if dataset is not None:
         model.data_input_exp = data_exp
     for (li, pi), m in model.master.items():  # the master copies were made from the random init
-        m[...] = model.layers[li].params[pi].data.astype(np.int32) << MASTER_EXTRA_BITS
+        m[...] = model.layers[li].params[pi].data.astype(m.dtype) << model.master_shift[(li, pi)]
     return Built(model, ops, scales, shifts, saturated, c_log2)
 
 
