@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/bench_policies.py                 # W1, every policy, seeds 0/1/2
     .venv/bin/python bench/bench_policies.py --steps 100 --seeds 0
+    .venv/bin/python bench/bench_policies.py --workload w3 --policies int16,int8   # W3 on the micro:bit
 
 For each policy (graph/precision.py): the workload's integer model under it is trained by the
 numba simulator with the workload's recipe (tinytrain.lab.workloads: W1 20 epochs, lr 0.05,
@@ -13,7 +14,7 @@ sample, and the memory of the one breakdown info/codegen/build/verify share. "tr
 what the issue's target counts: state + activations + scratch (parameters, masters, optimizer
 state, activations kept, error buffers, scratch, meta), no protocol, load shadow or stack; the
 stack estimate is given beside it.
-Writes bench/results/policies.json and the `policies` section of BENCHMARKS.md.
+Writes bench/results/policies_<workload>.json and the `policies-<workload>` section of BENCHMARKS.md.
 """
 from __future__ import annotations
 
@@ -90,6 +91,11 @@ def table(res: dict, boards) -> str:
 
 def targets(res: dict) -> str:
     rows = {r["policy"]: r for r in res["rows"]}
+    if res["workload"] == "w3":  # issue 11: W3 trains on the micro:bit under some policy within 1.0 point
+        ok = [f"{p} ({r['accuracy_mean'] - rows['int16']['accuracy_mean']:+.2f})" for p, r in rows.items()
+              if r["boards"].get("microbit", {}).get("fits") and abs(r["accuracy_mean"] - rows["int16"]["accuracy_mean"]) <= 1.0]
+        return (f"W3 on the micro:bit (16 KB), verified on QEMU, within 1.0 point of int16: "
+                f"{'met by ' + ', '.join(ok) if ok else 'NOT met'}.")
     d = rows["int8"]["accuracy_mean"] - rows["int16"]["accuracy_mean"]
     ram = rows["int8"]["boards"]["mps2_an386"]["training_ram"]
     return (f"W1 int8 weights, no master, stochastic rounding: {d:+.2f} points vs int16 (target within 1.0: "
@@ -99,7 +105,7 @@ def targets(res: dict) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workload", default="w1", choices=["w1"])
+    ap.add_argument("--workload", default="w1", choices=["w1", "w3"])
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--steps", type=int, default=200, help="verified QEMU steps per policy and board")
     ap.add_argument("--boards", default=",".join(BOARDS))
@@ -114,7 +120,7 @@ def main(argv=None):
         print(f"{p}: {rows[-1]['accuracy_mean']:.2f} %", flush=True)
     res = {"workload": a.workload, "seeds": seeds, "steps": a.steps, "rows": rows, "seconds": time.time() - t0,
            "machine": machine()}
-    write_json("policies.json", res)
+    write_json(f"policies_{a.workload}.json", res)
     out = table(res, boards)
     print(out)
     print(targets(res))
@@ -125,7 +131,7 @@ def main(argv=None):
             "activations + error buffers + scratch + meta (no protocol, load shadow or stack), flash as linked. "
             "`SR`: stochastic rounding (on by default for int8 weights without a master).", "",
             out, "", targets(res), "", f"Machine: {machine_line(res['machine'])}; {res['seconds']:.0f} s."]
-    update_section("policies", "\n".join(body))
+    update_section(f"policies-{a.workload}", "\n".join(body))
 
 
 if __name__ == "__main__":

@@ -263,3 +263,24 @@ def test_int8_policies_are_integer_only_on_cortex_m(policy):
     assert memory.float_symbols(memory.compile_arm(em, "cortex-m0")["undefined"]) == []
     for cpu in ("cortex-m4", "cortex-m33"):
         assert memory.vfp_instructions(memory.compile_arm(em, cpu)["disasm"]) == [], cpu
+
+
+def test_conv_gradients_by_channel_shrink_the_buffer_and_w3_fits_the_microbit():
+    """Conv layers form their weight gradient a few output channels at a time (the training
+    step applies them before forming the next): W3's gradient buffer is one block of conv2
+    (2 channels x 72), not its 1,152 weights, and W3 fits the micro:bit's 16 KB under the
+    default policy and with int8 weights."""
+    from tinytrain import data
+    from tinytrain.codegen.emit import Emitter
+    from tinytrain.codegen.memory import breakdown
+    from tinytrain.graph.models import build_model
+
+    ds = data.load("digits-image")
+    m = build_model("digits-cnn", ds)
+    grads = [t for t in Emitter(m, "tt_model").plan() if t.role == "grad"]
+    assert [(t.name, t.count) for t in grads] == [("tt_model_grad0", 144)]
+    src = generate(m).source
+    assert "tt_conv2d_grad_w_chan_s32(" in src and "tt_conv2d_grad_s32(" not in src
+    for policy in (None, "int8"):
+        bd = breakdown(build_model("digits-cnn", ds, precision=policy), "microbit", shadow=False)
+        assert bd.fits()["ram"], (policy, bd.ram_total)

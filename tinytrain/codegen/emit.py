@@ -29,6 +29,8 @@ CTYPE = {np.dtype(np.int8): "int8_t", np.dtype(np.int16): "int16_t", np.dtype(np
          np.dtype(np.uint32): "uint32_t"}
 #: layer types with C kernels for int8 weights (optable.weight_variant "_w8")
 C_WEIGHT_VARIANTS = {"dense", "conv2d", "depthwise_conv2d", "conv1d"}
+#: layer types whose weight gradients the C forms one output channel at a time (tt_conv_chan.h)
+BY_CHANNEL = {"conv2d", "conv1d"}
 #: the SGD kernels' suffix for a storage type
 STORE_TAG = {np.dtype(np.int8): "s8", np.dtype(np.int16): "s16", np.dtype(np.int32): "s32"}
 #: (master dtype, compute dtype, shift) -> the C call narrowing a master into its compute copy
@@ -162,6 +164,21 @@ class Emitter:
         """Gradient exponent variables / shared gradient buffers: one per parameter index."""
         return max([4] + [len(l.params) for l in self.model.layers])
 
+    def by_channel(self, li) -> bool:
+        """Conv2d / Conv1d layers that learn form their weight gradient one output channel at a
+        time (tt_conv_chan.h) and apply it before the next: the gradient buffer holds one
+        channel, not the whole tensor (W3's conv2: 72 values instead of 1,152)."""
+        return self.model.layers[li].kind in BY_CHANNEL and self.model.layer_learns(li)
+
+    def chan_size(self, li) -> int:
+        w = self.model.layers[li].params[0].data
+        return int(w.size // w.shape[0])
+
+    def chan_group(self, li) -> int:
+        """Output channels per gradient block: tt_conv_chan.c keeps 2 (4 when Cin < 4) output
+        channels' sums in registers and shares each loaded input among them."""
+        return min(self.model.layers[li].params[0].data.shape[0], 2 if self.model.layers[li].params[0].data.shape[-1] >= 4 else 4)
+
     def fused(self, li) -> bool:
         """Dense layers in direct mode update without a gradient buffer (tt_sgd_dense_direct)."""
         return self.model.layers[li].kind == "dense" and not self.model.opt.accumulate
@@ -219,6 +236,9 @@ class Emitter:
                 continue
             if self.fused(li):
                 continue
+            if self.by_channel(li):  # one channel of weights, then the biases, in grad0
+                gmax[0] = max(gmax[0], self.chan_group(li) * self.chan_size(li), l.params[1].data.size)
+                continue
             for pi, p in enumerate(l.params):  # a layer's grad kernel writes all its grads
                 if p.trainable:
                     gmax[pi] = max(gmax[pi], p.data.size)
@@ -236,7 +256,8 @@ class Emitter:
         T = self.plan()
         self.decls = {}
         opt = m.opt
-        headers = sorted(set().union(*(optable.headers(l) for l in m.layers)))
+        headers = sorted(set().union(*(optable.headers(l) for l in m.layers))
+                         | ({"tt_conv_chan.h"} if any(self.by_channel(li) for li in range(len(m.layers))) else set()))
         in_size = int(np.prod(m.input_shape))
         out_size = m.layers[-1].out_size
         schema = m.schema_hash()
@@ -367,6 +388,11 @@ uint32_t {P}_saturations(void);
                 if dx:
                     out.append("    de = ee;")
                 continue
+            if self.by_channel(li):
+                out += self._by_channel(li, l, x, ex, y, e, dx)
+                if dx:
+                    out.append("    de = ee;")
+                continue
             out += ["    " + s for s in optable.backward_lines(l, self.names, li, x, ex, y, e, "de", dx, "ee" if dx else None)]
             for pi, p in enumerate(l.params):
                 key = (li, pi)
@@ -405,6 +431,41 @@ uint32_t {P}_saturations(void);
             out.append("    }")
         out += ["    " + " ".join(f"(void)ge{i};" for i in range(self.n_ge)) + f" (void)de; (void)sgd; (void){errs[0]}; (void){errs[1]};",
                 "    return pred;", "}"]
+        return out
+
+    def _by_channel(self, li, l, x, ex, y, e, dx):
+        """A conv layer's backward with its weight gradient one output channel at a time: the
+        input error (the row's bwd call, with the pre-update weights), then per channel its
+        gradient and its update (or accumulation) in weight order, then the biases; the PRNG
+        draws come in the order of the whole-tensor path (weights row-major, then biases)."""
+        m, opt = self.model, self.model.opt
+        out = ["    " + s for s in optable.backward_lines(l, self.names, li, x, ex, y, e, "de", dx, "ee" if dx else None,
+                                                           grads=False)]
+        fm = optable.fill(l, self.names, li, {"x": x, "ex": ex, "y": y, "ey": "", "e": e, "ee": "de",
+                                              "dx": dx or "", "edx": "", "_bufprefix": ""})
+        kind, params, wv, g = l.kind, fm["params"], fm["wv"], self.grad_name(li, 0)
+        chan, G = self.chan_size(li), self.chan_group(li)
+        for pi, (ge, grad) in enumerate([(f"de + {ex}", f"tt_{kind}_grad_w_chan_s32{wv}({params}, {e}, {x}, co, nco, {g})"),
+                                         ("de", f"tt_{kind}_grad_b_s32{wv}({params}, {e}, {g})")]):
+            if not m.learns(li, pi):
+                continue
+            key, p = (li, pi), l.params[pi]
+            ews = m.master_exp(key) if key in m.master else p.exp
+            tgt, t = self._update_target(li, pi)
+            if opt.accumulate:
+                tgt, t = self.names.param(li, pi) + "_acc", None
+            n, off = (f"nco * {chan}", f" + co * {chan}") if pi == 0 else (p.data.size, "")
+            upd = (f"tt_sgd_accumulate_s32(&sgd, {tgt}{off}, {n}, {ews}, {g}, {ge});" if t is None else
+                   f"tt_sgd_update_direct_{t}(&sgd, {tgt}{off}, {n}, {ews}, {g}, {ge});")
+            if pi == 0:
+                C = p.data.shape[0]
+                out += [f"    for (int32_t co = 0; co < {C}; co += {G}) {{",
+                        f"        const int32_t nco = {C} - co < {G} ? {C} - co : {G};",
+                        f"        {grad};", f"        {upd}", "    }"]
+            else:
+                out += [f"    {grad};", f"    {upd}"]
+            if key in m.master and not opt.accumulate:
+                out.append("    " + self._refresh(li, pi))
         return out
 
     def _update_target(self, li, pi):

@@ -206,6 +206,12 @@ class _Bool:
         return str(self.v) if self.target == "nb" else str(int(self.v))
 
 
+def fill(layer, names: Names, li, tensors, offset=0, train=True) -> dict:
+    """The mapping a row's templates are formatted with (for a renderer that spells a call of
+    its own for the layer: its ``{params}``, ``{wv}``, tensors and args)."""
+    return _fill(layer, names, li, offset, tensors, train)
+
+
 def _fill(layer, names: Names, li, offset, tensors, train=True) -> dict:
     """The mapping a row's templates are formatted with."""
     t = names.target

@@ -176,36 +176,39 @@ static inline void conv_grad_block(const int8_t *e, const int8_t *x, int32_t W, 
 
 /* The weight gradient gathered tap by tap: each gw element is one sum over the output
  * positions, its accumulators in registers (blocks of 2 output x 4 input channels, or 4 x 1
- * when Cin < 4). int32 sums, exact as in conv2d_grad's scatter. */
+ * when Cin < 4). int32 sums, exact as in conv2d_grad's scatter. Output channels [co0, co1)
+ * only, gw holding theirs (tt_conv_chan.h); gb (all channels) unless NULL. */
 static void conv2d_grad_gather(const int8_t *e, const int8_t *x, int32_t H, int32_t W,
                                int32_t Cin, int32_t Cout, int32_t KH, int32_t KW, int32_t sh,
                                int32_t sw, int32_t pt, int32_t pl, int32_t OH, int32_t OW,
-                               int32_t *gw, int32_t *gb)
+                               int32_t co0, int32_t co1, int32_t *gw, int32_t *gb)
 {
     const int32_t L = KH * KW * Cin;
 #define TT_GB(NO, NI) conv_grad_block(e, x, W, Cin, Cout, sh, sw, pt, pl, OW, kh, kw, oh0, oh1, ow0, \
-                                      ow1, co, ci, L, NO, NI, gw + co * L + (kh * KW + kw) * Cin + ci)
+                                      ow1, co, ci, L, NO, NI, gw + (co - co0) * L + (kh * KW + kw) * Cin + ci)
     int32_t kh, kw, co, ci, p, oh0, oh1, ow0, ow1;
-    for (co = 0; co < Cout; co++) gb[co] = 0;
-    for (p = 0; p < OH * OW; p++)
-        for (co = 0; co < Cout; co++) gb[co] += e[p * Cout + co];
+    if (gb) {
+        for (co = 0; co < Cout; co++) gb[co] = 0;
+        for (p = 0; p < OH * OW; p++)
+            for (co = 0; co < Cout; co++) gb[co] += e[p * Cout + co];
+    }
     for (kh = 0; kh < KH; kh++) {
         conv_out_range(kh, sh, pt, H, OH, &oh0, &oh1);
         for (kw = 0; kw < KW; kw++) {
             conv_out_range(kw, sw, pl, W, OW, &ow0, &ow1);
             if (Cin >= 4) {
-                for (co = 0; co + 2 <= Cout; co += 2) {
+                for (co = co0; co + 2 <= co1; co += 2) {
                     for (ci = 0; ci + 4 <= Cin; ci += 4) TT_GB(2, 4);
                     for (; ci < Cin; ci++) TT_GB(2, 1);
                 }
-                for (; co < Cout; co++) {
+                for (; co < co1; co++) {
                     for (ci = 0; ci + 4 <= Cin; ci += 4) TT_GB(1, 4);
                     for (; ci < Cin; ci++) TT_GB(1, 1);
                 }
             } else {
                 for (ci = 0; ci < Cin; ci++) {
-                    for (co = 0; co + 4 <= Cout; co += 4) TT_GB(4, 1);
-                    for (; co < Cout; co++) TT_GB(1, 1);
+                    for (co = co0; co + 4 <= co1; co += 4) TT_GB(4, 1);
+                    for (; co < co1; co++) TT_GB(1, 1);
                 }
             }
         }
@@ -356,7 +359,7 @@ static void conv2d_grad(const int8_t *e, const int8_t *x, int32_t H, int32_t W, 
     /* int32 sums: OH*OW <= TT_CONV_GRAD_MAX_POSITIONS terms of |e*x| <= 127*127 each. */
     int32_t oh, ow, co, kh, j, kh0, kh1, kw0, kw1, kh_end;
     if (Cin >= 1 && Cout >= 1) {
-        conv2d_grad_gather(e, x, H, W, Cin, Cout, KH, KW, sh, sw, pt, pl, OH, OW, gw, gb);
+        conv2d_grad_gather(e, x, H, W, Cin, Cout, KH, KW, sh, sw, pt, pl, OH, OW, 0, Cout, gw, gb);
         return;
     }
     memset(gw, 0, sizeof(int32_t) * (size_t)(Cout * KH * KW * Cin));
@@ -523,4 +526,60 @@ void tt_conv1d_grad_s32(const tt_conv1d_params *p, const int8_t *e, const int8_t
                         int32_t *gb)
 {
     conv2d_grad(e, x, TT_CONV1D_ARGS(p), gw, gb);
+}
+
+/* ---- weight gradients a few output channels at a time (tt_conv_chan.h): conv2d_grad_gather on
+ * the channel range, the biases apart; one entry per params struct (int16 and int8 weights) */
+#include "tt_conv_chan.h"
+
+static void conv_grad_b(const int8_t *e, int32_t P, int32_t Cout, int32_t *gb)
+{
+    int32_t p, co;
+    for (co = 0; co < Cout; co++) gb[co] = 0;
+    for (p = 0; p < P; p++)
+        for (co = 0; co < Cout; co++) gb[co] += e[p * Cout + co];
+}
+
+void tt_conv2d_grad_w_chan_s32(const tt_conv_params *p, const int8_t *e, const int8_t *x,
+                               int32_t co, int32_t nco, int32_t *gw)
+{
+    conv2d_grad_gather(e, x, TT_CONV2D_ARGS(p), co, co + nco, gw, 0);
+}
+
+void tt_conv2d_grad_b_s32(const tt_conv_params *p, const int8_t *e, int32_t *gb)
+{
+    conv_grad_b(e, p->Ho * p->Wo, p->Cout, gb);
+}
+
+void tt_conv1d_grad_w_chan_s32(const tt_conv1d_params *p, const int8_t *e, const int8_t *x,
+                               int32_t co, int32_t nco, int32_t *gw)
+{
+    conv2d_grad_gather(e, x, TT_CONV1D_ARGS(p), co, co + nco, gw, 0);
+}
+
+void tt_conv1d_grad_b_s32(const tt_conv1d_params *p, const int8_t *e, int32_t *gb)
+{
+    conv_grad_b(e, p->Lo, p->Cout, gb);
+}
+
+void tt_conv2d_grad_w_chan_s32_w8(const tt_conv_w8_params *p, const int8_t *e, const int8_t *x,
+                                  int32_t co, int32_t nco, int32_t *gw)
+{
+    conv2d_grad_gather(e, x, TT_CONV2D_ARGS(p), co, co + nco, gw, 0);
+}
+
+void tt_conv2d_grad_b_s32_w8(const tt_conv_w8_params *p, const int8_t *e, int32_t *gb)
+{
+    conv_grad_b(e, p->Ho * p->Wo, p->Cout, gb);
+}
+
+void tt_conv1d_grad_w_chan_s32_w8(const tt_conv1d_w8_params *p, const int8_t *e, const int8_t *x,
+                                  int32_t co, int32_t nco, int32_t *gw)
+{
+    conv2d_grad_gather(e, x, TT_CONV1D_ARGS(p), co, co + nco, gw, 0);
+}
+
+void tt_conv1d_grad_b_s32_w8(const tt_conv1d_w8_params *p, const int8_t *e, int32_t *gb)
+{
+    conv_grad_b(e, p->Lo, p->Cout, gb);
 }
