@@ -97,3 +97,25 @@ def test_residual_blocks_report_their_inner_accumulators_and_saturations(digits)
     assert rows <= r["totals"]["act_saturations"]
     assert r["layers"][1]["input_error"] is None or "qformat" not in r["layers"][1]["input_error"]
     assert "totals:" in format_report(r)
+
+
+@pytest.mark.parametrize("policy", ["int8", "int8-master16", "int8-master32"])
+def test_int8_policies_in_the_report(digits, policy):
+    """Under a precision policy the report shows the weights' width and Q-format, the master's,
+    the counts the reference made, and the accumulator bounds of int8 x int8 products."""
+    m = build_model("digits-mlp", digits, precision=policy)
+    r = fixed_point_report(m, digits, 60)
+    w = r["layers"][0]["params"][0]
+    assert w["dtype"] == "int8" and w["qformat"] == qformat(8, m.layers[0].params[0].exp)
+    if policy == "int8":
+        assert "master" not in w
+    else:
+        bits = 16 if policy.endswith("16") else 32
+        assert w["master"] == {"dtype": f"int{bits}", "qformat": qformat(bits, m.master_exp((0, 0)))}
+    plain = m.copy()
+    s0 = plain.stats.copy()
+    for i in range(60):
+        plain.ref_train_step(digits.x_train[i], digits.y_train[i])
+    assert r["totals"]["update_underflows"] == (plain.stats - s0)[2]
+    fwd = r["layers"][0]["accumulators"][0]
+    assert fwd["bound"] == 64 * 127 * 127 + 2**30 and fwd["width"] == 32

@@ -121,3 +121,15 @@ def test_vs_fp32_found_by_name_and_master_bytes_are_the_models():
     cfg["optimizer"]["master_weights"] = True
     assert P._role_bytes(wl, wl.load(), None)["weights"] == 2 * 2368 + 4 * 42
     assert sum(v.nbytes for v in Sequential.from_config(cfg).master.values()) == 4 * 2368
+
+
+def test_integer_rows_take_precision_policies():
+    """The lab's integer rows build the workload's model under a "precision" policy: int8
+    weights are one byte each, the int16 master two, and training runs the simulator on it."""
+    wl, ds = WORKLOADS["w1"], WORKLOADS["w1"].load()
+    m = P.integer_model(wl, ds, 0, {"precision": "int8-master16"})
+    assert [p.data.dtype.name for p in m.layers[0].params] == ["int8", "int32"]
+    assert sum(v.nbytes for v in m.master.values()) == 2 * 2368
+    assert m.input_exp == wl.model(ds, 0).input_exp and not m.opt.sr
+    assert P.integer_model(wl, ds, 0, {"precision": "int8"}).opt.sr
+    assert {"tinytrain int8 w, no master (stochastic rounding)", "tinytrain int8 w + int16 master"} <= set(P.INTEGER_POLICIES)
