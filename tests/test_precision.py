@@ -27,7 +27,8 @@ from tinytrain.sim.simulator import Simulator
 from .conftest import examples
 from .test_exactness import _data, any_graph, any_optimizer, three_way
 
-POLICIES = list(PRESETS)
+POLICIES = list(PRESETS) + [{"momentum": "int16"}, {"weights": "int8", "momentum": "int16"},
+                             {"weights": "int8", "master": "int16", "momentum": "int16"}]
 
 
 # ------------------------------------------------------------------------------ parsing
@@ -42,7 +43,7 @@ def test_presets_and_objects_parse_to_the_same_policy():
     ({"weight": "int8"}, "unknown key(s) weight"),
     ({"weights": "int7"}, 'weights = "int7" must be one of'),
     ({"weights": "int4"}, "not implemented yet: int4 weights need row or block32"),
-    ({"momentum": "int8"}, "not implemented yet"),
+    ({"momentum": "int8"}, "int8 momentum is not implemented; use int16 or int32"),
     ({"activations": "int16"}, "not implemented yet"),
     ({"exponent": "block32"}, "not implemented yet"),
     ({"master": "int16"}, "not wider than the int16 weights"),
@@ -74,7 +75,7 @@ def test_rounding_is_one_for_the_model():
 
 
 # -------------------------------------------------------------------------- what it builds
-@pytest.mark.parametrize("name", POLICIES)
+@pytest.mark.parametrize("name", list(PRESETS))
 def test_policy_builds_its_widths(name):
     pol = PRESETS[name]
     m = Sequential([Dense(6), ReLU(), Residual([Dense(6)]), Dense(3)], input_shape=(9,), input_exp=-7, precision=name)
@@ -185,7 +186,7 @@ def flat_model(draw):
     for l in layers:  # per-layer overrides of the model's policy
         if l.params and draw(st.integers(0, 3)) == 0:
             l.precision = draw(st.sampled_from([{"weights": "int16"}, {"weights": "int8", "master": "int16"},
-                                                {"master": "int32"}, {"weights": "int8"}]))
+                                                {"master": "int32"}, {"weights": "int8"}, {"momentum": "int16"}]))
     return (n_in,), layers, n_cls
 
 
@@ -284,3 +285,19 @@ def test_conv_gradients_by_channel_shrink_the_buffer_and_w3_fits_the_microbit():
     for policy in (None, "int8"):
         bd = breakdown(build_model("digits-cnn", ds, precision=policy), "microbit", shadow=False)
         assert bd.fits()["ram"], (policy, bd.ram_total)
+
+
+def test_int16_momentum_saturates_in_its_width_on_every_path():
+    """momentum int16: the velocity of int8/int16 stores is int16 (a bias or an int32 master keeps
+    int32), saturating symmetrically; reference = numba = C with a learning rate that drives it
+    to the limit."""
+    opt = SGD(lr=0.2, momentum=0.9, batch_size=2)
+    m = Sequential([Dense(6), ReLU(), Dense(3)], input_shape=(9,), input_exp=-7, optimizer=opt, seed=1,
+                   precision={"weights": "int8", "momentum": "int16"})
+    assert {k: v.dtype.name for k, v in m.velocity.items()} == {(0, 0): "int16", (0, 1): "int32", (2, 0): "int16",
+                                                                (2, 1): "int32"}
+    m32 = Sequential([Dense(3)], input_shape=(9,), optimizer=opt, precision={"master": "int32", "momentum": "int16"})
+    assert m32.velocity[(0, 0)].dtype == np.int32
+    x, y = _data(16, (9,), 3, 6)
+    three_way(m, x, y, epochs=3)
+    assert int(np.abs(m.velocity[(0, 0)]).max()) <= 32767

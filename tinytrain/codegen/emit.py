@@ -218,7 +218,7 @@ class Emitter:
                     T.append(Tensor(self.sym(f"l{li}_{p.name}_acc"), "int32_t", p.data.size, "accum", li, m.accum[key]))
                     order.append(T[-1].name)
                 if key in m.velocity:
-                    T.append(Tensor(self.sym(f"l{li}_{p.name}_vel"), "int32_t", p.data.size, "velocity", li, m.velocity[key]))
+                    T.append(Tensor(self.sym(f"l{li}_{p.name}_vel"), CTYPE[m.velocity[key].dtype], p.data.size, "velocity", li, m.velocity[key]))
                     order.append(T[-1].name)
         T.append(Tensor(self.sym("meta"), "uint32_t", 3, "meta", -1, m.meta.astype(np.uint32)))
         order.append(self.sym("meta"))
@@ -423,7 +423,8 @@ uint32_t {P}_saturations(void);
                     pn = self.sym(f"l{li}_{p.name}")
                     w, t = self._update_target(li, pi)
                     vel = f"{pn}_vel" if key in m.velocity else "0"
-                    out.append(f"        tt_sgd_apply_accumulated_{t}(&sgd, {w}, {pn}_acc, {vel}, {p.data.size});")
+                    v16 = "_v16" if key in m.velocity and m.velocity[key].dtype == np.int16 else ""  # int16 momentum
+                    out.append(f"        tt_sgd_apply_accumulated_{t}{v16}(&sgd, {w}, {pn}_acc, {vel}, {p.data.size});")
                     if key in m.master:
                         out.append("        " + self._refresh(li, pi))
             out.append(f"        {meta}[1] += 1;")

@@ -144,6 +144,16 @@ class Sequential:
         bits = MASTER_BITS[pol.master] if pol.master != "none" else (32 if self.opt.master else 0)
         return bits if bits > 8 * p.data.dtype.itemsize else 0
 
+    def _velocity_dtype(self, li, pi):
+        """int16 momentum (policy "momentum": "int16") for a parameter whose optimizer store is
+        int8 or int16, in the same units as int32 momentum (2^-8 of a store step), saturating:
+        +-128 store steps per update. A bias or an int32 master keeps int32 momentum: in its units
+        (2^-8 of an int32 step) int16 would saturate at a fraction of one compute-copy step."""
+        if self.param_policy(li, pi).momentum != "int16":
+            return np.int32
+        store = self.master.get((li, pi), self.layers[li].params[pi].data)
+        return np.int16 if store.dtype in (np.int8, np.int16) else np.int32
+
     def master_exp(self, key) -> int:
         """Exponent of the master copy of parameter ``key``."""
         li, pi = key
@@ -171,7 +181,7 @@ class Sequential:
                 if opt.accumulate:
                     self.accum[key] = np.zeros(p.data.shape, np.int32)
                 if opt.mu_m:
-                    self.velocity[key] = np.zeros(p.data.shape, np.int32)
+                    self.velocity[key] = np.zeros(p.data.shape, self._velocity_dtype(li, pi))
         # scalars: PRNG state, optimizer step, samples in the current batch
         self.meta = np.array([fp.prng_seed(self.seed), 0, 0], dtype=np.int64)
         self.stats = np.zeros(4, dtype=np.int64)  # [act saturations, weight saturations, update underflows, -]

@@ -242,8 +242,8 @@ def apply_accumulated_ref(w, A, V, opt: IntSGD, prng: list):
     if opt.batch_size > 1:
         u = rshift_round(u * opt.ib_m, opt.ib_k)
     A[...] = 0
-    if opt.mu_m:
-        V[...] = sat_s32(rshift_round(V.astype(np.int64) * opt.mu_m, opt.mu_k) + u).astype(np.int32)
+    if opt.mu_m:  # the velocity saturates to its own width (int32, or int16 under a policy)
+        V[...] = np.clip(rshift_round(V.astype(np.int64) * opt.mu_m, opt.mu_k) + u, *sat_range(V.dtype)).astype(V.dtype)
         u = V.astype(np.int64)
     if opt.wd_m:
         s = opt.wd_k - GUARD_BITS

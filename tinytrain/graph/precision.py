@@ -61,8 +61,7 @@ FIELDS = {
 #: values the issue tracker names that tinytrain does not implement yet: (key, value) -> advice
 NOT_YET = {
     ("weights", "int4"): "int4 weights need row or block32 exponents, which are not implemented yet; use int8",
-    ("momentum", "int8"): "only int32 momentum is implemented; leave momentum out",
-    ("momentum", "int16"): "only int32 momentum is implemented; leave momentum out",
+    ("momentum", "int8"): "int8 momentum is not implemented; use int16 or int32",
     ("activations", "int16"): "only int8 activations are implemented; leave activations out",
     ("errors", "int16"): "only int8 errors are implemented; leave errors out",
     ("bias", "int16"): "only int32 biases are implemented; leave bias out",

@@ -74,9 +74,10 @@ def accumulate(A, ew_store, g, eg, k, m_t, sr, meta, stats):
 
 
 @njit(cache=True)
-def apply_accumulated(w, A, V, bs, ib_m, ib_k, mu_m, mu_k, wd_m, wd_k, sr, lo, hi, meta, stats):
-    i32lo = -(np.int64(1) << 31)
-    i32hi = (np.int64(1) << 31) - 1
+def apply_accumulated(w, A, V, bs, ib_m, ib_k, mu_m, mu_k, wd_m, wd_k, sr, lo, hi, meta, stats, vlo, vhi):
+    """vlo, vhi: the velocity's range (its width: int32, or int16 under a precision policy)."""
+    i32lo = vlo
+    i32hi = vhi
     for i in range(w.size):
         u = np.int64(A[i])
         if bs > 1:

@@ -168,7 +168,8 @@ def generate_source(model) -> str:
             store = f"MS[{gidx[key]}].reshape(-1)" if is_master else f"P[{pidx[li][pi]}].reshape(-1)"
             lo, hi = sat_range(model.master[key].dtype if is_master else p.data.dtype)
             vel = f"VEL[{gidx[key]}].reshape(-1)" if opt.mu_m else f"ACC[{gidx[key]}].reshape(-1)"
-            body.append(f"        apply_accumulated({store}, ACC[{gidx[key]}].reshape(-1), {vel}, batch_size, ib_m, ib_k, mu_m, mu_k, wd_m, wd_k, sr, {lo}, {hi}, meta, stats)")
+            vlo, vhi = sat_range(model.velocity[key].dtype if key in model.velocity else np.int32)
+            body.append(f"        apply_accumulated({store}, ACC[{gidx[key]}].reshape(-1), {vel}, batch_size, ib_m, ib_k, mu_m, mu_k, wd_m, wd_k, sr, {lo}, {hi}, meta, stats, {vlo}, {vhi})")
             if is_master:
                 body.append(f"        {refresh(key)}")
         body.append("        meta[1] += 1")

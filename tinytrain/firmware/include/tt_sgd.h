@@ -103,6 +103,13 @@ void tt_sgd_update_direct_s8(const tt_sgd_step *u, int8_t *w, int32_t n, int32_t
 void tt_sgd_apply_accumulated_s8(const tt_sgd_step *u, int8_t *w, int32_t *A, int32_t *V,
                                  int32_t n);
 
+/** tt_sgd_apply_accumulated_s16 / _s8 with an int16 velocity (policy "momentum": "int16"):
+ *  V = sat16(rshift_round(V * mu_m, mu_k) + u), in the units of the int32 velocity. */
+void tt_sgd_apply_accumulated_s16_v16(const tt_sgd_step *u, int16_t *w, int32_t *A, int16_t *V,
+                                      int32_t n);
+void tt_sgd_apply_accumulated_s8_v16(const tt_sgd_step *u, int8_t *w, int32_t *A, int16_t *V,
+                                     int32_t n);
+
 /** Where a direct-mode Dense update with int8 weights writes (NULL: frozen). */
 typedef struct tt_sgd_dense_s8_params {
     int32_t K, N;

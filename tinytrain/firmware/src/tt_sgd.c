@@ -432,31 +432,53 @@ void tt_sgd_update_direct_s8(const tt_sgd_step *u, int8_t *w, int32_t n, int32_t
     for (i = 0; i < n; i++) tt_sgd_apply1_s8(w + i, g[i], s, u);
 }
 
-void tt_sgd_apply_accumulated_s8(const tt_sgd_step *u, int8_t *w, int32_t *A, int32_t *V,
-                                 int32_t n)
+/* The end-of-batch rule on an int8 (w8) or int16 (w16) tensor with an int32 (V32) or int16
+ * (V16) velocity, the others NULL: the element rule of sgd_apply_accumulated, each store
+ * saturating to its own width (int8 +-127, int16 +-32767). */
+static void sgd_apply_accumulated_narrow(const tt_sgd_step *u, int8_t *w8, int16_t *w16, int32_t *A,
+                                         int32_t *V32, int16_t *V16, int32_t n)
 {
     const tt_sgd *o = u->cfg;
+    const int64_t lim = w8 ? TT_S8_MAX : TT_S16_MAX;
     int32_t i;
     for (i = 0; i < n; i++) {
         int64_t a = A[i], wi, v, nv;
         if (o->batch_size > 1) a = tt_rshift_round_s64(a * o->ib_m, o->ib_k);
         A[i] = 0;
         if (o->mu_m) {
-            const int32_t vv = tt_sat_s32(tt_rshift_round_s64((int64_t)V[i] * o->mu_m, o->mu_k) + a);
-            V[i] = vv;
-            a = vv;
+            const int64_t vv = tt_rshift_round_s64((int64_t)(V16 ? V16[i] : V32[i]) * o->mu_m, o->mu_k) + a;
+            if (V16) a = V16[i] = tt_sat_s16(vv);  /* symmetric, as sat_range(int16) */
+            else a = V32[i] = tt_sat_s32(vv);
         }
-        wi = w[i];
+        wi = w8 ? w8[i] : w16[i];
         if (o->wd_m) {
             const int32_t s = o->wd_k - TT_SGD_GUARD_BITS;
             const int64_t wd = wi * o->wd_m;
             a += s >= 0 ? tt_rshift_round_s64(wd, s) : wd * ((int64_t)1 << -s);
         }
         v = wi - tt_sgd_shift(a, TT_SGD_GUARD_BITS, o->sr, u->prng);
-        nv = tt_clamp64(v, -TT_S8_MAX, TT_S8_MAX);
+        nv = tt_clamp64(v, -lim, lim);
         if (nv != v) u->stats->saturated++;
-        w[i] = (int8_t)nv;
+        if (w8) w8[i] = (int8_t)nv; else w16[i] = (int16_t)nv;
     }
+}
+
+void tt_sgd_apply_accumulated_s8(const tt_sgd_step *u, int8_t *w, int32_t *A, int32_t *V,
+                                 int32_t n)
+{
+    sgd_apply_accumulated_narrow(u, w, 0, A, V, 0, n);
+}
+
+void tt_sgd_apply_accumulated_s8_v16(const tt_sgd_step *u, int8_t *w, int32_t *A, int16_t *V,
+                                     int32_t n)
+{
+    sgd_apply_accumulated_narrow(u, w, 0, A, 0, V, n);
+}
+
+void tt_sgd_apply_accumulated_s16_v16(const tt_sgd_step *u, int16_t *w, int32_t *A, int16_t *V,
+                                      int32_t n)
+{
+    sgd_apply_accumulated_narrow(u, 0, w, A, 0, V, n);
 }
 
 /* Stochastic rounding without decay, 0 <= m_t < 32768 and s in [1, 31] (the int8-weight case
