@@ -112,7 +112,7 @@ def _labels(elf, src: Path, sites):
             continue
         text, layer, section = lines[n], "", "other"
         for k in range(n, -1, -1):
-            mm = re.match(r"\s*/\* (layer|backward) (\d+): (.*?) ", lines[k] + " ")
+            mm = re.match(r"\s*/\* (layer|backward) (\d+): (\w+)", lines[k])
             if mm:
                 section, layer = ("forward" if mm.group(1) == "layer" else "backward"), f"{mm.group(2)} {mm.group(3)}"
                 break
