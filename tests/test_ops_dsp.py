@@ -383,3 +383,81 @@ def test_update_direct_s16_dsp_equals_portable_and_reference(clib, dsplib, case)
     wr, prng = w.copy(), [12345]
     nr = update_direct_ref(wr, s - 20 - 3, g, -3, opt, m_t, prng)
     assert np.array_equal(wd_, wr) and nd == nr and pd == prng[0]
+
+
+@st.composite
+def accum_case(draw):
+    """Accumulate-mode updates (per sample, then at the end of the batch) with every option:
+    momentum, weight decay, stochastic rounding, int16 or int32 (master) weights, batch sizes 1
+    and > 1, shifts on both sides of the fast paths' ranges."""
+    n = draw(st.sampled_from([1, 2, 5, 64, 130]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    gb = draw(st.sampled_from([0, 7, 14, 20, 31]))
+    g = np.clip(rng.integers(-(2**gb), 2**gb + 1, n), -(2**31), 2**31 - 1).astype(np.int32)
+    A = np.clip(rng.integers(-(2**draw(st.sampled_from([0, 20, 31]))), 2**31, n), -(2**31), 2**31 - 1).astype(np.int32)
+    V = rng.integers(-(2**31), 2**31, n).astype(np.int32)
+    wide = draw(st.booleans())
+    w = (rng.integers(-(2**31), 2**31, n) if wide else rng.choice(W_EDGES, n)).astype(np.int32 if wide else np.int16)
+    m_t = draw(st.sampled_from([0, 1, 983, 26214, 32767]))
+    s = draw(st.integers(-2, 40))
+    mu = draw(st.sampled_from([(0, 0), (29491, 15), (1, 1), (16384, 15), (32767, 15), (3, 2), (100, 40)]))
+    wd = draw(st.sampled_from([(0, 0), (27488, 40), (27488, 31), (19661, 20), (32767, 9), (5, 8), (300, 3)]))
+    batch = draw(st.sampled_from([1, 1, 1, 4]))
+    sr = draw(st.integers(0, 1))
+    return g, A, V, w, m_t, s, mu, wd, batch, sr
+
+
+def _accum(lib, ffi, case):
+    g, A, V, w, m_t, s, mu, wd, batch, sr = case
+    A, V, w = A.copy(), V.copy(), w.copy()
+    cos = ffi.new("int32_t[65]")
+    ib = (16384, 16) if batch > 1 else (0, 0)
+    o = ffi.new("tt_sgd *", {"m": m_t, "k": 20, "mu_m": mu[0], "mu_k": mu[1], "wd_m": wd[0], "wd_k": wd[1],
+                             "ib_m": ib[0], "ib_k": ib[1], "batch_size": batch, "sr": sr, "cosine": cos})
+    prng, st_c = ffi.new("uint32_t *", 987654321), ffi.new("tt_stats *")
+    u = ffi.new("tt_sgd_step *", {"cfg": o, "m_t": m_t, "prng": prng, "stats": st_c})
+    lib.tt_sgd_accumulate_s32(u, c_i32(ffi, A), A.size, s - 20 + 8 - 3, c_i32(ffi, g), -3)
+    Vp = c_i32(ffi, V) if mu[0] else ffi.NULL
+    if w.dtype == np.int16:
+        lib.tt_sgd_apply_accumulated_s16(u, c_i16(ffi, w), c_i32(ffi, A), Vp, w.size)
+    else:
+        lib.tt_sgd_apply_accumulated_s32(u, c_i32(ffi, w), c_i32(ffi, A), Vp, w.size)
+    return A, V, w, st_c.saturated, prng[0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(accum_case())
+def test_accumulate_apply_dsp_equals_portable_and_reference(clib, dsplib, case):
+    """tt_sgd_accumulate_s32 then tt_sgd_apply_accumulated_s16/_s32 (fast paths for batch 1 and
+    in-range shifts, generic otherwise) on the DSP and the portable builds == the numpy
+    reference: accumulators, velocities, weights, saturations, PRNG state."""
+    from tinytrain.graph.optim import IntSGD, accumulate_ref, apply_accumulated_ref
+
+    got, want = _accum(dsplib[1], dsplib[0], case), _accum(clib[1], clib[0], case)
+    for a, b in zip(got, want):
+        assert np.array_equal(a, b)
+    g, A, V, w, m_t, s, mu, wd, batch, sr = case
+    ib = (16384, 16) if batch > 1 else (0, 0)
+    opt = IntSGD(m=m_t, k=20, mu_m=mu[0], mu_k=mu[1], wd_m=wd[0], wd_k=wd[1], ib_m=ib[0], ib_k=ib[1],
+                 batch_size=batch, schedule=0, gamma_q15=32768, step_size=1, total_steps=1,
+                 cosine=np.zeros(65, np.int32), sr=bool(sr), master=False)
+    Ar, Vr, wr, prng = A.copy(), V.copy(), w.copy(), [987654321]
+    accumulate_ref(Ar, s - 20 + 8 - 3, g, -3, opt, m_t, prng)
+    nr = apply_accumulated_ref(wr, Ar, Vr if mu[0] else None, opt, prng)
+    assert np.array_equal(got[0], Ar) and np.array_equal(got[2], wr) and got[3] == nr and got[4] == prng[0]
+    if mu[0]:
+        assert np.array_equal(got[1], Vr)
+
+
+def test_refresh_copy_edges(clib, dsplib):
+    """int16 compute copy of an int32 master at the rounding and saturation edges."""
+    m = np.array([0, 1, -1, 32767, 32768, -32768, -32769, 2**31 - 1, -(2**31), 2**31 - 32769, -(2**31) + 32768,
+                  32767 * 65536 + 32767, 32767 * 65536 + 32768, -32767 * 65536 - 32768, -32767 * 65536 - 32769],
+                 np.int64).astype(np.int32)
+    from tinytrain.fixedpoint import rshift_round
+
+    want = np.clip(rshift_round(m.astype(np.int64), 16), -32767, 32767).astype(np.int16)
+    for ffi, lib in (clib, dsplib):
+        w = np.zeros(m.size, np.int16)
+        lib.tt_sgd_refresh_copy(c_i32(ffi, m), c_i16(ffi, w), m.size)
+        assert np.array_equal(w, want)

@@ -30,6 +30,13 @@ static inline int32_t tt_emul_smlaw(int32_t a, int32_t h, int32_t c)
 static inline int32_t __smlawb(int32_t a, int32_t b, int32_t c) { return tt_emul_smlaw(a, tt_emul_lo(b), c); }
 static inline int32_t __smlawt(int32_t a, int32_t b, int32_t c) { return tt_emul_smlaw(a, tt_emul_hi(b), c); }
 
+/** QADD: sat_s32(a + b). */
+static inline int32_t __qadd(int32_t a, int32_t b)
+{
+    const int64_t v = (int64_t)a + b;
+    return (int32_t)(v > INT32_MAX ? INT32_MAX : v < INT32_MIN ? INT32_MIN : v);
+}
+
 /** SSUB16: lane-wise a - b, each modulo 2^16. */
 static inline int32_t __ssub16(int32_t a, int32_t b)
 {
@@ -71,6 +78,10 @@ static inline void tt_guard_s16x2_15(uint32_t v)
 {
     const int32_t lo = tt_emul_lo((int32_t)v), hi = tt_emul_hi((int32_t)v);
     if (lo < -16384 || lo > 16383 || hi < -16384 || hi > 16383) tt_emul_q = 1;
+}
+static inline void tt_guard_s32_15(int32_t v)
+{
+    if (v < -16384 || v > 16383) tt_emul_q = 1;
 }
 static inline int tt_guard_hit(void) { return tt_emul_q; }
 

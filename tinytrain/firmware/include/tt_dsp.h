@@ -7,7 +7,8 @@
  * host with -DTT_HAVE_DSP=1 and the plain C intrinsics of tests/c/tt_dsp_emul.h.
  *
  * Intrinsics used (ACLE, <arm_acle.h>): __smlad, __smlabb, __smlabt, __smlawb, __smlawt, __ssub16,
- * __sadd16, __shsub16, __sxtb16; PKHBT/PKHTB and the Q-flag guard (SSAT16, MRS/MSR APSR) by inline asm.
+ * __sadd16, __shsub16, __sxtb16; PKHBT/PKHTB, SMMULR and the Q-flag guard (SSAT16, SSAT, MRS/MSR APSR)
+ * by inline asm.
  * Packed int16 pairs are read and written with memcpy (one LDR/STR on ARMv7E-M, which allows
  * unaligned word access; no aliasing of int16_t arrays through uint32_t pointers).
  */
@@ -91,6 +92,22 @@ static inline void tt_guard_s16x2_15(uint32_t v)
     (void)t;
 }
 
+/* SSAT #15 of one word: sets the Q flag when v is outside [-16384, 16383]. */
+static inline void tt_guard_s32_15(int32_t v)
+{
+    int32_t t;
+    __asm__ volatile("ssat %0, #15, %1" : "=r"(t) : "r"(v));
+    (void)t;
+}
+
+/** (a * b + 2^31) >> 32 of the exact 64-bit product (SMMULR: most significant word, rounded). */
+static inline int32_t tt_smmulr(int32_t a, int32_t b)
+{
+    int32_t r;
+    __asm__("smmulr %0, %1, %2" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+
 static inline int tt_guard_hit(void)
 {
     uint32_t apsr;
@@ -98,7 +115,13 @@ static inline int tt_guard_hit(void)
     return (int)((apsr >> 27) & 1u);
 }
 #else
-/* tt_dsp_emul.h defines tt_guard_clear, tt_guard_s16x2_15 and tt_guard_hit in C. */
+/* tt_dsp_emul.h defines tt_guard_clear, tt_guard_s16x2_15, tt_guard_s32_15 and tt_guard_hit in C. */
+
+/** (a * b + 2^31) >> 32 of the exact 64-bit product (SMMULR: most significant word, rounded). */
+static inline int32_t tt_smmulr(int32_t a, int32_t b)
+{
+    return (int32_t)(((int64_t)a * b + ((int64_t)1 << 31)) >> 32);
+}
 
 /** (low half of lo, low half of hi << 16): PKHBT. */
 static inline uint32_t tt_pack_lo(uint32_t lo, uint32_t hi)

@@ -74,8 +74,8 @@ static int32_t bn_xhat(int32_t xv, int64_t A, const int32_t *saved, int32_t C, i
  * same floor(v / 2^sh + 1/2), and no overflow as |v| < 2^61. A*x - B fits int32 (|A*x - B| <
  * 2^20 in train, < 2^31 in eval: bounds in ops/batchnorm.py), so v is one 32x32->64 multiply. */
 typedef struct {
-    int32_t A, B, inv, sh, fast;
-    int64_t half;
+    int32_t A, B, inv, sh, fast; /* no int64 member: a copy would go through VFP registers in
+                                   * hard-float builds, which must stay VFP-free */
 } bn_chan;
 
 static bn_chan bn_channel(int64_t A, const int32_t *saved, int32_t C, int32_t c)
@@ -86,7 +86,6 @@ static bn_chan bn_channel(int64_t A, const int32_t *saved, int32_t C, int32_t c)
     k.inv = saved[C + c];
     k.sh = saved[2 * C + c];
     k.fast = k.sh >= 1 && k.sh <= 62;
-    k.half = k.fast ? (int64_t)1 << (k.sh - 1) : 0;
     return k;
 }
 
@@ -95,7 +94,7 @@ static inline int32_t bn_xhat_k(const bn_chan *k, int32_t xv, const int32_t *sav
                                 int32_t c, uint32_t *nsat)
 {
     if (k->fast) {
-        const int64_t r = ((int64_t)(k->A * xv - k->B) * k->inv + k->half) >> k->sh;
+        const int64_t r = ((int64_t)(k->A * xv - k->B) * k->inv + ((int64_t)1 << (k->sh - 1))) >> k->sh;
         const int32_t xh = tt_sat_s32(r);
         if (nsat && xh != r) (*nsat)++;
         return xh;
@@ -164,7 +163,7 @@ static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const i
     int32_t p, c, s, n;
     for (c = 0; c < C; c++) {
         const int8_t *xc = x + c;
-        int32_t S = 0, Q = 0, lo = 127, hi = -128; /* |S| < 2^19, Q < 2^26 (P <= 4096) */
+        int32_t S = 0, Q = 0, lo = xc[0], hi = xc[0]; /* |S| < 2^19, Q < 2^26 (P <= 4096); P >= 1 */
         if (train) {
             for (p = 0; p < P; p++, xc += C) {
                 const int32_t v = xc[0];
@@ -262,8 +261,8 @@ static int64_t bn_j(int32_t ev, int64_t xh, int64_t A, int64_t se, int64_t g, in
 /* One channel on the fast path of bn_out32 (same contract: k->fast, sh != 32, no saturation):
  * *se = sum e, *G = sum e * x_hat (exact int64) over i = 0, C, .., n - C, and xs[i] = x_hat(x[i])
  * when store (a constant after inlining). */
-static inline void bn_xhat_sums(const int8_t *e, const int8_t *x, int32_t n, int32_t C,
-                                const bn_chan *k, int64_t *xs, int32_t *se, int64_t *G, int32_t store)
+static inline int64_t bn_xhat_sums(const int8_t *e, const int8_t *x, int32_t n, int32_t C,
+                                   const bn_chan *k, int64_t *xs, int32_t *se, int32_t store)
 {
     const int32_t A = k->A, B = k->B, inv = k->inv, sh = k->sh;
     int32_t i, ss = 0;
@@ -289,21 +288,21 @@ static inline void bn_xhat_sums(const int8_t *e, const int8_t *x, int32_t n, int
         }
     }
     *se = ss;
-    *G = gs;
+    return gs;
 }
 
 /* Backward pass 1 of one channel (bn_xhat_sums, storing x_hat). */
-static BN_NOINLINE void bn_bwd_xhat(const int8_t *e, const int8_t *x, int32_t n, int32_t C,
-                                    const bn_chan *k, int64_t *xs, int32_t *se, int64_t *G)
+static BN_NOINLINE int64_t bn_bwd_xhat(const int8_t *e, const int8_t *x, int32_t n, int32_t C,
+                                       const bn_chan *k, int64_t *xs, int32_t *se)
 {
-    bn_xhat_sums(e, x, n, C, k, xs, se, G, 1);
+    return bn_xhat_sums(e, x, n, C, k, xs, se, 1);
 }
 
 /* The gradient sums of one channel (bn_xhat_sums, nothing stored). */
-static BN_NOINLINE void bn_grad_sums(const int8_t *e, const int8_t *x, int32_t n, int32_t C,
-                                     const bn_chan *k, int32_t *se, int64_t *G)
+static BN_NOINLINE int64_t bn_grad_sums(const int8_t *e, const int8_t *x, int32_t n, int32_t C,
+                                        const bn_chan *k, int32_t *se)
 {
-    bn_xhat_sums(e, x, n, C, k, 0, se, G, 0);
+    return bn_xhat_sums(e, x, n, C, k, 0, se, 0);
 }
 
 /* Whether channel k's x_hat fits int32 for every int8 x (x_hat is monotone in x: the two ends
@@ -418,7 +417,7 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
         int64_t G = 0;
         uint64_t mj = 0;
         if (!sat && k.fast && k.sh != 32) {
-            bn_bwd_xhat(e + c, x + c, n, C, &k, xs + c, &se, &G);
+            G = bn_bwd_xhat(e + c, x + c, n, C, &k, xs + c, &se);
         } else {
             for (p = 0; p < P; p++) {
                 const int32_t i = p * C + c, xh = bn_xhat_k(&k, x[i], saved, C, c, 0);
@@ -552,7 +551,7 @@ static void bn_grad(const tt_batchnorm_params *bp, const int8_t *e, const int8_t
         int64_t se = 0, g = 0;
         if (bn_chan_fast(&k, saved, C, c)) {
             int32_t se32;
-            bn_grad_sums(e + c, x + c, P * C, C, &k, &se32, &g);
+            g = bn_grad_sums(e + c, x + c, P * C, C, &k, &se32);
             ggamma[c] = tt_sat_s32(g);
             gbeta[c] = se32;
             continue;

@@ -5,6 +5,19 @@
 
 #define TT_LIM62 ((int64_t)1 << 62)
 
+/* sat_s32(a + b) (DSP: QADD). */
+#if TT_HAVE_DSP
+static inline int32_t tt_qadd(int32_t a, int32_t b) { return __qadd(a, b); }
+#else
+static inline int32_t tt_qadd(int32_t a, int32_t b) { return tt_sat_s32((int64_t)a + b); }
+#endif
+
+/* The high word of g * M + R (R added as an unsigned low word): floor((g M + R) / 2^32). */
+static inline int32_t tt_mulhi_add(int32_t g, int32_t M, uint32_t R)
+{
+    return (int32_t)(((int64_t)g * M + (int64_t)R) >> 32);
+}
+
 /* shift(v, s): round (or stochastically round, one PRNG draw) right shift for s > 0,
  * saturating left shift by min(-s, 40) for s < 0. */
 static int64_t tt_sgd_shift(int64_t v, int32_t s, int32_t sr, uint32_t *prng)
@@ -65,8 +78,7 @@ static void sgd_update_direct(const tt_sgd_step *u, int16_t *w16, int32_t *w32, 
     const int32_t s = ew + o->k - eg;
     const int64_t lo = w16 ? -TT_S16_MAX : INT32_MIN, hi = w16 ? TT_S16_MAX : INT32_MAX;
     int32_t i;
-    if (w16 && !o->sr && !o->wd_m && m_t >= 0 && m_t < 32768 && s >= 1 && s <= 31 &&
-        tt_sgd_plain_s16(w16, n, g, m_t, s, st))
+    if (w16 && !o->sr && !o->wd_m && tt_sgd_plain_s16(w16, n, g, m_t, s, st))
         return;
     for (i = 0; i < n; i++) {
         const int64_t wi = w16 ? w16[i] : w32[i];
@@ -91,6 +103,76 @@ void tt_sgd_update_direct_s32(const tt_sgd_step *u, int32_t *w, int32_t n, int32
     sgd_update_direct(u, 0, w, n, ew, g, eg);
 }
 
+/* Accumulate for s in [1, 31] with m_t >= 2^(s-1) (small shifts): when a first pass bounds
+ * |g| <= 2^b with m_t 2^b / 2^s < 2^30, every step floor((m_t g + R) / 2^s) (R = 2^(s-1), or
+ * r mod 2^s under stochastic rounding) fits int32 and is taken from the words of the 64-bit sum;
+ * returns 0 when the bound fails. */
+static int32_t tt_sgd_accumulate_small_s(int32_t *A, int32_t n, const int32_t *g, int32_t m_t,
+                                         int32_t s, int32_t sr, uint32_t *prng)
+{
+    const uint32_t mask = ((uint32_t)1 << s) - 1u;
+    const int32_t sl = 32 - s;
+    uint32_t o = 0, x = *prng;
+    int32_t i;
+    for (i = 0; i < n; i++) o |= (uint32_t)(g[i] ^ (g[i] >> 31));
+    if ((((int64_t)m_t << tt_bitwidth_u64(o)) >> s) >= ((int64_t)1 << 30)) return 0; /* |g| <= 2^b */
+    if (sr) {
+        for (i = 0; i < n; i++) {
+            uint64_t t;
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            t = (uint64_t)((int64_t)g[i] * m_t + (int64_t)(x & mask));
+            A[i] = tt_qadd(A[i], (int32_t)(((uint32_t)t >> s) | ((uint32_t)(t >> 32) << sl)));
+        }
+        *prng = x;
+    } else {
+        const int64_t half = (int64_t)1 << (s - 1);
+        for (i = 0; i < n; i++) {
+            const uint64_t t = (uint64_t)((int64_t)g[i] * m_t + half);
+            A[i] = tt_qadd(A[i], (int32_t)(((uint32_t)t >> s) | ((uint32_t)(t >> 32) << sl)));
+        }
+    }
+    return 1;
+}
+
+/* Accumulate for s in [1, 31] and 0 <= m_t < 2^(s-1) (small shifts: the function above; returns 0
+ * when neither applies): with M = m_t 2^(32-s)
+ * (an int32) the shifted step is floor((g M + R) / 2^32) for R = 2^31 (to nearest, ties up:
+ * floor((m_t g + 2^(s-1)) / 2^s)) or, under stochastic rounding, R = r 2^(32-s) mod 2^32 =
+ * (r mod 2^s) 2^(32-s) (floor((m_t g + (r mod 2^s)) / 2^s): tt_rshift_stoch_s64), one xorshift32
+ * draw per element in element order; exact for every int32 g, |step| <= 2^30. */
+static int32_t tt_sgd_accumulate_fast(int32_t *A, int32_t n, const int32_t *g, int32_t m_t,
+                                      int32_t s, int32_t sr, uint32_t *prng)
+{
+    int32_t i, M;
+    if (s <= 0 && s >= -31 && m_t >= 0) { /* left shifts, no draw: exact in int64 when |m_t g| 2^-s < 2^62 */
+        const int32_t t = -s;
+        uint32_t o = 0;
+        for (i = 0; i < n; i++) o |= (uint32_t)(g[i] ^ (g[i] >> 31));
+        if (tt_bitwidth_u64((uint64_t)m_t) + tt_bitwidth_u64(o) + t >= 62) return 0; /* |g| <= 2^b */
+        for (i = 0; i < n; i++) A[i] = tt_sat_s32((int64_t)A[i] + (int64_t)((uint64_t)((int64_t)m_t * g[i]) << t));
+        return 1;
+    }
+    if (s < 1 || s > 31 || m_t < 0) return 0;
+    if (((int64_t)m_t << (32 - s)) > INT32_MAX) return tt_sgd_accumulate_small_s(A, n, g, m_t, s, sr, prng);
+    M = (int32_t)((int64_t)m_t << (32 - s));
+    if (sr) {
+        const int32_t sl = 32 - s;
+        uint32_t x = *prng;
+        for (i = 0; i < n; i++) {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            A[i] = tt_qadd(A[i], tt_mulhi_add(g[i], M, x << sl));
+        }
+        *prng = x;
+    } else {
+        for (i = 0; i < n; i++) A[i] = tt_qadd(A[i], tt_mulhi_add(g[i], M, 0x80000000u));
+    }
+    return 1;
+}
+
 void tt_sgd_accumulate_s32(const tt_sgd_step *u, int32_t *A, int32_t n, int32_t ew,
                            const int32_t *g, int32_t eg)
 {
@@ -99,10 +181,99 @@ void tt_sgd_accumulate_s32(const tt_sgd_step *u, int32_t *A, int32_t n, int32_t 
     uint32_t *prng = u->prng;
     const int32_t s = ew + o->k - eg - TT_SGD_GUARD_BITS;
     int32_t i;
+    if (tt_sgd_accumulate_fast(A, n, g, m_t, s, o->sr, prng)) return;
     for (i = 0; i < n; i++) {
         const int64_t d = tt_sgd_shift((int64_t)m_t * g[i], s, o->sr, prng);
         A[i] = tt_sat_s32((int64_t)A[i] + d);
     }
+}
+
+/* round(v * 2^-k) of a 64-bit v whose result fits int32, k in [1, 31]: the words of v + 2^(k-1). */
+static inline int32_t tt_shr_round32(int64_t v, int32_t k)
+{
+    const uint64_t t = (uint64_t)(v + (int64_t)((uint32_t)1 << (k - 1)));
+    return (int32_t)(((uint32_t)t >> k) | ((uint32_t)(t >> 32) << (32 - k)));
+}
+
+/* One specialisation of sgd_apply_fast: W16, MU, WD, SR are constants after inlining. */
+static inline uint32_t sgd_apply_body(int16_t *w16, int32_t *w32, int32_t *A, int32_t *V, int32_t n,
+                                      int32_t mu, int32_t mk, int32_t wm, int32_t ws, uint32_t *px,
+                                      int32_t W16, int32_t MU, int32_t WD, int32_t SR)
+{
+    const int32_t lo = W16 ? -TT_S16_MAX : INT32_MIN, hi = W16 ? TT_S16_MAX : INT32_MAX;
+    const int32_t whh = WD && ws >= 33 ? (int32_t)1 << (ws - 33) : 0, wsh = ws >= 33 ? ws - 32 : ws;
+    uint32_t x = *px, nsat = 0;
+    int32_t i;
+    for (i = 0; i < n; i++) {
+        const int32_t wi = W16 ? w16[i] : w32[i];
+        int64_t uu = A[i], d, v;
+        A[i] = 0;
+        if (MU) {
+            const int32_t vv = tt_qadd(tt_shr_round32((int64_t)V[i] * mu, mk), (int32_t)uu);
+            V[i] = vv;
+            uu = vv;
+        }
+        if (WD) {
+            const int64_t p = (int64_t)wi * wm;
+            uu += ws >= 33 ? (int64_t)(((int32_t)((uint64_t)p >> 32) + whh) >> wsh) : tt_shr_round32(p, wsh);
+        }
+        if (SR) {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            d = (uu + (int64_t)(x & 255u)) >> TT_SGD_GUARD_BITS;
+        } else {
+            d = (uu + (1 << (TT_SGD_GUARD_BITS - 1))) >> TT_SGD_GUARD_BITS;
+        }
+        v = (int64_t)wi - d;
+        if (v < lo || v > hi) {
+            nsat++;
+            v = v < lo ? lo : hi;
+        }
+        if (W16) w16[i] = (int16_t)v; else w32[i] = (int32_t)v;
+    }
+    *px = x;
+    return nsat;
+}
+
+/* sgd_apply_accumulated for batch size 1 with the momentum shift mu_k in [1, 31] and 0 <= mu_m <
+ * 2^mu_k (|round(V mu_m / 2^mu_k)| < 2^31: its words) and the decay multiplier wd_m < 2^15 with
+ * the shift s = wd_k - G in [16, 62] but 32 (in [1, 62] for int16 weights), so that round(w wd_m /
+ * 2^s) fits int32 and comes from the words of the product (the high word alone for s >= 33); returns
+ * 0 for any other configuration. Same steps, same order, one draw per element; one loop per
+ * combination of the options. */
+static int32_t sgd_apply_fast(const tt_sgd_step *u, int16_t *w16, int32_t *w32, int32_t *A,
+                              int32_t *V, int32_t n)
+{
+    const tt_sgd *o = u->cfg;
+    const int32_t mu = o->mu_m, mk = o->mu_k, wm = o->wd_m, ws = o->wd_k - TT_SGD_GUARD_BITS;
+    uint32_t x = *u->prng, nsat = 0;
+    if (o->batch_size > 1 || (mu && (mu < 0 || mk < 1 || mk > 31 || (int64_t)mu >= ((int64_t)1 << mk))) ||
+        (wm && (wm < 0 || wm >= 32768 || ws > 62 || ws == 32 || ws < (w16 ? 1 : 16))))
+        return 0;
+#define TT_APPLY(W, M, D, S) nsat = sgd_apply_body(w16, w32, A, V, n, mu, mk, wm, ws, &x, W, M, D, S)
+    switch ((w16 ? 8 : 0) | (mu ? 4 : 0) | (wm ? 2 : 0) | (o->sr ? 1 : 0)) {
+    case 0: TT_APPLY(0, 0, 0, 0); break;
+    case 1: TT_APPLY(0, 0, 0, 1); break;
+    case 2: TT_APPLY(0, 0, 1, 0); break;
+    case 3: TT_APPLY(0, 0, 1, 1); break;
+    case 4: TT_APPLY(0, 1, 0, 0); break;
+    case 5: TT_APPLY(0, 1, 0, 1); break;
+    case 6: TT_APPLY(0, 1, 1, 0); break;
+    case 7: TT_APPLY(0, 1, 1, 1); break;
+    case 8: TT_APPLY(1, 0, 0, 0); break;
+    case 9: TT_APPLY(1, 0, 0, 1); break;
+    case 10: TT_APPLY(1, 0, 1, 0); break;
+    case 11: TT_APPLY(1, 0, 1, 1); break;
+    case 12: TT_APPLY(1, 1, 0, 0); break;
+    case 13: TT_APPLY(1, 1, 0, 1); break;
+    case 14: TT_APPLY(1, 1, 1, 0); break;
+    default: TT_APPLY(1, 1, 1, 1); break;
+    }
+#undef TT_APPLY
+    if (o->sr) *u->prng = x;
+    u->stats->saturated += nsat;
+    return 1;
 }
 
 static void sgd_apply_accumulated(const tt_sgd_step *u, int16_t *w16, int32_t *w32, int32_t *A,
@@ -113,6 +284,7 @@ static void sgd_apply_accumulated(const tt_sgd_step *u, int16_t *w16, int32_t *w
     tt_stats *st = u->stats;
     const int64_t lo = w16 ? -TT_S16_MAX : INT32_MIN, hi = w16 ? TT_S16_MAX : INT32_MAX;
     int32_t i;
+    if (sgd_apply_fast(u, w16, w32, A, V, n)) return;
     for (i = 0; i < n; i++) {
         int64_t u = A[i], wi, v, nv;
         if (o->batch_size > 1) u = tt_rshift_round_s64(u * o->ib_m, o->ib_k);
@@ -150,7 +322,11 @@ void tt_sgd_apply_accumulated_s32(const tt_sgd_step *u, int32_t *w, int32_t *A, 
 void tt_sgd_refresh_copy(const int32_t *master, int16_t *w16, int32_t n)
 {
     int32_t i;
-    for (i = 0; i < n; i++) w16[i] = tt_sat_s16(tt_rshift_round_s64(master[i], 16));
+    for (i = 0; i < n; i++) {
+        /* round(m / 2^16) as ((m >> 15) + 1) >> 1 in int32, in [-32768, 32768] */
+        const int32_t r = ((master[i] >> 15) + 1) >> 1;
+        w16[i] = (int16_t)(r > TT_S16_MAX ? TT_S16_MAX : r < -TT_S16_MAX ? -TT_S16_MAX : r);
+    }
 }
 
 static void tt_sgd_apply1(int16_t *w16, int32_t *w32, int32_t i, int64_t g, int32_t s,
@@ -266,46 +442,51 @@ static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, i
 }
 #endif
 
-/* Plain SGD (no stochastic rounding, no decay, m_t in [0, 2^15), s = ew + k - eg in [1, 31]) on
- * an int16 tensor: w[i] -= round(m_t g[i] / 2^s), saturating to [-32767, 32767] and counted, as
- * sgd_update_direct does. A first pass bounds |g| <= 2^b (b = bitwidth of the OR of
- * g ^ (g >> 31)); when m_t 2^b + 2^(s-1) < 2^31 every d = (m_t g + 2^(s-1)) >> s is exact in
- * int32 and the update runs here (returns 1), else the caller's generic path does (returns 0).
- * DSP: two weights per step as the fused Dense update (tt_sgd_s16x2 and its guard), which also
- * needs |d| <= 16383; a guard hit (a saturation, or an old -32768) undoes the tensor exactly
- * and redoes it one weight at a time. */
+#if !TT_HAVE_DSP
+/* (a * b + 2^31) >> 32 of the exact 64-bit product (tt_dsp.h's SMMULR). */
+static inline int32_t tt_smmulr(int32_t a, int32_t b)
+{
+    return (int32_t)(((int64_t)a * b + ((int64_t)1 << 31)) >> 32);
+}
+#endif
+
+/* Plain SGD (no stochastic rounding, no decay) on an int16 tensor, s = ew + k - eg in [1, 31] and
+ * 0 <= m_t < 2^(s-1): w[i] -= round(m_t g[i] / 2^s), saturating to [-32767, 32767] and counted,
+ * as sgd_update_direct does (returns 1; 0 leaves the update to the generic path). With
+ * M = m_t 2^(32 - s) (an int32 by the bound on m_t), d = (g M + 2^31) >> 32 (SMMULR) is
+ * floor((g m_t + 2^(s-1)) / 2^s), the rounded shift, exactly for every int32 g, and |d| <= 2^30.
+ * DSP: two weights per step as the fused Dense update (tt_sgd_s16x2 and its guard), the guard
+ * also raised by SSAT #15 when a d does not fit a lane; a guard hit (a saturation, an old
+ * -32768, or a large step) undoes the tensor exactly and redoes it one weight at a time. */
 static int32_t tt_sgd_plain_s16(int16_t *w, int32_t n, const int32_t *g, int32_t m_t, int32_t s,
                                 tt_stats *st)
 {
-    const int32_t half = (int32_t)1 << (s - 1);
-    uint32_t o = 0;
-    int64_t dmax;
-    int32_t i, b;
-    for (i = 0; i < n; i++) o |= (uint32_t)(g[i] ^ (g[i] >> 31));
-    b = tt_bitwidth_u64(o); /* |g| <= o + 1 <= 2^b */
-    if (((int64_t)m_t << b) + half > INT32_MAX) return 0;
-    dmax = (((int64_t)m_t << b) + half) >> s;
+    int32_t i, M;
+    if (s < 1 || s > 31 || m_t < 0 || ((int64_t)m_t << (32 - s)) > INT32_MAX) return 0;
+    M = (int32_t)((int64_t)m_t << (32 - s));
 #if TT_HAVE_DSP
-    if (dmax <= 16383) {
-        tt_guard_clear();
-        for (i = 0; i + 2 <= n; i += 2) {
-            const int32_t d0 = (m_t * g[i] + half) >> s, d1 = (m_t * g[i + 1] + half) >> s;
-            tt_sgd_s16x2(w + i, tt_ld_s16x2(w + i), tt_pack_lo((uint32_t)d0, (uint32_t)d1));
-        }
-        if (!tt_guard_hit()) {
-            if (i < n) tt_sgd_s16_one(w + i, m_t * g[i], s, st);
-            return 1;
-        }
-        for (i = 0; i + 2 <= n; i += 2) { /* undo: w - d (mod 2^16) + d */
-            const int32_t d0 = (m_t * g[i] + half) >> s, d1 = (m_t * g[i + 1] + half) >> s;
-            tt_st_s16x2(w + i, (uint32_t)__sadd16((int32_t)tt_ld_s16x2(w + i), (int32_t)tt_pack_lo((uint32_t)d0, (uint32_t)d1)));
-        }
+    tt_guard_clear();
+    for (i = 0; i + 2 <= n; i += 2) {
+        const int32_t d0 = tt_smmulr(g[i], M), d1 = tt_smmulr(g[i + 1], M);
+        tt_guard_s32_15(d0);
+        tt_guard_s32_15(d1);
+        tt_sgd_s16x2(w + i, tt_ld_s16x2(w + i), tt_pack_lo((uint32_t)d0, (uint32_t)d1));
     }
-#else
-    (void)dmax;
+    if (!tt_guard_hit()) {
+        if (i < n) {
+            int32_t v = (int32_t)w[i] - tt_smmulr(g[i], M);
+            if ((uint32_t)(v + TT_S16_MAX) > 2u * TT_S16_MAX) { st->saturated++; v = v > 0 ? TT_S16_MAX : -TT_S16_MAX; }
+            w[i] = (int16_t)v;
+        }
+        return 1;
+    }
+    for (i = 0; i + 2 <= n; i += 2) { /* undo: w - d (mod 2^16) + d */
+        const int32_t d0 = tt_smmulr(g[i], M), d1 = tt_smmulr(g[i + 1], M);
+        tt_st_s16x2(w + i, (uint32_t)__sadd16((int32_t)tt_ld_s16x2(w + i), (int32_t)tt_pack_lo((uint32_t)d0, (uint32_t)d1)));
+    }
 #endif
     for (i = 0; i < n; i++) {
-        int32_t v = (int32_t)w[i] - ((m_t * g[i] + half) >> s);
+        int32_t v = (int32_t)w[i] - tt_smmulr(g[i], M);
         if ((uint32_t)(v + TT_S16_MAX) > 2u * TT_S16_MAX) {
             st->saturated++;
             v = v > 0 ? TT_S16_MAX : -TT_S16_MAX;
