@@ -315,7 +315,7 @@ def _calls(src: str):
 
 
 @pytest.mark.parametrize("name,dataset", [("digits-mlp", "digits"), ("digits-cnn", "digits-image"),
-                                          ("mnist1d-cnn", "mnist1d")])
+                                          ("mnist1d-cnn", "mnist1d"), ("mnist1d-cnn-pool", "mnist1d")])
 def test_generated_kernel_calls_take_at_most_six_arguments(name, dataset):
     """W1, W3 and W2 read with named fields: each layer's dims and parameters are a static const
     struct with designated initializers, and no call of the generated C passes more than six

@@ -129,3 +129,30 @@ def test_mnist1d_cnn():
     m = build_model("mnist1d-cnn", ds)
     assert [l.kind for l in m.layers] == ["conv1d", "relu"] * 3 + ["flatten", "dense"]
     assert m.output_shape == (10,) and m.optimizer.schedule == "cosine"
+
+
+def test_mnist1d_cnn_pool_trains_reference_equal_numba():
+    """The W2 model of issue 11: stride-1 convolutions + max pooling, 12 filters; a few training
+    steps of the numpy reference and the numba simulator leave the same state."""
+    import numpy as np
+
+    from tinytrain.sim.simulator import Simulator
+    from tinytrain.train import prepare_inputs
+
+    assert available("mnist1d-cnn-pool") and MODELS["mnist1d-cnn-pool"][2] == "mnist1d"
+    ds = data.load("mnist1d")
+    ref = build_model("mnist1d-cnn-pool", ds, seed=0, total_steps=40)
+    assert [l.kind for l in ref.layers] == ["conv1d", "relu", "maxpool1d"] * 3 + ["flatten", "dense"]
+    assert ref.output_shape == (10,) and ref.param_count() == 1570
+    assert ref.optimizer.lr == 0.03 and ref.optimizer.schedule == "cosine"
+    assert ref.input_exp == ds.input_exp - 3
+    x, y, xt, _ = prepare_inputs(ref, ds)
+    fast = ref.copy()
+    sim = Simulator(fast)
+    h0 = ref.state_hash()
+    for i in range(20):
+        a = ref.ref_train_step(x[i], y[i])
+        o = sim.train(x, y, [i])
+        assert tuple(a) == tuple(o[0]) and ref.state_hash() == fast.state_hash(), f"step {i}"
+    assert ref.state_hash() != h0
+    assert [ref.ref_predict(v) for v in xt[:20]] == list(sim.predict(xt[:20]))

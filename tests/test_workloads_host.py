@@ -13,6 +13,7 @@ from tinytrain.verify import verify
     ("digits-mlp", "digits", 2),
     ("digits-cnn", "digits-image", 1),
     ("mnist1d-cnn", "mnist1d", 1),
+    ("mnist1d-cnn-pool", "mnist1d", 1),
 ])
 def test_workload_full_epochs_bit_exact_on_host(name, dataset, epochs):
     ds = data.load(dataset)

@@ -287,7 +287,7 @@ def _resolve_data(data_arg: str, model_arg: str) -> str:
 
 def _train_args(p):
     p.add_argument("--data", required=True, help="digits, mnist1d (built-ins), or a .npz/.csv file or IDX directory")
-    p.add_argument("--model", required=True, help="digits-mlp, digits-cnn, mnist1d-cnn, a .json/.toml model "
+    p.add_argument("--model", required=True, help="digits-mlp, digits-cnn, mnist1d-cnn, mnist1d-cnn-pool, a .json/.toml model "
                    "description, or a saved .tt model to fine-tune")
     p.add_argument("--epochs", type=int, default=20, help="total number of epochs (default 20)")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights, the training PRNG and the shuffling")

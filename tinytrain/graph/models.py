@@ -139,11 +139,43 @@ def _mnist1d_cnn(dataset):
                        {"type": "flatten"}, {"type": "dense", "units": dataset.n_classes}]}
 
 
+def _mnist1d_cnn_pool(dataset):
+    """W2 with a better model (issue 11): MNIST-1D (40, 1): three stride-1 'same' 1-D
+    convolutions of 12 filters (kernels 5, 3, 3), each followed by ReLU and MaxPool1d(2)
+    (40 -> 20 -> 10 -> 5 positions), then Flatten and Dense(10): 1,570 parameters (mnist1d-cnn:
+    5,210), 17,036 B training RAM (`tinytrain info`, board mps2_an386, incl. the 3.2 KB load
+    shadow; mnist1d-cnn: 37,508 B). Same recipe as mnist1d-cnn: integer SGD
+    lr 0.03, cosine over the run, batch 1, 40 epochs.
+
+    Test accuracy after 40 epochs (`tinytrain train --data mnist1d --model mnist1d-cnn-pool
+    --epochs 40 --seed S`, S = 0, 1, 2; bench/bench_w2_recipe.py): 94.33 +- 0.21 % (94.10 / 94.50 /
+    94.40), a thin margin over the 94 % target (one test signal is 0.1 point); mnist1d-cnn
+    under the same protocol: 91.83 +- 1.65 % (93.20 / 92.30 / 90.00).
+
+    Chosen on a validation split (the 4000 training signals split 3500 train / 500 validation,
+    a fixed permutation, bench/bench_w2_recipe.py --screen; the test set was not looked at):
+    stride-1 convolutions with max pooling beat the strided ones at every width (25 filters,
+    20 epochs, seed 0: 95.6 % vs 89.8 % validation); more filters on the strided net (48, 64),
+    another lr, momentum, weight decay, wider kernels, LeakyReLU, a global average pool or a
+    hidden dense layer did not close the gap, and integer BatchNorm at batch 1 fell to 41-55 %
+    validation at 99 % training accuracy (likely: it trains on per-sample statistics over 20
+    positions, and the running ones it evaluates with do not match them). 12 filters is the smallest
+    width whose validation mean over seeds 0/1/2 at 40 epochs is above 94 % (95.6 %; 10 filters
+    93.7 %, 16 filters 94.9 %)."""
+    conv = lambda k: {"type": "conv1d", "filters": 12, "kernel": k, "stride": 1, "padding": "same"}  # noqa: E731
+    pool = {"type": "maxpool1d", "kernel": 2}
+    return {"name": "mnist1d-cnn-pool", "input_scale": "unit", "optimizer": {"lr": 0.03, "schedule": "cosine"},
+            "layers": [conv(5), {"type": "relu"}, pool, conv(3), {"type": "relu"}, pool,
+                       conv(3), {"type": "relu"}, pool,
+                       {"type": "flatten"}, {"type": "dense", "units": dataset.n_classes}]}
+
+
 #: name -> (spec builder, layer types it needs, dataset it is meant for)
 MODELS = {
     "digits-mlp": (_digits_mlp, ("dense", "relu"), "digits"),
     "digits-cnn": (_digits_cnn, ("conv2d", "batchnorm", "relu", "maxpool2d", "flatten", "dense"), "digits-image"),
     "mnist1d-cnn": (_mnist1d_cnn, ("conv1d", "relu", "flatten", "dense"), "mnist1d"),
+    "mnist1d-cnn-pool": (_mnist1d_cnn_pool, ("conv1d", "relu", "maxpool1d", "flatten", "dense"), "mnist1d"),
 }
 #: built-in names whose layer stack is still being written
 NOT_DEFINED: set = set()
