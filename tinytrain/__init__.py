@@ -35,6 +35,7 @@ _EXPORTS = {
     "TrainWarning": ("train", "TrainWarning"),
     "ModelError": ("graph.layers", "ModelError"),
     "SGD": ("graph.optim", "SGD"),
+    "Prune": ("graph.prune", "Prune"),
     "ConfigError": ("graph.optim", "ConfigError"),
     "Simulator": ("sim.simulator", "Simulator"),
     "save": ("graph.io", "save"),

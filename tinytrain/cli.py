@@ -250,6 +250,18 @@ def load_model_args(args):
     return build_model(args.model, ds, seed=args.seed), ds
 
 
+def _prune_arg(text):
+    """--prune JSON: the object, or None when not given."""
+    if text is None:
+        return None
+    import json
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--prune: invalid JSON at column {exc.colno}: {exc.msg} (give an object such as "
+                         '\'{"schedule": "polynomial", "final_sparsity": 0.8, "end_step": 20000}\')') from None
+
+
 def _resolve_data(data_arg: str, model_arg: str) -> str:
     """A built-in data name may name the family ("digits"); a built-in model picks the layout
     it is made for ("digits-cnn" reads "digits-image")."""
@@ -271,6 +283,8 @@ def _train_args(p):
     p.add_argument("--out", help="model file (.tt) written after every epoch (checkpoint)")
     p.add_argument("--lr", type=float, help="learning rate (overrides the model's)")
     p.add_argument("--batch-size", type=int, help="batch size (overrides the model's; default 1)")
+    p.add_argument("--prune", metavar="JSON", help='prune while training: a "prune" object for the whole model, '
+                   'e.g. \'{"schedule": "polynomial", "final_sparsity": 0.8, "end_step": 20000}\' (docs/pruning.md)')
     p.add_argument("--plot", help="write a training-curve PNG here")
     p.add_argument("--resume", action="store_true", help="continue from --out if it exists (bit-identical)")
     p.add_argument("--force", action="store_true", help="replace --out even if it holds a different "
@@ -298,7 +312,8 @@ def _train_run(args) -> int:
         if out:
             tio.check_writable(out)
     ds = data.load(_resolve_data(args.data, args.model))
-    model = build_model(args.model, ds, seed=args.seed, lr=args.lr, batch_size=args.batch_size)
+    model = build_model(args.model, ds, seed=args.seed, lr=args.lr, batch_size=args.batch_size,
+                        prune=_prune_arg(args.prune))
     if args.out and not (args.resume or args.force):
         _refuse_replacing(args.out, model)
     progress = sys.stderr.isatty() if args.progress is None else args.progress
@@ -327,6 +342,9 @@ def _train_run(args) -> int:
         "params": model.param_count(), "out": args.out, "plot": args.plot,
         "engine": "reference" if args.reference else "numba",
     }
+    if model.masks:  # pruning: zeros per pruned tensor (docs/pruning.md)
+        from tinytrain.graph.prune import sparsity
+        summary["pruned"] = {k: {"zeros": z, "of": n} for k, (z, n) in sparsity(model).items()}
     if args.json:
         _emit_json(summary)
     else:
@@ -334,6 +352,9 @@ def _train_run(args) -> int:
         print(f"done: {summary['epochs']} epochs, test accuracy "
               f"{acc if acc is None else f'{acc:.4f}'}, {secs:.2f}s training, "
               f"state hash {summary['state_hash']}" + (f", saved to {args.out}" if args.out else ""))
+        if "pruned" in summary:
+            print("pruned: " + ", ".join(f"{k} {v['zeros']}/{v['of']} ({100 * v['zeros'] / v['of']:.1f} %)"
+                                         for k, v in summary["pruned"].items()))
     return 0
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tinytrain.graph import fields as F
+from tinytrain.graph import prune as r_prune
 from tinytrain.graph.optable import Call, Op, op_for, register_op
 from tinytrain.ops import dense as r_dense
 from tinytrain.ops import flatten as r_flatten
@@ -173,6 +174,7 @@ def layer_from_config(d: dict) -> Layer:
             f"unknown layer type {kind!r}: known types are {', '.join(sorted(LAYER_TYPES))}"
         )
     cls = LAYER_TYPES[kind]
+    prune = d.pop("prune", None)  # any layer object may carry a "prune" object (graph/prune.py)
     if cls.fields is not None:
         F.check(d, cls.fields, kind, ModelError)
         sig = inspect.signature(cls.__init__).parameters.values()
@@ -180,9 +182,15 @@ def layer_from_config(d: dict) -> Layer:
         if missing:
             raise ModelError(f"{kind} needs {', '.join(f'{m} ({cls.fields[m].desc})' for m in missing)}")
     try:
-        return cls(**d)
+        layer = cls(**d)
     except TypeError as exc:
         raise ModelError(f"bad options for layer {kind!r}: {exc}") from None
+    if prune is not None:
+        try:
+            layer.prune = r_prune.Prune.from_dict(prune, f"{kind}: prune")
+        except r_prune.PruneError as exc:
+            raise ModelError(str(exc)) from None
+    return layer
 
 
 # ------------------------------------------------------------------ op table rows

@@ -22,6 +22,7 @@ from tinytrain.ops import mse as r_mse
 from tinytrain.ops import softmax_ce as r_ce
 from tinytrain.graph.optim import SGD, IntSGD, MASTER_EXTRA_BITS
 from tinytrain.graph import optim as r_opt
+from tinytrain.graph import prune as r_prune
 
 LOSSES = ("softmax_ce", "mse")
 
@@ -41,7 +42,7 @@ class Sequential:
 
     def __init__(self, layers: list[Layer], input_shape=None, input_exp: int | None = None,
                  n_classes: int | None = None, loss: str = "softmax_ce", optimizer: SGD | None = None,
-                 seed: int = 0, name: str = "model", dataset=None):
+                 seed: int = 0, name: str = "model", dataset=None, prune=None):
         data_input_exp = None
         if dataset is not None:
             from tinytrain.data import unit_shift
@@ -91,6 +92,7 @@ class Sequential:
         else:
             self.n_classes = 0
         self.opt: IntSGD = self.optimizer.compile()
+        self.prune = _prune_config(prune, self.layers)
         if data_input_exp is not None:
             self.data_input_exp = data_input_exp
         self._init_training_state()
@@ -115,6 +117,11 @@ class Sequential:
                     self.velocity[key] = np.zeros(p.data.shape, np.int32)
         # scalars: PRNG state, optimizer step, samples in the current batch
         self.meta = np.array([fp.prng_seed(self.seed), 0, 0], dtype=np.int64)
+        try:  # pruning: the integer schedule and an all-kept mask per pruned tensor
+            self.prune_table = r_prune.compile(self)
+        except r_prune.PruneError as exc:
+            raise ModelError(str(exc)) from None
+        self.masks = r_prune.init_masks(self)
         self.stats = np.zeros(4, dtype=np.int64)  # [act saturations, weight saturations, update underflows, -]
 
     def _trainable_mask(self):
@@ -171,6 +178,8 @@ class Sequential:
                     out.append(self.accum[key])
                 if key in self.velocity:
                     out.append(self.velocity[key])
+                if key in self.masks:
+                    out.append(self.masks[key])
         out.append(self.meta.astype(np.uint32))
         return out
 
@@ -180,8 +189,8 @@ class Sequential:
     def schema(self) -> dict:
         return {
             "input_shape": list(self.input_shape), "input_exp": self.input_exp, "loss": self.loss,
-            "n_classes": self.n_classes, "layers": [{"type": l.kind, **l.config()} for l in self.layers],
-            "optimizer": self.optimizer.to_dict(),
+            "n_classes": self.n_classes, "layers": self._layer_configs(),
+            "optimizer": self.optimizer.to_dict(), **self._prune_config(),
             "params": [[p.name, str(p.data.dtype), list(p.data.shape), p.exp, p.role] for l in self.layers for p in l.params],
         }
 
@@ -256,6 +265,7 @@ class Sequential:
         self.meta[0] = prng[0]
         self.meta[2] += 1
         if not opt.accumulate:
+            r_prune.scheduled(self, int(self.meta[1]))
             self.meta[1] += 1
         elif self.meta[2] == opt.batch_size:
             self._apply_batch(prng)
@@ -276,6 +286,7 @@ class Sequential:
         else:
             self.stats[1] += r_opt.update_direct_ref(w, ew, g, eg, self.opt, m_t, prng, self.stats)
             self._refresh(li, pi)
+        r_prune.apply_key(self, (li, pi))
 
     def _refresh(self, li, pi):
         if (li, pi) in self.master:
@@ -286,6 +297,7 @@ class Sequential:
             for pi in range(len(l.params)):
                 if (li, pi) in self.accum:
                     self._apply_accumulated(li, pi, prng)
+        r_prune.scheduled(self, int(self.meta[1]))
         self.meta[1] += 1
         self.meta[2] = 0
 
@@ -293,6 +305,7 @@ class Sequential:
         w, _ = self._store(li, pi)
         self.stats[1] += r_opt.apply_accumulated_ref(w, self.accum[(li, pi)], self.velocity.get((li, pi)), self.opt, prng)
         self._refresh(li, pi)
+        r_prune.apply_key(self, (li, pi))
 
     target_exp = 0
 
@@ -307,10 +320,41 @@ class Sequential:
         opt = SGD.from_dict(cfg.get("optimizer", {}))
         return cls(layers, input_shape=cfg["input_shape"], input_exp=cfg.get("input_exp", 0),
                    n_classes=cfg.get("n_classes"), loss=cfg.get("loss", "softmax_ce"),
-                   optimizer=opt, seed=cfg.get("seed", 0), name=cfg.get("name", "model"))
+                   optimizer=opt, seed=cfg.get("seed", 0), name=cfg.get("name", "model"),
+                   prune=cfg.get("prune"))
+
+    # ------------------------------------------------------------ pruning
+    def _layer_configs(self) -> list:
+        """Layer objects as a model file writes them, a layer's "prune" object included."""
+        return [{"type": l.kind, **l.config(),
+                 **({"prune": r_prune.layer_prune(l).to_dict()} if r_prune.layer_prune(l) else {})}
+                for l in self.layers]
+
+    def _prune_config(self) -> dict:
+        return {"prune": self.prune.to_dict()} if self.prune is not None else {}
 
     def config(self) -> dict:
         return {"name": self.name, "input_shape": list(self.input_shape), "input_exp": self.input_exp,
                 "n_classes": self.n_classes, "loss": self.loss, "seed": self.seed,
-                "layers": [{"type": l.kind, **l.config()} for l in self.layers],
-                "optimizer": self.optimizer.to_dict()}
+                "layers": self._layer_configs(),
+                "optimizer": self.optimizer.to_dict(), **self._prune_config()}
+
+
+def _prune_config(prune, layers):
+    """Sequential(prune=...): a Prune or a "prune" object for the whole model, or
+    {layer index: Prune or object} attaching one to each named layer."""
+    try:
+        if prune is None:
+            return None
+        if isinstance(prune, r_prune.Prune):
+            prune.check("prune")
+            return prune
+        if isinstance(prune, dict) and prune and all(isinstance(k, int) and not isinstance(k, bool) for k in prune):
+            for i, cfg in prune.items():
+                if not 0 <= i < len(layers):
+                    raise ModelError(f"prune names layer {i} but the model has {len(layers)} layers")
+                layers[i].prune = r_prune.Prune.from_dict(cfg, f"layer {i}: prune")
+            return None
+        return r_prune.Prune.from_dict(prune, "prune")
+    except r_prune.PruneError as exc:
+        raise ModelError(str(exc)) from None

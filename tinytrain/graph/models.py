@@ -35,6 +35,8 @@ FILE_FIELDS = {
                          lambda v: isinstance(v, dict)),
     "loss": F.one_of(*LOSSES), "input_scale": F.either(F.one_of("unit", "data"), F.INT),
     "name": F.STR, "seed": F.Field("an integer >= 0", lambda v: F.is_int(v) and v >= 0),
+    "prune": F.Field("a table/object of pruning options such as {\"schedule\": \"polynomial\", "
+                     "\"final_sparsity\": 0.8, \"end_step\": 20000} (docs/pruning.md)", lambda v: isinstance(v, dict)),
 }
 
 
@@ -90,7 +92,8 @@ def from_spec(spec: dict, dataset, *, where: str = "model", seed: int = 0, **opt
         model = Sequential(built, input_shape=dataset.input_shape,
                            input_exp=_input_exp(dataset, spec.get("input_scale")),
                            n_classes=dataset.n_classes or None, loss=loss, optimizer=opt,
-                           seed=int(spec.get("seed", seed)), name=str(spec.get("name", where)))
+                           seed=int(spec.get("seed", seed)), name=str(spec.get("name", where)),
+                           prune=spec.get("prune"))
     except ConfigError as exc:
         raise ModelError(f"{where}: {exc}") from None
     except ModelError as exc:
@@ -191,22 +194,25 @@ def read_model_file(path) -> dict:
 
 
 def build_model(name_or_path, dataset, *, seed: int = 0, lr: float | None = None,
-                batch_size: int | None = None, **opt_overrides) -> Sequential:
+                batch_size: int | None = None, prune: dict | None = None, **opt_overrides) -> Sequential:
     """A fresh model for ``dataset``: a built-in name, a .json/.toml model file, or a saved
-    model file (its weights and training state are kept; lr/batch overrides are refused)."""
+    model file (its weights and training state are kept; lr/batch overrides are refused).
+    prune: a "prune" object for the whole model (replaces the file's; docs/pruning.md)."""
     s = str(name_or_path)
     overrides = dict(opt_overrides, lr=lr, batch_size=batch_size)
+    with_prune = (lambda spec: dict(spec, prune=prune)) if prune is not None else (lambda spec: spec)  # noqa: E731
     if s in MODELS:
-        return from_spec(model_spec(s, dataset), dataset, where=s, seed=seed, **overrides)
+        return from_spec(with_prune(model_spec(s, dataset)), dataset, where=s, seed=seed, **overrides)
     p = Path(s)
     if p.is_file():
         from tinytrain.graph import io as tio
         if tio.is_model_file(p) or p.suffix.lower() == tio.SUFFIX:  # tio.load explains a bad .tt
-            if any(v is not None for v in overrides.values()):
-                raise ModelError(f"{p} is a saved model: its optimizer is part of its training state; "
-                                 "drop --lr/--batch-size or start from a model description")
+            if any(v is not None for v in overrides.values()) or prune is not None:
+                raise ModelError(f"{p} is a saved model: its optimizer{' and pruning' if prune is not None else ''} "
+                                 "are part of its training state; drop --lr/--batch-size/--prune or start from "
+                                 "a model description")
             model, extra = tio.load(p)
             return model
-        return from_spec(read_model_file(p), dataset, where=p.name, seed=seed, **overrides)
+        return from_spec(with_prune(read_model_file(p)), dataset, where=p.name, seed=seed, **overrides)
     raise ModelError(f"unknown model {s!r}: built-in models are {', '.join(MODELS)}, or give the "
                      "path of a .json/.toml model file or a saved .tt model")
