@@ -45,7 +45,7 @@ def _c_select(ffi, lib, v, k):
     w = v.copy()
     t = ffi.new("tt_prune_tensor *", {"mask": ffi.cast("uint32_t *", ffi.from_buffer(mask)), "n": v.size,
                                       "w": ffi.cast("void *", ffi.from_buffer(w)), "w_bytes": v.itemsize})
-    lib.tt_prune_select(t, k)
+    lib.tt_prune_select(t, 1, k)
     return mask, w
 
 
@@ -73,6 +73,45 @@ def test_criterion_reference_numba_c_equal(clib_ubsan, case):
     expect = v.copy()
     expect[pruned] = 0
     assert np.array_equal(w, expect)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(tensors(), min_size=1, max_size=3), st.lists(st.integers(0, 31), min_size=3, max_size=3),
+       st.data())
+def test_global_criterion_reference_numba_c_equal(clib_ubsan, parts, shifts, data):
+    """Scope "global": the k smallest (|v| << shift, tensor, index) over several tensors of mixed
+    dtypes; numba (one magnitude array) and C (walking the tensors, 64-bit magnitudes) equal
+    the reference."""
+    ffi, lib = clib_ubsan
+    vs = [v for v, _ in parts]
+    shifts = shifts[:len(vs)]
+    N = sum(v.size for v in vs)
+    k = data.draw(st.integers(0, N))
+    ref = P.select_group(vs, shifts, k)
+    assert sum(int(P.unpack(m, v.size).sum()) for m, v in zip(ref, vs)) == k
+    mags = np.empty(N, np.int64)
+    off = 0
+    for v, sh in zip(vs, shifts):
+        K.prune_mags(v, sh, mags, off)
+        off += v.size
+    sel = np.zeros(N, np.uint8)
+    K.prune_select_mags(mags, k, sel)
+    off = 0
+    keep = []  # the C structs point into these
+    arr = ffi.new("tt_prune_tensor[]", len(vs))
+    for j, (v, sh) in enumerate(zip(vs, shifts)):
+        nb = np.zeros(P.mask_words(v.size), np.uint32)
+        K.prune_mask_from(sel, off, v.size, nb)
+        assert np.array_equal(nb, ref[j]), j
+        off += v.size
+        mask, w = np.full(P.mask_words(v.size), 0xFFFFFFFF, np.uint32), v.copy()
+        keep += [mask, w]
+        arr[j] = {"mask": ffi.cast("uint32_t *", ffi.from_buffer(mask)), "n": v.size,
+                  "w": ffi.cast("void *", ffi.from_buffer(w)), "w_bytes": v.itemsize, "shift": sh}
+    lib.tt_prune_select(arr, len(vs), k)
+    for j, v in enumerate(vs):
+        assert np.array_equal(keep[2 * j], ref[j]), j
+        assert not keep[2 * j + 1][P.unpack(ref[j], v.size)].any()
 
 
 def test_mask_bitmap_layout():
@@ -116,11 +155,36 @@ def test_schedules_tables():
     ({"schedule": "gradual", "final_sparsity": 0.5}, "schedule = \"gradual\" must be one of"),
     ({"schedule": "one_shot", "final_sparsity": 0.5, "sparsity": 3}, "unknown key(s) sparsity"),
     ({"schedule": "one_shot"}, "final_sparsity is missing"),
+    ({0: {"schedule": "one_shot", "final_sparsity": 0.5, "scope": "global"}}, "give it in the model's prune object"),
 ])
 def test_bad_prune_config_names_the_field(bad, match):
     with pytest.raises(ModelError, match=None) as e:
         Sequential([Dense(3)], input_shape=(4,), prune=bad)
     assert match in str(e.value)
+
+
+def test_global_scope_table_and_training():
+    """One unit for every tensor the model's global prune covers (a layer's own prune is its own
+    unit); shifts put the stores on one exponent; three-way equal; the total count exact."""
+    m = Sequential([Dense(40), ReLU(), Dense(4)], input_shape=(4,), input_exp=-7, seed=1,  # exponents -12, -14
+                   optimizer=SGD(lr=0.05, master_weights=True),
+                   prune={"schedule": "polynomial", "final_sparsity": 0.7, "end_step": 6, "frequency": 2,
+                          "scope": "global"})
+    tab = m.prune_table
+    assert tab.keys == [(0, 0), (2, 0)] and tab.units == [(0, 2)]
+    e0, e2 = m.layers[0].params[0].exp, m.layers[2].params[0].exp
+    assert tab.shifts == [e0 - min(e0, e2), e2 - min(e0, e2)] and max(tab.shifts) > 0
+    assert tab.zeros[-1].tolist() == [P.zeros_for(0.7, 320)]
+    x, y = _data(10, (4,), 4, 2)
+    three_way(m, x, y, epochs=2)
+    _check_pruned(m)
+    z = P.sparsity(m)
+    assert z["L0.w"][0] + z["L2.w"][0] == 224 and z["L0.w"][0] != 112  # not 70 % of each
+    mixed = Sequential([Dense(8), ReLU(), Dense(6), ReLU(), Dense(3)], input_shape=(6,), input_exp=-7,
+                       prune={"schedule": "one_shot", "final_sparsity": 0.5, "scope": "global"})
+    mixed.layers[2].prune = P.Prune("one_shot", final_sparsity=0.25)
+    mixed._init_training_state()
+    assert mixed.prune_table.keys == [(0, 0), (4, 0), (2, 0)] and mixed.prune_table.units == [(0, 2), (2, 3)]
 
 
 def test_frozen_and_weightless_layers():
@@ -137,30 +201,34 @@ def test_frozen_and_weightless_layers():
 
 
 def _check_pruned(m):
-    """Every pruned element is zero in every slot; the last event's count is exact."""
+    """Every pruned element is zero in every slot; the last event's count is exact (per unit)."""
     tab = m.prune_table
-    for j, key in enumerate(tab.keys):
-        li, pi = key
-        p = m.layers[li].params[pi]
-        pruned = P.unpack(m.masks[key], p.data.size)
-        for a in (p.data, m.master.get(key), m.accum.get(key), m.velocity.get(key)):
-            if a is not None:
-                assert not a.reshape(-1)[pruned].any(), key
-        done = [r for r in range(tab.steps.size) if tab.steps[r] < m.meta[1] and tab.zeros[r, j] >= 0]
+    for u, (a, b) in enumerate(tab.units):
+        total = 0
+        for key in tab.keys[a:b]:
+            li, pi = key
+            p = m.layers[li].params[pi]
+            pruned = P.unpack(m.masks[key], p.data.size)
+            total += int(pruned.sum())
+            for arr in (p.data, m.master.get(key), m.accum.get(key), m.velocity.get(key)):
+                if arr is not None:
+                    assert not arr.reshape(-1)[pruned].any(), key
+        done = [r for r in range(tab.steps.size) if tab.steps[r] < m.meta[1] and tab.zeros[r, u] >= 0]
         if done:
-            assert pruned.sum() == tab.zeros[done[-1], j]
+            assert total == tab.zeros[done[-1], u]
 
 
 @st.composite
-def prune_configs(draw, steps):
+def prune_configs(draw, steps, glob=False):
     kind = draw(st.sampled_from(P.SCHEDULES))
     s = draw(st.sampled_from([0.0, 0.25, 0.5, 0.8, 0.9, 0.99]))
     b = draw(st.integers(0, steps // 2))
+    scope = {"scope": "global"} if glob and draw(st.booleans()) else {}
     if kind == "one_shot":
-        return {"schedule": kind, "final_sparsity": s, "begin_step": b}
+        return {"schedule": kind, "final_sparsity": s, "begin_step": b, **scope}
     e = draw(st.integers(b + 1, steps))
     cfg = {"schedule": kind, "final_sparsity": s, "begin_step": b, "end_step": e,
-           "frequency": draw(st.integers(1, 4))}
+           "frequency": draw(st.integers(1, 4)), **scope}
     if kind == "polynomial":
         cfg.update(initial_sparsity=draw(st.sampled_from([0.0, 0.1])), power=draw(st.sampled_from([1, 3])))
     return cfg
@@ -183,8 +251,8 @@ def test_pruned_training_reference_sim_c_equal(data):
     if prunable and data.draw(st.booleans()):  # per layer
         chosen = data.draw(st.sets(st.sampled_from(prunable), min_size=1))
         prune = {i: data.draw(prune_configs(steps)) for i in sorted(chosen)}
-    else:  # the whole model (the layers that learn)
-        prune = data.draw(prune_configs(steps))
+    else:  # the whole model (the layers that learn), each layer alone or ranked together
+        prune = data.draw(prune_configs(steps, glob=True))
     ref = Sequential(layers, input_shape=shape, input_exp=data.draw(st.integers(-9, 0)), optimizer=opt,
                      seed=data.draw(st.integers(0, 1000)), prune=prune)
     x, y = _data(n, shape, n_cls, data.draw(st.integers(0, 2**16)))
@@ -259,6 +327,16 @@ def test_model_file_and_cli(tmp_path):
     saved, _ = tio.load(out)
     assert P.sparsity(saved) == {"L0.w": (1638, 2048), "L2.w": (256, 320)}
     assert (saved.layers[0].params[0].data == 0).sum() >= 1638
+    # fine-tuning a dense .tt with pruning: the steps count on from its optimizer step
+    dense = tmp_path / "d.tt"
+    assert cli.main(["train", "--data", "digits", "--model", "digits-mlp", "--epochs", "1", "--out", str(dense)]) == 0
+    t = int(tio.load(dense)[0].meta[1])
+    m = build_model(dense, ds, prune={"schedule": "one_shot", "final_sparsity": 0.5, "begin_step": t})
+    assert m.prune_table.steps.tolist() == [t] and int(m.meta[1]) == t
+    with pytest.raises(ModelError, match=f"use begin_step >= {t}"):
+        build_model(dense, ds, prune={"schedule": "one_shot", "final_sparsity": 0.5})
+    with pytest.raises(ModelError, match="already prunes"):
+        build_model(out, ds, prune={"schedule": "one_shot", "final_sparsity": 0.5, "begin_step": 10**6})
 
 
 @pytest.mark.qemu

@@ -411,20 +411,22 @@ uint32_t {P}_saturations(void);
         if tab is None:
             return []
         rows = []
-        for li, pi in tab.keys:
+        for (li, pi), shift in zip(tab.keys, tab.shifts):
             p, pn = m.layers[li].params[pi], self.sym(f"l{li}_{m.layers[li].params[pi].name}")
             slot = lambda d, suffix: f"{pn}_{suffix}" if (li, pi) in d else "0"  # noqa: E731
             rows.append(f"    {{.mask = {pn}_mask, .n = {p.data.size}u, .w = {pn}, .w_bytes = {p.data.dtype.itemsize}u, "
                         f".master = {slot(m.master, 'master')}, .acc = {slot(m.accum, 'acc')}, "
-                        f".vel = {slot(m.velocity, 'vel')}}},")
+                        f".vel = {slot(m.velocity, 'vel')}, .shift = {shift}u}},")
         ps = self.sym("prune")
-        return [f"/** pruned tensors, in the order of the schedule's columns */",
+        starts = [a for a, _ in tab.units] + [len(tab.keys)]
+        return [f"/** pruned tensors, unit by unit (the schedule's columns) */",
                 f"static const tt_prune_tensor {ps}[{len(tab.keys)}] = {{", *rows, "};",
                 c_array("uint32_t", f"{ps}_steps", tab.steps, const=True),
                 c_array("int32_t", f"{ps}_zeros", tab.zeros, const=True),
-                f"/** pruning events: optimizer step, zeros per tensor (-1: none) */",
+                c_array("uint32_t", f"{ps}_units", np.array(starts), const=True),
+                f"/** pruning events: optimizer step, zeros per unit (-1: none) */",
                 f"static const tt_prune_schedule {ps}_schedule = {{.steps = {ps}_steps, .zeros = {ps}_zeros, "
-                f".rows = {tab.steps.size}u, .tensors = {len(tab.keys)}u}};"]
+                f".unit_start = {ps}_units, .rows = {tab.steps.size}u, .units = {len(tab.units)}u}};"]
 
     def _prune_apply(self, key, ind) -> list[str]:
         """After every optimizer touch of a pruned tensor: its pruned elements back to zero."""

@@ -207,11 +207,16 @@ def build_model(name_or_path, dataset, *, seed: int = 0, lr: float | None = None
     if p.is_file():
         from tinytrain.graph import io as tio
         if tio.is_model_file(p) or p.suffix.lower() == tio.SUFFIX:  # tio.load explains a bad .tt
-            if any(v is not None for v in overrides.values()) or prune is not None:
-                raise ModelError(f"{p} is a saved model: its optimizer{' and pruning' if prune is not None else ''} "
-                                 "are part of its training state; drop --lr/--batch-size/--prune or start from "
-                                 "a model description")
+            if any(v is not None for v in overrides.values()):
+                raise ModelError(f"{p} is a saved model: its optimizer is part of its training state; "
+                                 "drop --lr/--batch-size or start from a model description")
             model, extra = tio.load(p)
+            if prune is not None:  # fine-tuning with pruning (graph/prune.py attach)
+                from tinytrain.graph import prune as r_prune
+                try:
+                    r_prune.attach(model, prune)
+                except r_prune.PruneError as exc:
+                    raise ModelError(f"{p}: {exc}") from None
             return model
         return from_spec(with_prune(read_model_file(p)), dataset, where=p.name, seed=seed, **overrides)
     raise ModelError(f"unknown model {s!r}: built-in models are {', '.join(MODELS)}, or give the "

@@ -39,6 +39,12 @@ and :func:`apply` zeroes it.
 **Criterion** (:func:`select`): the k elements with the smallest (|v|, index), v the values of
 the update's store (the int32 master where there is one, else the tensor): ties in magnitude
 are broken by the lower flat index. Exactly k elements are pruned.
+
+**Scope**: ``"layer"`` (default) prunes each tensor to the sparsity on its own. ``"global"`` (the
+model's prune object only) ranks the elements of all the tensors it covers together, k =
+round(s * N) of their N elements, by their real magnitude: |v| << (e_t - e_min), e_t the store's
+exponent of tensor t and e_min the smallest of them (an exact integer comparison in 63 bits:
+|v| <= 2^31, shifts above 31 are refused), ties by (tensor, flat index), the tensors in state order.
 """
 from __future__ import annotations
 
@@ -49,6 +55,7 @@ from fractions import Fraction
 import numpy as np
 
 from tinytrain.graph import fields as F
+from tinytrain.graph.optim import MASTER_EXTRA_BITS
 
 __all__ = ["Prune", "PruneError", "PruneTable", "FIELDS", "compile", "select", "apply", "pack", "unpack",
            "mask_words", "PRUNABLE_KINDS"]
@@ -68,7 +75,7 @@ FIELDS = {
                          lambda v: F.is_int(v) and v >= 1),
     "power": F.Field("a number > 0", lambda v: F.is_number(v) and v > 0),
     "structure": F.one_of("weights"),
-    "scope": F.one_of("layer"),
+    "scope": F.one_of("layer", "global"),
 }
 #: keys each schedule reads (others are refused: a key that would be ignored is a mistake)
 _KEYS = {
@@ -130,6 +137,9 @@ class Prune:
         if self.schedule == "polynomial" and self.end_step is None:
             raise PruneError(f"{where}: end_step is missing: the polynomial schedule reaches final_sparsity "
                              "at end_step")
+        if self.scope == "global" and where != "prune":
+            raise PruneError(f"{where}: scope = \"global\" ranks several layers together: give it in the "
+                             "model's prune object, not a layer's")
         b, e = self.begin(), self.end()
         if e < b or (self.schedule == "polynomial" and e == b):
             raise PruneError(f"{where}: end_step = {e} {'is' if e < b else 'must come after'} begin_step = {b}"
@@ -187,11 +197,22 @@ def unpack(mask: np.ndarray, n: int) -> np.ndarray:
 
 def select(store: np.ndarray, k: int) -> np.ndarray:
     """The mask pruning the k elements of `store` with the smallest (|v|, flat index)."""
-    mag = np.abs(np.asarray(store).reshape(-1).astype(np.int64))
-    order = np.lexsort((np.arange(mag.size), mag))  # by magnitude, ties by index
+    return select_group([store], [0], k)[0]
+
+
+def select_group(stores, shifts, k: int) -> list[np.ndarray]:
+    """The masks pruning the k elements of all `stores` together with the smallest
+    (|v| << shift of its tensor, tensor position, flat index)."""
+    mag = np.concatenate([np.abs(np.asarray(v).reshape(-1).astype(np.int64)) << int(s) for v, s in zip(stores, shifts)])
+    order = np.lexsort((np.arange(mag.size), mag))  # by magnitude, ties by position
     pruned = np.zeros(mag.size, bool)
     pruned[order[:int(k)]] = True
-    return pack(pruned)
+    out, off = [], 0
+    for v in stores:
+        n = np.asarray(v).size
+        out.append(pack(pruned[off:off + n]))
+        off += n
+    return out
 
 
 def apply(mask: np.ndarray, *slots) -> None:
@@ -204,13 +225,24 @@ def apply(mask: np.ndarray, *slots) -> None:
 
 @dataclass
 class PruneTable:
-    """The integer schedule the device walks: ``keys`` the pruned (layer, param) in state
-    order, ``steps`` the optimizer steps with an event (strictly increasing), ``zeros`` (rows x
-    tensors) the zeros count of each tensor at each row, -1 where it has no event."""
+    """The integer schedule the device walks. ``keys``: the pruned (layer, param), unit by unit;
+    ``units``: (start, stop) of each unit in keys -- one tensor (scope "layer") or the tensors
+    ranked together (scope "global"); ``shifts``: per key, the left shift of |v| onto its
+    unit's common exponent (0 alone); ``steps``: the optimizer steps with an event (strictly
+    increasing); ``zeros`` (rows x units): the zeros count of each unit at each row, -1 where
+    it has no event."""
 
     keys: list
     steps: np.ndarray = field(repr=False)
     zeros: np.ndarray = field(repr=False)
+    units: list = None
+    shifts: list = None
+
+    def __post_init__(self):
+        if self.units is None:
+            self.units = [(j, j + 1) for j in range(len(self.keys))]
+        if self.shifts is None:
+            self.shifts = [0] * len(self.keys)
 
     def row(self, t: int) -> int:
         """The row of optimizer step t, -1 if none (a binary search in C)."""
@@ -239,7 +271,7 @@ def _prunable(layer):
 
 def compile(model) -> PruneTable | None:
     """The integer table of a model's pruning configuration (None: no pruning)."""
-    per_key = {}
+    per_key, together = {}, []  # together: the keys of the global unit
     for li, l in enumerate(model.layers):
         cfg = layer_prune(l) or model.prune
         if cfg is None:
@@ -254,13 +286,58 @@ def compile(model) -> PruneTable | None:
                                      "weights are constants in flash and cannot be pruned while training")
                 continue
             n = l.params[pi].data.size
-            per_key[(li, pi)] = {t: zeros_for(s, n) for t, s in cfg.events()}
-    if not per_key:
+            if cfg.scope == "global":
+                together.append((li, pi))
+            else:
+                per_key[(li, pi)] = {t: zeros_for(s, n) for t, s in cfg.events()}
+    units = [[k] for k in sorted(per_key)]
+    events = [per_key[k] for k in sorted(per_key)]
+    if together:
+        total = sum(model.layers[li].params[pi].data.size for li, pi in together)
+        units.append(together)
+        events.append({t: zeros_for(s, total) for t, s in model.prune.events()})
+    if not units:
         return None
-    keys = sorted(per_key)
-    steps = sorted(set().union(*(set(v) for v in per_key.values())))
-    zeros = np.array([[per_key[k].get(t, -1) for k in keys] for t in steps], np.int32).reshape(len(steps), len(keys))
-    return PruneTable(keys, np.array(steps, np.int64), zeros)
+    order = sorted(range(len(units)), key=lambda u: units[u][0])  # units in state order of their first tensor
+    units, events = [units[u] for u in order], [events[u] for u in order]
+    keys, spans, shifts = [], [], []
+    for u in units:
+        spans.append((len(keys), len(keys) + len(u)))
+        keys += u
+        shifts += _shifts(model, u)
+    steps = sorted(set().union(*(set(v) for v in events)))
+    zeros = np.array([[ev.get(t, -1) for ev in events] for t in steps], np.int32).reshape(len(steps), len(units))
+    return PruneTable(keys, np.array(steps, np.int64), zeros, spans, shifts)
+
+
+def _shifts(model, unit) -> list[int]:
+    """|v| << shift puts every store of a unit on its smallest exponent (exact: |v| <= 2^31 and
+    shift <= 31 keep the magnitude below 2^63)."""
+    if len(unit) == 1:
+        return [0]
+    exps = [model.layers[li].params[pi].exp - (MASTER_EXTRA_BITS if (li, pi) in model.master else 0)
+            for li, pi in unit]
+    out = [e - min(exps) for e in exps]
+    if max(out) > 31:
+        raise PruneError(f'prune: scope = "global": the weight exponents differ by {max(out)} bits (more than 31): '
+                         'the layers cannot be ranked exactly together; use scope "layer"')
+    return out
+
+
+def attach(model, prune) -> None:
+    """Give a trained model that does not prune yet a pruning schedule (a model file's "prune"
+    object): fine-tuning with pruning. Its events must lie at or after the model's optimizer
+    step (steps count from the start of its training)."""
+    if model.masks or model.prune is not None or any(layer_prune(l) for l in model.layers):
+        raise PruneError("prune: this saved model already prunes: its schedule is part of its training state")
+    cfg = Prune.from_dict(prune, "prune")
+    t = int(model.meta[1])
+    if cfg.begin() < t:
+        raise PruneError(f"prune: begin_step = {cfg.begin()} is before the model's optimizer step {t}: the "
+                         f"steps count from the start of its training; use begin_step >= {t}")
+    model.prune = cfg
+    model.prune_table = compile(model)
+    model.masks = init_masks(model)
 
 
 def init_masks(model) -> dict:
@@ -279,12 +356,13 @@ def scheduled(model, t: int) -> None:
     r = tab.row(t)
     if r < 0:
         return
-    for j, key in enumerate(tab.keys):
-        k = int(tab.zeros[r, j])
+    for u, (a, b) in enumerate(tab.units):
+        k = int(tab.zeros[r, u])
         if k >= 0:
-            w, _ = model._store(*key)
-            model.masks[key][...] = select(w, k)
-            apply_key(model, key)
+            keys = tab.keys[a:b]
+            for key, mask in zip(keys, select_group([model._store(*key)[0] for key in keys], tab.shifts[a:b], k)):
+                model.masks[key][...] = mask
+                apply_key(model, key)
 
 
 def apply_key(model, key) -> None:

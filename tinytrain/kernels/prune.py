@@ -1,10 +1,12 @@
 """numba twins of tinytrain/graph/prune.py (flat arrays of any integer dtype; masks are uint32
 bitmaps, bit i % 32 of word i // 32 set: element i pruned).
 
-The criterion is computed without sorting (as the C does, with no buffer): a binary search over
-magnitudes finds T, the smallest magnitude with count(|v| <= T) >= k; every element below T
-is pruned, and of those equal to T the first k - count(|v| < T) in index order. That is the
-first k of the order (|v|, index), the reference's lexsort.
+The criterion is computed without sorting: a binary search over magnitudes finds T, the
+smallest magnitude with count(m <= T) >= k; every element below T is pruned, and of those equal
+to T the first k - count(m < T) in position order. That is the first k of the order
+(m, position), the reference's lexsort. A unit of several tensors (scope "global") is ranked on
+one array of magnitudes m = |v| << shift, the tensors one after the other (the C walks the
+tensors instead and needs no buffer).
 """
 from __future__ import annotations
 
@@ -33,45 +35,70 @@ def prune_zero(mask, a):
 
 
 @njit(cache=True)
-def _count_le(v, t):
-    c = 0
+def prune_mags(v, shift, mags, off):
+    """mags[off + i] = |v[i]| << shift (|v| <= 2^31, shift <= 31: below 2^63)."""
     for i in range(v.size):
-        if _mag(v[i]) <= t:
+        mags[off + i] = _mag(v[i]) << shift
+
+
+@njit(cache=True)
+def _count_le(m, t):
+    c = 0
+    for i in range(m.size):
+        if m[i] <= t:
             c += 1
     return c
 
 
 @njit(cache=True)
-def prune_select(mask, v, k):
-    """mask = the k elements of v (flat) with the smallest (|v|, index)."""
-    n = v.size
-    for wi in range(mask.size):
-        mask[wi] = 0
+def prune_select_mags(mags, k, sel):
+    """sel[i] = 1 for the k positions with the smallest (mags[i], i), else 0."""
+    n = mags.size
+    for i in range(n):
+        sel[i] = 0
     if k <= 0:
         return
     hi = np.int64(0)
     for i in range(n):
-        m = _mag(v[i])
-        if m > hi:
-            hi = m
+        if mags[i] > hi:
+            hi = mags[i]
     lo = np.int64(0)
     if k < n:
-        while lo < hi:  # smallest T with count(|v| <= T) >= k (count(|v| <= max) = n >= k)
+        while lo < hi:  # smallest T with count(m <= T) >= k (count(m <= max) = n >= k)
             mid = lo + (hi - lo) // 2
-            if _count_le(v, mid) >= k:
+            if _count_le(mags, mid) >= k:
                 hi = mid
             else:
                 lo = mid + 1
     else:
         lo = hi
-    T = lo
-    need = k - (_count_le(v, T - 1) if T > 0 else 0)
+    need = k - (_count_le(mags, lo - 1) if lo > 0 else 0)
     for i in range(n):
-        m = _mag(v[i])
-        if m < T or (m == T and need > 0):
-            if m == T:
+        m = mags[i]
+        if m < lo or (m == lo and need > 0):
+            if m == lo:
                 need -= 1
+            sel[i] = 1
+
+
+@njit(cache=True)
+def prune_mask_from(sel, off, n, mask):
+    """The bitmap of elements sel[off:off + n]."""
+    for wi in range(mask.size):
+        mask[wi] = 0
+    for i in range(n):
+        if sel[off + i]:
             mask[i >> 5] = mask[i >> 5] | (np.uint32(1) << np.uint32(i & 31))
+
+
+@njit(cache=True)
+def prune_select(mask, v, k):
+    """mask = the k elements of one tensor v (flat) with the smallest (|v|, index)."""
+    mags = np.empty(v.size, np.int64)
+    prune_mags(v, 0, mags, 0)
+    sel = np.zeros(v.size, np.uint8)
+    prune_select_mags(mags, k, sel)
+    prune_mask_from(sel, 0, v.size, mask)
 
 
 @njit(cache=True)

@@ -109,7 +109,7 @@ def generate_source(model) -> str:
     first = model.first_learning
     prune = _PruneLines(model, pidx, gidx)
     if model.prune_table is not None:
-        imports.add("from tinytrain.kernels.prune import prune_zero, prune_select, prune_row")
+        imports.add("from tinytrain.kernels.prune import prune_zero, prune_mags, prune_select_mags, prune_mask_from, prune_row")
 
     def src(li):
         return "x" if li == 0 else f"A[{li - 1}]"
@@ -217,15 +217,25 @@ class _PruneLines:
         return [f"{ind}prune_zero(PM[{self.j[key]}], {a}.reshape(-1))" for a in self._slots(key)]
 
     def scheduled(self, ind) -> list[str]:
-        """Before the step counter moves past update t = meta[1]: that step's pruning event."""
+        """Before the step counter moves past update t = meta[1]: that step's pruning event, each
+        unit (one tensor, or the tensors a global scope ranks together) on one magnitude array."""
         if not self.j:
             return []
+        m, tab = self.model, self.model.prune_table
         out = [f"{ind}prow = prune_row(PST, meta[1])", f"{ind}if prow >= 0:"]
-        for key, j in self.j.items():
-            store = self._slots(key)[1 if key in self.model.master else 0]
-            out += [f"{ind}    if PZ[prow, {j}] >= 0:",
-                    f"{ind}        prune_select(PM[{j}], {store}.reshape(-1), PZ[prow, {j}])",
-                    *[f"    {s}" for s in self.zero(key, ind + "    ")]]
+        for u, (a, b) in enumerate(tab.units):
+            keys = tab.keys[a:b]
+            sizes = [m.layers[li].params[pi].data.size for li, pi in keys]
+            offs = [sum(sizes[:i]) for i in range(len(keys))]
+            i2 = ind + "        "
+            out += [f"{ind}    if PZ[prow, {u}] >= 0:", f"{i2}pmag = np.empty({sum(sizes)}, np.int64)"]
+            for key, off, sh in zip(keys, offs, tab.shifts[a:b]):
+                store = self._slots(key)[1 if key in m.master else 0]
+                out.append(f"{i2}prune_mags({store}.reshape(-1), {sh}, pmag, {off})")
+            out += [f"{i2}psel = np.zeros({sum(sizes)}, np.uint8)", f"{i2}prune_select_mags(pmag, PZ[prow, {u}], psel)"]
+            for key, off, n in zip(keys, offs, sizes):
+                out.append(f"{i2}prune_mask_from(psel, {off}, {n}, PM[{self.j[key]}])")
+                out += self.zero(key, i2)
         return out
 
 

@@ -1,77 +1,103 @@
 /** Magnitude pruning: masks, criterion, schedule (tt_prune.h; reference graph/prune.py). */
 #include "tt_prune.h"
 
-/* |v| of element i of the tensor the criterion reads, as uint32 (|INT32_MIN| = 2^31 fits). */
-static uint32_t tt_prune_mag(const tt_prune_tensor *t, uint32_t i)
+/* |v| << shift of element i of the tensor the criterion reads (|v| <= 2^31, shift <= 31). */
+static uint64_t tt_prune_mag(const tt_prune_tensor *t, uint32_t i)
 {
     int32_t v;
     if (t->master) v = t->master[i];
     else if (t->w_bytes == 1) v = ((const int8_t *)t->w)[i];
     else if (t->w_bytes == 2) v = ((const int16_t *)t->w)[i];
     else v = ((const int32_t *)t->w)[i];
-    return v < 0 ? 0u - (uint32_t)v : (uint32_t)v;
+    return (uint64_t)(v < 0 ? 0u - (uint32_t)v : (uint32_t)v) << t->shift;
 }
 
-static void tt_prune_zero_at(const tt_prune_tensor *t, uint32_t i)
+/* Index of the lowest set bit of a nonzero word. */
+static uint32_t tt_prune_ctz(uint32_t w)
 {
-    if (t->w_bytes == 1) ((int8_t *)t->w)[i] = 0;
-    else if (t->w_bytes == 2) ((int16_t *)t->w)[i] = 0;
-    else ((int32_t *)t->w)[i] = 0;
-    if (t->master) t->master[i] = 0;
-    if (t->acc) t->acc[i] = 0;
-    if (t->vel) t->vel[i] = 0;
+#if defined(__GNUC__) && (defined(__ARM_FEATURE_CLZ) || !defined(__arm__))  /* one instruction or two */
+    return (uint32_t)__builtin_ctz(w);
+#else
+    uint32_t b = 0;
+    while (!(w & 1u)) { w >>= 1; b++; }
+    return b;
+#endif
+}
+
+/* Zero the pruned elements of one array of element size bytes: only the set bits are visited
+ * (the padding bits are 0), the dtype chosen once. */
+static void tt_prune_zero(const uint32_t *mask, uint32_t n, void *a, uint32_t bytes)
+{
+    const uint32_t words = (n + 31u) / 32u;
+    uint32_t wi;
+    for (wi = 0; wi < words; wi++) {
+        uint32_t word = mask[wi];
+        const uint32_t base = wi * 32u;
+        if (bytes == 1) {
+            int8_t *p = (int8_t *)a + base;
+            for (; word; word &= word - 1u) p[tt_prune_ctz(word)] = 0;
+        } else if (bytes == 2) {
+            int16_t *p = (int16_t *)a + base;
+            for (; word; word &= word - 1u) p[tt_prune_ctz(word)] = 0;
+        } else {
+            int32_t *p = (int32_t *)a + base;
+            for (; word; word &= word - 1u) p[tt_prune_ctz(word)] = 0;
+        }
+    }
 }
 
 void tt_prune_apply(const tt_prune_tensor *t)
 {
-    const uint32_t words = (t->n + 31u) / 32u;
-    uint32_t wi, b;
-    for (wi = 0; wi < words; wi++) {
-        const uint32_t word = t->mask[wi];
-        if (word == 0) continue;
-        for (b = 0; b < 32u; b++)
-            if ((word >> b) & 1u) tt_prune_zero_at(t, wi * 32u + b);  /* padding bits are 0 */
-    }
+    tt_prune_zero(t->mask, t->n, t->w, t->w_bytes);
+    if (t->master) tt_prune_zero(t->mask, t->n, t->master, 4u);
+    if (t->acc) tt_prune_zero(t->mask, t->n, t->acc, 4u);
+    if (t->vel) tt_prune_zero(t->mask, t->n, t->vel, 4u);
 }
 
-/* Elements with |v| <= m. */
-static uint32_t tt_prune_count_le(const tt_prune_tensor *t, uint32_t m)
+/* Elements of the unit with magnitude <= m. */
+static uint32_t tt_prune_count_le(const tt_prune_tensor *t, uint32_t count, uint64_t m)
 {
-    uint32_t i, c = 0;
-    for (i = 0; i < t->n; i++) c += tt_prune_mag(t, i) <= m;
+    uint32_t j, i, c = 0;
+    for (j = 0; j < count; j++)
+        for (i = 0; i < t[j].n; i++) c += tt_prune_mag(&t[j], i) <= m;
     return c;
 }
 
-void tt_prune_select(const tt_prune_tensor *t, uint32_t k)
+void tt_prune_select(const tt_prune_tensor *t, uint32_t count, uint32_t k)
 {
-    const uint32_t words = (t->n + 31u) / 32u;
-    uint32_t i, lo = 0, hi = 0, need;
-    for (i = 0; i < words; i++) t->mask[i] = 0;
-    if (k == 0) return;
-    for (i = 0; i < t->n; i++) {
-        const uint32_t m = tt_prune_mag(t, i);
-        if (m > hi) hi = m;
+    uint32_t j, i, n = 0, need;
+    uint64_t lo = 0, hi = 0;
+    for (j = 0; j < count; j++) {
+        for (i = 0; i < (t[j].n + 31u) / 32u; i++) t[j].mask[i] = 0;
+        for (i = 0; i < t[j].n; i++) {
+            const uint64_t m = tt_prune_mag(&t[j], i);
+            if (m > hi) hi = m;
+        }
+        n += t[j].n;
     }
-    if (k < t->n) {
-        /* the smallest T with count(|v| <= T) >= k; count(|v| <= max) = n >= k */
+    if (k == 0) return;
+    if (k < n) {
+        /* the smallest T with count(m <= T) >= k; count(m <= max) = n >= k */
         while (lo < hi) {
-            const uint32_t mid = lo + (hi - lo) / 2u;
-            if (tt_prune_count_le(t, mid) >= k) hi = mid;
+            const uint64_t mid = lo + (hi - lo) / 2u;
+            if (tt_prune_count_le(t, count, mid) >= k) hi = mid;
             else lo = mid + 1u;
         }
     } else {
         lo = hi;
     }
-    /* below T: all pruned; equal to T: the first k - count(|v| < T) by index */
-    need = k - (lo > 0 ? tt_prune_count_le(t, lo - 1u) : 0u);
-    for (i = 0; i < t->n; i++) {
-        const uint32_t m = tt_prune_mag(t, i);
-        if (m < lo || (m == lo && need > 0)) {
-            if (m == lo) need--;
-            t->mask[i / 32u] |= 1u << (i % 32u);
+    /* below T: all pruned; equal to T: the first k - count(m < T) in (tensor, index) order */
+    need = k - (lo > 0 ? tt_prune_count_le(t, count, lo - 1u) : 0u);
+    for (j = 0; j < count; j++) {
+        for (i = 0; i < t[j].n; i++) {
+            const uint64_t m = tt_prune_mag(&t[j], i);
+            if (m < lo || (m == lo && need > 0)) {
+                if (m == lo) need--;
+                t[j].mask[i / 32u] |= 1u << (i % 32u);
+            }
         }
+        tt_prune_apply(&t[j]);
     }
-    tt_prune_apply(t);
 }
 
 int32_t tt_prune_row(const tt_prune_schedule *s, uint32_t t)
@@ -88,10 +114,10 @@ int32_t tt_prune_row(const tt_prune_schedule *s, uint32_t t)
 void tt_prune_step(const tt_prune_schedule *s, const tt_prune_tensor *tensor, uint32_t t)
 {
     const int32_t r = tt_prune_row(s, t);
-    uint32_t j;
+    uint32_t u;
     if (r < 0) return;
-    for (j = 0; j < s->tensors; j++) {
-        const int32_t k = s->zeros[(uint32_t)r * s->tensors + j];
-        if (k >= 0) tt_prune_select(&tensor[j], (uint32_t)k);
+    for (u = 0; u < s->units; u++) {
+        const int32_t k = s->zeros[(uint32_t)r * s->units + u];
+        if (k >= 0) tt_prune_select(&tensor[s->unit_start[u]], s->unit_start[u + 1] - s->unit_start[u], (uint32_t)k);
     }
 }
