@@ -359,3 +359,33 @@ def test_pruned_w1_bit_exact_in_qemu(tmp_path):
     elf = build_firmware(model(), "mps2_an386", tmp_path)
     r = verify(model(), ds, 200, board="mps2_an386", elf=elf)
     assert r["mismatches"] == 0 and r["first_mismatch"] is None and r["steps"] == 200
+
+
+def test_sensitivity_deterministic_and_exact(tmp_path, capsys):
+    """`tinytrain sensitivity`: one tensor at a time pruned by the training's criterion; level 0
+    changes nothing, counts are round(s n), a rerun gives the same numbers, JSON and plot."""
+    import json
+
+    from tinytrain import cli, data
+    from tinytrain.graph.models import build_model
+    from tinytrain.sensitivity import sensitivity
+    from tinytrain.train import fit
+
+    ds = data.load("digits")
+    m = build_model("digits-mlp", ds)
+    fit(m, ds, 2, progress=False, log=lambda line: None)
+    h = m.state_hash()
+    a = sensitivity(m, ds, levels=(0.0, 0.5, 0.9))
+    assert m.state_hash() == h  # the model is not changed
+    assert [r["layer"] for r in a["layers"]] == [0, 2]
+    assert [p["zeros"] for p in a["layers"][0]["points"]] == [0, 1024, 1843]
+    assert a["layers"][0]["points"][0]["drop_points"] == 0.0 and a["layers"][1]["ram_bytes"] == 80
+    assert sensitivity(m, ds, levels=(0.0, 0.5, 0.9)) == a
+    out = tmp_path / "m.tt"
+    from tinytrain.graph import io as tio
+    tio.save(m, out, {"dataset": "digits"})
+    capsys.readouterr()
+    assert cli.main(["sensitivity", "--model", str(out), "--levels", "0,0.5,0.9", "--json",
+                     "--plot", str(tmp_path / "s.png")]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["layers"] == json.loads(json.dumps(a["layers"])) and (tmp_path / "s.png").stat().st_size > 0

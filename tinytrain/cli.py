@@ -414,6 +414,50 @@ def _eval_run(args) -> int:
     return 0
 
 
+# --------------------------------------------------------------------- sensitivity
+
+def _sensitivity_args(p):
+    p.add_argument("--model", required=True, help="a saved model (.tt), or a built-in name / model file trained "
+                   "first for --epochs")
+    p.add_argument("--data", help="dataset (default: the one the model was trained on, or the built-in's)")
+    p.add_argument("--levels", default=",".join(f"{v:g}" for v in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)),
+                   help="sparsity levels, comma-separated, each in [0, 1) (default 0,0.1,...,0.9)")
+    p.add_argument("--split", choices=("test", "train"), default="test")
+    p.add_argument("--epochs", type=int, default=20, help="epochs of training when --model is not a saved model")
+    p.add_argument("--seed", type=int, default=0, help="seed of that training")
+    p.add_argument("--plot", metavar="FILE", help="write a PNG of the accuracy drop against sparsity")
+    p.add_argument("--json", action="store_true", help="print only a JSON object on stdout")
+
+
+def _sensitivity_run(args) -> int:
+    from tinytrain import sensitivity as sens
+    from tinytrain.graph import io as tio
+    from tinytrain.train import TrainError, fit
+
+    try:
+        levels = [float(v) for v in args.levels.split(",") if v.strip()]
+    except ValueError:
+        raise TrainError(f"--levels {args.levels!r}: give numbers in [0, 1) separated by commas") from None
+    sens._levels(levels)
+    if args.plot:
+        tio.check_writable(args.plot)
+    if args.epochs < 0:
+        raise TrainError(f"--epochs must be >= 0, got {args.epochs}")
+    model, ds = load_model_args(args)
+    if not tio.is_model_file(args.model) and args.epochs:
+        fit(model, ds, args.epochs, seed=args.seed, progress=False, log=lambda line: None)
+    r = sens.sensitivity(model, ds, levels, split=args.split)
+    r.update(model=args.model, data=ds.name)
+    if args.plot:
+        sens.plot(r, args.plot)
+    if args.json:
+        _emit_json(r)
+    else:
+        print(sens.table(r))
+        print(r["note"])
+    return 0
+
+
 # ---------------------------------------------------------------------------- info
 
 def _positive_int(s: str) -> int:
@@ -585,6 +629,8 @@ def _kib(n: int) -> str:
 register("train", "train a model on a dataset (host simulator) and save it", _train_args, _train_run)
 register("eval", "evaluate a saved model on a dataset", _eval_args, _eval_run)
 register("info", "describe a saved model: layers, training state, device memory", _info_args, _info_run)
+register("sensitivity", "accuracy drop of each layer pruned alone to each sparsity level (no fine-tuning)",
+         _sensitivity_args, _sensitivity_run)
 register("boards", "list the boards (CPU, RAM, flash, emulated or real; with --model what fits)",
          _boards_args, _boards_run)
 
