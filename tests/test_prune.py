@@ -305,7 +305,7 @@ def test_masks_are_state():
     assert all(s.role != "mask" for s in state_layout(plain))
 
 
-def test_model_file_and_cli(tmp_path):
+def test_model_file_and_cli(tmp_path, capsys):
     """A "prune" object at the top of a model file or in a layer object; --prune on train."""
     import json
 
@@ -327,6 +327,10 @@ def test_model_file_and_cli(tmp_path):
     saved, _ = tio.load(out)
     assert P.sparsity(saved) == {"L0.w": (1638, 2048), "L2.w": (256, 320)}
     assert (saved.layers[0].params[0].data == 0).sum() >= 1638
+    capsys.readouterr()
+    assert cli.main(["info", str(out), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["pruned"]["L0.w"] == {"zeros": 1638, "of": 2048} and info["prune_events_left"] == 0
     # fine-tuning a dense .tt with pruning: the steps count on from its optimizer step
     dense = tmp_path / "d.tt"
     assert cli.main(["train", "--data", "digits", "--model", "digits-mlp", "--epochs", "1", "--out", str(dense)]) == 0

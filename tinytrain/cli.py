@@ -515,6 +515,11 @@ def _info_run(args) -> int:
     hist = (extra.get("history") or {}).get("epochs") or []
     if hist:
         info["test_accuracy"] = hist[-1].get("test_accuracy")
+    if model.masks:  # pruning (docs/pruning.md): zeros per pruned tensor, the events left
+        from tinytrain.graph.prune import sparsity
+        tab = model.prune_table
+        info["pruned"] = {k: {"zeros": z, "of": n} for k, (z, n) in sparsity(model).items()}
+        info["prune_events_left"] = int((tab.steps >= int(model.meta[1])).sum())
     bd = _breakdown_of(mem)
     if args.plot:
         from tinytrain.codegen.plot import plot_memory
@@ -532,6 +537,10 @@ def _info_run(args) -> int:
           f"{info['optimizer_step']}, epoch {info['epoch']}, dataset {info['dataset']}"
           + (f", test accuracy {info['test_accuracy']:.4f}" if hist else ""))
     print(f"optimizer: {model.optimizer}")
+    if "pruned" in info:
+        print("pruned: " + ", ".join(f"{k} {v['zeros']}/{v['of']} ({100 * v['zeros'] / v['of']:.1f} %)"
+                                     for k, v in info["pruned"].items())
+              + f"; {info['prune_events_left']} pruning events left in the schedule")
     print(bd.table())
     if args.plot:
         print(f"memory plot: {args.plot}")
