@@ -344,9 +344,11 @@ def test_model_file_and_cli(tmp_path, capsys):
 
 
 @pytest.mark.qemu
-def test_pruned_w1_bit_exact_in_qemu(tmp_path):
-    """W1 pruned on the board: 200 verified steps on the QEMU Cortex-M4 through a polynomial
-    schedule with events every 20 steps, ending at 80 % within the run."""
+@pytest.mark.parametrize("board", ["mps2_an386", "microbit"])
+def test_pruned_w1_bit_exact_in_qemu(tmp_path, board):
+    """W1 pruned on the board: 200 verified steps on QEMU through a polynomial schedule with
+    events every 20 steps, ending at 80 % within the run; the Cortex-M4 (CLZ: the set bits are
+    found with one instruction) and the Cortex-M0 of the micro:bit (no CLZ: the portable loop)."""
     import shutil
 
     if shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None:
@@ -360,8 +362,8 @@ def test_pruned_w1_bit_exact_in_qemu(tmp_path):
                                input_exp=ds.input_exp - 4, optimizer=SGD(lr=0.05), seed=0,
                                prune={"schedule": "polynomial", "final_sparsity": 0.8, "begin_step": 0,
                                       "end_step": 150, "frequency": 20})
-    elf = build_firmware(model(), "mps2_an386", tmp_path)
-    r = verify(model(), ds, 200, board="mps2_an386", elf=elf)
+    elf = build_firmware(model(), board, tmp_path)
+    r = verify(model(), ds, 200, board=board, elf=elf)
     assert r["mismatches"] == 0 and r["first_mismatch"] is None and r["steps"] == 200
 
 
