@@ -395,3 +395,20 @@ def test_sensitivity_deterministic_and_exact(tmp_path, capsys):
                      "--plot", str(tmp_path / "s.png")]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["layers"] == json.loads(json.dumps(a["layers"])) and (tmp_path / "s.png").stat().st_size > 0
+
+
+def test_file_from_before_pruning_loads():
+    """tests/data/pre_pruning_814deab.tt was written by tinytrain at commit 814deab, before
+    pruning existed (regenerate: check that commit out and save the model below after 5
+    reference steps, seed 4): it loads with its recorded state hash, has no masks, and its state
+    blob and schema are unchanged."""
+    from pathlib import Path
+
+    from tinytrain.graph import io as tio
+
+    m, extra = tio.load(Path(__file__).parent / "data" / "pre_pruning_814deab.tt")
+    assert "814deab" in extra["note"] and not m.masks and m.prune is None and m.prune_table is None
+    assert m.state_hash() == 0x6B17593A and m.schema_hash() == 2554853078
+    assert all(s.role != "mask" for s in state_layout(m)) and int(m.meta[1]) == 5
+    x, y = _data(4, (6,), 3, 1)
+    three_way(m, x, y, epochs=1)
