@@ -9,6 +9,9 @@ backward from the last layer: each layer computes dx with its current parameters
 parameter gradients, which the optimizer applies (direct mode) or accumulates (batch mode).
 In batch mode, after the last sample of a batch the accumulated updates are applied layer by
 layer in forward order. PRNG draws (stochastic rounding) happen in exactly this order.
+Pruning (graph/prune.py) adds two hooks: after every optimizer touch of a pruned tensor its
+pruned elements are set to zero in every slot, and the pruning event of optimizer step t, if
+the schedule has one, runs just before the step counter moves past t.
 """
 from __future__ import annotations
 
