@@ -412,3 +412,24 @@ def test_file_from_before_pruning_loads():
     assert all(s.role != "mask" for s in state_layout(m)) and int(m.meta[1]) == 5
     x, y = _data(4, (6,), 3, 1)
     three_way(m, x, y, epochs=1)
+
+
+def test_emitted_c_hooks():
+    """What the generator emits for a pruned model: the header, the static const tensor and
+    schedule tables, one tt_prune_apply after each pruned tensor's update and tt_prune_step just
+    before the step counter advances; a model that does not prune has none of it."""
+    from tinytrain.codegen.emit import generate
+
+    m = _w1ish(SGD(lr=0.05, momentum=0.9, batch_size=2),
+               {"schedule": "polynomial", "final_sparsity": 0.5, "end_step": 4, "frequency": 2})
+    src = generate(m).source
+    assert '#include "tt_prune.h"' in src
+    assert "static const tt_prune_tensor tt_model_prune[2] = {" in src
+    assert (".mask = tt_model_l0_w_mask, .n = 120u, .w = tt_model_l0_w, .w_bytes = 2u, .master = 0, "
+            ".acc = tt_model_l0_w_acc, .vel = tt_model_l0_w_vel, .shift = 0u}") in src
+    assert ".unit_start = tt_model_prune_units, .rows = 3u, .units = 2u}" in src
+    step = src[src.index("_train_step("):src.index("_predict(")]
+    assert step.count("tt_prune_apply(&tt_model_prune[0]);") == 2  # after accumulate and after the batch update
+    i = step.index("tt_prune_step(&tt_model_prune_schedule, tt_model_prune, tt_model_meta[1]);")
+    assert step.index("tt_model_meta[1] += 1;") > i
+    assert "tt_prune" not in generate(_w1ish(SGD(lr=0.05), None)).source
