@@ -155,6 +155,7 @@ def test_schedules_tables():
     ({"schedule": "gradual", "final_sparsity": 0.5}, "schedule = \"gradual\" must be one of"),
     ({"schedule": "one_shot", "final_sparsity": 0.5, "sparsity": 3}, "unknown key(s) sparsity"),
     ({"schedule": "one_shot"}, "final_sparsity is missing"),
+    ({"schedule": "one_shot", "final_sparsity": 0.5, "begin_step": 2**31}, "begin_step = 2147483648 must be an integer in [0, 2^31)"),
     ({0: {"schedule": "one_shot", "final_sparsity": 0.5, "scope": "global"}}, "give it in the model's prune object"),
 ])
 def test_bad_prune_config_names_the_field(bad, match):

@@ -65,7 +65,8 @@ SCHEDULES = ("constant", "polynomial", "one_shot")
 PRUNABLE_KINDS = ("dense", "conv1d", "conv2d", "depthwise_conv2d")
 
 _SPARSITY = F.Field("a number in [0, 1)", lambda v: F.is_number(v) and 0 <= v < 1)
-_STEP = F.Field("an integer >= 0 (an optimizer step)", lambda v: F.is_int(v) and v >= 0)
+_STEP = F.Field("an integer in [0, 2^31) (an optimizer step; the device counts them in 32 bits)",
+                lambda v: F.is_int(v) and 0 <= v < 2**31)
 #: the keys of a "prune" object
 FIELDS = {
     "schedule": F.one_of(*SCHEDULES),
