@@ -53,7 +53,7 @@ def configs(n: int) -> list[tuple[str, dict | None, float | None]]:
     return out
 
 
-def run(ds, seed: int, prune) -> tuple[float, dict]:
+def run(ds, seed: int, prune) -> tuple[float, dict, np.ndarray]:
     m = Sequential(W1.layers(), input_shape=ds.input_shape, input_exp=ds.input_exp - W1.input_shift,
                    n_classes=ds.n_classes, optimizer=SGD(lr=W1.lr), seed=seed, name="w1-digits-mlp", prune=prune)
     sim = Simulator(m)
@@ -70,7 +70,8 @@ def run(ds, seed: int, prune) -> tuple[float, dict]:
         want = [P.zeros_for(prune["final_sparsity"], sum(u)) for u in units]
         if got != want:
             raise AssertionError(f"seed {seed} {prune}: {got} pruned, want {want}")
-    return float((sim.predict(ds.x_test) == ds.y_test).mean()), sp
+    pred = sim.predict(ds.x_test)
+    return float((pred == ds.y_test).mean()), sp, pred
 
 
 def _stats(v) -> tuple[float, float]:
@@ -85,15 +86,17 @@ def main(argv=None) -> int:
     ds = W1.load()
     n = len(ds.x_train)
     t0 = time.perf_counter()
-    rows = []
+    rows, dense_pred = [], {}
     for label, prune, pts in configs(n):
-        accs, sp = [], {}
+        accs, sp, differ = [], {}, []
         for seed in args.seeds:
-            acc, sp = run(ds, seed, prune)
+            acc, sp, pred = run(ds, seed, prune)
             accs.append(acc)
+            dense_pred.setdefault(seed, pred)  # the first configuration is dense
+            differ.append(int((pred != dense_pred[seed]).sum()))
         mean, std = _stats(accs)
         rows.append({"run": label, "prune": prune, "target_points": pts, "per_seed": accs,
-                     "mean_pct": mean, "std_pct": std,
+                     "mean_pct": mean, "std_pct": std, "test_predictions_differing_from_dense": differ,
                      "zeros": {k: {"zeros": z, "of": t} for k, (z, t) in sp.items()}})
         print(f"{label:22s} {mean:6.2f} ± {std:4.2f} %   per seed " + " / ".join(f"{100 * a:.2f}" for a in accs))
     dense = rows[0]["mean_pct"]
@@ -117,9 +120,12 @@ def main(argv=None) -> int:
         return ", ".join(f"{k} {v['zeros']}/{v['of']}" for k, v in r["zeros"].items()) or "—"
 
     table = report.markdown_table(
-        ["run", f"test accuracy, mean ± std over seeds {seed_list}", "per seed", "vs dense", "target", "zeros (exact)"],
+        ["run", f"test accuracy, mean ± std over seeds {seed_list}", "per seed", "vs dense", "target",
+         "test predictions ≠ dense, per seed", "zeros (exact)"],
         [[r["run"], f"{r['mean_pct']:.2f} ± {r['std_pct']:.2f} %", " / ".join(f"{100 * a:.2f}" for a in r["per_seed"]),
-          "" if i == 0 else f"{r['difference_points']:+.2f} points", tgt(r), zeros(r)] for i, r in enumerate(rows)])
+          "" if i == 0 else f"{r['difference_points']:+.2f} points", tgt(r),
+          "" if i == 0 else " / ".join(map(str, r["test_predictions_differing_from_dense"])), zeros(r)]
+         for i, r in enumerate(rows)])
     body = ("## Pruning: W1 digits-mlp, magnitude pruning inside the integer training\n\n"
             f"`python bench/bench_prune.py`: W1 as in the accuracy benchmark ({W1.epochs} epochs, batch 1, "
             f"lr {W1.lr}, the same orders), numba Simulator (bit-exact with the reference and the C). "
