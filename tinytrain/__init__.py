@@ -37,6 +37,8 @@ _EXPORTS = {
     "SGD": ("graph.optim", "SGD"),
     "Precision": ("graph.precision", "Precision"),
     "with_precision": ("graph.convert", "with_precision"),
+
+    "Prune": ("graph.prune", "Prune"),
     "ConfigError": ("graph.optim", "ConfigError"),
     "Simulator": ("sim.simulator", "Simulator"),
     "save": ("graph.io", "save"),

@@ -273,6 +273,18 @@ def add_precision_arg(p) -> None:
                    ".tt is converted to it: docs/precision.md)")
 
 
+def _prune_arg(text):
+    """--prune JSON: the object, or None when not given."""
+    if text is None:
+        return None
+    import json
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--prune: invalid JSON at column {exc.colno}: {exc.msg} (give an object such as "
+                         '\'{"schedule": "polynomial", "final_sparsity": 0.8, "end_step": 20000}\')') from None
+
+
 def _resolve_data(data_arg: str, model_arg: str) -> str:
     """A built-in data name may name the family ("digits"); a built-in model picks the layout
     it is made for ("digits-cnn" reads "digits-image")."""
@@ -295,6 +307,8 @@ def _train_args(p):
     p.add_argument("--lr", type=float, help="learning rate (overrides the model's)")
     p.add_argument("--batch-size", type=int, help="batch size (overrides the model's; default 1)")
     add_precision_arg(p)
+    p.add_argument("--prune", metavar="JSON", help='prune while training: a "prune" object for the whole model, '
+                   'e.g. \'{"schedule": "polynomial", "final_sparsity": 0.8, "end_step": 20000}\' (docs/pruning.md)')
     p.add_argument("--plot", help="write a training-curve PNG here")
     p.add_argument("--resume", action="store_true", help="continue from --out if it exists (bit-identical)")
     p.add_argument("--force", action="store_true", help="replace --out even if it holds a different "
@@ -328,7 +342,7 @@ def _train_run(args) -> int:
             tio.check_writable(out)
     ds = data.load(_resolve_data(args.data, args.model))
     model = build_model(args.model, ds, seed=args.seed, lr=args.lr, batch_size=args.batch_size,
-                        precision=precision_arg(args.precision))
+                        precision=precision_arg(args.precision), prune=_prune_arg(args.prune))
     if args.out and not (args.resume or args.force):
         _refuse_replacing(args.out, model)
     progress = sys.stderr.isatty() if args.progress is None else args.progress
@@ -357,6 +371,9 @@ def _train_run(args) -> int:
         "params": model.param_count(), "out": args.out, "plot": args.plot,
         "engine": "reference" if args.reference else "numba",
     }
+    if model.masks:  # pruning: zeros per pruned tensor (docs/pruning.md)
+        from tinytrain.graph.prune import sparsity
+        summary["pruned"] = {k: {"zeros": z, "of": n} for k, (z, n) in sparsity(model).items()}
     if args.json:
         _emit_json(summary)
     else:
@@ -364,6 +381,9 @@ def _train_run(args) -> int:
         print(f"done: {summary['epochs']} epochs, test accuracy "
               f"{acc if acc is None else f'{acc:.4f}'}, {secs:.2f}s training, "
               f"state hash {summary['state_hash']}" + (f", saved to {args.out}" if args.out else ""))
+        if "pruned" in summary:
+            print("pruned: " + ", ".join(f"{k} {v['zeros']}/{v['of']} ({100 * v['zeros'] / v['of']:.1f} %)"
+                                         for k, v in summary["pruned"].items()))
     return 0
 
 
@@ -420,6 +440,50 @@ def _eval_run(args) -> int:
               f"state hash {out['state_hash']}")
         print("per class: " + " ".join(f"{c}:{a:.2f}" if a is not None else f"{c}:-"
                                        for c, a in enumerate(r["per_class_accuracy"])))
+    return 0
+
+
+# --------------------------------------------------------------------- sensitivity
+
+def _sensitivity_args(p):
+    p.add_argument("--model", required=True, help="a saved model (.tt), or a built-in name / model file trained "
+                   "first for --epochs")
+    p.add_argument("--data", help="dataset (default: the one the model was trained on, or the built-in's)")
+    p.add_argument("--levels", default=",".join(f"{v:g}" for v in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)),
+                   help="sparsity levels, comma-separated, each in [0, 1) (default 0,0.1,...,0.9)")
+    p.add_argument("--split", choices=("test", "train"), default="test")
+    p.add_argument("--epochs", type=int, default=20, help="epochs of training when --model is not a saved model")
+    p.add_argument("--seed", type=int, default=0, help="seed of that training")
+    p.add_argument("--plot", metavar="FILE", help="write a PNG of the accuracy drop against sparsity")
+    p.add_argument("--json", action="store_true", help="print only a JSON object on stdout")
+
+
+def _sensitivity_run(args) -> int:
+    from tinytrain import sensitivity as sens
+    from tinytrain.graph import io as tio
+    from tinytrain.train import TrainError, fit
+
+    try:
+        levels = [float(v) for v in args.levels.split(",") if v.strip()]
+    except ValueError:
+        raise TrainError(f"--levels {args.levels!r}: give numbers in [0, 1) separated by commas") from None
+    sens._levels(levels)
+    if args.plot:
+        tio.check_writable(args.plot)
+    if args.epochs < 0:
+        raise TrainError(f"--epochs must be >= 0, got {args.epochs}")
+    model, ds = load_model_args(args)
+    if not tio.is_model_file(args.model) and args.epochs:
+        fit(model, ds, args.epochs, seed=args.seed, progress=False, log=lambda line: None)
+    r = sens.sensitivity(model, ds, levels, split=args.split)
+    r.update(model=args.model, data=ds.name)
+    if args.plot:
+        sens.plot(r, args.plot)
+    if args.json:
+        _emit_json(r)
+    else:
+        print(sens.table(r))
+        print(r["note"])
     return 0
 
 
@@ -480,6 +544,11 @@ def _info_run(args) -> int:
     hist = (extra.get("history") or {}).get("epochs") or []
     if hist:
         info["test_accuracy"] = hist[-1].get("test_accuracy")
+    if model.masks:  # pruning (docs/pruning.md): zeros per pruned tensor, the events left
+        from tinytrain.graph.prune import sparsity
+        tab = model.prune_table
+        info["pruned"] = {k: {"zeros": z, "of": n} for k, (z, n) in sparsity(model).items()}
+        info["prune_events_left"] = int((tab.steps >= int(model.meta[1])).sum())
     bd = _breakdown_of(mem)
     if args.plot:
         from tinytrain.codegen.plot import plot_memory
@@ -497,6 +566,10 @@ def _info_run(args) -> int:
           f"{info['optimizer_step']}, epoch {info['epoch']}, dataset {info['dataset']}"
           + (f", test accuracy {info['test_accuracy']:.4f}" if hist else ""))
     print(f"optimizer: {model.optimizer}")
+    if "pruned" in info:
+        print("pruned: " + ", ".join(f"{k} {v['zeros']}/{v['of']} ({100 * v['zeros'] / v['of']:.1f} %)"
+                                     for k, v in info["pruned"].items())
+              + f"; {info['prune_events_left']} pruning events left in the schedule")
     print(bd.table())
     if args.plot:
         print(f"memory plot: {args.plot}")
@@ -596,6 +669,8 @@ def _kib(n: int) -> str:
 register("train", "train a model on a dataset (host simulator) and save it", _train_args, _train_run)
 register("eval", "evaluate a saved model on a dataset", _eval_args, _eval_run)
 register("info", "describe a saved model: layers, training state, device memory", _info_args, _info_run)
+register("sensitivity", "accuracy drop of each layer pruned alone to each sparsity level (no fine-tuning)",
+         _sensitivity_args, _sensitivity_run)
 register("boards", "list the boards (CPU, RAM, flash, emulated or real; with --model what fits)",
          _boards_args, _boards_run)
 

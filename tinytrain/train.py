@@ -142,7 +142,7 @@ def _copy_state(dst, src):
     for ld, ls in zip(dst.layers, src.layers):
         for pd, ps in zip(ld.params, ls.params):
             pd.data[...] = ps.data
-    for name in ("master", "accum", "velocity"):
+    for name in ("master", "accum", "velocity", "masks"):
         a, b = getattr(dst, name), getattr(src, name)
         if set(a) != set(b):
             raise TrainError(f"checkpoint {name} buffers do not match the model")

@@ -70,7 +70,7 @@ class MemoryReport:
 
 
 ROLE_NAMES = {"frozen": "frozen params (flash)", "param": "parameters", "master": "master weights", "accum": "grad accumulators",
-              "velocity": "momentum", "meta": "prng/step", "activation": "saved activations",
+              "velocity": "momentum", "mask": "pruning masks", "meta": "prng/step", "activation": "saved activations",
               "error": "error buffers", "grad": "gradient scratch", "scratch": "kernel scratch"}
 
 #: stack used by a train step when no cross compiler is available to measure it (bytes)
@@ -203,7 +203,7 @@ RAM_ROLES = ("parameters", "optimizer state", "activations", "scratch", "protoco
 FLASH_ROLES = ("parameters", "code")
 #: emitted tensor role -> breakdown role
 TENSOR_ROLE = {"param": "parameters", "master": "parameters", "accum": "optimizer state",
-               "velocity": "optimizer state", "meta": "optimizer state", "activation": "activations",
+               "velocity": "optimizer state", "mask": "optimizer state", "meta": "optimizer state", "activation": "activations",
                "error": "activations", "grad": "scratch", "scratch": "scratch"}
 #: the generated model's saturation counters (tt_stats), counted as scratch
 STATS_BYTES = 4

@@ -50,6 +50,9 @@ def with_precision(model, precision):
                 src, src_exp = (model.master[key], model.master_exp(key)) if key in model.master else (po.data, po.exp)
                 new.master[key][...] = _narrow(src, new.master_exp(key) - src_exp, new.master[key].dtype)
                 new._refresh(li, pi)
+    for key, mask in getattr(model, "masks", {}).items():  # pruning masks carry over
+        if key in getattr(new, "masks", {}):
+            new.masks[key][...] = mask
     new.meta[...] = model.meta
     new.meta[2] = 0  # no batch in progress: the accumulators start empty
     return new

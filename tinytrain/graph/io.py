@@ -18,7 +18,8 @@ Header JSON: {"format": "tinytrain-model", "version": 1, "writer": "tinytrain X.
 "data_input_exp": int | null, "extra": {...}, "data_nbytes": D,
 "tensors": [{"name", "dtype", "shape", "offset", "nbytes"}, ...]}.
 Tensors, in state order: per layer and parameter ``L{li}.{name}`` (the compute copy), then
-``L{li}.{name}.master`` / ``.accum`` / ``.velocity`` where present, then ``meta`` (int64:
+``L{li}.{name}.master`` / ``.accum`` / ``.velocity`` / ``.mask`` (uint32 bitmap of the pruned
+elements, graph/prune.py; only in models that prune, so older files read unchanged) where present, then ``meta`` (int64:
 PRNG state, optimizer step, samples in batch) and ``stats`` (int64 saturation counters).
 A reader of version v accepts files of version <= v; a new field that old readers may skip
 goes in the header without a version bump.
@@ -54,7 +55,8 @@ def _state_items(model):
         for pi, p in enumerate(l.params):
             key, base = (li, pi), f"L{li}.{p.name}"
             items.append((base, p.data))
-            for suffix, store in (("master", model.master), ("accum", model.accum), ("velocity", model.velocity)):
+            for suffix, store in (("master", model.master), ("accum", model.accum), ("velocity", model.velocity),
+                                  ("mask", model.masks)):
                 if key in store:
                     items.append((f"{base}.{suffix}", store[key]))
     items.append(("meta", model.meta))

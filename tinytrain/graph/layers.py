@@ -12,6 +12,8 @@ import numpy as np
 
 from tinytrain.graph import fields as F
 from tinytrain.graph.precision import DEFAULT as DEFAULT_PRECISION, Precision, PrecisionError
+
+from tinytrain.graph import prune as r_prune
 from tinytrain.graph.optable import Call, Op, op_for, register_op
 from tinytrain.ops import dense as r_dense
 from tinytrain.ops import flatten as r_flatten
@@ -195,8 +197,11 @@ def register(cls):
 
 
 def layer_config(l: Layer) -> dict:
-    """A layer as a model file writes it: its type, options and its "precision" override."""
-    return {"type": l.kind, **l.config(), **({"precision": l.precision} if l.precision is not None else {})}
+    """A layer as a model file writes it: its type, options, its "precision" override and its
+    "prune" object."""
+    pr = r_prune.layer_prune(l)
+    return {"type": l.kind, **l.config(), **({"precision": l.precision} if l.precision is not None else {}),
+            **({"prune": pr.to_dict()} if pr else {})}
 
 
 def layer_from_config(d: dict) -> Layer:
@@ -208,6 +213,7 @@ def layer_from_config(d: dict) -> Layer:
             f"unknown layer type {kind!r}: known types are {', '.join(sorted(LAYER_TYPES))}"
         )
     cls = LAYER_TYPES[kind]
+    prune = d.pop("prune", None)  # any layer object may carry a "prune" object (graph/prune.py)
     if cls.fields is not None:
         F.check(d, cls.fields, kind, ModelError)
         sig = inspect.signature(cls.__init__).parameters.values()
@@ -224,6 +230,12 @@ def layer_from_config(d: dict) -> Layer:
         except PrecisionError as exc:
             raise ModelError(str(exc)) from None
         layer.precision = precision
+
+    if prune is not None:
+        try:
+            layer.prune = r_prune.Prune.from_dict(prune, f"{kind}: prune")
+        except r_prune.PruneError as exc:
+            raise ModelError(str(exc)) from None
     return layer
 
 

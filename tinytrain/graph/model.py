@@ -9,6 +9,9 @@ backward from the last layer: each layer computes dx with its current parameters
 parameter gradients, which the optimizer applies (direct mode) or accumulates (batch mode).
 In batch mode, after the last sample of a batch the accumulated updates are applied layer by
 layer in forward order. PRNG draws (stochastic rounding) happen in exactly this order.
+Pruning (graph/prune.py) adds two hooks: after every optimizer touch of a pruned tensor its
+pruned elements are set to zero in every slot, and the pruning event of optimizer step t, if
+the schedule has one, runs just before the step counter moves past t.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ from tinytrain.ops import mse as r_mse
 from tinytrain.ops import softmax_ce as r_ce
 from tinytrain.graph.optim import SGD, IntSGD
 from tinytrain.graph import optim as r_opt
+from tinytrain.graph import prune as r_prune
 
 LOSSES = ("softmax_ce", "mse")
 
@@ -42,7 +46,7 @@ class Sequential:
 
     def __init__(self, layers: list[Layer], input_shape=None, input_exp: int | None = None,
                  n_classes: int | None = None, loss: str = "softmax_ce", optimizer: SGD | None = None,
-                 seed: int = 0, name: str = "model", dataset=None, precision=None):
+                 seed: int = 0, name: str = "model", dataset=None, precision=None, prune=None):
         data_input_exp = None
         if dataset is not None:
             from tinytrain.data import unit_shift
@@ -100,6 +104,7 @@ class Sequential:
             self.n_classes = 0
         self.optimizer = self._resolve_rounding(self.optimizer)
         self.opt: IntSGD = self.optimizer.compile()
+        self.prune = _prune_config(prune, self.layers)
         if data_input_exp is not None:
             self.data_input_exp = data_input_exp
         self._init_training_state()
@@ -184,6 +189,11 @@ class Sequential:
                     self.velocity[key] = np.zeros(p.data.shape, self._velocity_dtype(li, pi))
         # scalars: PRNG state, optimizer step, samples in the current batch
         self.meta = np.array([fp.prng_seed(self.seed), 0, 0], dtype=np.int64)
+        try:  # pruning: the integer schedule and an all-kept mask per pruned tensor
+            self.prune_table = r_prune.compile(self)
+        except r_prune.PruneError as exc:
+            raise ModelError(str(exc)) from None
+        self.masks = r_prune.init_masks(self)
         self.stats = np.zeros(4, dtype=np.int64)  # [act saturations, weight saturations, update underflows, -]
 
     def _trainable_mask(self):
@@ -240,6 +250,8 @@ class Sequential:
                     out.append(self.accum[key])
                 if key in self.velocity:
                     out.append(self.velocity[key])
+                if key in self.masks:
+                    out.append(self.masks[key])
         out.append(self.meta.astype(np.uint32))
         return out
 
@@ -250,7 +262,7 @@ class Sequential:
         d = {
             "input_shape": list(self.input_shape), "input_exp": self.input_exp, "loss": self.loss,
             "n_classes": self.n_classes, "layers": [layer_config(l) for l in self.layers],
-            "optimizer": self.optimizer.to_dict(),
+            "optimizer": self.optimizer.to_dict(), **self._prune_config(),
             "params": [[p.name, str(p.data.dtype), list(p.data.shape), p.exp, p.role] for l in self.layers for p in l.params],
         }
         if self.precision.to_dict():  # a default policy leaves the schema (and its hash) as it was
@@ -334,6 +346,7 @@ class Sequential:
         self.meta[0] = prng[0]
         self.meta[2] += 1
         if not opt.accumulate:
+            r_prune.scheduled(self, int(self.meta[1]))
             self.meta[1] += 1
         elif self.meta[2] == opt.batch_size:
             self._apply_batch(prng)
@@ -354,6 +367,7 @@ class Sequential:
         else:
             self.stats[1] += r_opt.update_direct_ref(w, ew, g, eg, self.opt, m_t, prng, self.stats)
             self._refresh(li, pi)
+        r_prune.apply_key(self, (li, pi))
 
     def _refresh(self, li, pi):
         if (li, pi) in self.master:
@@ -365,6 +379,7 @@ class Sequential:
             for pi in range(len(l.params)):
                 if (li, pi) in self.accum:
                     self._apply_accumulated(li, pi, prng)
+        r_prune.scheduled(self, int(self.meta[1]))
         self.meta[1] += 1
         self.meta[2] = 0
 
@@ -372,6 +387,7 @@ class Sequential:
         w, _ = self._store(li, pi)
         self.stats[1] += r_opt.apply_accumulated_ref(w, self.accum[(li, pi)], self.velocity.get((li, pi)), self.opt, prng)
         self._refresh(li, pi)
+        r_prune.apply_key(self, (li, pi))
 
     target_exp = 0
 
@@ -387,13 +403,37 @@ class Sequential:
         return cls(layers, input_shape=cfg["input_shape"], input_exp=cfg.get("input_exp", 0),
                    n_classes=cfg.get("n_classes"), loss=cfg.get("loss", "softmax_ce"),
                    optimizer=opt, seed=cfg.get("seed", 0), name=cfg.get("name", "model"),
-                   precision=cfg.get("precision"))
+                   precision=cfg.get("precision"), prune=cfg.get("prune"))
+
+    # ------------------------------------------------------------ pruning
+    def _prune_config(self) -> dict:
+        return {"prune": self.prune.to_dict()} if self.prune is not None else {}
 
     def config(self) -> dict:
         d = {"name": self.name, "input_shape": list(self.input_shape), "input_exp": self.input_exp,
              "n_classes": self.n_classes, "loss": self.loss, "seed": self.seed,
              "layers": [layer_config(l) for l in self.layers],
-             "optimizer": self.optimizer.to_dict()}
+             "optimizer": self.optimizer.to_dict(), **self._prune_config()}
         if self.precision.to_dict():
             d["precision"] = self.precision.to_dict()
         return d
+
+
+def _prune_config(prune, layers):
+    """Sequential(prune=...): a Prune or a "prune" object for the whole model, or
+    {layer index: Prune or object} attaching one to each named layer."""
+    try:
+        if prune is None:
+            return None
+        if isinstance(prune, r_prune.Prune):
+            prune.check("prune")
+            return prune
+        if isinstance(prune, dict) and prune and all(isinstance(k, int) and not isinstance(k, bool) for k in prune):
+            for i, cfg in prune.items():
+                if not 0 <= i < len(layers):
+                    raise ModelError(f"prune names layer {i} but the model has {len(layers)} layers")
+                layers[i].prune = r_prune.Prune.from_dict(cfg, f"layer {i}: prune")
+            return None
+        return r_prune.Prune.from_dict(prune, "prune")
+    except r_prune.PruneError as exc:
+        raise ModelError(str(exc)) from None

@@ -37,6 +37,8 @@ FILE_FIELDS = {
     "name": F.STR, "seed": F.Field("an integer >= 0", lambda v: F.is_int(v) and v >= 0),
     "precision": F.Field("a preset name (int16, int8, int8-master16, ...) or an object such as "
                          "{\"weights\": \"int8\"}", lambda v: isinstance(v, (str, dict))),
+    "prune": F.Field("a table/object of pruning options such as {\"schedule\": \"polynomial\", "
+                     "\"final_sparsity\": 0.8, \"end_step\": 20000} (docs/pruning.md)", lambda v: isinstance(v, dict)),
 }
 
 
@@ -95,7 +97,8 @@ def from_spec(spec: dict, dataset, *, where: str = "model", seed: int = 0, preci
                            input_exp=_input_exp(dataset, spec.get("input_scale")),
                            n_classes=dataset.n_classes or None, loss=loss, optimizer=opt,
                            seed=int(spec.get("seed", seed)), name=str(spec.get("name", where)),
-                           precision=precision if precision is not None else spec.get("precision"))
+                           precision=precision if precision is not None else spec.get("precision"),
+                           prune=spec.get("prune"))
     except ConfigError as exc:
         raise ModelError(f"{where}: {exc}") from None
     except ModelError as exc:
@@ -228,14 +231,18 @@ def read_model_file(path) -> dict:
 
 
 def build_model(name_or_path, dataset, *, seed: int = 0, lr: float | None = None,
-                batch_size: int | None = None, precision=None, **opt_overrides) -> Sequential:
+                batch_size: int | None = None, precision=None, prune: dict | None = None,
+                **opt_overrides) -> Sequential:
     """A fresh model for ``dataset``: a built-in name, a .json/.toml model file, or a saved
     model file (its weights and training state are kept; lr/batch overrides are refused; a
-    ``precision`` converts it: :func:`tinytrain.graph.convert.with_precision`)."""
+    ``precision`` converts it: :func:`tinytrain.graph.convert.with_precision`).
+    prune: a "prune" object for the whole model (replaces the file's; docs/pruning.md)."""
     s = str(name_or_path)
     overrides = dict(opt_overrides, lr=lr, batch_size=batch_size)
+    with_prune = (lambda spec: dict(spec, prune=prune)) if prune is not None else (lambda spec: spec)  # noqa: E731
     if s in MODELS:
-        return from_spec(model_spec(s, dataset), dataset, where=s, seed=seed, precision=precision, **overrides)
+        return from_spec(with_prune(model_spec(s, dataset)), dataset, where=s, seed=seed, precision=precision,
+                         **overrides)
     p = Path(s)
     if p.is_file():
         from tinytrain.graph import io as tio
@@ -247,7 +254,14 @@ def build_model(name_or_path, dataset, *, seed: int = 0, lr: float | None = None
             if precision is not None:
                 from tinytrain.graph.convert import with_precision
                 model = with_precision(model, precision)
+            if prune is not None:  # fine-tuning with pruning (graph/prune.py attach)
+                from tinytrain.graph import prune as r_prune
+                try:
+                    r_prune.attach(model, prune)
+                except r_prune.PruneError as exc:
+                    raise ModelError(f"{p}: {exc}") from None
             return model
-        return from_spec(read_model_file(p), dataset, where=p.name, seed=seed, precision=precision, **overrides)
+        return from_spec(with_prune(read_model_file(p)), dataset, where=p.name, seed=seed, precision=precision,
+                         **overrides)
     raise ModelError(f"unknown model {s!r}: built-in models are {', '.join(MODELS)}, or give the "
                      "path of a .json/.toml model file or a saved .tt model")

@@ -23,7 +23,7 @@ class Slot:
     layer: int      # -1 for meta
     kind: str       # op kind ("dense", ...) or "meta"
     param: str      # parameter name, or "prng,step,batch" for meta
-    role: str       # param | master | accum | velocity | meta
+    role: str       # param | master | accum | velocity | mask | meta
     dtype: np.dtype
     shape: tuple
     offset: int     # byte offset in the blob
@@ -52,6 +52,8 @@ def state_layout(model) -> list[Slot]:
                 add(li, l.kind, p.name, "accum", model.accum[key])
             if key in model.velocity:
                 add(li, l.kind, p.name, "velocity", model.velocity[key])
+            if key in model.masks:
+                add(li, l.kind, p.name, "mask", model.masks[key])
     add(-1, "meta", "prng,step,batch", "meta", model.meta.astype(np.uint32))
     return slots
 

@@ -1,0 +1,147 @@
+"""W1 magnitude pruning inside the integer training, next to the dense run.
+
+    .venv/bin/python bench/bench_prune.py [--seeds 0 1 2]
+
+W1 digits-mlp (64-32-10, lr 0.05, batch 1, 20 epochs; the orders of bench_accuracy.py), trained
+by the numba Simulator (bit-exact with the reference and the C):
+
+* dense;
+* gradual magnitude pruning (polynomial, power 3, TFMOT's defaults) of both Dense weight
+  tensors to 50 / 80 / 90 %, from epoch 2 to epoch 14 (optimizer steps 2 n .. 14 n, n = 1437
+  samples per epoch), a pruning step every 100 updates, then 6 epochs at the final sparsity;
+* the 80 % schedule with scope "global" (both tensors ranked together: 80 % of all weights);
+* one-shot 80 % at epoch 10 (step 10 n), then 10 epochs of training with the mask.
+
+Test accuracy per seed, mean ± sample std (ddof=1) over seeds; targets (issue 12): gradual
+50 / 80 / 90 % within 0.5 / 1.0 / 2.5 points of dense (difference of the means). Every run also
+checks that the mask holds exactly round(s n) zeros per tensor and that every pruned weight is
+zero. Writes bench/results/prune_w1.json and the BENCHMARKS.md section prune-w1. Accuracy only:
+the machine is shared, so no timing is reported.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+for _v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    os.environ[_v] = "1"
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import report  # noqa: E402
+from tinytrain.graph import prune as P  # noqa: E402
+from tinytrain.graph.model import Sequential  # noqa: E402
+from tinytrain.graph.optim import SGD  # noqa: E402
+from tinytrain.lab.workloads import SEEDS, W1, epoch_orders  # noqa: E402
+from tinytrain.sim.simulator import Simulator  # noqa: E402
+
+TARGETS = {0.5: 0.5, 0.8: 1.0, 0.9: 2.5}  # sparsity -> allowed drop (points)
+
+
+def configs(n: int) -> list[tuple[str, dict | None, float | None]]:
+    """(label, prune object, target points) of every run; n samples per epoch."""
+    out = [("dense", None, None)]
+    for s, pts in TARGETS.items():
+        out.append((f"gradual {int(100 * s)} %", {"schedule": "polynomial", "initial_sparsity": 0.0,
+                                                  "final_sparsity": s, "begin_step": 2 * n,
+                                                  "end_step": 14 * n, "frequency": 100, "power": 3}, pts))
+    out.append(("gradual 80 %, global", {**out[2][1], "scope": "global"}, None))
+    out.append(("one-shot 80 %", {"schedule": "one_shot", "final_sparsity": 0.8, "begin_step": 10 * n}, None))
+    return out
+
+
+def run(ds, seed: int, prune) -> tuple[float, dict, np.ndarray]:
+    m = Sequential(W1.layers(), input_shape=ds.input_shape, input_exp=ds.input_exp - W1.input_shift,
+                   n_classes=ds.n_classes, optimizer=SGD(lr=W1.lr), seed=seed, name="w1-digits-mlp", prune=prune)
+    sim = Simulator(m)
+    for order in epoch_orders(seed, len(ds.x_train), W1.epochs):
+        sim.train(ds.x_train, ds.y_train, order)
+    sp = P.sparsity(m)
+    if prune is not None:  # the exact target, and pruned weights exactly zero
+        for (li, pi), mask in m.masks.items():
+            w = m.layers[li].params[pi].data
+            if w.reshape(-1)[P.unpack(mask, w.size)].any():
+                raise AssertionError(f"seed {seed} {prune}: a pruned weight of L{li} is not zero")
+        units = [[m.layers[li].params[pi].data.size for li, pi in m.prune_table.keys[a:b]] for a, b in m.prune_table.units]
+        got = [sum(sp[k][0] for k in list(sp)[a:b]) for a, b in m.prune_table.units]
+        want = [P.zeros_for(prune["final_sparsity"], sum(u)) for u in units]
+        if got != want:
+            raise AssertionError(f"seed {seed} {prune}: {got} pruned, want {want}")
+    pred = sim.predict(ds.x_test)
+    return float((pred == ds.y_test).mean()), sp, pred
+
+
+def _stats(v) -> tuple[float, float]:
+    a = 100.0 * np.asarray(v)
+    return float(a.mean()), float(a.std(ddof=1)) if len(a) > 1 else 0.0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    args = ap.parse_args(argv)
+    ds = W1.load()
+    n = len(ds.x_train)
+    t0 = time.perf_counter()
+    rows, dense_pred = [], {}
+    for label, prune, pts in configs(n):
+        accs, sp, differ = [], {}, []
+        for seed in args.seeds:
+            acc, sp, pred = run(ds, seed, prune)
+            accs.append(acc)
+            dense_pred.setdefault(seed, pred)  # the first configuration is dense
+            differ.append(int((pred != dense_pred[seed]).sum()))
+        mean, std = _stats(accs)
+        rows.append({"run": label, "prune": prune, "target_points": pts, "per_seed": accs,
+                     "mean_pct": mean, "std_pct": std, "test_predictions_differing_from_dense": differ,
+                     "zeros": {k: {"zeros": z, "of": t} for k, (z, t) in sp.items()}})
+        print(f"{label:22s} {mean:6.2f} ± {std:4.2f} %   per seed " + " / ".join(f"{100 * a:.2f}" for a in accs))
+    dense = rows[0]["mean_pct"]
+    for r in rows[1:]:
+        r["difference_points"] = r["mean_pct"] - dense
+        r["within_target"] = None if r["target_points"] is None else -r["difference_points"] <= r["target_points"]
+    ok = all(r["within_target"] is not False for r in rows[1:])
+    secs = time.perf_counter() - t0
+    payload = {"workload": "w1", "title": "digits-mlp", "epochs": W1.epochs, "lr": W1.lr, "batch_size": 1,
+               "samples_per_epoch": n, "seeds": args.seeds, "runs": rows, "all_targets_met": ok,
+               "std": "sample std over seeds (ddof=1)", "machine": report.machine()}
+    path = report.write_json("prune_w1.json", payload)
+    seed_list = ", ".join(str(s) for s in args.seeds)
+
+    def tgt(r):
+        if r["target_points"] is None:
+            return ""
+        return f"within {r['target_points']:.1f}: {'met' if r['within_target'] else 'MISSED'}"
+
+    def zeros(r):
+        return ", ".join(f"{k} {v['zeros']}/{v['of']}" for k, v in r["zeros"].items()) or "—"
+
+    table = report.markdown_table(
+        ["run", f"test accuracy, mean ± std over seeds {seed_list}", "per seed", "vs dense", "target",
+         "test predictions ≠ dense, per seed", "zeros (exact)"],
+        [[r["run"], f"{r['mean_pct']:.2f} ± {r['std_pct']:.2f} %", " / ".join(f"{100 * a:.2f}" for a in r["per_seed"]),
+          "" if i == 0 else f"{r['difference_points']:+.2f} points", tgt(r),
+          "" if i == 0 else " / ".join(map(str, r["test_predictions_differing_from_dense"])), zeros(r)]
+         for i, r in enumerate(rows)])
+    body = ("## Pruning: W1 digits-mlp, magnitude pruning inside the integer training\n\n"
+            f"`python bench/bench_prune.py`: W1 as in the accuracy benchmark ({W1.epochs} epochs, batch 1, "
+            f"lr {W1.lr}, the same orders), numba Simulator (bit-exact with the reference and the C). "
+            "Gradual: polynomial schedule (power 3) on both Dense weight tensors from epoch 2 to epoch 14 "
+            f"(optimizer steps {2 * n}..{14 * n}), a pruning step every 100 updates, then 6 epochs at the "
+            f"final sparsity; \"global\": both tensors ranked together by real magnitude. One-shot: 80 % at epoch 10 "
+            f"(step {10 * n}), then 10 epochs with the mask. "
+            "Targets (issue 12): within 0.5 / 1.0 / 2.5 points of dense at 50 / 80 / 90 %. "
+            "The zeros column is the mask's count per tensor, checked to be round(s · n) per tensor (global: of "
+            "both together) and zero in the weights.\n\n"
+            f"{table}\n")
+    report.update_section("prune-w1", body)
+    print(f"all targets {'met' if ok else 'NOT met'}; wrote {path.relative_to(report.ROOT)} and "
+          f"{report.BENCHMARKS_MD.name}  [{secs:.1f} s]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
