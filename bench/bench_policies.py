@@ -124,7 +124,7 @@ def main(argv=None):
     out = table(res, boards)
     print(out)
     print(targets(res))
-    body = ["## Integer precision policies (issue 11)", "",
+    body = [f"## Integer precision policies (issue 11): {a.workload.upper()}", "",
             f"`python bench/bench_policies.py` ({a.workload}, seeds {a.seeds}, {a.steps} verified QEMU steps per policy "
             "and board, zero mismatches): accuracy of the numba training with the workload's recipe; instructions "
             "per training sample on QEMU (`-icount`); training RAM = parameters + masters + optimizer state + "

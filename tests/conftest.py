@@ -33,7 +33,9 @@ uint32_t tt_t_prng_next(uint32_t s);
 
 def runtime_cdef() -> str:
     parts = [SHIM_CDEF]
-    headers = sorted(cbuild.FIRMWARE_INCLUDE.glob("tt_*.h"), key=lambda h: h.stem != "tt_fixedpoint")
+    # tt_fixedpoint first, then by name (deterministic: a header using another's types, such as
+    # tt_conv_wgrad.h the params of tt_conv.h and tt_conv_w8.h, comes after it)
+    headers = sorted(cbuild.FIRMWARE_INCLUDE.glob("tt_*.h"), key=lambda h: (h.stem != "tt_fixedpoint", h.name))
     for h in headers:
         if h.stem in ("tt_port", "tt_device", "tt_protocol", "tt_cobs", "tt_crc32", "tt_fedcodec", "tt_state"):
             continue

@@ -29,7 +29,7 @@ CTYPE = {np.dtype(np.int8): "int8_t", np.dtype(np.int16): "int16_t", np.dtype(np
          np.dtype(np.uint32): "uint32_t"}
 #: layer types with C kernels for int8 weights (optable.weight_variant "_w8")
 C_WEIGHT_VARIANTS = {"dense", "conv2d", "depthwise_conv2d", "conv1d"}
-#: layer types whose weight gradients the C forms one output channel at a time (tt_conv_chan.h)
+#: layer types whose weight gradients the C forms one output channel at a time (tt_conv_wgrad.h)
 BY_CHANNEL = {"conv2d", "conv1d"}
 #: the SGD kernels' suffix for a storage type
 STORE_TAG = {np.dtype(np.int8): "s8", np.dtype(np.int16): "s16", np.dtype(np.int32): "s32"}
@@ -166,7 +166,7 @@ class Emitter:
 
     def by_channel(self, li) -> bool:
         """Conv2d / Conv1d layers that learn form their weight gradient one output channel at a
-        time (tt_conv_chan.h) and apply it before the next: the gradient buffer holds one
+        time (tt_conv_wgrad.h) and apply it before the next: the gradient buffer holds one
         channel, not the whole tensor (W3's conv2: 72 values instead of 1,152)."""
         return self.model.layers[li].kind in BY_CHANNEL and self.model.layer_learns(li)
 
@@ -175,7 +175,7 @@ class Emitter:
         return int(w.size // w.shape[0])
 
     def chan_group(self, li) -> int:
-        """Output channels per gradient block: tt_conv_chan.c keeps 2 (4 when Cin < 4) output
+        """Output channels per gradient block: tt_conv.c (conv2d_grad_gather) keeps 2 (4 when Cin < 4) output
         channels' sums in registers and shares each loaded input among them."""
         return min(self.model.layers[li].params[0].data.shape[0], 2 if self.model.layers[li].params[0].data.shape[-1] >= 4 else 4)
 
@@ -260,7 +260,7 @@ class Emitter:
         self.decls = {}
         opt = m.opt
         headers = sorted(set().union(*(optable.headers(l) for l in m.layers))
-                         | ({"tt_conv_chan.h"} if any(self.by_channel(li) for li in range(len(m.layers))) else set()))
+                         | ({"tt_conv_wgrad.h"} if any(self.by_channel(li) for li in range(len(m.layers))) else set()))
         in_size = int(np.prod(m.input_shape))
         out_size = m.layers[-1].out_size
         schema = m.schema_hash()

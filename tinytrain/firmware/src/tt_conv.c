@@ -177,7 +177,7 @@ static inline void conv_grad_block(const int8_t *e, const int8_t *x, int32_t W, 
 /* The weight gradient gathered tap by tap: each gw element is one sum over the output
  * positions, its accumulators in registers (blocks of 2 output x 4 input channels, or 4 x 1
  * when Cin < 4). int32 sums, exact as in conv2d_grad's scatter. Output channels [co0, co1)
- * only, gw holding theirs (tt_conv_chan.h); gb (all channels) unless NULL. */
+ * only, gw holding theirs (tt_conv_wgrad.h); gb (all channels) unless NULL. */
 static void conv2d_grad_gather(const int8_t *e, const int8_t *x, int32_t H, int32_t W,
                                int32_t Cin, int32_t Cout, int32_t KH, int32_t KW, int32_t sh,
                                int32_t sw, int32_t pt, int32_t pl, int32_t OH, int32_t OW,
@@ -528,9 +528,9 @@ void tt_conv1d_grad_s32(const tt_conv1d_params *p, const int8_t *e, const int8_t
     conv2d_grad(e, x, TT_CONV1D_ARGS(p), gw, gb);
 }
 
-/* ---- weight gradients a few output channels at a time (tt_conv_chan.h): conv2d_grad_gather on
+/* ---- weight gradients a few output channels at a time (tt_conv_wgrad.h): conv2d_grad_gather on
  * the channel range, the biases apart; one entry per params struct (int16 and int8 weights) */
-#include "tt_conv_chan.h"
+#include "tt_conv_wgrad.h"
 
 static void conv_grad_b(const int8_t *e, int32_t P, int32_t Cout, int32_t *gb)
 {

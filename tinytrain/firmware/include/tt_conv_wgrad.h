@@ -3,8 +3,8 @@
  * channels only, so that a training step applies their update before it forms the next ones and
  * its gradient buffer holds nco * kh * kw * Cin values instead of the whole tensor. The gradients
  * do not read w. */
-#ifndef TT_CONV_CHAN_H
-#define TT_CONV_CHAN_H
+#ifndef TT_CONV_WGRAD_H
+#define TT_CONV_WGRAD_H
 
 #include <stdint.h>
 #include "tt_conv.h"
@@ -35,4 +35,4 @@ void tt_conv1d_grad_b_s32_w8(const tt_conv1d_w8_params *p, const int8_t *e, int3
 }
 #endif
 
-#endif /* TT_CONV_CHAN_H */
+#endif /* TT_CONV_WGRAD_H */
