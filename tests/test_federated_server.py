@@ -120,7 +120,7 @@ def test_majority_vote_equals_python_ints(data, dt):
     tensors abstaining, saturation at the dtype's codec bounds."""
     from types import SimpleNamespace
 
-    from tinytrain.federated.fedavg import MajorityVote
+    from tinytrain.federated.server import MajorityVote
 
     lim = LIM[dt]
     sizes = data.draw(st.lists(st.integers(1, 9), min_size=1, max_size=3))

@@ -41,8 +41,9 @@ import numpy as np
 
 from tinytrain.federated.codec import HEADER, CorruptUpdate, Schema, decode_update, encode_global
 from tinytrain.federated.engine import FedConfig
-from tinytrain.federated.fedavg import aggregator, set_store, store_tensors
+from tinytrain.federated.fedavg import set_store, store_tensors
 from tinytrain.federated.runconfig import RUN_CONFIG, settings
+from tinytrain.federated.server import aggregator
 
 __all__ = ["RUN_CONFIG", "settings", "IntegerFedAvg", "client_train", "server_main",
            "make_client_app", "make_server_app", "run"]
