@@ -414,11 +414,8 @@ def _tree_rss(root: int) -> int:
     return total
 
 
-def flower_scale(clients: int) -> dict:
-    """One round of `clients` simulated clients of mnist1d-flat:10*clients through Flower's
-    simulation engine: `flwr run examples/flower-app` against a SuperLink started here
-    (tests/flowerutil.py), round time from the strategy, peak resident memory of the SuperLink's
-    whole process tree (SuperExec, simulation, Ray workers) sampled every 0.5 s."""
+def _flower_round(clients: int, per_node: int) -> dict:
+    """One `flwr run` of `clients` tinytrain clients on clients / per_node SuperNodes."""
     import json
     import tempfile
     import threading
@@ -427,7 +424,7 @@ def flower_scale(clients: int) -> dict:
     sys.path.insert(0, str(report.ROOT))
     from tests.flowerutil import Flower
 
-    data = f"mnist1d-flat:{10 * clients}"
+    data, nodes = f"mnist1d-flat:{10 * clients}", clients // per_node
     with tempfile.TemporaryDirectory() as tmp:
         f = Flower(Path(tmp) / "home", simulation=True)
         peak, stop = [0], threading.Event()
@@ -440,8 +437,9 @@ def flower_scale(clients: int) -> dict:
         load = _load()
         try:
             t = time.perf_counter()
-            rc = f.run(f'out-dir="{tmp}/out" num-server-rounds=1 data="{data}" compress="int8"',
-                       "--federation-config", f"num-supernodes={clients}", timeout=3600)
+            rc = f.run(f'out-dir="{tmp}/out" num-server-rounds=1 data="{data}" compress="int8" '
+                       f'devices-per-node={per_node}', "--federation-config", f"num-supernodes={nodes}",
+                       timeout=3600)
             wall = time.perf_counter() - t
         finally:
             stop.set()
@@ -449,28 +447,43 @@ def flower_scale(clients: int) -> dict:
         if rc.returncode != 0 or not (Path(tmp) / "out" / "summary.json").exists():
             raise SystemExit(f"flwr run failed: {rc.stdout[-2000:]} {rc.stderr[-2000:]}")
         s = json.loads((Path(tmp) / "out" / "summary.json").read_text())
-    model, ds = resolve("digits-mlp", data)
+    return {"clients": clients, "nodes": nodes, "devices_per_node": per_node, "data": data,
+            "round_seconds": s["history"][0]["seconds"], "flwr_run_wall_seconds": wall,
+            "peak_rss_bytes": peak[0], "load_before": load, "accepted": s["history"][0]["accepted"],
+            "state_hash": s["state_hash"]}
+
+
+def flower_scale(clients: int, per_node=(1, 10)) -> dict:
+    """One round of `clients` simulated clients of mnist1d-flat:10*clients through Flower's
+    simulation engine: `flwr run examples/flower-app` against a SuperLink started here
+    (tests/flowerutil.py), one tinytrain client per SuperNode and `per_node` clients per
+    SuperNode (run_config devices-per-node); round time from the strategy, peak resident memory
+    of the SuperLink's whole process tree (SuperExec, simulation, Ray workers) sampled every
+    0.5 s, the global model checked against tinytrain's engine."""
+    runs = [_flower_round(clients, k) for k in per_node]
+    model, ds = resolve("digits-mlp", runs[0]["data"])
     engine = federate(model, ds, simulated=clients, rounds=1, compress="int8", compress_down="none")
-    res = {"clients": clients, "data": data, "round_seconds": s["history"][0]["seconds"],
-           "engine_state_hash": engine["state_hash"], "bit_identical": engine["state_hash"] == s["state_hash"],
-           "flwr_run_wall_seconds": wall, "peak_rss_bytes": peak[0], "load_before": load,
-           "accepted": s["history"][0]["accepted"], "state_hash": s["state_hash"], "machine": report.machine()}
+    res = {"clients": clients, "runs": runs, "engine_state_hash": engine["state_hash"],
+           "bit_identical": all(r["state_hash"] == engine["state_hash"] for r in runs),
+           "machine": report.machine()}
     path = report.write_json("federated-flower-scale.json", res)
+    rows = [[f"{r['clients']:,}", f"{r['nodes']:,} x {r['devices_per_node']}", f"{r['accepted']:,}",
+             f"{r['round_seconds']:.1f} s", f"{r['flwr_run_wall_seconds']:.1f} s",
+             f"{r['peak_rss_bytes'] / 2**30:.2f} GiB", r["load_before"], r["state_hash"]] for r in runs]
     body = "\n".join([
         f"## Federated scale through Flower's simulation engine: {clients:,} clients",
         "",
         f"`python bench/bench_federated.py --only flower-scale --flower-clients {clients}`: `flwr run "
-        f"examples/flower-app` with `num-supernodes={clients}`, data `{data}` (10 samples per client), int8 "
-        "updates, IntegerFedAvg on the ServerApp, Ray backend, one CPU per ClientApp actor. "
-        f"Machine: {report.machine_line(res['machine'])}; load average before the run {load} (other "
-        "jobs shared the machine). One run. Global model state hash "
-        f"{res['state_hash']}, tinytrain's engine with the same clients {res['engine_state_hash']}: "
+        "examples/flower-app` with `num-supernodes` = clients / devices-per-node, data "
+        f"`{runs[0]['data']}` (10 samples per client), int8 updates, IntegerFedAvg on the ServerApp, Ray "
+        "backend, one CPU per ClientApp actor; one run each, the load average before it beside it (other "
+        f"jobs shared the machine: wall-clock figures are indicative). Machine: {report.machine_line(res['machine'])}. "
+        f"tinytrain's engine with the same clients: state hash {res['engine_state_hash']}: "
         f"{'bit-identical' if res['bit_identical'] else 'DIFFERENT'}.",
         "",
-        report.markdown_table(["clients", "accepted", "round (strategy)", "flwr run wall (start-up, FAB, round, shutdown)",
-                               "peak RSS, SuperLink process tree"],
-                              [[f"{clients:,}", f"{res['accepted']:,}", f"{res['round_seconds']:.1f} s",
-                                f"{wall:.1f} s", f"{peak[0] / 2**30:.2f} GiB"]]),
+        report.markdown_table(["clients", "SuperNodes x devices each", "accepted", "round (strategy)",
+                               "flwr run wall (start-up, FAB, round, shutdown)",
+                               "peak RSS, SuperLink process tree", "load average before", "state hash"], rows),
     ])
     report.update_section("federated-flower-scale", body)
     print(body)

@@ -348,6 +348,8 @@ ROWS = [
       {}, None, id="federate-prox-too-strong"),
     R(["federate", "--simulated", "2", "--rounds", "1", "--model", "digits-mlp", "--prox-mu", "0.1",
        "--prox-every", "0"], "--prox-every 0: must be an integer >= 1", {}, None, id="federate-prox-every-0"),
+    R(["federate", "--simulated", "2", "--rounds", "1", "--model", "digits-mlp", "--residual-bits", "8"],
+      "--residual-bits 8: use one of 64, 32, 16", {}, None, id="federate-residual-bits"),
     R(["federate", "--simulated", "2", "--rounds", "1", "--model", "digits-mlp", "--preloaded"],
       "--preloaded with an uncompressed broadcast changes nothing", {}, None, id="federate-preloaded-uncompressed"),
     # ---- import / export (issue 14)

@@ -31,6 +31,7 @@ def test_defaults_match_the_app_pyproject():
     ({"prox-mu": -0.1}, "prox-mu -0.1: must be a finite number >= 0"),
     ({"prox-every": 0}, "prox-every 0: must be an integer >= 1"),
     ({"residual-bits": 8}, "residual-bits 8: use one of 64, 32, 16"),
+    ({"devices-per-node": 0}, "devices-per-node=0: must be >= 1"),
 ])
 def test_bad_run_config(rc, msg):
     from tinytrain.federated.flower import settings

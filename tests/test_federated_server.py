@@ -120,7 +120,7 @@ def test_majority_vote_equals_python_ints(data, dt):
     tensors abstaining, saturation at the dtype's codec bounds."""
     from types import SimpleNamespace
 
-    from tinytrain.federated.fedavg import MajorityVote
+    from tinytrain.federated.server import MajorityVote
 
     lim = LIM[dt]
     sizes = data.draw(st.lists(st.integers(1, 9), min_size=1, max_size=3))
@@ -209,3 +209,18 @@ def test_compress_saturates_the_residual_to_its_width():
     st_ = {}
     _, recon, res = compress("sign", lo, g, [np.array([40000, -40000, 0, 0], np.int64)], 16, st_)
     assert res[0].min() >= -32768 and res[0].max() <= 32767 and st_["residual_saturated"] == 2
+
+
+def test_flower_nodes_serving_several_devices_equal_engine():
+    """run_config devices-per-node=2: 3 SuperNodes serve 6 tinytrain devices (ids 2p, 2p + 1):
+    the engine's global model with 6 simulated devices, bit for bit."""
+    pytest.importorskip("flwr", reason="flwr not installed")
+    pytest.importorskip("ray", reason="Flower's simulation engine needs ray")
+    from tinytrain.federated.flower import run
+
+    r = run("digits-mlp", "digits", clients=0, nodes=3, rounds=2, compress="int8", local_steps=30,
+            log=lambda s: None, run_config={"devices-per-node": 2})
+    e = federate("digits-mlp", "digits", simulated=6, rounds=2, compress="int8", compress_down="none",
+                 local_steps=30)
+    assert r["clients"] == 6 and r["state_hash"] == e["state_hash"]
+    assert r["accuracy_per_round"] == e["accuracy_per_round"]

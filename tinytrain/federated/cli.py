@@ -51,7 +51,7 @@ def _args(p):
     p.add_argument("--preloaded", action="store_true", help="the devices already hold the initial "
                    "model (flashed with it, or built from the same model and seed): round 1's "
                    "compressed broadcast is a delta against it instead of the model whole")
-    p.add_argument("--residual-bits", type=int, choices=(64, 32, 16), default=32, help="width of the "
+    p.add_argument("--residual-bits", type=int, default=32, metavar="64|32|16", help="width of the "
                    "devices' error-feedback residual, saturating below 64 (default 32; boards are built "
                    "with it: 16 lets smaller boards keep it)")
     p.add_argument("--quorum", type=float, default=0.5, help="valid updates a round needs: a fraction "

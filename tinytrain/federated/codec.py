@@ -15,7 +15,7 @@ device's error-feedback residual ``r``: ``v = delta + r``):
   no bits) and all of ``v`` stays in the residual.
 * ``signmv`` - sign with majority vote (signSGD with majority vote, Bernstein et al. 2019): the
   device encodes exactly as ``sign`` (same bits, shift, zero tensors, error feedback against its
-  own ``q << s``); only the coordinator's aggregation differs (fedavg.MajorityVote: the sign of
+  own ``q << s``); only the coordinator's aggregation differs (server.MajorityVote: the sign of
   the sample-weighted sum of the devices' signs, at the devices' mean scale).
 * ``topk16``, ``topk32`` - the k = ceil(n / 16) (or / 32) elements of largest ``|v|`` (ties: the
   lower index), as int8 with the int8 shift of the tensor, ``s = requant_shift(max|v|, 8)``;

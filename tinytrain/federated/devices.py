@@ -78,7 +78,7 @@ class Device:
 
     def __init__(self, device_id: int, schema: Schema, indices, X, Y, *, codec: str = "none",
                  seed: int = 0, local_epochs: int = 1, local_steps: int | None = None, prox=None,
-                 residual_bits: int = 64):
+                 residual_bits: int = 32):
         if codec not in CODECS:
             raise ValueError(f"compression {codec!r}: use one of {', '.join(CODECS)}")
         self.id = int(device_id)
@@ -93,7 +93,7 @@ class Device:
         self.residual_bits = int(residual_bits)  # width the residual is kept in (saturating)
         self.stats = {"residual_saturated": 0}     # saturated residual elements committed so far
         self.residual = None if codec == "none" else [np.zeros(int(np.prod(s)), np.int64) for s in schema.shapes]
-        self._pending = None  # (round, residual) waiting for the coordinator's ack
+        self._pending = None  # (round, residual, saturated elements) waiting for the coordinator's ack
         self.replica = None   # the last global model received (base of delta broadcasts)
 
     @property

@@ -29,8 +29,8 @@ import numpy as np
 
 from tinytrain.federated.codec import Schema, CorruptUpdate, decode_update, encode_global
 from tinytrain.federated.devices import DeviceFault
-from tinytrain.federated.fedavg import aggregator, set_store, store_tensors
-from tinytrain.federated.server import ServerMomentum, server_opt
+from tinytrain.federated.fedavg import set_store, store_tensors
+from tinytrain.federated.server import ServerMomentum, aggregator, server_opt
 
 __all__ = ["FedConfig", "Federation", "QuorumError", "DevicesUnreachable"]
 

@@ -24,8 +24,7 @@ import numpy as np
 from tinytrain import fixedpoint as fp
 from tinytrain.graph.optim import refresh_compute_copy
 
-__all__ = ["store_tensors", "set_store", "start_state", "Aggregator", "MajorityVote", "aggregator",
-           "fedavg", "client_seed"]
+__all__ = ["store_tensors", "set_store", "start_state", "Aggregator", "fedavg", "client_seed"]
 
 
 def store_tensors(model) -> list[np.ndarray]:
@@ -101,67 +100,6 @@ class Aggregator:
             raise ValueError("no updates to aggregate")
         half = self.N // 2
         return [((s + half) // self.N).astype(dt) for s, dt in zip(self.S, self.dtypes)]
-
-
-class MajorityVote:
-    """Aggregation of ``signmv`` updates (signSGD with majority vote), integer only. Per tensor,
-    over the devices that sent it (a device whose tensor was "zero" abstains for that tensor),
-    with n_i the device's samples, q_i in {-1, +1} its signs and s_i its shift::
-
-        vote = sum_i n_i * q_i                          (int64, per element)
-        S    = floor((sum_i n_i * s_i + floor(N_t / 2)) / N_t)   (N_t = sum of those n_i; the
-                                                         sample-weighted mean shift, rounded half up)
-        w    = sat(g + (vote >= 0 ? +1 : -1) * 2^S)     (a tie moves up, as the device's v = 0 -> +)
-
-    A tensor no device sent stays g. The scale is the devices' mean (log2) step, so the vote
-    moves every element by one common step whose size follows the devices' update magnitudes.
-    """
-
-    def __init__(self, like):
-        self.like = [np.asarray(t) for t in like]
-        self.vote = [np.zeros(np.size(t), np.int64) for t in like]
-        self.ns = [0] * len(self.like)    # samples of the devices that voted on tensor i
-        self.ss = [0] * len(self.like)    # sum of n_i * s_i
-        self.N = 0
-        self.count = 0
-
-    def add_update(self, u) -> None:
-        n = int(u.n_samples)
-        if n <= 0:
-            raise ValueError(f"an update must count at least one sample, got {n}")
-        if self.N + n >= 2**31:
-            raise OverflowError("more than 2^31 - 1 samples in one round: the int64 sum could overflow")
-        if u.signs is None:
-            raise ValueError(f"majority vote needs sign updates, got codec {u.codec}")
-        for i, sq in enumerate(u.signs):
-            if sq is None:
-                continue
-            s, q = sq
-            self.vote[i] += q * n
-            self.ns[i] += n
-            self.ss[i] += n * int(s)
-        self.N += n
-        self.count += 1
-
-    def result(self) -> list[np.ndarray]:
-        if self.N == 0:
-            raise ValueError("no updates to aggregate")
-        from tinytrain.federated.codec import _sat
-
-        out = []
-        for g, v, n, ss in zip(self.like, self.vote, self.ns, self.ss):
-            if n == 0:
-                out.append(g.copy())
-                continue
-            S = (ss + n // 2) // n
-            step = np.where(v >= 0, np.int64(1) << S, -(np.int64(1) << S))
-            out.append(_sat(np.asarray(g, np.int64).reshape(-1) + step, g.dtype).reshape(g.shape))
-        return out
-
-
-def aggregator(codec: str, glob):
-    """The aggregation of a round's updates: MajorityVote for ``signmv``, else integer FedAvg."""
-    return MajorityVote(glob) if codec == "signmv" else Aggregator(glob)
 
 
 def fedavg(updates) -> list[np.ndarray]:

@@ -17,7 +17,9 @@ round to nearest, ties toward +inf); Flower moves the bytes, samples the nodes, 
   MetricRecord "metrics": ``num-examples``.
 
 A node serves the devices named by its node_config: ``devices="0,1"`` (deployment: a gateway
-host with several devices), else its ``partition-id`` (simulation: one device per node).
+host with several devices), else (simulation) the run_config ``devices-per-node`` K devices
+from ``partition-id * K`` on (default K = 1: one device per node; K > 1 cuts Flower's
+per-message cost for large simulated federations).
 Device kinds: simulated (default; one SimBackend per process), or ``gateway="HOST:PORT"``, a
 long-lived ``tinytrain federate-gateway`` process on the node's host that owns the boards
 (``tinytrain.federated.gateway``; a Flower ClientApp process lives for one message only, a
@@ -39,8 +41,9 @@ import numpy as np
 
 from tinytrain.federated.codec import HEADER, CorruptUpdate, Schema, decode_update, encode_global
 from tinytrain.federated.engine import FedConfig
-from tinytrain.federated.fedavg import aggregator, set_store, store_tensors
+from tinytrain.federated.fedavg import set_store, store_tensors
 from tinytrain.federated.runconfig import RUN_CONFIG, settings
+from tinytrain.federated.server import aggregator
 
 __all__ = ["RUN_CONFIG", "settings", "IntegerFedAvg", "client_train", "server_main",
            "make_client_app", "make_server_app", "run"]
@@ -61,19 +64,21 @@ def _setup(s: dict, clients: int):
     return _CACHE[key]
 
 
-def _served(node_config) -> list[int]:
-    """The tinytrain device ids a node serves: node_config devices="0,1" or its partition-id."""
+def _served(node_config, per_node: int = 1) -> list[int]:
+    """The tinytrain device ids a node serves: node_config devices="0,1", or (simulation) the
+    per_node devices from partition-id * per_node on (run_config devices-per-node)."""
     if "devices" in node_config:
         try:
             return [int(v) for v in str(node_config["devices"]).split(",") if v.strip()]
         except ValueError:
             raise ValueError(f"node_config devices={node_config['devices']!r}: give device ids, "
                              "e.g. devices=\"0,1\"") from None
-    return [int(node_config["partition-id"])]
+    p = int(node_config["partition-id"])
+    return list(range(p * per_node, (p + 1) * per_node))
 
 
 def _node_clients(s: dict, node_config) -> int:
-    k = s["clients"] or int(node_config.get("num-partitions", 0))
+    k = s["clients"] or int(node_config.get("num-partitions", 0)) * s["devices-per-node"]
     if k < 1:
         raise ValueError("run_config clients=0 needs num-partitions in the node_config (simulation); "
                          "in deployment set clients to the number of devices")
@@ -89,7 +94,8 @@ def _restore(dev, st, used: dict) -> None:
     if key not in st:
         return
     rec = st[key]
-    dev.set_state(rec["committed"].numpy())
+    if "committed" in rec:  # absent: all zero (not stored)
+        dev.set_state(rec["committed"].numpy())
     pending_round = int(st[f"tt-meta-{dev.id}"]["pending-round"])
     if "pending" in rec and used.get(dev.id) == pending_round:
         dev.set_state(rec["pending"].numpy())
@@ -100,9 +106,14 @@ def _keep(dev, st) -> None:
 
     if dev.residual is None:
         return
-    recs = {"committed": np.concatenate(dev.residual)}
+    # in the residual's own width (its values were saturated to it), an all-zero one not at all:
+    # the node's context.state travels with every message of the simulation engine
+    dt = {64: np.int64, 32: np.int32, 16: np.int16}[dev.residual_bits]
+    recs = {}
+    if any(r.any() for r in dev.residual):
+        recs["committed"] = np.concatenate(dev.residual).astype(dt)
     if dev._pending is not None:
-        recs["pending"] = np.concatenate(dev._pending[1])
+        recs["pending"] = np.concatenate(dev._pending[1]).astype(dt)
     st[f"tt-res-{dev.id}"] = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in recs.items()})
     st[f"tt-meta-{dev.id}"] = ConfigRecord({"pending-round": dev._pending[0] if dev._pending else -1})
 
@@ -120,7 +131,7 @@ def client_train(msg, context, run_config=None):
     gmsg = bytes(tt["global"])
     used = dict(zip((int(v) for v in tt.get("used-dev", [])), (int(v) for v in tt.get("used-round", []))))
     used.pop(-1, None)
-    ids = _served(context.node_config)
+    ids = _served(context.node_config, s["devices-per-node"])
     updates, faults, n = [], [], 0
     if "gateway" in context.node_config:
         from tinytrain.federated.gateway import request
@@ -342,10 +353,11 @@ def server_main(grid, context, log=print, run_config=None) -> dict:
     s = settings(context.run_config if run_config is None else run_config)
     model, ds = resolve(s["model"], s["data"], s["seed"])
     clients, least = s["clients"], max(1, s["min-available-nodes"])
-    if not clients:  # one device per node (simulation): wait for the nodes, count them
+    if not clients:  # devices-per-node devices per node (simulation): wait for the nodes, count them
         from flwr.serverapp.strategy.strategy_utils import sample_nodes
 
-        clients = least = len(sample_nodes(grid, least, 1)[1])
+        least = len(sample_nodes(grid, least, 1)[1])
+        clients = least * s["devices-per-node"]
     if s["quorum"] >= 1 and s["quorum"] > clients:
         raise ValueError(f"run_config quorum={s['quorum']:g}: a count above the {clients} devices can never "
                          "be met; give a fraction (< 1) or a count up to the number of devices")
@@ -392,10 +404,11 @@ def make_server_app(result: dict | None = None, log=print, run_config=None):
 
 def run(model_name="digits-mlp", data_name="digits", *, clients=100, rounds=2, partition="iid",
         local_epochs=1, local_steps=None, compress="none", seed=0, quorum=0.5, backend="ray",
-        backend_config=None, log=print, run_config=None) -> dict:
+        backend_config=None, log=print, run_config=None, nodes: int | None = None) -> dict:
     """The tinytrain Flower apps in Flower's simulation engine, in this process (for tests and
     notebooks; `flwr run examples/flower-app` is the way users run it); returns the summary.
-    run_config: further run_config keys (e.g. {"server-momentum": 0.5})."""
+    run_config: further run_config keys (e.g. {"server-momentum": 0.5}); nodes: SuperNodes
+    (default `clients`; fewer with run_config devices-per-node)."""
     import warnings
 
     from flwr.simulation import run_simulation
@@ -410,7 +423,7 @@ def run(model_name="digits-mlp", data_name="digits", *, clients=100, rounds=2, p
         warnings.simplefilter("ignore", DeprecationWarning)  # run_simulation: flwr run is the way
         run_simulation(server_app=make_server_app(result, log, run_config),
                        client_app=make_client_app(run_config),
-                       num_supernodes=clients, backend_name=backend,
+                       num_supernodes=nodes or clients, backend_name=backend,
                        backend_config=backend_config or {"client_resources": {"num_cpus": 1, "num_gpus": 0.0}})
     return result
 

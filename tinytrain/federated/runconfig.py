@@ -15,6 +15,7 @@ RUN_CONFIG = {
     "fraction-train": (float, 1.0), "min-available-nodes": (int, 0), "out-dir": (str, ""),
     "round-timeout": (float, 3600.0), "server-momentum": (float, 0.0), "server-lr": (float, 1.0),
     "prox-mu": (float, 0.0), "prox-every": (int, 16), "residual-bits": (int, 32),
+    "devices-per-node": (int, 1),
 }
 
 
@@ -37,7 +38,7 @@ def settings(run_config) -> dict:
     parse_partition(s["partition"])
     if s["compress"] not in CODECS:
         raise ValueError(f"run_config compress={s['compress']!r}: use one of {', '.join(CODECS)}")
-    for k in ("num-server-rounds", "local-epochs"):
+    for k in ("num-server-rounds", "local-epochs", "devices-per-node"):
         if s[k] < 1:
             raise ValueError(f"run_config {k}={s[k]}: must be >= 1")
     for k in ("local-steps", "clients", "min-available-nodes"):
