@@ -426,8 +426,8 @@ def test_emitted_c_hooks():
     src = generate(m).source
     assert '#include "tt_prune.h"' in src
     assert "static const tt_prune_tensor tt_model_prune[2] = {" in src
-    assert (".mask = tt_model_l0_w_mask, .n = 120u, .w = tt_model_l0_w, .w_bytes = 2u, .master = 0, "
-            ".acc = tt_model_l0_w_acc, .vel = tt_model_l0_w_vel, .shift = 0u}") in src
+    assert (".mask = tt_model_l0_w_mask, .n = 120u, .w = tt_model_l0_w, .w_bytes = 2u, .master = 0, .master_bytes = 0u, "
+            ".acc = tt_model_l0_w_acc, .vel = tt_model_l0_w_vel, .vel_bytes = 4u, .shift = 0u}") in src
     assert ".unit_start = tt_model_prune_units, .rows = 3u, .units = 2u}" in src
     step = src[src.index("_train_step("):src.index("_predict(")]
     assert step.count("tt_prune_apply(&tt_model_prune[0]);") == 2  # after accumulate and after the batch update

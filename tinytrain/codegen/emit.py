@@ -521,6 +521,20 @@ uint32_t {P}_saturations(void);
         ps = self.sym("prune")
         return [f"{ind}tt_prune_step(&{ps}_schedule, {ps}, {self.sym('meta')}[1]);"]
 
+    def _emit_write_state(self, st) -> list[str]:
+        """write_state: the blob holds a master copy, not its compute copy (the state hash covers
+        the master), so after a write every compute copy is narrowed again from its master, as
+        Sequential does after any change of a master (fedavg.set_store, the optimizer). A board
+        loaded with LOAD_PARAMS or a FedProx pull then computes with the weights it was given."""
+        P, m = self.prefix, self.model
+        refresh = ["        " + self._refresh(li, pi) for li, pi in sorted(m.master)]
+        if not refresh:
+            return [f"int {P}_write_state(uint32_t off, const uint8_t *src, uint32_t n) {{ return tt_state_write(&{st}, off, src, n); }}"]
+        return [f"int {P}_write_state(uint32_t off, const uint8_t *src, uint32_t n)", "{",
+                f"    const int r = tt_state_write(&{st}, off, src, n);",
+                "    if (r == 0) {  /* the compute copies follow their masters */", *refresh, "    }",
+                "    return r;", "}"]
+
     def _update_target(self, li, pi):
         """(tensor, s8|s16|s32) an update of parameter pi of layer li writes: its master copy
         when it has one, else the parameter itself."""
@@ -600,7 +614,7 @@ uint32_t {P}_saturations(void);
                f"uint32_t {P}_state_hash(void) {{ return tt_state_hash(&{st}); }}",
                f"uint32_t {P}_state_size(void) {{ return tt_state_size(&{st}); }}",
                f"int {P}_read_state(uint32_t off, uint8_t *dst, uint32_t n) {{ return tt_state_read(&{st}, off, dst, n); }}",
-               f"int {P}_write_state(uint32_t off, const uint8_t *src, uint32_t n) {{ return tt_state_write(&{st}, off, src, n); }}",
+               *self._emit_write_state(st),
                f"void {P}_reset(void) {{ tt_state_reset({rs}, {len(resettable) + len(zeroed)}u); STATS.saturated = 0; }}",
                f"void {P}_set_seed(uint32_t seed) {{ {self.sym('meta')}[0] = tt_prng_seed(seed); }}",
                f"uint32_t {P}_tensor_count(void) {{ return {len(inspect)}u; }}",
