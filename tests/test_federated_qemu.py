@@ -242,3 +242,25 @@ def test_frozen_board_is_restarted_and_rejoins(w1, elf):
     sim.run()
     assert fed.state_hash() == sim.state_hash()
     assert [e["accuracy"] for e in h] == [e["accuracy"] for e in sim.history]
+
+
+@pytest.mark.parametrize("policy", ["int16-master32", "int8-master16"])
+def test_fedprox_on_boards_with_master_copies_equals_simulated(w1, policy):
+    """A board's FedProx pull (and the broadcast) writes the master copies through write_state,
+    which narrows the compute copies again: master-weight models (int32 over int16, int16 over
+    int8) federate on boards bit for bit like simulated devices, round after round."""
+    from tinytrain.graph.convert import with_precision
+    from tinytrain.verify import build_cached
+
+    model, ds = with_precision(w1[0], policy), w1[1]
+    kw = dict(rounds=3, partition="iid", local_steps=30, compress="none", prox_mu=0.1, prox_every=7)
+    cfg = FedConfig(**kw)
+    devs = make_devices(model, ds, cfg, board=BOARD, devices=2, elf=build_cached(model, BOARD, fedcodec=True))
+    fed = Federation(model, ds, devs, cfg)
+    try:
+        boards = fed.run()
+    finally:
+        fed.close()
+    sim = federate(model, ds, simulated=2, **kw)
+    assert boards["dropped_updates"] == 0
+    assert boards["state_hash"] == sim["state_hash"] and boards["accuracy_per_round"] == sim["accuracy_per_round"]

@@ -71,10 +71,6 @@ def make_devices(model, dataset, config: FedConfig, *, simulated: int | None = N
     schema = Schema.of(model)
     parts = split(Y, int(k), config.partition, config.seed)
     prox = config.prox(model)
-    if prox is not None and simulated is None and model.master:
-        raise ValueError("--prox-mu on boards needs a model without master weights (the board's glue "
-                         "cannot refresh the int16 compute copy after a pull): use simulated devices "
-                         "or master_weights = false")
     kw = dict(codec=config.compress, seed=config.seed, local_epochs=config.local_epochs,
               local_steps=config.local_steps, prox=prox, residual_bits=config.residual_bits)
     if workers != 1 and simulated is None:
