@@ -47,6 +47,54 @@ BOARDS = ["mps2_an386", "microbit"]
 BOUND = {"cortex-m4": (1.0, 2.0, 1.0, 20.0), "cortex-m0": (4.0, 8.0, 3.0, 40.0)}
 BN_PASSES = {"forward": 3, "errors": 4, "update": 0}
 
+# Estimated cycles: every traced instruction weighted by its class (stated assumptions: zero flash
+# wait states, as QEMU's SRAM-backed boards; no load pipelining; taken branches refill the pipeline;
+# SDIV/UDIV 7 cycles (2-12 on M4); M0+ with the single-cycle multiplier). Taken = the next traced
+# PC is not the next instruction.
+_ALU = 1
+_CYCLES = {
+    "cortex-m4": dict(load=2, store=1, ldrd=3, mul=1, div=7, multi=1, branch_taken=3, branch=1),
+    "cortex-m0": dict(load=2, store=2, ldrd=3, mul=1, div=7, multi=1, branch_taken=2, branch=1),
+}
+
+
+def _insn_table(elf):
+    """{pc: (mnemonic, size, registers moved by LDM/STM/PUSH/POP)} from the ELF's disassembly."""
+    dis = subprocess.run(["arm-none-eabi-objdump", "-d", "--no-show-raw-insn", str(elf)], capture_output=True,
+                         text=True, check=True).stdout
+    raw = subprocess.run(["arm-none-eabi-objdump", "-d", str(elf)], capture_output=True, text=True, check=True).stdout
+    sizes = {}
+    for line in raw.splitlines():
+        m = re.match(r"\s*([0-9a-f]+):\t([0-9a-f]{4})(?: ([0-9a-f]{4}))?\s", line)
+        if m:
+            sizes[int(m.group(1), 16)] = 4 if m.group(3) else 2
+    table = {}
+    for line in dis.splitlines():
+        m = re.match(r"\s*([0-9a-f]+):\t(\S+)\s*(.*)", line)
+        if m and not m.group(2).startswith("."):
+            pc = int(m.group(1), 16)
+            nregs = m.group(3).count(",") + 1 if "{" in m.group(3) else 0
+            table[pc] = (m.group(2), sizes.get(pc, 2), nregs)
+    return table
+
+
+def _cycles(mn: str, nregs: int, taken: bool, cpu: str) -> int:
+    c = _CYCLES["cortex-m4" if cpu in ("cortex-m4", "cortex-m7", "cortex-m33") else "cortex-m0"]
+    base = re.sub(r"\.(w|n)$", "", mn)
+    if base.startswith(("ldm", "stm", "push", "pop")):
+        return 1 + nregs + (c["branch_taken"] - 1 if base.startswith("pop") and taken else 0)
+    if base.startswith(("ldrd", "strd")):
+        return c["ldrd"]
+    if base.startswith("ldr"):
+        return c["load"]
+    if base.startswith("str"):
+        return c["store"]
+    if base.startswith(("sdiv", "udiv")):
+        return c["div"]
+    if base.startswith(("b", "cb")) and not base.startswith(("bic", "bfi", "bfc")):
+        return c["branch_taken"] if taken else c["branch"]
+    return _ALU
+
 
 def _symbols(elf):
     out = subprocess.run(["arm-none-eabi-nm", "-S", "--defined-only", str(elf)], capture_output=True,
@@ -59,8 +107,9 @@ def _symbols(elf):
     return sorted(syms)
 
 
-def _trace_counts(log: Path, syms, step_fn: str):
-    """{call-site pc in train_step (or 'glue'): instructions} over the whole log."""
+def _trace_counts(log: Path, syms, step_fn: str, insns=None, cpu="cortex-m4"):
+    """({call-site pc in train_step (or 'glue'): instructions}, entries, {site: estimated cycles})
+    over the whole log."""
     starts = [s[0] for s in syms]
     lo, size = next((s[0], s[1]) for s in syms if s[2] == step_fn)
     hi = lo + size
@@ -70,27 +119,38 @@ def _trace_counts(log: Path, syms, step_fn: str):
         return syms[i][2] if i >= 0 and pc < syms[i][0] + max(syms[i][1], 2) else "?"
 
     pat = re.compile(rb"Trace [^\[]*\[[0-9a-f]+/([0-9a-f]+)/")
-    counts, entries = collections.Counter(), 0
-    in_step, site, caller, prev = False, None, None, None
+    counts, cycles, entries = collections.Counter(), collections.Counter(), 0
+    in_step, site, caller, prev, prev_site = False, None, None, None, None
+    insns = insns or {}
+
+    def charge(p, nxt, where):
+        if p is None or where is None:
+            return
+        mn, size, nregs = insns.get(p, ("?", 2, 0))
+        cycles[where] += _cycles(mn, nregs, nxt != p + size, cpu)
     with open(log, "rb") as f:
         for line in f:
             m = pat.search(line)
             if not m:
                 continue
             pc = int(m.group(1), 16) & ~1
+            charge(prev, pc, prev_site)  # the previous instruction, now that its successor is known
+            prev_site = None
             if lo <= pc < hi:
                 if not in_step:
                     in_step, entries = True, entries + 1
                     caller = fn_of(prev) if prev is not None else None
                 site = pc
                 counts["glue"] += 1
+                prev_site = "glue"
             elif in_step:
                 if caller is not None and fn_of(pc) == caller:
                     in_step = False
                 else:
                     counts[site] += 1
+                    prev_site = site
             prev = pc
-    return counts, entries
+    return counts, entries, cycles
 
 
 def _labels(elf, src: Path, sites):
@@ -182,14 +242,15 @@ def measure(wl: str, board: str, steps: int) -> dict:
             r = verify(model, ds, steps, board=board, elf=elf, emulator=emu, json=True)
         finally:
             emu.stop()
-        counts, entries = _trace_counts(log, syms, "tt_model_train_step")
+        counts, entries, cyc = _trace_counts(log, syms, "tt_model_train_step", _insn_table(elf), cpu)
     labels = _labels(elf, src, counts)
     work = _layer_work(model)
     with_params = [i for i, l in enumerate(model.layers) if l.macs()]
-    parts = collections.defaultdict(float)
+    parts, pcyc = collections.defaultdict(float), collections.defaultdict(float)
     for site, n in counts.items():
         key = ("step glue", "") if site == "glue" else labels.get(site, ("other", ""))
         parts[key] += n / max(entries, 1)
+        pcyc[key] += cyc.get(site, 0) / max(entries, 1)
     rows = []
     for (part, layer), n in sorted(parts.items(), key=lambda kv: _order(kv[0])):
         idx = int(layer.split()[0]) if layer and layer[0].isdigit() else None
@@ -197,10 +258,12 @@ def measure(wl: str, board: str, steps: int) -> dict:
                    ds.n_classes) if part in ("forward", "errors", "update", "loss") else None
         if part == "update" and idx is None:
             b = None
-        rows.append({"part": part, "layer": layer, "instructions": round(n), "bound": b})
+        rows.append({"part": part, "layer": layer, "instructions": round(n), "bound": b,
+                     "cycles_estimated": round(pcyc[(part, layer)])})
     return {"workload": wl, "model": name, "board": board, "cpu": cpu, "steps": r["steps"],
             "mismatches": r["mismatches"], "instructions_per_step_timer": r["instructions_per_step"],
-            "instructions_per_step_traced": round(sum(parts.values())), "parts": rows}
+            "instructions_per_step_traced": round(sum(parts.values())),
+            "cycles_per_step_estimated": round(sum(pcyc.values())), "parts": rows}
 
 
 def _order(key):
@@ -235,11 +298,14 @@ def main(argv=None):
             ok = r["mismatches"] == 0
             rows = [[p["part"], p["layer"] or "—", f"{p['instructions']:,}" if ok else "—",
                      f"{p['bound']:,.0f}" if p["bound"] else "—",
-                     f"{p['instructions'] / p['bound']:.1f}×" if p["bound"] and ok else "—"] for p in r["parts"]]
+                     f"{p['instructions'] / p['bound']:.1f}×" if p["bound"] and ok else "—",
+                     f"{p['cycles_estimated']:,}" if ok else "—"] for p in r["parts"]]
             tot_b = sum(p["bound"] or 0 for p in r["parts"])
             rows.append(["**total**", "", f"**{r['instructions_per_step_traced']:,}**", f"{tot_b:,.0f}",
-                         f"{r['instructions_per_step_traced'] / tot_b:.1f}×" if tot_b else "—"])
-            t = markdown_table(["part", "layer", "instructions / step", "bound", "× bound"], rows)
+                         f"{r['instructions_per_step_traced'] / tot_b:.1f}×" if tot_b else "—",
+                         f"{r['cycles_per_step_estimated']:,}"])
+            t = markdown_table(["part", "layer", "instructions / step", "bound", "× bound",
+                                f"cycles / step (est., {'M4' if r['cpu'] != 'cortex-m0' else 'M0+'} table)"], rows)
             head = (f"**{wl} {r['model']} on {b}** ({r['cpu']}): {r['steps']} steps traced, "
                     f"{r['mismatches']} mismatches; timer {r['instructions_per_step_timer']:,.0f} instructions/step")
             print(head + "\n" + t, flush=True)
@@ -255,7 +321,11 @@ def main(argv=None):
             "running it (forward per layer, loss, errors per layer, gradient + update per layer); the bound is "
             "the cost model in the script's docstring (M4: 1 instruction per MAC, 2 per parameter update, 1 per "
             "element and pass; M0: 4, 8, 3), not a measurement. The traced total differs from the timer figure by "
-            "the timer read itself. Host: " + machine_line(mach) + ".\n\n" + "\n".join(sections))
+            "the timer read itself. Estimated cycles: each traced instruction weighted by its class with the "
+            "Cortex-M4 or M0+ timings (ALU and multiplies 1, loads 2, stores 1 (M0+: 2), LDRD/STRD 3, LDM/STM/PUSH/POP "
+            "1 + registers, branches 3 taken (M0+: 2) / 1 not taken, divides 7); assumptions: zero flash wait "
+            "states, no load pipelining, the M0+ single-cycle multiplier (the micro:bit's nRF51 is an M0, whose "
+            "instructions are the same). Host: " + machine_line(mach) + ".\n\n" + "\n".join(sections))
     update_section("device-parts", body)
     print(f"wrote bench/results/device_parts.json and BENCHMARKS.md (device-parts) in {time.monotonic() - t0:.0f} s")
     return 0

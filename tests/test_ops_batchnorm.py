@@ -350,3 +350,28 @@ def test_close_to_float_batchnorm(k, train):
         atol = 2.0 ** (k["ee"] - 13) * 128 * len(x)  # 127 * half a Q12 LSB per term
         assert np.allclose(gg, (dy * xhat).sum(0), rtol=1e-3, atol=atol)
     assert np.array_equal(r["gb"][0] * 2.0 ** r["gb"][1], dy.sum(0))
+
+
+@pytest.mark.parametrize("P, C", [(2, 70), (3, 65), (5, 3), (6, 1), (64, 8), (16, 16), (300, 2)])
+@pytest.mark.parametrize("train", [True, False])
+def test_batchnorm_c_shapes_past_the_fast_paths(clib, P, C, train):
+    """Channel counts past the 64-channel mask of the train backward's int32 paths, P below and
+    above 3 (scratch: max(3C, PC) words), W3's shapes, trained-like and extreme values: C ==
+    reference."""
+    rng = np.random.default_rng(P * 1000 + C)
+    for mode in ("drawn", "extreme", "constant"):
+        if mode == "drawn":
+            x = rng.integers(-127, 128, (P, C)).astype(np.int8)
+            e = rng.integers(-127, 128, (P, C)).astype(np.int8)
+        elif mode == "extreme":
+            x = rng.choice(np.array([-127, 127], np.int8), (P, C))
+            e = rng.choice(np.array([-127, 127], np.int8), (P, C))
+        else:  # zero variance: x_hat from eps alone
+            x = np.full((P, C), 5, np.int8)
+            e = rng.integers(-127, 128, (P, C)).astype(np.int8)
+        st0 = rb.init_state(C)
+        k = dict(x=x, e=e, gamma=rng.integers(-32767, 32768, C).astype(np.int16),
+                 beta=rng.integers(-(2**31) + 1, 2**31, C).astype(np.int32), rmean=st0["running_mean"],
+                 rvar=st0["running_var"], ex=-7, ee=-5, e_g=-14, e_b=-20, e_rm=-16, e_rv=-16,
+                 cfg=rb.config(eps=1e-5))
+        assert_same(ref_run(k, train), c_run(*clib, k, train), f"C {mode}")
