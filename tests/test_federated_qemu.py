@@ -244,7 +244,7 @@ def test_frozen_board_is_restarted_and_rejoins(w1, elf):
     assert [e["accuracy"] for e in h] == [e["accuracy"] for e in sim.history]
 
 
-@pytest.mark.parametrize("policy", ["int16-master32", "int8-master16"])
+@pytest.mark.parametrize("policy", ["int8-master16"])
 def test_fedprox_on_boards_with_master_copies_equals_simulated(w1, policy):
     """A board's FedProx pull (and the broadcast) writes the master copies through write_state,
     which narrows the compute copies again: master-weight models (int32 over int16, int16 over

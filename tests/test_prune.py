@@ -235,7 +235,7 @@ def prune_configs(draw, steps, glob=False):
     return cfg
 
 
-@settings(max_examples=examples(10), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+@settings(max_examples=examples(5), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.data())
 def test_pruned_training_reference_sim_c_equal(data):
