@@ -323,3 +323,31 @@ def test_writing_the_state_refreshes_the_compute_copies(policy, opt):
     for i in range(5):
         assert tuple(int(v) for v in sim.train(x, y, [i])[0]) == tuple(int(v) for v in hm.train_step(x[i], y[i]))
         assert b.state_hash() == hm.state_hash(), i
+
+
+def _qemu_missing():
+    import shutil
+
+    missing = [t for t in ("qemu-system-arm", "arm-none-eabi-gcc") if shutil.which(t) is None]
+    try:
+        import platformio  # noqa: F401
+    except ImportError:
+        missing.append("platformio")
+    return missing
+
+
+@pytest.mark.qemu
+@pytest.mark.skipif(bool(_qemu_missing()), reason="QEMU, arm-none-eabi-gcc or PlatformIO missing")
+@pytest.mark.parametrize("policy, board", [("int8", "microbit"), ({"weights": "int8", "master": "int16", "momentum": "int16"},
+                                                                  "mps2_an386")])
+def test_policies_train_bit_exact_on_qemu_boards(policy, board):
+    """W1 under an int8 policy on the Cortex-M0 (SR fast path, int8 kernels) and, with an int16
+    master and int16 momentum at batch 2, on the Cortex-M4 (DSP build): every step verified."""
+    from tinytrain import data
+    from tinytrain.graph.models import build_model
+    from tinytrain.verify import verify
+
+    ds = data.load("digits")
+    m = build_model("digits-mlp", ds, precision=policy, **({"momentum": 0.9, "batch_size": 2} if board == "mps2_an386" else {}))
+    r = verify(m, ds, 80, board=board, json=True)
+    assert r["steps"] == 80 and r["mismatches"] == 0, r["first_mismatch"]
