@@ -1,0 +1,41 @@
+"""tinytrain.cost.device_cost: the measured device cost that sensitivity, compress and pareto share."""
+import pytest
+
+from tests.test_boards_qemu import needs_qemu
+from tinytrain.codegen.memory import breakdown
+from tinytrain.cost import TRAINING_RAM, device_cost
+from tinytrain.lab.precision import integer_model
+from tinytrain.lab.workloads import WORKLOADS
+
+
+@pytest.fixture(scope="module")
+def w1():
+    wl = WORKLOADS["w1"]
+    ds = wl.load()
+    return integer_model(wl, ds, 0, {}), ds
+
+
+@pytest.mark.qemu
+@needs_qemu
+def test_device_cost_is_the_linked_breakdown_and_a_verified_qemu_count(w1):
+    m, ds = w1
+    h = m.state_hash()
+    c = device_cost(m, "microbit", ds, steps=3)
+    bd = breakdown(m, "microbit")
+    assert m.state_hash() == h  # the model is not trained by measuring it
+    assert c["fits"] and c["shadow"] and c["steps"] == 3
+    assert c["training_ram"] == sum(bd.ram[k] for k in TRAINING_RAM)
+    assert c["ram_total"] == bd.ram_total <= c["board_ram"]
+    assert c["instructions_per_sample"] > 10_000  # W1 on an M0 costs ~60k per sample
+
+
+def test_device_cost_reports_a_model_too_big_for_the_board(w1):
+    m, ds = w1
+    big = integer_model(WORKLOADS["w1"], ds, 0, {"precision": "int16-master32"})
+    c = device_cost(big, "microbit", ds, instructions=False)
+    bare = breakdown(big, "microbit", shadow=False)
+    assert not c["fits"] and not c["shadow"]
+    assert c["why"] == f"needs {bare.ram_total} B of RAM, microbit has 16384 B ({bare.ram_total - 16384} B over)"
+    assert c["instructions_per_sample"] is None
+    small = device_cost(m, "microbit", instructions=False)
+    assert small["fits"] and small["instructions_per_sample"] is None

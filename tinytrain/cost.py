@@ -1,0 +1,62 @@
+"""What a model costs on a board, measured: the one figure behind sensitivity, compress and pareto.
+
+    c = device_cost(model, "microbit", dataset, steps=20)
+
+RAM and flash come from the firmware linked for the board (tinytrain.codegen.memory.breakdown);
+instructions per training sample from QEMU (``-icount shift=0``, deterministic), over the first
+`steps` samples of the verification order, every step compared with the simulator by state hash.
+A model that does not fit the board is reported (``fits: False`` and why) rather than raised, so
+sweeps can keep it as an infeasible point. A mismatch between board and simulator is a bug in
+tinytrain and raises.
+
+``training_ram`` is what training needs on any firmware (parameters, optimizer state, activations,
+scratch); ``ram_total`` adds the protocol, the load shadow (when the board keeps it) and the stack.
+"""
+from __future__ import annotations
+
+from tinytrain.codegen.memory import breakdown
+
+TRAINING_RAM = ("parameters", "optimizer state", "activations", "scratch")
+
+
+class CostError(RuntimeError):
+    """The board and the simulator disagree: a bug in tinytrain, never the user's model."""
+
+
+def training_ram(bd) -> int:
+    return sum(bd.ram.get(k, 0) for k in TRAINING_RAM)
+
+
+def device_cost(model, board: str, dataset=None, steps: int = 20, *, instructions: bool = True) -> dict:
+    """RAM/flash of `model` on `board`, and (instructions=True, needs `dataset` and an emulated
+    board) the mean QEMU instructions per training sample over `steps` verified steps.
+    The model is not changed (verification trains copies)."""
+    from tinytrain.device.boards import get_board
+
+    b = get_board(board)
+    bd = breakdown(model, b.name)
+    out = {"board": b.name, "cpu": b.cpu, "board_ram": int(b.ram), "board_flash": int(b.flash),
+           "training_ram": training_ram(bd), "ram_total": bd.ram_total, "flash_total": bd.flash_total,
+           "ram": dict(bd.ram), "flash": dict(bd.flash), "fits": True, "why": None, "shadow": True,
+           "instructions_per_sample": None, "steps": 0}
+    if bd.ram_total > b.ram:  # the firmware drops the load shadow first (codegen does the same)
+        bare = breakdown(model, b.name, shadow=False)
+        out.update(ram_total=bare.ram_total, ram=dict(bare.ram), flash_total=bare.flash_total,
+                   flash=dict(bare.flash), shadow=False)
+        if bare.ram_total > b.ram:
+            out.update(fits=False, why=f"needs {bare.ram_total} B of RAM, {b.name} has {b.ram} B "
+                                       f"({bare.ram_total - b.ram} B over)")
+    if out["fits"] and out["flash_total"] is not None and out["flash_total"] > b.flash:
+        out.update(fits=False, why=f"needs {out['flash_total']} B of flash, {b.name} has {b.flash} B "
+                                   f"({out['flash_total'] - b.flash} B over)")
+    if not (instructions and out["fits"]):
+        return out
+    if dataset is None:
+        raise ValueError("device_cost(instructions=True) needs the dataset to train on")
+    from tinytrain.verify import verify
+
+    res = verify(model, dataset, steps, board=b.name, json=True)
+    if res["mismatches"]:
+        raise CostError(f"{b.name} disagrees with the simulator: {res['first_mismatch']}")
+    out.update(instructions_per_sample=res["instructions_per_step"], steps=res["steps"])
+    return out
