@@ -1,0 +1,294 @@
+"""Adaptive (accuracy-aware) compression: NNCF's adaptive compression level search, in integer
+training, braked by tinytrain's own saturation and underflow counters.
+
+The policy (:class:`Controller`) is pure: it sees, after every epoch, the number of correct
+validation predictions and the counters per training sample, and says what to train next. The
+runner (:func:`run`) trains, validates and keeps the model copies it names. Defaults are
+NNCF's (``accuracy_aware_training``, mode ``adaptive_compression_level``):
+
+* budget: a level is *within* when its best validation accuracy is at least
+  (1 - max_relative_drop / 100) times the uncompressed model's (1 %), compared exactly on the
+  counts of correct predictions (Fractions);
+* initial phase: ``initial_epochs`` (5) epochs at ``initial_sparsity`` (0), its counters the
+  reference of the brake;
+* each later level trains ``patience`` (3) epochs; then the sparsity moves by ``step`` (0.1)
+  up when the level was within and down when it was not (from the best copy kept so far: a
+  level that failed is undone, its saturated weights are not carried on), the step multiplied by
+  ``step_factor`` (0.5) every time the direction flips; the search stops when the step would go
+  below ``min_step`` (0.025), above ``max_sparsity`` (0.95), below ``initial_sparsity``, or past
+  ``max_epochs`` (100) epochs in the stage;
+* the brake: an epoch whose saturations (activations + weights) per training sample exceed
+  ``max_saturation_growth`` (4) times the reference's, or whose update underflows per sample
+  exceed ``max_underflow_growth`` (2) times the reference's (each reference at least 0.01 per
+  sample), does not count as within, whatever its accuracy;
+* ``precisions`` (a ladder of policies, e.g. ["int8-master16", "int8"]) are tried before the
+  sparsity search, one level each (``patience`` epochs), in order: a level within is kept, the
+  first one that is not is undone (the model goes back to the last kept copy) and ends the ladder;
+* the result is the best epoch (highest validation accuracy, the first on ties) of the most
+  compressed level that was within; if none was, the best epoch of the initial phase, reported as
+  not meeting the budget.
+
+Differences from NNCF, for determinism and plain rules: a budget of exactly zero counts as
+within (NNCF's sign(0) does not move); the search stops before training a level whose step is
+below the minimum (NNCF trains one epoch at it); a move down starts from the best copy kept
+(NNCF goes on from the failed level's weights, whose saturations would keep the brake on); reaching max_sparsity stops at the best level
+kept (NNCF returns the last one).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+#: NNCF's accuracy-aware defaults (and tinytrain's brake)
+DEFAULTS = {"max_relative_drop": 1.0, "initial_epochs": 5, "patience": 3, "step": 0.1, "step_factor": 0.5,
+            "min_step": 0.025, "initial_sparsity": 0.0, "max_sparsity": 0.95, "max_epochs": 100,
+            "sparsity": True, "precisions": [], "scope": "layer",
+            "max_saturation_growth": 4.0, "max_underflow_growth": 2.0}
+BRAKE_FLOOR = Fraction(1, 100)  # counters per sample below this count as this (no zero reference)
+
+
+def _q(v) -> Fraction:
+    """A float of the schedule as the decimal it was written as (0.1 is 1/10, exactly)."""
+    return Fraction(repr(float(v)))
+
+
+@dataclass
+class Decision:
+    """What to do after an epoch. kind "train": one more epoch at `rate` (and `precision`, None:
+    unchanged); "stop": the search is over. snapshot: the epoch just seen is the best of its
+    level (keep a copy); promote: the level just closed is the new result (its copy becomes the
+    best); restore: train the next level from the best copy, not the current model."""
+
+    kind: str
+    rate: Fraction
+    precision: object = None
+    snapshot: bool = False
+    promote: bool = False
+    restore: bool = False
+    note: str = ""
+
+
+@dataclass
+class Level:
+    rate: Fraction
+    precision: object
+    epochs: list = field(default_factory=list)   # (correct, sat per sample, underflow per sample, braked)
+    best: int | None = None                      # index into epochs of the best unbraked one
+    within: bool | None = None
+
+    def best_correct(self):
+        return None if self.best is None else self.epochs[self.best][0]
+
+
+class Controller:
+    """The policy of the module docstring, step by step (no model, no training)."""
+
+    def __init__(self, baseline_correct: int, n_val: int, **params):
+        p = {**DEFAULTS, **params}
+        unknown = sorted(set(p) - set(DEFAULTS))
+        if unknown:
+            raise ValueError(f"unknown controller option(s) {', '.join(unknown)}")
+        self.p = p
+        self.baseline, self.n_val = int(baseline_correct), int(n_val)
+        self.tolerable = Fraction(self.baseline) * (1 - _q(p["max_relative_drop"]) / 100)
+        self.step = _q(p["step"])
+        self.min_step, self.factor = _q(p["min_step"]), _q(p["step_factor"])
+        self.lo, self.hi = _q(p["initial_sparsity"]), _q(p["max_sparsity"])
+        self.ladder = list(p["precisions"])
+        self.ladder_all = list(p["precisions"])
+        self.levels: list[Level] = []
+        self.ref = None           # (sat, underflow) per sample: the initial phase's last epoch
+        self.epochs = 0
+        self.direction = None     # +1 / -1 of the last sparsity move
+        self.result = None        # index of the level that is the result
+        self.phase = "initial"
+        self.stop_reason = None
+
+    # -------------------------------------------------------------- queries
+    @property
+    def level(self) -> Level:
+        return self.levels[-1]
+
+    def within(self, correct) -> bool:
+        return correct is not None and correct >= self.tolerable
+
+    def braked(self, sat: Fraction, und: Fraction) -> bool:
+        if self.ref is None:
+            return False
+        rs, ru = (max(r, BRAKE_FLOOR) for r in self.ref)
+        return sat > _q(self.p["max_saturation_growth"]) * rs or und > _q(self.p["max_underflow_growth"]) * ru
+
+    @property
+    def met(self) -> bool:
+        return self.result is not None and bool(self.levels[self.result].within)
+
+    # -------------------------------------------------------------- steps
+    def start(self) -> Decision:
+        self.levels.append(Level(self.lo, None))
+        return Decision("train", self.lo, note="initial phase")
+
+    def observe(self, correct: int, saturations_per_sample, underflows_per_sample) -> Decision:
+        """The epoch just trained: its correct validation predictions and counters per sample."""
+        lv = self.level
+        sat, und = Fraction(saturations_per_sample), Fraction(underflows_per_sample)
+        braked = self.braked(sat, und)
+        lv.epochs.append((int(correct), sat, und, braked))
+        self.epochs += 1
+        snapshot = not braked and (lv.best is None or correct > lv.best_correct())
+        if snapshot:
+            lv.best = len(lv.epochs) - 1
+        need = self.p["initial_epochs"] if self.phase == "initial" else self.p["patience"]
+        if len(lv.epochs) < need:
+            return Decision("train", lv.rate, snapshot=snapshot)
+        return self._close(snapshot, sat, und)
+
+    def _close(self, snapshot, sat, und) -> Decision:
+        lv = self.level
+        lv.within = self.within(lv.best_correct())
+        promote = False
+        if self.phase == "initial":
+            self.ref = (sat, und)
+            self.result, promote = 0, True
+            self.phase = "ladder" if self.ladder else "search"
+        elif lv.within and self._better(len(self.levels) - 1):
+            self.result, promote = len(self.levels) - 1, True
+        restore = False
+        if self.phase == "ladder":
+            if lv.precision is not None and not lv.within:  # undo this policy, end the ladder
+                self.ladder, restore = [], True
+            if self.ladder and (self.levels[self.result].within or lv.precision is None and lv.within):
+                nxt = self.ladder.pop(0)
+                self.levels.append(Level(self.levels[self.result].rate, nxt))
+                return Decision("train", self.level.rate, precision=nxt, snapshot=snapshot, promote=promote,
+                                restore=restore, note=f"precision {nxt}")
+            self.phase = "search"
+            if not self.p["sparsity"]:
+                return self._stop("no sparsity search (sparsity = false)", snapshot, promote)
+            restore = restore or not lv.within
+            base = self.levels[self.result]
+            return self._move(base.rate, +1 if base.within else -1, snapshot, promote, restore)
+        if not self.p["sparsity"]:
+            return self._stop("no sparsity search (sparsity = false)", snapshot, promote)
+        return self._move(lv.rate, +1 if lv.within else -1, snapshot, promote, not lv.within)
+
+    def _better(self, i) -> bool:
+        """Level i, within, beats the result: more compressed, or as compressed and more accurate."""
+        r, c = self.levels[self.result], self.levels[i]
+        if not r.within:
+            return True
+        def key(lv):  # a later rung of the ladder is more compressed than any sparsity before it
+            return (self.ladder_all.index(lv.precision) + 1 if lv.precision is not None else 0, lv.rate)
+        return key(c) > key(r) or (key(c) == key(r) and c.best_correct() > r.best_correct())
+
+    def _move(self, rate, direction, snapshot, promote, restore) -> Decision:
+        if self.direction is not None and direction != self.direction:
+            self.step *= self.factor
+        if self.step < self.min_step:
+            return self._stop(f"step {float(self.step):g} below min_step {float(self.min_step):g}", snapshot, promote)
+        self.direction = direction
+        new = rate + direction * self.step
+        if new > self.hi:
+            return self._stop(f"sparsity {float(new):g} above max_sparsity {float(self.hi):g}", snapshot, promote)
+        if new < self.lo:
+            return self._stop(f"sparsity {float(new):g} below initial_sparsity {float(self.lo):g}: the budget "
+                              "is not met at the least compression", snapshot, promote)
+        if self.epochs + self.p["patience"] > self.p["max_epochs"]:
+            return self._stop(f"max_epochs {self.p['max_epochs']} reached", snapshot, promote)
+        self.levels.append(Level(new, self.level.precision if not restore else self.levels[self.result].precision))
+        return Decision("train", new, snapshot=snapshot, promote=promote, restore=restore,
+                        note=f"sparsity {float(new):g} ({'up' if direction > 0 else 'down'})")
+
+    def _stop(self, why, snapshot, promote) -> Decision:
+        self.stop_reason = why
+        return Decision("stop", self.levels[self.result].rate, snapshot=snapshot, promote=promote, note=why)
+
+    def summary(self) -> dict:
+        """The levels tried, as JSON."""
+        return {"baseline_correct": self.baseline, "validation_samples": self.n_val,
+                "tolerable_correct": float(self.tolerable), "budget_met": self.met, "stopped": self.stop_reason,
+                "result_level": self.result, "epochs": self.epochs,
+                "reference": None if self.ref is None else {"saturations_per_sample": float(self.ref[0]),
+                                                            "underflows_per_sample": float(self.ref[1])},
+                "levels": [{"sparsity": float(lv.rate), "precision": lv.precision, "within": lv.within,
+                            "epochs": len(lv.epochs), "best_correct": lv.best_correct(),
+                            "braked_epochs": sum(1 for e in lv.epochs if e[3]),
+                            "correct": [e[0] for e in lv.epochs]} for lv in self.levels]}
+
+
+# ------------------------------------------------------------------------ the runner
+
+def run(model, train_ds, val_ds, params: dict, seed: int, *, lr=None, log=None, progress=None):
+    """Run the controller on `model` (not changed): returns (result model, controller). Epoch e
+    of the stage visits the training split in the e-th permutation of fit's data PRNG for
+    `seed`, as one long fit would."""
+    import numpy as np
+
+    from tinytrain import fixedpoint as fp
+    from tinytrain.compress.stages import restage
+    from tinytrain.sim.simulator import Simulator
+    from tinytrain.train import data_prng, prepare_inputs
+
+    p = {**DEFAULTS, **params}
+    X, Y, _, _ = prepare_inputs(model, train_ds)
+    _, _, Xv, Yv = prepare_inputs(model, val_ds)
+    cur = restage(model.copy(), lr=lr) if lr is not None else model.copy()
+    base = _correct(Simulator(cur), cur, Xv, Yv)
+    ctl = Controller(base, len(Yv), **p)
+    state, d = data_prng(seed), ctl.start()
+    cand = best = None
+    rate_now, sim = None, None
+    while True:
+        if d.kind == "train":
+            if d.restore:
+                cur, rate_now, sim = best.copy(), None, None
+            if d.precision is not None:
+                cur, sim = restage(cur, precision=d.precision), None
+            if d.rate != rate_now:
+                cur, sim = _with_sparsity(cur, d.rate, p["scope"]), None
+                rate_now = d.rate
+            if sim is None:
+                sim = Simulator(cur)
+            state, order = fp.permutation(state, len(X))
+            s0 = cur.stats.copy()
+            sim.train(X, Y, order)
+            ds_ = cur.stats - s0
+            correct = _correct(sim, cur, Xv, Yv)
+            sat = Fraction(int(ds_[0]) + int(ds_[1]), len(X))
+            und = Fraction(int(ds_[2]), len(X))
+            if log is not None:
+                log(f"  adaptive epoch {ctl.epochs + 1}: sparsity {float(d.rate):.4g}"
+                    f"{'' if ctl.level.precision is None else ', precision ' + str(ctl.level.precision)}: "
+                    f"validation {correct}/{len(Yv)} (needs {float(ctl.tolerable):.1f}), saturations "
+                    f"{float(sat):.3f}/sample, underflows {float(und):.1f}/sample")
+            if progress is not None:
+                progress.update(1)
+            d = ctl.observe(correct, sat, und)
+        if d.snapshot:
+            cand = cur.copy()
+        if d.promote:
+            best = cand
+        if d.kind == "stop":
+            break
+    return best, ctl
+
+
+def _correct(sim, model, Xv, Yv) -> int:
+    """Correct predictions on the validation split; the model's counters are left as training
+    made them (validation saturations are not training saturations, as in train.evaluate)."""
+    s = model.stats.copy()
+    n = int((sim.predict(Xv) == Yv).sum())
+    model.stats[...] = s
+    return n
+
+
+def _with_sparsity(model, rate: Fraction, scope: str):
+    """`model` pruned to `rate` by a one-shot event at its next update (rate 0 on a model that
+    does not prune: unchanged)."""
+    from tinytrain.compress.stages import restage
+
+    if rate == 0 and not model.masks:
+        return model
+    prune = {"schedule": "one_shot", "final_sparsity": float(rate), "begin_step": int(model.meta[1])}
+    if scope == "global":
+        prune["scope"] = "global"
+    return restage(model, prune=prune)
