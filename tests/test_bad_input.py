@@ -123,6 +123,15 @@ except ImportError:  # the interop extra is missing: the import rows fail, loudl
 
 IMPORT = ["import", "m.onnx", "--data", "digits", "--out", "out.tt"]
 
+
+def compress_toml(*stages: str) -> str:
+    """A compress schedule (docs/compress.md) for W1 with these [[stage]] bodies."""
+    return 'model = "digits-mlp"\n' + "".join(f"[[stage]]\n{s}\n" for s in stages)
+
+
+COMPRESS = ["compress", "--schedule", "s.toml", "--out", "c"]
+TRAIN2 = 'kind = "train"\nepochs = 1'
+
 R = pytest.param
 ROWS = [
     # ---- model files (.tt): wrong magic, empty, not a model, a directory
@@ -380,6 +389,40 @@ ROWS = [
     R(["export", "--model", "missing.tt", "--onnx", "o.onnx"], "no such model file", {}, None, id="export-missing-model"),
     R(["export", "--model", "m.tt", "--onnx", "sub"], "sub is a directory", {"sub/x": ""}, saved_model("m.tt"),
       id="export-onnx-is-a-directory"),
+    # ---- compress (issue 12)
+    R(COMPRESS, 'stage 1: kind = "distill" must be one of', {"s.toml": compress_toml('kind = "distill"')}, None,
+      id="compress-unknown-stage-kind"),
+    R(COMPRESS, "stage 2 (quantize): precision: unknown preset 'int3'",
+      {"s.toml": compress_toml(TRAIN2, 'kind = "quantize"\nepochs = 1\nprecision = "int3"')}, None,
+      id="compress-unknown-policy"),
+    R(COMPRESS, "stage 2 (prune): prune: end_epoch = 1 is before begin_epoch = 2: the schedule ends before it begins",
+      {"s.toml": compress_toml(TRAIN2, 'kind = "prune"\nepochs = 3\nprune = {final_sparsity = 0.5, begin_epoch = 2, '
+                               'end_epoch = 1}')}, None, id="compress-prune-ends-before-it-begins"),
+    R(COMPRESS, "stage 2 (prune): prune: final_sparsity = 1.0 must be a number in [0, 1)",
+      {"s.toml": compress_toml(TRAIN2, 'kind = "prune"\nepochs = 1\nprune = {schedule = "one_shot", '
+                               'final_sparsity = 1.0}')}, None, id="compress-sparsity-outside"),
+    R(COMPRESS, "stage 2 (adaptive): max_sparsity = 1.2 must be a number in [0, 1)",
+      {"s.toml": compress_toml(TRAIN2, 'kind = "adaptive"\nmax_sparsity = 1.2')}, None,
+      id="compress-adaptive-sparsity-outside"),
+    R(COMPRESS, "stage 2 (adaptive): max_sparsity = 0.1 is below initial_sparsity = 0.5: the search ends before it begins",
+      {"s.toml": compress_toml(TRAIN2, 'kind = "adaptive"\ninitial_sparsity = 0.5\nmax_sparsity = 0.1')}, None,
+      id="compress-adaptive-ends-before-it-begins"),
+    R(COMPRESS, "stage 2 (prune): prune: the schedule ends at update 2586 of the stage, after its last (1292",
+      {"s.toml": compress_toml(TRAIN2, 'kind = "prune"\nepochs = 1\nprune = {final_sparsity = 0.5, end_epoch = 2}')},
+      None, id="compress-prune-beyond-the-stage"),
+    R(COMPRESS, "stage 1 (adaptive): the model has not been trained yet",
+      {"s.toml": compress_toml('kind = "adaptive"')}, None, id="compress-adaptive-untrained"),
+    R(COMPRESS, 'stage 1 (train): epochs = "3" must be an integer >= 1', {"s.toml": compress_toml('kind = "train"\nepochs = "3"')},
+      None, id="compress-epochs-mistyped"),
+    R(COMPRESS, "stage 1 (finetune): unknown key(s) precision", {"s.toml": compress_toml(
+        'kind = "finetune"\nepochs = 1\nprecision = "int8"')}, None, id="compress-key-not-of-the-kind"),
+    R(COMPRESS, "stage 1 (quantize): precision is missing", {"s.toml": compress_toml('kind = "quantize"\nepochs = 1')},
+      None, id="compress-quantize-without-policy"),
+    R(COMPRESS, "no [[stage]] tables", {"s.toml": 'model = "digits-mlp"\n'}, None, id="compress-no-stages"),
+    R(COMPRESS, "s.toml: no such schedule file", {}, None, id="compress-missing-schedule"),
+    R(COMPRESS, "s.toml: invalid TOML", {"s.toml": "[[stage]\n"}, None, id="compress-bad-toml"),
+    R([*COMPRESS, "--board", "nosuch"], "unknown board 'nosuch'", {"s.toml": compress_toml(TRAIN2)}, None,
+      id="compress-unknown-board"),
 ]
 
 

@@ -210,6 +210,9 @@ def absolute_prune(spec: dict, start_step: int, updates_per_epoch: int, where: s
     """A stage's prune object as the model takes it: epochs turned into steps, and every step
     moved on by the optimizer step the stage starts at."""
     d = dict(spec)
+    b, e = d.get("begin_epoch", 0), d.get("end_epoch")
+    if F.is_int(b) and F.is_int(e) and e < b:
+        raise ScheduleError(f"{where}: end_epoch = {e} is before begin_epoch = {b}: the schedule ends before it begins")
     for ek, sk in _EPOCH_KEYS.items():
         if ek in d:
             if sk in d:
