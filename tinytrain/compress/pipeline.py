@@ -217,7 +217,11 @@ def run_stage(model, st, schedule, train, valid, out: Path, *, log=None, progres
     o = st.options
     if st.kind == "adaptive":
         params = {k: o[k] for k in adaptive.DEFAULTS if k in o}
-        m, ctl = adaptive.run(model, train, valid, params, seed, lr=o.get("lr"), log=log, progress=None)
+        from tinytrain.progress import progress_bar
+
+        total = params.get("max_epochs", adaptive.DEFAULTS["max_epochs"])
+        with progress_bar(total=total, desc=f"{st.label} (at most)", unit="epoch", force=progress) as bar:
+            m, ctl = adaptive.run(model, train, valid, params, seed, lr=o.get("lr"), log=log, progress=bar)
         return m, {"epochs": ctl.epochs, "adaptive": ctl.summary()}
     per_epoch = len(train.x_train) // model.optimizer.batch_size
     prune = (absolute_prune(o["prune"], int(model.meta[1]), per_epoch, f"{st.label}: prune")
