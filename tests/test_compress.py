@@ -8,12 +8,10 @@ import json
 from fractions import Fraction
 
 import numpy as np
-import pytest
 
 from tinytrain import cli, data
-from tinytrain.compress import pipeline, stages as S
+from tinytrain.compress import stages as S
 from tinytrain.compress.adaptive import Controller
-from tinytrain.compress.schedule import from_file
 from tinytrain.graph import io as tio
 from tinytrain.graph import prune as P
 from tinytrain.graph.convert import with_precision

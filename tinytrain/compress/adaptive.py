@@ -221,8 +221,6 @@ def run(model, train_ds, val_ds, params: dict, seed: int, *, lr=None, log=None, 
     """Run the controller on `model` (not changed): returns (result model, controller). Epoch e
     of the stage visits the training split in the e-th permutation of fit's data PRNG for
     `seed`, as one long fit would."""
-    import numpy as np
-
     from tinytrain import fixedpoint as fp
     from tinytrain.compress.stages import restage
     from tinytrain.sim.simulator import Simulator

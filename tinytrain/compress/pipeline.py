@@ -128,10 +128,9 @@ def _check_done(schedule, man, out: Path, input_hash: str) -> int:
 def compress(schedule: Schedule, out, *, board: str | None = None, steps: int = 20, force: bool = False,
              log=None, progress=None) -> dict:
     """Run `schedule` into the folder `out` (see the module docstring); returns the report:
-    {"stages": [per-stage report], "final": file, ...}."""
-    from tinytrain.compress import adaptive
+    {"stages": [per-stage report], "final": file, ...}. force: start over (the manifest and the
+    partial stages of an earlier run are ignored and replaced)."""
     from tinytrain.graph import io as tio
-    from tinytrain.train import fit
 
     out = Path(out)
     tio.check_writable(out, folder=True)
@@ -158,8 +157,8 @@ def compress(schedule: Schedule, out, *, board: str | None = None, steps: int = 
         done = 0
     say = log or (lambda line: None)
     out.mkdir(parents=True, exist_ok=True)
-    for f in out.glob(".*.partial.tt"):  # partial stages of other schedule versions
-        if not any(f == _partial(out, st) for st in schedule.stages[done:]):
+    for f in out.glob(".*.partial.tt"):  # partial stages of other schedule versions, or all with --force
+        if force or not any(f == _partial(out, st) for st in schedule.stages[done:]):
             f.unlink()
     base = _report(model, train, valid, {"stage": 0, "name": "input", "kind": "input", "epochs": 0, "file": None})
     if done:
