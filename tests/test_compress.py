@@ -223,3 +223,26 @@ def test_validation_split_is_carved_from_training():
     rows = {r.tobytes() for r in ds.x_train}
     assert all(r.tobytes() in rows for r in va.x_test)
     assert np.array_equal(tr.x_test, ds.x_test)  # the test split is untouched
+
+
+def test_board_figures_are_measured_once_per_stage_and_board(tmp_path, capsys, monkeypatch):
+    """--board: each stage's model (and the input) goes to tinytrain.cost once per board; a rerun
+    reads the figures from the manifest (the QEMU measurement itself: tests/test_cost.py)."""
+    from tinytrain.compress import pipeline
+
+    seen = []
+
+    def fake_device(model, board, dataset, steps):
+        seen.append((board, f"{model.state_hash():08x}", steps))
+        return {"board": board, "training_ram": 1, "ram_total": 2, "flash_total": 3, "fits": True, "why": None,
+                "shadow": True, "instructions_per_sample": 4.0, "steps": steps}
+    monkeypatch.setattr(pipeline, "device", fake_device)
+    assert _run(tmp_path, tmp_path / "out", "--board", "mps2_an386", "--steps", "5") == 0
+    r = json.loads(capsys.readouterr().out)
+    assert [h for _, h, _ in seen] == [s["state_hash"] for s in r["stages"]] and len(seen) == 5
+    assert all(s["device"]["mps2_an386"]["steps"] == 5 for s in r["stages"])
+    assert _run(tmp_path, tmp_path / "out", "--board", "mps2_an386") == 0 and len(seen) == 5
+    capsys.readouterr()
+    assert _run(tmp_path, tmp_path / "out", "--board", "microbit") == 0 and len(seen) == 10
+    r = json.loads(capsys.readouterr().out)
+    assert set(r["stages"][-1]["device"]) == {"mps2_an386", "microbit"}

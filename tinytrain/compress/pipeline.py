@@ -160,7 +160,10 @@ def compress(schedule: Schedule, out, *, board: str | None = None, steps: int = 
     for f in out.glob(".*.partial.tt"):  # partial stages of other schedule versions, or all with --force
         if force or not any(f == _partial(out, st) for st in schedule.stages[done:]):
             f.unlink()
-    base = _report(model, train, valid, {"stage": 0, "name": "input", "kind": "input", "epochs": 0, "file": None})
+    if "input_report" not in man:
+        man["input_report"] = _report(model, train, valid, {"stage": 0, "name": "input", "kind": "input",
+                                                            "epochs": 0, "file": None})
+    base = man["input_report"]
     if done:
         model, _ = tio.load(out / man["stages"][done - 1]["file"])
         say(f"resuming after {schedule.stages[done - 1].label}: {done} of {len(schedule.stages)} stages done")
@@ -192,7 +195,7 @@ def compress(schedule: Schedule, out, *, board: str | None = None, steps: int = 
                 m = (load_inputs(schedule)[0] if i == 0 else tio.load(out / rep["file"])[0])
                 say(f"device cost of {'the input' if i == 0 else schedule.stages[i - 1].label} on {board}")
                 dev[board] = device(m, board, train, steps)
-                changed = changed or i > 0
+                changed = True
         if changed:
             _write_manifest(man_path, man)
     return {"schedule": schedule.source, "out": str(out), "board": board, "inputs": man["inputs"],
