@@ -214,6 +214,9 @@ max_relative_drop = 5.0
         assert all(zz == P.zeros_for(lv["sparsity"], nn) for zz, nn in z.values())
     assert round(st["validation_accuracy"] * ad["validation_samples"]) == lv["best_correct"]
     assert lv["within"] == (lv["best_correct"] >= ad["tolerable_correct"])
+    # the result (its prune object replaced at every level) trains in the generated C bit for bit
+    from tinytrain.verify import verify
+    assert verify(m, data.load("digits"), 40, board="host", json=True)["mismatches"] == 0
 
 
 def test_validation_split_is_carved_from_training():
