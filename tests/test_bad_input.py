@@ -410,6 +410,8 @@ ROWS = [
     R(COMPRESS, "stage 2 (prune): prune: the schedule ends at update 2586 of the stage, after its last (1292",
       {"s.toml": compress_toml(TRAIN2, 'kind = "prune"\nepochs = 1\nprune = {final_sparsity = 0.5, end_epoch = 2}')},
       None, id="compress-prune-beyond-the-stage"),
+    R(COMPRESS, "stage 2 (adaptive): unknown key(s) epochs", {"s.toml": compress_toml(TRAIN2, 'kind = "adaptive"\nepochs = 3')},
+      None, id="compress-adaptive-epochs"),
     R(COMPRESS, "stage 1 (adaptive): the model has not been trained yet",
       {"s.toml": compress_toml('kind = "adaptive"')}, None, id="compress-adaptive-untrained"),
     R(COMPRESS, 'stage 1 (train): epochs = "3" must be an integer >= 1', {"s.toml": compress_toml('kind = "train"\nepochs = "3"')},

@@ -66,8 +66,8 @@ STAGE_FIELDS = {
     "prune": {**_COMMON, "prune": _PRUNE},
     "quantize": {**_COMMON, "precision": _PRECISION},
     "finetune": dict(_COMMON),
-    "adaptive": {
-        **_COMMON,
+    "adaptive": {  # no epochs: the search decides (max_epochs bounds it)
+        **{k: v for k, v in _COMMON.items() if k != "epochs"},
         "max_relative_drop": F.Field("a number in [0, 100) (percent of the uncompressed validation accuracy)",
                                      lambda v: F.is_number(v) and 0 <= v < 100),
         "initial_epochs": _EPOCHS,
