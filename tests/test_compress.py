@@ -183,7 +183,7 @@ def test_controller_brake_and_precision_ladder():
     assert ctl.levels[ctl.result].precision == "int8-master16" and ctl.levels[ctl.result].rate == 0
 
 
-def test_adaptive_stage_on_a_real_tiny_run_is_deterministic(tmp_path, capsys):
+def test_adaptive_stage_on_a_real_tiny_run_is_deterministic(tmp_path, capsys, monkeypatch):
     text = SCHEDULE.split("[[stage]]")[0] + """
 [[stage]]
 kind = "train"
@@ -206,7 +206,7 @@ max_relative_drop = 5.0
     st = res[0]["stages"][2]
     ad = st["adaptive"]
     lv = ad["levels"][ad["result_level"]]
-    assert [x["sparsity"] for x in ad["levels"]][:2] == [0.0, 0.4]
+    assert [x["sparsity"] for x in ad["levels"]][:2] == [0.0, 0.4] and ad["epochs"] >= 2
     assert ad["stopped"]
     m, _ = tio.load(res[0]["final"])
     z = P.sparsity(m)
@@ -214,6 +214,24 @@ max_relative_drop = 5.0
         assert all(zz == P.zeros_for(lv["sparsity"], nn) for zz, nn in z.values())
     assert round(st["validation_accuracy"] * ad["validation_samples"]) == lv["best_correct"]
     assert lv["within"] == (lv["best_correct"] >= ad["tolerable_correct"])
+    # killed after its first epoch, the stage continues from its checkpoint to the same result
+    from tinytrain.compress import adaptive
+    calls, real = [], adaptive._save_checkpoint
+
+    def killed(*a, **k):
+        real(*a, **k)
+        calls.append(1)
+        raise KeyboardInterrupt
+    monkeypatch.setattr(adaptive, "_save_checkpoint", killed)
+    argv = ["compress", "--schedule", str(tmp_path / "a.toml"), "--out", str(tmp_path / "k"), "--json"]
+    assert cli.main(argv) == 130
+    assert len(list((tmp_path / "k").glob(".02-adaptive.*.adaptive/*.tt"))) >= 1
+    monkeypatch.setattr(adaptive, "_save_checkpoint", real)
+    capsys.readouterr()
+    assert cli.main(argv) == 0
+    k = json.loads(capsys.readouterr().out)
+    assert k["final_state_hash"] == res[0]["final_state_hash"] and k["stages"][2]["adaptive"] == ad
+    assert not list((tmp_path / "k").glob(".*.adaptive"))
     # the result (its prune object replaced at every level) trains in the generated C bit for bit
     from tinytrain.verify import verify
     assert verify(m, data.load("digits"), 40, board="host", json=True)["mismatches"] == 0

@@ -47,6 +47,10 @@ DEFAULTS = {"max_relative_drop": 1.0, "initial_epochs": 5, "patience": 3, "step"
 BRAKE_FLOOR = Fraction(1, 100)  # counters per sample below this count as this (no zero reference)
 
 
+def _fs(x: Fraction) -> str:
+    return f"{x.numerator}/{x.denominator}"
+
+
 def _q(v) -> Fraction:
     """A float of the schedule as the decimal it was written as (0.1 is 1/10, exactly)."""
     return Fraction(repr(float(v)))
@@ -202,6 +206,27 @@ class Controller:
         self.stop_reason = why
         return Decision("stop", self.levels[self.result].rate, snapshot=snapshot, promote=promote, note=why)
 
+    # -------------------------------------------------------------- saving
+    def state(self) -> dict:
+        """Everything observe() changes, as JSON (Fractions as "n/d"): from_state() rebuilds it."""
+        return {"baseline": self.baseline, "n_val": self.n_val, "p": self.p, "step": _fs(self.step),
+                "ladder": self.ladder, "ref": None if self.ref is None else [_fs(r) for r in self.ref],
+                "epochs": self.epochs, "direction": self.direction, "result": self.result, "phase": self.phase,
+                "stop_reason": self.stop_reason,
+                "levels": [{"rate": _fs(lv.rate), "precision": lv.precision, "best": lv.best, "within": lv.within,
+                            "epochs": [[c, _fs(a), _fs(u), b] for c, a, u, b in lv.epochs]} for lv in self.levels]}
+
+    @classmethod
+    def from_state(cls, d: dict) -> "Controller":
+        c = cls(d["baseline"], d["n_val"], **d["p"])
+        c.step, c.ladder, c.epochs, c.direction = Fraction(d["step"]), list(d["ladder"]), d["epochs"], d["direction"]
+        c.ref = None if d["ref"] is None else tuple(Fraction(r) for r in d["ref"])
+        c.result, c.phase, c.stop_reason = d["result"], d["phase"], d["stop_reason"]
+        c.levels = [Level(Fraction(lv["rate"]), lv["precision"],
+                          [(e[0], Fraction(e[1]), Fraction(e[2]), e[3]) for e in lv["epochs"]], lv["best"], lv["within"])
+                    for lv in d["levels"]]
+        return c
+
     def summary(self) -> dict:
         """The levels tried, as JSON."""
         return {"baseline_correct": self.baseline, "validation_samples": self.n_val,
@@ -217,10 +242,12 @@ class Controller:
 
 # ------------------------------------------------------------------------ the runner
 
-def run(model, train_ds, val_ds, params: dict, seed: int, *, lr=None, log=None, progress=None):
+def run(model, train_ds, val_ds, params: dict, seed: int, *, lr=None, log=None, progress=None, checkpoint=None):
     """Run the controller on `model` (not changed): returns (result model, controller). Epoch e
     of the stage visits the training split in the e-th permutation of fit's data PRNG for
-    `seed`, as one long fit would."""
+    `seed`, as one long fit would. checkpoint: a folder where the search is saved after every
+    epoch (the controller, the data PRNG, the current model and the copies it keeps) and from
+    which a rerun on the same input model continues, bit-identically."""
     from tinytrain import fixedpoint as fp
     from tinytrain.compress.stages import restage
     from tinytrain.sim.simulator import Simulator
@@ -229,12 +256,20 @@ def run(model, train_ds, val_ds, params: dict, seed: int, *, lr=None, log=None, 
     p = {**DEFAULTS, **params}
     X, Y, _, _ = prepare_inputs(model, train_ds)
     _, _, Xv, Yv = prepare_inputs(model, val_ds)
-    cur = restage(model.copy(), lr=lr) if lr is not None else model.copy()
-    base = _correct(Simulator(cur), cur, Xv, Yv)
-    ctl = Controller(base, len(Yv), **p)
-    state, d = data_prng(seed), ctl.start()
-    cand = best = None
-    rate_now, sim = None, None
+    input_hash = f"{model.state_hash():08x}"
+    saved = _load_checkpoint(checkpoint, input_hash) if checkpoint is not None else None
+    if saved is not None:
+        ctl, state, d, rate_now, cur, cand, best = saved
+    else:
+        cur = restage(model.copy(), lr=lr) if lr is not None else model.copy()
+        base = _correct(Simulator(cur), cur, Xv, Yv)
+        ctl = Controller(base, len(Yv), **p)
+        state, d = data_prng(seed), ctl.start()
+        cand = best = None
+        rate_now = None
+    sim = None
+    if progress is not None and ctl.epochs:
+        progress.update(ctl.epochs)
     while True:
         if d.kind == "train":
             if d.restore:
@@ -267,7 +302,58 @@ def run(model, train_ds, val_ds, params: dict, seed: int, *, lr=None, log=None, 
             best = cand
         if d.kind == "stop":
             break
+        if checkpoint is not None:
+            _save_checkpoint(checkpoint, input_hash, ctl, state, d, rate_now, cur, cand, best)
     return best, ctl
+
+
+_CKPT = "state.json"
+
+
+def _save_checkpoint(folder, input_hash, ctl, state, d, rate_now, cur, cand, best) -> None:
+    """The search after epoch E: E-cur/E-cand/E-best.tt, then state.json naming them (atomic),
+    then the files of earlier epochs removed; a crash leaves the previous epoch's set whole."""
+    import json
+    from pathlib import Path
+
+    from tinytrain.graph import io as tio
+
+    folder = Path(folder)
+    e = ctl.epochs
+    files = {}
+    for name, m in (("cur", cur), ("cand", cand), ("best", best)):
+        if m is not None:
+            files[name] = f"{e}-{name}.tt"
+            tio.save(m, folder / files[name])
+    doc = {"input_hash": input_hash, "controller": ctl.state(), "data_prng": int(state), "files": files,
+           "rate_now": None if rate_now is None else _fs(rate_now),
+           "next": {"kind": d.kind, "rate": _fs(d.rate), "precision": d.precision, "restore": d.restore}}
+    text = json.dumps(doc, sort_keys=True).encode()
+    tio.atomic_write(folder / _CKPT, lambda f: f.write(text))
+    for f in folder.glob("*.tt"):
+        if f.name not in files.values():
+            f.unlink()
+
+
+def _load_checkpoint(folder, input_hash):
+    """What _save_checkpoint wrote, or None (nothing saved, or saved from another input model)."""
+    import json
+    from pathlib import Path
+
+    from tinytrain.graph import io as tio
+
+    path = Path(folder) / _CKPT
+    if not path.is_file():
+        return None
+    doc = json.loads(path.read_text())
+    if doc.get("input_hash") != input_hash:
+        return None
+    models = {k: tio.load(Path(folder) / v)[0] for k, v in doc["files"].items()}
+    nx = doc["next"]
+    d = Decision(nx["kind"], Fraction(nx["rate"]), precision=nx["precision"], restore=nx["restore"])
+    rate_now = None if doc["rate_now"] is None else Fraction(doc["rate_now"])
+    return (Controller.from_state(doc["controller"]), doc["data_prng"], d, rate_now, models["cur"],
+            models.get("cand"), models.get("best"))
 
 
 def _correct(sim, model, Xv, Yv) -> int:

@@ -7,8 +7,9 @@ state, loadable by every command) and ``manifest.json``: per completed stage its
 of the stage's table), file, state hash, the file's SHA-256 and its report. A rerun checks the
 schedule's header (model, data, seed, validation) and every completed stage's digest against
 the manifest, and every stage file against its hashes, then continues after the last completed
-stage; a training stage killed mid-way resumes from its last epoch (``.NN-NAME.DIGEST.partial.tt``,
-written by fit after every epoch), bit-identically. A stage's file and then the manifest are
+stage; a stage killed mid-way resumes from its last epoch, bit-identically: a training stage from
+``.NN-NAME.DIGEST.partial.tt`` (fit's checkpoint), an adaptive one from the folder
+``.NN-NAME.DIGEST.adaptive/`` (tinytrain.compress.adaptive saves its search after every epoch). A stage's file and then the manifest are
 written atomically, so a failure leaves the last good state as it was.
 """
 from __future__ import annotations
@@ -33,7 +34,9 @@ def stage_file(stage) -> str:
 
 
 def _partial(out: Path, stage) -> Path:
-    return out / f".{stage.index:02d}-{stage.name}.{stage.digest()}.partial.tt"
+    """A training stage's epoch checkpoint (fit's); an adaptive stage's is a folder."""
+    suffix = "adaptive" if stage.kind == "adaptive" else "partial.tt"
+    return out / f".{stage.index:02d}-{stage.name}.{stage.digest()}.{suffix}"
 
 
 def load_inputs(schedule: Schedule):
@@ -157,9 +160,9 @@ def compress(schedule: Schedule, out, *, board: str | None = None, steps: int = 
         done = 0
     say = log or (lambda line: None)
     out.mkdir(parents=True, exist_ok=True)
-    for f in out.glob(".*.partial.tt"):  # partial stages of other schedule versions, or all with --force
+    for f in [*out.glob(".*.partial.tt"), *out.glob(".*.adaptive")]:  # other schedule versions', or all with --force
         if force or not any(f == _partial(out, st) for st in schedule.stages[done:]):
-            f.unlink()
+            _remove(f)
     if "input_report" not in man:
         man["input_report"] = _report(model, train, valid, {"stage": 0, "name": "input", "kind": "input",
                                                             "epochs": 0, "file": None})
@@ -181,9 +184,7 @@ def compress(schedule: Schedule, out, *, board: str | None = None, steps: int = 
                               "file": path.name, "sha256": _sha(path), "state_hash": rep["state_hash"],
                               "report": rep})
         _write_manifest(man_path, man)
-        part = _partial(out, st)
-        if part.exists():
-            part.unlink()
+        _remove(_partial(out, st))
         say(f"{st.label}: validation {rep['validation_accuracy']:.4f}, test {rep['test_accuracy']:.4f}, "
             f"sparsity {rep['sparsity']:.3f}, precision {rep['precision']}, saved {path}")
     reports = [base] + [rec["report"] for rec in man["stages"]]
@@ -201,6 +202,15 @@ def compress(schedule: Schedule, out, *, board: str | None = None, steps: int = 
     return {"schedule": schedule.source, "out": str(out), "board": board, "inputs": man["inputs"],
             "resumed_after": done, "stages": reports, "final": str(out / man["stages"][-1]["file"]),
             "final_state_hash": man["stages"][-1]["state_hash"]}
+
+
+def _remove(path: Path) -> None:
+    import shutil
+
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
 
 
 def _write_manifest(path: Path, man: dict) -> None:
@@ -223,7 +233,8 @@ def run_stage(model, st, schedule, train, valid, out: Path, *, log=None, progres
 
         total = params.get("max_epochs", adaptive.DEFAULTS["max_epochs"])
         with progress_bar(total=total, desc=f"{st.label} (at most)", unit="epoch", force=progress) as bar:
-            m, ctl = adaptive.run(model, train, valid, params, seed, lr=o.get("lr"), log=log, progress=bar)
+            m, ctl = adaptive.run(model, train, valid, params, seed, lr=o.get("lr"), log=log, progress=bar,
+                                  checkpoint=_partial(out, st))
         return m, {"epochs": ctl.epochs, "adaptive": ctl.summary()}
     per_epoch = len(train.x_train) // model.optimizer.batch_size
     prune = (absolute_prune(o["prune"], int(model.meta[1]), per_epoch, f"{st.label}: prune")
