@@ -445,9 +445,22 @@ def _eval_run(args) -> int:
 
 # --------------------------------------------------------------------- sensitivity
 
+def _sweep_args(p, each: str, picture: str, examples: list[str]) -> None:
+    """The options sensitivity and pareto share (QEMU steps, processes, plot, JSON) and the
+    examples of --help."""
+    from tinytrain.sweep import default_jobs
+
+    p.add_argument("--steps", type=_positive_int, default=20, help=f"verified QEMU steps per {each} (default 20)")
+    p.add_argument("--jobs", type=_positive_int, default=default_jobs(), help="processes sharing the work "
+                   f"(default {default_jobs()})")
+    p.add_argument("--plot", metavar="FILE", help=f"write a PNG of {picture}")
+    p.add_argument("--json", action="store_true", help="print only a JSON object on stdout")
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = "examples:\n" + "\n".join(f"  tinytrain {e}" for e in examples)
+
+
 def _sensitivity_args(p):
     from tinytrain.sensitivity import DEFAULT_POLICIES
-    from tinytrain.sweep import default_jobs
 
     p.add_argument("--model", required=True, help="a saved model (.tt), or a built-in name / model file trained "
                    "first for --epochs")
@@ -458,21 +471,15 @@ def _sensitivity_args(p):
                    f"applied to one layer at a time, comma-separated (default {','.join(DEFAULT_POLICIES)})")
     p.add_argument("--board", default=None, help="also measure each variant on this emulated board: change in RAM "
                    "and flash (linked firmware) and instructions per sample (QEMU, every step verified)")
-    p.add_argument("--steps", type=_positive_int, default=20, help="verified QEMU steps per variant (default 20)")
     p.add_argument("--layers", default=None, help="only these layer indices, comma-separated (default: every "
                    "dense and convolution layer that learns)")
-    p.add_argument("--jobs", type=_positive_int, default=default_jobs(), help="processes sharing the work "
-                   f"(default {default_jobs()})")
     p.add_argument("--split", choices=("test", "train"), default="test")
     p.add_argument("--epochs", type=int, default=20, help="epochs of training when --model is not a saved model")
     p.add_argument("--seed", type=int, default=0, help="seed of that training")
-    p.add_argument("--plot", metavar="FILE", help="write a PNG of the accuracy drop against sparsity and weight bits")
-    p.add_argument("--json", action="store_true", help="print only a JSON object on stdout")
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.epilog = ("examples:\n  tinytrain sensitivity --model runs/w1.tt --plot runs/w1-sens.png\n"
-                "  tinytrain sensitivity --model digits-mlp --board microbit --json\n"
-                "  tinytrain sensitivity --model runs/w3.tt --levels 0,0.5,0.9 --policies int16,int8-master16 "
-                "--board mps2_an386 --jobs 2")
+    _sweep_args(p, "variant", "the accuracy drop against sparsity and weight bits", [
+        "sensitivity --model runs/w1.tt --plot runs/w1-sens.png",
+        "sensitivity --model digits-mlp --board microbit --json",
+        "sensitivity --model runs/w3.tt --levels 0,0.5,0.9 --policies int16,int8-master16 --board mps2_an386 --jobs 2"])
 
 
 def _sensitivity_run(args) -> int:
@@ -526,7 +533,6 @@ def _floats(text: str, what: str) -> tuple:
 
 def _pareto_args(p):
     from tinytrain import pareto as P
-    from tinytrain.sweep import default_jobs
 
     p.add_argument("--model", required=True, help="a built-in name or a .json/.toml model description (each "
                    "configuration is trained from scratch)")
@@ -548,17 +554,13 @@ def _pareto_args(p):
     p.add_argument("--val-fraction", type=float, default=P.VAL_FRACTION,
                    help="share of the training set carved out for choosing (default %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="seed of weights and shuffles")
-    p.add_argument("--steps", type=_positive_int, default=20, help="verified QEMU steps per point (default 20)")
-    p.add_argument("--jobs", type=_positive_int, default=default_jobs(), help="processes (default %(default)s)")
     p.add_argument("--out", metavar="FILE", help="write the chosen configuration: .tt (trained, with its state: "
                    "codegen/build/verify take it) or .json (its model description)")
-    p.add_argument("--plot", metavar="FILE", help="PNG: accuracy vs training RAM and vs instructions per sample")
-    p.add_argument("--json", action="store_true", help="print only a JSON object on stdout")
-    p.formatter_class = argparse.RawDescriptionHelpFormatter
-    p.epilog = ("examples:\n  tinytrain pareto --model digits-cnn --board microbit --out runs/best.tt --plot runs/pareto.png\n"
-                "  tinytrain pareto --model digits-mlp --board mps2_an386 --budget ram=8192,instructions=40000 --json\n"
-                "  tinytrain pareto --model digits-mlp --board microbit --widths 0.5,1 --policies int16,int8 "
-                "--sparsities 0 --train all,bias --epochs 5")
+    _sweep_args(p, "point", "accuracy vs training RAM and vs instructions per sample", [
+        "pareto --model digits-cnn --board microbit --out runs/best.tt --plot runs/pareto.png",
+        "pareto --model digits-mlp --board mps2_an386 --budget ram=8192,instructions=40000 --json",
+        "pareto --model digits-mlp --board microbit --widths 0.5,1 --policies int16,int8 --sparsities 0 "
+        "--train all,bias --epochs 5"])
 
 
 def _pareto_run(args) -> int:
