@@ -86,7 +86,7 @@ def section(workload: str, r: dict) -> str:
                      + (" RAM" if p["id"] in r["frontier_training_ram"] else "")
                      + (" instr" if p["id"] in r["frontier_instructions"] else "")])
     fits = sum(p["fits"] for p in r["points"])
-    w = r["work"]
+    wt, wd = r["work"]["training"], r["work"]["device"]
     ref = ", ".join(f"{100 * a:.2f}" for a in r["unconstrained_test_accuracy"])
     return "\n".join([
         f"## Pareto frontier: {workload} {r['model']} on the micro:bit ({r['board_ram']} B RAM)",
@@ -109,9 +109,11 @@ def section(workload: str, r: dict) -> str:
         f"model file verified on the QEMU micro:bit as written: {r['chosen_file_verified_steps']} steps, "
         f"{r['chosen_file_mismatches']} mismatches. Target {'met' if r['target_met'] else 'NOT met'}.",
         "",
-        f"Work: {w['tasks']} tasks (one per width × policy × sparsity) on {w['jobs']} processes, "
-        f"{w['task_cpu_seconds']:.0f} CPU seconds in the tasks (largest {w['largest_task_cpu_seconds']:.0f}), "
-        f"{w['wall_seconds']:.0f} s wall on a machine shared with other jobs (not a speed figure). "
+        f"Work on {wt['jobs']} processes: training, {wt['tasks']} tasks (one per width × policy × sparsity), "
+        f"{wt['task_cpu_seconds']:.0f} CPU s (largest task {wt['largest_task_cpu_seconds']:.0f}), {wt['wall_seconds']:.0f} s "
+        f"wall; device, {wd['tasks']} tasks (one per point: link, build, QEMU), {wd['task_cpu_seconds']:.0f} CPU s "
+        f"(largest {wd['largest_task_cpu_seconds']:.0f}), {wd['wall_seconds']:.0f} s wall; the machine was shared "
+        "with other jobs, so wall times are not speed figures. "
         f"Plot: bench/results/pareto_{workload}.png. Machine: {report.machine_line(r['machine'])}.",
     ])
 

@@ -583,7 +583,7 @@ def _pareto_run(args) -> int:
         raise ValueError(f"--seed must be >= 0, got {args.seed}")
     name = args.data or (MODELS[args.model][2] if args.model in MODELS else "digits")
     ds = data.load(_resolve_data(name, args.model))
-    with progress_bar(desc="pareto", unit="family", json=args.json) as bar:
+    with progress_bar(desc="pareto", unit="task", json=args.json) as bar:
         r = P.pareto(args.model, ds, args.board, budget=budget, grid=grid, epochs=args.epochs,
                      device_epochs=args.device_epochs, seed=args.seed, val_fraction=args.val_fraction,
                      steps=args.steps, jobs=args.jobs, progress=bar)

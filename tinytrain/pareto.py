@@ -174,12 +174,12 @@ def _accuracies(model, part, ds) -> tuple[float, float]:
 
 def _family(t):
     """One width x policy x sparsity: train 'all' from scratch, then each partial training from
-    it; measure every point on the board. Returns (points, models)."""
+    it. Returns (points, models); the device is measured afterwards, one task per point."""
     from tinytrain.graph.convert import with_precision
     from tinytrain.graph.models import from_spec
     from tinytrain.train import fit
 
-    spec, (w, pol, s), trains, part, ds, epochs, device_epochs, seed, costs, budget = t
+    spec, (w, pol, s), trains, part, ds, epochs, device_epochs, seed = t
     sw = scaled(spec, w)
     pr = prune_spec(s, epochs * len(part.x_train))
     if pr is not None:
@@ -194,16 +194,22 @@ def _family(t):
             m = with_precision(pre, None, edit=lambda cfg, tr=tr: cfg["optimizer"].update(train=tr))
             fit(m, part, device_epochs, seed=seed, progress=False, log=None)
         val, test = _accuracies(m, part, ds)
-        c = costs(m, instructions=False)  # the linked sizes; QEMU only for a point they allow
-        if c["fits"] and _within(c, {k: v for k, v in budget.items() if k != "instructions"}):
-            c = costs(m)
         points.append({"width": w, "policy": pol, "sparsity": s, "train": tr, "params": m.param_count(),
-                       "val_accuracy": val, "test_accuracy": test, "fits": c["fits"], "why": c["why"],
-                       "shadow": c["shadow"], "training_ram": c["training_ram"], "ram_total": c["ram_total"],
-                       "flash_total": c["flash_total"], "instructions_per_sample": c["instructions_per_sample"],
-                       "verified_steps": c["steps"]})
+                       "val_accuracy": val, "test_accuracy": test})
         models.append((m, _description(sw, pol, tr)))
     return points, models
+
+
+def _measure(t):
+    """The device figures of one point: linked sizes, then QEMU if the board and the RAM/flash
+    budget allow."""
+    m, costs, budget = t
+    c = costs(m, instructions=False)
+    if c["fits"] and _within(c, {k: v for k, v in budget.items() if k != "instructions"}):
+        c = costs(m)
+    return {"fits": c["fits"], "why": c["why"], "shadow": c["shadow"], "training_ram": c["training_ram"],
+            "ram_total": c["ram_total"], "flash_total": c["flash_total"],
+            "instructions_per_sample": c["instructions_per_sample"], "verified_steps": c["steps"]}
 
 
 def _description(spec: dict, policy: str, train: str) -> dict:
@@ -272,20 +278,22 @@ def pareto(model: str, dataset, board: str, *, budget: dict | None = None, grid:
     grid.check(spec, dataset)
     part = carve(dataset, val_fraction)
     families = [(w, p, s) for w in grid.widths for p in grid.policies for s in grid.sparsities]
-    own = tempfile.TemporaryDirectory(prefix="tinytrain-pareto-")
-    try:
-        costs = Costs(board, part, steps, own.name)
-        tasks = [(spec, f, tuple(grid.trains), part, dataset, int(epochs), int(device_epochs), int(seed), costs, budget)
-                 for f in families]
-        if progress is not None:
-            progress.reset(total=len(tasks))
-        results, work = run_tasks(_family, tasks, jobs, progress)
-    finally:
-        own.cleanup()
+    tasks = [(spec, f, tuple(grid.trains), part, dataset, int(epochs), int(device_epochs), int(seed)) for f in families]
+    if progress is not None:
+        progress.reset(total=len(tasks) + grid.size())
+    results, trained = run_tasks(_family, tasks, jobs, progress)
     points, models = [], []
     for ps, ms in results:
         points += ps
         models += ms
+    own = tempfile.TemporaryDirectory(prefix="tinytrain-pareto-")
+    try:
+        costs = Costs(board, part, steps, own.name)
+        measured, work = run_tasks(_measure, [(m, costs, budget) for m, _ in models], jobs, progress)
+    finally:
+        own.cleanup()
+    for p, c in zip(points, measured):
+        p.update(c)
     for i, p in enumerate(points):
         p["id"] = i
         p["feasible"] = bool(p["fits"]) and _within(p, budget)
@@ -302,7 +310,7 @@ def pareto(model: str, dataset, board: str, *, budget: dict | None = None, grid:
             "seed": seed, "val_fraction": val_fraction, "train_samples": int(len(part.x_train)),
             "val_samples": int(len(part.x_test)), "steps": steps, "points": points,
             "frontier_training_ram": fr_ram, "frontier_instructions": fr_ins, "chosen": chosen["id"],
-            "work": work, "_models": models}
+            "work": {"training": trained, "device": work}, "_models": models}
 
 
 def write_chosen(r: dict, path) -> None:
