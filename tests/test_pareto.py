@@ -86,7 +86,7 @@ def test_w1_sweep_on_the_microbit_and_the_chosen_model(tmp_path, capsys):
 
     out = tmp_path / "best.tt"
     argv = ["pareto", "--model", "digits-mlp", "--board", "microbit", "--widths", "1", "--policies", "int16",
-            "--sparsities", "0", "--train", "all,bias", "--epochs", "2", "--steps", "3", "--jobs", "1",
+            "--sparsities", "0", "--train", "all,bias", "--epochs", "2", "--steps", "3", "--jobs", "2",
             "--out", str(out), "--plot", str(tmp_path / "p.png"), "--json"]
     assert cli.main(argv) == 0
     r = json.loads(capsys.readouterr().out)
