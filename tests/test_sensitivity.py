@@ -65,12 +65,7 @@ def test_pruned_variant_keeps_exactly_its_mask(w1, key, s):
 @needs_qemu
 def test_device_change_on_the_microbit(w1, capsys):
     """Level 0 is the model itself (no change); pruning layer 2 by half adds its mask to RAM;
-    every variant verified on QEMU; --json is the same object."""
-    import json
-
-    from tinytrain import cli
-    from tinytrain.graph import io as tio
-
+    every variant verified on QEMU."""
     m, ds = w1
     r = S.sensitivity(m, ds, levels=(0.0, 0.5), policies=("int16",), board="microbit", steps=3, layers=[2], jobs=2)
     row, = r["layers"]
