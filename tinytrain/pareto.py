@@ -389,7 +389,7 @@ def plot(r: dict, path) -> None:
         ax.set_xlabel(name)
         ax.set_ylabel("validation accuracy (%)")
         ax.grid(alpha=0.3)
-    axes[0].legend(loc="lower right")
+    axes[0].legend(loc="best")
     fig.suptitle(f"{r['model']} on {r['board']}: grey does not fit or is over budget; triangles train part")
     fig.tight_layout()
     atomic_write(Path(path), lambda f: fig.savefig(f, format="png", dpi=110))
