@@ -28,17 +28,17 @@ def test_policy_rows_are_the_converted_layer_evaluated_and_jobs_do_not_matter(w1
 
     m, ds = w1
     h = m.state_hash()
-    a = S.sensitivity(m, ds, levels=(0.0, 0.7), policies=("int16", "int8", "int8-master16"), jobs=1)
+    work = {}
+    a = S.sensitivity(m, ds, levels=(0.0, 0.7), policies=("int16", "int8", "int8-master16"), jobs=1, work=work)
     assert m.state_hash() == h
-    assert S.sensitivity(m, ds, levels=(0.0, 0.7), policies=("int16", "int8", "int8-master16"), jobs=2)["layers"] \
-        == a["layers"]
+    assert S.sensitivity(m, ds, levels=(0.0, 0.7), policies=("int16", "int8", "int8-master16"), jobs=2) == a
     for row in a["layers"]:
         by = {p["policy"]: p for p in row["policies"]}
         assert by["int16"]["unchanged"] and by["int16"]["drop_points"] == 0.0
         v = S.with_layer_policy(m, row["layer"], "int8")
         assert v.layers[row["layer"]].params[0].data.dtype == np.int8
         assert by["int8"]["accuracy"] == evaluate(v, ds)["accuracy"] and by["int8"]["weight_bits"] == 8
-    assert a["work"]["tasks"] == 2 + 5  # a tensor's levels; base + 2 layers x 2 narrowing policies
+    assert work["tasks"] == 2 + 5 and work["jobs"] == 1  # a tensor's levels; base + 2 layers x 2 narrowing policies
 
 
 @settings(max_examples=examples(6), deadline=None)
@@ -67,11 +67,13 @@ def test_device_change_on_the_microbit(w1, capsys):
     """Level 0 is the model itself (no change); pruning layer 2 by half adds its mask to RAM;
     every variant verified on QEMU."""
     m, ds = w1
-    r = S.sensitivity(m, ds, levels=(0.0, 0.5), policies=("int16",), board="microbit", steps=3, layers=[2], jobs=2)
+    work = {}
+    r = S.sensitivity(m, ds, levels=(0.0, 0.5), policies=("int16",), board="microbit", steps=3, layers=[2], jobs=2,
+                      work=work)
     row, = r["layers"]
     zero, half = (p["device"] for p in row["points"])
     assert zero["delta_ram_total"] == 0 and zero["delta_instructions_per_sample"] == 0
     assert half["fits"] and half["steps"] == 3 and half["delta_ram_total"] > 0
     assert row["policies"][0]["device"]["delta_flash_total"] == 0
-    assert r["work"]["tasks"] == 1 + 1 + 2  # levels of layer 2, the base's accuracy, two distinct builds
+    assert work["tasks"] == 1 + 1 + 2  # levels of layer 2, the base's accuracy, two distinct builds
     assert r["device"]["instructions_per_sample"] > 10_000

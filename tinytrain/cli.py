@@ -508,10 +508,11 @@ def _sensitivity_run(args) -> int:
         fit(model, ds, args.epochs, seed=args.seed, progress=False, log=lambda line: None)
     from tinytrain.progress import progress_bar
 
+    work = {}
     with progress_bar(desc="sensitivity", unit="task", json=args.json) as bar:
         r = sens.sensitivity(model, ds, levels, split=args.split, policies=policies, board=args.board,
-                             steps=args.steps, jobs=args.jobs, layers=layers, progress=bar)
-    r.update(model=args.model, data=ds.name)
+                             steps=args.steps, jobs=args.jobs, layers=layers, progress=bar, work=work)
+    r.update(model=args.model, data=ds.name, work=work)
     if args.plot:
         sens.plot(r, args.plot)
     if args.json:

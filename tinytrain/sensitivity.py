@@ -23,7 +23,7 @@ the change from the unchanged model. Each distinct variant (same configuration, 
 state: sweep.config_key) is built and run once per call, in a folder of this call; level 0 and
 the model's own policy are the unchanged model. Integer and deterministic: a rerun gives the
 same numbers. ``jobs`` processes share the work (the accuracy of each tensor, each policy
-variant and each device measurement is a task); the result's ``work`` says how it split.
+variant and each device measurement is a task); ``work=`` receives how it split.
 """
 from __future__ import annotations
 
@@ -155,10 +155,13 @@ def _delta(cost: dict, base: dict) -> dict:
 
 
 def sensitivity(model, dataset, levels=DEFAULT_LEVELS, split: str = "test", *, policies=DEFAULT_POLICIES,
-                board: str | None = None, steps: int = 20, jobs: int = 1, layers=None, progress=None) -> dict:
+                board: str | None = None, steps: int = 20, jobs: int = 1, layers=None, progress=None,
+                work: dict | None = None) -> dict:
     """Accuracy (and with `board` the device cost) of `model` with one tensor at a time pruned to
     each level and one layer at a time under each policy (see the module). layers: only these
-    layer indices (default: every layer with prunable weights)."""
+    layer indices (default: every layer with prunable weights). work: a dict that receives the
+    work split (sweep.run_tasks; CPU and wall seconds vary, so they are not in the result, which
+    a rerun reproduces exactly)."""
     levels, policies = _levels(levels), _policies(policies)
     if split not in ("train", "test"):
         raise TrainError(f"split={split!r}: use 'train' or 'test'")
@@ -198,7 +201,9 @@ def sensitivity(model, dataset, levels=DEFAULT_LEVELS, split: str = "test", *, p
     if progress is not None:
         progress.reset(total=len(tasks))
     try:
-        results, work = run_tasks(_dispatch, tasks, jobs, progress)
+        results, spent = run_tasks(_dispatch, tasks, jobs, progress)
+        if work is not None:
+            work.update(spent)
     finally:
         if own is not None:
             own.cleanup()
@@ -229,7 +234,7 @@ def sensitivity(model, dataset, levels=DEFAULT_LEVELS, split: str = "test", *, p
         rows.append({"layer": li, "kind": model.layers[li].kind, "param": p.name, "elements": int(p.data.size),
                      "ram_bytes": 8 * words, "flash_bytes": 4 * words, "points": points, "policies": pol_rows})
     out = {"split": split, "samples": int(len(y)), "accuracy": base, "levels": levels, "policies": policies,
-           "layers": rows, "board": board, "steps": steps if board else 0, "work": work,
+           "layers": rows, "board": board, "steps": steps if board else 0,
            "note": "one tensor pruned (or one layer converted) at a time, no fine-tuning; ram_bytes/flash_bytes: "
                    "the mask, its load-shadow copy and its reset image" +
                    ("; device: linked firmware and QEMU instructions per sample, change from the unchanged model"
