@@ -95,8 +95,7 @@ def with_layer_policy(model, li: int, preset: str):
     model itself when the layer already does."""
     from tinytrain.graph.convert import with_precision
 
-    keys = ("weights", "master", "rounding")
-    spec = {k: v for k, v in PRESETS[preset].to_dict(only_changed=False).items() if k in keys}
+    spec = PRESETS[preset].to_dict(only_changed=False)  # every key: a width may need its exponent too
     if all(getattr(model.layers[li].policy, k) == v for k, v in spec.items()):
         return model.copy()
 
