@@ -120,3 +120,27 @@ def test_the_chosen_description_is_a_model_file_codegen_takes(tmp_path):
     assert 16 in m.layers[0].params[0].data.shape and m.precision.weights == "int8"
     assert m.optimizer.train == "last:1" and m.prune.final_sparsity == 0.5
     assert cli.main(["codegen", "--model", str(out), "--data", "digits", "--out", str(tmp_path / "gen")]) == 0
+
+
+def test_partial_points_start_from_the_pretrained_all_point_and_repeat_exactly():
+    """A family: 'all' trained from scratch; 'bias' and 'last:1' continue from its state and
+    change only what they train; the whole family is the same on a rerun."""
+    from tinytrain import data
+    from tinytrain.graph.models import model_spec
+
+    ds = data.load("digits")
+    part = P.carve(ds)
+    t = (model_spec("digits-mlp", ds), (0.5, "int16", 0.5), ("all", "bias", "last:1"), part, ds, 1, 1, 0)
+    points, models = P._family(t)
+    again, models2 = P._family(t)
+    assert points == again
+    assert [m.state_hash() for m, _ in models] == [m.state_hash() for m, _ in models2]
+    (a, _), (b, _), (c, _) = models
+    assert int(b.meta[1]) == int(a.meta[1]) + len(part.x_train)  # the optimizer step goes on
+    for li in (0, 2):
+        assert np.array_equal(a.layers[li].params[0].data, b.layers[li].params[0].data)  # bias: weights frozen
+    assert np.array_equal(a.layers[0].params[0].data, c.layers[0].params[0].data)  # last:1: first layer frozen
+    assert not np.array_equal(a.layers[2].params[0].data, c.layers[2].params[0].data)
+    from tinytrain.graph.prune import zeros_for
+    assert int((c.layers[2].params[0].data == 0).sum()) >= zeros_for(0.5, c.layers[2].params[0].data.size)
+    assert [p["train"] for p in points] == ["all", "bias", "last:1"] and points[0]["params"] == points[1]["params"]
