@@ -23,6 +23,7 @@ import pytest
 from tinytrain import cli
 
 TRAIN = ["train", "--data", "digits", "--model"]
+PARETO = ["pareto", "--model", "digits-mlp", "--board", "microbit"]
 DENSE10 = {"layers": [{"type": "dense", "units": 10}]}
 
 
@@ -425,6 +426,34 @@ ROWS = [
     R(COMPRESS, "s.toml: invalid TOML", {"s.toml": "[[stage]\n"}, None, id="compress-bad-toml"),
     R([*COMPRESS, "--board", "nosuch"], "unknown board 'nosuch'", {"s.toml": compress_toml(TRAIN2)}, None,
       id="compress-unknown-board"),
+    # ---- sensitivity with weight bits and a board, pareto (issue 12)
+    R(["sensitivity", "--model", "digits-mlp", "--policies", "int16,int9"], "--policies: unknown precision preset 'int9'",
+      {}, None, id="sensitivity-unknown-policy"),
+    R(["sensitivity", "--model", "digits-mlp", "--board", "nucleo_f446re"], "nucleo_f446re is a real board",
+      {}, None, id="sensitivity-real-board"),
+    R(["sensitivity", "--model", "digits-mlp", "--epochs", "0", "--layers", "1"],
+      "--layers: layer 1 has no dense or convolution weights that learn: use some of 0, 2", {}, None,
+      id="sensitivity-layer-without-weights"),
+    R([*PARETO, "--budget", "speed=3"], "--budget 'speed=3': give KEY=INTEGER with KEY one of ram, flash, instructions",
+      {}, None, id="pareto-budget-key"),
+    R([*PARETO, "--budget", "ram=lots"], "--budget ram='lots': give a positive integer", {}, None,
+      id="pareto-budget-value"),
+    R(["pareto", "--model", "digits-mlp", "--board", "nucleo_f446re"], "nucleo_f446re is a real board", {}, None,
+      id="pareto-real-board"),
+    R([*PARETO, "--out", "best.onnx"], "--out best.onnx: write the chosen configuration as .tt", {}, None,
+      id="pareto-out-suffix"),
+    R([*PARETO, "--train", "bias,last:1"], "--train: include 'all'", {}, None, id="pareto-train-without-all"),
+    R([*PARETO, "--train", "all,last:9"], "--train 'last:9'", {}, None, id="pareto-train-last-too-many"),
+    R([*PARETO, "--widths", "0,1"], "--widths: 0.0 is not a width factor in (0, 4]", {}, None, id="pareto-width-zero"),
+    R([*PARETO, "--sparsities", "0,1"], "--sparsities: 1.0 is not a sparsity in [0, 1)", {}, None,
+      id="pareto-sparsity-one"),
+    R([*PARETO, "--policies", "int9"], "--policies: unknown precision preset 'int9'", {}, None, id="pareto-policy"),
+    R(["pareto", "--model", "m.tt", "--board", "microbit"], "pareto trains each configuration from scratch", {},
+      saved_model("m.tt"), id="pareto-saved-model"),
+    R([*PARETO, "--widths", "0.25", "--policies", "int16", "--sparsities", "0", "--train", "all", "--epochs", "1",
+       "--budget", "ram=1000", "--out", "best.tt"],
+      "no configuration meets --budget ram = 1000: the closest (width 0.25, int16, sparsity 0, train all) needs",
+      {}, None, id="pareto-budget-unmet", marks=qemu),
 ]
 
 

@@ -446,17 +446,41 @@ def _eval_run(args) -> int:
 
 # --------------------------------------------------------------------- sensitivity
 
+def _sweep_args(p, each: str, picture: str, examples: list[str]) -> None:
+    """The options sensitivity and pareto share (QEMU steps, processes, plot, JSON) and the
+    examples of --help."""
+    from tinytrain.sweep import default_jobs
+
+    p.add_argument("--steps", type=_positive_int, default=20, help=f"verified QEMU steps per {each} (default 20)")
+    p.add_argument("--jobs", type=_positive_int, default=default_jobs(), help="processes sharing the work "
+                   f"(default {default_jobs()})")
+    p.add_argument("--plot", metavar="FILE", help=f"write a PNG of {picture}")
+    p.add_argument("--json", action="store_true", help="print only a JSON object on stdout")
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = "examples:\n" + "\n".join(f"  tinytrain {e}" for e in examples)
+
+
 def _sensitivity_args(p):
+    from tinytrain.sensitivity import DEFAULT_POLICIES
+
     p.add_argument("--model", required=True, help="a saved model (.tt), or a built-in name / model file trained "
                    "first for --epochs")
     p.add_argument("--data", help="dataset (default: the one the model was trained on, or the built-in's)")
     p.add_argument("--levels", default=",".join(f"{v:g}" for v in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)),
                    help="sparsity levels, comma-separated, each in [0, 1) (default 0,0.1,...,0.9)")
+    p.add_argument("--policies", default=",".join(DEFAULT_POLICIES), help="weight-bit levels: precision presets "
+                   f"applied to one layer at a time, comma-separated (default {','.join(DEFAULT_POLICIES)})")
+    p.add_argument("--board", default=None, help="also measure each variant on this emulated board: change in RAM "
+                   "and flash (linked firmware) and instructions per sample (QEMU, every step verified)")
+    p.add_argument("--layers", default=None, help="only these layer indices, comma-separated (default: every "
+                   "dense and convolution layer that learns)")
     p.add_argument("--split", choices=("test", "train"), default="test")
     p.add_argument("--epochs", type=int, default=20, help="epochs of training when --model is not a saved model")
     p.add_argument("--seed", type=int, default=0, help="seed of that training")
-    p.add_argument("--plot", metavar="FILE", help="write a PNG of the accuracy drop against sparsity")
-    p.add_argument("--json", action="store_true", help="print only a JSON object on stdout")
+    _sweep_args(p, "variant", "the accuracy drop against sparsity and weight bits", [
+        "sensitivity --model runs/w1.tt --plot runs/w1-sens.png",
+        "sensitivity --model digits-mlp --board microbit --json",
+        "sensitivity --model runs/w3.tt --levels 0,0.5,0.9 --policies int16,int8-master16 --board mps2_an386 --jobs 2"])
 
 
 def _sensitivity_run(args) -> int:
@@ -469,6 +493,13 @@ def _sensitivity_run(args) -> int:
     except ValueError:
         raise TrainError(f"--levels {args.levels!r}: give numbers in [0, 1) separated by commas") from None
     sens._levels(levels)
+    policies = sens._policies([v.strip() for v in args.policies.split(",") if v.strip()])
+    try:
+        layers = None if args.layers is None else [int(v) for v in args.layers.split(",") if v.strip()]
+    except ValueError:
+        raise TrainError(f"--layers {args.layers!r}: give layer indices separated by commas") from None
+    if args.board is not None:
+        sens.emulated(args.board)
     if args.plot:
         tio.check_writable(args.plot)
     if args.epochs < 0:
@@ -476,8 +507,13 @@ def _sensitivity_run(args) -> int:
     model, ds = load_model_args(args)
     if not tio.is_model_file(args.model) and args.epochs:
         fit(model, ds, args.epochs, seed=args.seed, progress=False, log=lambda line: None)
-    r = sens.sensitivity(model, ds, levels, split=args.split)
-    r.update(model=args.model, data=ds.name)
+    from tinytrain.progress import progress_bar
+
+    work = {}
+    with progress_bar(desc="sensitivity", unit="task", json=args.json) as bar:
+        r = sens.sensitivity(model, ds, levels, split=args.split, policies=policies, board=args.board,
+                             steps=args.steps, jobs=args.jobs, layers=layers, progress=bar, work=work)
+    r.update(model=args.model, data=ds.name, work=work)
     if args.plot:
         sens.plot(r, args.plot)
     if args.json:
@@ -485,6 +521,86 @@ def _sensitivity_run(args) -> int:
     else:
         print(sens.table(r))
         print(r["note"])
+    return 0
+
+
+# -------------------------------------------------------------------------- pareto
+
+def _floats(text: str, what: str) -> tuple:
+    try:
+        return tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ValueError(f"--{what} {text!r}: give numbers separated by commas") from None
+
+
+def _pareto_args(p):
+    from tinytrain import pareto as P
+
+    p.add_argument("--model", required=True, help="a built-in name or a .json/.toml model description (each "
+                   "configuration is trained from scratch)")
+    p.add_argument("--data", help="dataset (default: the built-in model's)")
+    p.add_argument("--board", required=True, help="emulated board: RAM/flash from its linked firmware, instructions "
+                   "per sample from QEMU (every fitting point verified step by step)")
+    p.add_argument("--budget", default=None, help="limits beside the board's: ram=BYTES (the firmware's whole RAM), "
+                   "flash=BYTES, instructions=PER_SAMPLE, comma-separated")
+    p.add_argument("--widths", default=",".join(f"{v:g}" for v in P.DEFAULT_WIDTHS),
+                   help="width factors of the layers (default %(default)s)")
+    p.add_argument("--policies", default=",".join(P.DEFAULT_POLICIES), help="precision presets (default %(default)s)")
+    p.add_argument("--sparsities", default=",".join(f"{v:g}" for v in P.DEFAULT_SPARSITIES),
+                   help="final sparsities of gradual pruning (default %(default)s)")
+    p.add_argument("--train", default=",".join(P.DEFAULT_TRAINS), help="what the device trains: all, bias, "
+                   "last:K (default %(default)s; partial points start from the 'all' point's weights)")
+    p.add_argument("--epochs", type=_positive_int, default=20, help="host training epochs per point (default 20)")
+    p.add_argument("--device-epochs", type=_positive_int, default=2, help="epochs of a partial training "
+                   "after the host pre-training (default 2)")
+    p.add_argument("--val-fraction", type=float, default=P.VAL_FRACTION,
+                   help="share of the training set carved out for choosing (default %(default)s)")
+    p.add_argument("--seed", type=int, default=0, help="seed of weights and shuffles")
+    p.add_argument("--out", metavar="FILE", help="write the chosen configuration: .tt (trained, with its state: "
+                   "codegen/build/verify take it) or .json (its model description)")
+    _sweep_args(p, "point", "accuracy vs training RAM and vs instructions per sample", [
+        "pareto --model digits-cnn --board microbit --out runs/best.tt --plot runs/pareto.png",
+        "pareto --model digits-mlp --board mps2_an386 --budget ram=8192,instructions=40000 --json",
+        "pareto --model digits-mlp --board microbit --widths 0.5,1 --policies int16,int8 --sparsities 0 "
+        "--train all,bias --epochs 5"])
+
+
+def _pareto_run(args) -> int:
+    from tinytrain import data
+    from tinytrain import pareto as P
+    from tinytrain.graph import io as tio
+    from tinytrain.graph.models import MODELS
+    from tinytrain.progress import progress_bar
+    from tinytrain.sensitivity import emulated
+
+    budget = P.parse_budget(args.budget)
+    grid = P.Grid(_floats(args.widths, "widths"), tuple(v.strip() for v in args.policies.split(",") if v.strip()),
+                  _floats(args.sparsities, "sparsities"), tuple(v.strip() for v in args.train.split(",") if v.strip()))
+    emulated(args.board)
+    if args.out:
+        P.check_out(args.out)
+    if args.plot:
+        tio.check_writable(args.plot)
+    if args.seed < 0:
+        raise ValueError(f"--seed must be >= 0, got {args.seed}")
+    name = args.data or (MODELS[args.model][2] if args.model in MODELS else "digits")
+    ds = data.load(_resolve_data(name, args.model))
+    with progress_bar(desc="pareto", unit="task", json=args.json) as bar:
+        r = P.pareto(args.model, ds, args.board, budget=budget, grid=grid, epochs=args.epochs,
+                     device_epochs=args.device_epochs, seed=args.seed, val_fraction=args.val_fraction,
+                     steps=args.steps, jobs=args.jobs, progress=bar)
+    if args.out:
+        P.write_chosen(r, args.out)
+    if args.plot:
+        P.plot(r, args.plot)
+    out = P.public(r)
+    out.update(out=args.out, plot=args.plot)
+    if args.json:
+        _emit_json(out)
+    else:
+        print(P.table(out))
+        if args.out:
+            print(f"chosen configuration: {args.out}")
     return 0
 
 
@@ -670,8 +786,12 @@ def _kib(n: int) -> str:
 register("train", "train a model on a dataset (host simulator) and save it", _train_args, _train_run)
 register("eval", "evaluate a saved model on a dataset", _eval_args, _eval_run)
 register("info", "describe a saved model: layers, training state, device memory", _info_args, _info_run)
-register("sensitivity", "accuracy drop of each layer pruned alone to each sparsity level (no fine-tuning)",
+register("sensitivity", "accuracy drop of each layer pruned alone to each sparsity level and converted alone to "
+         "each weight width (no fine-tuning), with --board the change in RAM, flash and instructions/sample",
          _sensitivity_args, _sensitivity_run)
+register("pareto", "sweep width, precision, sparsity and what trains; measure each point on the host and "
+         "the board; print the accuracy / RAM / instructions frontier and write the chosen model",
+         _pareto_args, _pareto_run)
 register("boards", "list the boards (CPU, RAM, flash, emulated or real; with --model what fits)",
          _boards_args, _boards_run)
 

@@ -30,9 +30,11 @@ def training_ram(bd) -> int:
     return sum(bd.ram.get(k, 0) for k in TRAINING_RAM)
 
 
-def device_cost(model, board: str, dataset=None, steps: int = 20, *, instructions: bool = True) -> dict:
+def device_cost(model, board: str, dataset=None, steps: int = 20, *, instructions: bool = True,
+                build_dir=None) -> dict:
     """RAM/flash of `model` on `board`, and (instructions=True, needs `dataset` and an emulated
     board) the mean QEMU instructions per training sample over `steps` verified steps.
+    build_dir: build the firmware there (default: the firmware cache shared across runs).
     The model is not changed (verification trains copies)."""
     from tinytrain.device.boards import get_board
 
@@ -58,7 +60,7 @@ def device_cost(model, board: str, dataset=None, steps: int = 20, *, instruction
         raise ValueError("device_cost(instructions=True) needs the dataset to train on")
     from tinytrain.verify import verify
 
-    res = verify(model, dataset, steps, board=b.name, json=True)
+    res = verify(model, dataset, steps, board=b.name, json=True, build_dir=build_dir)
     if res["mismatches"]:
         raise CostError(f"{b.name} disagrees with the simulator: {res['first_mismatch']}")
     out.update(instructions_per_sample=res["instructions_per_step"], steps=res["steps"])

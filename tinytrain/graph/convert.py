@@ -25,13 +25,19 @@ def _narrow(v: np.ndarray, shift: int, dtype) -> np.ndarray:
     return np.clip(v, lo, hi).astype(dtype)
 
 
-def with_precision(model, precision):
-    """A copy of ``model`` under ``precision`` (a preset name, a dict, or a Precision) with its
-    training state carried over (see the module docstring). The model itself is unchanged."""
+def with_precision(model, precision, *, edit=None):
+    """A copy of ``model`` under ``precision`` (a preset name, a dict, or a Precision; None: its
+    own) with its training state carried over (see the module docstring). ``edit(cfg)``, if
+    given, changes the model file's dict before the rebuild (a layer's own "precision", the
+    optimizer's "train"); state the new model no longer keeps is dropped. The model itself is
+    unchanged."""
     from tinytrain.graph.model import Sequential
 
     cfg = model.config()
-    cfg["precision"] = precision if isinstance(precision, (str, dict)) else precision.to_dict()
+    if precision is not None:
+        cfg["precision"] = precision if isinstance(precision, (str, dict)) else precision.to_dict()
+    if edit is not None:
+        edit(cfg)
     new = Sequential.from_config(cfg)
     for attr in ("data_input_exp", "target_exp"):
         if attr in model.__dict__:

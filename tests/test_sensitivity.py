@@ -1,0 +1,79 @@
+"""`tinytrain sensitivity` with weight bits and device cost (the pruning levels alone are in
+tests/test_prune.py): each policy row equals evaluating the converted model directly, the
+variants the board would run, the work shared by processes, and a QEMU micro:bit run."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from tests.conftest import examples
+from tests.test_boards_qemu import needs_qemu
+from tinytrain import sensitivity as S
+from tinytrain.graph import prune as P
+
+
+@pytest.fixture(scope="module")
+def w1():
+    from tinytrain import data
+    from tinytrain.graph.models import build_model
+    from tinytrain.train import fit
+
+    ds = data.load("digits")
+    m = build_model("digits-mlp", ds)
+    fit(m, ds, 1, progress=False, log=None)
+    return m, ds
+
+
+def test_policy_rows_are_the_converted_layer_evaluated_and_jobs_do_not_matter(w1):
+    from tinytrain.train import evaluate
+
+    m, ds = w1
+    h = m.state_hash()
+    work = {}
+    a = S.sensitivity(m, ds, levels=(0.0, 0.7), policies=("int16", "int8", "int8-master16"), jobs=1, work=work)
+    assert m.state_hash() == h
+    assert S.sensitivity(m, ds, levels=(0.0, 0.7), policies=("int16", "int8", "int8-master16"), jobs=2) == a
+    for row in a["layers"]:
+        by = {p["policy"]: p for p in row["policies"]}
+        assert by["int16"]["unchanged"] and by["int16"]["drop_points"] == 0.0
+        v = S.with_layer_policy(m, row["layer"], "int8")
+        assert v.layers[row["layer"]].params[0].data.dtype == np.int8
+        assert by["int8"]["accuracy"] == evaluate(v, ds)["accuracy"] and by["int8"]["weight_bits"] == 8
+    assert work["tasks"] == 2 + 5 and work["jobs"] == 1  # a tensor's levels; base + 2 layers x 2 narrowing policies
+
+
+@settings(max_examples=examples(6), deadline=None)
+@given(st.sampled_from([(0, 0), (2, 0)]), st.sampled_from([0.0, 0.25, 0.5, 0.9]))
+def test_pruned_variant_keeps_exactly_its_mask(w1, key, s):
+    """The variant the board measures: round(s n) zeros by the criterion, as a mask the device
+    honours (a one-shot event in the past), the other tensors untouched."""
+    m, _ = w1
+    v = S.pruned(m, key, s)
+    li, pi = key
+    k = P.zeros_for(s, m.layers[li].params[pi].data.size)
+    w = v.layers[li].params[pi].data
+    if k == 0:
+        assert not v.masks
+        return
+    assert int(P.unpack(v.masks[key], w.size).sum()) == k
+    assert np.array_equal(w.reshape(-1)[P.unpack(v.masks[key], w.size)], np.zeros(k, w.dtype))
+    assert list(v.prune_table.steps) == [0] < [int(v.meta[1])]
+    other = 2 - li
+    assert np.array_equal(v.layers[other].params[0].data, m.layers[other].params[0].data)
+
+
+@pytest.mark.qemu
+@needs_qemu
+def test_device_change_on_the_microbit(w1, capsys):
+    """Level 0 is the model itself (no change); pruning layer 2 by half adds its mask to RAM;
+    every variant verified on QEMU."""
+    m, ds = w1
+    work = {}
+    r = S.sensitivity(m, ds, levels=(0.0, 0.5), policies=("int16",), board="microbit", steps=3, layers=[2], jobs=2,
+                      work=work)
+    row, = r["layers"]
+    zero, half = (p["device"] for p in row["points"])
+    assert zero["delta_ram_total"] == 0 and zero["delta_instructions_per_sample"] == 0
+    assert half["fits"] and half["steps"] == 3 and half["delta_ram_total"] > 0
+    assert row["policies"][0]["device"]["delta_flash_total"] == 0
+    assert work["tasks"] == 1 + 1 + 2  # levels of layer 2, the base's accuracy, two distinct builds
+    assert r["device"]["instructions_per_sample"] > 10_000
