@@ -59,6 +59,7 @@ PLUGIN_MODULES = [
     "tinytrain.federated.cli",  # federate
     "tinytrain.lab.cli",  # precision-lab
     "tinytrain.interop.cli",  # import, export
+    "tinytrain.cli_shrink",  # shrink (structured pruning)
 ]
 
 

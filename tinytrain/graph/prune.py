@@ -79,6 +79,7 @@ FIELDS = {
     "power": F.Field("a number > 0", lambda v: F.is_number(v) and v > 0),
     "structure": F.one_of("weights", "neurons", "channels", "filters"),
     "scope": F.one_of("layer", "global"),
+    "criterion": F.one_of("l1", "gamma"),
 }
 #: keys each schedule reads (others are refused: a key that would be ignored is a mistake)
 _KEYS = {
@@ -86,7 +87,7 @@ _KEYS = {
     "constant": {"final_sparsity", "target_sparsity", "begin_step", "end_step", "frequency"},
     "one_shot": {"final_sparsity", "target_sparsity", "begin_step"},
 }
-_COMMON = {"schedule", "structure", "scope"}
+_COMMON = {"schedule", "structure", "scope", "criterion"}
 
 
 class PruneError(ValueError):
@@ -108,6 +109,7 @@ class Prune:
     power: float | None = None
     structure: str = "weights"
     scope: str = "layer"
+    criterion: str | None = None  # structured pruning: "l1" (default) or "gamma" (graph/prune_groups.py)
 
     def to_dict(self) -> dict:
         """The keys the user gave (None left out), the model file's ``"prune"`` object."""
@@ -140,6 +142,9 @@ class Prune:
         if self.schedule == "polynomial" and self.end_step is None:
             raise PruneError(f"{where}: end_step is missing: the polynomial schedule reaches final_sparsity "
                              "at end_step")
+        if self.criterion is not None and self.structure == "weights":
+            raise PruneError(f"{where}: criterion ranks the units of structured pruning: give structure "
+                             "\"neurons\" or \"channels\" with it, or leave it out")
         if self.scope == "global" and where != "prune":
             raise PruneError(f"{where}: scope = \"global\" ranks several layers together: give it in the "
                              "model's prune object, not a layer's")
@@ -315,6 +320,8 @@ def compile(model) -> PruneTable | None:
                 per_key[(li, pi)] = {t: zeros_for(s, n) for t, s in cfg.events()}
     units = [[k] for k in sorted(per_key)]
     events = [per_key[k] for k in sorted(per_key)]
+    if model.prune is not None and model.prune.structure != "weights":
+        _pg.check_covers(model, groups)
     if together and model.prune.structure != "weights":
         g_units.append(together)
         g_events.append({t: zeros_for(s, sum(groups[k][0] for k in together if groups[k][2] == k))

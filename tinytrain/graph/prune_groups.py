@@ -26,7 +26,11 @@ channels: not handled), residual blocks themselves, frozen layers, and a layer w
 batch-norm parameters do not learn (they could not be held at zero).
 
 **Criterion** (integers only): the k units with the smallest (L1, unit index), L1 = sum over
-the unit's row of |v|, v the update's store (the int32 master where there is one). L1, not L2:
+the unit's row of |v|, v the update's store (the int32 master where there is one): with
+``"criterion": "l1"`` (the default) the row of the layer's weights; with ``"gamma"`` the
+|gamma[u]| of the first batch norm after the layer (Liu et al.'s network slimming: a batch norm
+normalizes away the scale of the filter before it, so its gamma, not the filter's norm, is the
+channel's output scale; refused on a layer without one). L1, not L2:
 the sum of |v| of a row is exact in 64 bits (|v| <= 2^31, rows below 2^31 elements), a sum of
 squares of int32 values is not. Scope ``"layer"``: k = round(s * units of the layer), at most
 units - 1 (a layer keeps one unit). ``"global"``: all the covered layers ranked together by
@@ -97,10 +101,29 @@ def layer_unit(model, li, cfg, own: bool, groups: dict):
                       "unit is zeroed there too; train it as well (train=...) or use structure \"weights\"")
     w = l.params[0].data
     n_units = w.shape[0]
-    groups[(li, 0)] = (n_units, w.size // n_units, (li, 0), 1)
-    for k in keys[1:]:
-        groups[k] = (n_units, 1, (li, 0), 1)
+    lead = (li, 0)
+    if cfg.criterion == "gamma":
+        if not comp:
+            return refuse('criterion "gamma" ranks the channels by the batch norm after the layer, and this layer '
+                          'has none before its consumer; use criterion "l1"')
+        lead = comp[0]
+    for k in keys:
+        groups[k] = (n_units, w.size // n_units if k == (li, 0) else 1, lead, 1)
     return keys
+
+
+def check_covers(model, groups) -> None:
+    """A model's structured prune object that prunes no layer is a mistake: refuse it with the
+    reason of its first candidate layer (or say there is none)."""
+    cfg = model.prune
+    mine = [li for li, l in enumerate(model.layers) if P.layer_prune(l) is None]
+    if any(k[0] in mine for k in groups):
+        return
+    for li in mine:
+        if model.layers[li].kind in P.STRUCTURES[cfg.structure]:
+            layer_unit(model, li, cfg, True, {})  # raises its reason
+    raise P.PruneError(f'prune: structure "{cfg.structure}" prunes {" and ".join(P.STRUCTURES[cfg.structure])} '
+                       "layers, and this model has none it covers")
 
 
 def scales(model, unit, groups) -> tuple[list[int], list[int]]:
@@ -162,14 +185,15 @@ def select_unit(model, tab, u: int, k: int) -> list[np.ndarray]:
 
 
 def pruned_units(model) -> dict:
-    """Per layer index with pruned units: the bool (units,) of its pruned ones (from its mask)."""
+    """Per layer index with pruned units: the bool (units,) of its pruned ones (from the mask
+    of its weights)."""
     tab = model.prune_table
     out = {}
     if tab is None:
         return out
-    for j, key in enumerate(tab.keys):
+    for j, (li, pi) in enumerate(tab.keys):
         g = tab.groups[j]
-        if g is not None and g[2] == j:
+        if g is not None and pi == 0 and model.layers[li].kind in P.STRUCTURES["neurons"] + P.STRUCTURES["channels"]:
             n_units, inner = g[:2]
-            out[key[0]] = P.unpack(model.masks[key], n_units * inner).reshape(n_units, inner)[:, 0].copy()
+            out[li] = P.unpack(model.masks[(li, pi)], n_units * inner).reshape(n_units, inner)[:, 0].copy()
     return out
