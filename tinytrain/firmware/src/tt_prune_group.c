@@ -1,24 +1,14 @@
 /** Structured pruning: units ranked by L1 norm (tt_prune_group.h; reference graph/prune_groups.py). */
 #include "tt_prune_group.h"
 
-/* |v| of element i of the store the criterion reads (the master where there is one). */
-static uint32_t tt_prune_group_abs(const tt_prune_tensor *t, uint32_t i)
-{
-    int32_t v;
-    if (t->master) v = t->master_bytes == 2 ? ((const int16_t *)t->master)[i] : ((const int32_t *)t->master)[i];
-    else if (t->w_bytes == 1) v = ((const int8_t *)t->w)[i];
-    else if (t->w_bytes == 2) v = ((const int16_t *)t->w)[i];
-    else v = ((const int32_t *)t->w)[i];
-    return v < 0 ? 0u - (uint32_t)v : (uint32_t)v;
-}
-
-/* ((sum of |v| over unit u) * mult) << shift. */
+/* ((sum of |v| over unit u) * mult) << shift, summed as mult * sum(|v| << shift): the same
+ * integer, below 2^63 (checked at build time). */
 static uint64_t tt_prune_group_norm(const tt_prune_tensor *t, const tt_prune_group *g, uint32_t u)
 {
     uint64_t s = 0;
     uint32_t i;
-    for (i = u * g->inner; i < (u + 1u) * g->inner; i++) s += tt_prune_group_abs(t, i);
-    return (s * g->mult) << t->shift;
+    for (i = u * g->inner; i < (u + 1u) * g->inner; i++) s += tt_prune_mag(t, i);
+    return s * g->mult;
 }
 
 /* Units of the ranked tensors with norm <= m. */
