@@ -170,6 +170,17 @@ def test_cnn_three_way_through_the_schedule(structure, scope, opt):
             units[lead[0]].size, -1)[:, 0], units[lead[0]])
 
 
+def test_neurons_direct_update_keeps_the_bias_zero():
+    """Direct SGD updates a dense layer's weights and bias in one fused C call; a pruned
+    neuron's bias must be re-zeroed after it too (no ReLU after the layer: its error is not 0)."""
+    m = Sequential([Dense(6), Dense(3)], input_shape=(5,), input_exp=-5, optimizer=SGD(lr=0.2, master_weights=True),
+                   prune={"schedule": "one_shot", "final_sparsity": 0.5, "begin_step": 2, "structure": "neurons"})
+    x, y = _data(8, (5,), 3, 5)
+    three_way(m, x, y, epochs=1)
+    _check_pruned(m)
+    assert PG.pruned_units(m)[0].sum() == 3 and not m.layers[0].params[1].data[PG.pruned_units(m)[0]].any()
+
+
 def _structured_draw(data):
     """A drawn graph and optimizer with a structured prune object (the model's, or a layer's on a
     layer it applies to), a schedule over the run."""

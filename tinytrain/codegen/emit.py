@@ -393,7 +393,7 @@ uint32_t {P}_saturations(void);
             x, ex, y, _ = self._io(li)
             if self.fused(li):
                 out += self._fused_dense(li, l, x, ex, e, dx)
-                out += self._prune_apply((li, 0), "    ")
+                out += self._prune_apply((li, 0), "    ") + self._prune_apply((li, 1), "    ")  # b: neurons
                 if dx:
                     out.append("    de = ee;")
                 continue
