@@ -204,6 +204,28 @@ ROWS = [
     R([*TRAIN, "m.json"], "layer 0 (relu): prune: this layer has no weights to prune",
       {"m.json": spec([{"type": "relu", "prune": {"schedule": "one_shot", "final_sparsity": 0.5}},
                        {"type": "dense", "units": 10}])}, None, id="prune-layer-without-weights"),
+    # ---- structured pruning (docs/pruning.md, "Structured pruning") and `tinytrain shrink`
+    R([*TRAIN, "digits-mlp", "--prune", '{"schedule": "one_shot", "final_sparsity": 0.5, "structure": "rows"}'],
+      'prune: structure = "rows" must be one of "weights", "neurons", "channels", "filters"', {}, None,
+      id="prune-unknown-structure"),
+    R([*TRAIN, "m.json"], 'layer 0 (dense): prune: structure "neurons": this layer cannot shrink: its units are '
+      "the model's outputs", {"m.json": spec([{"type": "dense", "units": 10, "prune": {
+          "schedule": "one_shot", "final_sparsity": 0.5, "structure": "neurons"}}])}, None, id="prune-neurons-output-layer"),
+    R([*TRAIN, "m.json"], 'layer 0 (dense): prune: structure "channels" prunes conv1d and conv2d layers; for this '
+      'layer use "neurons"', {"m.json": spec([{"type": "dense", "units": 8, "prune": {
+          "schedule": "one_shot", "final_sparsity": 0.5, "structure": "channels"}}, {"type": "dense", "units": 10}])},
+      None, id="prune-channels-on-dense"),
+    R([*TRAIN, "digits-mlp", "--prune", '{"schedule": "one_shot", "final_sparsity": 0.5, "criterion": "gamma"}'],
+      "prune: criterion ranks the units of structured pruning", {}, None, id="prune-criterion-without-structure"),
+    R([*TRAIN, "digits-mlp", "--prune", '{"schedule": "one_shot", "final_sparsity": 0.5, "structure": "neurons", '
+       '"criterion": "gamma"}'], 'layer 0 (dense): prune: criterion "gamma" ranks the channels by the batch norm', {},
+      None, id="prune-gamma-without-batchnorm"),
+    R(["shrink", "--model", "m.tt", "--out", "s.tt"], "shrink: the model has no structured pruning", {},
+      saved_model("m.tt"), id="shrink-not-structured"),
+    R(["shrink", "--model", "m.tt", "--out", "m.tt"], "--out m.tt exists: pass --force", {}, saved_model("m.tt"),
+      id="shrink-out-exists"),
+    R(["shrink", "--model", "nosuch.tt", "--out", "s.tt"], "nosuch.tt: no such model file", {}, None,
+      id="shrink-missing-model"),
     R(["info", "--model", "nosuch.tt", "--fixed-point"], "nosuch.tt", {}, None, id="info-fixed-point-missing-file"),
     R([*TRAIN, "m.json"], "unknown key(s) activation: known keys are units",
       {"m.json": spec([{"type": "dense", "units": 10, "activation": "relu"}])}, None, id="layer-unknown-key"),

@@ -37,6 +37,7 @@ _EXPORTS = {
     "SGD": ("graph.optim", "SGD"),
     "Precision": ("graph.precision", "Precision"),
     "with_precision": ("graph.convert", "with_precision"),
+    "shrink": ("graph.convert", "shrink"),
 
     "Prune": ("graph.prune", "Prune"),
     "ConfigError": ("graph.optim", "ConfigError"),

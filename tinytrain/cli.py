@@ -60,6 +60,7 @@ PLUGIN_MODULES = [
     "tinytrain.lab.cli",  # precision-lab
     "tinytrain.interop.cli",  # import, export
     "tinytrain.compress.cli",  # compress
+    "tinytrain.cli_shrink",  # shrink (structured pruning)
 ]
 
 

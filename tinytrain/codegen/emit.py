@@ -314,6 +314,8 @@ uint32_t {P}_saturations(void);
                '#include "tt_sgd.h"', '#include "tt_loss.h"', '#include "tt_state.h"']
         if m.prune_table is not None:
             src.append('#include "tt_prune.h"')
+            if any(g is not None for g in m.prune_table.groups):
+                src.append('#include "tt_prune_group.h"')
         src += [f'#include "{h}"' for h in headers]
         src += ["", f"#define SCRATCH {self.sym('scratch')}", f"#define STATS {self.sym('stats')}",
                 f"#define CTX {self.sym('ctx')}", ""]
@@ -391,7 +393,7 @@ uint32_t {P}_saturations(void);
             x, ex, y, _ = self._io(li)
             if self.fused(li):
                 out += self._fused_dense(li, l, x, ex, e, dx)
-                out += self._prune_apply((li, 0), "    ")
+                out += self._prune_apply((li, 0), "    ") + self._prune_apply((li, 1), "    ")  # b: neurons
                 if dx:
                     out.append("    de = ee;")
                 continue
@@ -497,15 +499,40 @@ uint32_t {P}_saturations(void);
                         f".acc = {slot(m.accum, 'acc')}, .vel = {slot(m.velocity, 'vel')}, "
                         f".vel_bytes = {width(m.velocity)}u, .shift = {shift}u}},")
         ps = self.sym("prune")
-        starts = [a for a, _ in tab.units] + [len(tab.keys)]
-        return [f"/** pruned tensors, unit by unit (the schedule's columns) */",
-                f"static const tt_prune_tensor {ps}[{len(tab.keys)}] = {{", *rows, "};",
-                c_array("uint32_t", f"{ps}_steps", tab.steps, const=True),
-                c_array("int32_t", f"{ps}_zeros", tab.zeros, const=True),
-                c_array("uint32_t", f"{ps}_units", np.array(starts), const=True),
-                f"/** pruning events: optimizer step, zeros per unit (-1: none) */",
-                f"static const tt_prune_schedule {ps}_schedule = {{.steps = {ps}_steps, .zeros = {ps}_zeros, "
-                f".unit_start = {ps}_units, .rows = {tab.steps.size}u, .units = {len(tab.units)}u}};"]
+        out = [f"/** pruned tensors, unit by unit (the schedule's columns) */",
+               f"static const tt_prune_tensor {ps}[{len(tab.keys)}] = {{", *rows, "};",
+               c_array("uint32_t", f"{ps}_steps", tab.steps, const=True)]
+        n_el = sum(not tab.structured(u) for u in range(len(tab.units)))  # the structured units come last
+        if n_el:
+            starts = [a for a, _ in tab.units[:n_el]] + [tab.units[n_el - 1][1]]
+            out += [c_array("int32_t", f"{ps}_zeros", tab.zeros[:, :n_el], const=True),
+                    c_array("uint32_t", f"{ps}_units", np.array(starts), const=True),
+                    f"/** pruning events: optimizer step, zeros per unit (-1: none) */",
+                    f"static const tt_prune_schedule {ps}_schedule = {{.steps = {ps}_steps, .zeros = {ps}_zeros, "
+                    f".unit_start = {ps}_units, .rows = {tab.steps.size}u, .units = {n_el}u}};"]
+        return out + self._emit_prune_groups(n_el)
+
+    def _emit_prune_groups(self, n_el) -> list[str]:
+        """Structured units (tt_prune_group.h): their schedule columns and each tensor's units,
+        indexed from the first structured tensor of the table."""
+        tab, ps = self.model.prune_table, self.sym("prune")
+        if n_el == len(tab.units):
+            return []
+        e = tab.units[n_el][0]
+        rows = []
+        for u in range(n_el, len(tab.units)):
+            a, b = tab.units[u]
+            rows += [f"    {{.units = {g[0]}u, .inner = {g[1]}u, .lead = {g[2] - a}u, .mult = {g[3]}u}},  /* L{tab.keys[j][0]} "
+                     f"{self.model.layers[tab.keys[j][0]].params[tab.keys[j][1]].name} */"
+                     for j, g in zip(range(a, b), tab.groups[a:b])]
+        starts = [a - e for a, _ in tab.units[n_el:]] + [len(tab.keys) - e]
+        return [f"/** structured pruning: the units of each tensor (tt_prune_group.h) */",
+                f"static const tt_prune_group {ps}_groups[{len(tab.keys) - e}] = {{", *rows, "};",
+                c_array("int32_t", f"{ps}_gzeros", tab.zeros[:, n_el:], const=True),
+                c_array("uint32_t", f"{ps}_gunits", np.array(starts), const=True),
+                f"/** structured pruning events: optimizer step, units to prune per unit of the schedule (-1: none) */",
+                f"static const tt_prune_schedule {ps}_gschedule = {{.steps = {ps}_steps, .zeros = {ps}_gzeros, "
+                f".unit_start = {ps}_gunits, .rows = {tab.steps.size}u, .units = {len(tab.units) - n_el}u}};"]
 
     def _prune_apply(self, key, ind) -> list[str]:
         """After every optimizer touch of a pruned tensor: its pruned elements back to zero."""
@@ -518,8 +545,13 @@ uint32_t {P}_saturations(void);
         """Before the step counter moves past update t: that step's pruning event, if any."""
         if self.model.prune_table is None:
             return []
-        ps = self.sym("prune")
-        return [f"{ind}tt_prune_step(&{ps}_schedule, {ps}, {self.sym('meta')}[1]);"]
+        ps, tab = self.sym("prune"), self.model.prune_table
+        n_el = sum(not tab.structured(u) for u in range(len(tab.units)))
+        out = [f"{ind}tt_prune_step(&{ps}_schedule, {ps}, {self.sym('meta')}[1]);"] if n_el else []
+        if n_el < len(tab.units):
+            out.append(f"{ind}tt_prune_group_step(&{ps}_gschedule, &{ps}[{tab.units[n_el][0]}], {ps}_groups, "
+                       f"{self.sym('meta')}[1]);")
+        return out
 
     def _emit_write_state(self, st) -> list[str]:
         """write_state: the blob holds a master copy, not its compute copy (the state hash covers

@@ -1,4 +1,5 @@
-"""Converting a model, trained or not, to another precision policy (integer only).
+"""Converting a model, trained or not: to another precision policy (integer only), or to a
+smaller one without its pruned units (``shrink``, structured pruning; see :func:`shrink`).
 
 ``with_precision(model, policy)`` rebuilds the model under the policy and carries its state
 over: a weight tensor narrowed from int16 to int8 keeps its range (its exponent rises by 8) and
@@ -61,4 +62,87 @@ def with_precision(model, precision, *, edit=None):
             new.masks[key][...] = mask
     new.meta[...] = model.meta
     new.meta[2] = 0  # no batch in progress: the accumulators start empty
+    return new
+
+
+class ShrinkError(ValueError):
+    """A model shrink cannot convert (the message says why and what to do)."""
+
+
+def shrink(model):
+    """A copy of a model trained with structured pruning (graph/prune_groups.py) without its
+    pruned units: each pruned layer keeps only its kept rows (weights, bias, and every slot:
+    master, accumulator, momentum), the batch norms between it and its consumer only the kept
+    channels (gamma, beta, running statistics), and the consumer only the matching input slice
+    (a dense layer after Flatten: the positions of the kept channels, channels-last). Exponents,
+    the optimizer step, the PRNG state and the batch in progress carry over; the result has no
+    pruning schedule. Its logits equal the masked model's bit for bit: a pruned unit's output
+    is exactly zero, so every deleted product was a zero and no requantization sees a change
+    (tests/test_prune_structured.py). The model itself is unchanged.
+
+    Refused: a model without structured pruning, one that also prunes single weights
+    (structure "weights"), one whose schedule still has events at or after its optimizer
+    step, and a layer with every unit pruned."""
+    from tinytrain.graph import prune_groups as pg
+    from tinytrain.graph.model import Sequential
+
+    tab = model.prune_table
+    if tab is None or not any(tab.structured(u) for u in range(len(tab.units))):
+        raise ShrinkError("shrink: the model has no structured pruning (a prune object with structure "
+                          "\"neurons\" or \"channels\") to shrink")
+    if not all(tab.structured(u) for u in range(len(tab.units))):
+        raise ShrinkError("shrink: the model also prunes single weights (structure \"weights\"): those stay in the "
+                          "layers as masks; shrink a model whose prune objects are all structured")
+    left = tab.steps[tab.steps >= int(model.meta[1])]
+    if left.size:
+        raise ShrinkError(f"shrink: the pruning schedule has {left.size} event(s) left (the last at optimizer step "
+                          f"{int(left[-1])}, the model is at step {int(model.meta[1])}): train on past it, then shrink")
+    units = pg.pruned_units(model)
+    for li, pruned in units.items():
+        if pruned.all():
+            raise ShrinkError(f"shrink: every unit of layer {li} ({model.layers[li].kind}) is pruned: lower "
+                              "final_sparsity, or use scope \"layer\" (it keeps one unit per layer)")
+    # per parameter: (axis, kept indices) slices
+    cuts: dict = {}
+    cfg = model.config()
+    cfg.pop("prune", None)
+    for ld in cfg["layers"]:
+        ld.pop("prune", None)
+    for li, pruned in units.items():
+        keep = np.flatnonzero(~pruned)
+        cuts.setdefault((li, 0), []).append((0, keep))
+        cuts.setdefault((li, 1), []).append((0, keep))
+        cfg["layers"][li]["units" if model.layers[li].kind == "dense" else "filters"] = int(keep.size)
+        comp, j = pg.chain(model, li)
+        for bl in sorted({k[0] for k in comp}):
+            for pi in range(len(model.layers[bl].params)):  # gamma, beta, running mean and variance
+                cuts.setdefault((bl, pi), []).append((0, keep))
+        cons = model.layers[j]
+        if cons.kind == "dense":  # after Flatten / GlobalAvgPool: channel of input k is k % C (channels-last)
+            ch = np.arange(cons.in_shape[0]) % pruned.size
+            cuts.setdefault((j, 0), []).append((1, np.flatnonzero(~pruned[ch])))
+        else:  # conv w (F, ..., C): the input channel is the last axis
+            cuts.setdefault((j, 0), []).append((cons.params[0].data.ndim - 1, keep))
+    new = Sequential.from_config(cfg)
+    for attr in ("data_input_exp", "target_exp"):
+        if attr in model.__dict__:
+            setattr(new, attr, getattr(model, attr))
+
+    def cut(key, a):
+        for axis, keep in cuts.get(key, ()):
+            a = np.take(a, keep, axis=axis)
+        return a
+
+    for li, (lo, ln) in enumerate(zip(model.layers, new.layers)):
+        for pi, (po, pn) in enumerate(zip(lo.params, ln.params)):
+            key = (li, pi)
+            pn.exp = po.exp
+            pn.data[...] = cut(key, po.data)
+            for slots_old, slots_new in ((model.master, new.master), (model.accum, new.accum),
+                                         (model.velocity, new.velocity)):
+                if key in slots_old:
+                    slots_new[key][...] = cut(key, slots_old[key])
+            if key in model.master_shift:
+                new.master_shift[key] = model.master_shift[key]
+    new.meta[...] = model.meta
     return new

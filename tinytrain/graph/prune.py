@@ -55,6 +55,7 @@ from fractions import Fraction
 import numpy as np
 
 from tinytrain.graph import fields as F
+from tinytrain.graph import prune_groups as _pg
 
 __all__ = ["Prune", "PruneError", "PruneTable", "FIELDS", "compile", "select", "apply", "pack", "unpack",
            "mask_words", "PRUNABLE_KINDS"]
@@ -62,6 +63,8 @@ __all__ = ["Prune", "PruneError", "PruneTable", "FIELDS", "compile", "select", "
 SCHEDULES = ("constant", "polynomial", "one_shot")
 #: layer kinds whose weight tensor ``w`` can be pruned
 PRUNABLE_KINDS = ("dense", "conv1d", "conv2d", "depthwise_conv2d")
+#: structured pruning: the layer kinds whose output units each structure removes
+STRUCTURES = {"neurons": ("dense",), "channels": ("conv1d", "conv2d"), "filters": ("conv1d", "conv2d")}
 
 _SPARSITY = F.Field("a number in [0, 1)", lambda v: F.is_number(v) and 0 <= v < 1)
 _STEP = F.Field("an integer in [0, 2^31) (an optimizer step; the device counts them in 32 bits)",
@@ -74,8 +77,9 @@ FIELDS = {
     "frequency": F.Field("a positive integer (optimizer steps between two pruning steps)",
                          lambda v: F.is_int(v) and v >= 1),
     "power": F.Field("a number > 0", lambda v: F.is_number(v) and v > 0),
-    "structure": F.one_of("weights"),
+    "structure": F.one_of("weights", "neurons", "channels", "filters"),
     "scope": F.one_of("layer", "global"),
+    "criterion": F.one_of("l1", "gamma"),
 }
 #: keys each schedule reads (others are refused: a key that would be ignored is a mistake)
 _KEYS = {
@@ -83,7 +87,7 @@ _KEYS = {
     "constant": {"final_sparsity", "target_sparsity", "begin_step", "end_step", "frequency"},
     "one_shot": {"final_sparsity", "target_sparsity", "begin_step"},
 }
-_COMMON = {"schedule", "structure", "scope"}
+_COMMON = {"schedule", "structure", "scope", "criterion"}
 
 
 class PruneError(ValueError):
@@ -105,6 +109,7 @@ class Prune:
     power: float | None = None
     structure: str = "weights"
     scope: str = "layer"
+    criterion: str | None = None  # structured pruning: "l1" (default) or "gamma" (graph/prune_groups.py)
 
     def to_dict(self) -> dict:
         """The keys the user gave (None left out), the model file's ``"prune"`` object."""
@@ -137,6 +142,9 @@ class Prune:
         if self.schedule == "polynomial" and self.end_step is None:
             raise PruneError(f"{where}: end_step is missing: the polynomial schedule reaches final_sparsity "
                              "at end_step")
+        if self.criterion is not None and self.structure == "weights":
+            raise PruneError(f"{where}: criterion ranks the units of structured pruning: give structure "
+                             "\"neurons\" or \"channels\" with it, or leave it out")
         if self.scope == "global" and where != "prune":
             raise PruneError(f"{where}: scope = \"global\" ranks several layers together: give it in the "
                              "model's prune object, not a layer's")
@@ -228,7 +236,10 @@ class PruneTable:
     """The integer schedule the device walks. ``keys``: the pruned (layer, param), unit by unit;
     ``units``: (start, stop) of each unit in keys -- one tensor (scope "layer") or the tensors
     ranked together (scope "global"); ``shifts``: per key, the left shift of |v| onto its
-    unit's common exponent (0 alone); ``steps``: the optimizer steps with an event (strictly
+    unit's common exponent (0 alone); ``groups``: per key, None (single weights) or, in a
+    structured unit, (units, elements per unit, index in keys of the ranked tensor whose units
+    it follows -- itself for a layer's weights --, multiplier of its rows' L1 norms);
+    ``steps``: the optimizer steps with an event (strictly
     increasing); ``zeros`` (rows x units): the zeros count of each unit at each row, -1 where
     it has no event."""
 
@@ -237,12 +248,19 @@ class PruneTable:
     zeros: np.ndarray = field(repr=False)
     units: list = None
     shifts: list = None
+    groups: list = None
 
     def __post_init__(self):
         if self.units is None:
             self.units = [(j, j + 1) for j in range(len(self.keys))]
         if self.shifts is None:
             self.shifts = [0] * len(self.keys)
+        if self.groups is None:
+            self.groups = [None] * len(self.keys)
+
+    def structured(self, u: int) -> bool:
+        """True when unit u prunes groups (graph/prune_groups.py), not single weights."""
+        return self.groups[self.units[u][0]] is not None
 
     def row(self, t: int) -> int:
         """The row of optimizer step t, -1 if none (a binary search in C)."""
@@ -272,9 +290,19 @@ def _prunable(layer):
 def compile(model) -> PruneTable | None:
     """The integer table of a model's pruning configuration (None: no pruning)."""
     per_key, together = {}, []  # together: the keys of the global unit
+    groups, g_units, g_events = {}, [], []  # structured pruning (graph/prune_groups.py)
     for li, l in enumerate(model.layers):
         cfg = layer_prune(l) or model.prune
         if cfg is None:
+            continue
+        if cfg.structure != "weights":
+            unit = _pg.layer_unit(model, li, cfg, layer_prune(l) is not None, groups)
+            if unit is not None and cfg.scope == "global":
+                together += unit
+            elif unit is not None:
+                g_units.append(unit)
+                n_units = groups[unit[0]][0]  # a layer keeps one unit at least
+                g_events.append({t: min(zeros_for(s, n_units), n_units - 1) for t, s in cfg.events()})
             continue
         if layer_prune(l) is not None and not _prunable(l):
             raise PruneError(f"layer {li} ({l.kind}): prune: this layer has no weights to prune (dense and "
@@ -292,22 +320,38 @@ def compile(model) -> PruneTable | None:
                 per_key[(li, pi)] = {t: zeros_for(s, n) for t, s in cfg.events()}
     units = [[k] for k in sorted(per_key)]
     events = [per_key[k] for k in sorted(per_key)]
-    if together:
+    if model.prune is not None and model.prune.structure != "weights":
+        _pg.check_covers(model, groups)
+    if together and model.prune.structure != "weights":
+        g_units.append(together)
+        g_events.append({t: zeros_for(s, sum(groups[k][0] for k in together if groups[k][2] == k))
+                         for t, s in model.prune.events()})
+    elif together:
         total = sum(model.layers[li].params[pi].data.size for li, pi in together)
         units.append(together)
         events.append({t: zeros_for(s, total) for t, s in model.prune.events()})
-    if not units:
+    if not units and not g_units:
         return None
-    order = sorted(range(len(units)), key=lambda u: units[u][0])  # units in state order of their first tensor
-    units, events = [units[u] for u in order], [events[u] for u in order]
-    keys, spans, shifts = [], [], []
+    # units in state order of their first tensor; structured units after the others (the C
+    # walks them with its own schedule, tt_prune_group.h)
+    order = sorted(range(len(units)), key=lambda u: units[u][0])
+    g_order = sorted(range(len(g_units)), key=lambda u: g_units[u][0])
+    units = [units[u] for u in order] + [g_units[u] for u in g_order]
+    events = [events[u] for u in order] + [g_events[u] for u in g_order]
+    keys, spans, shifts, gr = [], [], [], []
     for u in units:
         spans.append((len(keys), len(keys) + len(u)))
+        if u[0] in groups:
+            sh, mult = _pg.scales(model, u, groups)
+            shifts += sh
+            gr += [(groups[k][0], groups[k][1], len(keys) + u.index(groups[k][2]), m) for k, m in zip(u, mult)]
+        else:
+            shifts += _shifts(model, u)
+            gr += [None] * len(u)
         keys += u
-        shifts += _shifts(model, u)
     steps = sorted(set().union(*(set(v) for v in events)))
     zeros = np.array([[ev.get(t, -1) for ev in events] for t in steps], np.int32).reshape(len(steps), len(units))
-    return PruneTable(keys, np.array(steps, np.int64), zeros, spans, shifts)
+    return PruneTable(keys, np.array(steps, np.int64), zeros, spans, shifts, gr)
 
 
 def _shifts(model, unit) -> list[int]:
@@ -358,7 +402,11 @@ def scheduled(model, t: int) -> None:
         return
     for u, (a, b) in enumerate(tab.units):
         k = int(tab.zeros[r, u])
-        if k >= 0:
+        if k >= 0 and tab.structured(u):
+            for key, mask in zip(tab.keys[a:b], _pg.select_unit(model, tab, u, k)):
+                model.masks[key][...] = mask
+                apply_key(model, key)
+        elif k >= 0:
             keys = tab.keys[a:b]
             for key, mask in zip(keys, select_group([model._store(*key)[0] for key in keys], tab.shifts[a:b], k)):
                 model.masks[key][...] = mask

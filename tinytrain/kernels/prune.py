@@ -112,3 +112,25 @@ def prune_row(steps, t):
         else:
             hi = mid
     return lo if lo < steps.size and steps[lo] == t else -1
+
+
+# ---------------------------------------------------------------- structured (graph/prune_groups.py)
+@njit(cache=True)
+def prune_group_norms(v, inner, mult, shift, norms, off):
+    """norms[off + g] = ((sum of |v| over unit g's inner elements) * mult) << shift (exact below
+    2^63, checked at build time)."""
+    for g in range(v.size // inner):
+        s = np.int64(0)
+        for i in range(g * inner, (g + 1) * inner):
+            s += _mag(v[i])
+        norms[off + g] = (s * mult) << shift
+
+
+@njit(cache=True)
+def prune_group_mask_from(sel, off, units, inner, mask):
+    """The bitmap of a tensor whose element i is in unit i // inner: pruned when sel[off + unit]."""
+    for wi in range(mask.size):
+        mask[wi] = 0
+    for i in range(units * inner):
+        if sel[off + i // inner]:
+            mask[i >> 5] = mask[i >> 5] | (np.uint32(1) << np.uint32(i & 31))

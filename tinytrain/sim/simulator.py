@@ -109,7 +109,8 @@ def generate_source(model) -> str:
     first = model.first_learning
     prune = _PruneLines(model, pidx, gidx)
     if model.prune_table is not None:
-        imports.add("from tinytrain.kernels.prune import prune_zero, prune_mags, prune_select_mags, prune_mask_from, prune_row")
+        imports.add("from tinytrain.kernels.prune import prune_zero, prune_mags, prune_select_mags, prune_mask_from, prune_row, "
+                    "prune_group_norms, prune_group_mask_from")
 
     def src(li):
         return "x" if li == 0 else f"A[{li - 1}]"
@@ -231,6 +232,9 @@ class _PruneLines:
         m, tab = self.model, self.model.prune_table
         out = [f"{ind}prow = prune_row(PST, meta[1])", f"{ind}if prow >= 0:"]
         for u, (a, b) in enumerate(tab.units):
+            if tab.structured(u):
+                out += self._scheduled_units(u, ind)
+                continue
             keys = tab.keys[a:b]
             sizes = [m.layers[li].params[pi].data.size for li, pi in keys]
             offs = [sum(sizes[:i]) for i in range(len(keys))]
@@ -243,6 +247,28 @@ class _PruneLines:
             for key, off, n in zip(keys, offs, sizes):
                 out.append(f"{i2}prune_mask_from(psel, {off}, {n}, PM[{self.j[key]}])")
                 out += self.zero(key, i2)
+        return out
+
+    def _scheduled_units(self, u, ind) -> list[str]:
+        """A structured unit (graph/prune_groups.py): the L1 norms of the ranked tensors' units on
+        one array, the k smallest selected, every tensor's mask expanded from its lead's units."""
+        tab = self.model.prune_table
+        a, b = tab.units[u]
+        ranked = [j for j in range(a, b) if tab.groups[j][2] == j]
+        offs = dict(zip(ranked, np.cumsum([0] + [tab.groups[j][0] for j in ranked]).tolist()))
+        total = sum(tab.groups[j][0] for j in ranked)
+        i2 = ind + "        "
+        out = [f"{ind}    if PZ[prow, {u}] >= 0:", f"{i2}pmag = np.empty({total}, np.int64)"]
+        for j in ranked:
+            key = tab.keys[j]
+            store = self._slots(key)[1 if key in self.model.master else 0]
+            out.append(f"{i2}prune_group_norms({store}.reshape(-1), {tab.groups[j][1]}, {tab.groups[j][3]}, {tab.shifts[j]}, pmag, "
+                       f"{offs[j]})")
+        out += [f"{i2}psel = np.zeros({total}, np.uint8)", f"{i2}prune_select_mags(pmag, PZ[prow, {u}], psel)"]
+        for j in range(a, b):
+            units, inner, lead, _ = tab.groups[j]
+            out.append(f"{i2}prune_group_mask_from(psel, {offs[lead]}, {units}, {inner}, PM[{j}])")
+            out += self.zero(tab.keys[j], i2)
         return out
 
 

@@ -41,6 +41,10 @@ typedef struct tt_prune_schedule {
     uint32_t units;
 } tt_prune_schedule;
 
+/** |v| << shift of element i of the store the criterion reads (the master where there is one;
+ *  also tt_prune_group.c's). */
+uint64_t tt_prune_mag(const tt_prune_tensor *t, uint32_t i);
+
 /** Set every pruned element of w and of each present slot to zero. */
 void tt_prune_apply(const tt_prune_tensor *t);
 

@@ -2,7 +2,7 @@
 #include "tt_prune.h"
 
 /* |v| << shift of element i of the tensor the criterion reads (|v| <= 2^31, shift <= 31). */
-static uint64_t tt_prune_mag(const tt_prune_tensor *t, uint32_t i)
+uint64_t tt_prune_mag(const tt_prune_tensor *t, uint32_t i)
 {
     int32_t v;
     if (t->master) v = t->master_bytes == 2 ? ((const int16_t *)t->master)[i] : ((const int32_t *)t->master)[i];
