@@ -26,7 +26,7 @@ from tinytrain.graph import optable
 from tinytrain.graph.optable import Names
 
 CTYPE = {np.dtype(np.int8): "int8_t", np.dtype(np.int16): "int16_t", np.dtype(np.int32): "int32_t",
-         np.dtype(np.uint32): "uint32_t"}
+         np.dtype(np.uint32): "uint32_t", np.dtype(np.uint8): "uint8_t"}
 #: layer types with C kernels for int8 weights (optable.weight_variant "_w8")
 C_WEIGHT_VARIANTS = {"dense", "conv2d", "depthwise_conv2d", "conv1d"}
 #: layer types whose weight gradients the C forms one output channel at a time (tt_conv_wgrad.h)
@@ -37,6 +37,15 @@ STORE_TAG = {np.dtype(np.int8): "s8", np.dtype(np.int16): "s16", np.dtype(np.int
 REFRESH = {(np.dtype(np.int32), np.dtype(np.int16), 16): "tt_sgd_refresh_copy",
            (np.dtype(np.int32), np.dtype(np.int8), 24): "tt_sgd_refresh_copy_s32_s8",
            (np.dtype(np.int16), np.dtype(np.int8), 8): "tt_sgd_refresh_copy_s16_s8"}
+
+
+def pack_int4(q: np.ndarray) -> np.ndarray:
+    """int4 values in [-8, 7] packed two per byte, flat order, low nibble first (the last high
+    nibble 0 for an odd count): the C layout of tt_dense_wblk.h."""
+    v = (np.asarray(q).reshape(-1).astype(np.int64) & 15).astype(np.uint8)
+    if v.size % 2:
+        v = np.append(v, np.uint8(0))
+    return (v[0::2] | (v[1::2] << 4)).astype(np.uint8)
 
 
 class CodegenError(ValueError):
@@ -63,7 +72,7 @@ class Tensor:
 
     @property
     def bytes(self) -> int:
-        return self.count * {"int8_t": 1, "int16_t": 2, "int32_t": 4, "uint32_t": 4, "int64_t": 8}[self.ctype]
+        return self.count * {"int8_t": 1, "uint8_t": 1, "int16_t": 2, "int32_t": 4, "uint32_t": 4, "int64_t": 8}[self.ctype]
 
 
 @dataclass
@@ -208,7 +217,11 @@ class Emitter:
                 key = (li, pi)
                 nm = self.sym(f"l{li}_{p.name}")
                 frozen = p.role != "state" and not m.learns(li, pi)
-                T.append(Tensor(nm, CTYPE[p.data.dtype], p.data.size, "frozen" if frozen else "param", li, p.data))
+                ctype, count, init = CTYPE[p.data.dtype], p.data.size, p.data
+                if m.blocked(li, pi) and m.param_policy(li, pi).weights == "int4":
+                    ctype, init = "uint8_t", pack_int4(p.data)  # two per byte (tt_dense_wblk.h)
+                    count = init.size
+                T.append(Tensor(nm, ctype, count, "frozen" if frozen else "param", li, init))
                 if key in m.master:
                     T.append(Tensor(self.sym(f"l{li}_{p.name}_master"), CTYPE[m.master[key].dtype], p.data.size, "master", li, m.master[key]))
                     order.append(T[-1].name)
@@ -547,6 +560,14 @@ uint32_t {P}_saturations(void);
         """The call narrowing the master of parameter pi of layer li into its compute copy."""
         m = self.model
         p, pn = m.layers[li].params[pi], self.names.param(li, pi)
+        if m.blocked(li, pi):  # q and the blocks' shifts from the int16 master (tt_dense_wblk.h)
+            from tinytrain.graph.wblock import shifts_of
+
+            l = m.layers[li]
+            sn = self.names.param(li, next(j for j, q in enumerate(l.params) if q is shifts_of(l, p.name)))
+            N, K = p.data.shape
+            wv = "w4" if m.param_policy(li, pi).weights == "int4" else "w8"
+            return f"tt_wblock_refresh_s16_{wv}({pn}_master, {pn}, {sn}, {N}, {K}, {m._block_len(li, pi)});"
         kind = (m.master[(li, pi)].dtype, p.data.dtype, m.master_shift[(li, pi)])
         fn = REFRESH.get(kind)
         if fn is None:
@@ -567,7 +588,7 @@ uint32_t {P}_saturations(void);
         if dx:
             out += ["    " + s for s in optable.backward_lines(l, self.names, li, x, ex, self.sym(f"a{li}"), e, "de", dx, "ee",
                                                                grads=False)]
-        w, b = l.params
+        w, b = l.params[:2]
         uw, ub = bool(m.trainable[li][0]), bool(m.trainable[li][1])
         pw, t = self._update_target(li, 0)
         ews = m.master_exp((li, 0)) if (li, 0) in m.master else w.exp

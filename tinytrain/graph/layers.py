@@ -87,6 +87,9 @@ class Layer:
 
     def _weights(self, rng, bound, shape):
         """Initial weights uniform in [-bound, bound] in the policy's width, and their exponent."""
+        if self.policy.blocked:
+            raise ModelError(f"exponent = {self.policy.exponent!r} is implemented for dense layers only: give this "
+                             "layer \"precision\": {\"weights\": \"int8\", \"exponent\": \"tensor\"}")
         ew = _weight_exp(bound, self.policy.weight_bits)
         return _quantize(rng.uniform(-bound, bound, shape), ew, self.policy.weight_dtype), ew
 
@@ -168,6 +171,9 @@ class Dense(Layer):
     def _init_params(self, rng):
         K = self.in_shape[0]
         bound = math.sqrt(6.0 / K)  # He-uniform, as for ReLU networks
+        if self.policy.blocked:  # int16 weights narrowed into blocks (graph/wblock.py)
+            ew = _weight_exp(bound)
+            return wblock.dense_params(self, _quantize(rng.uniform(-bound, bound, (self.units, K)), ew, np.int16), ew)
         w, ew = self._weights(rng, bound, (self.units, K))
         return [Param("w", w, ew, "weight"), Param("b", np.zeros(self.units, np.int32), self._bias_exp(ew), "bias")]
 
@@ -251,6 +257,8 @@ def _dense_backward(l, e, ee, saved, need_dx):
     w = l.params[0]
     return r_dense.backward(e, ee, x, ex, w.data, w.exp, need_dx)
 
+
+from tinytrain.graph import wblock  # noqa: E402  (dense with block exponents: its row)
 
 register_op(Op(
     "dense", _dense_forward, _dense_backward,

@@ -1,0 +1,173 @@
+/* Dense kernels for block-exponent weights (tt_dense_wblk.h). The decoded weights q << s are
+ * within +-32767, so the int16 kernels' width rule applies: int32 sums up to TT_DENSE_S32_MAX_K
+ * / _MAX_N (tt_dense.h), int64 beyond. A block's products are summed first, then scaled by
+ * 2^s (exact: a product of integers); every partial sum is bounded by the sum of |products|. */
+#include <string.h>
+
+#include "tt_dense.h"
+#include "tt_dense_wblk.h"
+
+/* q of element i: packed nibble (w4) or int8. Inlined with a constant w4, one loop per format. */
+static inline int32_t tt_wblk_q(const void *w, int32_t i, int w4)
+{
+    if (w4) {
+        const uint32_t b = ((const uint8_t *)w)[i >> 1];
+        const uint32_t v = (i & 1) ? b >> 4 : b & 15u;
+        return (int32_t)(v ^ 8u) - 8;
+    }
+    return ((const int8_t *)w)[i];
+}
+
+static inline int32_t tt_wblk_fwd(const tt_ctx *ctx, int32_t K, int32_t N, int32_t L, const void *w,
+                                  const uint8_t *ws, int32_t ew, const int32_t *b, int32_t eb,
+                                  const int8_t *x, int32_t ex, int8_t *y, int w4)
+{
+    const int32_t ea = ex + ew, nb = (K + L - 1) / L;
+    int64_t *scratch = ctx->scratch;
+    uint32_t m = 0;
+    int32_t n, j, k;
+    for (n = 0; n < N; n++) {
+        const uint8_t *sr = ws + n * nb;
+        const int32_t base = n * K;
+        if (K > TT_DENSE_S32_MAX_K) {
+            int64_t acc = tt_align(b[n], eb, ea);
+            for (j = 0; j < nb; j++) {
+                const int32_t hi = (j + 1) * L < K ? (j + 1) * L : K;
+                int64_t t = 0;
+                for (k = j * L; k < hi; k++) t += (int32_t)x[k] * tt_wblk_q(w, base + k, w4);
+                acc += t * ((int64_t)1 << sr[j]);
+            }
+            scratch[n] = acc;
+        } else {
+            int32_t s = tt_align_s32(b[n], eb, ea);
+            uint32_t a;
+            for (j = 0; j < nb; j++) {
+                const int32_t hi = (j + 1) * L < K ? (j + 1) * L : K;
+                int32_t t = 0;
+                for (k = j * L; k < hi; k++) t += (int32_t)x[k] * tt_wblk_q(w, base + k, w4);
+                s += t * ((int32_t)1 << sr[j]);
+            }
+            scratch[n] = s;
+            a = s < 0 ? 0u - (uint32_t)s : (uint32_t)s;
+            if (a > m) m = a;
+        }
+    }
+    if (K > TT_DENSE_S32_MAX_K) return ea + tt_requant_s8_from_s64(scratch, N, y, ctx->stats);
+    return ea + tt_requant_s8_from_s64_max(scratch, N, m, y, ctx->stats);
+}
+
+static inline int32_t tt_wblk_bwd(const tt_ctx *ctx, int32_t K, int32_t N, int32_t L, const void *w,
+                                  const uint8_t *ws, int32_t ew, const int8_t *e, int32_t ee,
+                                  int8_t *dx, int w4)
+{
+    const int32_t nb = (K + L - 1) / L;
+    int64_t *scratch = ctx->scratch;
+    uint32_t m = 0;
+    int32_t n, j, k;
+    for (j = 0; j < nb; j++) {
+        const int32_t hi = (j + 1) * L < K ? (j + 1) * L : K;
+        for (k = j * L; k < hi; k++) {
+            if (N > TT_DENSE_S32_MAX_N) {
+                int64_t acc = 0;
+                for (n = 0; n < N; n++)
+                    acc += (int64_t)((int32_t)e[n] * tt_wblk_q(w, n * K + k, w4)) * ((int64_t)1 << ws[n * nb + j]);
+                scratch[k] = acc;
+            } else {
+                int32_t s = 0;
+                uint32_t a;
+                for (n = 0; n < N; n++)
+                    s += (int32_t)e[n] * tt_wblk_q(w, n * K + k, w4) * ((int32_t)1 << ws[n * nb + j]);
+                scratch[k] = s;
+                a = s < 0 ? 0u - (uint32_t)s : (uint32_t)s;
+                if (a > m) m = a;
+            }
+        }
+    }
+    if (N > TT_DENSE_S32_MAX_N) return ee + ew + tt_requant_s8_from_s64(scratch, K, dx, ctx->stats);
+    return ee + ew + tt_requant_s8_from_s64_max(scratch, K, m, dx, ctx->stats);
+}
+
+int32_t tt_dense_fwd_s8_w4blk(const tt_ctx *ctx, const tt_dense_w4blk_params *p, const int8_t *x,
+                              int32_t ex, int8_t *y)
+{
+    return tt_wblk_fwd(ctx, p->K, p->N, p->L, p->w, p->ws, p->ew, p->b, p->eb, x, ex, y, 1);
+}
+
+int32_t tt_dense_fwd_s8_w8blk(const tt_ctx *ctx, const tt_dense_w8blk_params *p, const int8_t *x,
+                              int32_t ex, int8_t *y)
+{
+    return tt_wblk_fwd(ctx, p->K, p->N, p->L, p->w, p->ws, p->ew, p->b, p->eb, x, ex, y, 0);
+}
+
+int32_t tt_dense_bwd_s8_w4blk(const tt_ctx *ctx, const tt_dense_w4blk_params *p, const int8_t *e,
+                              int32_t ee, int8_t *dx)
+{
+    return tt_wblk_bwd(ctx, p->K, p->N, p->L, p->w, p->ws, p->ew, e, ee, dx, 1);
+}
+
+int32_t tt_dense_bwd_s8_w8blk(const tt_ctx *ctx, const tt_dense_w8blk_params *p, const int8_t *e,
+                              int32_t ee, int8_t *dx)
+{
+    return tt_wblk_bwd(ctx, p->K, p->N, p->L, p->w, p->ws, p->ew, e, ee, dx, 0);
+}
+
+void tt_dense_grad_s32_w4blk(const tt_dense_w4blk_params *p, const int8_t *e, const int8_t *x,
+                             int32_t *gw, int32_t *gb)
+{
+    const tt_dense_params q = {p->K, p->N, 0, p->ew, p->b, p->eb};
+    tt_dense_grad_s32(&q, e, x, gw, gb);
+}
+
+void tt_dense_grad_s32_w8blk(const tt_dense_w8blk_params *p, const int8_t *e, const int8_t *x,
+                             int32_t *gw, int32_t *gb)
+{
+    const tt_dense_params q = {p->K, p->N, 0, p->ew, p->b, p->eb};
+    tt_dense_grad_s32(&q, e, x, gw, gb);
+}
+
+/* rshift_round(v, s), ties toward +inf, in 32 bits (|v| <= 32767: no overflow). */
+static inline int32_t tt_wblk_rr(int32_t v, int32_t s)
+{
+    return s ? (v >> s) + ((v >> (s - 1)) & 1) : v;
+}
+
+static inline void tt_wblk_refresh(const int16_t *mw, void *q, uint8_t *ws, int32_t N, int32_t K, int32_t L,
+                                   int w4)
+{
+    const int32_t nb = (K + L - 1) / L, qmax = w4 ? 7 : 127, smax = w4 ? 12 : 8;
+    int32_t n, j, k;
+    for (n = 0; n < N; n++) {
+        for (j = 0; j < nb; j++) {
+            const int32_t lo = j * L, hi = (j + 1) * L < K ? (j + 1) * L : K;
+            int32_t M = 0, s = 0;
+            for (k = lo; k < hi; k++) {
+                const int32_t a = mw[n * K + k] < 0 ? -(int32_t)mw[n * K + k] : mw[n * K + k];
+                if (a > M) M = a;
+            }
+            while (s < smax && tt_wblk_rr(M, s) > qmax) s++;
+            ws[n * nb + j] = (uint8_t)s;
+            for (k = lo; k < hi; k++) {
+                const int32_t i = n * K + k, r = tt_wblk_rr(mw[i], s);
+                const int32_t v = r > qmax ? qmax : r < -qmax ? -qmax : r;
+                if (!w4) {
+                    ((int8_t *)q)[i] = (int8_t)v;
+                } else if (i & 1) {
+                    uint8_t *bp = (uint8_t *)q + (i >> 1);
+                    *bp = (uint8_t)((*bp & 15u) | (((uint32_t)v & 15u) << 4));
+                } else {
+                    ((uint8_t *)q)[i >> 1] = (uint8_t)((uint32_t)v & 15u);  /* high nibble: the next element */
+                }
+            }
+        }
+    }
+}
+
+void tt_wblock_refresh_s16_w4(const int16_t *m, uint8_t *q, uint8_t *ws, int32_t N, int32_t K, int32_t L)
+{
+    tt_wblk_refresh(m, q, ws, N, K, L, 1);
+}
+
+void tt_wblock_refresh_s16_w8(const int16_t *m, int8_t *q, uint8_t *ws, int32_t N, int32_t K, int32_t L)
+{
+    tt_wblk_refresh(m, q, ws, N, K, L, 0);
+}
