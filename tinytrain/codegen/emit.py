@@ -24,6 +24,7 @@ import numpy as np
 
 from tinytrain.graph import optable
 from tinytrain.graph.optable import Names
+from tinytrain.ops.wblock import pack_int4
 
 CTYPE = {np.dtype(np.int8): "int8_t", np.dtype(np.int16): "int16_t", np.dtype(np.int32): "int32_t",
          np.dtype(np.uint32): "uint32_t", np.dtype(np.uint8): "uint8_t"}
@@ -37,15 +38,6 @@ STORE_TAG = {np.dtype(np.int8): "s8", np.dtype(np.int16): "s16", np.dtype(np.int
 REFRESH = {(np.dtype(np.int32), np.dtype(np.int16), 16): "tt_sgd_refresh_copy",
            (np.dtype(np.int32), np.dtype(np.int8), 24): "tt_sgd_refresh_copy_s32_s8",
            (np.dtype(np.int16), np.dtype(np.int8), 8): "tt_sgd_refresh_copy_s16_s8"}
-
-
-def pack_int4(q: np.ndarray) -> np.ndarray:
-    """int4 values in [-8, 7] packed two per byte, flat order, low nibble first (the last high
-    nibble 0 for an odd count): the C layout of tt_dense_wblk.h."""
-    v = (np.asarray(q).reshape(-1).astype(np.int64) & 15).astype(np.uint8)
-    if v.size % 2:
-        v = np.append(v, np.uint8(0))
-    return (v[0::2] | (v[1::2] << 4)).astype(np.uint8)
 
 
 class CodegenError(ValueError):

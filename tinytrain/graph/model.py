@@ -262,7 +262,7 @@ class Sequential:
         for li, l in enumerate(self.layers):
             for pi, p in enumerate(l.params):
                 key = (li, pi)
-                out.append(self.master[key] if key in self.master else p.data)
+                out.append(self.master[key] if key in self.master else self.stored(li, pi))
                 if key in self.accum:
                     out.append(self.accum[key])
                 if key in self.velocity:
@@ -271,6 +271,14 @@ class Sequential:
                     out.append(self.masks[key])
         out.append(self.meta.astype(np.uint32))
         return out
+
+    def stored(self, li, pi) -> np.ndarray:
+        """Parameter pi of layer li as the state holds it: int4 weights packed two per byte
+        (ops/wblock.pack_int4, a copy), any other the array itself."""
+        p = self.layers[li].params[pi]
+        if self.blocked(li, pi) and self.param_policy(li, pi).weights == "int4":
+            return r_wblock.pack_int4(p.data)
+        return p.data
 
     def state_hash(self) -> int:
         return fp.state_hash(self.state_tensors())

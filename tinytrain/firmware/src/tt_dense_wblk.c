@@ -18,6 +18,28 @@ static inline int32_t tt_wblk_q(const void *w, int32_t i, int w4)
     return ((const int8_t *)w)[i];
 }
 
+/* The two nibbles of a byte as int4 values (two's complement, without shifting a negative). */
+static inline int32_t tt_w4_lo(uint32_t b) { return (int32_t)((b & 15u) ^ 8u) - 8; }
+static inline int32_t tt_w4_hi(uint32_t b) { return (int32_t)((b >> 4) ^ 8u) - 8; }
+
+/* sum of x[k] * q[i + k], k < n, q packed: a byte (two weights) per turn. |sum| <= n * 127 * 7:
+ * int32 for the blocks of the int32 path (n <= K <= TT_DENSE_S32_MAX_K). */
+static inline int32_t tt_w4_dot(const uint8_t *w, int32_t i, int32_t n, const int8_t *x)
+{
+    const uint8_t *p = w + (i >> 1);
+    int32_t t = 0, k = 0;
+    if ((i & 1) && n > 0) {
+        t = (int32_t)x[0] * tt_w4_hi(*p++);
+        k = 1;
+    }
+    for (; k + 2 <= n; k += 2) {
+        const uint32_t b = *p++;
+        t += (int32_t)x[k] * tt_w4_lo(b) + (int32_t)x[k + 1] * tt_w4_hi(b);
+    }
+    if (k < n) t += (int32_t)x[k] * tt_w4_lo(*p);
+    return t;
+}
+
 static inline int32_t tt_wblk_fwd(const tt_ctx *ctx, int32_t K, int32_t N, int32_t L, const void *w,
                                   const uint8_t *ws, int32_t ew, const int32_t *b, int32_t eb,
                                   const int8_t *x, int32_t ex, int8_t *y, int w4)
@@ -42,9 +64,14 @@ static inline int32_t tt_wblk_fwd(const tt_ctx *ctx, int32_t K, int32_t N, int32
             int32_t s = tt_align_s32(b[n], eb, ea);
             uint32_t a;
             for (j = 0; j < nb; j++) {
-                const int32_t hi = (j + 1) * L < K ? (j + 1) * L : K;
+                const int32_t lo = j * L, hi = (j + 1) * L < K ? (j + 1) * L : K;
                 int32_t t = 0;
-                for (k = j * L; k < hi; k++) t += (int32_t)x[k] * tt_wblk_q(w, base + k, w4);
+                if (w4) {
+                    t = tt_w4_dot((const uint8_t *)w, base + lo, hi - lo, x + lo);
+                } else {
+                    const int8_t *row = (const int8_t *)w + base;
+                    for (k = lo; k < hi; k++) t += (int32_t)x[k] * (int32_t)row[k];
+                }
                 s += t * ((int32_t)1 << sr[j]);
             }
             scratch[n] = s;
@@ -64,12 +91,16 @@ static inline int32_t tt_wblk_bwd(const tt_ctx *ctx, int32_t K, int32_t N, int32
     int64_t *scratch = ctx->scratch;
     uint32_t m = 0;
     int32_t n, j, k;
-    for (j = 0; j < nb; j++) {
+    if (N <= 0) /* no rows: all sums 0, said apart (as in tt_dense.c: no VFP zero stores) */
+        memset(scratch, 0, (size_t)K * sizeof *scratch);
+    else for (j = 0; j < nb; j++) {
         const int32_t hi = (j + 1) * L < K ? (j + 1) * L : K;
         for (k = j * L; k < hi; k++) {
             if (N > TT_DENSE_S32_MAX_N) {
-                int64_t acc = 0;
-                for (n = 0; n < N; n++)
+                /* started from the first product (N >= 1 here): a constant 0 start is one GCC
+                 * may load with VFP registers in hard-float builds */
+                int64_t acc = (int64_t)((int32_t)e[0] * tt_wblk_q(w, k, w4)) * ((int64_t)1 << ws[j]);
+                for (n = 1; n < N; n++)
                     acc += (int64_t)((int32_t)e[n] * tt_wblk_q(w, n * K + k, w4)) * ((int64_t)1 << ws[n * nb + j]);
                 scratch[k] = acc;
             } else {
@@ -135,29 +166,31 @@ static inline void tt_wblk_refresh(const int16_t *mw, void *q, uint8_t *ws, int3
                                    int w4)
 {
     const int32_t nb = (K + L - 1) / L, qmax = w4 ? 7 : 127, smax = w4 ? 12 : 8;
-    int32_t n, j, k;
+    const int16_t *mp = mw;
+    uint8_t *q4 = (uint8_t *)q;
+    int8_t *q8 = (int8_t *)q;
+    int32_t i = 0, n, j, k;
     for (n = 0; n < N; n++) {
-        for (j = 0; j < nb; j++) {
-            const int32_t lo = j * L, hi = (j + 1) * L < K ? (j + 1) * L : K;
+        for (j = 0; j < nb; j++, ws++) {
+            const int32_t len = (j + 1) * L < K ? L : K - j * L;
             int32_t M = 0, s = 0;
-            for (k = lo; k < hi; k++) {
-                const int32_t a = mw[n * K + k] < 0 ? -(int32_t)mw[n * K + k] : mw[n * K + k];
+            for (k = 0; k < len; k++) {
+                const int32_t v = mp[k], a = v < 0 ? -v : v;
                 if (a > M) M = a;
             }
             while (s < smax && tt_wblk_rr(M, s) > qmax) s++;
-            ws[n * nb + j] = (uint8_t)s;
-            for (k = lo; k < hi; k++) {
-                const int32_t i = n * K + k, r = tt_wblk_rr(mw[i], s);
-                const int32_t v = r > qmax ? qmax : r < -qmax ? -qmax : r;
-                if (!w4) {
-                    ((int8_t *)q)[i] = (int8_t)v;
-                } else if (i & 1) {
-                    uint8_t *bp = (uint8_t *)q + (i >> 1);
-                    *bp = (uint8_t)((*bp & 15u) | (((uint32_t)v & 15u) << 4));
-                } else {
-                    ((uint8_t *)q)[i >> 1] = (uint8_t)((uint32_t)v & 15u);  /* high nibble: the next element */
-                }
+            *ws = (uint8_t)s;
+            for (k = 0; k < len; k++, i++) {
+                const int32_t r = tt_wblk_rr(mp[k], s);
+                const uint32_t v = (uint32_t)(r > qmax ? qmax : r < -qmax ? -qmax : r);
+                if (!w4)
+                    *q8++ = (int8_t)(int32_t)v;
+                else if (i & 1)  /* the high nibble of the byte the previous element started */
+                    *q4++ |= (uint8_t)((v & 15u) << 4);
+                else
+                    *q4 = (uint8_t)(v & 15u);
             }
+            mp += len;
         }
     }
 }
