@@ -27,6 +27,7 @@ from tinytrain.sim.simulator import Simulator
 from .conftest import examples
 from .oputil import c_ctx, c_i8, c_i16, c_i32, draw_array
 from .test_exactness import _data, any_optimizer, three_way
+from .test_precision import _qemu_missing
 
 BLOCKED = [{"weights": w, "master": "int16", "exponent": e} for w in ("int4", "int8") for e in ("row", "block32")]
 
@@ -233,17 +234,6 @@ def test_layers_without_block_kernels_and_pruning_are_refused_with_the_fix():
     with pytest.raises(ModelError, match="pruning is not implemented for weights with exponent"):
         Sequential([Dense(3)], input_shape=(5,), precision="int4-row-master16",
                    prune={"schedule": "constant", "target_sparsity": 0.5})
-
-
-def _qemu_missing():
-    import shutil
-
-    missing = [t for t in ("qemu-system-arm", "arm-none-eabi-gcc") if shutil.which(t) is None]
-    try:
-        import platformio  # noqa: F401
-    except ImportError:
-        missing.append("platformio")
-    return missing
 
 
 @pytest.mark.qemu

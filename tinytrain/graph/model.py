@@ -21,7 +21,7 @@ from tinytrain import fixedpoint as fp
 from tinytrain.graph.fields import is_int
 from tinytrain.graph.layers import Layer, ModelError, layer_config, layer_from_config
 from tinytrain.graph.precision import DTYPES, MASTER_BITS, Precision, PrecisionError
-from tinytrain.graph import conv, norm, residual  # noqa: F401  (register the layer types)
+from tinytrain.graph import conv, norm, residual, wblock  # noqa: F401  (register the layer types, the rows)
 from tinytrain.ops import mse as r_mse
 from tinytrain.ops import softmax_ce as r_ce
 from tinytrain.graph.optim import SGD, IntSGD

@@ -1,5 +1,6 @@
 """Dense layers with block-exponent weights (precision ``"exponent": "row" | "block32"``, int8 or
-int4 weights, int16 master): their parameters and their row in the op table.
+int4 weights, int16 master): their parameters (built by layers.Dense) and their row in the op
+table (registered when graph/model.py imports this module).
 
 The layer's parameters are ``w`` (N, K) int8 holding the block values q (ops/wblock.py), at
 the exponent ew of the int16 weights the same layer has under the default policy; ``b``
@@ -10,24 +11,16 @@ backward are ops/dense.py on the decoded weights q << s; numba and C compute on 
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from tinytrain.graph.optable import Call, Op, register_op
+from tinytrain.graph.optable import OPS, Call, register_op
 from tinytrain.ops import dense as r_dense
 from tinytrain.ops import wblock as r_wblock
 
 #: the op-table row of a layer kind with block-exponent weights
 BLOCKED = "{}:blocked"
-
-
-def dense_params(layer, w16: np.ndarray, ew: int):
-    """[w, b, w_exp] of a Dense layer under a block-exponent policy, from its int16 weights."""
-    from tinytrain.graph.layers import Param
-
-    pol = layer.policy
-    q, s = r_wblock.narrow(w16, pol.block_len(w16.shape[1]), pol.weight_bits)
-    return [Param("w", q, ew, "weight"), Param("b", np.zeros(w16.shape[0], np.int32), ew - 8, "bias"),
-            Param("w_exp", s, 0, "state")]
 
 
 def shifts_of(layer, name: str = "w"):
@@ -56,10 +49,10 @@ def _max_product(l) -> int:
     return 127 * (qmax << smax)
 
 
-register_op(Op(
-    BLOCKED.format("dense"), _forward, _backward,
-    nb_import="tinytrain.kernels.wblock: dense_fwd_blk, dense_bwd_blk, dense_grad",
-    c_header="tt_dense_wblk.h",
+# the dense row (graph/layers.py) with the weights decoded: grad_exp and the grad's numba call as they are
+register_op(replace(
+    OPS["dense"], kind=BLOCKED.format("dense"), forward=_forward, backward=_backward,
+    nb_import="tinytrain.kernels.wblock: dense_fwd_blk, dense_bwd_blk, dense_grad", c_header="tt_dense_wblk.h",
     args=lambda l: {"K": l.in_shape[0], "N": l.units, "L": l.policy.block_len(l.in_shape[0])},
     c_params=("dense", "tt_dense{wv}blk_params", {"K": "{K}", "N": "{N}", "L": "{L}", "w": "{w}", "ws": "{w_exp}",
                                                   "ew": "{exp_w}", "b": "{b}", "eb": "{exp_b}"}),
@@ -67,8 +60,7 @@ register_op(Op(
              "tt_dense_fwd_s8{wv}blk(&CTX, {params}, {x}, {ex}, {y})"),
     bwd=Call("dense_bwd_blk({e}, {ee}, {w}, {w_exp}, {L}, {exp_w}, {scratch:K}, {dx}, {stats})",
              "tt_dense_bwd_s8{wv}blk(&CTX, {params}, {e}, {ee}, {dx})"),
-    grad=Call("dense_grad({e}, {x}, {g_w}, {g_b})", "tt_dense_grad_s32{wv}blk({params}, {e}, {x}, {g_w}, {g_b})"),
-    grad_exp={"w": "{ee} + {ex}", "b": "{ee}"},
+    grad=replace(OPS["dense"].grad, c="tt_dense_grad_s32{wv}blk({params}, {e}, {x}, {g_w}, {g_b})"),
     # the decoded weights are within +-32767: the int16 bounds of ops/dense.py, the C's int32 limits
     bounds=lambda l: [("forward sum", l.in_shape[0] * _max_product(l) + 2**30,
                        32 if l.in_shape[0] * 127 * 32767 + 2**30 < 2**31 else 64),
