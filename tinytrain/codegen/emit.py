@@ -548,8 +548,10 @@ uint32_t {P}_saturations(void);
             return pn + "_master", STORE_TAG[self.model.master[(li, pi)].dtype]
         return pn, STORE_TAG[p.data.dtype]
 
-    def _refresh(self, li, pi) -> str:
-        """The call narrowing the master of parameter pi of layer li into its compute copy."""
+    def _refresh(self, li, pi, rows_of=None) -> str:
+        """The call narrowing the master of parameter pi of layer li into its compute copy
+        (block exponents: only the rows whose error in ``rows_of`` is nonzero, the rows a direct
+        update without weight decay changed)."""
         m = self.model
         p, pn = m.layers[li].params[pi], self.names.param(li, pi)
         if m.blocked(li, pi):  # q and the blocks' shifts from the int16 master (tt_dense_wblk.h)
@@ -559,6 +561,8 @@ uint32_t {P}_saturations(void);
             sn = self.names.param(li, next(j for j, q in enumerate(l.params) if q is shifts_of(l, p.name)))
             N, K = p.data.shape
             wv = "w4" if m.param_policy(li, pi).weights == "int4" else "w8"
+            if rows_of is not None:
+                return f"tt_wblock_refresh_rows_s16_{wv}({pn}_master, {pn}, {sn}, {N}, {K}, {m._block_len(li, pi)}, {rows_of});"
             return f"tt_wblock_refresh_s16_{wv}({pn}_master, {pn}, {sn}, {N}, {K}, {m._block_len(li, pi)});"
         kind = (m.master[(li, pi)].dtype, p.data.dtype, m.master_shift[(li, pi)])
         fn = REFRESH.get(kind)
@@ -589,7 +593,7 @@ uint32_t {P}_saturations(void);
                              "b": self.names.param(li, 1) if ub else 0, "eb": b.exp})
         out.append(f"    tt_sgd_dense_direct_{t}(&sgd, {sp}, {e}, de, {x}, {ex});")
         if (li, 0) in m.master and uw:
-            out.append("    " + self._refresh(li, 0))
+            out.append("    " + self._refresh(li, 0, rows_of=e if m.blocked(li, 0) and not m.opt.wd_m else None))
         return out
 
     def _emit_predict(self):

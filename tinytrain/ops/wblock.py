@@ -71,7 +71,7 @@ def expand(q: np.ndarray, s: np.ndarray, L: int) -> np.ndarray:
 
 def pack_int4(q: np.ndarray) -> np.ndarray:
     """int4 values in [-8, 7] packed two per byte, flat order, low nibble first (the last high
-    nibble 0 for an odd count): the C layout (tt_dense_wblk.h), and the bytes a frozen int4
+    nibble 0 for an odd count: the C never writes it): the C layout (tt_dense_wblk.h), and the bytes a frozen int4
     tensor has in the state hash and blob (a learning one is in the state as its master)."""
     v = (np.asarray(q).reshape(-1).astype(np.int64) & 15).astype(np.uint8)
     if v.size % 2:

@@ -60,6 +60,13 @@ void tt_dense_grad_s32_w8blk(const tt_dense_w8blk_params *p, const int8_t *e, co
 void tt_wblock_refresh_s16_w4(const int16_t *m, uint8_t *q, uint8_t *ws, int32_t N, int32_t K, int32_t L);
 void tt_wblock_refresh_s16_w8(const int16_t *m, int8_t *q, uint8_t *ws, int32_t N, int32_t K, int32_t L);
 
+/** The same for the rows n with e[n] != 0 only: after a direct (batch 1) update without weight
+ *  decay, whose rows with a zero output error leave their master rows, so their blocks, as they were. */
+void tt_wblock_refresh_rows_s16_w4(const int16_t *m, uint8_t *q, uint8_t *ws, int32_t N, int32_t K, int32_t L,
+                                   const int8_t *e);
+void tt_wblock_refresh_rows_s16_w8(const int16_t *m, int8_t *q, uint8_t *ws, int32_t N, int32_t K, int32_t L,
+                                   const int8_t *e);
+
 #ifdef __cplusplus
 }
 #endif

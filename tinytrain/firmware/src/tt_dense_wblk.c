@@ -162,45 +162,66 @@ static inline int32_t tt_wblk_rr(int32_t v, int32_t s)
     return s ? (v >> s) + ((v >> (s - 1)) & 1) : v;
 }
 
-static inline void tt_wblk_refresh(const int16_t *mw, void *q, uint8_t *ws, int32_t N, int32_t K, int32_t L,
-                                   int w4)
+/* Narrow row n of the master (K values from element i = n * K on) into q and the row's shifts.
+ * Nibbles are written masked: a row of odd K shares a byte with its neighbour, which may be
+ * skipped (tt_wblock_refresh_rows_*). */
+static inline void tt_wblk_refresh_row(const int16_t *mp, void *q, uint8_t *ws, int32_t i, int32_t K, int32_t L,
+                                       int w4)
 {
     const int32_t nb = (K + L - 1) / L, qmax = w4 ? 7 : 127, smax = w4 ? 12 : 8;
-    const int16_t *mp = mw;
-    uint8_t *q4 = (uint8_t *)q;
-    int8_t *q8 = (int8_t *)q;
-    int32_t i = 0, n, j, k;
-    for (n = 0; n < N; n++) {
-        for (j = 0; j < nb; j++, ws++) {
-            const int32_t len = (j + 1) * L < K ? L : K - j * L;
-            int32_t M = 0, s = 0;
-            for (k = 0; k < len; k++) {
-                const int32_t v = mp[k], a = v < 0 ? -v : v;
-                if (a > M) M = a;
-            }
-            while (s < smax && tt_wblk_rr(M, s) > qmax) s++;
-            *ws = (uint8_t)s;
-            for (k = 0; k < len; k++, i++) {
-                const int32_t r = tt_wblk_rr(mp[k], s);
-                const uint32_t v = (uint32_t)(r > qmax ? qmax : r < -qmax ? -qmax : r);
-                if (!w4)
-                    *q8++ = (int8_t)(int32_t)v;
-                else if (i & 1)  /* the high nibble of the byte the previous element started */
-                    *q4++ |= (uint8_t)((v & 15u) << 4);
-                else
-                    *q4 = (uint8_t)(v & 15u);
-            }
-            mp += len;
+    uint8_t *q4 = (uint8_t *)q + (i >> 1);
+    int8_t *q8 = (int8_t *)q + i;
+    int32_t j, k;
+    for (j = 0; j < nb; j++, ws++) {
+        const int32_t len = (j + 1) * L < K ? L : K - j * L;
+        int32_t M = 0, s = 0;
+        for (k = 0; k < len; k++) {
+            const int32_t v = mp[k], a = v < 0 ? -v : v;
+            if (a > M) M = a;
         }
+        while (s < smax && tt_wblk_rr(M, s) > qmax) s++;
+        *ws = (uint8_t)s;
+        for (k = 0; k < len; k++, i++) {
+            const int32_t r = tt_wblk_rr(mp[k], s);
+            const uint32_t v = (uint32_t)(r > qmax ? qmax : r < -qmax ? -qmax : r) & (w4 ? 15u : 255u);
+            if (!w4)
+                *q8++ = (int8_t)(r > qmax ? qmax : r < -qmax ? -qmax : r);
+            else if (i & 1)
+                *q4 = (uint8_t)((*q4 & 15u) | (v << 4)), q4++;
+            else
+                *q4 = (uint8_t)((*q4 & 0xF0u) | v);
+        }
+        mp += len;
     }
+}
+
+static inline void tt_wblk_refresh(const int16_t *mw, void *q, uint8_t *ws, int32_t N, int32_t K, int32_t L,
+                                   const int8_t *e, int w4)
+{
+    const int32_t nb = (K + L - 1) / L;
+    int32_t n;
+    for (n = 0; n < N; n++)
+        if (!e || e[n]) tt_wblk_refresh_row(mw + n * K, q, ws + n * nb, n * K, K, L, w4);
 }
 
 void tt_wblock_refresh_s16_w4(const int16_t *m, uint8_t *q, uint8_t *ws, int32_t N, int32_t K, int32_t L)
 {
-    tt_wblk_refresh(m, q, ws, N, K, L, 1);
+    tt_wblk_refresh(m, q, ws, N, K, L, 0, 1);
 }
 
 void tt_wblock_refresh_s16_w8(const int16_t *m, int8_t *q, uint8_t *ws, int32_t N, int32_t K, int32_t L)
 {
-    tt_wblk_refresh(m, q, ws, N, K, L, 0);
+    tt_wblk_refresh(m, q, ws, N, K, L, 0, 0);
+}
+
+void tt_wblock_refresh_rows_s16_w4(const int16_t *m, uint8_t *q, uint8_t *ws, int32_t N, int32_t K, int32_t L,
+                                   const int8_t *e)
+{
+    tt_wblk_refresh(m, q, ws, N, K, L, e, 1);
+}
+
+void tt_wblock_refresh_rows_s16_w8(const int16_t *m, int8_t *q, uint8_t *ws, int32_t N, int32_t K, int32_t L,
+                                   const int8_t *e)
+{
+    tt_wblk_refresh(m, q, ws, N, K, L, e, 0);
 }
