@@ -182,14 +182,16 @@ static inline void tt_wblk_refresh_row(const int16_t *mp, void *q, uint8_t *ws, 
         while (s < smax && tt_wblk_rr(M, s) > qmax) s++;
         *ws = (uint8_t)s;
         for (k = 0; k < len; k++, i++) {
-            const int32_t r = tt_wblk_rr(mp[k], s);
-            const uint32_t v = (uint32_t)(r > qmax ? qmax : r < -qmax ? -qmax : r) & (w4 ? 15u : 255u);
-            if (!w4)
-                *q8++ = (int8_t)(r > qmax ? qmax : r < -qmax ? -qmax : r);
-            else if (i & 1)
-                *q4 = (uint8_t)((*q4 & 15u) | (v << 4)), q4++;
-            else
+            const int32_t r = tt_wblk_rr(mp[k], s), c = r > qmax ? qmax : r < -qmax ? -qmax : r;
+            const uint32_t v = (uint32_t)c & 15u;  /* the nibble of c (two's complement) */
+            if (!w4) {
+                *q8++ = (int8_t)c;
+            } else if (i & 1) {
+                *q4 = (uint8_t)((*q4 & 15u) | (v << 4));
+                q4++;
+            } else {
                 *q4 = (uint8_t)((*q4 & 0xF0u) | v);
+            }
         }
         mp += len;
     }
