@@ -24,9 +24,10 @@ import numpy as np
 
 from tinytrain.graph import optable
 from tinytrain.graph.optable import Names
+from tinytrain.ops.wblock import pack_int4
 
 CTYPE = {np.dtype(np.int8): "int8_t", np.dtype(np.int16): "int16_t", np.dtype(np.int32): "int32_t",
-         np.dtype(np.uint32): "uint32_t"}
+         np.dtype(np.uint32): "uint32_t", np.dtype(np.uint8): "uint8_t"}
 #: layer types with C kernels for int8 weights (optable.weight_variant "_w8")
 C_WEIGHT_VARIANTS = {"dense", "conv2d", "depthwise_conv2d", "conv1d"}
 #: layer types whose weight gradients the C forms one output channel at a time (tt_conv_wgrad.h)
@@ -63,7 +64,7 @@ class Tensor:
 
     @property
     def bytes(self) -> int:
-        return self.count * {"int8_t": 1, "int16_t": 2, "int32_t": 4, "uint32_t": 4, "int64_t": 8}[self.ctype]
+        return self.count * {"int8_t": 1, "uint8_t": 1, "int16_t": 2, "int32_t": 4, "uint32_t": 4, "int64_t": 8}[self.ctype]
 
 
 @dataclass
@@ -208,7 +209,11 @@ class Emitter:
                 key = (li, pi)
                 nm = self.sym(f"l{li}_{p.name}")
                 frozen = p.role != "state" and not m.learns(li, pi)
-                T.append(Tensor(nm, CTYPE[p.data.dtype], p.data.size, "frozen" if frozen else "param", li, p.data))
+                ctype, count, init = CTYPE[p.data.dtype], p.data.size, p.data
+                if m.blocked(li, pi) and m.param_policy(li, pi).weights == "int4":
+                    ctype, init = "uint8_t", pack_int4(p.data)  # two per byte (tt_dense_wblk.h)
+                    count = init.size
+                T.append(Tensor(nm, ctype, count, "frozen" if frozen else "param", li, init))
                 if key in m.master:
                     T.append(Tensor(self.sym(f"l{li}_{p.name}_master"), CTYPE[m.master[key].dtype], p.data.size, "master", li, m.master[key]))
                     order.append(T[-1].name)
@@ -575,10 +580,22 @@ uint32_t {P}_saturations(void);
             return pn + "_master", STORE_TAG[self.model.master[(li, pi)].dtype]
         return pn, STORE_TAG[p.data.dtype]
 
-    def _refresh(self, li, pi) -> str:
-        """The call narrowing the master of parameter pi of layer li into its compute copy."""
+    def _refresh(self, li, pi, rows_of=None) -> str:
+        """The call narrowing the master of parameter pi of layer li into its compute copy
+        (block exponents: only the rows whose error in ``rows_of`` is nonzero, the rows a direct
+        update without weight decay changed)."""
         m = self.model
         p, pn = m.layers[li].params[pi], self.names.param(li, pi)
+        if m.blocked(li, pi):  # q and the blocks' shifts from the int16 master (tt_dense_wblk.h)
+            from tinytrain.graph.wblock import shifts_of
+
+            l = m.layers[li]
+            sn = self.names.param(li, next(j for j, q in enumerate(l.params) if q is shifts_of(l, p.name)))
+            N, K = p.data.shape
+            wv = "w4" if m.param_policy(li, pi).weights == "int4" else "w8"
+            if rows_of is not None:
+                return f"tt_wblock_refresh_rows_s16_{wv}({pn}_master, {pn}, {sn}, {N}, {K}, {m._block_len(li, pi)}, {rows_of});"
+            return f"tt_wblock_refresh_s16_{wv}({pn}_master, {pn}, {sn}, {N}, {K}, {m._block_len(li, pi)});"
         kind = (m.master[(li, pi)].dtype, p.data.dtype, m.master_shift[(li, pi)])
         fn = REFRESH.get(kind)
         if fn is None:
@@ -599,7 +616,7 @@ uint32_t {P}_saturations(void);
         if dx:
             out += ["    " + s for s in optable.backward_lines(l, self.names, li, x, ex, self.sym(f"a{li}"), e, "de", dx, "ee",
                                                                grads=False)]
-        w, b = l.params
+        w, b = l.params[:2]
         uw, ub = bool(m.trainable[li][0]), bool(m.trainable[li][1])
         pw, t = self._update_target(li, 0)
         ews = m.master_exp((li, 0)) if (li, 0) in m.master else w.exp
@@ -608,7 +625,7 @@ uint32_t {P}_saturations(void);
                              "b": self.names.param(li, 1) if ub else 0, "eb": b.exp})
         out.append(f"    tt_sgd_dense_direct_{t}(&sgd, {sp}, {e}, de, {x}, {ex});")
         if (li, 0) in m.master and uw:
-            out.append("    " + self._refresh(li, 0))
+            out.append("    " + self._refresh(li, 0, rows_of=e if m.blocked(li, 0) and not m.opt.wd_m else None))
         return out
 
     def _emit_predict(self):

@@ -279,6 +279,10 @@ class Breakdown:
                          f"{pct(self.flash_total, self.flash_limit)} of {self.flash_limit} B ({self.flash_source})")
         else:
             lines.append(f"  flash code: unknown ({self.flash_source})")
+        stored = [t for r in self.layers for t in r.get("tensors", ())]
+        if stored:
+            lines.append("  stored tensors: " + ", ".join(f"{t['name']} {t['bytes']} B ({t['count']} x {t['ctype']})"
+                                                         for t in stored))
         if self.linked:
             lines.append(f"  linked ELF: flash {self.linked['flash_bytes']} B, static RAM "
                          f"{self.linked['ram_bytes']} B")
@@ -291,8 +295,23 @@ def _layer_rows(model, em: Emitted) -> list[dict]:
         ts = [t for t in em.tensors if t.layer == li]
         ram = sum(t.bytes for t in ts if t.role != "frozen")
         flash = sum(t.bytes for t in ts if t.role == "frozen" or (t.init is not None and t.init.any()))
-        rows.append({"layer": li, "kind": l.kind, "ram": int(ram), "flash": int(flash), "macs": int(l.macs())})
+        rows.append({"layer": li, "kind": l.kind, "ram": int(ram), "flash": int(flash), "macs": int(l.macs()),
+                     "tensors": _tensor_rows(model, li, ts)})
     return rows
+
+
+#: the stored tensors of a layer whose width a precision policy chooses
+_STORED = ("param", "frozen", "master", "velocity")
+
+
+def _tensor_rows(model, li, ts) -> list[dict]:
+    """What each stored tensor of layer li costs under its policy: C type, elements, bytes (an
+    int4 weight tensor: packed bytes; its block exponents: one uint8 per block)."""
+    out = []
+    for t in ts:
+        if t.role in _STORED:
+            out.append({"name": t.name, "role": t.role, "ctype": t.ctype, "count": int(t.count), "bytes": int(t.bytes)})
+    return out
 
 
 def flash_parameters(em: Emitted) -> int:

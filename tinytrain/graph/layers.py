@@ -19,6 +19,7 @@ from tinytrain.ops import dense as r_dense
 from tinytrain.ops import flatten as r_flatten
 from tinytrain.ops import leaky_relu as r_leaky
 from tinytrain.ops import relu as r_relu
+from tinytrain.ops import wblock as r_wblock
 
 
 class ModelError(ValueError):
@@ -87,6 +88,9 @@ class Layer:
 
     def _weights(self, rng, bound, shape):
         """Initial weights uniform in [-bound, bound] in the policy's width, and their exponent."""
+        if self.policy.blocked:
+            raise ModelError(f"exponent = {self.policy.exponent!r} is implemented for dense layers only: give this "
+                             "layer \"precision\": {\"weights\": \"int8\", \"exponent\": \"tensor\"}")
         ew = _weight_exp(bound, self.policy.weight_bits)
         return _quantize(rng.uniform(-bound, bound, shape), ew, self.policy.weight_dtype), ew
 
@@ -168,6 +172,12 @@ class Dense(Layer):
     def _init_params(self, rng):
         K = self.in_shape[0]
         bound = math.sqrt(6.0 / K)  # He-uniform, as for ReLU networks
+        if self.policy.blocked:  # int16 weights narrowed into blocks q, shifts s (graph/wblock.py)
+            ew = _weight_exp(bound)
+            w16 = _quantize(rng.uniform(-bound, bound, (self.units, K)), ew, np.int16)
+            q, s = r_wblock.narrow(w16, self.policy.block_len(K), self.policy.weight_bits)
+            return [Param("w", q, ew, "weight"), Param("b", np.zeros(self.units, np.int32), ew - 8, "bias"),
+                    Param("w_exp", s, 0, "state")]
         w, ew = self._weights(rng, bound, (self.units, K))
         return [Param("w", w, ew, "weight"), Param("b", np.zeros(self.units, np.int32), self._bias_exp(ew), "bias")]
 

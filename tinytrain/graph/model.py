@@ -21,12 +21,14 @@ from tinytrain import fixedpoint as fp
 from tinytrain.graph.fields import is_int
 from tinytrain.graph.layers import Layer, ModelError, layer_config, layer_from_config
 from tinytrain.graph.precision import DTYPES, MASTER_BITS, Precision, PrecisionError
-from tinytrain.graph import conv, norm, residual  # noqa: F401  (register the layer types)
+from tinytrain.graph import conv, norm, residual, wblock  # noqa: F401  (register the layer types, the rows)
 from tinytrain.ops import mse as r_mse
 from tinytrain.ops import softmax_ce as r_ce
 from tinytrain.graph.optim import SGD, IntSGD
 from tinytrain.graph import optim as r_opt
 from tinytrain.graph import prune as r_prune
+from tinytrain.graph.wblock import shifts_of
+from tinytrain.ops import wblock as r_wblock
 
 LOSSES = ("softmax_ce", "mse")
 
@@ -105,6 +107,10 @@ class Sequential:
         self.optimizer = self._resolve_rounding(self.optimizer)
         self.opt: IntSGD = self.optimizer.compile()
         self.prune = _prune_config(prune, self.layers)
+        if any(l.policy.blocked for l in self._leaf_layers() if l.params) and (
+                self.prune is not None or any(getattr(l, "prune", None) for l in [*self.layers, *self._leaf_layers()])):
+            raise ModelError("prune: pruning is not implemented for weights with exponent \"row\" or \"block32\": "
+                             "drop prune or use \"exponent\": \"tensor\"")
         if data_input_exp is not None:
             self.data_input_exp = data_input_exp
         self._init_training_state()
@@ -159,6 +165,13 @@ class Sequential:
         store = self.master.get((li, pi), self.layers[li].params[pi].data)
         return np.int16 if store.dtype in (np.int8, np.int16) else np.int32
 
+    def blocked(self, li, pi) -> bool:
+        """Whether parameter pi of layer li is a weight with block exponents (graph/wblock.py)."""
+        return self.layers[li].params[pi].role == "weight" and self.param_policy(li, pi).blocked
+
+    def _block_len(self, li, pi) -> int:
+        return self.param_policy(li, pi).block_len(self.layers[li].params[pi].data.shape[1])
+
     def master_exp(self, key) -> int:
         """Exponent of the master copy of parameter ``key``."""
         li, pi = key
@@ -179,7 +192,11 @@ class Sequential:
                     continue
                 key = (li, pi)
                 mb = self._master_bits(li, pi)
-                if mb:
+                if mb and self.blocked(li, pi):  # the master at the weights' exponent (ops/wblock.py)
+                    l = self.layers[li]
+                    self.master[key] = r_wblock.expand(p.data, shifts_of(l, p.name).data, self._block_len(li, pi))
+                    self.master_shift[key] = 0
+                elif mb:
                     shift = mb - 8 * p.data.dtype.itemsize
                     self.master[key] = p.data.astype(DTYPES[f"int{mb}"]) << shift
                     self.master_shift[key] = shift
@@ -245,7 +262,7 @@ class Sequential:
         for li, l in enumerate(self.layers):
             for pi, p in enumerate(l.params):
                 key = (li, pi)
-                out.append(self.master[key] if key in self.master else p.data)
+                out.append(self.master[key] if key in self.master else self.stored(li, pi))
                 if key in self.accum:
                     out.append(self.accum[key])
                 if key in self.velocity:
@@ -254,6 +271,14 @@ class Sequential:
                     out.append(self.masks[key])
         out.append(self.meta.astype(np.uint32))
         return out
+
+    def stored(self, li, pi) -> np.ndarray:
+        """Parameter pi of layer li as the state holds it: int4 weights packed two per byte
+        (ops/wblock.pack_int4, a copy), any other the array itself."""
+        p = self.layers[li].params[pi]
+        if self.blocked(li, pi) and self.param_policy(li, pi).weights == "int4":
+            return r_wblock.pack_int4(p.data)
+        return p.data
 
     def state_hash(self) -> int:
         return fp.state_hash(self.state_tensors())
@@ -370,7 +395,11 @@ class Sequential:
         r_prune.apply_key(self, (li, pi))
 
     def _refresh(self, li, pi):
-        if (li, pi) in self.master:
+        if (li, pi) in self.master and self.blocked(li, pi):
+            p = self.layers[li].params[pi]
+            p.data[...], shifts_of(self.layers[li], p.name).data[...] = r_wblock.narrow(
+                self.master[(li, pi)], self._block_len(li, pi), self.param_policy(li, pi).weight_bits)
+        elif (li, pi) in self.master:
             r_opt.refresh_compute_copy(self.master[(li, pi)], self.layers[li].params[pi].data,
                                        self.master_shift[(li, pi)])
 

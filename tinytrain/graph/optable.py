@@ -20,7 +20,8 @@ Placeholders in a call: ``{x} {ex} {y} {ey}`` (input, its exponent, output, its 
 by name (``{w}``), its exponent (``{exp_w}``), its gradient (``{g_w}``), a buffer by name
 (``{saved}``), every name of ``args``, and ``{scratch}``, ``{stats}``, ``{train}`` (whether the
 forward is a training step or a prediction), ``{wv}`` (the C suffix of the weights' width under
-the precision policy: "" for int16, "_w8" for int8; also in ``c_params``' type). A tensor's
+the precision policy: "" for int16, "_w8" for int8, "_w4" for int4; also in ``c_params``'
+type). A layer with block exponents (graph/wblock.py) has the row ``<kind>:blocked``. A tensor's
 format spec gives its shape to the numba spelling (``{x:in}``: the input shape, ``{y:out}``,
 ``{e:out}``, ``{dx:in}``, ``{x:pc}``: positions x channels); C is flat, the spec is ignored.
 ``{scratch:N}`` is the first ``args["N"]`` words of the scratch buffer.
@@ -93,6 +94,9 @@ def register_op(op: Op) -> Op:
 
 
 def op_for(layer) -> Op:
+    pol = getattr(layer, "policy", None)
+    if pol is not None and pol.blocked and f"{layer.kind}:blocked" in OPS:
+        return OPS[f"{layer.kind}:blocked"]  # block-exponent weights (graph/wblock.py)
     try:
         return OPS[layer.kind]
     except KeyError:
@@ -249,6 +253,8 @@ WEIGHT_VARIANTS = {np.dtype(np.int16): "", np.dtype(np.int8): "_w8"}
 def weight_variant(layer) -> str:
     """``{wv}``: "" for int16 weights (and layers without weights), "_w8" for int8 weights."""
     w = next((p for p in layer.params if p.role == "weight"), None)
+    if w is not None and layer.policy.weights == "int4":
+        return "_w4"  # packed two per byte in C (only with block exponents: graph/wblock.py)
     return WEIGHT_VARIANTS.get(w.data.dtype, "") if w is not None else ""
 
 

@@ -8,10 +8,17 @@ object may override with its own ``"precision"`` object, e.g.::
 
 or a preset name (:data:`PRESETS`). Keys and what tinytrain does with them:
 
-``weights``  the compute copy of the weights of dense and conv layers: ``int16`` (the default)
-             or ``int8``. Its exponent is fixed at build time with 4x headroom above the
-             initialisation bound (the int16 rule, in the narrower width). Values stay in the
-             symmetric range (+-32767, +-127): every product bound of the kernels holds.
+``weights``  the compute copy of the weights of dense and conv layers: ``int16`` (the default),
+             ``int8`` or ``int4`` (packed two per byte in C; the reference keeps the values
+             unpacked in an int8 array). With ``exponent`` ``tensor`` its exponent is fixed at
+             build time with 4x headroom above the initialisation bound (the int16 rule, in the
+             narrower width). Values stay in the symmetric range (+-32767, +-127, +-7): every
+             product bound of the kernels holds.
+``exponent`` ``tensor`` (one fixed exponent per tensor), ``row`` (one per output row) or
+             ``block32`` (one per 32 consecutive weights along the reduction, the integer form
+             of the MX block formats), for int8 and int4 weights of dense layers, with an int16
+             master: after every update each block's exponent is picked from the master
+             (the rule is in tinytrain/ops/wblock.py). int4 weights need ``row`` or ``block32``.
 ``master``   a wider copy the optimizer updates, narrowed (rounded, saturated) into the
              compute copy after each update, the integer form of FP32 master weights:
              ``none``, ``int16`` (only for int8 weights) or ``int32``. It sits
@@ -25,9 +32,9 @@ or a preset name (:data:`PRESETS`). Keys and what tinytrain does with them:
              and with ``nearest`` are refused. This sets the optimizer's
              ``stochastic_rounding`` (the PRNG is the optimizer's; it is one for the model).
 
-Also part of the policy, with the one value implemented today (others are refused with an
-error that says so): ``momentum`` ``int32``, ``activations`` and ``errors`` ``int8``, ``bias``
-``int32``, ``exponent`` ``tensor``, ``loss_scale`` ``dynamic`` (per-step error exponents).
+``momentum`` ``int32`` or ``int16`` (graph/model.py). Also part of the policy, with the one value
+implemented today (others are refused with an error that says so): ``activations`` and
+``errors`` ``int8``, ``bias`` ``int32``, ``loss_scale`` ``dynamic`` (per-step error exponents).
 
 Biases, batch-norm parameters and running statistics keep their formats under every policy.
 A policy that leaves everything at its default changes nothing: the schema, the generated C and
@@ -41,9 +48,11 @@ import numpy as np
 
 from tinytrain.graph import fields as F
 
-WEIGHT_BITS = {"int16": 16, "int8": 8}
+WEIGHT_BITS = {"int16": 16, "int8": 8, "int4": 4}
 MASTER_BITS = {"none": 0, "int16": 16, "int32": 32}
 DTYPES = {"int8": np.int8, "int16": np.int16, "int32": np.int32}
+#: weights per block of a block exponent (``row``: the whole reduction, see block_len)
+BLOCK_LEN = {"row": 0, "block32": 32}
 
 #: values accepted by the model file, per key (what is implemented; see NOT_YET)
 FIELDS = {
@@ -60,13 +69,10 @@ FIELDS = {
 
 #: values the issue tracker names that tinytrain does not implement yet: (key, value) -> advice
 NOT_YET = {
-    ("weights", "int4"): "int4 weights need row or block32 exponents, which are not implemented yet; use int8",
     ("momentum", "int8"): "int8 momentum is not implemented; use int16 or int32",
     ("activations", "int16"): "only int8 activations are implemented; leave activations out",
     ("errors", "int16"): "only int8 errors are implemented; leave errors out",
     ("bias", "int16"): "only int32 biases are implemented; leave bias out",
-    ("exponent", "row"): "only per-tensor exponents are implemented; leave exponent out",
-    ("exponent", "block32"): "only per-tensor exponents are implemented; leave exponent out",
 }
 
 
@@ -124,6 +130,15 @@ class Precision:
         if self.master != "none" and MASTER_BITS[self.master] <= WEIGHT_BITS[self.weights]:
             raise PrecisionError(f"{where}: master = {self.master!r} is not wider than the {self.weights} weights: "
                                  f"use {'int32' if self.weights == 'int16' else 'int16 or int32'}, or none")
+        if self.weights == "int4" and self.exponent == "tensor":
+            raise PrecisionError(f"{where}: int4 weights need a finer exponent than one per tensor: "
+                                 "add \"exponent\": \"row\" or \"block32\" (and \"master\": \"int16\")")
+        if self.blocked and self.weights == "int16":
+            raise PrecisionError(f"{where}: exponent = {self.exponent!r} is for int8 or int4 weights; int16 weights "
+                                 "have one exponent per tensor: drop exponent or use \"weights\": \"int4\"")
+        if self.blocked and self.master != "int16":
+            raise PrecisionError(f"{where}: exponent = {self.exponent!r} picks each block's exponent from an int16 "
+                                 f"master copy, and master is {self.master!r}: use \"master\": \"int16\"")
         if self.weights == "int8" and self.master == "none" and self.rounding == "nearest":
             raise PrecisionError(f"{where}: int8 weights without a master copy cannot train with rounding = \"nearest\" "
                                  "(updates below half a step are all lost): use rounding \"stochastic\" (or \"auto\") "
@@ -138,7 +153,7 @@ class Precision:
 
     @property
     def weight_dtype(self):
-        return DTYPES[self.weights]
+        return np.int8 if self.weights == "int4" else DTYPES[self.weights]
 
     @property
     def weight_bits(self) -> int:
@@ -147,6 +162,15 @@ class Precision:
     def master_shift(self) -> int:
         """Bits the master sits below the compute copy (0: no master)."""
         return MASTER_BITS[self.master] - self.weight_bits if self.master != "none" else 0
+
+    @property
+    def blocked(self) -> bool:
+        """Whether the weights carry one exponent per row or per block (ops/wblock.py)."""
+        return self.exponent in BLOCK_LEN
+
+    def block_len(self, K: int) -> int:
+        """Weights per block along a reduction of length K (row: all K; block32: 32)."""
+        return K if self.exponent == "row" else min(BLOCK_LEN[self.exponent], K)
 
     @property
     def needs_stochastic(self) -> bool:
@@ -162,6 +186,8 @@ PRESETS = {
     "int8": Precision(weights="int8"),
     "int8-master16": Precision(weights="int8", master="int16"),
     "int8-master32": Precision(weights="int8", master="int32"),
+    "int4-row-master16": Precision(weights="int4", master="int16", exponent="row"),
+    "int4-block32-master16": Precision(weights="int4", master="int16", exponent="block32"),
 }
 
 

@@ -47,7 +47,7 @@ def state_layout(model) -> list[Slot]:
             if key in model.master:
                 add(li, l.kind, p.name, "master", model.master[key])
             else:
-                add(li, l.kind, p.name, "param", p.data)
+                add(li, l.kind, p.name, "param", model.stored(li, pi))
             if key in model.accum:
                 add(li, l.kind, p.name, "accum", model.accum[key])
             if key in model.velocity:

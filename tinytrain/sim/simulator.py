@@ -117,6 +117,16 @@ def generate_source(model) -> str:
 
     def refresh(key):
         """The compute copy of a master narrowed into its parameter (shift and range as data)."""
+        if model.blocked(*key):  # block exponents: q and the shifts from the master (ops/wblock.py)
+            from tinytrain.graph.wblock import shifts_of
+            from tinytrain.ops.wblock import limits
+
+            l, p = model.layers[key[0]], model.layers[key[0]].params[key[1]]
+            sj = next(j for j, q in enumerate(l.params) if q is shifts_of(l, p.name))
+            imports.add("from tinytrain.kernels.wblock import wblock_refresh")
+            qmax, smax = limits(model.param_policy(*key).weight_bits)
+            return (f"wblock_refresh(MS[{gidx[key]}], P[{pidx[key[0]][key[1]]}], P[{pidx[key[0]][sj]}], "
+                    f"{model._block_len(*key)}, {qmax}, {smax})")
         lo, hi = sat_range(model.layers[key[0]].params[key[1]].data.dtype)
         return (f"refresh_copy(MS[{gidx[key]}].reshape(-1), P[{pidx[key[0]][key[1]]}].reshape(-1), "
                 f"{model.master_shift[key]}, {lo}, {hi})")
