@@ -76,6 +76,8 @@ FIELDS = {
     "power": F.Field("a number > 0", lambda v: F.is_number(v) and v > 0),
     "structure": F.one_of("weights"),
     "scope": F.one_of("layer", "global"),
+    # how codegen stores the layer once the mask is final (tinytrain/codegen/sparse.py)
+    "storage": F.one_of("auto", "dense", "sparse"),
 }
 #: keys each schedule reads (others are refused: a key that would be ignored is a mistake)
 _KEYS = {
@@ -83,7 +85,7 @@ _KEYS = {
     "constant": {"final_sparsity", "target_sparsity", "begin_step", "end_step", "frequency"},
     "one_shot": {"final_sparsity", "target_sparsity", "begin_step"},
 }
-_COMMON = {"schedule", "structure", "scope"}
+_COMMON = {"schedule", "structure", "scope", "storage"}
 
 
 class PruneError(ValueError):
@@ -105,6 +107,7 @@ class Prune:
     power: float | None = None
     structure: str = "weights"
     scope: str = "layer"
+    storage: str | None = None  # codegen: "auto" (None), "dense" or "sparse" (codegen/sparse.py)
 
     def to_dict(self) -> dict:
         """The keys the user gave (None left out), the model file's ``"prune"`` object."""
