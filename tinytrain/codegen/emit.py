@@ -61,8 +61,9 @@ class Tensor:
     role: str  # param | master | accum | velocity | activation | error | grad | scratch | meta
     layer: int = -1
     init: np.ndarray | None = None
-    dense: int = 0   # packed (tinytrain.codegen.sparse): the dense element count of its view
-    mask: str = ""   # packed: the mask it is packed by
+    dense: int = 0   # stored sparse (tinytrain.codegen.sparse): the element count of its dense view
+    mask: str = ""   # stored sparse: the mask it is packed by (the mask itself: its own name)
+    shape: tuple = ()  # stored sparse: (rows, cols) of the dense view
 
     @property
     def bytes(self) -> int:
@@ -629,10 +630,13 @@ uint32_t {P}_saturations(void);
 
         def span(t):
             ro = int(t.role == "frozen")  # in flash: a write must leave it unchanged
-            if t.mask:  # packed: its dense view (tt_state.h)
+            if t.mask:  # stored sparse: its dense view (tt_state.h)
+                rows, cols = t.shape
+                if t.mask == t.name:  # the mask, shown row-major
+                    return f"    {{(void *){t.name}, {4 * ((rows * cols + 31) // 32)}u, 1, {t.mask}, 0u, {rows}u, {cols}u}},"
                 size = Tensor("", t.ctype, 1, t.role).bytes
-                return f"    {{{t.name}, {t.dense * size}u, 0, {t.mask}, {size}u}},"
-            return f"    {{{'(void *)' if ro else ''}{t.name}, sizeof({t.name}), {ro}, 0, 0}},"
+                return f"    {{{t.name}, {t.dense * size}u, 0, {t.mask}, {size}u, {rows}u, {cols}u}},"
+            return f"    {{{'(void *)' if ro else ''}{t.name}, sizeof({t.name}), {ro}, 0, 0u, 0u, 0u}},"
 
         out = ["", "/* ---- the state blob (schema order), the inspectable tensors, what reset restores ---- */",
                f"static const tt_span {st}_spans[{len(state)}] = {{", *map(span, state), "};",

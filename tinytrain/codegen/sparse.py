@@ -27,18 +27,33 @@ STORAGES = ("auto", "dense", "sparse")
 
 @dataclass
 class Packed:
-    """One packed tensor: its mask, its dense element count and which elements are kept."""
+    """One packed weight tensor w[N][K]: its row-major mask (the state's) and the device order,
+    column by column (input k outer, output n inner: tt_sparse.h)."""
 
     mask: np.ndarray
-    n: int
-    kept: np.ndarray  # bool, n
+    shape: tuple  # (N, K)
+
+    @property
+    def n(self) -> int:
+        return int(self.shape[0] * self.shape[1])
+
+    @property
+    def kept_t(self) -> np.ndarray:
+        """Kept elements in device (column-major) order."""
+        return ~P.unpack(self.mask, self.n).reshape(self.shape).T.reshape(-1)
 
     @property
     def nnz(self) -> int:
-        return int(self.kept.sum())
+        return int(self.kept_t.sum())
+
+    @property
+    def device_mask(self) -> np.ndarray:
+        """The transposed bitmap: bit t % 32 of word t // 32 set, t = k N + n, when w[n][k] is pruned."""
+        return P.pack(~self.kept_t)
 
     def pack(self, a) -> np.ndarray:
-        return np.asarray(a).reshape(-1)[self.kept].copy()
+        """A dense slot (w, master, accumulator, momentum) in device order, the kept only."""
+        return np.asarray(a).reshape(self.shape).T.reshape(-1)[self.kept_t].copy()
 
 
 def final(model) -> bool:
@@ -92,8 +107,7 @@ def choose(model, storage: str | None = None, error=ValueError) -> dict:
                 raise error(f"storage = \"sparse\": {why}")
             continue
         li, pi = key
-        n = model.layers[li].params[pi].data.size
-        out[key] = Packed(model.masks[key].copy(), n, ~P.unpack(model.masks[key], n))
+        out[key] = Packed(model.masks[key].copy(), model.layers[li].params[pi].data.shape)
     return out
 
 
@@ -107,9 +121,10 @@ def plan(sparse: dict, tensors, sym) -> None:
             t = byname.get(base + suffix)
             if t is None:
                 continue
-            t.count, t.dense, t.mask = pk.nnz, pk.n, base + "_mask"
+            t.count, t.dense, t.mask, t.shape = pk.nnz, pk.n, base + "_mask", pk.shape
             t.init = pk.pack(t.init) if t.init is not None else None
-        byname[base + "_mask"].role = "frozen"
+        m = byname[base + "_mask"]
+        m.role, m.init, m.mask, m.shape = "frozen", pk.device_mask, m.name, pk.shape
 
 
 def weight_storage(sparse: dict, model) -> dict:
@@ -153,7 +168,7 @@ class Renderer:
     def layout(self, li) -> str:
         l = self.em.model.layers[li]
         return self.em.decl(f"l{li}_layout", "tt_sparse_layout", {"mask": self._pn(li) + "_mask",
-                                                                  "n": l.in_shape[0] * l.units})
+                            "K": l.in_shape[0], "N": l.units, "work": "(int32_t *)SCRATCH"})
 
     def forward(self, li, x, ex, y, ey) -> list[str]:
         return [f"{ey} = tt_sparse_dense_fwd_s8(&CTX, {self.params(li)}, {x}, {ex}, {y});"]

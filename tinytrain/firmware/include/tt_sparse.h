@@ -2,11 +2,13 @@
  * weights (the masked dense layer of tinytrain/ops/dense.py + graph/prune.py is the
  * specification; every kernel here equals it bit for bit).
  *
- * Storage: the layer's pruning mask (tt_prune.h: bit i % 32 of word i / 32 set when element i
- * of w[N][K], row-major, is pruned) and the kept weights packed in row-major order (nnz of them,
- * nnz = N * K - popcount(mask)). Every optimizer slot of the weights (int32 master, accumulator,
- * momentum) is packed the same way: the pruned slots do not exist. The mask is constant (in
- * flash): the layer has no pruning event left.
+ * Storage, column by column (the input k of w[N][K] outer, the output n inner, so that a column
+ * whose input is 0 is passed over whole): the mask transposed -- bit t % 32 of word t / 32 set,
+ * t = k * N + n, when w[n][k] is pruned (the state blob keeps tt_prune.h's row-major mask: the
+ * state span shows it in that order, tt_state.h) -- and the kept weights packed in the same
+ * order (nnz of them). Every optimizer slot of the weights (int32 master, accumulator, momentum)
+ * is packed the same way: the pruned slots do not exist. The mask is constant (in flash): the
+ * layer has no pruning event left.
  *
  * Sums are exact (int32 below the bounds of tt_dense.h, int64 above), so skipping the products
  * with a pruned (zero) weight changes nothing. The updates apply the element rules of tt_sgd.h
@@ -28,8 +30,8 @@ extern "C" {
 /** Scratch (bytes) the sparse Dense kernels need: one int64 per output / input, as Dense. */
 #define TT_SPARSE_BUFFER_SIZE(K, N) (8 * ((K) > (N) ? (K) : (N)))
 
-/** A Dense layer y[N] = w[N][K] x[K] + b[N] with w stored sparse: mask (N * K bits) and the
- *  kept weights w[nnz] (row-major order) at exponent ew; b[N] at eb. */
+/** A Dense layer y[N] = w[N][K] x[K] + b[N] with w stored sparse: the column-major mask (N * K
+ *  bits) and the kept weights w[nnz] in that order at exponent ew; b[N] at eb. */
 typedef struct tt_sparse_dense_params {
     int32_t K;
     int32_t N;
@@ -48,14 +50,14 @@ int32_t tt_sparse_dense_fwd_s8(const tt_ctx *ctx, const tt_sparse_dense_params *
 int32_t tt_sparse_dense_bwd_s8(const tt_ctx *ctx, const tt_sparse_dense_params *p, const int8_t *e,
                                int32_t ee, int8_t *dx);
 
-/** The packed weight gradient gw[nnz] = e[n] x[k] of the kept (n, k) in order (exponent ee + ex)
+/** The packed weight gradient gw[nnz] = e[n] x[k] of the kept (n, k), packed order (exponent ee + ex)
  *  and gb[N] = e[n] (exponent ee). */
 void tt_sparse_dense_grad_s32(const tt_sparse_dense_params *p, const int8_t *e, const int8_t *x,
                               int32_t *gw, int32_t *gb);
 
 /** Where a direct-mode update of a sparse Dense layer writes: the packed weights (w, int16, or
  *  its int32 master) at exponent ew, biases b[N] at eb; a NULL tensor is frozen. work: int32
- *  scratch of at least K words (the gradient of a run of kept weights). */
+ *  scratch of at least max(K, N) words. */
 typedef struct tt_sparse_sgd_dense_s16_params {
     int32_t K, N;
     const uint32_t *mask;
@@ -85,10 +87,11 @@ void tt_sparse_sgd_dense_direct_s16(const tt_sgd_step *u, const tt_sparse_sgd_de
 void tt_sparse_sgd_dense_direct_s32(const tt_sgd_step *u, const tt_sparse_sgd_dense_s32_params *p,
                                     const int8_t *e, int32_t ee, const int8_t *x, int32_t ex);
 
-/** One packed tensor's layout: its mask and its dense size n (nnz kept elements). */
+/** One packed weight tensor: its column-major mask, its dims and K words of int32 work. */
 typedef struct tt_sparse_layout {
     const uint32_t *mask;
-    int32_t n;
+    int32_t K, N;
+    int32_t *work;
 } tt_sparse_layout;
 
 /** tt_sgd_accumulate_s32 on the packed accumulator A[nnz] with the packed gradient g[nnz]. */

@@ -1,8 +1,10 @@
-/** Sparse Dense layers (tt_sparse.h): the kept weights are found from the mask a word at a time;
- *  on cores with CLZ (Cortex-M3 and up, hosts) each kept bit with one count-trailing-zeros, on
- *  the others (Cortex-M0) by shifting the word out one bit at a time. */
+/** Sparse Dense layers (tt_sparse.h), column by column: the kept weights of input k are found from
+ *  the column's mask bits a word at a time -- on cores with CLZ (Cortex-M3 and up, hosts) each kept
+ *  bit with one count-trailing-zeros, on the others (Cortex-M0) by shifting the word out -- and a
+ *  column whose input is 0 is passed over (its weights only counted) where that changes nothing. */
 #include "tt_sparse.h"
 #include "tt_dense.h"
+#include "tt_dsp.h"
 
 #if defined(__GNUC__) && (defined(__ARM_FEATURE_CLZ) || !defined(__arm__))
 /* b = each set bit of word, lowest first (word is consumed) */
@@ -11,49 +13,46 @@
 #define TT_SPARSE_EACH(word, b) for ((b) = 0; (word); (word) >>= 1, (b)++) if ((word) & 1u)
 #endif
 
-/* The kept bits of mask word wi among the dense elements [lo, hi) (hi > lo). */
-static inline uint32_t tt_sparse_kept(const uint32_t *mask, uint32_t wi, uint32_t lo, uint32_t hi)
+/* (a b + 2^31) >> 32 of the exact product (SMMULR). */
+#if TT_HAVE_DSP
+#define tt_sparse_mulhr tt_smmulr
+#else
+static inline int32_t tt_sparse_mulhr(int32_t a, int32_t b)
 {
-    const uint32_t base = wi * 32u;
-    uint32_t w = ~mask[wi];
-    if (lo > base) w &= ~0u << (lo - base);
-    if (hi < base + 32u) w &= (1u << (hi - base)) - 1u;
-    return w;
+    return (int32_t)(((int64_t)a * b + ((int64_t)1 << 31)) >> 32);
+}
+#endif
+
+/* The kept bits (mask bit clear) of the up to 32 elements [lo, lo + len), len in [1, 32], of a
+ * mask of `words` words, element lo + i at bit i. */
+static inline uint32_t tt_sparse_bits(const uint32_t *mask, uint32_t words, uint32_t lo, uint32_t len)
+{
+    const uint32_t q = lo >> 5, o = lo & 31u;
+    uint32_t v = mask[q] >> o;
+    if (o && q + 1u < words) v |= mask[q + 1u] << (32u - o);
+    return len < 32u ? ~v & ((1u << len) - 1u) : ~v;
 }
 
-/* Kept elements among [lo, hi) (hi > lo). */
-static int32_t tt_sparse_kept_in(const uint32_t *mask, uint32_t lo, uint32_t hi)
+/* Set bits of a word (SWAR: no popcount instruction before Armv8.1-M). */
+static inline uint32_t tt_sparse_popcount(uint32_t v)
 {
-    uint32_t wi, word;
-    int32_t c = 0;
-    for (wi = lo >> 5; wi <= (hi - 1u) >> 5; wi++)
-        for (word = tt_sparse_kept(mask, wi, lo, hi); word; word &= word - 1u) c++;
-    return c;
+    v = v - ((v >> 1) & 0x55555555u);
+    v = (v & 0x33333333u) + ((v >> 2) & 0x33333333u);
+    return (((v + (v >> 4)) & 0x0F0F0F0Fu) * 0x01010101u) >> 24;
 }
 
-/* Length of the run of elements [i, end) with the same mask bit as element i; *pruned: that bit. */
-static int32_t tt_sparse_run(const uint32_t *mask, int32_t i, int32_t end, int32_t *pruned)
-{
-    const uint32_t bit = (mask[(uint32_t)i >> 5] >> ((uint32_t)i & 31u)) & 1u;
-    int32_t j = i + 1;
-    while (j < end && ((mask[(uint32_t)j >> 5] >> ((uint32_t)j & 31u)) & 1u) == bit) j++;
-    *pruned = (int32_t)bit;
-    return j - i;
-}
+/* A column walk: for input k, the chunks [c, c + 32) of its N rows with their kept bits. */
+#define TT_SPARSE_COLUMN(p, k, c, word)                                                        \
+    for ((c) = 0; (c) < (uint32_t)(p)->N; (c) += 32u)                                          \
+        if (((word) = tt_sparse_bits((p)->mask, words, (uint32_t)(k) * (uint32_t)(p)->N + (c), \
+                                     (uint32_t)(p)->N - (c) < 32u ? (uint32_t)(p)->N - (c) : 32u)), 1)
 
-/* The PRNG numbers n discarded element updates would draw. */
-static void tt_sparse_draws(uint32_t *prng, int32_t n)
-{
-    while (n-- > 0) (void)tt_prng_next(prng);
-}
+#define TT_SPARSE_WORDS(p) (((uint32_t)(p)->N * (uint32_t)(p)->K + 31u) / 32u)
 
 int32_t tt_sparse_count(const uint32_t *mask, int32_t n)
 {
     int32_t i, c = n;
-    for (i = 0; i < (n + 31) / 32; i++) {
-        uint32_t w = mask[i];
-        for (; w; w &= w - 1u) c--;
-    }
+    for (i = 0; i < (n + 31) / 32; i++) c -= (int32_t)tt_sparse_popcount(mask[i]);
     return c;
 }
 
@@ -61,30 +60,35 @@ int32_t tt_sparse_dense_fwd_s8(const tt_ctx *ctx, const tt_sparse_dense_params *
                                int32_t ex, int8_t *y)
 {
     const int32_t K = p->K, N = p->N, eb = p->eb, ea = ex + p->ew;
+    const uint32_t words = TT_SPARSE_WORDS(p);
     const int16_t *w = p->w;
-    uint32_t r = 0, wi, b, word;
-    int32_t n;
+    uint32_t c, b, word;
+    int32_t n, k;
     if (K <= TT_DENSE_S32_MAX_K) { /* the bound of tt_dense.h: every partial sum fits int32 */
         int32_t *acc = (int32_t *)(void *)ctx->scratch;
-        for (n = 0; n < N; n++, r += (uint32_t)K) {
-            int32_t s = tt_align_s32(p->b[n], eb, ea);
-            for (wi = r >> 5; wi <= (r + (uint32_t)K - 1u) >> 5; wi++) {
-                const int8_t *xb = x + ((int32_t)(wi * 32u) - (int32_t)r);
-                word = tt_sparse_kept(p->mask, wi, r, r + (uint32_t)K);
-                TT_SPARSE_EACH(word, b) s += (int32_t)xb[b] * (int32_t)*w++;
+        for (n = 0; n < N; n++) acc[n] = tt_align_s32(p->b[n], eb, ea);
+        for (k = 0; k < K; k++) {
+            const int32_t xk = x[k];
+            TT_SPARSE_COLUMN(p, k, c, word) {
+                if (xk == 0) { /* adds nothing: pass its weights */
+                    w += tt_sparse_popcount(word);
+                    continue;
+                }
+                {
+                    int32_t *a = acc + c;
+                    TT_SPARSE_EACH(word, b) a[b] += xk * (int32_t)*w++;
+                }
             }
-            acc[n] = s;
         }
         return ea + tt_requant_s8_from_s32(acc, N, y, ctx->stats);
     }
-    for (n = 0; n < N; n++, r += (uint32_t)K) {
-        int64_t s = tt_align(p->b[n], eb, ea);
-        for (wi = r >> 5; wi <= (r + (uint32_t)K - 1u) >> 5; wi++) {
-            const int8_t *xb = x + ((int32_t)(wi * 32u) - (int32_t)r);
-            word = tt_sparse_kept(p->mask, wi, r, r + (uint32_t)K);
-            TT_SPARSE_EACH(word, b) s += (int32_t)xb[b] * (int32_t)*w++;
+    for (n = 0; n < N; n++) ctx->scratch[n] = tt_align(p->b[n], eb, ea);
+    for (k = 0; k < K; k++) {
+        const int32_t xk = x[k];
+        TT_SPARSE_COLUMN(p, k, c, word) {
+            int64_t *a = ctx->scratch + c;
+            TT_SPARSE_EACH(word, b) a[b] += xk * (int32_t)*w++;
         }
-        ctx->scratch[n] = s;
     }
     return ea + tt_requant_s8_from_s64(ctx->scratch, N, y, ctx->stats);
 }
@@ -93,36 +97,29 @@ int32_t tt_sparse_dense_bwd_s8(const tt_ctx *ctx, const tt_sparse_dense_params *
                                int32_t ee, int8_t *dx)
 {
     const int32_t K = p->K, N = p->N;
+    const uint32_t words = TT_SPARSE_WORDS(p);
     const int16_t *w = p->w;
-    uint32_t r = 0, wi, b, word;
-    int32_t n, k;
+    uint32_t c, b, word;
+    int32_t k;
     if (N <= TT_DENSE_S32_MAX_N) {
         int32_t *acc = (int32_t *)(void *)ctx->scratch;
-        for (k = 0; k < K; k++) acc[k] = 0;
-        for (n = 0; n < N; n++, r += (uint32_t)K) {
-            const int32_t en = e[n];
-            for (wi = r >> 5; wi <= (r + (uint32_t)K - 1u) >> 5; wi++) {
-                const int32_t off = (int32_t)(wi * 32u) - (int32_t)r;
-                word = tt_sparse_kept(p->mask, wi, r, r + (uint32_t)K);
-                if (en == 0) { /* a row of zeros adds nothing: only its weights are passed */
-                    for (; word; word &= word - 1u) w++;
-                    continue;
-                }
-                TT_SPARSE_EACH(word, b) acc[off + (int32_t)b] += en * (int32_t)*w++;
+        for (k = 0; k < K; k++) {
+            int32_t s = 0;
+            TT_SPARSE_COLUMN(p, k, c, word) {
+                const int8_t *ec = e + c;
+                TT_SPARSE_EACH(word, b) s += (int32_t)ec[b] * (int32_t)*w++;
             }
+            acc[k] = s;
         }
         return ee + p->ew + tt_requant_s8_from_s32(acc, K, dx, ctx->stats);
     }
-    /* int64 zeros from an int32 0 (a 64-bit constant 0 is one GCC may store with VFP registers in
-     * hard-float builds, which must stay VFP-free: see tt_dense.c) */
-    for (k = 0; k < K; k++) ctx->scratch[k] = (int32_t)e[0] - (int32_t)e[0];
-    for (n = 0; n < N; n++, r += (uint32_t)K) {
-        const int32_t en = e[n];
-        for (wi = r >> 5; wi <= (r + (uint32_t)K - 1u) >> 5; wi++) {
-            const int32_t off = (int32_t)(wi * 32u) - (int32_t)r;
-            word = tt_sparse_kept(p->mask, wi, r, r + (uint32_t)K);
-            TT_SPARSE_EACH(word, b) ctx->scratch[off + (int32_t)b] += en * (int32_t)*w++;
+    for (k = 0; k < K; k++) {
+        int64_t s = (int32_t)e[0] - (int32_t)e[0]; /* 0 from an int32 (see tt_dense.c: no VFP zero) */
+        TT_SPARSE_COLUMN(p, k, c, word) {
+            const int8_t *ec = e + c;
+            TT_SPARSE_EACH(word, b) s += (int32_t)ec[b] * (int32_t)*w++;
         }
+        ctx->scratch[k] = s;
     }
     return ee + p->ew + tt_requant_s8_from_s64(ctx->scratch, K, dx, ctx->stats);
 }
@@ -131,81 +128,113 @@ void tt_sparse_dense_grad_s32(const tt_sparse_dense_params *p, const int8_t *e, 
                               int32_t *gw, int32_t *gb)
 {
     const int32_t K = p->K, N = p->N;
-    uint32_t r = 0, wi, b, word;
-    int32_t n;
-    for (n = 0; n < N; n++, r += (uint32_t)K) {
-        const int32_t en = e[n];
-        for (wi = r >> 5; wi <= (r + (uint32_t)K - 1u) >> 5; wi++) {
-            const int8_t *xb = x + ((int32_t)(wi * 32u) - (int32_t)r);
-            word = tt_sparse_kept(p->mask, wi, r, r + (uint32_t)K);
-            TT_SPARSE_EACH(word, b) *gw++ = en * (int32_t)xb[b];
+    const uint32_t words = TT_SPARSE_WORDS(p);
+    uint32_t c, b, word;
+    int32_t n, k;
+    for (k = 0; k < K; k++) {
+        const int32_t xk = x[k];
+        TT_SPARSE_COLUMN(p, k, c, word) {
+            const int8_t *ec = e + c;
+            TT_SPARSE_EACH(word, b) *gw++ = (int32_t)ec[b] * xk;
         }
-        gb[n] = en;
+    }
+    for (n = 0; n < N; n++) gb[n] = e[n];
+}
+
+/* ---- updates in element (row-major) order: the packed index of element (n, k) is col[k]++, col[k]
+ * starting at the packed start of column k (col: K words of work) ---- */
+
+/* col[k] = the packed index of the first kept weight of column k. */
+static void tt_sparse_starts(const uint32_t *mask, int32_t K, int32_t N, int32_t *col)
+{
+    const uint32_t words = ((uint32_t)N * (uint32_t)K + 31u) / 32u;
+    int32_t k, j = 0;
+    uint32_t c;
+    for (k = 0; k < K; k++) {
+        col[k] = j;
+        for (c = 0; c < (uint32_t)N; c += 32u)
+            j += (int32_t)tt_sparse_popcount(tt_sparse_bits(mask, words, (uint32_t)k * (uint32_t)N + c,
+                                                            (uint32_t)N - c < 32u ? (uint32_t)N - c : 32u));
     }
 }
 
-/* ---- direct-mode update ---- */
+static inline int32_t tt_sparse_pruned(const uint32_t *mask, int32_t N, int32_t n, int32_t k)
+{
+    const uint32_t t = (uint32_t)k * (uint32_t)N + (uint32_t)n;
+    return (int32_t)((mask[t >> 5] >> (t & 31u)) & 1u);
+}
 
-/* The rows of a packed w16 or w32 (the other NULL) by the element rule of tt_sgd_update_direct_*:
- * each run of kept weights of a row gets its gradient e[n] x[k] in work and one call; a run of
- * pruned weights only draws what its updates would. Rows with e[n] == 0 are skipped when that
- * cannot change anything (no stochastic rounding, no decay), as tt_sgd_dense_direct_* does. */
+/* The element rule of tt_sgd_update_direct_* on each kept weight in element order, one call per
+ * element; a pruned one only draws what its update would. Rows with e[n] == 0 are skipped when
+ * that cannot change anything (no stochastic rounding, no decay), as tt_sgd_dense_direct_* does. */
 static void tt_sparse_rows(const tt_sgd_step *u, const uint32_t *mask, int32_t K, int32_t N, int16_t *w16,
-                           int32_t *w32, int32_t ew, int32_t *work, const int8_t *e, int32_t ee,
+                           int32_t *w32, int32_t ew, int32_t *col, const int8_t *e, int32_t ee,
                            const int8_t *x, int32_t ex)
 {
     const tt_sgd *o = u->cfg;
     const int32_t draws = o->sr && ew + o->k - (ee + ex) > 0, skip = !o->sr && !o->wd_m;
-    int32_t n, k, i, j = 0, len, pruned;
+    int32_t n, k;
+    tt_sparse_starts(mask, K, N, col);
     for (n = 0; n < N; n++) {
-        const int32_t r = n * K, en = e[n];
-        if (en == 0 && skip) {
-            j += tt_sparse_kept_in(mask, (uint32_t)r, (uint32_t)(r + K));
-            continue;
-        }
-        for (k = 0; k < K; k += len) {
-            len = tt_sparse_run(mask, r + k, r + K, &pruned);
-            if (pruned) {
-                if (draws) tt_sparse_draws(u->prng, len);
+        const int32_t en = e[n];
+        for (k = 0; k < K; k++) {
+            int32_t g;
+            if (tt_sparse_pruned(mask, N, n, k)) {
+                if (draws) (void)tt_prng_next(u->prng);
                 continue;
             }
-            for (i = 0; i < len; i++) work[i] = en * (int32_t)x[k + i];
-            if (w16) tt_sgd_update_direct_s16(u, w16 + j, len, ew, work, ee + ex);
-            else tt_sgd_update_direct_s32(u, w32 + j, len, ew, work, ee + ex);
-            j += len;
+            g = en * (int32_t)x[k];
+            if (en == 0 && skip) col[k]++;
+            else if (w16) tt_sgd_update_direct_s16(u, w16 + col[k]++, 1, ew, &g, ee + ex);
+            else tt_sgd_update_direct_s32(u, w32 + col[k]++, 1, ew, &g, ee + ex);
         }
     }
 }
 
-/* w -= round(a x[k] / 2^s) on the kept weights of the rows with a = m_t e[n] != 0, s in [1, 31],
- * 0 <= m_t < 2^15: |a x| < 2^29, so the int32 rounding shift is exact (tt_sgd.c's
- * tt_sgd_s16_one), saturating to [-32767, 32767] and counted. */
-static void tt_sparse_rows_fast_s16(const tt_sgd_step *u, const uint32_t *mask, int32_t K, int32_t N,
-                                    int16_t *w, int32_t s, const int8_t *e, const int8_t *x)
+/* w -= round(m_t e[n] x[k] / 2^s) on the kept weights, s in [1, 31], 0 <= m_t < 2^15 (no stochastic
+ * rounding, no decay), saturating to [-32767, 32767] and counted. With c = min(8, 32 - s),
+ * A_n = m_t e[n] 2^(32 - s - c) (its own int32 when |A_n| fits, checked first) and X = x 2^c,
+ * SMMULR(A_n, X) = floor((m_t e x + 2^(s - 1)) / 2^s), the rounded step, exactly. A weight whose
+ * row error or column input is 0 keeps its value (its step is 0), as in tt_sgd_dense_direct_s16.
+ * Returns 0 (nothing written) when an A_n does not fit. */
+static int32_t tt_sparse_cols_fast_s16(const tt_sgd_step *u, const tt_sparse_sgd_dense_s16_params *p,
+                                       int32_t s, const int8_t *e, const int8_t *x)
 {
-    uint32_t r = 0, wi, b, word, nsat = 0;
-    int32_t n;
-    for (n = 0; n < N; n++, r += (uint32_t)K) {
-        const int32_t a = u->m_t * (int32_t)e[n];
-        for (wi = r >> 5; wi <= (r + (uint32_t)K - 1u) >> 5; wi++) {
-            const int8_t *xb = x + ((int32_t)(wi * 32u) - (int32_t)r);
-            word = tt_sparse_kept(mask, wi, r, r + (uint32_t)K);
-            if (a == 0) {
-                for (; word; word &= word - 1u) w++;
+    const int32_t K = p->K, N = p->N, cs = 32 - s < 8 ? 32 - s : 8, sh = 32 - s - cs;
+    const uint32_t words = TT_SPARSE_WORDS(p);
+    int32_t *A = p->work;
+    int16_t *w = p->w;
+    uint32_t c, b, word, nsat = 0;
+    int32_t n, k;
+    for (n = 0; n < N; n++) {
+        const int64_t a = (int64_t)u->m_t * e[n] * ((int64_t)1 << sh);
+        if (a > INT32_MAX || a < -INT32_MAX) return 0;
+        A[n] = (int32_t)a;
+    }
+    for (k = 0; k < K; k++) {
+        const int32_t X = (int32_t)x[k] * (1 << cs);
+        TT_SPARSE_COLUMN(p, k, c, word) {
+            const int32_t *Ac = A + c;
+            if (X == 0) {
+                w += tt_sparse_popcount(word);
                 continue;
             }
             TT_SPARSE_EACH(word, b) {
-                const int32_t q = a * (int32_t)xb[b];
-                int32_t v = (int32_t)*w - ((q >> s) + ((q >> (s - 1)) & 1));
-                if ((uint32_t)(v + TT_S16_MAX) > 2u * TT_S16_MAX) {
-                    nsat++;
-                    v = v > 0 ? TT_S16_MAX : -TT_S16_MAX;
+                const int32_t an = Ac[b];
+                if (an != 0) {
+                    int32_t v = (int32_t)*w - tt_sparse_mulhr(an, X);
+                    if ((uint32_t)(v + TT_S16_MAX) > 2u * TT_S16_MAX) {
+                        nsat++;
+                        v = v > 0 ? TT_S16_MAX : -TT_S16_MAX;
+                    }
+                    *w = (int16_t)v;
                 }
-                *w++ = (int16_t)v;
+                w++;
             }
         }
     }
     u->stats->saturated += nsat;
+    return 1;
 }
 
 /* The biases: the rule of tt_sgd_update_direct_s32 with the gradient e[n] (exponent ee). */
@@ -223,9 +252,8 @@ void tt_sparse_sgd_dense_direct_s16(const tt_sgd_step *u, const tt_sparse_sgd_de
     if (p->w) {
         const tt_sgd *o = u->cfg;
         const int32_t s = p->ew + o->k - (ee + ex);
-        if (!o->sr && !o->wd_m && u->m_t >= 0 && u->m_t < 32768 && s >= 1 && s <= 31)
-            tt_sparse_rows_fast_s16(u, p->mask, p->K, p->N, p->w, s, e, x);
-        else
+        if (!(!o->sr && !o->wd_m && u->m_t >= 0 && u->m_t < 32768 && s >= 1 && s <= 31 &&
+              tt_sparse_cols_fast_s16(u, p, s, e, x)))
             tt_sparse_rows(u, p->mask, p->K, p->N, p->w, 0, p->ew, p->work, e, ee, x, ex);
     }
     if (p->b) tt_sparse_bias(u, p->b, p->eb, e, ee, p->N, p->work);
@@ -239,29 +267,31 @@ void tt_sparse_sgd_dense_direct_s32(const tt_sgd_step *u, const tt_sparse_sgd_de
 }
 
 /* ---- accumulate mode: without stochastic rounding one call on the packed arrays (the rules are
- * element-wise); with it, one call per run of kept elements, the pruned runs drawing theirs ---- */
+ * element-wise, so their order does not matter); with it, one call per kept element in element
+ * order, the pruned ones drawing theirs ---- */
 
 void tt_sparse_sgd_accumulate_s32(const tt_sgd_step *u, const tt_sparse_layout *l, int32_t *A,
                                   int32_t ew, const int32_t *g, int32_t eg)
 {
     const int32_t draws = ew + u->cfg->k - eg - TT_SGD_GUARD_BITS > 0;
-    int32_t i, j = 0, len, pruned;
+    int32_t n, k, j;
     if (!u->cfg->sr) {
-        tt_sgd_accumulate_s32(u, A, tt_sparse_count(l->mask, l->n), ew, g, eg);
+        tt_sgd_accumulate_s32(u, A, tt_sparse_count(l->mask, l->K * l->N), ew, g, eg);
         return;
     }
-    for (i = 0; i < l->n; i += len) {
-        len = tt_sparse_run(l->mask, i, l->n, &pruned);
-        if (pruned) {
-            if (draws) tt_sparse_draws(u->prng, len);
-            continue;
+    tt_sparse_starts(l->mask, l->K, l->N, l->work);
+    for (n = 0; n < l->N; n++)
+        for (k = 0; k < l->K; k++) {
+            if (tt_sparse_pruned(l->mask, l->N, n, k)) {
+                if (draws) (void)tt_prng_next(u->prng);
+                continue;
+            }
+            j = l->work[k]++;
+            tt_sgd_accumulate_s32(u, A + j, 1, ew, g + j, eg);
         }
-        tt_sgd_accumulate_s32(u, A + j, len, ew, g + j, eg);
-        j += len;
-    }
 }
 
-/* One end-of-batch kernel on packed arrays (t: 0 int16 w, 1 int32 w, 2 int16 w with int16 V). */
+/* One end-of-batch kernel on n packed elements from j (t: 0 int16 w, 1 int32 w, 2 int16 w and V). */
 static void tt_sparse_apply(const tt_sgd_step *u, int32_t t, void *w, int32_t *A, void *V, int32_t j, int32_t n)
 {
     if (t == 0) tt_sgd_apply_accumulated_s16(u, (int16_t *)w + j, A + j, V ? (int32_t *)V + j : 0, n);
@@ -269,39 +299,38 @@ static void tt_sparse_apply(const tt_sgd_step *u, int32_t t, void *w, int32_t *A
     else tt_sgd_apply_accumulated_s16_v16(u, (int16_t *)w + j, A + j, V ? (int16_t *)V + j : 0, n);
 }
 
-static void tt_sparse_apply_runs(const tt_sgd_step *u, const tt_sparse_layout *l, int32_t t, void *w,
-                                 int32_t *A, void *V)
+static void tt_sparse_apply_all(const tt_sgd_step *u, const tt_sparse_layout *l, int32_t t, void *w,
+                                int32_t *A, void *V)
 {
-    int32_t i, j = 0, len, pruned;
+    int32_t n, k;
     if (!u->cfg->sr) {
-        tt_sparse_apply(u, t, w, A, V, 0, tt_sparse_count(l->mask, l->n));
+        tt_sparse_apply(u, t, w, A, V, 0, tt_sparse_count(l->mask, l->K * l->N));
         return;
     }
-    for (i = 0; i < l->n; i += len) {
-        len = tt_sparse_run(l->mask, i, l->n, &pruned);
-        if (pruned) { /* the end-of-batch rule always draws (its shift is TT_SGD_GUARD_BITS) */
-            tt_sparse_draws(u->prng, len);
-            continue;
+    tt_sparse_starts(l->mask, l->K, l->N, l->work);
+    for (n = 0; n < l->N; n++)
+        for (k = 0; k < l->K; k++) {
+            if (tt_sparse_pruned(l->mask, l->N, n, k)) /* the end-of-batch rule always draws */
+                (void)tt_prng_next(u->prng);
+            else
+                tt_sparse_apply(u, t, w, A, V, l->work[k]++, 1);
         }
-        tt_sparse_apply(u, t, w, A, V, j, len);
-        j += len;
-    }
 }
 
 void tt_sparse_sgd_apply_accumulated_s16(const tt_sgd_step *u, const tt_sparse_layout *l, int16_t *w,
                                          int32_t *A, int32_t *V)
 {
-    tt_sparse_apply_runs(u, l, 0, w, A, V);
+    tt_sparse_apply_all(u, l, 0, w, A, V);
 }
 
 void tt_sparse_sgd_apply_accumulated_s32(const tt_sgd_step *u, const tt_sparse_layout *l, int32_t *w,
                                          int32_t *A, int32_t *V)
 {
-    tt_sparse_apply_runs(u, l, 1, w, A, V);
+    tt_sparse_apply_all(u, l, 1, w, A, V);
 }
 
 void tt_sparse_sgd_apply_accumulated_s16_v16(const tt_sgd_step *u, const tt_sparse_layout *l, int16_t *w,
                                              int32_t *A, int16_t *V)
 {
-    tt_sparse_apply_runs(u, l, 2, w, A, V);
+    tt_sparse_apply_all(u, l, 2, w, A, V);
 }

@@ -12,60 +12,66 @@ uint32_t tt_state_size(const tt_spans *t)
     return s;
 }
 
-/* Kept elements of a packed span before element i. */
-static uint32_t tt_state_rank(const uint32_t *mask, uint32_t i)
+/* ---- sparse spans (tt_span.mask): the dense row-major view of a column-major packed tensor ---- */
+
+static uint32_t tt_state_bit(const uint32_t *m, uint32_t t)
 {
-    uint32_t wi, w, c = 0;
-    for (wi = 0; wi < i / 32u; wi++)
-        for (w = ~mask[wi]; w; w &= w - 1u) c++;
-    if (i % 32u)
-        for (w = ~mask[i / 32u] & ((1u << (i % 32u)) - 1u); w; w &= w - 1u) c++;
-    return c;
+    return (m[t / 32u] >> (t % 32u)) & 1u;
 }
 
-/* Bytes [off, off + k) of a packed span's dense view: copied to dst (write == 0), or from src
- * into the kept elements (a pruned element's bytes must be 0: else -1). */
+/* Kept (clear) bits of m before bit t: the packed index of element t. */
+static uint32_t tt_state_rank(const uint32_t *m, uint32_t t)
+{
+    uint32_t wi, w, c = 0;
+    for (wi = 0; wi < t / 32u; wi++)
+        for (w = m[wi]; w; w &= w - 1u) c++;
+    if (t % 32u)
+        for (w = m[t / 32u] & ((1u << (t % 32u)) - 1u); w; w &= w - 1u) c++;
+    return t - c;
+}
+
+/* Byte pos of a sparse span's view; *pruned: it is a byte of a pruned element (elem != 0). */
+static uint8_t tt_state_view(const tt_span *s, uint32_t pos, int *pruned)
+{
+    const uint32_t R = s->rows, C = s->cols;
+    *pruned = 0;
+    if (s->elem == 0) { /* the mask, row-major: bit i = element (i / C, i % C) */
+        uint32_t j, v = 0;
+        for (j = 0; j < 8u && pos * 8u + j < R * C; j++) {
+            const uint32_t i = pos * 8u + j;
+            v |= tt_state_bit(s->mask, (i % C) * R + i / C) << j;
+        }
+        return (uint8_t)v;
+    }
+    {
+        const uint32_t i = pos / s->elem, t = (i % C) * R + i / C;
+        if (tt_state_bit(s->mask, t)) {
+            *pruned = 1;
+            return 0;
+        }
+        return ((const uint8_t *)s->p)[tt_state_rank(s->mask, t) * s->elem + pos % s->elem];
+    }
+}
+
+/* Bytes [off, off + k) of a sparse span's view to dst, or (write) from src: 0, or -1 when src
+ * differs from the view where it cannot be written (the mask; a pruned element's zeros). */
 static int tt_state_sparse_io(const tt_span *s, uint32_t off, uint8_t *dst, const uint8_t *src,
                               uint32_t k, int write)
 {
-    const uint32_t eb = s->elem;
-    uint32_t i = off / eb, j = off % eb, rank = tt_state_rank(s->mask, i);
-    uint8_t *packed = (uint8_t *)s->p;
-    while (k > 0) {
-        const uint32_t pruned = (s->mask[i / 32u] >> (i % 32u)) & 1u;
-        for (; j < eb && k > 0; j++, k--) {
-            if (!write) *dst++ = pruned ? 0 : packed[rank * eb + j];
-            else if (!pruned) packed[rank * eb + j] = *src++;
-            else if (*src++ != 0) return -1;
+    uint32_t j;
+    for (j = 0; j < k; j++) {
+        int pruned;
+        const uint8_t v = tt_state_view(s, off + j, &pruned);
+        if (!write) {
+            dst[j] = v;
+        } else if (s->elem == 0 || pruned) {
+            if (src[j] != v) return -1;
+        } else {
+            const uint32_t i = (off + j) / s->elem, t = (i % s->cols) * s->rows + i / s->cols;
+            ((uint8_t *)s->p)[tt_state_rank(s->mask, t) * s->elem + (off + j) % s->elem] = src[j];
         }
-        rank += !pruned;
-        i++;
-        j = 0;
     }
     return 0;
-}
-
-/* The CRC of a packed span's dense view, run by run: a run of kept elements is contiguous in p,
- * a run of pruned ones is zero bytes. */
-static uint32_t tt_state_sparse_hash(uint32_t crc, const tt_span *s)
-{
-    static const uint8_t zeros[16] = {0};
-    const uint32_t n = s->bytes / s->elem;
-    const uint8_t *packed = (const uint8_t *)s->p;
-    uint32_t i = 0, e, z;
-    while (i < n) {
-        const uint32_t bit = (s->mask[i / 32u] >> (i % 32u)) & 1u;
-        for (e = i + 1u; e < n && ((s->mask[e / 32u] >> (e % 32u)) & 1u) == bit; e++) {}
-        if (!bit) {
-            crc = tt_crc32_update(crc, packed, (e - i) * s->elem);
-            packed += (e - i) * s->elem;
-        } else {
-            for (z = (e - i) * s->elem; z > 0; z -= z < 16u ? z : 16u)
-                crc = tt_crc32_update(crc, zeros, z < 16u ? z : 16u);
-        }
-        i = e;
-    }
-    return crc;
 }
 
 uint32_t tt_state_hash(const tt_spans *t)
@@ -73,7 +79,17 @@ uint32_t tt_state_hash(const tt_spans *t)
     uint32_t i, crc = 0;
     for (i = 0; i < t->n; i++) {
         const tt_span *s = &t->span[i];
-        crc = s->mask ? tt_state_sparse_hash(crc, s) : tt_crc32_update(crc, (const uint8_t *)s->p, s->bytes);
+        uint32_t off;
+        if (!s->mask) {
+            crc = tt_crc32_update(crc, (const uint8_t *)s->p, s->bytes);
+            continue;
+        }
+        for (off = 0; off < s->bytes; off += 32u) { /* the view, 32 bytes at a time */
+            uint8_t buf[32];
+            const uint32_t k = s->bytes - off < 32u ? s->bytes - off : 32u;
+            (void)tt_state_sparse_io(s, off, buf, 0, k, 0);
+            crc = tt_crc32_update(crc, buf, k);
+        }
     }
     return crc;
 }
