@@ -48,8 +48,13 @@ class Packed:
 
     @property
     def device_mask(self) -> np.ndarray:
-        """The transposed bitmap: bit t % 32 of word t // 32 set, t = k N + n, when w[n][k] is pruned."""
-        return P.pack(~self.kept_t)
+        """The transposed bitmap, each column in whole words: S = ceil(N / 32) words per input k,
+        bit n % 32 of word k S + n // 32 set when w[n][k] is pruned; padding bits set."""
+        N, K = self.shape
+        S = (N + 31) // 32
+        pruned = np.ones((K, 32 * S), bool)
+        pruned[:, :N] = ~self.kept_t.reshape(K, N)
+        return P.pack(pruned)
 
     def pack(self, a) -> np.ndarray:
         """A dense slot (w, master, accumulator, momentum) in device order, the kept only."""

@@ -3,9 +3,10 @@
  * specification; every kernel here equals it bit for bit).
  *
  * Storage, column by column (the input k of w[N][K] outer, the output n inner, so that a column
- * whose input is 0 is passed over whole): the mask transposed -- bit t % 32 of word t / 32 set,
- * t = k * N + n, when w[n][k] is pruned (the state blob keeps tt_prune.h's row-major mask: the
- * state span shows it in that order, tt_state.h) -- and the kept weights packed in the same
+ * whose input is 0 is passed over whole): the mask transposed, each column in whole words --
+ * S = ceil(N / 32) words per input k, bit n % 32 of word k * S + n / 32 set when w[n][k] is
+ * pruned, the padding bits set too -- (the state blob keeps tt_prune.h's row-major mask: the
+ * state span shows it in that order, tt_state.h), and the kept weights packed in the same
  * order (nnz of them). Every optimizer slot of the weights (int32 master, accumulator, momentum)
  * is packed the same way: the pruned slots do not exist. The mask is constant (in flash): the
  * layer has no pruning event left.
@@ -30,8 +31,8 @@ extern "C" {
 /** Scratch (bytes) the sparse Dense kernels need: one int64 per output / input, as Dense. */
 #define TT_SPARSE_BUFFER_SIZE(K, N) (8 * ((K) > (N) ? (K) : (N)))
 
-/** A Dense layer y[N] = w[N][K] x[K] + b[N] with w stored sparse: the column-major mask (N * K
- *  bits) and the kept weights w[nnz] in that order at exponent ew; b[N] at eb. */
+/** A Dense layer y[N] = w[N][K] x[K] + b[N] with w stored sparse: the column-major mask (K * S
+ *  words) and the kept weights w[nnz] in that order at exponent ew; b[N] at eb. */
 typedef struct tt_sparse_dense_params {
     int32_t K;
     int32_t N;
@@ -106,8 +107,8 @@ void tt_sparse_sgd_apply_accumulated_s32(const tt_sgd_step *u, const tt_sparse_l
 void tt_sparse_sgd_apply_accumulated_s16_v16(const tt_sgd_step *u, const tt_sparse_layout *l, int16_t *w,
                                              int32_t *A, int16_t *V);
 
-/** Kept elements of a mask of n elements: n - popcount (the padding bits are 0). */
-int32_t tt_sparse_count(const uint32_t *mask, int32_t n);
+/** Kept weights of a column-major mask of w[N][K]: its clear bits (the padding bits are set). */
+int32_t tt_sparse_count(const uint32_t *mask, int32_t K, int32_t N);
 
 #ifdef __cplusplus
 }

@@ -17,8 +17,8 @@ extern "C" {
 /** One tensor: bytes at p. ro != 0: a read-only tensor (a frozen parameter in flash): it reads
  *  like the others, and a write must leave it unchanged.
  *  mask != NULL: a tensor stored sparse (tt_sparse.h) shown in its dense, row-major view of
- *  bytes bytes: w[rows][cols] whose kept elements (column-major mask bit k * rows + n clear) are
- *  at p, elem bytes each, in column-major order, the pruned ones reading as zero bytes (a write
+ *  bytes bytes: w[rows][cols] whose kept elements (mask bit n % 32 of word k * ceil(rows / 32)
+ *  + n / 32 clear) are at p, elem bytes each, in column-major order, the pruned ones reading as zero bytes (a write
  *  must give zeros there); or, elem == 0, the mask itself (p == mask) shown as tt_prune.h's
  *  row-major bitmap (ro: a write must give the same bits). */
 typedef struct tt_span {

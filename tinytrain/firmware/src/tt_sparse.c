@@ -23,16 +23,6 @@ static inline int32_t tt_sparse_mulhr(int32_t a, int32_t b)
 }
 #endif
 
-/* The kept bits (mask bit clear) of the up to 32 elements [lo, lo + len), len in [1, 32], of a
- * mask of `words` words, element lo + i at bit i. */
-static inline uint32_t tt_sparse_bits(const uint32_t *mask, uint32_t words, uint32_t lo, uint32_t len)
-{
-    const uint32_t q = lo >> 5, o = lo & 31u;
-    uint32_t v = mask[q] >> o;
-    if (o && q + 1u < words) v |= mask[q + 1u] << (32u - o);
-    return len < 32u ? ~v & ((1u << len) - 1u) : ~v;
-}
-
 /* Set bits of a word (SWAR: no popcount instruction before Armv8.1-M). */
 static inline uint32_t tt_sparse_popcount(uint32_t v)
 {
@@ -41,43 +31,47 @@ static inline uint32_t tt_sparse_popcount(uint32_t v)
     return (((v + (v >> 4)) & 0x0F0F0F0Fu) * 0x01010101u) >> 24;
 }
 
-/* A column walk: for input k, the chunks [c, c + 32) of its N rows with their kept bits. */
-#define TT_SPARSE_COLUMN(p, k, c, word)                                                        \
-    for ((c) = 0; (c) < (uint32_t)(p)->N; (c) += 32u)                                          \
-        if (((word) = tt_sparse_bits((p)->mask, words, (uint32_t)(k) * (uint32_t)(p)->N + (c), \
-                                     (uint32_t)(p)->N - (c) < 32u ? (uint32_t)(p)->N - (c) : 32u)), 1)
+/* A column walk: the S = ceil(N / 32) mask words of the next input (col advances past them),
+ * each word's kept bits in word and the first output it covers in c. */
+#define TT_SPARSE_COLUMN(S, col, c, word) \
+    for ((c) = 0; (c) < 32u * (S); (c) += 32u) \
+        if (((word) = ~*(col)++), 1)
 
-#define TT_SPARSE_WORDS(p) (((uint32_t)(p)->N * (uint32_t)(p)->K + 31u) / 32u)
+#define TT_SPARSE_STRIDE(N) (((uint32_t)(N) + 31u) / 32u)
 
-int32_t tt_sparse_count(const uint32_t *mask, int32_t n)
+int32_t tt_sparse_count(const uint32_t *mask, int32_t K, int32_t N)
 {
-    int32_t i, c = n;
-    for (i = 0; i < (n + 31) / 32; i++) c -= (int32_t)tt_sparse_popcount(mask[i]);
-    return c;
+    const uint32_t words = (uint32_t)K * TT_SPARSE_STRIDE(N);
+    uint32_t i, c = 0;
+    for (i = 0; i < words; i++) c += tt_sparse_popcount(~mask[i]);
+    return (int32_t)c;
 }
 
 int32_t tt_sparse_dense_fwd_s8(const tt_ctx *ctx, const tt_sparse_dense_params *p, const int8_t *x,
                                int32_t ex, int8_t *y)
 {
     const int32_t K = p->K, N = p->N, eb = p->eb, ea = ex + p->ew;
-    const uint32_t words = TT_SPARSE_WORDS(p);
+    const uint32_t S = TT_SPARSE_STRIDE(N);
+    const uint32_t *col = p->mask;
     const int16_t *w = p->w;
     uint32_t c, b, word;
     int32_t n, k;
     if (K <= TT_DENSE_S32_MAX_K) { /* the bound of tt_dense.h: every partial sum fits int32 */
         int32_t *acc = (int32_t *)(void *)ctx->scratch;
-        for (n = 0; n < N; n++) acc[n] = tt_align_s32(p->b[n], eb, ea);
+        const int32_t d = ea - eb;
+        if (d >= 1 && d <= 31) /* the common case, a plain rounding shift, said apart (as tt_dense.c) */
+            for (n = 0; n < N; n++) acc[n] = tt_rshift_round_s32(p->b[n], d);
+        else
+            for (n = 0; n < N; n++) acc[n] = tt_align_s32(p->b[n], eb, ea);
         for (k = 0; k < K; k++) {
             const int32_t xk = x[k];
-            TT_SPARSE_COLUMN(p, k, c, word) {
-                if (xk == 0) { /* adds nothing: pass its weights */
-                    w += tt_sparse_popcount(word);
-                    continue;
-                }
-                {
-                    int32_t *a = acc + c;
-                    TT_SPARSE_EACH(word, b) a[b] += xk * (int32_t)*w++;
-                }
+            if (xk == 0) { /* adds nothing: pass its weights */
+                for (c = 0; c < S; c++) w += tt_sparse_popcount(~*col++);
+                continue;
+            }
+            TT_SPARSE_COLUMN(S, col, c, word) {
+                int32_t *a = acc + c;
+                TT_SPARSE_EACH(word, b) a[b] += xk * (int32_t)*w++;
             }
         }
         return ea + tt_requant_s8_from_s32(acc, N, y, ctx->stats);
@@ -85,7 +79,7 @@ int32_t tt_sparse_dense_fwd_s8(const tt_ctx *ctx, const tt_sparse_dense_params *
     for (n = 0; n < N; n++) ctx->scratch[n] = tt_align(p->b[n], eb, ea);
     for (k = 0; k < K; k++) {
         const int32_t xk = x[k];
-        TT_SPARSE_COLUMN(p, k, c, word) {
+        TT_SPARSE_COLUMN(S, col, c, word) {
             int64_t *a = ctx->scratch + c;
             TT_SPARSE_EACH(word, b) a[b] += xk * (int32_t)*w++;
         }
@@ -97,7 +91,8 @@ int32_t tt_sparse_dense_bwd_s8(const tt_ctx *ctx, const tt_sparse_dense_params *
                                int32_t ee, int8_t *dx)
 {
     const int32_t K = p->K, N = p->N;
-    const uint32_t words = TT_SPARSE_WORDS(p);
+    const uint32_t S = TT_SPARSE_STRIDE(N);
+    const uint32_t *col = p->mask;
     const int16_t *w = p->w;
     uint32_t c, b, word;
     int32_t k;
@@ -105,7 +100,7 @@ int32_t tt_sparse_dense_bwd_s8(const tt_ctx *ctx, const tt_sparse_dense_params *
         int32_t *acc = (int32_t *)(void *)ctx->scratch;
         for (k = 0; k < K; k++) {
             int32_t s = 0;
-            TT_SPARSE_COLUMN(p, k, c, word) {
+            TT_SPARSE_COLUMN(S, col, c, word) {
                 const int8_t *ec = e + c;
                 TT_SPARSE_EACH(word, b) s += (int32_t)ec[b] * (int32_t)*w++;
             }
@@ -115,7 +110,7 @@ int32_t tt_sparse_dense_bwd_s8(const tt_ctx *ctx, const tt_sparse_dense_params *
     }
     for (k = 0; k < K; k++) {
         int64_t s = (int32_t)e[0] - (int32_t)e[0]; /* 0 from an int32 (see tt_dense.c: no VFP zero) */
-        TT_SPARSE_COLUMN(p, k, c, word) {
+        TT_SPARSE_COLUMN(S, col, c, word) {
             const int8_t *ec = e + c;
             TT_SPARSE_EACH(word, b) s += (int32_t)ec[b] * (int32_t)*w++;
         }
@@ -128,12 +123,13 @@ void tt_sparse_dense_grad_s32(const tt_sparse_dense_params *p, const int8_t *e, 
                               int32_t *gw, int32_t *gb)
 {
     const int32_t K = p->K, N = p->N;
-    const uint32_t words = TT_SPARSE_WORDS(p);
+    const uint32_t S = TT_SPARSE_STRIDE(N);
+    const uint32_t *col = p->mask;
     uint32_t c, b, word;
     int32_t n, k;
     for (k = 0; k < K; k++) {
         const int32_t xk = x[k];
-        TT_SPARSE_COLUMN(p, k, c, word) {
+        TT_SPARSE_COLUMN(S, col, c, word) {
             const int8_t *ec = e + c;
             TT_SPARSE_EACH(word, b) *gw++ = (int32_t)ec[b] * xk;
         }
@@ -147,21 +143,18 @@ void tt_sparse_dense_grad_s32(const tt_sparse_dense_params *p, const int8_t *e, 
 /* col[k] = the packed index of the first kept weight of column k. */
 static void tt_sparse_starts(const uint32_t *mask, int32_t K, int32_t N, int32_t *col)
 {
-    const uint32_t words = ((uint32_t)N * (uint32_t)K + 31u) / 32u;
+    const uint32_t S = TT_SPARSE_STRIDE(N);
+    uint32_t c, word;
     int32_t k, j = 0;
-    uint32_t c;
     for (k = 0; k < K; k++) {
         col[k] = j;
-        for (c = 0; c < (uint32_t)N; c += 32u)
-            j += (int32_t)tt_sparse_popcount(tt_sparse_bits(mask, words, (uint32_t)k * (uint32_t)N + c,
-                                                            (uint32_t)N - c < 32u ? (uint32_t)N - c : 32u));
+        TT_SPARSE_COLUMN(S, mask, c, word) j += (int32_t)tt_sparse_popcount(word);
     }
 }
 
 static inline int32_t tt_sparse_pruned(const uint32_t *mask, int32_t N, int32_t n, int32_t k)
 {
-    const uint32_t t = (uint32_t)k * (uint32_t)N + (uint32_t)n;
-    return (int32_t)((mask[t >> 5] >> (t & 31u)) & 1u);
+    return (int32_t)((mask[(uint32_t)k * TT_SPARSE_STRIDE(N) + (uint32_t)n / 32u] >> ((uint32_t)n % 32u)) & 1u);
 }
 
 /* The element rule of tt_sgd_update_direct_* on each kept weight in element order, one call per
@@ -192,18 +185,19 @@ static void tt_sparse_rows(const tt_sgd_step *u, const uint32_t *mask, int32_t K
 }
 
 /* w -= round(m_t e[n] x[k] / 2^s) on the kept weights, s in [1, 31], 0 <= m_t < 2^15 (no stochastic
- * rounding, no decay), saturating to [-32767, 32767] and counted. With c = min(8, 32 - s),
- * A_n = m_t e[n] 2^(32 - s - c) (its own int32 when |A_n| fits, checked first) and X = x 2^c,
+ * rounding, no decay), saturating to [-32767, 32767] and counted. With c = min(24, 32 - s) (|X| < 2^31),
+ * A_n = m_t e[n] 2^(32 - s - c) (an int32 when it fits, checked first) and X = x 2^c,
  * SMMULR(A_n, X) = floor((m_t e x + 2^(s - 1)) / 2^s), the rounded step, exactly. A weight whose
  * row error or column input is 0 keeps its value (its step is 0), as in tt_sgd_dense_direct_s16.
  * Returns 0 (nothing written) when an A_n does not fit. */
 static int32_t tt_sparse_cols_fast_s16(const tt_sgd_step *u, const tt_sparse_sgd_dense_s16_params *p,
                                        int32_t s, const int8_t *e, const int8_t *x)
 {
-    const int32_t K = p->K, N = p->N, cs = 32 - s < 8 ? 32 - s : 8, sh = 32 - s - cs;
-    const uint32_t words = TT_SPARSE_WORDS(p);
+    const int32_t K = p->K, N = p->N, cs = 32 - s < 24 ? 32 - s : 24, sh = 32 - s - cs;
     int32_t *A = p->work;
     int16_t *w = p->w;
+    const uint32_t S = TT_SPARSE_STRIDE(N);
+    const uint32_t *col = p->mask;
     uint32_t c, b, word, nsat = 0;
     int32_t n, k;
     for (n = 0; n < N; n++) {
@@ -213,12 +207,12 @@ static int32_t tt_sparse_cols_fast_s16(const tt_sgd_step *u, const tt_sparse_sgd
     }
     for (k = 0; k < K; k++) {
         const int32_t X = (int32_t)x[k] * (1 << cs);
-        TT_SPARSE_COLUMN(p, k, c, word) {
+        if (X == 0) { /* every step is 0: pass the column's weights */
+            for (c = 0; c < S; c++) w += tt_sparse_popcount(~*col++);
+            continue;
+        }
+        TT_SPARSE_COLUMN(S, col, c, word) {
             const int32_t *Ac = A + c;
-            if (X == 0) {
-                w += tt_sparse_popcount(word);
-                continue;
-            }
             TT_SPARSE_EACH(word, b) {
                 const int32_t an = Ac[b];
                 if (an != 0) {
@@ -237,14 +231,6 @@ static int32_t tt_sparse_cols_fast_s16(const tt_sgd_step *u, const tt_sparse_sgd
     return 1;
 }
 
-/* The biases: the rule of tt_sgd_update_direct_s32 with the gradient e[n] (exponent ee). */
-static void tt_sparse_bias(const tt_sgd_step *u, int32_t *b, int32_t eb, const int8_t *e, int32_t ee,
-                           int32_t N, int32_t *work)
-{
-    int32_t n;
-    for (n = 0; n < N; n++) work[n] = e[n];
-    tt_sgd_update_direct_s32(u, b, N, eb, work, ee);
-}
 
 void tt_sparse_sgd_dense_direct_s16(const tt_sgd_step *u, const tt_sparse_sgd_dense_s16_params *p,
                                     const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
@@ -256,14 +242,14 @@ void tt_sparse_sgd_dense_direct_s16(const tt_sgd_step *u, const tt_sparse_sgd_de
               tt_sparse_cols_fast_s16(u, p, s, e, x)))
             tt_sparse_rows(u, p->mask, p->K, p->N, p->w, 0, p->ew, p->work, e, ee, x, ex);
     }
-    if (p->b) tt_sparse_bias(u, p->b, p->eb, e, ee, p->N, p->work);
+    if (p->b) tt_sgd_dense_bias_s32(u, p->b, p->eb, e, ee, p->N);
 }
 
 void tt_sparse_sgd_dense_direct_s32(const tt_sgd_step *u, const tt_sparse_sgd_dense_s32_params *p,
                                     const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
 {
     if (p->w) tt_sparse_rows(u, p->mask, p->K, p->N, 0, p->w, p->ew, p->work, e, ee, x, ex);
-    if (p->b) tt_sparse_bias(u, p->b, p->eb, e, ee, p->N, p->work);
+    if (p->b) tt_sgd_dense_bias_s32(u, p->b, p->eb, e, ee, p->N);
 }
 
 /* ---- accumulate mode: without stochastic rounding one call on the packed arrays (the rules are
@@ -276,7 +262,7 @@ void tt_sparse_sgd_accumulate_s32(const tt_sgd_step *u, const tt_sparse_layout *
     const int32_t draws = ew + u->cfg->k - eg - TT_SGD_GUARD_BITS > 0;
     int32_t n, k, j;
     if (!u->cfg->sr) {
-        tt_sgd_accumulate_s32(u, A, tt_sparse_count(l->mask, l->K * l->N), ew, g, eg);
+        tt_sgd_accumulate_s32(u, A, tt_sparse_count(l->mask, l->K, l->N), ew, g, eg);
         return;
     }
     tt_sparse_starts(l->mask, l->K, l->N, l->work);
@@ -304,7 +290,7 @@ static void tt_sparse_apply_all(const tt_sgd_step *u, const tt_sparse_layout *l,
 {
     int32_t n, k;
     if (!u->cfg->sr) {
-        tt_sparse_apply(u, t, w, A, V, 0, tt_sparse_count(l->mask, l->K * l->N));
+        tt_sparse_apply(u, t, w, A, V, 0, tt_sparse_count(l->mask, l->K, l->N));
         return;
     }
     tt_sparse_starts(l->mask, l->K, l->N, l->work);

@@ -14,20 +14,26 @@ uint32_t tt_state_size(const tt_spans *t)
 
 /* ---- sparse spans (tt_span.mask): the dense row-major view of a column-major packed tensor ---- */
 
-static uint32_t tt_state_bit(const uint32_t *m, uint32_t t)
+/* The mask bit of w[n][k] of a sparse span (S = ceil(rows / 32) words per column) and its word. */
+static uint32_t tt_state_word(const tt_span *s, uint32_t n, uint32_t k)
 {
-    return (m[t / 32u] >> (t % 32u)) & 1u;
+    return k * ((s->rows + 31u) / 32u) + n / 32u;
 }
 
-/* Kept (clear) bits of m before bit t: the packed index of element t. */
-static uint32_t tt_state_rank(const uint32_t *m, uint32_t t)
+static uint32_t tt_state_bit(const tt_span *s, uint32_t n, uint32_t k)
 {
+    return (s->mask[tt_state_word(s, n, k)] >> (n % 32u)) & 1u;
+}
+
+/* Kept (clear) bits before that of w[n][k] (the padding bits are set): its packed index. */
+static uint32_t tt_state_rank(const tt_span *s, uint32_t n, uint32_t k)
+{
+    const uint32_t q = tt_state_word(s, n, k);
     uint32_t wi, w, c = 0;
-    for (wi = 0; wi < t / 32u; wi++)
-        for (w = m[wi]; w; w &= w - 1u) c++;
-    if (t % 32u)
-        for (w = m[t / 32u] & ((1u << (t % 32u)) - 1u); w; w &= w - 1u) c++;
-    return t - c;
+    for (wi = 0; wi < q; wi++)
+        for (w = ~s->mask[wi]; w; w &= w - 1u) c++;
+    for (w = ~s->mask[q] & ((1u << (n % 32u)) - 1u); w; w &= w - 1u) c++;
+    return c;
 }
 
 /* Byte pos of a sparse span's view; *pruned: it is a byte of a pruned element (elem != 0). */
@@ -39,17 +45,17 @@ static uint8_t tt_state_view(const tt_span *s, uint32_t pos, int *pruned)
         uint32_t j, v = 0;
         for (j = 0; j < 8u && pos * 8u + j < R * C; j++) {
             const uint32_t i = pos * 8u + j;
-            v |= tt_state_bit(s->mask, (i % C) * R + i / C) << j;
+            v |= tt_state_bit(s, i / C, i % C) << j;
         }
         return (uint8_t)v;
     }
     {
-        const uint32_t i = pos / s->elem, t = (i % C) * R + i / C;
-        if (tt_state_bit(s->mask, t)) {
+        const uint32_t i = pos / s->elem;
+        if (tt_state_bit(s, i / C, i % C)) {
             *pruned = 1;
             return 0;
         }
-        return ((const uint8_t *)s->p)[tt_state_rank(s->mask, t) * s->elem + pos % s->elem];
+        return ((const uint8_t *)s->p)[tt_state_rank(s, i / C, i % C) * s->elem + pos % s->elem];
     }
 }
 
@@ -67,8 +73,8 @@ static int tt_state_sparse_io(const tt_span *s, uint32_t off, uint8_t *dst, cons
         } else if (s->elem == 0 || pruned) {
             if (src[j] != v) return -1;
         } else {
-            const uint32_t i = (off + j) / s->elem, t = (i % s->cols) * s->rows + i / s->cols;
-            ((uint8_t *)s->p)[tt_state_rank(s->mask, t) * s->elem + (off + j) % s->elem] = src[j];
+            const uint32_t i = (off + j) / s->elem;
+            ((uint8_t *)s->p)[tt_state_rank(s, i / s->cols, i % s->cols) * s->elem + (off + j) % s->elem] = src[j];
         }
     }
     return 0;
