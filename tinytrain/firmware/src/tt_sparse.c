@@ -231,6 +231,28 @@ static int32_t tt_sparse_cols_fast_s16(const tt_sgd_step *u, const tt_sparse_sgd
     return 1;
 }
 
+/* The same when every step rounds to 0 (s >= 32: |m_t e x| < 2^29 < 2^(s - 1)): w - 0 changes only
+ * an old -32768 in a row with e[n] != 0, clamped to -32767 and counted (tt_sgd_dense_rows_zero_s16). */
+static void tt_sparse_cols_zero_s16(const tt_sgd_step *u, const tt_sparse_sgd_dense_s16_params *p,
+                                    const int8_t *e)
+{
+    const uint32_t S = TT_SPARSE_STRIDE(p->N);
+    const uint32_t *col = p->mask;
+    int16_t *w = p->w;
+    uint32_t c, b, word;
+    int32_t k;
+    for (k = 0; k < p->K; k++)
+        TT_SPARSE_COLUMN(S, col, c, word) {
+            const int8_t *ec = e + c;
+            TT_SPARSE_EACH(word, b) {
+                if (*w == -32768 && ec[b] != 0) {
+                    *w = -TT_S16_MAX;
+                    u->stats->saturated++;
+                }
+                w++;
+            }
+        }
+}
 
 void tt_sparse_sgd_dense_direct_s16(const tt_sgd_step *u, const tt_sparse_sgd_dense_s16_params *p,
                                     const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
@@ -238,8 +260,10 @@ void tt_sparse_sgd_dense_direct_s16(const tt_sgd_step *u, const tt_sparse_sgd_de
     if (p->w) {
         const tt_sgd *o = u->cfg;
         const int32_t s = p->ew + o->k - (ee + ex);
-        if (!(!o->sr && !o->wd_m && u->m_t >= 0 && u->m_t < 32768 && s >= 1 && s <= 31 &&
-              tt_sparse_cols_fast_s16(u, p, s, e, x)))
+        const int32_t fast = !o->sr && !o->wd_m && u->m_t >= 0 && u->m_t < 32768;
+        if (fast && s >= 32)
+            tt_sparse_cols_zero_s16(u, p, e);
+        else if (!(fast && s >= 1 && s <= 31 && tt_sparse_cols_fast_s16(u, p, s, e, x)))
             tt_sparse_rows(u, p->mask, p->K, p->N, p->w, 0, p->ew, p->work, e, ee, x, ex);
     }
     if (p->b) tt_sgd_dense_bias_s32(u, p->b, p->eb, e, ee, p->N);
