@@ -194,6 +194,13 @@ ROWS = [
     R([*TRAIN, "m.json"], "layer 0 (relu): prune: this layer has no weights to prune",
       {"m.json": spec([{"type": "relu", "prune": {"schedule": "one_shot", "final_sparsity": 0.5}},
                        {"type": "dense", "units": 10}])}, None, id="prune-layer-without-weights"),
+    # ---- sparse storage of pruned layers (docs/pruning.md, "Sparse storage on the device")
+    R([*TRAIN, "m.json"], 'prune: storage = "packed" must be one of "auto", "dense", "sparse"',
+      {"m.json": spec(prune={"schedule": "one_shot", "final_sparsity": 0.5, "storage": "packed"})}, None,
+      id="prune-storage-unknown"),
+    R(["codegen", "--model", "m.json", "--out", "gen"], 'storage = "sparse": the pruning schedule still has events',
+      {"m.json": spec(prune={"schedule": "one_shot", "final_sparsity": 0.5, "begin_step": 5, "storage": "sparse"})},
+      None, id="prune-storage-sparse-before-the-end"),
     R(["info", "--model", "nosuch.tt", "--fixed-point"], "nosuch.tt", {}, None, id="info-fixed-point-missing-file"),
     R([*TRAIN, "m.json"], "unknown key(s) activation: known keys are units",
       {"m.json": spec([{"type": "dense", "units": 10, "activation": "relu"}])}, None, id="layer-unknown-key"),

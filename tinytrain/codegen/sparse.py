@@ -133,15 +133,18 @@ def plan(sparse: dict, tensors, sym) -> None:
 
 
 def weight_storage(sparse: dict, model) -> dict:
-    """Device bytes of the weights of the pruned tensors: dense (n int16) and as emitted (the
-    packed int16 values plus the mask; the mask of a dense-stored one is counted too)."""
+    """Device bytes of the weights of the pruned tensors: dense (n int16) and as emitted: stored
+    sparse, the packed values plus the column-major mask as the device holds it (whole words per
+    column); stored dense, the tensor plus its row-major mask."""
     dense = sparse_b = 0
     for key in (model.prune_table.keys if model.prune_table is not None else []):
         li, pi = key
         p = model.layers[li].params[pi]
         dense += p.data.nbytes
-        words = P.mask_words(p.data.size) * 4
-        sparse_b += (sparse[key].nnz * p.data.itemsize if key in sparse else p.data.nbytes) + words
+        if key in sparse:
+            sparse_b += sparse[key].nnz * p.data.itemsize + sparse[key].device_mask.nbytes
+        else:
+            sparse_b += p.data.nbytes + P.mask_words(p.data.size) * 4
     return {"dense_bytes": dense, "bytes": sparse_b}
 
 
