@@ -1,17 +1,26 @@
 /** Sparse Dense layers (tt_sparse.h), column by column: the kept weights of input k are found from
- *  the column's mask bits a word at a time -- on cores with CLZ (Cortex-M3 and up, hosts) each kept
- *  bit with one count-trailing-zeros, on the others (Cortex-M0) by shifting the word out -- and a
+ *  the column's mask bits a word at a time -- each kept bit by a count-trailing-zeros (RBIT + CLZ on
+ *  Cortex-M3 and up, a de Bruijn multiply on the Cortex-M0) -- and a
  *  column whose input is 0 is passed over (its weights only counted) where that changes nothing. */
 #include "tt_sparse.h"
 #include "tt_dense.h"
 #include "tt_dsp.h"
 
+/* The index of the lowest set bit of a nonzero word: RBIT + CLZ where the core has CLZ, else a
+ * multiply by a de Bruijn sequence and a 32-entry table (Cortex-M0: MULS is one cycle). */
 #if defined(__GNUC__) && (defined(__ARM_FEATURE_CLZ) || !defined(__arm__))
-/* b = each set bit of word, lowest first (word is consumed) */
-#define TT_SPARSE_EACH(word, b) for (; (word) && (((b) = (uint32_t)__builtin_ctz(word)), 1); (word) &= (word) - 1u)
+#define tt_sparse_ctz(v) ((uint32_t)__builtin_ctz(v))
 #else
-#define TT_SPARSE_EACH(word, b) for ((b) = 0; (word); (word) >>= 1, (b)++) if ((word) & 1u)
+static const uint8_t tt_sparse_debruijn[32] = {0, 1, 28, 2, 29, 14, 24, 3, 30, 22, 20, 15, 25, 17, 4, 8,
+                                               31, 27, 13, 23, 21, 19, 16, 7, 26, 12, 18, 6, 11, 5, 10, 9};
+static inline uint32_t tt_sparse_ctz(uint32_t v)
+{
+    return tt_sparse_debruijn[((v & (0u - v)) * 0x077CB531u) >> 27];
+}
 #endif
+
+/* b = each set bit of word, lowest first (word is consumed) */
+#define TT_SPARSE_EACH(word, b) for (; (word) && (((b) = tt_sparse_ctz(word)), 1); (word) &= (word) - 1u)
 
 /* (a b + 2^31) >> 32 of the exact product (SMMULR). */
 #if TT_HAVE_DSP
