@@ -51,7 +51,7 @@ def mlps(draw):
     return (k,), layers + [Dense(n_cls)], n_cls
 
 
-@settings(max_examples=examples(3), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+@settings(max_examples=examples(2), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.data())
 def test_sparse_training_reference_sim_c_equal(data):

@@ -22,15 +22,6 @@ static inline uint32_t tt_sparse_ctz(uint32_t v)
 /* b = each set bit of word, lowest first (word is consumed) */
 #define TT_SPARSE_EACH(word, b) for (; (word) && (((b) = tt_sparse_ctz(word)), 1); (word) &= (word) - 1u)
 
-/* (a b + 2^31) >> 32 of the exact product (SMMULR). */
-#if TT_HAVE_DSP
-#define tt_sparse_mulhr tt_smmulr
-#else
-static inline int32_t tt_sparse_mulhr(int32_t a, int32_t b)
-{
-    return (int32_t)(((int64_t)a * b + ((int64_t)1 << 31)) >> 32);
-}
-#endif
 
 /* Set bits of a word (SWAR: no popcount instruction before Armv8.1-M). */
 static inline uint32_t tt_sparse_popcount(uint32_t v)
@@ -194,25 +185,32 @@ static void tt_sparse_rows(const tt_sgd_step *u, const uint32_t *mask, int32_t K
 }
 
 /* w -= round(m_t e[n] x[k] / 2^s) on the kept weights, s in [1, 31], 0 <= m_t < 2^15 (no stochastic
- * rounding, no decay), saturating to [-32767, 32767] and counted. With c = min(24, 32 - s) (|X| < 2^31),
- * A_n = m_t e[n] 2^(32 - s - c) (an int32 when it fits, checked first) and X = x 2^c,
- * SMMULR(A_n, X) = floor((m_t e x + 2^(s - 1)) / 2^s), the rounded step, exactly. A weight whose
+ * rounding, no decay), saturating to [-32767, 32767] and counted. The step d = floor((q + 2^(s - 1))
+ * / 2^s) of q = m_t e[n] x[k] (|q| < 2^29): portable, (q >> s) + ((q >> (s - 1)) & 1) in int32
+ * (tt_sgd.c's tt_sgd_s16_one; A_n = m_t e[n], X = x); DSP, one SMMULR(A_n, X) with c = min(24, 32 - s)
+ * (|X| < 2^31), A_n = m_t e[n] 2^(32 - s - c) (an int32 when it fits, checked first) and
+ * X = x 2^c: (A_n X + 2^31) >> 32 is the same d exactly. A weight whose
  * row error or column input is 0 keeps its value (its step is 0), as in tt_sgd_dense_direct_s16.
  * Returns 0 (nothing written) when an A_n does not fit. */
 static int32_t tt_sparse_cols_fast_s16(const tt_sgd_step *u, const tt_sparse_sgd_dense_s16_params *p,
                                        int32_t s, const int8_t *e, const int8_t *x)
 {
-    const int32_t K = p->K, N = p->N, cs = 32 - s < 24 ? 32 - s : 24, sh = 32 - s - cs;
+#if TT_HAVE_DSP
+    const int32_t cs = 32 - s < 24 ? 32 - s : 24, sh = 32 - s - cs;
+#else
+    const int32_t cs = 0, sh = 0;
+#endif
+    const int32_t K = p->K, N = p->N;
     int32_t *A = p->work;
     int16_t *w = p->w;
     const uint32_t S = TT_SPARSE_STRIDE(N);
     const uint32_t *col = p->mask;
     uint32_t c, b, word, nsat = 0;
     int32_t n, k;
-    for (n = 0; n < N; n++) {
-        const int64_t a = (int64_t)u->m_t * e[n] * ((int64_t)1 << sh);
-        if (a > INT32_MAX || a < -INT32_MAX) return 0;
-        A[n] = (int32_t)a;
+    for (n = 0; n < N; n++) { /* |m_t e[n]| < 2^22 */
+        const int32_t a = u->m_t * (int32_t)e[n];
+        if (sh > 0 && (a > (INT32_MAX >> sh) || a < -(INT32_MAX >> sh))) return 0;
+        A[n] = a * (1 << sh);
     }
     for (k = 0; k < K; k++) {
         const int32_t X = (int32_t)x[k] * (1 << cs);
@@ -225,7 +223,12 @@ static int32_t tt_sparse_cols_fast_s16(const tt_sgd_step *u, const tt_sparse_sgd
             TT_SPARSE_EACH(word, b) {
                 const int32_t an = Ac[b];
                 if (an != 0) {
-                    int32_t v = (int32_t)*w - tt_sparse_mulhr(an, X);
+#if TT_HAVE_DSP
+                    int32_t v = (int32_t)*w - tt_smmulr(an, X);
+#else
+                    const int32_t q = an * X;
+                    int32_t v = (int32_t)*w - ((q >> s) + ((q >> (s - 1)) & 1));
+#endif
                     if ((uint32_t)(v + TT_S16_MAX) > 2u * TT_S16_MAX) {
                         nsat++;
                         v = v > 0 ? TT_S16_MAX : -TT_S16_MAX;
