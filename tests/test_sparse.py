@@ -93,6 +93,36 @@ def test_sparse_options_exact(opt):
     three_way(m, x, y)
 
 
+def test_dsp_path_equals_reference(tmp_path):
+    """The sparse kernels' DSP path (SMMULR in the fused update; tt_dsp_emul.h's plain C intrinsics
+    on the host) equals the reference as the portable path does; the Cortex-M4 object really has
+    SMMULR (a silent fallback to the portable path fails here), the Cortex-M0 one not."""
+    import subprocess
+
+    from tinytrain.codegen.host import HostModel
+    from tinytrain.codegen.memory import CPU_FLAGS
+    from tinytrain.device import cbuild
+
+    from .conftest import HERE
+
+    m = Sequential([Dense(40), ReLU(), Dense(4)], input_shape=(37,), input_exp=-7, optimizer=SGD(lr=0.05), seed=4,
+                   prune={"schedule": "one_shot", "final_sparsity": 0.8, "begin_step": 0})
+    x, y = _data(8, (37,), 4, 9)
+    _past_schedule(m, x, y)
+    hm = HostModel(m, sanitize=True, extra_flags=["-DTT_HAVE_DSP=1", f"-I{HERE / 'c'}"])
+    for i in range(len(x)):
+        assert hm.train_step(x[i], y[i]) == tuple(int(v) for v in m.ref_train_step(x[i], y[i]))
+        assert hm.state_hash() == m.state_hash(), i
+    if shutil.which("arm-none-eabi-gcc") is None:
+        return
+    for cpu, smmulr in (("cortex-m4", True), ("cortex-m0", False)):
+        obj = str(tmp_path / f"tt_sparse-{cpu}.o")
+        subprocess.run(["arm-none-eabi-gcc", "-std=c99", "-O2", "-c", *CPU_FLAGS[cpu], f"-I{cbuild.FIRMWARE_INCLUDE}",
+                        str(cbuild.FIRMWARE_SRC / "tt_sparse.c"), "-o", obj], check=True, capture_output=True)
+        dis = subprocess.run(["arm-none-eabi-objdump", "-d", obj], capture_output=True, text=True, check=True).stdout
+        assert ("\tsmmulr" in dis) == smmulr, cpu
+
+
 def _sparse_w1ish():
     m = Sequential([Dense(12), ReLU(), Dense(4)], input_shape=(10,), input_exp=-7, optimizer=SGD(lr=0.05, momentum=0.9),
                    seed=1, prune={"schedule": "one_shot", "final_sparsity": 0.75, "begin_step": 0})
