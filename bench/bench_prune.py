@@ -17,6 +17,16 @@ Test accuracy per seed, mean ± sample std (ddof=1) over seeds; targets (issue 1
 checks that the mask holds exactly round(s n) zeros per tensor and that every pruned weight is
 zero. Writes bench/results/prune_w1.json and the BENCHMARKS.md section prune-w1. Accuracy only:
 the machine is shared, so no timing is reported.
+
+``--device`` (or ``--device-only``: without the accuracy table) adds the device side of issue 12's
+second target for seed 0's dense and gradual 50 / 80 / 90 % models after their 20 epochs (the mask
+final): on the QEMU Cortex-M4 (mps2_an386) and Cortex-M0 (microbit), the device weight storage of
+the pruned tensors (bytes, % of dense: packed int16 values + the mask, tinytrain/codegen/sparse.py)
+and the instructions per training sample (``-icount shift=0``, every step verified against the
+simulator by state hash: any mismatch raises), dense model vs the pruned one stored dense (masks
+re-applied) vs stored sparse. Targets: 80 % on the M4, storage <= 30 % of dense and >= 1.5x fewer
+instructions per sample than dense. Writes bench/results/prune_w1_device.json and the section
+prune-w1-device.
 """
 from __future__ import annotations
 
@@ -53,7 +63,7 @@ def configs(n: int) -> list[tuple[str, dict | None, float | None]]:
     return out
 
 
-def run(ds, seed: int, prune) -> tuple[float, dict, np.ndarray]:
+def run(ds, seed: int, prune, keep=None) -> tuple[float, dict, np.ndarray]:
     m = Sequential(W1.layers(), input_shape=ds.input_shape, input_exp=ds.input_exp - W1.input_shift,
                    n_classes=ds.n_classes, optimizer=SGD(lr=W1.lr), seed=seed, name="w1-digits-mlp", prune=prune)
     sim = Simulator(m)
@@ -71,6 +81,8 @@ def run(ds, seed: int, prune) -> tuple[float, dict, np.ndarray]:
         if got != want:
             raise AssertionError(f"seed {seed} {prune}: {got} pruned, want {want}")
     pred = sim.predict(ds.x_test)
+    if keep is not None:
+        keep.append(m)
     return float((pred == ds.y_test).mean()), sp, pred
 
 
@@ -82,9 +94,16 @@ def _stats(v) -> tuple[float, float]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    ap.add_argument("--device", action="store_true", help="also the device storage and QEMU instructions (M4, M0)")
+    ap.add_argument("--device-only", action="store_true", help="only the device part (seed 0 models)")
+    ap.add_argument("--steps", type=int, default=20, help="verified QEMU steps per device figure")
     args = ap.parse_args(argv)
     ds = W1.load()
     n = len(ds.x_train)
+    if args.device or args.device_only:
+        device(ds, n, args.steps)
+    if args.device_only:
+        return 0
     t0 = time.perf_counter()
     rows, dense_pred = [], {}
     for label, prune, pts in configs(n):
@@ -141,6 +160,73 @@ def main(argv=None) -> int:
     print(f"all targets {'met' if ok else 'NOT met'}; wrote {path.relative_to(report.ROOT)} and "
           f"{report.BENCHMARKS_MD.name}  [{secs:.1f} s]")
     return 0
+
+
+BOARDS = ("mps2_an386", "microbit")
+DEVICE_TARGETS = {"storage_pct_max": 30.0, "speedup_min": 1.5}  # issue 12, 80 % on the Cortex-M4
+
+
+def device(ds, n: int, steps: int) -> dict:
+    """Seed 0's dense and gradual 50 / 80 / 90 % models on the boards: weight storage and QEMU
+    instructions per sample, dense vs stored dense vs stored sparse (every figure measured here)."""
+    import copy
+
+    from tinytrain.codegen import sparse as S
+    from tinytrain.cost import device_cost
+
+    t0 = time.perf_counter()
+    models = {}
+    for label, prune, _ in configs(n)[:4]:  # dense, gradual 50 / 80 / 90 %
+        keep = []
+        run(ds, 0, prune, keep)
+        models[label] = keep[0]
+    rows = []
+    for board in BOARDS:
+        dense_ips = device_cost(models["dense"], board, ds, steps)["instructions_per_sample"]
+        rows.append({"board": board, "run": "dense", "storage": "dense", "weight_bytes": None, "weight_pct": None,
+                     "instructions_per_sample": dense_ips, "speedup": 1.0})
+        print(f"{board:11s} dense                       {dense_ips:9.0f} instructions/sample")
+        for label in list(models)[1:]:
+            m = models[label]
+            for storage in ("dense", "sparse"):
+                mm = copy.deepcopy(m)
+                mm.prune.storage = storage
+                ws = S.weight_storage(S.choose(mm), mm)
+                ips = device_cost(mm, board, ds, steps)["instructions_per_sample"]
+                pct = 100.0 * ws["bytes"] / ws["dense_bytes"]
+                rows.append({"board": board, "run": label, "storage": storage, "weight_bytes": ws["bytes"],
+                             "dense_weight_bytes": ws["dense_bytes"], "weight_pct": pct,
+                             "instructions_per_sample": ips, "speedup": dense_ips / ips})
+                print(f"{board:11s} {label:14s} stored {storage:6s} {ips:9.0f} instructions/sample "
+                      f"({dense_ips / ips:.2f}x dense), weights {ws['bytes']} B = {pct:.1f} % of {ws['dense_bytes']} B")
+    tgt = next(r for r in rows if r["board"] == "mps2_an386" and r["run"] == "gradual 80 %" and r["storage"] == "sparse")
+    met = {"storage": tgt["weight_pct"] <= DEVICE_TARGETS["storage_pct_max"],
+           "instructions": tgt["speedup"] >= DEVICE_TARGETS["speedup_min"]}
+    payload = {"workload": "w1", "seed": 0, "verified_steps": steps, "rows": rows, "targets": DEVICE_TARGETS,
+               "target_80_m4": {"weight_pct": tgt["weight_pct"], "speedup": tgt["speedup"], "met": met},
+               "machine": report.machine()}
+    path = report.write_json("prune_w1_device.json", payload)
+    table = report.markdown_table(
+        ["board", "model (seed 0, 20 epochs)", "pruned tensors stored", "weight storage", "instructions / sample",
+         "vs dense"],
+        [[r["board"], r["run"], r["storage"] if r["run"] != "dense" else "—",
+          "" if r["weight_bytes"] is None else f"{r['weight_bytes']:,} B = {r['weight_pct']:.1f} % of {r['dense_weight_bytes']:,} B",
+          f"{r['instructions_per_sample']:,.0f}", f"{r['speedup']:.2f}×"] for r in rows])
+    body = ("## Pruning on the device: sparse storage, W1 (QEMU)\n\n"
+            f"`python bench/bench_prune.py --device-only`: seed 0's dense and gradual 50 / 80 / 90 % W1 models "
+            "after 20 epochs (the masks final), on the QEMU Cortex-M4 (`mps2_an386`) and Cortex-M0 (`microbit`); "
+            "instructions per training sample with `-icount shift=0`, each the mean of "
+            f"{steps} steps verified against the simulator by state hash (0 mismatches, else the run fails). "
+            "Weight storage: the pruned tensors' device bytes, packed int16 values plus the mask (stored dense: "
+            "the int16 tensor plus the mask). Targets (issue 12, 80 % on the M4): storage ≤ 30 % of dense: "
+            f"{tgt['weight_pct']:.1f} % ({'met' if met['storage'] else 'MISSED'}); ≥ 1.5× fewer instructions per "
+            f"sample than dense: {tgt['speedup']:.2f}× ({'met' if met['instructions'] else 'MISSED'}).\n\n"
+            f"{table}\n")
+    report.update_section("prune-w1-device", body)
+    print(f"80 % on the M4: storage {tgt['weight_pct']:.1f} % ({'met' if met['storage'] else 'MISSED'}), "
+          f"{tgt['speedup']:.2f}x ({'met' if met['instructions'] else 'MISSED'}); wrote "
+          f"{path.relative_to(report.ROOT)}  [{time.perf_counter() - t0:.0f} s]")
+    return payload
 
 
 if __name__ == "__main__":

@@ -236,6 +236,13 @@ ROWS = [
       id="shrink-out-exists"),
     R(["shrink", "--model", "nosuch.tt", "--out", "s.tt"], "nosuch.tt: no such model file", {}, None,
       id="shrink-missing-model"),
+    # ---- sparse storage of pruned layers (docs/pruning.md, "Sparse storage on the device")
+    R([*TRAIN, "m.json"], 'prune: storage = "packed" must be one of "auto", "dense", "sparse"',
+      {"m.json": spec(prune={"schedule": "one_shot", "final_sparsity": 0.5, "storage": "packed"})}, None,
+      id="prune-storage-unknown"),
+    R(["codegen", "--model", "m.json", "--out", "gen"], 'storage = "sparse": the pruning schedule still has events',
+      {"m.json": spec(prune={"schedule": "one_shot", "final_sparsity": 0.5, "begin_step": 5, "storage": "sparse"})},
+      None, id="prune-storage-sparse-before-the-end"),
     R(["info", "--model", "nosuch.tt", "--fixed-point"], "nosuch.tt", {}, None, id="info-fixed-point-missing-file"),
     R([*TRAIN, "m.json"], "unknown key(s) activation: known keys are units",
       {"m.json": spec([{"type": "dense", "units": 10, "activation": "relu"}])}, None, id="layer-unknown-key"),

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tinytrain.codegen import sparse as S
 from tinytrain.graph import optable
 from tinytrain.graph.optable import Names
 from tinytrain.ops.wblock import pack_int4
@@ -61,6 +62,9 @@ class Tensor:
     role: str  # param | master | accum | velocity | activation | error | grad | scratch | meta
     layer: int = -1
     init: np.ndarray | None = None
+    dense: int = 0   # stored sparse (tinytrain.codegen.sparse): the element count of its dense view
+    mask: str = ""   # stored sparse: the mask it is packed by (the mask itself: its own name)
+    shape: tuple = ()  # stored sparse: (rows, cols) of the dense view
 
     @property
     def bytes(self) -> int:
@@ -133,10 +137,11 @@ def _has_c(layer) -> bool:
 
 
 class Emitter:
-    def __init__(self, model, prefix="tt_model"):
+    def __init__(self, model, prefix="tt_model", storage=None):
         if not prefix.isidentifier():
             raise CodegenError(f"prefix {prefix!r} is not a valid C identifier")
         self.model, self.prefix = model, prefix
+        self.sparse = S.Renderer(self, S.choose(model, storage, CodegenError))
         self.decls: dict[str, str] = {}  # symbol -> its static const declaration (decl)
         for i, l in enumerate(model.layers):
             if not _has_c(l):
@@ -249,12 +254,13 @@ class Emitter:
                 continue
             for pi, p in enumerate(l.params):  # a layer's grad kernel writes all its grads
                 if p.trainable:
-                    gmax[pi] = max(gmax[pi], p.data.size)
+                    gmax[pi] = max(gmax[pi], self.sparse.count((li, pi)))
         for pi, n in enumerate(gmax):
             if n:
                 T.append(Tensor(self.grad_name(0, pi), "int32_t", n, "grad"))
         sw = max([int(np.prod(m.input_shape))] + [optable.scratch_words(l) for l in m.layers])
         T.append(Tensor(self.sym("scratch"), "int64_t", sw, "scratch"))
+        S.plan(self.sparse.sparse, T, self.sym)
         self.tensors, self.state_order = T, order
         return T
 
@@ -321,6 +327,8 @@ uint32_t {P}_saturations(void);
             src.append('#include "tt_prune.h"')
             if any(g is not None for g in m.prune_table.groups):
                 src.append('#include "tt_prune_group.h"')
+        if self.sparse.sparse:
+            src.append('#include "tt_sparse.h"')
         src += [f'#include "{h}"' for h in headers]
         src += ["", f"#define SCRATCH {self.sym('scratch')}", f"#define STATS {self.sym('stats')}",
                 f"#define CTX {self.sym('ctx')}", ""]
@@ -329,11 +337,13 @@ uint32_t {P}_saturations(void);
         src.append("/* ---- training state (RAM); initial values kept in flash for reset ---- */")
         for t in T:
             if t.role == "frozen":
-                src.append(f"/** frozen parameter of layer {t.layer} ({t.count} x {t.ctype}), in flash */")
+                what = "final pruning mask" if t.name.endswith("_mask") else "frozen parameter"
+                src.append(f"/** {what} of layer {t.layer} ({t.count} x {t.ctype}), in flash */")
                 src.append(c_array(t.ctype, t.name, t.init, const=True))
                 flash += t.bytes
             if t.role in ("param", "master", "accum", "velocity", "mask", "meta"):
-                src.append(f"/** {t.role} of layer {t.layer} ({t.count} x {t.ctype}) */" if t.layer >= 0 else f"/** [prng state, optimizer step, samples in batch] */")
+                packed = f", packed: the {t.count} of {t.dense} kept" if t.mask else ""
+                src.append(f"/** {t.role} of layer {t.layer} ({t.count} x {t.ctype}{packed}) */" if t.layer >= 0 else f"/** [prng state, optimizer step, samples in batch] */")
                 src.append(c_array(t.ctype, t.name, t.init))
                 if t.role in ("param", "master", "mask", "meta"):
                     src.append(c_array(t.ctype, t.name + "_init", t.init, const=True))
@@ -377,7 +387,7 @@ uint32_t {P}_saturations(void);
                f"    e0 = {m.input_exp};"]
         for li, l in enumerate(m.layers):
             out.append(f"    /* layer {li}: {l!r} {l.in_shape} -> {l.out_shape} */")
-            out += ["    " + s for s in optable.forward_lines(l, self.names, li, *self._io(li), train=True)]
+            out += ["    " + s for s in self._forward_lines(li, train=True)]
         zl = self.sym(f"a{L - 1}")
         errs = [self.sym("err0"), self.sym("err1")]
         if m.loss == "softmax_ce":
@@ -396,6 +406,11 @@ uint32_t {P}_saturations(void);
             dx = errs[(li - 1) % 2] if li > first else None
             out.append(f"    /* backward {li}: {l!r} */")
             x, ex, y, _ = self._io(li)
+            if li in self.sparse.layers:
+                out += self.sparse.backward(li, x, ex, e, dx)
+                if dx:
+                    out.append("    de = ee;")
+                continue
             if self.fused(li):
                 out += self._fused_dense(li, l, x, ex, e, dx)
                 out += self._prune_apply((li, 0), "    ") + self._prune_apply((li, 1), "    ")  # b: neurons
@@ -435,6 +450,9 @@ uint32_t {P}_saturations(void);
                 for pi, p in enumerate(l.params):
                     key = (li, pi)
                     if key not in m.accum:
+                        continue
+                    if key in self.sparse.sparse:
+                        out += self.sparse.apply_accumulated(li, "        ")
                         continue
                     pn = self.sym(f"l{li}_{p.name}")
                     w, t = self._update_target(li, pi)
@@ -492,10 +510,13 @@ uint32_t {P}_saturations(void);
     def _emit_prune_tables(self) -> list[str]:
         """The pruned tensors (mask, tensor, optimizer slots) and the schedule, static const."""
         m, tab = self.model, self.model.prune_table
-        if tab is None:
+        if tab is None or all(k in self.sparse.sparse for k in tab.keys):
             return []
         rows = []
         for (li, pi), shift in zip(tab.keys, tab.shifts):
+            if (li, pi) in self.sparse.sparse:  # packed: nothing to re-zero (never selected: no event left)
+                rows.append("    {.n = 0u},")
+                continue
             p, pn = m.layers[li].params[pi], self.sym(f"l{li}_{m.layers[li].params[pi].name}")
             slot = lambda d, suffix: f"{pn}_{suffix}" if (li, pi) in d else "0"  # noqa: E731
             width = lambda d: d[(li, pi)].dtype.itemsize if (li, pi) in d else 0  # noqa: E731
@@ -504,9 +525,11 @@ uint32_t {P}_saturations(void);
                         f".acc = {slot(m.accum, 'acc')}, .vel = {slot(m.velocity, 'vel')}, "
                         f".vel_bytes = {width(m.velocity)}u, .shift = {shift}u}},")
         ps = self.sym("prune")
-        out = [f"/** pruned tensors, unit by unit (the schedule's columns) */",
-               f"static const tt_prune_tensor {ps}[{len(tab.keys)}] = {{", *rows, "};",
-               c_array("uint32_t", f"{ps}_steps", tab.steps, const=True)]
+        table = [f"/** pruned tensors, unit by unit (the schedule's columns) */",
+                 f"static const tt_prune_tensor {ps}[{len(tab.keys)}] = {{", *rows, "};"]
+        if self.sparse.sparse:  # the schedule has no event left: no table of it
+            return table
+        out = [*table, c_array("uint32_t", f"{ps}_steps", tab.steps, const=True)]
         n_el = sum(not tab.structured(u) for u in range(len(tab.units)))  # the structured units come last
         if n_el:
             starts = [a for a, _ in tab.units[:n_el]] + [tab.units[n_el - 1][1]]
@@ -542,13 +565,13 @@ uint32_t {P}_saturations(void);
     def _prune_apply(self, key, ind) -> list[str]:
         """After every optimizer touch of a pruned tensor: its pruned elements back to zero."""
         tab = self.model.prune_table
-        if tab is None or key not in tab.keys:
+        if tab is None or key not in tab.keys or key in self.sparse.sparse:
             return []
         return [f"{ind}tt_prune_apply(&{self.sym('prune')}[{tab.keys.index(key)}]);"]
 
     def _prune_step(self, ind) -> list[str]:
         """Before the step counter moves past update t: that step's pruning event, if any."""
-        if self.model.prune_table is None:
+        if self.model.prune_table is None or self.sparse.sparse:  # packed: no event is left
             return []
         ps, tab = self.sym("prune"), self.model.prune_table
         n_el = sum(not tab.structured(u) for u in range(len(tab.units)))
@@ -601,7 +624,7 @@ uint32_t {P}_saturations(void);
         if fn is None:
             raise CodegenError(f"layer {li} ({m.layers[li].kind}): no C kernel narrows a {kind[0]} master into "
                                f"{kind[1]} {p.name}: use another precision policy")
-        return f"{fn}({pn}_master, {pn}, {p.data.size});"
+        return f"{fn}({pn}_master, {pn}, {self.sparse.count((li, pi))});"
 
     def _io(self, li):
         """(input, its exponent, output, its exponent) of layer li in the generated step."""
@@ -628,12 +651,17 @@ uint32_t {P}_saturations(void);
             out.append("    " + self._refresh(li, 0, rows_of=e if m.blocked(li, 0) and not m.opt.wd_m else None))
         return out
 
+    def _forward_lines(self, li, train):
+        if li in self.sparse.layers:
+            return self.sparse.forward(li, *self._io(li))
+        return optable.forward_lines(self.model.layers[li], self.names, li, *self._io(li), train=train)
+
     def _emit_predict(self):
         m, P = self.model, self.prefix
         L = len(m.layers)
         out = ["", f"int32_t {P}_predict(const int8_t *x)", "{", "    " + self._lvars(backward=False), f"    e0 = {m.input_exp};"]
         for li, l in enumerate(m.layers):
-            out += ["    " + s for s in optable.forward_lines(l, self.names, li, *self._io(li), train=False)]
+            out += ["    " + s for s in self._forward_lines(li, train=False)]
         out.append(f"    (void)e{L};")
         out += [f"    return tt_argmax_s8({self.sym(f'a{L - 1}')}, {m.layers[-1].out_size});", "}"]
         return out
@@ -650,7 +678,13 @@ uint32_t {P}_saturations(void);
 
         def span(t):
             ro = int(t.role == "frozen")  # in flash: a write must leave it unchanged
-            return f"    {{{'(void *)' if ro else ''}{t.name}, sizeof({t.name}), {ro}}},"
+            if t.mask:  # stored sparse: its dense view (tt_state.h)
+                rows, cols = t.shape
+                if t.mask == t.name:  # the mask, shown row-major
+                    return f"    {{(void *){t.name}, {4 * ((rows * cols + 31) // 32)}u, 1, {t.mask}, 0u, {rows}u, {cols}u}},"
+                size = Tensor("", t.ctype, 1, t.role).bytes
+                return f"    {{{t.name}, {t.dense * size}u, 0, {t.mask}, {size}u, {rows}u, {cols}u}},"
+            return f"    {{{'(void *)' if ro else ''}{t.name}, sizeof({t.name}), {ro}, 0, 0u, 0u, 0u}},"
 
         out = ["", "/* ---- the state blob (schema order), the inspectable tensors, what reset restores ---- */",
                f"static const tt_span {st}_spans[{len(state)}] = {{", *map(span, state), "};",
@@ -673,6 +707,8 @@ uint32_t {P}_saturations(void);
         return out
 
 
-def generate(model, prefix: str = "tt_model") -> Emitted:
-    """Emit C for ``model`` with its current training state as the initial state."""
-    return Emitter(model, prefix).emit()
+def generate(model, prefix: str = "tt_model", storage: str | None = None) -> Emitted:
+    """Emit C for ``model`` with its current training state as the initial state. ``storage``:
+    how pruned layers are stored (tinytrain.codegen.sparse: "auto", "dense", "sparse"; None:
+    the prune object's ``storage``, else "auto")."""
+    return Emitter(model, prefix, storage).emit()

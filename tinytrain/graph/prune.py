@@ -80,6 +80,8 @@ FIELDS = {
     "structure": F.one_of("weights", "neurons", "channels", "filters"),
     "scope": F.one_of("layer", "global"),
     "criterion": F.one_of("l1", "gamma"),
+    # how codegen stores the layer once the mask is final (tinytrain/codegen/sparse.py)
+    "storage": F.one_of("auto", "dense", "sparse"),
 }
 #: keys each schedule reads (others are refused: a key that would be ignored is a mistake)
 _KEYS = {
@@ -87,7 +89,7 @@ _KEYS = {
     "constant": {"final_sparsity", "target_sparsity", "begin_step", "end_step", "frequency"},
     "one_shot": {"final_sparsity", "target_sparsity", "begin_step"},
 }
-_COMMON = {"schedule", "structure", "scope", "criterion"}
+_COMMON = {"schedule", "structure", "scope", "criterion", "storage"}
 
 
 class PruneError(ValueError):
@@ -110,6 +112,7 @@ class Prune:
     structure: str = "weights"
     scope: str = "layer"
     criterion: str | None = None  # structured pruning: "l1" (default) or "gamma" (graph/prune_groups.py)
+    storage: str | None = None  # codegen: "auto" (None), "dense" or "sparse" (codegen/sparse.py)
 
     def to_dict(self) -> dict:
         """The keys the user gave (None left out), the model file's ``"prune"`` object."""

@@ -129,6 +129,10 @@ void tt_sgd_refresh_copy_s32_s8(const int32_t *master, int8_t *w8, int32_t n);
 /** int8 compute copy of an int16 master: sat_s8(rshift_round(master, 8)). */
 void tt_sgd_refresh_copy_s16_s8(const int16_t *master, int8_t *w8, int32_t n);
 
+/** The bias part of tt_sgd_dense_direct_s16 / _s32: b[N] at eb, gradient e[n] at exponent ee
+ *  (for kernels forming the weight part themselves: tt_sparse.h). */
+void tt_sgd_dense_bias_s32(const tt_sgd_step *u, int32_t *b, int32_t eb, const int8_t *e, int32_t ee, int32_t N);
+
 #ifdef __cplusplus
 }
 #endif

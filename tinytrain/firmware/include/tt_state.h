@@ -15,11 +15,19 @@ extern "C" {
 #endif
 
 /** One tensor: bytes at p. ro != 0: a read-only tensor (a frozen parameter in flash): it reads
- *  like the others, and a write must leave it unchanged. */
+ *  like the others, and a write must leave it unchanged.
+ *  mask != NULL: a tensor stored sparse (tt_sparse.h) shown in its dense, row-major view of
+ *  bytes bytes: w[rows][cols] whose kept elements (mask bit n % 32 of word k * ceil(rows / 32)
+ *  + n / 32 clear) are at p, elem bytes each, in column-major order, the pruned ones reading as zero bytes (a write
+ *  must give zeros there); or, elem == 0, the mask itself (p == mask) shown as tt_prune.h's
+ *  row-major bitmap (ro: a write must give the same bits). */
 typedef struct tt_span {
     void *p;
     uint32_t bytes;
     int32_t ro;
+    const uint32_t *mask;
+    uint32_t elem;
+    uint32_t rows, cols;
 } tt_span;
 
 /** A table of n spans: the state blob, or the inspectable tensors (by index). */
@@ -46,8 +54,9 @@ uint32_t tt_state_hash(const tt_spans *t);
 int tt_state_read(const tt_spans *t, uint32_t off, uint8_t *dst, uint32_t n);
 
 /** Overwrite blob bytes [off, off + n) from src, span by span. 0 on success; -1 if the range is
- *  out of the blob (nothing written) or if src differs from a read-only span it covers (the
- *  spans before that one are written, the read-only span and those after it are not). */
+ *  out of the blob (nothing written) or if src differs from a read-only span it covers, or has
+ *  a nonzero byte for a pruned element of a sparse span (the spans before that one are written,
+ *  that span up to the byte, those after it not). */
 int tt_state_write(const tt_spans *t, uint32_t off, const uint8_t *src, uint32_t n);
 
 /** Copy bytes [off, off + n) of span id to dst; *total receives the span's size when id is

@@ -740,3 +740,8 @@ void tt_sgd_refresh_copy_s16_s8(const int16_t *master, int8_t *w8, int32_t n)
     int32_t i;
     for (i = 0; i < n; i++) w8[i] = tt_narrow_s8(master[i], 8);
 }
+
+void tt_sgd_dense_bias_s32(const tt_sgd_step *u, int32_t *b, int32_t eb, const int8_t *e, int32_t ee, int32_t N)
+{
+    tt_sgd_dense_bias(u, b, eb, e, ee, N);
+}

@@ -12,11 +12,91 @@ uint32_t tt_state_size(const tt_spans *t)
     return s;
 }
 
+/* ---- sparse spans (tt_span.mask): the dense row-major view of a column-major packed tensor ---- */
+
+/* The mask bit of w[n][k] of a sparse span (S = ceil(rows / 32) words per column) and its word. */
+static uint32_t tt_state_word(const tt_span *s, uint32_t n, uint32_t k)
+{
+    return k * ((s->rows + 31u) / 32u) + n / 32u;
+}
+
+static uint32_t tt_state_bit(const tt_span *s, uint32_t n, uint32_t k)
+{
+    return (s->mask[tt_state_word(s, n, k)] >> (n % 32u)) & 1u;
+}
+
+/* Kept (clear) bits before that of w[n][k] (the padding bits are set): its packed index. */
+static uint32_t tt_state_rank(const tt_span *s, uint32_t n, uint32_t k)
+{
+    const uint32_t q = tt_state_word(s, n, k);
+    uint32_t wi, w, c = 0;
+    for (wi = 0; wi < q; wi++)
+        for (w = ~s->mask[wi]; w; w &= w - 1u) c++;
+    for (w = ~s->mask[q] & ((1u << (n % 32u)) - 1u); w; w &= w - 1u) c++;
+    return c;
+}
+
+/* Byte pos of a sparse span's view; *pruned: it is a byte of a pruned element (elem != 0). */
+static uint8_t tt_state_view(const tt_span *s, uint32_t pos, int *pruned)
+{
+    const uint32_t R = s->rows, C = s->cols;
+    *pruned = 0;
+    if (s->elem == 0) { /* the mask, row-major: bit i = element (i / C, i % C) */
+        uint32_t j, v = 0;
+        for (j = 0; j < 8u && pos * 8u + j < R * C; j++) {
+            const uint32_t i = pos * 8u + j;
+            v |= tt_state_bit(s, i / C, i % C) << j;
+        }
+        return (uint8_t)v;
+    }
+    {
+        const uint32_t i = pos / s->elem;
+        if (tt_state_bit(s, i / C, i % C)) {
+            *pruned = 1;
+            return 0;
+        }
+        return ((const uint8_t *)s->p)[tt_state_rank(s, i / C, i % C) * s->elem + pos % s->elem];
+    }
+}
+
+/* Bytes [off, off + k) of a sparse span's view to dst, or (write) from src: 0, or -1 when src
+ * differs from the view where it cannot be written (the mask; a pruned element's zeros). */
+static int tt_state_sparse_io(const tt_span *s, uint32_t off, uint8_t *dst, const uint8_t *src,
+                              uint32_t k, int write)
+{
+    uint32_t j;
+    for (j = 0; j < k; j++) {
+        int pruned;
+        const uint8_t v = tt_state_view(s, off + j, &pruned);
+        if (!write) {
+            dst[j] = v;
+        } else if (s->elem == 0 || pruned) {
+            if (src[j] != v) return -1;
+        } else {
+            const uint32_t i = (off + j) / s->elem;
+            ((uint8_t *)s->p)[tt_state_rank(s, i / s->cols, i % s->cols) * s->elem + (off + j) % s->elem] = src[j];
+        }
+    }
+    return 0;
+}
+
 uint32_t tt_state_hash(const tt_spans *t)
 {
     uint32_t i, crc = 0;
-    for (i = 0; i < t->n; i++)
-        crc = tt_crc32_update(crc, (const uint8_t *)t->span[i].p, t->span[i].bytes);
+    for (i = 0; i < t->n; i++) {
+        const tt_span *s = &t->span[i];
+        uint32_t off;
+        if (!s->mask) {
+            crc = tt_crc32_update(crc, (const uint8_t *)s->p, s->bytes);
+            continue;
+        }
+        for (off = 0; off < s->bytes; off += 32u) { /* the view, 32 bytes at a time */
+            uint8_t buf[32];
+            const uint32_t k = s->bytes - off < 32u ? s->bytes - off : 32u;
+            (void)tt_state_sparse_io(s, off, buf, 0, k, 0);
+            crc = tt_crc32_update(crc, buf, k);
+        }
+    }
     return crc;
 }
 
@@ -32,7 +112,10 @@ static int tt_state_io(const tt_spans *t, uint32_t off, uint8_t *dst, const uint
         const tt_span *s = &t->span[i];
         if (off < s->bytes) {
             const uint32_t k = s->bytes - off < n ? s->bytes - off : n;
-            if (!write) {
+            if (s->mask) {
+                if (tt_state_sparse_io(s, off, dst, src, k, write) != 0) return -1;
+                if (write) src += k; else dst += k;
+            } else if (!write) {
                 memcpy(dst, (const uint8_t *)s->p + off, k);
                 dst += k;
             } else {
@@ -65,6 +148,7 @@ int tt_state_get_tensor(const tt_spans *t, uint32_t id, uint32_t off, uint8_t *d
     if (id >= t->n) return -1;
     *total = t->span[id].bytes;
     if (off > *total || n > *total - off) return -1;
+    if (t->span[id].mask) return tt_state_sparse_io(&t->span[id], off, dst, 0, n, 0);
     if (n) memcpy(dst, (const uint8_t *)t->span[id].p + off, n);
     return 0;
 }

@@ -1,0 +1,241 @@
+"""Sparse storage of pruned Dense layers on the device (tinytrain/codegen/sparse.py, firmware
+tt_sparse.c; the masked dense reference is the specification).
+
+Models whose pruning schedule is over (the mask final) are emitted with packed weights and slots
+and kernels that skip the pruned weights; on drawn MLPs x sparsities x optimizer options
+(momentum, decay, stochastic rounding, masters, batch, frozen layers) the C equals the reference
+and the numba simulator every step, by state hash (the blob keeps its dense view). Also: the
+blob's view read, written and refused where it cannot be written, what is emitted, the
+refusals, and a QEMU verify of sparse W1 on the Cortex-M4 and the micro:bit.
+"""
+from __future__ import annotations
+
+import copy
+import shutil
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from tinytrain.codegen import sparse as S
+from tinytrain.codegen.emit import CodegenError, generate
+from tinytrain.graph import prune as P
+from tinytrain.graph.conv import Conv1d
+from tinytrain.graph.layers import Dense, Flatten, ModelError, ReLU
+from tinytrain.graph.model import Sequential
+from tinytrain.graph.optim import SGD
+from tinytrain.graph.state import state_blob
+
+from .conftest import examples
+from .test_exactness import _data, any_optimizer, three_way
+
+
+def _past_schedule(m, x, y):
+    """Reference steps until no pruning event is left (the mask final)."""
+    i = 0
+    while not S.final(m):
+        m.ref_train_step(x[i % len(x)], y[i % len(y)])
+        i += 1
+
+
+@st.composite
+def mlps(draw):
+    """An MLP of 1-3 Dense layers (fan-in and fan-out across the 32-bit word of a mask column)."""
+    k = draw(st.integers(1, 70))
+    widths = draw(st.lists(st.integers(1, 45), min_size=0, max_size=2))
+    layers = []
+    for w in widths:
+        layers += [Dense(w), ReLU()]
+    n_cls = draw(st.integers(2, 5))
+    return (k,), layers + [Dense(n_cls)], n_cls
+
+
+@settings(max_examples=examples(2), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_sparse_training_reference_sim_c_equal(data):
+    """Drawn MLPs x sparsities x optimizer options, the schedule over: every pruned Dense weight
+    tensor is packed, and reference = numba = C (sparse kernels, UBSan) every step."""
+    shape, layers, n_cls = data.draw(mlps())
+    probe = Sequential(copy.deepcopy(layers), input_shape=shape, input_exp=-7)
+    opt = data.draw(any_optimizer(probe.layers))
+    s = data.draw(st.sampled_from([0.25, 0.5, 0.8, 0.9, 0.99]))
+    prune = data.draw(st.sampled_from([
+        {"schedule": "one_shot", "final_sparsity": s, "begin_step": 0},
+        {"schedule": "polynomial", "final_sparsity": s, "begin_step": 0, "end_step": 2, "frequency": 1},
+        {"schedule": "one_shot", "final_sparsity": s, "begin_step": 1, "scope": "global"}]))
+    ref = Sequential(layers, input_shape=shape, input_exp=data.draw(st.integers(-9, 0)), optimizer=opt,
+                     seed=data.draw(st.integers(0, 1000)), prune=prune)
+    if ref.prune_table is None:  # nothing learns that can be pruned
+        return
+    x, y = _data(data.draw(st.integers(4, 7)), shape, n_cls, data.draw(st.integers(0, 2**16)))
+    _past_schedule(ref, x, y)
+    chosen = S.choose(ref)
+    assert set(chosen) == set(ref.prune_table.keys)
+    three_way(ref, x, y, epochs=1)
+
+
+@pytest.mark.parametrize("opt", [SGD(lr=0.2, momentum=0.9, batch_size=3, stochastic_rounding=True),
+                                 SGD(lr=0.05, master_weights=True, stochastic_rounding=True, weight_decay=1e-3)],
+                         ids=["momentum-batch-sr", "master-sr-wd"])
+def test_sparse_options_exact(opt):
+    """Fixed cases of the option paths: the fused fast update, the per-element path with the
+    pruned elements' PRNG draws, masters narrowed from packed masters, accumulators and
+    momentum packed; three-way equal, 90 % and 40-wide (two mask words per column)."""
+    m = Sequential([Dense(40), ReLU(), Dense(4)], input_shape=(37,), input_exp=-7, optimizer=opt, seed=3,
+                   prune={"schedule": "polynomial", "final_sparsity": 0.9, "begin_step": 0, "end_step": 2,
+                          "frequency": 1})
+    x, y = _data(9, (37,), 4, 5)
+    _past_schedule(m, x, y)
+    chosen = S.choose(m)
+    assert {k: p.nnz for k, p in chosen.items()} == {(0, 0): 148, (2, 0): 16}
+    three_way(m, x, y)
+
+
+def test_dsp_path_equals_reference(tmp_path):
+    """The sparse kernels' DSP path (SMMULR in the fused update; tt_dsp_emul.h's plain C intrinsics
+    on the host) equals the reference as the portable path does; the Cortex-M4 object really has
+    SMMULR (a silent fallback to the portable path fails here), the Cortex-M0 one not."""
+    import subprocess
+
+    from tinytrain.codegen.host import HostModel
+    from tinytrain.codegen.memory import CPU_FLAGS
+    from tinytrain.device import cbuild
+
+    from .conftest import HERE
+
+    m = Sequential([Dense(40), ReLU(), Dense(4)], input_shape=(37,), input_exp=-7, optimizer=SGD(lr=0.05), seed=4,
+                   prune={"schedule": "one_shot", "final_sparsity": 0.8, "begin_step": 0})
+    x, y = _data(8, (37,), 4, 9)
+    _past_schedule(m, x, y)
+    hm = HostModel(m, sanitize=True, extra_flags=["-DTT_HAVE_DSP=1", f"-I{HERE / 'c'}"])
+    for i in range(len(x)):
+        assert hm.train_step(x[i], y[i]) == tuple(int(v) for v in m.ref_train_step(x[i], y[i]))
+        assert hm.state_hash() == m.state_hash(), i
+    if shutil.which("arm-none-eabi-gcc") is None:
+        return
+    for cpu, smmulr in (("cortex-m4", True), ("cortex-m0", False)):
+        obj = str(tmp_path / f"tt_sparse-{cpu}.o")
+        subprocess.run(["arm-none-eabi-gcc", "-std=c99", "-O2", "-c", *CPU_FLAGS[cpu], f"-I{cbuild.FIRMWARE_INCLUDE}",
+                        str(cbuild.FIRMWARE_SRC / "tt_sparse.c"), "-o", obj], check=True, capture_output=True)
+        dis = subprocess.run(["arm-none-eabi-objdump", "-d", obj], capture_output=True, text=True, check=True).stdout
+        assert ("\tsmmulr" in dis) == smmulr, cpu
+
+
+def _sparse_w1ish():
+    m = Sequential([Dense(12), ReLU(), Dense(4)], input_shape=(10,), input_exp=-7, optimizer=SGD(lr=0.05, momentum=0.9),
+                   seed=1, prune={"schedule": "one_shot", "final_sparsity": 0.75, "begin_step": 0})
+    x, y = _data(6, (10,), 4, 2)
+    _past_schedule(m, x, y)
+    return m, x, y
+
+
+def test_state_blob_is_the_dense_view():
+    """The C blob of a sparse model is the reference's blob byte for byte (pruned weights read as
+    zeros, the mask row-major); writing it back is accepted; a nonzero pruned weight or a changed
+    mask bit is refused (-1); the packed tensor reads densely through get_tensor."""
+    from tinytrain.codegen.host import HostModel
+    from tinytrain.verify import state_layout
+
+    m, x, y = _sparse_w1ish()
+    hm = HostModel(m)
+    blob = state_blob(m)
+    assert hm.read_state() == blob and hm.state_hash() == m.state_hash()
+    assert hm.write_state(blob) == 0 and hm.state_hash() == m.state_hash()
+    lay = {(s.layer, s.param, s.role): s for s in state_layout(m)}
+    w, mask = lay[(0, "w", "param")], lay[(0, "w", "mask")]
+    pruned = int(np.flatnonzero(P.unpack(m.masks[(0, 0)], 120))[0])
+    bad = bytearray(blob)
+    bad[w.offset + 2 * pruned] = 1
+    assert hm.write_state(bytes(bad)) == -1
+    bad = bytearray(blob)
+    bad[mask.offset] ^= 1
+    assert hm.write_state(bytes(bad)) == -1
+    assert hm.write_state(blob) == 0 and hm.state_hash() == m.state_hash()
+    assert hm.get_tensor(0) == m.layers[0].params[0].data.tobytes()
+    hm.train_step(x[0], y[0])
+    m.ref_train_step(x[0], y[0])
+    assert hm.read_state() == state_blob(m)
+
+
+def test_emitted_sparse_c():
+    """What the generator emits once the mask is final: the mask in flash, packed buffers (30 of
+    120 kept), the sparse kernels, no re-zeroing and no schedule; storage "dense" keeps the old
+    path; the memory report sees the smaller parameters."""
+    m, _, _ = _sparse_w1ish()
+    em = generate(m)
+    src = em.source
+    assert '#include "tt_sparse.h"' in src and "tt_prune_apply" not in src and "tt_prune_step" not in src
+    assert "static const uint32_t tt_model_l0_w_mask[10] = {" in src  # 10 inputs, one word per column
+    assert "/** param of layer 0 (30 x int16_t, packed: the 30 of 120 kept) */" in src
+    assert "static int32_t tt_model_l0_w_vel[30] = {" in src
+    step = src[src.index("_train_step("):src.index("_predict(")]
+    assert "e1 = tt_sparse_dense_fwd_s8(&CTX, &tt_model_l0_sparse, x, e0, tt_model_a0);" in step
+    assert "tt_sparse_dense_grad_s32(&tt_model_l2_sparse, tt_model_err0, tt_model_a1, tt_model_grad0, tt_model_grad1);" in step
+    assert "tt_sparse_sgd_apply_accumulated_s16(&sgd, &tt_model_l0_layout, tt_model_l0_w, tt_model_l0_w_acc, tt_model_l0_w_vel);" in step
+    assert "{tt_model_l0_w, 240u, 0, tt_model_l0_w_mask, 2u, 12u, 10u}," in src
+    assert "{(void *)tt_model_l0_w_mask, 16u, 1, tt_model_l0_w_mask, 0u, 12u, 10u}," in src
+    dense = generate(m, storage="dense").source
+    assert "tt_sparse" not in dense and "tt_prune_apply(&tt_model_prune[0]);" in dense
+    mm = copy.deepcopy(m)
+    mm.prune.storage = "dense"
+    assert generate(mm).source == dense
+    params = lambda e: sum(t.bytes for t in e.tensors if t.role in ("param", "master", "accum", "velocity"))  # noqa: E731
+    assert params(generate(m, storage="dense")) - params(em) == (120 - 30 + 48 - 12) * (2 + 4 + 4)
+
+
+def test_storage_refusals():
+    """storage "sparse" where it cannot apply names why; "auto" then stays dense; a bad value
+    names the field."""
+    m = Sequential([Dense(12), ReLU(), Dense(4)], input_shape=(10,), input_exp=-7,
+                   prune={"schedule": "one_shot", "final_sparsity": 0.5, "begin_step": 3})
+    with pytest.raises(CodegenError, match="still has events"):
+        generate(m, storage="sparse")
+    assert "tt_sparse" not in generate(m).source
+    with pytest.raises(CodegenError, match="does not prune"):
+        generate(Sequential([Dense(3)], input_shape=(4,)), storage="sparse")
+    with pytest.raises(CodegenError, match="storage = 'packed' must be one of auto, dense, sparse"):
+        generate(m, storage="packed")
+    conv = Sequential([Conv1d(2, 3), Flatten(), Dense(3)], input_shape=(8, 1), input_exp=-7,
+                      prune={"schedule": "one_shot", "final_sparsity": 0.5, "begin_step": 0, "storage": "sparse"})
+    x, y = _data(3, (8, 1), 3, 0)
+    _past_schedule(conv, x, y)
+    with pytest.raises(CodegenError, match="Dense weights only"):
+        generate(conv)
+    conv.prune.storage = None
+    assert set(S.choose(conv)) == {(2, 0)}  # auto: the Dense head packed, the convolution dense
+    with pytest.raises(ModelError, match="storage"):
+        Sequential([Dense(3)], input_shape=(4,), prune={"schedule": "one_shot", "final_sparsity": 0.5,
+                                                         "storage": "packed"})
+    # structured pruning masks the bias (and batch norms) with the rows: those layers are shrunk, not packed
+    st_m = Sequential([Dense(12), ReLU(), Dense(4)], input_shape=(10,), input_exp=-7,
+                      prune={"schedule": "one_shot", "final_sparsity": 0.5, "begin_step": 0, "structure": "neurons"})
+    x, y = _data(3, (10,), 4, 0)
+    _past_schedule(st_m, x, y)
+    assert S.final(st_m) and S.choose(st_m) == {}
+    assert "tt_sparse" not in generate(st_m).source
+    with pytest.raises(CodegenError, match="shrink the model instead"):
+        generate(st_m, storage="sparse")
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("board", ["mps2_an386", "microbit"])
+def test_sparse_w1_bit_exact_in_qemu(board):
+    """W1 pruned to 80 % (one-shot at step 30, trained to step 60 by the simulator), then emitted
+    sparse and verified for 40 steps on QEMU: 0 mismatches (Cortex-M4: CLZ, Cortex-M0: the
+    portable bit loop)."""
+    if shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None:
+        pytest.skip("qemu-system-arm / arm-none-eabi-gcc missing")
+    from tinytrain import data
+    from tinytrain.sim.simulator import Simulator
+    from tinytrain.verify import verify
+
+    ds = data.load("digits")
+    m = Sequential([Dense(32), ReLU(), Dense(10)], input_shape=(64,), input_exp=ds.input_exp - 4,
+                   optimizer=SGD(lr=0.05), seed=0, prune={"schedule": "one_shot", "final_sparsity": 0.8,
+                                                          "begin_step": 30, "storage": "sparse"})
+    Simulator(m).train(ds.x_train, ds.y_train, list(range(60)))
+    assert {k: p.nnz for k, p in S.choose(m).items()} == {(0, 0): 410, (2, 0): 64}
+    r = verify(m, ds, 40, board=board, json=True)
+    assert r["mismatches"] == 0 and r["first_mismatch"] is None and r["steps"] == 40
