@@ -18,6 +18,14 @@ static inline int32_t tt_mulhi_add(int32_t g, int32_t M, uint32_t R)
     return (int32_t)(((int64_t)g * M + (int64_t)R) >> 32);
 }
 
+#if !TT_HAVE_DSP
+/* (a * b + 2^31) >> 32 of the exact 64-bit product (tt_dsp.h's SMMULR). */
+static inline int32_t tt_smmulr(int32_t a, int32_t b)
+{
+    return (int32_t)(((int64_t)a * b + ((int64_t)1 << 31)) >> 32);
+}
+#endif
+
 /* shift(v, s): round (or stochastically round, one PRNG draw) right shift for s > 0,
  * saturating left shift by min(-s, 40) for s < 0. */
 static int64_t tt_sgd_shift(int64_t v, int32_t s, int32_t sr, uint32_t *prng)
@@ -214,8 +222,8 @@ typedef struct sgd_fuse {
 
 /* One specialisation of sgd_apply_fast: W16, MU, WD, SR, ACC are constants after inlining. ACC:
  * the sample's accumulate step comes first, in the same pass (batch size 1, no draws):
- * A = sat32(A + floor((m_t g + 2^(s-1)) / 2^s)), s in [1, 31], the step taken from the words of
- * the 64-bit sum as tt_sgd_accumulate_small_s does (its caller has bounded it below 2^30). */
+ * A = sat32(A + floor((m_t g + 2^(s-1)) / 2^s)), s in [1, 31], in 32 bits (its caller has bounded
+ * |g| m_t + 2^(s-1) below 2^31). */
 static inline uint32_t sgd_apply_body(int16_t *w16, int32_t *w32, int32_t *A, int32_t *V, int32_t n,
                                       int32_t mu, int32_t mk, int32_t wm, int32_t ws, uint32_t *px,
                                       const sgd_fuse *f, int32_t W16, int32_t MU, int32_t WD, int32_t SR,
@@ -223,8 +231,12 @@ static inline uint32_t sgd_apply_body(int16_t *w16, int32_t *w32, int32_t *A, in
 {
     const int32_t lo = W16 ? -TT_S16_MAX : INT32_MIN, hi = W16 ? TT_S16_MAX : INT32_MAX;
     const int32_t whh = WD && ws >= 33 ? (int32_t)1 << (ws - 33) : 0, wsh = ws >= 33 ? ws - 32 : ws;
-    const int32_t ibm = f->ib_m, ibk = f->ib_k, mt = f->m_t, as = ACC ? f->s : 1, sl = 32 - as;
-    const int64_t half = (int64_t)1 << (as - 1);
+    const int32_t ibm = f->ib_m, ibk = f->ib_k, mt = f->m_t, as = ACC ? f->s : 1, half = (int32_t)1 << (as - 1);
+    /* round(V mu / 2^mk) = floor((V M + 2^31) / 2^32) (+ V when M = mu 2^(32-mk) >= 2^31, taken
+     * mod 2^32: the two terms have opposite signs, no overflow), as tt_sgd_accumulate_apply's
+     * step; mu < 2^mk */
+    const uint32_t Mu = MU ? (uint32_t)mu << (32 - mk) : 0;
+    const int32_t Ms = Mu >> 31 ? (int32_t)(Mu & 0x7fffffffu) + INT32_MIN : (int32_t)Mu, vm = -(int32_t)(Mu >> 31);
     const int32_t *g = f->g;
     int16_t *copy = f->copy;
     uint32_t x = *px, nsat = 0;
@@ -232,14 +244,11 @@ static inline uint32_t sgd_apply_body(int16_t *w16, int32_t *w32, int32_t *A, in
     for (i = 0; i < n; i++) {
         const int32_t wi = W16 ? w16[i] : w32[i];
         int64_t uu = A[i], d, v;
-        if (ACC) {
-            const uint64_t t = (uint64_t)((int64_t)g[i] * mt + half);
-            uu = tt_qadd((int32_t)uu, (int32_t)(((uint32_t)t >> as) | ((uint32_t)(t >> 32) << sl)));
-        }
+        if (ACC) uu = tt_qadd((int32_t)uu, (g[i] * mt + half) >> as); /* |g| m_t + half < 2^31 */
         A[i] = 0;
         if (!ACC && ibk) uu = tt_shr_round32(uu * ibm, ibk);
         if (MU) {
-            const int32_t vv = tt_qadd(tt_shr_round32((int64_t)V[i] * mu, mk), (int32_t)uu);
+            const int32_t vi = V[i], vv = tt_qadd(tt_smmulr(vi, Ms) + (vi & vm), (int32_t)uu);
             V[i] = vv;
             uu = vv;
         }
@@ -247,14 +256,29 @@ static inline uint32_t sgd_apply_body(int16_t *w16, int32_t *w32, int32_t *A, in
             const int64_t p = (int64_t)wi * wm;
             uu += ws >= 33 ? (int64_t)(((int32_t)((uint64_t)p >> 32) + whh) >> wsh) : tt_shr_round32(p, wsh);
         }
-        if (SR) {
+        if (!WD) { /* uu is an int32 (A, or V): the (stochastically) rounded shift in 32 bits */
+            const int32_t u32 = (int32_t)uu;
+            int32_t d32;
+            if (SR) {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                d32 = (u32 >> TT_SGD_GUARD_BITS) + (int32_t)((((uint32_t)u32 & 255u) + (x & 255u)) >> TT_SGD_GUARD_BITS);
+            } else {
+                d32 = (u32 >> TT_SGD_GUARD_BITS) + ((u32 >> (TT_SGD_GUARD_BITS - 1)) & 1);
+            }
+            if (W16) { /* |d32| <= 2^23: w - d fits int32 */
+                int32_t v32 = wi - d32;
+                if ((uint32_t)(v32 + TT_S16_MAX) > 2u * TT_S16_MAX) { nsat++; v32 = v32 > 0 ? TT_S16_MAX : -TT_S16_MAX; }
+                w16[i] = (int16_t)v32;
+                continue;
+            }
+            d = d32;
+        } else if (SR) {
             x ^= x << 13;
             x ^= x >> 17;
             x ^= x << 5;
             d = (uu + (int64_t)(x & 255u)) >> TT_SGD_GUARD_BITS;
-        } else if (!WD) { /* uu is an int32 (A, or V): the rounded shift in 32 bits */
-            const int32_t u32 = (int32_t)uu;
-            d = (u32 >> TT_SGD_GUARD_BITS) + ((u32 >> (TT_SGD_GUARD_BITS - 1)) & 1);
         } else {
             d = (uu + (1 << (TT_SGD_GUARD_BITS - 1))) >> TT_SGD_GUARD_BITS;
         }
@@ -386,7 +410,7 @@ static void sgd_accumulate_apply(const tt_sgd_step *u, int16_t *w16, int32_t *w3
         uint32_t b = 0;
         int32_t i;
         for (i = 0; i < n; i++) b |= (uint32_t)(g[i] ^ (g[i] >> 31));
-        if ((((int64_t)m_t << tt_bitwidth_u64(b)) >> s) < ((int64_t)1 << 30)) { /* |g| <= 2^bitwidth */
+        if (((int64_t)m_t << tt_bitwidth_u64(b)) + ((int64_t)1 << (s - 1)) < ((int64_t)1 << 31)) { /* |g| <= 2^bitwidth */
             sgd_fuse f = {0, 0, g, m_t, s, copy};
             if (sgd_apply_fast(u, w16, w32, A, V, n, &f)) return;
         }
@@ -528,14 +552,6 @@ static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, i
         if (a == 0) continue;
         for (k = 0; k < K; k++) tt_sgd_s16_one(row + k, a * (int32_t)x[k], s, st);
     }
-}
-#endif
-
-#if !TT_HAVE_DSP
-/* (a * b + 2^31) >> 32 of the exact 64-bit product (tt_dsp.h's SMMULR). */
-static inline int32_t tt_smmulr(int32_t a, int32_t b)
-{
-    return (int32_t)(((int64_t)a * b + ((int64_t)1 << 31)) >> 32);
 }
 #endif
 
