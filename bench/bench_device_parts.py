@@ -153,8 +153,8 @@ def _trace_counts(log: Path, syms, step_fn: str, insns=None, cpu="cortex-m4"):
     return counts, entries, cycles
 
 
-def _labels(elf, src: Path, sites):
-    """call-site pc -> (part, layer) from the generated C line of the call."""
+def _site_lines(elf, src: Path, sites):
+    """({call-site pc: its 0-based line in tt_model.c, or -1 elsewhere}, the lines of tt_model.c)."""
     pcs = [p for p in sites if p != "glue"]
     out = subprocess.run(["arm-none-eabi-addr2line", "-e", str(elf), *[hex(p) for p in pcs]],
                          capture_output=True, text=True, check=True).stdout.split()
@@ -162,12 +162,17 @@ def _labels(elf, src: Path, sites):
     res = {}
     for pc, where in zip(pcs, out):
         file, _, ln = where.rpartition(":")
-        try:
-            n = int(ln.split()[0]) - 1
-        except ValueError:
-            res[pc] = ("other", "")
-            continue
-        if not file.endswith("tt_model.c") or not 0 <= n < len(lines):
+        n = int(ln.split()[0]) - 1 if ln.split() and ln.split()[0].isdigit() else -1
+        res[pc] = n if file.endswith("tt_model.c") and 0 <= n < len(lines) else -1
+    return res, lines
+
+
+def _labels(elf, src: Path, sites):
+    """call-site pc -> (part, layer) from the generated C line of the call."""
+    at, lines = _site_lines(elf, src, sites)
+    res = {}
+    for pc, n in at.items():
+        if n < 0:
             res[pc] = ("other", "")
             continue
         text, layer, section = lines[n], "", "other"
@@ -218,21 +223,16 @@ def _bound(part, work, cpu, first_with_params, n_classes):
     return per_elem * work["elements"] * passes + extra
 
 
-def measure(wl: str, board: str, steps: int) -> dict:
-    from tinytrain import data
+def trace(model, ds, board: str, steps: int) -> dict:
+    """Build `model` for `board`, verify `steps` steps under QEMU with an instruction trace:
+    dict(r=verify's result, counts={call site: instructions}, entries, cycles, labels={site:
+    (part, layer)}, callees={site: the tt_* function the site's line calls}, cpu)."""
     from tinytrain.device.boards import get_board
     from tinytrain.device.emulator import Emulator
-    from tinytrain.graph import models
     from tinytrain.verify import build_cached, verify
 
-    name, dsname = WORKLOADS[wl]
-    ds = data.load(dsname)
-    model = models.build_model(name, ds)
     cpu = get_board(board).cpu
-    try:
-        elf = build_cached(model, board)
-    except Exception as e:  # noqa: BLE001 - a model that does not fit the board is a row, not a crash
-        return {"workload": wl, "board": board, "cpu": cpu, "error": str(e).splitlines()[0][:160]}
+    elf = build_cached(model, board)
     src = next(elf.parents[3].rglob("tt_model.c"))
     syms = _symbols(elf)
     with tempfile.TemporaryDirectory() as tmp:
@@ -243,7 +243,30 @@ def measure(wl: str, board: str, steps: int) -> dict:
         finally:
             emu.stop()
         counts, entries, cyc = _trace_counts(log, syms, "tt_model_train_step", _insn_table(elf), cpu)
-    labels = _labels(elf, src, counts)
+    return dict(r=r, counts=counts, entries=entries, cycles=cyc, labels=_labels(elf, src, counts),
+                callees=_callees(elf, src, counts), cpu=cpu)
+
+
+def _callees(elf, src: Path, sites) -> dict:
+    """call-site pc -> name of the tt_* function called on its line of tt_model.c ('' if none)."""
+    at, lines = _site_lines(elf, src, sites)
+    calls = {pc: re.search(r"(tt_\w+)\(", lines[n]) if n >= 0 else None for pc, n in at.items()}
+    return {pc: c.group(1) if c else "" for pc, c in calls.items()}
+
+
+def measure(wl: str, board: str, steps: int) -> dict:
+    from tinytrain import data
+    from tinytrain.graph import models
+
+    name, dsname = WORKLOADS[wl]
+    ds = data.load(dsname)
+    model = models.build_model(name, ds)
+    try:
+        t = trace(model, ds, board, steps)
+    except Exception as e:  # noqa: BLE001 - a model that does not fit the board is a row, not a crash
+        from tinytrain.device.boards import get_board
+        return {"workload": wl, "board": board, "cpu": get_board(board).cpu, "error": str(e).splitlines()[0][:160]}
+    r, counts, entries, cyc, labels, cpu = t["r"], t["counts"], t["entries"], t["cycles"], t["labels"], t["cpu"]
     work = _layer_work(model)
     with_params = [i for i, l in enumerate(model.layers) if l.macs()]
     parts, pcyc = collections.defaultdict(float), collections.defaultdict(float)

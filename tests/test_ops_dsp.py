@@ -21,7 +21,7 @@ from tinytrain.device import cbuild
 from tinytrain.ops import dense as rd
 from tinytrain.graph.optim import update_direct_ref
 
-from .conftest import HERE, runtime_cdef
+from .conftest import HERE, examples, runtime_cdef
 from .test_ops_conv import assert_same as conv_assert_same
 from .test_ops_conv import run_c as conv_run_c
 from .test_ops_conv import run_ref as conv_run_ref
@@ -447,6 +447,37 @@ def test_accumulate_apply_dsp_equals_portable_and_reference(clib, dsplib, case):
     assert np.array_equal(got[0], Ar) and np.array_equal(got[2], wr) and got[3] == nr and got[4] == prng[0]
     if mu[0]:
         assert np.array_equal(got[1], Vr)
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(accum_case(), st.booleans())
+def test_fused_accumulate_apply_equals_two_calls(clib, dsplib, case, with_copy):
+    """tt_sgd_accumulate_apply_s16/_s32 (one pass: accumulate, apply, refresh of the int16 copy;
+    batch 1, no stochastic rounding) == tt_sgd_accumulate_s32 + tt_sgd_apply_accumulated (+
+    tt_sgd_refresh_copy), on the DSP and the portable builds: accumulators, velocities, weights,
+    copy, saturations, PRNG state."""
+    g, A, V, w, m_t, s, mu, wd, batch, sr = case
+    case = (g, A, V, w, m_t, s, mu, wd, 1, 0)
+    for ffi, lib in (dsplib, clib):
+        want = _accum(lib, ffi, case)
+        A2, V2, w2 = A.copy(), V.copy(), w.copy()
+        cos = ffi.new("int32_t[65]")
+        o = ffi.new("tt_sgd *", {"m": m_t, "k": 20, "mu_m": mu[0], "mu_k": mu[1], "wd_m": wd[0], "wd_k": wd[1],
+                                 "ib_m": 0, "ib_k": 0, "batch_size": 1, "sr": 0, "cosine": cos})
+        prng, st_c = ffi.new("uint32_t *", 987654321), ffi.new("tt_stats *")
+        u = ffi.new("tt_sgd_step *", {"cfg": o, "m_t": m_t, "prng": prng, "stats": st_c})
+        Vp = c_i32(ffi, V2) if mu[0] else ffi.NULL
+        if w.dtype == np.int16:
+            lib.tt_sgd_accumulate_apply_s16(u, c_i16(ffi, w2), c_i32(ffi, A2), Vp, w.size, s - 20 + 8 - 3, c_i32(ffi, g), -3)
+        else:
+            cp = np.full(w.size, 7, np.int16)
+            lib.tt_sgd_accumulate_apply_s32(u, c_i32(ffi, w2), c_i16(ffi, cp) if with_copy else ffi.NULL, c_i32(ffi, A2),
+                                            Vp, w.size, s - 20 + 8 - 3, c_i32(ffi, g), -3)
+            if with_copy:
+                r = ((want[2] >> 15) + 1) >> 1
+                assert np.array_equal(cp, np.clip(r, -32767, 32767).astype(np.int16))
+        for a_, b_ in zip((A2, V2, w2, st_c.saturated, prng[0]), want):
+            assert np.array_equal(a_, b_)
 
 
 def test_refresh_copy_edges(clib, dsplib):

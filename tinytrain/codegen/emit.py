@@ -429,7 +429,9 @@ uint32_t {P}_saturations(void);
                     continue
                 pn = self.sym(f"l{li}_{p.name}")
                 ews = m.master_exp(key) if key in m.master else p.exp
-                if opt.accumulate:
+                if self._fuses_apply(key):
+                    out += self._accumulate_apply(li, pi, ews)
+                elif opt.accumulate:
                     out.append(f"    tt_sgd_accumulate_s32(&sgd, {pn}_acc, {p.data.size}, {ews}, {self.grad_name(li, pi)}, ge{pi});")
                 else:
                     w, t = self._update_target(li, pi)
@@ -449,7 +451,7 @@ uint32_t {P}_saturations(void);
             for li, l in enumerate(m.layers):
                 for pi, p in enumerate(l.params):
                     key = (li, pi)
-                    if key not in m.accum:
+                    if key not in m.accum or self._fuses_apply(key):
                         continue
                     if key in self.sparse.sparse:
                         out += self.sparse.apply_accumulated(li, "        ")
@@ -595,6 +597,29 @@ uint32_t {P}_saturations(void);
                 "    if (r == 0) {  /* the compute copies follow their masters */", *refresh, "    }",
                 "    return r;", "}"]
 
+    def _fuses_apply(self, key) -> bool:
+        """Parameters whose per-sample accumulate and end-of-batch apply are one call at their
+        backward (tt_sgd_accumulate_apply): batch size 1 without stochastic rounding (no draw
+        whose order the move would change), an int32 velocity, no pruning mask, not a per-channel
+        conv update. Nothing later in the step reads the tensor, so the result is the same."""
+        m, opt = self.model, self.model.opt
+        return (opt.accumulate and opt.batch_size == 1 and not opt.sr and key in m.accum and not m.masks
+                and m.velocity.get(key, np.zeros(0, np.int32)).dtype == np.int32 and not self.by_channel(key[0])
+                and self._update_target(*key)[1] in ("s16", "s32"))
+
+    def _accumulate_apply(self, li, pi, ews) -> list[str]:
+        m, key = self.model, (li, pi)
+        pn, (w, t) = self.sym(f"l{li}_{m.layers[li].params[pi].name}"), self._update_target(li, pi)
+        vel = f"{pn}_vel" if key in m.velocity else "0"
+        n, g = m.layers[li].params[pi].data.size, self.grad_name(li, pi)
+        refresh = self._refresh(li, pi) if key in m.master else ""
+        copy = "0"
+        if t == "s32" and refresh.startswith("tt_sgd_refresh_copy("):
+            copy, refresh = self.names.param(li, pi), ""
+        args = f"{w}, {copy}, " if t == "s32" else f"{w}, "
+        out = [f"    tt_sgd_accumulate_apply_{t}(&sgd, {args}{pn}_acc, {vel}, {n}, {ews}, {g}, ge{pi});"]
+        return out + (["    " + refresh] if refresh else [])
+
     def _update_target(self, li, pi):
         """(tensor, s8|s16|s32) an update of parameter pi of layer li writes: its master copy
         when it has one, else the parameter itself."""
@@ -644,10 +669,13 @@ uint32_t {P}_saturations(void);
         pw, t = self._update_target(li, 0)
         ews = m.master_exp((li, 0)) if (li, 0) in m.master else w.exp
         # a frozen tensor is NULL (frozen weights are const, in flash)
-        sp = self.names.decl(li, "sgd", f"tt_sgd_dense_{t}_params", {"K": K, "N": N, "w": pw if uw else 0, "ew": ews,
-                             "b": self.names.param(li, 1) if ub else 0, "eb": b.exp})
+        fields = {"K": K, "N": N, "w": pw if uw else 0, "ew": ews, "b": self.names.param(li, 1) if ub else 0, "eb": b.exp}
+        refresh = (li, 0) in m.master and uw
+        if refresh and self._refresh(li, 0).startswith("tt_sgd_refresh_copy("):
+            fields["copy"], refresh = self.names.param(li, 0), False  # the update narrows into the copy itself
+        sp = self.names.decl(li, "sgd", f"tt_sgd_dense_{t}_params", fields)
         out.append(f"    tt_sgd_dense_direct_{t}(&sgd, {sp}, {e}, de, {x}, {ex});")
-        if (li, 0) in m.master and uw:
+        if refresh:
             out.append("    " + self._refresh(li, 0, rows_of=e if m.blocked(li, 0) and not m.opt.wd_m else None))
         return out
 

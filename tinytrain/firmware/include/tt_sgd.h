@@ -58,6 +58,16 @@ void tt_sgd_apply_accumulated_s16(const tt_sgd_step *u, int16_t *w, int32_t *A, 
 void tt_sgd_apply_accumulated_s32(const tt_sgd_step *u, int32_t *w, int32_t *A, int32_t *V,
                                   int32_t n);
 
+/** Accumulate mode with batch size 1 and no stochastic rounding: tt_sgd_accumulate_s32 and
+ *  tt_sgd_apply_accumulated_s16 of one tensor in one pass, same bits (the generated step calls it
+ *  at the tensor's backward: no draw or later read depends on when the update happens). */
+void tt_sgd_accumulate_apply_s16(const tt_sgd_step *u, int16_t *w, int32_t *A, int32_t *V, int32_t n,
+                                 int32_t ew, const int32_t *g, int32_t eg);
+
+/** The same for an int32 tensor, and copy (or NULL) refreshed as tt_sgd_refresh_copy. */
+void tt_sgd_accumulate_apply_s32(const tt_sgd_step *u, int32_t *w, int16_t *copy, int32_t *A, int32_t *V,
+                                 int32_t n, int32_t ew, const int32_t *g, int32_t eg);
+
 /** Where a direct-mode Dense update writes: weights w[N][K] (int16) at exponent ew, biases
  *  b[N] at eb. A NULL tensor is frozen: it is neither read nor written. */
 typedef struct tt_sgd_dense_s16_params {
@@ -68,13 +78,15 @@ typedef struct tt_sgd_dense_s16_params {
     int32_t eb;
 } tt_sgd_dense_s16_params;
 
-/** The same with int32 weights (the int32 master copy of master-weight training). */
+/** The same with int32 weights (the int32 master copy of master-weight training); copy: the
+ *  int16 compute copy the update also refreshes (tt_sgd_refresh_copy of every weight), or NULL. */
 typedef struct tt_sgd_dense_s32_params {
     int32_t K, N;
     int32_t *w;
     int32_t ew;
     int32_t *b;
     int32_t eb;
+    int16_t *copy;
 } tt_sgd_dense_s32_params;
 
 /** Direct-mode update of a Dense layer without a gradient buffer: the gradient

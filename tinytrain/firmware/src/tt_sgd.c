@@ -18,6 +18,14 @@ static inline int32_t tt_mulhi_add(int32_t g, int32_t M, uint32_t R)
     return (int32_t)(((int64_t)g * M + (int64_t)R) >> 32);
 }
 
+#if !TT_HAVE_DSP
+/* (a * b + 2^31) >> 32 of the exact 64-bit product (tt_dsp.h's SMMULR). */
+static inline int32_t tt_smmulr(int32_t a, int32_t b)
+{
+    return (int32_t)(((int64_t)a * b + ((int64_t)1 << 31)) >> 32);
+}
+#endif
+
 /* shift(v, s): round (or stochastically round, one PRNG draw) right shift for s > 0,
  * saturating left shift by min(-s, 40) for s < 0. */
 static int64_t tt_sgd_shift(int64_t v, int32_t s, int32_t sr, uint32_t *prng)
@@ -195,21 +203,52 @@ static inline int32_t tt_shr_round32(int64_t v, int32_t k)
     return (int32_t)(((uint32_t)t >> k) | ((uint32_t)(t >> 32) << (32 - k)));
 }
 
-/* One specialisation of sgd_apply_fast: W16, MU, WD, SR are constants after inlining. */
+/* round(master / 2^16) saturated to [-32767, 32767]: tt_sgd_refresh_copy's element rule. */
+static inline int16_t tt_narrow_s16(int32_t m)
+{
+    const int32_t r = ((m >> 15) + 1) >> 1;
+    return (int16_t)(r > TT_S16_MAX ? TT_S16_MAX : r < -TT_S16_MAX ? -TT_S16_MAX : r);
+}
+
+/* What sgd_apply_body reads besides the tensors: the averaging 1/batch = ib_m 2^-ib_k (ib_k 0:
+ * batch 1), and for the fused per-sample step (ACC) the gradient g with m_t and the accumulate
+ * shift s, and the int16 copy of int32 weights (or NULL). */
+typedef struct sgd_fuse {
+    int32_t ib_m, ib_k;
+    const int32_t *g;
+    int32_t m_t, s;
+    int16_t *copy;
+} sgd_fuse;
+
+/* One specialisation of sgd_apply_fast: W16, MU, WD, SR, ACC are constants after inlining. ACC:
+ * the sample's accumulate step comes first, in the same pass (batch size 1, no draws):
+ * A = sat32(A + floor((m_t g + 2^(s-1)) / 2^s)), s in [1, 31], in 32 bits (its caller has bounded
+ * |g| m_t + 2^(s-1) below 2^31). */
 static inline uint32_t sgd_apply_body(int16_t *w16, int32_t *w32, int32_t *A, int32_t *V, int32_t n,
                                       int32_t mu, int32_t mk, int32_t wm, int32_t ws, uint32_t *px,
-                                      int32_t W16, int32_t MU, int32_t WD, int32_t SR)
+                                      const sgd_fuse *f, int32_t W16, int32_t MU, int32_t WD, int32_t SR,
+                                      int32_t ACC)
 {
     const int32_t lo = W16 ? -TT_S16_MAX : INT32_MIN, hi = W16 ? TT_S16_MAX : INT32_MAX;
     const int32_t whh = WD && ws >= 33 ? (int32_t)1 << (ws - 33) : 0, wsh = ws >= 33 ? ws - 32 : ws;
+    const int32_t ibm = f->ib_m, ibk = f->ib_k, mt = f->m_t, as = ACC ? f->s : 1, half = (int32_t)1 << (as - 1);
+    /* round(V mu / 2^mk) = floor((V M + 2^31) / 2^32) (+ V when M = mu 2^(32-mk) >= 2^31, taken
+     * mod 2^32: the two terms have opposite signs, no overflow), as tt_sgd_accumulate_apply's
+     * step; mu < 2^mk */
+    const uint32_t Mu = MU ? (uint32_t)mu << (32 - mk) : 0;
+    const int32_t Ms = Mu >> 31 ? (int32_t)(Mu & 0x7fffffffu) + INT32_MIN : (int32_t)Mu, vm = -(int32_t)(Mu >> 31);
+    const int32_t *g = f->g;
+    int16_t *copy = f->copy;
     uint32_t x = *px, nsat = 0;
     int32_t i;
     for (i = 0; i < n; i++) {
         const int32_t wi = W16 ? w16[i] : w32[i];
         int64_t uu = A[i], d, v;
+        if (ACC) uu = tt_qadd((int32_t)uu, (g[i] * mt + half) >> as); /* |g| m_t + half < 2^31 */
         A[i] = 0;
+        if (!ACC && ibk) uu = tt_shr_round32(uu * ibm, ibk);
         if (MU) {
-            const int32_t vv = tt_qadd(tt_shr_round32((int64_t)V[i] * mu, mk), (int32_t)uu);
+            const int32_t vi = V[i], vv = tt_qadd(tt_smmulr(vi, Ms) + (vi & vm), (int32_t)uu);
             V[i] = vv;
             uu = vv;
         }
@@ -217,7 +256,25 @@ static inline uint32_t sgd_apply_body(int16_t *w16, int32_t *w32, int32_t *A, in
             const int64_t p = (int64_t)wi * wm;
             uu += ws >= 33 ? (int64_t)(((int32_t)((uint64_t)p >> 32) + whh) >> wsh) : tt_shr_round32(p, wsh);
         }
-        if (SR) {
+        if (!WD) { /* uu is an int32 (A, or V): the (stochastically) rounded shift in 32 bits */
+            const int32_t u32 = (int32_t)uu;
+            int32_t d32;
+            if (SR) {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                d32 = (u32 >> TT_SGD_GUARD_BITS) + (int32_t)((((uint32_t)u32 & 255u) + (x & 255u)) >> TT_SGD_GUARD_BITS);
+            } else {
+                d32 = (u32 >> TT_SGD_GUARD_BITS) + ((u32 >> (TT_SGD_GUARD_BITS - 1)) & 1);
+            }
+            if (W16) { /* |d32| <= 2^23: w - d fits int32 */
+                int32_t v32 = wi - d32;
+                if ((uint32_t)(v32 + TT_S16_MAX) > 2u * TT_S16_MAX) { nsat++; v32 = v32 > 0 ? TT_S16_MAX : -TT_S16_MAX; }
+                w16[i] = (int16_t)v32;
+                continue;
+            }
+            d = d32;
+        } else if (SR) {
             x ^= x << 13;
             x ^= x >> 17;
             x ^= x << 5;
@@ -231,6 +288,7 @@ static inline uint32_t sgd_apply_body(int16_t *w16, int32_t *w32, int32_t *A, in
             v = v < lo ? lo : hi;
         }
         if (W16) w16[i] = (int16_t)v; else w32[i] = (int32_t)v;
+        if (!W16 && copy) copy[i] = tt_narrow_s16((int32_t)v);
     }
     *px = x;
     return nsat;
@@ -243,15 +301,35 @@ static inline uint32_t sgd_apply_body(int16_t *w16, int32_t *w32, int32_t *A, in
  * 0 for any other configuration. Same steps, same order, one draw per element; one loop per
  * combination of the options. */
 static int32_t sgd_apply_fast(const tt_sgd_step *u, int16_t *w16, int32_t *w32, int32_t *A,
-                              int32_t *V, int32_t n)
+                              int32_t *V, int32_t n, sgd_fuse *f)
 {
     const tt_sgd *o = u->cfg;
     const int32_t mu = o->mu_m, mk = o->mu_k, wm = o->wd_m, ws = o->wd_k - TT_SGD_GUARD_BITS;
     uint32_t x = *u->prng, nsat = 0;
-    if (o->batch_size > 1 || (mu && (mu < 0 || mk < 1 || mk > 31 || (int64_t)mu >= ((int64_t)1 << mk))) ||
+    if ((o->batch_size > 1 && (o->ib_k < 1 || o->ib_k > 31 || o->ib_m < 0 || (int64_t)o->ib_m >= ((int64_t)1 << o->ib_k))) ||
+        (mu && (mu < 0 || mk < 1 || mk > 31 || (int64_t)mu >= ((int64_t)1 << mk))) ||
         (wm && (wm < 0 || wm >= 32768 || ws > 62 || ws == 32 || ws < (w16 ? 1 : 16))))
         return 0;
-#define TT_APPLY(W, M, D, S) nsat = sgd_apply_body(w16, w32, A, V, n, mu, mk, wm, ws, &x, W, M, D, S)
+    f->ib_m = o->batch_size > 1 ? o->ib_m : 1;
+    f->ib_k = o->batch_size > 1 ? o->ib_k : 0;
+    if (f->g) { /* the fused per-sample step: batch size 1, no draws */
+#define TT_FUSED(W, M, D) nsat = sgd_apply_body(w16, w32, A, V, n, mu, mk, wm, ws, &x, f, W, M, D, 0, 1)
+        if (o->sr || o->batch_size != 1) return 0;
+        switch ((w16 ? 4 : 0) | (mu ? 2 : 0) | (wm ? 1 : 0)) {
+        case 0: TT_FUSED(0, 0, 0); break;
+        case 1: TT_FUSED(0, 0, 1); break;
+        case 2: TT_FUSED(0, 1, 0); break;
+        case 3: TT_FUSED(0, 1, 1); break;
+        case 4: TT_FUSED(1, 0, 0); break;
+        case 5: TT_FUSED(1, 0, 1); break;
+        case 6: TT_FUSED(1, 1, 0); break;
+        default: TT_FUSED(1, 1, 1); break;
+        }
+#undef TT_FUSED
+        u->stats->saturated += nsat;
+        return 1;
+    }
+#define TT_APPLY(W, M, D, S) nsat = sgd_apply_body(w16, w32, A, V, n, mu, mk, wm, ws, &x, f, W, M, D, S, 0)
     switch ((w16 ? 8 : 0) | (mu ? 4 : 0) | (wm ? 2 : 0) | (o->sr ? 1 : 0)) {
     case 0: TT_APPLY(0, 0, 0, 0); break;
     case 1: TT_APPLY(0, 0, 0, 1); break;
@@ -283,8 +361,9 @@ static void sgd_apply_accumulated(const tt_sgd_step *u, int16_t *w16, int32_t *w
     uint32_t *prng = u->prng;
     tt_stats *st = u->stats;
     const int64_t lo = w16 ? -TT_S16_MAX : INT32_MIN, hi = w16 ? TT_S16_MAX : INT32_MAX;
+    sgd_fuse f = {0, 0, 0, 0, 0, 0};
     int32_t i;
-    if (sgd_apply_fast(u, w16, w32, A, V, n)) return;
+    if (sgd_apply_fast(u, w16, w32, A, V, n, &f)) return;
     for (i = 0; i < n; i++) {
         int64_t u = A[i], wi, v, nv;
         if (o->batch_size > 1) u = tt_rshift_round_s64(u * o->ib_m, o->ib_k);
@@ -317,6 +396,40 @@ void tt_sgd_apply_accumulated_s32(const tt_sgd_step *u, int32_t *w, int32_t *A, 
                                   int32_t n)
 {
     sgd_apply_accumulated(u, 0, w, A, V, n);
+}
+
+/* accumulate + apply (+ refresh) of one tensor in one pass when the accumulate is
+ * tt_sgd_accumulate_fast's rounded-multiply case and the apply is sgd_apply_fast's; otherwise the
+ * three calls in turn (equal: batch size 1 and no draws). */
+static void sgd_accumulate_apply(const tt_sgd_step *u, int16_t *w16, int32_t *w32, int16_t *copy, int32_t *A,
+                                 int32_t *V, int32_t n, int32_t ew, const int32_t *g, int32_t eg)
+{
+    const tt_sgd *o = u->cfg;
+    const int32_t s = ew + o->k - eg - TT_SGD_GUARD_BITS, m_t = u->m_t;
+    if (s >= 1 && s <= 31 && m_t >= 0) {
+        uint32_t b = 0;
+        int32_t i;
+        for (i = 0; i < n; i++) b |= (uint32_t)(g[i] ^ (g[i] >> 31));
+        if (((int64_t)m_t << tt_bitwidth_u64(b)) + ((int64_t)1 << (s - 1)) < ((int64_t)1 << 31)) { /* |g| <= 2^bitwidth */
+            sgd_fuse f = {0, 0, g, m_t, s, copy};
+            if (sgd_apply_fast(u, w16, w32, A, V, n, &f)) return;
+        }
+    }
+    tt_sgd_accumulate_s32(u, A, n, ew, g, eg);
+    sgd_apply_accumulated(u, w16, w32, A, V, n);
+    if (copy) tt_sgd_refresh_copy(w32, copy, n);
+}
+
+void tt_sgd_accumulate_apply_s16(const tt_sgd_step *u, int16_t *w, int32_t *A, int32_t *V, int32_t n,
+                                 int32_t ew, const int32_t *g, int32_t eg)
+{
+    sgd_accumulate_apply(u, w, 0, 0, A, V, n, ew, g, eg);
+}
+
+void tt_sgd_accumulate_apply_s32(const tt_sgd_step *u, int32_t *w, int16_t *copy, int32_t *A, int32_t *V,
+                                 int32_t n, int32_t ew, const int32_t *g, int32_t eg)
+{
+    sgd_accumulate_apply(u, 0, w, copy, A, V, n, ew, g, eg);
 }
 
 void tt_sgd_refresh_copy(const int32_t *master, int16_t *w16, int32_t n)
@@ -442,14 +555,6 @@ static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, i
 }
 #endif
 
-#if !TT_HAVE_DSP
-/* (a * b + 2^31) >> 32 of the exact 64-bit product (tt_dsp.h's SMMULR). */
-static inline int32_t tt_smmulr(int32_t a, int32_t b)
-{
-    return (int32_t)(((int64_t)a * b + ((int64_t)1 << 31)) >> 32);
-}
-#endif
-
 /* Plain SGD (no stochastic rounding, no decay) on an int16 tensor, s = ew + k - eg in [1, 31] and
  * 0 <= m_t < 2^(s-1): w[i] -= round(m_t g[i] / 2^s), saturating to [-32767, 32767] and counted,
  * as sgd_update_direct does (returns 1; 0 leaves the update to the generic path). With
@@ -543,6 +648,99 @@ static void tt_sgd_dense_weights(const tt_sgd_step *u, int16_t *w16, int32_t *w3
     }
 }
 
+/* One specialisation of tt_sgd_dense_rows_opt (W32, SR, WD constants after inlining): rows n of
+ * w[N][K] (w16, or w32 with its int16 copy when copy != NULL), every row, element rule of
+ * tt_sgd_apply1 with p = m_t e[n] x[k], |p| < 2^29 and s in [1, 31]: the rounded shift
+ * (p >> s) + bit s-1, or the stochastic one (p >> s) + (((p & M) + (r & M)) >> s), M = 2^s - 1
+ * (each masked term < 2^31, the sum < 2^32), is exact in 32 bits; the decay term
+ * rshift_round(w wd_m, wd_k) is 32-bit for int16 w (|w wd_m| <= 2^30, so 0 for wd_k >= 31) and
+ * 64-bit for int32 w. One draw per weight, row-major. */
+static inline uint32_t sgd_rows_body(const int8_t *e, const int8_t *x, int32_t K, int32_t N, int16_t *w16,
+                                     int32_t *w32, int16_t *copy, int32_t m_t, int32_t s, int32_t wm,
+                                     int32_t wk, uint32_t *px, int32_t W32, int32_t SR, int32_t WD)
+{
+    const uint32_t M = ((uint32_t)1 << s) - 1u;
+    uint32_t r = *px, sat = 0;
+    int32_t n, k;
+    for (n = 0; n < N; n++) {
+        const int32_t a = m_t * (int32_t)e[n], o = n * K;
+        for (k = 0; k < K; k++) {
+            const int32_t p = a * (int32_t)x[k];
+            int32_t d;
+            if (SR) {
+                r ^= r << 13;
+                r ^= r >> 17;
+                r ^= r << 5;
+                d = (p >> s) + (int32_t)((((uint32_t)p & M) + (r & M)) >> s);
+            } else {
+                d = (p >> s) + ((p >> (s - 1)) & 1);
+            }
+            if (W32) {
+                const int32_t wi = w32[o + k];
+                int64_t v = (int64_t)wi - d;
+                if (WD) v -= tt_rshift_round_s64((int64_t)wi * wm, wk);
+                if (v > INT32_MAX) { v = INT32_MAX; sat++; }
+                else if (v < INT32_MIN) { v = INT32_MIN; sat++; }
+                w32[o + k] = (int32_t)v;
+                if (copy) copy[o + k] = tt_narrow_s16((int32_t)v);
+            } else {
+                const int32_t wi = w16[o + k];
+                int32_t v;
+                if (WD && wk < 31) {
+                    const int32_t q = wi * wm;
+                    v = wi - d - (wk == 0 ? q : (q >> wk) + ((q >> (wk - 1)) & 1));
+                } else {
+                    v = wi - d;
+                }
+                if ((uint32_t)(v + TT_S16_MAX) > 2u * TT_S16_MAX) { v = v > 0 ? TT_S16_MAX : -TT_S16_MAX; sat++; }
+                w16[o + k] = (int16_t)v;
+            }
+        }
+    }
+    *px = r;
+    return sat;
+}
+
+/* The Dense update (weights w16, or int32 w32 with an optional int16 copy, or biases as w32 with
+ * K = 1 and x = {1}) in one pass, same bits as tt_sgd_dense_weights (+ tt_sgd_refresh_copy) for
+ * 0 <= m_t < 32768 and s in [1, 31]; returns 0 (nothing done) otherwise. Rows with e[n] = 0 are
+ * skipped only when no draw or decay can change them (and int32 rows then keep their copy up to
+ * date). */
+static int32_t tt_sgd_dense_rows_opt(const tt_sgd_step *u, int16_t *w16, int32_t *w32, int16_t *copy,
+                                     int32_t s, const int8_t *e, const int8_t *x, int32_t K, int32_t N)
+{
+    const tt_sgd *o = u->cfg;
+    const int32_t m_t = u->m_t, wm = o->wd_m, wk = o->wd_k;
+    uint32_t r = *u->prng, sat = 0;
+    if (m_t < 0 || m_t >= 32768 || s < 1 || s > 31 || wm < 0 || wm >= 32768 || wk < 0 || wk > 62) return 0;
+    if (!o->sr && !wm) {
+        int32_t n, k;
+        if (w16) return 0; /* tt_sgd_dense_rows_s16 */
+        for (n = 0; n < N; n++) {
+            if (e[n] == 0) {
+                if (copy) for (k = 0; k < K; k++) copy[n * K + k] = tt_narrow_s16(w32[n * K + k]);
+                continue;
+            }
+            sat += sgd_rows_body(e + n, x, K, 1, 0, w32 + n * K, copy ? copy + n * K : 0, m_t, s, 0, 0, &r, 1, 0, 0);
+        }
+        u->stats->saturated += sat;
+        return 1;
+    }
+#define TT_ROWS(W, S, D) sat = sgd_rows_body(e, x, K, N, w16, w32, copy, m_t, s, wm, wk, &r, W, S, D)
+    switch ((w32 ? 4 : 0) | (o->sr ? 2 : 0) | (wm ? 1 : 0)) {
+    case 1: TT_ROWS(0, 0, 1); break;
+    case 2: TT_ROWS(0, 1, 0); break;
+    case 3: TT_ROWS(0, 1, 1); break;
+    case 5: TT_ROWS(1, 0, 1); break;
+    case 6: TT_ROWS(1, 1, 0); break;
+    default: TT_ROWS(1, 1, 1); break;
+    }
+#undef TT_ROWS
+    *u->prng = r;
+    u->stats->saturated += sat;
+    return 1;
+}
+
 /* Biases b[N] at eb of a Dense update, gradient e[n] at ee. */
 static inline void tt_sgd_dense_bias(const tt_sgd_step *u, int32_t *b, int32_t eb,
                                      const int8_t *e, int32_t ee, int32_t N)
@@ -563,6 +761,10 @@ static inline void tt_sgd_dense_bias(const tt_sgd_step *u, int32_t *b, int32_t e
         }
         return;
     }
+    {
+        static const int8_t one = 1;
+        if (tt_sgd_dense_rows_opt(u, 0, b, 0, s, e, &one, 1, N)) return;
+    }
     for (n = 0; n < N; n++) {
         if (e[n] == 0 && TT_SGD_CAN_SKIP(o)) continue;
         tt_sgd_apply1(0, b, n, e[n], s, o, m_t, u->prng, u->stats);
@@ -578,7 +780,7 @@ void tt_sgd_dense_direct_s16(const tt_sgd_step *u, const tt_sgd_dense_s16_params
             tt_sgd_dense_rows_s16(e, x, p->K, p->N, p->w, u->m_t, s, u->stats);
         else if (TT_SGD_FAST(u->cfg, u->m_t) && s >= 32)
             tt_sgd_dense_rows_zero_s16(e, p->K, p->N, p->w, u->stats);
-        else
+        else if (!tt_sgd_dense_rows_opt(u, p->w, 0, 0, s, e, x, p->K, p->N))
             tt_sgd_dense_weights(u, p->w, 0, s, e, x, p->K, p->N);
     }
     if (p->b) tt_sgd_dense_bias(u, p->b, p->eb, e, ee, p->N);
@@ -587,7 +789,13 @@ void tt_sgd_dense_direct_s16(const tt_sgd_step *u, const tt_sgd_dense_s16_params
 void tt_sgd_dense_direct_s32(const tt_sgd_step *u, const tt_sgd_dense_s32_params *p,
                              const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
 {
-    if (p->w) tt_sgd_dense_weights(u, 0, p->w, p->ew + u->cfg->k - (ee + ex), e, x, p->K, p->N);
+    if (p->w) {
+        const int32_t s = p->ew + u->cfg->k - (ee + ex);
+        if (!tt_sgd_dense_rows_opt(u, 0, p->w, p->copy, s, e, x, p->K, p->N)) {
+            tt_sgd_dense_weights(u, 0, p->w, s, e, x, p->K, p->N);
+            if (p->copy) tt_sgd_refresh_copy(p->w, p->copy, p->K * p->N);
+        }
+    }
     if (p->b) tt_sgd_dense_bias(u, p->b, p->eb, e, ee, p->N);
 }
 
