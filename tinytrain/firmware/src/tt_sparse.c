@@ -47,6 +47,27 @@ int32_t tt_sparse_count(const uint32_t *mask, int32_t K, int32_t N)
     return (int32_t)c;
 }
 
+/* acc[n] += sum over the kept w[n][k] of x[k] w (int32: the bound of tt_dense.h), column by column;
+ * inlined twice, once with S = 1 so the word loop and its offsets fold away. */
+static inline __attribute__((always_inline)) void tt_sparse_fwd_cols_s32(int32_t *acc, const uint32_t *col,
+                                                                        const int16_t *w, const int8_t *x,
+                                                                        int32_t K, const uint32_t S)
+{
+    uint32_t c, b, word;
+    int32_t k;
+    for (k = 0; k < K; k++) {
+        const int32_t xk = x[k];
+        if (xk == 0) { /* adds nothing: pass its weights */
+            for (c = 0; c < S; c++) w += tt_sparse_popcount(~*col++);
+            continue;
+        }
+        TT_SPARSE_COLUMN(S, col, c, word) {
+            int32_t *a = acc + c;
+            TT_SPARSE_EACH(word, b) a[b] += xk * (int32_t)*w++;
+        }
+    }
+}
+
 int32_t tt_sparse_dense_fwd_s8(const tt_ctx *ctx, const tt_sparse_dense_params *p, const int8_t *x,
                                int32_t ex, int8_t *y)
 {
@@ -63,17 +84,8 @@ int32_t tt_sparse_dense_fwd_s8(const tt_ctx *ctx, const tt_sparse_dense_params *
             for (n = 0; n < N; n++) acc[n] = tt_rshift_round_s32(p->b[n], d);
         else
             for (n = 0; n < N; n++) acc[n] = tt_align_s32(p->b[n], eb, ea);
-        for (k = 0; k < K; k++) {
-            const int32_t xk = x[k];
-            if (xk == 0) { /* adds nothing: pass its weights */
-                for (c = 0; c < S; c++) w += tt_sparse_popcount(~*col++);
-                continue;
-            }
-            TT_SPARSE_COLUMN(S, col, c, word) {
-                int32_t *a = acc + c;
-                TT_SPARSE_EACH(word, b) a[b] += xk * (int32_t)*w++;
-            }
-        }
+        if (S == 1u) tt_sparse_fwd_cols_s32(acc, p->mask, p->w, x, K, 1u); /* N <= 32: one word a column */
+        else tt_sparse_fwd_cols_s32(acc, p->mask, p->w, x, K, S);
         return ea + tt_requant_s8_from_s32(acc, N, y, ctx->stats);
     }
     for (n = 0; n < N; n++) ctx->scratch[n] = tt_align(p->b[n], eb, ea);
@@ -87,6 +99,23 @@ int32_t tt_sparse_dense_fwd_s8(const tt_ctx *ctx, const tt_sparse_dense_params *
     return ea + tt_requant_s8_from_s64(ctx->scratch, N, y, ctx->stats);
 }
 
+/* acc[k] = sum over the kept w[n][k] of e[n] w (int32), column by column (inlined as the forward's). */
+static inline __attribute__((always_inline)) void tt_sparse_bwd_cols_s32(int32_t *acc, const uint32_t *col,
+                                                                        const int16_t *w, const int8_t *e,
+                                                                        int32_t K, const uint32_t S)
+{
+    uint32_t c, b, word;
+    int32_t k;
+    for (k = 0; k < K; k++) {
+        int32_t s = 0;
+        TT_SPARSE_COLUMN(S, col, c, word) {
+            const int8_t *ec = e + c;
+            TT_SPARSE_EACH(word, b) s += (int32_t)ec[b] * (int32_t)*w++;
+        }
+        acc[k] = s;
+    }
+}
+
 int32_t tt_sparse_dense_bwd_s8(const tt_ctx *ctx, const tt_sparse_dense_params *p, const int8_t *e,
                                int32_t ee, int8_t *dx)
 {
@@ -98,14 +127,8 @@ int32_t tt_sparse_dense_bwd_s8(const tt_ctx *ctx, const tt_sparse_dense_params *
     int32_t k;
     if (N <= TT_DENSE_S32_MAX_N) {
         int32_t *acc = (int32_t *)(void *)ctx->scratch;
-        for (k = 0; k < K; k++) {
-            int32_t s = 0;
-            TT_SPARSE_COLUMN(S, col, c, word) {
-                const int8_t *ec = e + c;
-                TT_SPARSE_EACH(word, b) s += (int32_t)ec[b] * (int32_t)*w++;
-            }
-            acc[k] = s;
-        }
+        if (S == 1u) tt_sparse_bwd_cols_s32(acc, p->mask, p->w, e, K, 1u);
+        else tt_sparse_bwd_cols_s32(acc, p->mask, p->w, e, K, S);
         return ee + p->ew + tt_requant_s8_from_s32(acc, K, dx, ctx->stats);
     }
     for (k = 0; k < K; k++) {
@@ -184,34 +207,16 @@ static void tt_sparse_rows(const tt_sgd_step *u, const uint32_t *mask, int32_t K
     }
 }
 
-/* w -= round(m_t e[n] x[k] / 2^s) on the kept weights, s in [1, 31], 0 <= m_t < 2^15 (no stochastic
- * rounding, no decay), saturating to [-32767, 32767] and counted. The step d = floor((q + 2^(s - 1))
- * / 2^s) of q = m_t e[n] x[k] (|q| < 2^29): portable, (q >> s) + ((q >> (s - 1)) & 1) in int32
- * (tt_sgd.c's tt_sgd_s16_one; A_n = m_t e[n], X = x); DSP, one SMMULR(A_n, X) with c = min(24, 32 - s)
- * (|X| < 2^31), A_n = m_t e[n] 2^(32 - s - c) (an int32 when it fits, checked first) and
- * X = x 2^c: (A_n X + 2^31) >> 32 is the same d exactly. A weight whose
- * row error or column input is 0 keeps its value (its step is 0), as in tt_sgd_dense_direct_s16.
- * Returns 0 (nothing written) when an A_n does not fit. */
-static int32_t tt_sparse_cols_fast_s16(const tt_sgd_step *u, const tt_sparse_sgd_dense_s16_params *p,
-                                       int32_t s, const int8_t *e, const int8_t *x)
+/* The column walk of tt_sparse_cols_fast_s16 (below): w -= step(A[n], x[k] 2^cs) on the kept weights;
+ * returns the saturations. Inlined as the forward's. */
+static inline __attribute__((always_inline)) uint32_t tt_sparse_fast_cols_s16(int16_t *w, const uint32_t *col,
+                                                                             const int32_t *A, const int8_t *x,
+                                                                             int32_t K, int32_t s, int32_t cs,
+                                                                             const uint32_t S)
 {
-#if TT_HAVE_DSP
-    const int32_t cs = 32 - s < 24 ? 32 - s : 24, sh = 32 - s - cs;
-#else
-    const int32_t cs = 0, sh = 0;
-#endif
-    const int32_t K = p->K, N = p->N;
-    int32_t *A = p->work;
-    int16_t *w = p->w;
-    const uint32_t S = TT_SPARSE_STRIDE(N);
-    const uint32_t *col = p->mask;
     uint32_t c, b, word, nsat = 0;
-    int32_t n, k;
-    for (n = 0; n < N; n++) { /* |m_t e[n]| < 2^22 */
-        const int32_t a = u->m_t * (int32_t)e[n];
-        if (sh > 0 && (a > (INT32_MAX >> sh) || a < -(INT32_MAX >> sh))) return 0;
-        A[n] = a * (1 << sh);
-    }
+    int32_t k;
+    (void)s; /* the DSP path's shift is in cs */
     for (k = 0; k < K; k++) {
         const int32_t X = (int32_t)x[k] * (1 << cs);
         if (X == 0) { /* every step is 0: pass the column's weights */
@@ -239,6 +244,37 @@ static int32_t tt_sparse_cols_fast_s16(const tt_sgd_step *u, const tt_sparse_sgd
             }
         }
     }
+    return nsat;
+}
+
+/* w -= round(m_t e[n] x[k] / 2^s) on the kept weights, s in [1, 31], 0 <= m_t < 2^15 (no stochastic
+ * rounding, no decay), saturating to [-32767, 32767] and counted. The step d = floor((q + 2^(s - 1))
+ * / 2^s) of q = m_t e[n] x[k] (|q| < 2^29): portable, (q >> s) + ((q >> (s - 1)) & 1) in int32
+ * (tt_sgd.c's tt_sgd_s16_one; A_n = m_t e[n], X = x); DSP, one SMMULR(A_n, X) with c = min(24, 32 - s)
+ * (|X| < 2^31), A_n = m_t e[n] 2^(32 - s - c) (an int32 when it fits, checked first) and
+ * X = x 2^c: (A_n X + 2^31) >> 32 is the same d exactly. A weight whose
+ * row error or column input is 0 keeps its value (its step is 0), as in tt_sgd_dense_direct_s16.
+ * Returns 0 (nothing written) when an A_n does not fit. */
+static int32_t tt_sparse_cols_fast_s16(const tt_sgd_step *u, const tt_sparse_sgd_dense_s16_params *p,
+                                       int32_t s, const int8_t *e, const int8_t *x)
+{
+#if TT_HAVE_DSP
+    const int32_t cs = 32 - s < 24 ? 32 - s : 24, sh = 32 - s - cs;
+#else
+    const int32_t cs = 0, sh = 0;
+#endif
+    const int32_t K = p->K, N = p->N;
+    int32_t *A = p->work;
+    const uint32_t S = TT_SPARSE_STRIDE(N);
+    uint32_t nsat;
+    int32_t n;
+    for (n = 0; n < N; n++) { /* |m_t e[n]| < 2^22 */
+        const int32_t a = u->m_t * (int32_t)e[n];
+        if (sh > 0 && (a > (INT32_MAX >> sh) || a < -(INT32_MAX >> sh))) return 0;
+        A[n] = a * (1 << sh);
+    }
+    nsat = S == 1u ? tt_sparse_fast_cols_s16(p->w, p->mask, A, x, K, s, cs, 1u)
+                   : tt_sparse_fast_cols_s16(p->w, p->mask, A, x, K, s, cs, S);
     u->stats->saturated += nsat;
     return 1;
 }
