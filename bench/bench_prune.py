@@ -25,7 +25,10 @@ the pruned tensors (bytes, % of dense: packed int16 values + the mask, tinytrain
 and the instructions per training sample (``-icount shift=0``, every step verified against the
 simulator by state hash: any mismatch raises), dense model vs the pruned one stored dense (masks
 re-applied) vs stored sparse. Targets: 80 % on the M4, storage <= 30 % of dense and >= 1.5x fewer
-instructions per sample than dense. Writes bench/results/prune_w1_device.json and the section
+instructions per sample than dense. Beside it, per kernel on the M4, the dense model vs the 80 %
+model stored sparse (bench_device_parts.trace, TRACE_STEPS verified steps under the instruction
+trace): instructions per sample of each part and per weight it visits, which shows where the
+sparse model's instructions go. Writes bench/results/prune_w1_device.json and the section
 prune-w1-device.
 """
 from __future__ import annotations
@@ -166,6 +169,67 @@ BOARDS = ("mps2_an386", "microbit")
 DEVICE_TARGETS = {"storage_pct_max": 30.0, "speedup_min": 1.5}  # issue 12, 80 % on the Cortex-M4
 
 
+TRACE_STEPS = 4  # verified steps under the per-instruction trace (slow: one line per instruction)
+
+
+def kernel_parts(ds, dense, pruned, board: str = "mps2_an386") -> dict:
+    """Per-kernel instructions per training sample of the dense model and of the pruned one stored
+    sparse (bench_device_parts.trace: every instruction charged to its call site in the train
+    step, TRACE_STEPS steps verified), with the weights each kernel visits (dense: all, sparse:
+    the kept ones) and the instructions per weight."""
+    import copy
+
+    from bench_device_parts import trace
+
+    from tinytrain.codegen import sparse as S
+
+    sp = copy.deepcopy(pruned)
+    sp.prune.storage = "sparse"
+    packed = S.choose(sp)
+    runs = {}
+    for name, m in (("dense", dense), ("sparse", sp)):
+        t = trace(m, ds, board, TRACE_STEPS)
+        if t["r"]["mismatches"]:
+            raise AssertionError(f"{name}: {t['r']['mismatches']} mismatches under the trace")
+        per = {}
+        for site, c in t["counts"].items():
+            part, layer = ("step glue", "") if site == "glue" else t["labels"].get(site, ("other", ""))
+            key = f"{part} {layer}".strip()
+            per[key] = per.get(key, 0.0) + c / max(t["entries"], 1)
+        runs[name] = per
+    rows = []
+    for key in sorted(set(runs["dense"]) | set(runs["sparse"]), key=lambda k: -runs["dense"].get(k, 0.0)):
+        w = key.split()
+        li = int(w[1]) if len(w) > 1 and w[0] in ("forward", "errors", "update") and w[1].isdigit() else None
+        n_w = kept = None
+        if li is not None and dense.layers[li].kind == "dense":
+            n_w = int(dense.layers[li].params[0].data.size)
+            kept = packed[(li, 0)].nnz if (li, 0) in packed else n_w
+        d, s_ = runs["dense"].get(key, 0.0), runs["sparse"].get(key, 0.0)
+        rows.append({"part": key, "dense": d, "sparse": s_, "weights": n_w, "kept": kept,
+                     "dense_per_weight": d / n_w if n_w else None, "sparse_per_kept": s_ / kept if kept else None})
+    return {"board": board, "steps": TRACE_STEPS, "rows": rows,
+            "dense_total": sum(runs["dense"].values()), "sparse_total": sum(runs["sparse"].values())}
+
+
+def parts_markdown(parts: dict) -> str:
+    """The per-kernel table of kernel_parts."""
+    f = lambda v: "" if v is None else f"{v:.1f}"  # noqa: E731
+    table = report.markdown_table(
+        ["part (layer)", "dense: instructions / sample", "weights", "per weight", "80 % sparse: instructions / sample",
+         "kept weights", "per kept weight"],
+        [[r["part"], f"{r['dense']:,.0f}", "" if r["weights"] is None else f"{r['weights']:,}", f(r["dense_per_weight"]),
+          f"{r['sparse']:,.0f}", "" if r["kept"] is None else f"{r['kept']:,}", f(r["sparse_per_kept"])]
+         for r in parts["rows"]]
+        + [["total", f"{parts['dense_total']:,.0f}", "", "", f"{parts['sparse_total']:,.0f}", "", ""]])
+    return (f"Per kernel on the Cortex-M4 ({parts['board']}), dense model vs the 80 % model stored sparse: every "
+            "instruction of the training step charged to its call site (`bench/bench_device_parts.py` trace, "
+            f"{parts['steps']} steps verified under `-singlestep`, mean per step; the step totals differ a little "
+            "from the 20-step means above). A part's instructions include its requantization and bias work; "
+            "per weight divides by the weights the kernel visits (dense: all, sparse: the kept ones).\n\n"
+            f"{table}\n")
+
+
 def device(ds, n: int, steps: int) -> dict:
     """Seed 0's dense and gradual 50 / 80 / 90 % models on the boards: weight storage and QEMU
     instructions per sample, dense vs stored dense vs stored sparse (every figure measured here)."""
@@ -199,11 +263,13 @@ def device(ds, n: int, steps: int) -> dict:
                              "instructions_per_sample": ips, "speedup": dense_ips / ips})
                 print(f"{board:11s} {label:14s} stored {storage:6s} {ips:9.0f} instructions/sample "
                       f"({dense_ips / ips:.2f}x dense), weights {ws['bytes']} B = {pct:.1f} % of {ws['dense_bytes']} B")
+    parts = kernel_parts(ds, models["dense"], models["gradual 80 %"])
     tgt = next(r for r in rows if r["board"] == "mps2_an386" and r["run"] == "gradual 80 %" and r["storage"] == "sparse")
     met = {"storage": tgt["weight_pct"] <= DEVICE_TARGETS["storage_pct_max"],
            "instructions": tgt["speedup"] >= DEVICE_TARGETS["speedup_min"]}
     payload = {"workload": "w1", "seed": 0, "verified_steps": steps, "rows": rows, "targets": DEVICE_TARGETS,
                "target_80_m4": {"weight_pct": tgt["weight_pct"], "speedup": tgt["speedup"], "met": met},
+               "kernels_80_m4": parts,
                "machine": report.machine()}
     path = report.write_json("prune_w1_device.json", payload)
     table = report.markdown_table(
@@ -221,7 +287,7 @@ def device(ds, n: int, steps: int) -> dict:
             "the int16 tensor plus the mask). Targets (issue 12, 80 % on the M4): storage ≤ 30 % of dense: "
             f"{tgt['weight_pct']:.1f} % ({'met' if met['storage'] else 'MISSED'}); ≥ 1.5× fewer instructions per "
             f"sample than dense: {tgt['speedup']:.2f}× ({'met' if met['instructions'] else 'MISSED'}).\n\n"
-            f"{table}\n")
+            f"{table}\n\n{parts_markdown(parts)}")
     report.update_section("prune-w1-device", body)
     print(f"80 % on the M4: storage {tgt['weight_pct']:.1f} % ({'met' if met['storage'] else 'MISSED'}), "
           f"{tgt['speedup']:.2f}x ({'met' if met['instructions'] else 'MISSED'}); wrote "
