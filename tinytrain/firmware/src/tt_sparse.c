@@ -39,6 +39,14 @@ static inline uint32_t tt_sparse_popcount(uint32_t v)
 
 #define TT_SPARSE_STRIDE(N) (((uint32_t)(N) + 31u) / 32u)
 
+/* A column walk inlined where it is called, so a call with a constant S (1: N <= 32) folds the
+ * word loop away. */
+#if defined(__GNUC__)
+#define TT_SPARSE_INLINE static inline __attribute__((always_inline))
+#else
+#define TT_SPARSE_INLINE static inline
+#endif
+
 int32_t tt_sparse_count(const uint32_t *mask, int32_t K, int32_t N)
 {
     const uint32_t words = (uint32_t)K * TT_SPARSE_STRIDE(N);
@@ -47,11 +55,9 @@ int32_t tt_sparse_count(const uint32_t *mask, int32_t K, int32_t N)
     return (int32_t)c;
 }
 
-/* acc[n] += sum over the kept w[n][k] of x[k] w (int32: the bound of tt_dense.h), column by column;
- * inlined twice, once with S = 1 so the word loop and its offsets fold away. */
-static inline __attribute__((always_inline)) void tt_sparse_fwd_cols_s32(int32_t *acc, const uint32_t *col,
-                                                                        const int16_t *w, const int8_t *x,
-                                                                        int32_t K, const uint32_t S)
+/* acc[n] += sum over the kept w[n][k] of x[k] w (int32: the bound of tt_dense.h), column by column. */
+TT_SPARSE_INLINE void tt_sparse_fwd_cols_s32(int32_t *acc, const uint32_t *col, const int16_t *w, const int8_t *x,
+                                             int32_t K, const uint32_t S)
 {
     uint32_t c, b, word;
     int32_t k;
@@ -99,10 +105,9 @@ int32_t tt_sparse_dense_fwd_s8(const tt_ctx *ctx, const tt_sparse_dense_params *
     return ea + tt_requant_s8_from_s64(ctx->scratch, N, y, ctx->stats);
 }
 
-/* acc[k] = sum over the kept w[n][k] of e[n] w (int32), column by column (inlined as the forward's). */
-static inline __attribute__((always_inline)) void tt_sparse_bwd_cols_s32(int32_t *acc, const uint32_t *col,
-                                                                        const int16_t *w, const int8_t *e,
-                                                                        int32_t K, const uint32_t S)
+/* acc[k] = sum over the kept w[n][k] of e[n] w (int32), column by column. */
+TT_SPARSE_INLINE void tt_sparse_bwd_cols_s32(int32_t *acc, const uint32_t *col, const int16_t *w, const int8_t *e,
+                                             int32_t K, const uint32_t S)
 {
     uint32_t c, b, word;
     int32_t k;
@@ -208,11 +213,9 @@ static void tt_sparse_rows(const tt_sgd_step *u, const uint32_t *mask, int32_t K
 }
 
 /* The column walk of tt_sparse_cols_fast_s16 (below): w -= step(A[n], x[k] 2^cs) on the kept weights;
- * returns the saturations. Inlined as the forward's. */
-static inline __attribute__((always_inline)) uint32_t tt_sparse_fast_cols_s16(int16_t *w, const uint32_t *col,
-                                                                             const int32_t *A, const int8_t *x,
-                                                                             int32_t K, int32_t s, int32_t cs,
-                                                                             const uint32_t S)
+ * returns the saturations. */
+TT_SPARSE_INLINE uint32_t tt_sparse_fast_cols_s16(int16_t *w, const uint32_t *col, const int32_t *A, const int8_t *x,
+                                                  int32_t K, int32_t s, int32_t cs, const uint32_t S)
 {
     uint32_t c, b, word, nsat = 0;
     int32_t k;
