@@ -98,7 +98,7 @@ def c_run(ffi, lib, k, train):
     nsat_b = stc.saturated - nsat
     if train:  # the gradients the generated code takes from the backward's sums: the same
         gg2, gb2 = np.full(C, 7, np.int32), np.full(C, 7, np.int32)
-        lib.tt_batchnorm_grad_after_bwd_s32(p, c_i32(ffi, gg2), c_i32(ffi, gb2))
+        lib.tt_batchnorm_grad_saved_s32(p, c_i32(ffi, gg2), c_i32(ffi, gb2))
         assert np.array_equal(gg2, gg) and np.array_equal(gb2, gb)
     return dict(y=y, ey=ey, nsat=nsat, saved=saved, rm=rm, rv=rv, dx=dx, edx=edx,
                 nsat_b=nsat_b, gg=gg, gb=gb)

@@ -96,5 +96,5 @@ register_op(Op(
     grad=Call("batchnorm_grad({e:pc}, {x:pc}, {saved}, True, {g_gamma}, {g_beta})",
               "tt_batchnorm_grad_s32({params}, {e}, {x}, {g_gamma}, {g_beta})"),
     # C: the gradients are the sums the train backward's first pass forms (kept in saved)
-    grad_after_bwd=Call("", "tt_batchnorm_grad_after_bwd_s32({params}, {g_gamma}, {g_beta})"),
+    grad_after_bwd=Call("", "tt_batchnorm_grad_saved_s32({params}, {g_gamma}, {g_beta})"),
     grad_exp={"gamma": f"{{ee}} - {r_bn.XHAT_FRAC}", "beta": "{ee}"}))

@@ -3,7 +3,7 @@
  * saved: int32[5 * C + 1], rows {B, inv, sh} of C values and the input exponent ex, written
  * by the forward, read by backward and grad; then rows {sum e, sat_s32(sum e * x_hat)} of C
  * values, written by the train backward (its first pass forms them) for
- * tt_batchnorm_grad_after_bwd_s32.
+ * tt_batchnorm_grad_saved_s32.
  * Preconditions: 1 <= P <= TT_BN_MAX_P, and P >= 2 when train (the caller checks). */
 #ifndef TT_BATCHNORM_H
 #define TT_BATCHNORM_H
@@ -71,7 +71,7 @@ void tt_batchnorm_grad_s32(const tt_batchnorm_params *p, const int8_t *e, const 
 
 /** tt_batchnorm_grad_s32's results without a pass over the tensor: the sums the last
  *  tt_batchnorm_bwd_s8 formed (call it right after that backward, of the same e and x). */
-void tt_batchnorm_grad_after_bwd_s32(const tt_batchnorm_params *p, int32_t *ggamma, int32_t *gbeta);
+void tt_batchnorm_grad_saved_s32(const tt_batchnorm_params *p, int32_t *ggamma, int32_t *gbeta);
 
 /** The same after an eval forward. */
 void tt_batchnorm_grad_eval_s32(const tt_batchnorm_params *p, const int8_t *e, const int8_t *x,

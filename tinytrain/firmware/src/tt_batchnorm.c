@@ -457,7 +457,7 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
             }
         }
         /* pass 1's sums are the gradients (tt_batchnorm_grad_s32's, bit for bit): kept for
-         * tt_batchnorm_grad_after_bwd_s32 */
+         * tt_batchnorm_grad_saved_s32 */
         bp->saved[3 * C + 1 + c] = se;
         bp->saved[4 * C + 1 + c] = tt_sat_s32(G);
         if (akm * mj > m) m = akm * mj; /* |km| <= 2^24, |J| <= 2^38 */
@@ -552,7 +552,7 @@ int32_t tt_batchnorm_bwd_s8(const tt_ctx *ctx, const tt_batchnorm_params *p, con
     return bn_bwd_train(ctx, p, e, ee, x, dx);
 }
 
-void tt_batchnorm_grad_after_bwd_s32(const tt_batchnorm_params *p, int32_t *ggamma, int32_t *gbeta)
+void tt_batchnorm_grad_saved_s32(const tt_batchnorm_params *p, int32_t *ggamma, int32_t *gbeta)
 {
     int32_t c;
     for (c = 0; c < p->C; c++) {
