@@ -108,8 +108,8 @@ def _symbols(elf):
 
 
 def _trace_counts(log: Path, syms, step_fn: str, insns=None, cpu="cortex-m4"):
-    """({call-site pc in train_step (or 'glue'): instructions}, entries, {site: estimated cycles})
-    over the whole log."""
+    """({call-site pc in train_step (or 'glue'): instructions}, entries, {site: estimated cycles},
+    {site: the function the site called}) over the whole log."""
     starts = [s[0] for s in syms]
     lo, size = next((s[0], s[1]) for s in syms if s[2] == step_fn)
     hi = lo + size
@@ -119,7 +119,7 @@ def _trace_counts(log: Path, syms, step_fn: str, insns=None, cpu="cortex-m4"):
         return syms[i][2] if i >= 0 and pc < syms[i][0] + max(syms[i][1], 2) else "?"
 
     pat = re.compile(rb"Trace [^\[]*\[[0-9a-f]+/([0-9a-f]+)/")
-    counts, cycles, entries = collections.Counter(), collections.Counter(), 0
+    counts, cycles, entries, called = collections.Counter(), collections.Counter(), 0, {}
     in_step, site, caller, prev, prev_site = False, None, None, None, None
     insns = insns or {}
 
@@ -135,7 +135,7 @@ def _trace_counts(log: Path, syms, step_fn: str, insns=None, cpu="cortex-m4"):
                 continue
             pc = int(m.group(1), 16) & ~1
             charge(prev, pc, prev_site)  # the previous instruction, now that its successor is known
-            prev_site = None
+            from_step, prev_site = prev_site == "glue", None
             if lo <= pc < hi:
                 if not in_step:
                     in_step, entries = True, entries + 1
@@ -147,14 +147,21 @@ def _trace_counts(log: Path, syms, step_fn: str, insns=None, cpu="cortex-m4"):
                 if caller is not None and fn_of(pc) == caller:
                     in_step = False
                 else:
+                    if from_step and site not in called:
+                        called[site] = fn_of(pc)  # the first instruction past the call site
                     counts[site] += 1
                     prev_site = site
             prev = pc
-    return counts, entries, cycles
+    return counts, entries, cycles, called
 
 
-def _site_lines(elf, src: Path, sites):
-    """({call-site pc: its 0-based line in tt_model.c, or -1 elsewhere}, the lines of tt_model.c)."""
+def _site_lines(elf, src: Path, sites, called=None):
+    """({call-site pc: its 0-based line in tt_model.c, or -1 elsewhere}, the lines of tt_model.c).
+    addr2line may give a call instruction the line of a neighbour the compiler interleaved it
+    with, or none; where `called` (site -> the function it entered) names a function that line
+    does not call, or a line before the previous site's, the site takes the first line calling it
+    after the previous site's line and up to the next placed site's (the code keeps the source's
+    order of calls)."""
     pcs = [p for p in sites if p != "glue"]
     out = subprocess.run(["arm-none-eabi-addr2line", "-e", str(elf), *[hex(p) for p in pcs]],
                          capture_output=True, text=True, check=True).stdout.split()
@@ -164,12 +171,29 @@ def _site_lines(elf, src: Path, sites):
         file, _, ln = where.rpartition(":")
         n = int(ln.split()[0]) - 1 if ln.split() and ln.split()[0].isdigit() else -1
         res[pc] = n if file.endswith("tt_model.c") and 0 <= n < len(lines) else -1
+    fn = lambda pc: (called or {}).get(pc, "")  # noqa: E731
+    ok = lambda pc: res[pc] >= 0 and (not fn(pc).startswith("tt_") or f"{fn(pc)}(" in lines[res[pc]])  # noqa: E731
+    good = [pc for pc in sorted(res) if ok(pc)]
+    last = 0
+    for pc in sorted(res):
+        if ok(pc) and res[pc] >= last:
+            last = res[pc]
+            continue
+        if not fn(pc).startswith("tt_"):
+            continue
+        i = bisect.bisect_right(good, pc)
+        hi = next((res[g] for g in good[i:] if res[g] > last), len(lines) - 1)
+        calls = [k for k in range(len(lines)) if f"{fn(pc)}(" in lines[k]]
+        pick = ([k for k in calls if last < k <= hi] or [k for k in calls if last < k <= last + 12]
+                or [k for k in calls if res[pc] >= 0 and abs(k - res[pc]) <= 12])
+        if pick:
+            res[pc] = last = pick[0]
     return res, lines
 
 
-def _labels(elf, src: Path, sites):
+def _labels(elf, src: Path, sites, called=None):
     """call-site pc -> (part, layer) from the generated C line of the call."""
-    at, lines = _site_lines(elf, src, sites)
+    at, lines = _site_lines(elf, src, sites, called)
     res = {}
     for pc, n in at.items():
         if n < 0:
@@ -242,14 +266,14 @@ def trace(model, ds, board: str, steps: int) -> dict:
             r = verify(model, ds, steps, board=board, elf=elf, emulator=emu, json=True)
         finally:
             emu.stop()
-        counts, entries, cyc = _trace_counts(log, syms, "tt_model_train_step", _insn_table(elf), cpu)
-    return dict(r=r, counts=counts, entries=entries, cycles=cyc, labels=_labels(elf, src, counts),
-                callees=_callees(elf, src, counts), cpu=cpu)
+        counts, entries, cyc, called = _trace_counts(log, syms, "tt_model_train_step", _insn_table(elf), cpu)
+    return dict(r=r, counts=counts, entries=entries, cycles=cyc, labels=_labels(elf, src, counts, called),
+                callees=_callees(elf, src, counts, called), cpu=cpu)
 
 
-def _callees(elf, src: Path, sites) -> dict:
+def _callees(elf, src: Path, sites, called=None) -> dict:
     """call-site pc -> name of the tt_* function called on its line of tt_model.c ('' if none)."""
-    at, lines = _site_lines(elf, src, sites)
+    at, lines = _site_lines(elf, src, sites, called)
     calls = {pc: re.search(r"(tt_\w+)\(", lines[n]) if n >= 0 else None for pc, n in at.items()}
     return {pc: c.group(1) if c else "" for pc, c in calls.items()}
 

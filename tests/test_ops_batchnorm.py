@@ -76,8 +76,8 @@ def c_run(ffi, lib, k, train):
     C = x.shape[-1]
     P = x.size // C
     rm, rv = k["rmean"].copy(), k["rvar"].copy()
-    buf, scratch = np.zeros(3 * C + 1, np.int32), np.zeros(max(3 * C, P * C), np.int64)
-    assert buf.nbytes == 12 * C + 4  # TT_BATCHNORM_SAVED_SIZE(C); scratch: TT_BATCHNORM_BUFFER_SIZE(P, C)
+    buf, scratch = np.zeros(5 * C + 1, np.int32), np.zeros(max(3 * C, P * C), np.int64)
+    assert buf.nbytes == 20 * C + 4  # TT_BATCHNORM_SAVED_SIZE(C); scratch: TT_BATCHNORM_BUFFER_SIZE(P, C)
     y = np.zeros(x.shape, np.int8)
     ctx, stc = c_ctx(ffi, scratch)
     c = k["cfg"]
@@ -95,8 +95,13 @@ def c_run(ffi, lib, k, train):
     gg, gb = np.zeros(C, np.int32), np.zeros(C, np.int32)
     getattr(lib, f"tt_batchnorm_grad{mode}_s32")(p, c_i8(ffi, e), c_i8(ffi, x), c_i32(ffi, gg), c_i32(ffi, gb))
     saved = buf[:3 * C].reshape(3, C)
+    nsat_b = stc.saturated - nsat
+    if train:  # the gradients the generated code takes from the backward's sums: the same
+        gg2, gb2 = np.full(C, 7, np.int32), np.full(C, 7, np.int32)
+        lib.tt_batchnorm_grad_saved_s32(p, c_i32(ffi, gg2), c_i32(ffi, gb2))
+        assert np.array_equal(gg2, gg) and np.array_equal(gb2, gb)
     return dict(y=y, ey=ey, nsat=nsat, saved=saved, rm=rm, rv=rv, dx=dx, edx=edx,
-                nsat_b=stc.saturated - nsat, gg=gg, gb=gb)
+                nsat_b=nsat_b, gg=gg, gb=gb)
 
 
 def assert_same(ref, other, who):

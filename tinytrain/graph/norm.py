@@ -79,9 +79,9 @@ register_op(Op(
     nb_import="tinytrain.kernels.batchnorm: batchnorm_fwd, batchnorm_bwd, batchnorm_grad", c_header="tt_batchnorm.h",
     args=lambda l: {"P": l.P, "C": l.C, "C3": 3 * l.C, **{k: l.cfg[k] for k in ("eps_m", "eps_k", "mom_k")}},
     # saved: per channel, the values backward needs (ops/batchnorm.py); the C keeps the input
-    # exponent after them (TT_BATCHNORM_SAVED_SIZE). Backward always follows a training forward,
+    # exponent after them, then the backward's sums for the gradients (TT_BATCHNORM_SAVED_SIZE). Backward always follows a training forward,
     # so its train flag is 1 (the C has no flag: prediction is tt_batchnorm_fwd_eval_s8)
-    buffers=(Buffer("saved", lambda l: (3, l.C), c_count=lambda l: 3 * l.C + 1),),
+    buffers=(Buffer("saved", lambda l: (3, l.C), c_count=lambda l: 5 * l.C + 1),),
     scratch=lambda l: max(3 * l.C, l.in_size),
     c_params=("bn", "tt_batchnorm_params", {
         "P": "{P}", "C": "{C}", "gamma": "{gamma}", "e_g": "{exp_gamma}", "beta": "{beta}", "e_b": "{exp_beta}",
@@ -95,4 +95,6 @@ register_op(Op(
              "tt_batchnorm_bwd_s8(&CTX, {params}, {e}, {ee}, {x}, {dx})"),
     grad=Call("batchnorm_grad({e:pc}, {x:pc}, {saved}, True, {g_gamma}, {g_beta})",
               "tt_batchnorm_grad_s32({params}, {e}, {x}, {g_gamma}, {g_beta})"),
+    # C: the gradients are the sums the train backward's first pass forms (kept in saved)
+    grad_after_bwd=Call("", "tt_batchnorm_grad_saved_s32({params}, {g_gamma}, {g_beta})"),
     grad_exp={"gamma": f"{{ee}} - {r_bn.XHAT_FRAC}", "beta": "{ee}"}))

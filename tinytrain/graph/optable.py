@@ -71,6 +71,9 @@ class Op:
     bwd: Call | None = None                # the input error (when it is needed)
     grad: Call | None = None               # the parameter gradients (when the layer learns)
     fwd_eval: Call | None = None           # prediction, where it is another call than training
+    #: the gradients right after bwd of the same e and x, where a target has a cheaper call for
+    #: that (an empty spelling: that target calls grad)
+    grad_after_bwd: Call | None = None
     #: C: the layer's ``static const`` params struct, (tag, C type, {field: template}); the C
     #: calls name it ``{params}`` (its address)
     c_params: tuple | None = None
@@ -290,11 +293,15 @@ def backward_lines(layer, names: Names, li, x, ex, y, e, ee, dx=None, edx=None, 
     m = _fill(layer, names, li, offset, {"x": x, "ex": ex, "y": y, "ey": "", "e": e, "ee": ee,
                                          "dx": dx or "", "edx": edx or "", "_bufprefix": prefix})
     out = []
+    pis = [offset + j for j, p in enumerate(layer.params) if p.trainable]
     if dx and op.bwd is not None:
         out.append(names.stmt(f"{edx} = {_call(op.bwd, names, m)}"))
-    pis = [offset + j for j, p in enumerate(layer.params) if p.trainable]
     if grads and op.grad is not None and pis and names.learns(li, pis):
-        out.append(names.stmt(_call(op.grad, names, m)))
+        call = op.grad
+        after = op.grad_after_bwd
+        if dx and op.bwd is not None and after is not None and (after.nb if names.target == "nb" else after.c):
+            call = after
+        out.append(names.stmt(_call(call, names, m)))
         for j, p in enumerate(layer.params):
             name = _base(p.name, prefix)
             if name in op.grad_exp:

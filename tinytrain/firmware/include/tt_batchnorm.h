@@ -1,7 +1,9 @@
 /** Integer batch normalization, train and eval (see tinytrain/ops/batchnorm.py for the exact
  * arithmetic). Tensors are (P, C) channels-last: P = H*W (or L) positions of ONE sample.
- * saved: int32[3 * C + 1], rows {B, inv, sh} of C values and the input exponent ex, written
- * by the forward, read by backward and grad.
+ * saved: int32[5 * C + 1], rows {B, inv, sh} of C values and the input exponent ex, written
+ * by the forward, read by backward and grad; then rows {sum e, sat_s32(sum e * x_hat)} of C
+ * values, written by the train backward (its first pass forms them) for
+ * tt_batchnorm_grad_saved_s32.
  * Preconditions: 1 <= P <= TT_BN_MAX_P, and P >= 2 when train (the caller checks). */
 #ifndef TT_BATCHNORM_H
 #define TT_BATCHNORM_H
@@ -23,7 +25,7 @@ extern "C" {
  *  (forward, eval backward) or one per element (train backward: x_hat, then its J). */
 #define TT_BATCHNORM_BUFFER_SIZE(P, C) (8 * ((P) * (C) > 3 * (C) ? (P) * (C) : 3 * (C)))
 /** Size (bytes) of the saved per-channel state passed from forward to backward. */
-#define TT_BATCHNORM_SAVED_SIZE(C) (12 * (C) + 4)
+#define TT_BATCHNORM_SAVED_SIZE(C) (20 * (C) + 4)
 
 /** One batch-norm layer over x[P][C]: dims, parameters (gamma, beta: learnt; running mean
  *  and variance: state the train forward updates), build-time constants and the saved buffer
@@ -66,6 +68,10 @@ int32_t tt_batchnorm_bwd_eval_s8(const tt_ctx *ctx, const tt_batchnorm_params *p
  *  after a train forward of the same x. */
 void tt_batchnorm_grad_s32(const tt_batchnorm_params *p, const int8_t *e, const int8_t *x,
                            int32_t *ggamma, int32_t *gbeta);
+
+/** tt_batchnorm_grad_s32's results without a pass over the tensor: the sums the last
+ *  tt_batchnorm_bwd_s8 formed (call it right after that backward, of the same e and x). */
+void tt_batchnorm_grad_saved_s32(const tt_batchnorm_params *p, int32_t *ggamma, int32_t *gbeta);
 
 /** The same after an eval forward. */
 void tt_batchnorm_grad_eval_s32(const tt_batchnorm_params *p, const int8_t *e, const int8_t *x,

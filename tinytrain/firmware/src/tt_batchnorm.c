@@ -29,7 +29,15 @@ static int32_t bn_rdiv(int64_t n, int32_t a, int64_t d)
     if (n == 0) return 0;
     if (tt_bitwidth_u64(tt_abs_u64(n)) + a > tt_bitwidth_u64((uint64_t)d) + 32)
         return n > 0 ? INT32_MAX : INT32_MIN;
-    return tt_sat_s32(tt_div_floor_s64(2 * (n * ((int64_t)1 << a)) + d, 2 * d));
+    {
+        const int64_t num = 2 * (n * ((int64_t)1 << a)) + d, den = 2 * d;
+        if (num >= INT32_MIN && num <= INT32_MAX && den <= INT32_MAX) {
+            /* the same floor division in 32 bits (a hardware divide on M3 and up) */
+            const int32_t q = (int32_t)num / (int32_t)den;
+            return (int32_t)num % (int32_t)den < 0 ? q - 1 : q;
+        }
+        return tt_sat_s32(tt_div_floor_s64(num, den));
+    }
 }
 
 /** Shift-EMA r + round((b - r) / 2^k); the result lies between r and b. */
@@ -46,7 +54,14 @@ static int32_t bn_inv_sqrt(int64_t v, int32_t e_v, int32_t *n_out)
     if ((n - e_v) % 2 != 0) n -= 1;
     s = tt_isqrt_u32((uint32_t)(n >= 0 ? (uint64_t)v << n : (uint64_t)v >> -n));
     *n_out = n;
-    return (int32_t)((((uint64_t)1 << TT_BN_INV_BITS) + (s >> 1)) / s);
+    /* floor((2^45 + floor(s/2)) / s) by two 32-bit divisions (no 64-bit division routine):
+     * 2^45 + h = 2^29 * 2^16 + h with h < 2^15 <= s < 2^16, so q1 = 2^29 / s < 2^14 and the
+     * remainder step (r1 * 2^16 + h) / s has r1 < s < 2^16: its numerator is below 2^32. */
+    {
+        const uint32_t q1 = ((uint32_t)1 << (TT_BN_INV_BITS - 16)) / s;
+        const uint32_t r1 = ((uint32_t)1 << (TT_BN_INV_BITS - 16)) - q1 * s;
+        return (int32_t)((q1 << 16) + ((r1 << 16) + (s >> 1)) / s);
+    }
 }
 
 /** round(v * 2^-sh) before int32 saturation; +-2^32 stands for a too large left shift. */
@@ -441,6 +456,10 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
                 if (a > mj) mj = a;
             }
         }
+        /* pass 1's sums are the gradients (tt_batchnorm_grad_s32's, bit for bit): kept for
+         * tt_batchnorm_grad_saved_s32 */
+        bp->saved[3 * C + 1 + c] = se;
+        bp->saved[4 * C + 1 + c] = tt_sat_s32(G);
         if (akm * mj > m) m = akm * mj; /* |km| <= 2^24, |J| <= 2^38 */
     }
     s = tt_requant_shift(m, 8);
@@ -531,6 +550,15 @@ int32_t tt_batchnorm_bwd_s8(const tt_ctx *ctx, const tt_batchnorm_params *p, con
                             int32_t ee, const int8_t *x, int8_t *dx)
 {
     return bn_bwd_train(ctx, p, e, ee, x, dx);
+}
+
+void tt_batchnorm_grad_saved_s32(const tt_batchnorm_params *p, int32_t *ggamma, int32_t *gbeta)
+{
+    int32_t c;
+    for (c = 0; c < p->C; c++) {
+        gbeta[c] = p->saved[3 * p->C + 1 + c];
+        ggamma[c] = p->saved[4 * p->C + 1 + c];
+    }
 }
 
 int32_t tt_batchnorm_bwd_eval_s8(const tt_ctx *ctx, const tt_batchnorm_params *p,
