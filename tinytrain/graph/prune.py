@@ -56,6 +56,7 @@ import numpy as np
 
 from tinytrain.graph import fields as F
 from tinytrain.graph import prune_groups as _pg
+from tinytrain.graph.prune_base import STRUCTURES, PruneError, layer_prune, mask_words, pack, unpack  # noqa: F401
 
 __all__ = ["Prune", "PruneError", "PruneTable", "FIELDS", "compile", "select", "apply", "pack", "unpack",
            "mask_words", "PRUNABLE_KINDS"]
@@ -64,7 +65,6 @@ SCHEDULES = ("constant", "polynomial", "one_shot")
 #: layer kinds whose weight tensor ``w`` can be pruned
 PRUNABLE_KINDS = ("dense", "conv1d", "conv2d", "depthwise_conv2d")
 #: structured pruning: the layer kinds whose output units each structure removes
-STRUCTURES = {"neurons": ("dense",), "channels": ("conv1d", "conv2d"), "filters": ("conv1d", "conv2d")}
 
 _SPARSITY = F.Field("a number in [0, 1)", lambda v: F.is_number(v) and 0 <= v < 1)
 _STEP = F.Field("an integer in [0, 2^31) (an optimizer step; the device counts them in 32 bits)",
@@ -90,10 +90,6 @@ _KEYS = {
     "one_shot": {"final_sparsity", "target_sparsity", "begin_step"},
 }
 _COMMON = {"schedule", "structure", "scope", "criterion", "storage"}
-
-
-class PruneError(ValueError):
-    """A pruning configuration that cannot be used (the message names the field)."""
 
 
 @dataclass
@@ -187,25 +183,6 @@ def zeros_for(sparsity: float, n: int) -> int:
     return int(math.floor(Fraction(sparsity) * n + Fraction(1, 2)))
 
 
-def mask_words(n: int) -> int:
-    return (int(n) + 31) // 32
-
-
-def pack(pruned: np.ndarray) -> np.ndarray:
-    """Bool array (any shape, row-major) -> the bitmap (uint32 words, bit i % 32 of word i // 32)."""
-    b = np.asarray(pruned, bool).reshape(-1)
-    words = mask_words(b.size)
-    pad = np.zeros(words * 32, np.uint64)
-    pad[:b.size] = b
-    return (pad.reshape(words, 32) << np.arange(32, dtype=np.uint64)).sum(axis=1).astype(np.uint32)
-
-
-def unpack(mask: np.ndarray, n: int) -> np.ndarray:
-    """The bitmap -> bool array of n elements (True: pruned)."""
-    bits = (np.asarray(mask, np.uint32).astype(np.uint64)[:, None] >> np.arange(32, dtype=np.uint64)) & 1
-    return bits.reshape(-1)[:n].astype(bool)
-
-
 def select(store: np.ndarray, k: int) -> np.ndarray:
     """The mask pruning the k elements of `store` with the smallest (|v|, flat index)."""
     return select_group([store], [0], k)[0]
@@ -269,11 +246,6 @@ class PruneTable:
         """The row of optimizer step t, -1 if none (a binary search in C)."""
         i = int(np.searchsorted(self.steps, t))
         return i if i < self.steps.size and int(self.steps[i]) == t else -1
-
-
-def layer_prune(layer):
-    """The prune configuration attached to a layer object (a model file's layer "prune"), or None."""
-    return getattr(layer, "prune", None)
 
 
 def _prunable(layer):

@@ -45,7 +45,7 @@ import math
 
 import numpy as np
 
-from tinytrain.graph import prune as P
+from tinytrain.graph import prune_base as P
 
 #: layers between a pruned layer and its consumer that keep channels apart
 PASS_THROUGH = ("relu", "leaky_relu", "batchnorm", "maxpool1d", "maxpool2d", "avgpool2d", "global_avgpool", "flatten")
