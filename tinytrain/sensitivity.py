@@ -16,7 +16,8 @@ the rest of the model unchanged, no fine-tuning, accuracy on the split by the nu
   width added to the presets is a new row.
 
 With ``board``: each variant as the board would train it -- a pruned tensor keeps its mask (the
-pruning event lies in the past, so the device only honours it), a converted layer its policy --
+pruning event lies in the past, so the schedule is over and a Dense int16 tensor is stored sparse,
+codegen/sparse.py), a converted layer its policy --
 measured by :func:`tinytrain.cost.device_cost`: RAM and flash of the linked firmware, the
 instructions per training sample on QEMU over ``steps`` steps verified bit for bit. Reported as
 the change from the unchanged model. Each distinct variant (same configuration, schema and
