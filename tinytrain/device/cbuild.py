@@ -8,6 +8,8 @@ import os
 import re
 import shutil
 import subprocess
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import cffi
@@ -52,36 +54,34 @@ def compile_shared(sources, cdef: str, *, include_dirs=(), sanitize=False, extra
     if shutil.which(cc) is None:
         raise CompilerMissing(f"C compiler '{cc}' not found: install gcc (sudo apt-get install gcc)"
                               + (" or set CC to an installed compiler" if "CC" in os.environ else ""))
-    h = hashlib.sha256()
     files = []
     for s in sources:
         if isinstance(s, tuple):
-            fname, text = s
+            files.append(s)
         else:
-            fname, text = Path(s).name, Path(s).read_text()
-        files.append((fname, text))
-        h.update(fname.encode() + b"\0" + text.encode() + b"\0")
+            files.append((Path(s).name, Path(s).read_text()))
     incs = [FIRMWARE_INCLUDE, *map(Path, include_dirs)]
-    for d in incs:
-        for p in sorted(Path(d).glob("*.h")):
-            h.update(p.name.encode() + p.read_bytes())
-    flags = CFLAGS + (SANITIZE if sanitize else []) + list(extra_flags)
-    h.update(" ".join(flags).encode() + cdef.encode())
-    key = h.hexdigest()[:20]
-    out = cache_dir() / f"{name}-{key}.so"
+    flags = [f for f in CFLAGS if f != "-shared"] + (SANITIZE if sanitize else []) + list(extra_flags)
+    # Each source becomes an object cached by its own text, the headers it includes and the
+    # flags, so the runtime compiles once per flag set and a new model compiles only its own .c.
+    scan = incs + [Path(f[2:]) for f in extra_flags if f.startswith("-I")]
+    objs = [(_object_path(fname, text, scan, flags, cc), fname, text) for fname, text in files]
+    missing = [o for o in objs if not o[0].exists()]
+    if missing:
+        with ThreadPoolExecutor(max_workers=min(len(missing), os.cpu_count() or 1)) as pool:
+            list(pool.map(lambda o: _compile_object(cc, flags, incs, *o), missing))
+    h = hashlib.sha256()
+    for o, _, _ in objs:
+        h.update(o.name.encode() + b"\0")
+    link = ["-shared", *(SANITIZE if sanitize else [])]
+    h.update(" ".join(link).encode() + cdef.encode())
+    out = cache_dir() / f"{name}-{h.hexdigest()[:20]}.so"
     if not out.exists():
-        src_dir = cache_dir() / f"{name}-{key}-src"
-        src_dir.mkdir(exist_ok=True)
-        paths = []
-        for fname, text in files:
-            p = src_dir / fname
-            p.write_text(text)
-            paths.append(str(p))
-        tmp = out.with_suffix(f".{os.getpid()}.tmp")
-        cmd = [cc, *flags, *[f"-I{d}" for d in incs], "-o", str(tmp), *paths]
+        tmp = out.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        cmd = [cc, *link, "-o", str(tmp), *[str(o) for o, _, _ in objs]]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
-            raise BuildError(f"host C build failed:\n$ {' '.join(cmd)}\n{r.stderr.strip()}")
+            raise BuildError(f"host C link failed:\n$ {' '.join(cmd)}\n{r.stderr.strip()}")
         os.replace(tmp, out)
     ffi = cffi.FFI()
     ffi.cdef(cdef)
@@ -96,6 +96,54 @@ def compile_shared(sources, cdef: str, *, include_dirs=(), sanitize=False, extra
         os.unlink(tmp)  # the mapping stays valid
         return ffi, lib
     return ffi, ffi.dlopen(str(out))
+
+
+
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def _included_headers(text: str, incs) -> list[Path]:
+    """The quoted headers ``text`` includes, directly or through other headers, found in ``incs``."""
+    seen: dict[str, Path] = {}
+    todo = _INCLUDE.findall(text)
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        for d in incs:
+            p = Path(d) / n
+            if p.is_file():
+                seen[n] = p
+                todo.extend(_INCLUDE.findall(p.read_text()))
+                break
+    return [seen[n] for n in sorted(seen)]
+
+
+def _object_path(fname: str, text: str, incs, flags, cc: str) -> Path:
+    h = hashlib.sha256()
+    h.update(cc.encode() + b"\0" + " ".join(flags).encode() + b"\0" + fname.encode() + b"\0" + text.encode())
+    for p in _included_headers(text, incs):
+        h.update(b"\0" + p.name.encode() + b"\0" + p.read_bytes())
+    d = cache_dir() / "obj"
+    d.mkdir(exist_ok=True)
+    return d / f"{Path(fname).stem}-{h.hexdigest()[:20]}.o"
+
+
+def _compile_object(cc: str, flags, incs, out: Path, fname: str, text: str) -> None:
+    tag = f"{os.getpid()}.{threading.get_ident()}"
+    work = out.parent / f"{out.stem}.{tag}"  # the source keeps its name (compiler messages)
+    work.mkdir()
+    src = work / fname
+    src.write_text(text)
+    tmp = work / "out.o"
+    cmd = [cc, *flags, *[f"-I{d}" for d in incs], "-c", "-o", str(tmp), str(src)]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise BuildError(f"host C build failed:\n$ {' '.join(cmd)}\n{r.stderr.strip()}")
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def cdef_from_header(path) -> str:
