@@ -4,4 +4,5 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$here/scripts/bootstrap.sh"
 cd "$here"
-exec .venv/bin/python -m pytest -q --durations=25 "$@"
+# one pytest worker per core (pytest-xdist); TT_TEST_WORKERS=0 runs in this process
+exec .venv/bin/python -m pytest -q --durations=25 -n "${TT_TEST_WORKERS:-auto}" "$@"
