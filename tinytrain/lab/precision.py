@@ -320,7 +320,8 @@ def train_integer(wl, ds, seed: int, opt_overrides: dict) -> dict:
     for order in epoch_orders(seed, len(ds.x_train), wl.epochs):
         sim.train(ds.x_train, ds.y_train, order)
         steps += len(order)
-    return {"accuracy": float((sim.predict(ds.x_test) == ds.y_test).mean()), "steps": steps, "skipped_steps": 0,
+    return {"accuracy": float((sim.predict(ds.x_test) == ds.y_test).mean()), "steps": steps,
+            "skipped_steps": int(m.scaler[2]) if m.loss_scale.mode == "global" else 0,
             "act_saturations": int(m.stats[0]), "weight_saturations": int(m.stats[1]),
             "update_underflows": int(m.stats[2])}
 
