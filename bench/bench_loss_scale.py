@@ -28,9 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import machine, machine_line, markdown_table, update_section, write_json  # noqa: E402
 
 from tinytrain.codegen.memory import breakdown  # noqa: E402
-from tinytrain.lab.precision import integer_model  # noqa: E402
-from tinytrain.lab.workloads import WORKLOADS, epoch_orders  # noqa: E402
-from tinytrain.sim.simulator import Simulator  # noqa: E402
+from tinytrain.lab.precision import integer_model, train_integer  # noqa: E402
+from tinytrain.lab.workloads import WORKLOADS  # noqa: E402
 from tinytrain.verify import verify  # noqa: E402
 
 SCALES = ["dynamic", "global", "global:init_scale=7,growth_interval=50", "global:init_scale=7,growth_interval=2000",
@@ -44,15 +43,9 @@ def _over(scale):
 
 
 def train(wl, ds, seed, scale) -> dict:
-    m = integer_model(wl, ds, seed, _over(scale))
-    sim = Simulator(m)
-    steps = 0
-    for order in epoch_orders(seed, len(ds.x_train), wl.epochs):
-        sim.train(ds.x_train, ds.y_train, order)
-        steps += len(order)
-    return {"accuracy": float((sim.predict(ds.x_test) == ds.y_test).mean()), "steps": steps,
-            "overflow_steps": int(m.scaler[2]) if m.loss_scale.enabled else 0,
-            "final_exponent": int(m.scaler[0]) if m.loss_scale.enabled else None}
+    r = train_integer(wl, ds, seed, _over(scale))
+    sc = r["scaler"] or [None, 0, 0]
+    return {"accuracy": r["accuracy"], "steps": r["steps"], "overflow_steps": sc[2], "final_exponent": sc[0]}
 
 
 def measure(workload, scale, seeds, steps) -> dict:

@@ -4,7 +4,6 @@ file, and reference = numba = C every step on drawn graphs x scale settings x op
 (plus the Cortex-M4 under QEMU)."""
 from __future__ import annotations
 
-import copy
 from fractions import Fraction
 
 import numpy as np
@@ -24,7 +23,8 @@ from tinytrain.sim.simulator import Simulator
 
 from .conftest import examples
 from .test_boards_qemu import needs_qemu
-from .test_exactness import _data, any_graph, any_optimizer, three_way
+from .test_exactness import _data, any_graph, three_way
+from .test_precision import _build
 
 
 @pytest.fixture(scope="module")
@@ -157,10 +157,7 @@ def test_any_graph_any_scale_any_optimizer_reference_sim_c_equal(data):
     policy = {"loss_scale": data.draw(SCALES)}
     if data.draw(st.booleans()):
         policy["weights"] = "int8"
-    probe = Sequential(copy.deepcopy(layers), input_shape=shape, input_exp=-7, precision=policy)
-    opt = data.draw(any_optimizer(probe.layers))
-    ref = Sequential(layers, input_shape=shape, input_exp=data.draw(st.integers(-9, 0)), optimizer=opt,
-                     seed=data.draw(st.integers(0, 1000)), precision=policy)
+    ref = _build(data, shape, layers, policy)
     x, y = _data(data.draw(st.integers(4, 8)), shape, n_cls, data.draw(st.integers(0, 2**16)))
     three_way(ref, x, y, epochs=1)
 

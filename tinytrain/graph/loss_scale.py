@@ -33,7 +33,7 @@ A policy gives it as an object or a compact string::
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields as dc_fields
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -176,4 +176,3 @@ def step(ls: LossScale, state: np.ndarray, nsat: int) -> bool:
     return False
 
 
-FIELD_NAMES = [f.name for f in dc_fields(LossScale)]

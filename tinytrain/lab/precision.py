@@ -322,6 +322,7 @@ def train_integer(wl, ds, seed: int, opt_overrides: dict) -> dict:
         steps += len(order)
     return {"accuracy": float((sim.predict(ds.x_test) == ds.y_test).mean()), "steps": steps,
             "skipped_steps": int(m.scaler[2]) if m.loss_scale.mode == "global" else 0,
+            "scaler": [int(v) for v in m.scaler] if m.loss_scale.enabled else None,  # [E, clean, overflow steps]
             "act_saturations": int(m.stats[0]), "weight_saturations": int(m.stats[1]),
             "update_underflows": int(m.stats[2])}
 
