@@ -201,7 +201,7 @@ def test_a_resumed_training_continues_identically(tmp_path, digits):
     assert c.state_hash() == a.state_hash() and list(c.scaler) == list(a.scaler) and a.scaler[2] > 0
 
 
-def test_train_json_and_fixed_point_report_count_skipped_steps(tmp_path, digits):
+def test_train_json_info_and_fixed_point_report_count_skipped_steps(tmp_path, digits, capsys):
     from tinytrain.fixedpoint_report import fixed_point_report, format_report
     from tinytrain.train import fit
 
@@ -213,6 +213,15 @@ def test_train_json_and_fixed_point_report_count_skipped_steps(tmp_path, digits)
     r = fixed_point_report(m, digits, samples=200)
     assert r["loss_scale"]["overflow_steps_total"] == int(m.scaler[2])
     assert "steps skipped so far" in format_report(r)
+    import json
+
+    from tinytrain import cli
+
+    tio.save(m, tmp_path / "m.tt")
+    assert cli.main(["info", "--model", str(tmp_path / "m.tt"), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["loss_scale"] == {"policy": str(m.loss_scale), "exponent": int(m.scaler[0]),
+                                  "clean_steps": int(m.scaler[1]), "overflow_steps": int(m.scaler[2])}
 
 
 # ------------------------------------------------------------------------------ boards
