@@ -164,11 +164,13 @@ def test_any_graph_any_scale_any_optimizer_reference_sim_c_equal(data):
 
 def test_w1_skips_agree_on_every_path(digits):
     """W1 where steps do overflow (a scale above the error's range, a short growth interval)
-    with momentum at batch 2: the scaler (exponent, count, skipped steps) is in every step's hash."""
+    with momentum at batch 2 and a pruning schedule whose event falls among the skips: the
+    scaler (exponent, count, skipped steps) and the masks are in every step's hash."""
     m = build_model("digits-mlp", digits, precision={"loss_scale": "global:init_scale=9,growth_interval=4"},
-                    momentum=0.9, batch_size=2)
+                    momentum=0.9, batch_size=2,
+                    prune={"schedule": "polynomial", "final_sparsity": 0.5, "begin_step": 2, "end_step": 8, "frequency": 2})
     three_way(m, digits.x_train[:30], digits.y_train[:30], epochs=1)
-    assert m.scaler[2] > 0
+    assert m.scaler[2] > 0 and any(mk.any() for mk in m.masks.values())
 
 
 def test_mse_head_under_a_global_scale_reference_equals_sim():
