@@ -187,6 +187,18 @@ ROWS = [
       {"m.json": spec([{"type": "dense", "units": 10, "precision": {"master": "int64"}}])}, None, id="precision-layer-value"),
     R([*TRAIN, "m.json"], "master = 'int16' is not wider than the int16 weights",
       {"m.json": spec(precision={"master": "int16"})}, None, id="precision-master-not-wider"),
+    # ---- loss scale (docs/precision.md "loss_scale")
+    R([*TRAIN, "digits-mlp", "--precision", '{"loss_scale": "gradscaler"}'],
+      "loss_scale: mode = 'gradscaler' must be one of dynamic, global, static", {}, None, id="loss-scale-unknown-mode"),
+    R([*TRAIN, "digits-mlp", "--precision", '{"loss_scale": {"mode": "global", "init": 7}}'],
+      "loss_scale: unknown key(s) init: known keys are mode, init_scale", {}, None, id="loss-scale-unknown-key"),
+    R([*TRAIN, "digits-mlp", "--precision", '{"loss_scale": "global:init_scale=40"}'],
+      "init_scale = 40 must lie in min_scale .. max_scale", {}, None, id="loss-scale-out-of-range"),
+    R([*TRAIN, "digits-mlp", "--precision", '{"loss_scale": "static:init_scale=6,growth_interval=9"}'],
+      'mode "static" has a fixed exponent and takes only init_scale', {}, None, id="loss-scale-static-growth"),
+    R([*TRAIN, "m.json"], "loss_scale is one scale for the whole model: move it to the model's",
+      {"m.json": spec([{"type": "dense", "units": 10, "precision": {"loss_scale": "global"}}])}, None,
+      id="loss-scale-layer-override"),
 
 
     # ---- pruning (docs/pruning.md): the model file's "prune" object, a layer's, and --prune

@@ -667,6 +667,9 @@ def _info_run(args) -> int:
         tab = model.prune_table
         info["pruned"] = {k: {"zeros": z, "of": n} for k, (z, n) in sparsity(model).items()}
         info["prune_events_left"] = int((tab.steps >= int(model.meta[1])).sum())
+    if model.loss_scale.enabled:  # the scaler's state (docs/precision.md, "Loss scale")
+        info["loss_scale"] = {"policy": str(model.loss_scale), "exponent": int(model.scaler[0]),
+                              "clean_steps": int(model.scaler[1]), "overflow_steps": int(model.scaler[2])}
     bd = _breakdown_of(mem)
     if args.plot:
         from tinytrain.codegen.plot import plot_memory
@@ -684,6 +687,10 @@ def _info_run(args) -> int:
           f"{info['optimizer_step']}, epoch {info['epoch']}, dataset {info['dataset']}"
           + (f", test accuracy {info['test_accuracy']:.4f}" if hist else ""))
     print(f"optimizer: {model.optimizer}")
+    if "loss_scale" in info:
+        ls = info["loss_scale"]
+        print(f"loss scale: exponent {ls['exponent']} (2^{ls['exponent']}), {ls['clean_steps']} clean steps in a row, "
+              f"{ls['overflow_steps']} steps {'skipped' if model.loss_scale.mode == 'global' else 'saturated'}")
     if "pruned" in info:
         print("pruned: " + ", ".join(f"{k} {v['zeros']}/{v['of']} ({100 * v['zeros'] / v['of']:.1f} %)"
                                      for k, v in info["pruned"].items())

@@ -68,6 +68,7 @@ def fixed_point_report(model, dataset, samples: int | None = None, progress=None
     """Replay ``samples`` (default: all) training samples on a copy of ``model`` with the
     reference and return the report (a JSON-able dict; ``format_report`` prints it)."""
     m = model.copy()
+    sc0 = m.scaler.copy()
     x, y = dataset.x_train, dataset.y_train
     n = len(x) if samples is None else min(int(samples), len(x))
     flat = [(li, l) for li, l in enumerate(m.layers)]
@@ -148,7 +149,21 @@ def fixed_point_report(model, dataset, samples: int | None = None, progress=None
             "layers": layers,
             "totals": {"act_saturations": int(m.stats[0] - model.stats[0]), "weight_saturations": sum(psat.values()),
                        "update_underflows": under, "gradient_entries": upd,
-                       "underflow_fraction": under / upd if upd else 0.0}}
+                       "underflow_fraction": under / upd if upd else 0.0},
+            **_loss_scale(model, m, sc0, n)}
+
+
+def _loss_scale(model, m, sc0, n) -> dict:
+    """The loss scaler (graph/loss_scale.py): the saved model's state and what the replay saw."""
+    ls = model.loss_scale
+    if not ls.enabled:
+        return {}
+    return {"loss_scale": {"policy": str(ls), "mode": ls.mode, "exponent": int(model.scaler[0]),
+                           "clean_steps": int(model.scaler[1]), "overflow_steps_total": int(model.scaler[2]),
+                           "replay_overflow_steps": int(m.scaler[2] - sc0[2]),
+                           "replay_overflow_fraction": int(m.scaler[2] - sc0[2]) / n if n else 0.0,
+                           "replay_final_exponent": int(m.scaler[0]),
+                           "overflow_means": "step skipped" if ls.mode == "global" else "error saturated, step applied"}}
 
 
 def format_report(r: dict) -> str:
@@ -184,4 +199,11 @@ def format_report(r: dict) -> str:
                 f"saturations, {t['update_underflows']} update underflows = {t['underflow_fraction']:.1%} of "
                 f"{t['gradient_entries']} nonzero gradient entries")
     rows.append("* the exponent varies per step (dynamic): the most frequent format is shown, exp_range in --json")
+    if "loss_scale" in r:
+        s = r["loss_scale"]
+        what = "skipped" if s["mode"] == "global" else "saturated"
+        rows.append(f"loss scale {s['policy']}: exponent {s['exponent']} (2^{s['exponent']}), {s['clean_steps']} clean steps "
+                    f"in a row, {s['overflow_steps_total']} steps {what} so far; the replay {what} "
+                    f"{s['replay_overflow_steps']} of {r['samples']} ({s['replay_overflow_fraction']:.1%}) and ended at "
+                    f"exponent {s['replay_final_exponent']}")
     return "\n".join(rows)

@@ -281,6 +281,7 @@ def fit(model, dataset: Dataset, epochs: int, seed: int = 0, *, batch_size: int 
         for ep in range(start, epochs):
             state, order = fp.permutation(state, n)
             s0 = model.stats.copy()
+            sc0 = model.scaler.copy()
             before = _trainable_copy(model) if ep == 0 else None
             t0 = time.perf_counter()
             outs = []
@@ -296,6 +297,7 @@ def fit(model, dataset: Dataset, epochs: int, seed: int = 0, *, batch_size: int 
                    "test_accuracy": _eval_accuracy(model, runner, Xt, Yt),
                    "act_saturations": int(ds[0]), "weight_saturations": int(ds[1]),
                    "update_underflows": int(ds[2]), "seconds": dt, "samples": n}
+            rec.update(loss_scale_record(model, sc0))
             history.epochs.append(rec)
             if before is not None:
                 for msg in cannot_learn(model, X, before, rec):
@@ -368,10 +370,25 @@ def _eval_accuracy(model, runner, Xt, Yt) -> float:
     return acc
 
 
+def loss_scale_record(model, before) -> dict:
+    """An epoch's loss-scale fields (graph/loss_scale.py), from the scaler state before it:
+    the exponent at its end, the steps skipped (global) or trained on a saturated error
+    (static) in it, and the total since training began. Empty under the dynamic default."""
+    ls = model.loss_scale
+    if not ls.enabled:
+        return {}
+    key = "skipped_steps" if ls.mode == "global" else "saturated_steps"
+    return {"loss_scale_exponent": int(model.scaler[0]), key: int(model.scaler[2] - before[2]),
+            f"{key}_total": int(model.scaler[2])}
+
+
 def format_epoch(rec: dict, epochs: int) -> str:
+    ls = next((f"  scale 2^{rec['loss_scale_exponent']} {k.split('_')[0]} {rec[k]}" for k in ("skipped_steps", "saturated_steps")
+               if k in rec), "")
     return (f"epoch {rec['epoch']:3d}/{epochs}  loss {rec['train_loss']:.4f}  train acc "
             f"{rec['train_accuracy']:.4f}  test acc {rec['test_accuracy']:.4f}  saturations "
-            f"act {rec['act_saturations']} w {rec['weight_saturations']} underflow {rec.get('update_underflows', 0)}  {rec['seconds']:.2f}s")
+            f"act {rec['act_saturations']} w {rec['weight_saturations']} underflow {rec.get('update_underflows', 0)}{ls}"
+            f"  {rec['seconds']:.2f}s")
 
 
 def evaluate(model, dataset: Dataset, split: str = "test", reference: bool = False) -> dict:

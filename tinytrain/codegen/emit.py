@@ -235,6 +235,9 @@ class Emitter:
                     order.append(T[-1].name)
         T.append(Tensor(self.sym("meta"), "uint32_t", 3, "meta", -1, m.meta.astype(np.uint32)))
         order.append(self.sym("meta"))
+        if m.loss_scale.enabled:  # [E, clean steps, overflow steps] (graph/loss_scale.py)
+            T.append(Tensor(self.sym("scaler"), "int32_t", 3, "meta", -1, m.scaler.astype(np.int32)))
+            order.append(self.sym("scaler"))
         for li, l in enumerate(m.layers):
             T.append(Tensor(self.sym(f"a{li}"), "int8_t", l.out_size, "activation", li))
             backward = li >= self.first_backward
@@ -343,7 +346,8 @@ uint32_t {P}_saturations(void);
                 flash += t.bytes
             if t.role in ("param", "master", "accum", "velocity", "mask", "meta"):
                 packed = f", packed: the {t.count} of {t.dense} kept" if t.mask else ""
-                src.append(f"/** {t.role} of layer {t.layer} ({t.count} x {t.ctype}{packed}) */" if t.layer >= 0 else f"/** [prng state, optimizer step, samples in batch] */")
+                src.append(f"/** {t.role} of layer {t.layer} ({t.count} x {t.ctype}{packed}) */" if t.layer >= 0 else f"/** [prng state, optimizer step, samples in batch] */"
+                           if t.name == self.sym("meta") else "/** loss scaler [exponent, clean steps, overflow steps] */")
                 src.append(c_array(t.ctype, t.name, t.init))
                 if t.role in ("param", "master", "mask", "meta"):
                     src.append(c_array(t.ctype, t.name + "_init", t.init, const=True))
@@ -396,6 +400,7 @@ uint32_t {P}_saturations(void);
             raise CodegenError("MSE models are not emitted to C yet")
         out[out.index("    tt_loss_out loss = {.e = {}};")] = f"    tt_loss_out loss = {{.e = {errs[(L - 1) % 2]}}};"
         out.append("    *loss_q16 = loss.loss_q16;")
+        out += self._loss_scale_lines()
         out.append("    de = ee = loss.ee;")
         first = self.first_backward
         for li in range(L - 1, first - 1, -1):
@@ -471,6 +476,20 @@ uint32_t {P}_saturations(void);
         out += ["    " + " ".join(f"(void)ge{i};" for i in range(self.n_ge)) + f" (void)de; (void)sgd; (void){errs[0]}; (void){errs[1]};",
                 "    return pred;", "}"]
         return out
+
+    def _loss_scale_lines(self):
+        """A global or static loss scale: the head's error (still in scratch) again at the
+        scale's exponent; an overflow under global returns before any update (graph/loss_scale.py)."""
+        m = self.model
+        if not m.loss_scale.enabled:
+            return []
+        ls, cfg = m.loss_scale, self.sym("loss_scaler")
+        self.decls[cfg] = (f"static const tt_loss_scaler {cfg} = {{.mode = {1 if ls.mode == 'global' else 2}, "
+                           f".growth_factor = {ls.growth_factor}, .backoff_factor = {ls.backoff_factor}, "
+                           f".growth_interval = {ls.growth_interval}, .min_scale = {ls.min_scale}, "
+                           f".max_scale = {ls.max_scale}}};")
+        return [f"    if (tt_loss_scale_s8(&{cfg}, {self.sym('scaler')}, SCRATCH, -15, {m.output_shape[0]}, loss.e, "
+                "&loss.ee, &STATS)) return pred;  /* overflow: step skipped */"]
 
     def _by_channel(self, li, l, x, ex, y, e, dx):
         """A conv layer's backward with its weight gradient one output channel at a time: the

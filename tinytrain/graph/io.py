@@ -20,7 +20,9 @@ Header JSON: {"format": "tinytrain-model", "version": 1, "writer": "tinytrain X.
 Tensors, in state order: per layer and parameter ``L{li}.{name}`` (the compute copy), then
 ``L{li}.{name}.master`` / ``.accum`` / ``.velocity`` / ``.mask`` (uint32 bitmap of the pruned
 elements, graph/prune.py; only in models that prune, so older files read unchanged) where present, then ``meta`` (int64:
-PRNG state, optimizer step, samples in batch) and ``stats`` (int64 saturation counters).
+PRNG state, optimizer step, samples in batch), ``scaler`` (int64: loss-scale exponent, clean steps,
+overflow steps; graph/loss_scale.py; only with a global or static loss scale) and ``stats``
+(int64 saturation counters).
 A reader of version v accepts files of version <= v; a new field that old readers may skip
 goes in the header without a version bump.
 """
@@ -60,6 +62,8 @@ def _state_items(model):
                 if key in store:
                     items.append((f"{base}.{suffix}", store[key]))
     items.append(("meta", model.meta))
+    if model.loss_scale.enabled:
+        items.append(("scaler", model.scaler))
     items.append(("stats", model.stats))
     return items
 

@@ -27,6 +27,7 @@ from tinytrain.ops import softmax_ce as r_ce
 from tinytrain.graph.optim import SGD, IntSGD
 from tinytrain.graph import optim as r_opt
 from tinytrain.graph import prune as r_prune
+from tinytrain.graph import loss_scale as r_lscale
 from tinytrain.graph.wblock import shifts_of
 from tinytrain.ops import wblock as r_wblock
 
@@ -81,6 +82,9 @@ class Sequential:
             raise ModelError(str(exc)) from None
         for i, l in enumerate(layers):
             l.set_policy(self.precision, f"layer {i} ({l.kind}) precision")
+            if isinstance(l.precision, dict) and "loss_scale" in l.precision:
+                raise ModelError(f"layer {i} ({l.kind}) precision: loss_scale is one scale for the whole model: "
+                                 "move it to the model's \"precision\" object")
         self.layers = list(layers)
         self.input_shape = tuple(int(v) for v in input_shape)
         self.input_exp = int(input_exp)
@@ -206,6 +210,10 @@ class Sequential:
                     self.velocity[key] = np.zeros(p.data.shape, self._velocity_dtype(li, pi))
         # scalars: PRNG state, optimizer step, samples in the current batch
         self.meta = np.array([fp.prng_seed(self.seed), 0, 0], dtype=np.int64)
+        #: loss scale (graph/loss_scale.py): [E, clean steps in a row, overflow steps]; only
+        #: with a global or static scale is it part of the state
+        self.loss_scale = self.precision.scaler
+        self.scaler = self.loss_scale.initial_state()
         try:  # pruning: the integer schedule and an all-kept mask per pruned tensor
             self.prune_table = r_prune.compile(self)
         except r_prune.PruneError as exc:
@@ -270,6 +278,8 @@ class Sequential:
                 if key in self.masks:
                     out.append(self.masks[key])
         out.append(self.meta.astype(np.uint32))
+        if self.loss_scale.enabled:
+            out.append(self.scaler.astype(np.int32))
         return out
 
     def stored(self, li, pi) -> np.ndarray:
@@ -353,6 +363,12 @@ class Sequential:
             e, ee, nsat, loss, _ = r_mse.forward_backward(z, ez, t, self.target_exp)
             pred = 0
         self.stats[0] += nsat
+        if self.loss_scale.enabled:  # the error at the global exponent; an overflow skips the step
+            g, eg = r_ce.error(z, ez, int(label)) if self.loss == "softmax_ce" else r_mse.error(z, ez, t, self.target_exp)
+            e, ee, nsat = r_lscale.quantize(g, eg, int(self.scaler[0]))
+            self.stats[0] += nsat  # (the dynamic head's count stays too: the kernels compute both)
+            if r_lscale.step(self.loss_scale, self.scaler, nsat):
+                return loss, pred
         prng = [int(self.meta[0])]
         m_t = opt.lr_mult(int(self.meta[1]))
         first_trainable = self.first_learning

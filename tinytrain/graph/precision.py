@@ -34,7 +34,11 @@ or a preset name (:data:`PRESETS`). Keys and what tinytrain does with them:
 
 ``momentum`` ``int32`` or ``int16`` (graph/model.py). Also part of the policy, with the one value
 implemented today (others are refused with an error that says so): ``activations`` and
-``errors`` ``int8``, ``bias`` ``int32``, ``loss_scale`` ``dynamic`` (per-step error exponents).
+``errors`` ``int8``, ``bias`` ``int32``.
+
+``loss_scale`` ``dynamic`` (per-step error exponents, the default), ``global`` (a loss-scale
+exponent with GradScaler's growth, backoff and skipped steps) or ``static`` (a fixed exponent):
+graph/loss_scale.py. Model-wide: a layer cannot override it.
 
 Biases, batch-norm parameters and running statistics keep their formats under every policy.
 A policy that leaves everything at its default changes nothing: the schema, the generated C and
@@ -64,7 +68,8 @@ FIELDS = {
     "errors": F.one_of("int8", "int16"),
     "bias": F.one_of("int16", "int32"),
     "exponent": F.one_of("tensor", "row", "block32"),
-    "loss_scale": F.one_of("dynamic"),
+    "loss_scale": F.Field('"dynamic", "global", "static", a compact string such as "global:init_scale=7" or an '
+                          'object with "mode" (docs/precision.md)', lambda v: isinstance(v, (str, dict))),
 }
 
 #: values the issue tracker names that tinytrain does not implement yet: (key, value) -> advice
@@ -108,6 +113,8 @@ class Precision:
                                      "or an object of keys (docs/precision.md)")
             return PRESETS[spec]
         cls.check_keys(spec, where)
+        if "loss_scale" in spec:  # stored in its canonical compact form (graph/loss_scale.py)
+            spec = {**spec, "loss_scale": _loss_scale_str(spec["loss_scale"], where)}
         p = replace(base, **spec)
         p.check(where)
         return p
@@ -122,8 +129,10 @@ class Precision:
         if not isinstance(spec, dict):
             raise PrecisionError(f"{where} must be a preset name or an object of keys, got {F.show(spec)}")
         F.check(spec, FIELDS, where, PrecisionError)
+        if "loss_scale" in spec:
+            _loss_scale_str(spec["loss_scale"], where)
         for k, v in spec.items():
-            if (k, v) in NOT_YET:
+            if isinstance(v, str) and (k, v) in NOT_YET:
                 raise PrecisionError(f"{where}: {k} = {F.show(v)} is not implemented yet: {NOT_YET[(k, v)]}")
 
     def check(self, where: str = "precision") -> None:
@@ -145,6 +154,13 @@ class Precision:
                                  "or master \"int16\"")
 
     # ----------------------------------------------------------------- queries
+    @property
+    def scaler(self):
+        """The loss_scale as a graph.loss_scale.LossScale."""
+        from tinytrain.graph.loss_scale import LossScale
+
+        return LossScale.parse(self.loss_scale)
+
     def to_dict(self, only_changed: bool = True) -> dict:
         d = {f.name: getattr(self, f.name) for f in dc_fields(self)}
         if only_changed:
@@ -189,6 +205,15 @@ PRESETS = {
     "int4-row-master16": Precision(weights="int4", master="int16", exponent="row"),
     "int4-block32-master16": Precision(weights="int4", master="int16", exponent="block32"),
 }
+
+
+def _loss_scale_str(v, where: str) -> str:
+    from tinytrain.graph.loss_scale import LossScaleError, canonical
+
+    try:
+        return canonical(v, f"{where}: loss_scale")
+    except LossScaleError as exc:
+        raise PrecisionError(str(exc)) from None
 
 
 def parse_cli(text: str) -> "dict | str":

@@ -23,7 +23,7 @@ class Slot:
     layer: int      # -1 for meta
     kind: str       # op kind ("dense", ...) or "meta"
     param: str      # parameter name, or "prng,step,batch" for meta
-    role: str       # param | master | accum | velocity | mask | meta
+    role: str       # param | master | accum | velocity | mask | meta | scaler
     dtype: np.dtype
     shape: tuple
     offset: int     # byte offset in the blob
@@ -37,7 +37,8 @@ def state_layout(model) -> list[Slot]:
     def add(li, kind, pname, role, a):
         nonlocal off
         a = np.asarray(a)
-        name = (f"layer {li} {kind} {pname} ({role})" if li >= 0 else "meta [prng state, optimizer step, samples]")
+        name = (f"layer {li} {kind} {pname} ({role})" if li >= 0 else "meta [prng state, optimizer step, samples]"
+                if role == "meta" else "loss scaler [exponent, clean steps, overflow steps]")
         slots.append(Slot(name, li, kind, pname, role, a.dtype, a.shape, off, a.nbytes))
         off += a.nbytes
 
@@ -55,6 +56,8 @@ def state_layout(model) -> list[Slot]:
             if key in model.masks:
                 add(li, l.kind, p.name, "mask", model.masks[key])
     add(-1, "meta", "prng,step,batch", "meta", model.meta.astype(np.uint32))
+    if model.loss_scale.enabled:
+        add(-1, "meta", "scale,clean,overflows", "scaler", model.scaler.astype(np.int32))
     return slots
 
 

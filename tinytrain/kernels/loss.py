@@ -74,3 +74,60 @@ def mse(y, ey, t, et, g, e, stats):
         g[i] = d
         L += d * d
     return emin + requant_s8(g, e, stats), L, 2 * emin
+
+
+#: LS, the loss-scale constants train_run reads (data, not literals: one compiled loop for
+#: every setting): [mode (1 global, 2 static), growth_factor, backoff_factor, growth_interval,
+#: min_scale, max_scale]
+LS_MODES = {"global": 1, "static": 2}
+
+
+def ls_constants(ls) -> np.ndarray:
+    return np.array([LS_MODES.get(ls.mode, 0), ls.growth_factor, ls.backoff_factor, ls.growth_interval,
+                     ls.min_scale, ls.max_scale], np.int64)
+
+
+@njit(cache=True)
+def loss_scale(g, eg, e, SC, LS, stats):
+    """numba twin of graph/loss_scale.quantize + step: the head error g (int64, at eg) into e
+    at exponent -SC[0], the scaler state SC advanced. Returns (ee, skip)."""
+    E = SC[0]
+    s = -E - eg
+    if s > 62:
+        s = 62
+    nsat = 0
+    for i in range(g.size):
+        v = g[i]
+        if s >= 0:
+            r = rshift_round(v, s)
+        elif v > 127:
+            r = np.int64(128)
+        elif v < -127:
+            r = np.int64(-128)
+        else:
+            r = v << (-s)
+        y = r
+        if y > 127:
+            y = 127
+        elif y < -127:
+            y = -127
+        if y != r:
+            nsat += 1
+        e[i] = y
+    stats[0] += nsat
+    if LS[0] == 2:
+        if nsat:
+            SC[2] += 1
+        return -E, False
+    if nsat:
+        E -= LS[2]
+        SC[0] = E if E > LS[4] else LS[4]
+        SC[1] = 0
+        SC[2] += 1
+        return -SC[0], True
+    SC[1] += 1
+    if SC[1] >= LS[3]:
+        up = E + LS[1]
+        SC[0] = up if up < LS[5] else LS[5]
+        SC[1] = 0
+    return -E, False

@@ -290,6 +290,9 @@ INTEGER_POLICIES = {
     "tinytrain + stochastic rounding": {"stochastic_rounding": True},
     "tinytrain int8 w, no master (stochastic rounding)": {"precision": "int8"},
     "tinytrain int8 w + int16 master": {"precision": "int8-master16"},
+    # loss scaling in integer (graph/loss_scale.py): the head's error at a static or a GradScaler exponent
+    "tinytrain static loss scale 2^6": {"precision": {"loss_scale": "static:init_scale=6"}},
+    "tinytrain global loss scale (GradScaler, 2^7, 200)": {"precision": {"loss_scale": "global"}},
 }
 
 
@@ -320,7 +323,9 @@ def train_integer(wl, ds, seed: int, opt_overrides: dict) -> dict:
     for order in epoch_orders(seed, len(ds.x_train), wl.epochs):
         sim.train(ds.x_train, ds.y_train, order)
         steps += len(order)
-    return {"accuracy": float((sim.predict(ds.x_test) == ds.y_test).mean()), "steps": steps, "skipped_steps": 0,
+    return {"accuracy": float((sim.predict(ds.x_test) == ds.y_test).mean()), "steps": steps,
+            "skipped_steps": int(m.scaler[2]) if m.loss_scale.mode == "global" else 0,
+            "scaler": [int(v) for v in m.scaler] if m.loss_scale.enabled else None,  # [E, clean, overflow steps]
             "act_saturations": int(m.stats[0]), "weight_saturations": int(m.stats[1]),
             "update_underflows": int(m.stats[2])}
 
@@ -371,7 +376,7 @@ def run(workload: str, seeds=(0, 1, 2), recipes=None, epochs: int | None = None,
             grads = max(1, sum(x["steps"] for x in runs))
             rows.append({"recipe": name, "kind": "integer", "optimizer": over, "accuracy_mean": float(acc.mean()),
                          "accuracy_std": float(acc.std(ddof=1)) if len(acc) > 1 else 0.0,
-                         "accuracies": [float(a) for a in acc], "skipped_steps": [0] * len(runs),
+                         "accuracies": [float(a) for a in acc], "skipped_steps": [x["skipped_steps"] for x in runs],
                          "update_underflows_per_step": sum(x["update_underflows"] for x in runs) / grads,
                          "saturations": {"activations": sum(x["act_saturations"] for x in runs),
                                          "weights": sum(x["weight_saturations"] for x in runs)},

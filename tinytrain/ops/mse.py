@@ -18,3 +18,9 @@ def forward_backward(y, ey, t, et):
     diff = (y.astype(np.int64) << (ey - e)) - (t.astype(np.int64) << (et - e))
     err, ee, nsat = requant_s8(diff, e)
     return err, ee, nsat, int((diff * diff).sum()), 2 * e
+
+
+def error(y, ey, t, et):
+    """The loss error (diff, int64) and its exponent before requantization (graph/loss_scale.py)."""
+    e = min(ey, et)
+    return (y.astype(np.int64) << (ey - e)) - (t.astype(np.int64) << (et - e)), e

@@ -37,3 +37,11 @@ def forward_backward(z, ez, label):
     e, ee, nsat = requant_s8(g, -15)
     loss_q16 = (15 << 16) - log2_q16(max(int(p[label]), 1))
     return e, ee, nsat, loss_q16, int(np.argmax(z))
+
+
+def error(z, ez, label):
+    """The loss error g (N,) int64 at exponent -15, before requantization (what a global loss
+    scale quantizes at its own exponent, graph/loss_scale.py)."""
+    g = probabilities(z, ez).astype(np.int64)
+    g[label] -= 32768
+    return g, -15

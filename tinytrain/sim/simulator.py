@@ -148,6 +148,12 @@ def generate_source(model) -> str:
         body.append("    pred = 0")
     body.append("    out[n, 0] = loss")
     body.append("    out[n, 1] = pred")
+    if model.loss_scale.enabled:  # graph/loss_scale.py: the head's error at -SC[0]; an overflow skips
+        imports.add("from tinytrain.kernels.loss import loss_scale")
+        eg = "-15" if model.loss == "softmax_ce" else "lexp // 2"
+        body.append(f"    ee, skip = loss_scale(S64[:{model.output_shape[0]}], {eg}, D[{L - 1}], SC, LS, stats)")
+        body.append("    if skip:")
+        body.append("        continue")
     body.append("    m_t = lr_mult(lr_m, schedule, gamma_q15, step_size, total_steps, cos, meta[1])")
     body.append(f"    de{L - 1} = ee")
     for li in range(L - 1, first - 1, -1):
@@ -204,7 +210,7 @@ def generate_source(model) -> str:
            *sorted(imports), "", "",
            "@njit(cache=True)",
            "def train_run(X, Y, T, order, P, MS, ACC, VEL, G, GD, A, D, B, S64, I32, meta, stats, cos, OC, out,",
-           "              PM, PST, PZ):",
+           "              PM, PST, PZ, SC, LS):",
            *[f"    {n} = OC[{j}]" for j, n in enumerate(OPT_CONSTANTS)],
            *["    " + s for s in body], "", "",
            "@njit(cache=True)",
@@ -331,6 +337,9 @@ class Simulator:
         self.PM = tuple(m.masks[k] for k in tab.keys) if tab is not None else (np.zeros(1, np.uint32),)
         self.PST = tab.steps.astype(np.int64) if tab is not None else np.zeros(0, np.int64)
         self.PZ = tab.zeros.astype(np.int64) if tab is not None else np.zeros((0, 1), np.int64)
+        from tinytrain.kernels.loss import ls_constants
+
+        self.LS = ls_constants(m.loss_scale)
 
     def train(self, X, Y, order, T=None):
         """Train on samples X[order] in that order. X: (n, *input_shape) int8. Returns an
@@ -341,7 +350,8 @@ class Simulator:
         Tv = np.zeros((1, 1), np.int8) if T is None else np.ascontiguousarray(T.reshape(T.shape[0], -1)).astype(np.int8)
         self.mod.train_run(Xf, Yv, Tv, np.asarray(order, np.int64), self.P, self.MS, self.ACC, self.VEL,
                            self.G, self.GD, self.A, self.D, self.B, self.S64, self.I32, self.model.meta,
-                           self.model.stats, self.cos, self.OC, out, self.PM, self.PST, self.PZ)
+                           self.model.stats, self.cos, self.OC, out, self.PM, self.PST, self.PZ,
+                           self.model.scaler, self.LS)
         return out
 
     def predict(self, X):

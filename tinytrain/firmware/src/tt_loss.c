@@ -58,3 +58,36 @@ void tt_mse_s8(const int8_t *y, int32_t ey, const int8_t *t, int32_t et, int32_t
     *ee = emin + tt_requant_s8_from_s64(g, N, e, st);
     *loss = L;
 }
+
+int32_t tt_loss_scale_s8(const tt_loss_scaler *cfg, int32_t *state, const int64_t *g, int32_t eg,
+                         int32_t N, int8_t *e, int32_t *ee, tt_stats *st)
+{
+    const int32_t E = state[0];
+    int32_t s = -E - eg, i, nsat = 0;
+    if (s > 62) s = 62;
+    for (i = 0; i < N; i++) {
+        const int64_t v = g[i];
+        /* a left shift only of |v| <= 127 (anything larger saturates): -s <= 48 stays in int64 */
+        const int64_t r = s >= 0 ? tt_rshift_round_s64(v, s)
+                        : v > 127 ? 128 : v < -127 ? -128 : (int64_t)((uint64_t)v << -s);
+        e[i] = tt_sat_s8(r);
+        nsat += e[i] != r;
+    }
+    st->saturated += (uint32_t)nsat;
+    *ee = -E;
+    if (cfg->mode == 2) {
+        state[2] += nsat != 0;
+        return 0;
+    }
+    if (nsat) {
+        state[0] = E - cfg->backoff_factor > cfg->min_scale ? E - cfg->backoff_factor : cfg->min_scale;
+        state[1] = 0;
+        state[2] += 1;
+        return 1;
+    }
+    if (++state[1] >= cfg->growth_interval) {
+        state[0] = E + cfg->growth_factor < cfg->max_scale ? E + cfg->growth_factor : cfg->max_scale;
+        state[1] = 0;
+    }
+    return 0;
+}
