@@ -32,7 +32,8 @@ or a preset name (:data:`PRESETS`). Keys and what tinytrain does with them:
              and with ``nearest`` are refused. This sets the optimizer's
              ``stochastic_rounding`` (the PRNG is the optimizer's; it is one for the model).
 
-``momentum`` ``int32`` or ``int16`` (graph/model.py). Also part of the policy, with the one value
+``momentum`` ``int32``, ``int16`` or ``int8`` (graph/model.py; int8 has its own exponent and is
+stored with stochastic rounding, graph/optim.py). Also part of the policy, with the one value
 implemented today (others are refused with an error that says so): ``activations`` and
 ``errors`` ``int8``, ``bias`` ``int32``, ``loss_scale`` ``dynamic`` (per-step error exponents).
 
@@ -69,7 +70,6 @@ FIELDS = {
 
 #: values the issue tracker names that tinytrain does not implement yet: (key, value) -> advice
 NOT_YET = {
-    ("momentum", "int8"): "int8 momentum is not implemented; use int16 or int32",
     ("activations", "int16"): "only int8 activations are implemented; leave activations out",
     ("errors", "int16"): "only int8 errors are implemented; leave errors out",
     ("bias", "int16"): "only int32 biases are implemented; leave bias out",

@@ -821,11 +821,13 @@ void tt_sgd_update_direct_s8(const tt_sgd_step *u, int8_t *w, int32_t n, int32_t
     for (i = 0; i < n; i++) tt_sgd_apply1_s8(w + i, g[i], s, u);
 }
 
-/* The end-of-batch rule on an int8 (w8) or int16 (w16) tensor with an int32 (V32) or int16
- * (V16) velocity, the others NULL: the element rule of sgd_apply_accumulated, each store
- * saturating to its own width (int8 +-127, int16 +-32767). */
+/* The end-of-batch rule on an int8 (w8) or int16 (w16) tensor with an int32 (V32), int16 (V16)
+ * or int8 (V8) velocity, the others NULL: the element rule of sgd_apply_accumulated, each store
+ * saturating to its own width (int8 +-127, int16 +-32767). An int8 slot sits TT_SGD_V8_SHIFT
+ * bits above the others' units and is stored with one PRNG draw (before the update's); the
+ * update uses the wide velocity vv (graph/optim.py _apply_v8_ref). */
 static void sgd_apply_accumulated_narrow(const tt_sgd_step *u, int8_t *w8, int16_t *w16, int32_t *A,
-                                         int32_t *V32, int16_t *V16, int32_t n)
+                                         int32_t *V32, int16_t *V16, int8_t *V8, int32_t n)
 {
     const tt_sgd *o = u->cfg;
     const int64_t lim = w8 ? TT_S8_MAX : TT_S16_MAX;
@@ -834,7 +836,12 @@ static void sgd_apply_accumulated_narrow(const tt_sgd_step *u, int8_t *w8, int16
         int64_t a = A[i], wi, v, nv;
         if (o->batch_size > 1) a = tt_rshift_round_s64(a * o->ib_m, o->ib_k);
         A[i] = 0;
-        if (o->mu_m) {
+        if (o->mu_m && V8) {
+            const int64_t vv = tt_sat_s32(tt_rshift_round_s64((int64_t)V8[i] * ((int64_t)1 << TT_SGD_V8_SHIFT) * o->mu_m, o->mu_k) + a);
+            const uint32_t r = tt_prng_next(u->prng);
+            V8[i] = (int8_t)tt_clamp64(tt_rshift_stoch_s64(vv, TT_SGD_V8_SHIFT, r), -TT_S8_MAX, TT_S8_MAX);
+            a = vv;
+        } else if (o->mu_m) {
             const int64_t vv = tt_rshift_round_s64((int64_t)(V16 ? V16[i] : V32[i]) * o->mu_m, o->mu_k) + a;
             if (V16) a = V16[i] = tt_sat_s16(vv);  /* symmetric, as sat_range(int16) */
             else a = V32[i] = tt_sat_s32(vv);
@@ -855,19 +862,31 @@ static void sgd_apply_accumulated_narrow(const tt_sgd_step *u, int8_t *w8, int16
 void tt_sgd_apply_accumulated_s8(const tt_sgd_step *u, int8_t *w, int32_t *A, int32_t *V,
                                  int32_t n)
 {
-    sgd_apply_accumulated_narrow(u, w, 0, A, V, 0, n);
+    sgd_apply_accumulated_narrow(u, w, 0, A, V, 0, 0, n);
 }
 
 void tt_sgd_apply_accumulated_s8_v16(const tt_sgd_step *u, int8_t *w, int32_t *A, int16_t *V,
                                      int32_t n)
 {
-    sgd_apply_accumulated_narrow(u, w, 0, A, 0, V, n);
+    sgd_apply_accumulated_narrow(u, w, 0, A, 0, V, 0, n);
 }
 
 void tt_sgd_apply_accumulated_s16_v16(const tt_sgd_step *u, int16_t *w, int32_t *A, int16_t *V,
                                       int32_t n)
 {
-    sgd_apply_accumulated_narrow(u, 0, w, A, 0, V, n);
+    sgd_apply_accumulated_narrow(u, 0, w, A, 0, V, 0, n);
+}
+
+void tt_sgd_apply_accumulated_s8_v8(const tt_sgd_step *u, int8_t *w, int32_t *A, int8_t *V,
+                                    int32_t n)
+{
+    sgd_apply_accumulated_narrow(u, w, 0, A, 0, 0, V, n);
+}
+
+void tt_sgd_apply_accumulated_s16_v8(const tt_sgd_step *u, int16_t *w, int32_t *A, int8_t *V,
+                                     int32_t n)
+{
+    sgd_apply_accumulated_narrow(u, 0, w, A, 0, 0, V, n);
 }
 
 /* Stochastic rounding without decay, 0 <= m_t < 32768 and s in [1, 31] (the int8-weight case
