@@ -36,6 +36,12 @@ from tinytrain.verify import verify  # noqa: E402
 
 POLICIES = ["int16", "int16-master32", "int8", "int8-master16", "int8-master32", "int4-row-master16",
             "int4-block32-master16"]
+#: rows whose optimizer differs from the workload's recipe, by name: (precision policy,
+#: momentum). The recipes train without momentum; these rows use momentum 0.9 at a tenth of the
+#: recipe's learning rate (the same step in the long run), so int8 momentum has a baseline with
+#: the int32 momentum it replaces.
+MOMENTUM_ROWS = {"int16+momentum": ("int16", 0.9), "momentum-int16": ({"momentum": "int16"}, 0.9),
+                 "momentum-int8": ({"momentum": "int8"}, 0.9)}
 BOARDS = ["mps2_an386", "microbit"]
 TRAINING_RAM = ("parameters", "optimizer state", "activations", "scratch")
 
@@ -43,7 +49,7 @@ TRAINING_RAM = ("parameters", "optimizer state", "activations", "scratch")
 def measure(workload: str, policy: str, seeds, steps: int, boards) -> dict:
     wl = WORKLOADS[workload]
     ds = wl.load()
-    over = {} if policy == "int16" else {"precision": policy}
+    over = _overrides(wl, ds, policy)
     t0 = time.time()
     runs = [train_integer(wl, ds, s, over) for s in seeds]
     acc = 100 * np.array([r["accuracy"] for r in runs])
@@ -70,6 +76,15 @@ def measure(workload: str, policy: str, seeds, steps: int, boards) -> dict:
                             "stack": bd.ram.get("stack", 0), "ram_total": bd.ram_total, "flash_total": bd.flash_total,
                             "ram": dict(bd.ram), "flash": dict(bd.flash)}
     return row
+
+
+def _overrides(wl, ds, policy: str) -> dict:
+    """The model-file overrides of a table row: a preset name, or a MOMENTUM_ROWS name."""
+    if policy not in MOMENTUM_ROWS:
+        return {} if policy == "int16" else {"precision": policy}
+    prec, mu = MOMENTUM_ROWS[policy]
+    lr = integer_model(wl, ds, 0, {}).config()["optimizer"]["lr"]
+    return {"momentum": mu, "lr": lr / 10, **({} if prec == "int16" else {"precision": prec})}
 
 
 def table(res: dict, boards) -> str:
@@ -113,13 +128,34 @@ def targets(res: dict) -> str:
     return " ".join(out)
 
 
+def _kept_rows(workload: str, seeds, steps: int, new: list) -> list:
+    """The last run's rows (bench/results/policies_<workload>.json) with the rerun ones
+    replaced or added; refused when that run had other seeds or steps."""
+    import json
+
+    path = Path(__file__).resolve().parent / "results" / f"policies_{workload}.json"
+    old = json.loads(path.read_text()) if path.exists() else {"rows": [], "seeds": seeds, "steps": steps}
+    if old["seeds"] != seeds or old["steps"] != steps:
+        raise SystemExit(f"--keep: {path.name} has seeds {old['seeds']} and {old['steps']} steps, not {seeds} and "
+                         f"{steps}: rerun every row (drop --keep) or give the same --seeds/--steps")
+    by = {r["policy"]: r for r in old["rows"]}
+    for r in new:
+        by[r["policy"]] = {**r, "rerun": True}
+    for r in by.values():
+        r.setdefault("rerun", False)
+    return list(by.values())
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workload", default="w1", choices=["w1", "w3"])
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--steps", type=int, default=200, help="verified QEMU steps per policy and board")
     ap.add_argument("--boards", default=",".join(BOARDS))
-    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--policies", default=",".join(POLICIES + list(MOMENTUM_ROWS)),
+                    help=f"presets or rows of momentum ({', '.join(MOMENTUM_ROWS)})")
+    ap.add_argument("--keep", action="store_true", help="rerun only --policies: keep the other rows of the "
+                    "last results JSON (same seeds and steps), each as its own run measured it")
     a = ap.parse_args(argv)
     seeds = [int(s) for s in a.seeds.split(",")]
     boards = a.boards.split(",")
@@ -128,6 +164,8 @@ def main(argv=None):
     for p in a.policies.split(","):
         rows.append(measure(a.workload, p, seeds, a.steps, boards))
         print(f"{p}: {rows[-1]['accuracy_mean']:.2f} %", flush=True)
+    if a.keep:
+        rows = _kept_rows(a.workload, seeds, a.steps, rows)
     res = {"workload": a.workload, "seeds": seeds, "steps": a.steps, "rows": rows, "seconds": time.time() - t0,
            "machine": machine()}
     write_json(f"policies_{a.workload}.json", res)

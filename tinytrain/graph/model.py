@@ -166,6 +166,10 @@ class Sequential:
         if mom == "int32":
             return np.int32
         store = self.master.get((li, pi), self.layers[li].params[pi].data)
+        if mom == "int8" and store.dtype == np.int32 and self.layers[li].params[pi].role == "weight":
+            raise ModelError(f"layer {li} ({self.layers[li].kind}): precision momentum = \"int8\" with "
+                             "optimizer.master_weights (an int32 master keeps int32 momentum): drop master_weights "
+                             "or use precision master \"int16\", or momentum \"int32\"")
         return DTYPES[mom] if store.dtype in (np.int8, np.int16) else np.int32
 
     def blocked(self, li, pi) -> bool:

@@ -139,6 +139,14 @@ class Precision:
         if self.blocked and self.master != "int16":
             raise PrecisionError(f"{where}: exponent = {self.exponent!r} picks each block's exponent from an int16 "
                                  f"master copy, and master is {self.master!r}: use \"master\": \"int16\"")
+        if self.momentum == "int8" and self.master == "int32":
+            raise PrecisionError(f"{where}: momentum = \"int8\" has no int8 store to follow: an int32 master keeps int32 "
+                                 "momentum (an int8 slot holds whole int16/int8 store steps): use master \"int16\" or "
+                                 "\"none\", or momentum \"int32\"")
+        if self.momentum == "int8" and self.rounding == "nearest":
+            raise PrecisionError(f"{where}: momentum = \"int8\" stores its slot with stochastic rounding (round-to-nearest "
+                                 "stalls a decaying slot a few steps from 0): use rounding \"auto\" or \"stochastic\", or "
+                                 "momentum \"int16\"")
         if self.weights == "int8" and self.master == "none" and self.rounding == "nearest":
             raise PrecisionError(f"{where}: int8 weights without a master copy cannot train with rounding = \"nearest\" "
                                  "(updates below half a step are all lost): use rounding \"stochastic\" (or \"auto\") "
