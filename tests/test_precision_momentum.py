@@ -175,3 +175,39 @@ def test_int8_momentum_any_layer_any_optimizer_reference_sim_c_equal(data):
         assert (v.dtype == np.int8) == (store.dtype in (np.int8, np.int16)), (li, pi, v.dtype, store.dtype)
     x, y = _data(data.draw(st.integers(4, 7)), shape, 3, data.draw(st.integers(0, 2**16)))
     three_way(ref, x, y)
+
+
+def _qemu_missing():
+    import shutil
+
+    missing = [t for t in ("qemu-system-arm", "arm-none-eabi-gcc") if shutil.which(t) is None]
+    try:
+        import platformio  # noqa: F401
+    except ImportError:
+        missing.append("platformio")
+    return missing
+
+
+@pytest.mark.qemu
+@pytest.mark.skipif(bool(_qemu_missing()), reason="QEMU, arm-none-eabi-gcc or PlatformIO missing")
+@pytest.mark.parametrize("policy, board", [({"momentum": "int8"}, "mps2_an386"),
+                                           ({"weights": "int8", "momentum": "int8"}, "microbit")])
+def test_int8_momentum_trains_bit_exact_on_qemu_boards(policy, board):
+    """int8 momentum at batch 2: W1 with int16 weights on the Cortex-M4 (DSP build); a 64-16-10
+    MLP with int8 weights without a master (stochastic rounding of the update too) on the
+    Cortex-M0 (W1's int32 accumulators do not fit its 16 KB); every step's state hash verified
+    against the simulator."""
+    from tinytrain import data
+    from tinytrain.graph.models import build_model
+    from tinytrain.graph.optim import SGD
+    from tinytrain.verify import verify
+
+    ds = data.load("digits")
+    if board == "microbit":
+        m = Sequential([Dense(16), ReLU(), Dense(10)], dataset=ds, seed=1, precision=policy,
+                       optimizer=SGD(lr=0.005, momentum=0.9, batch_size=2))
+    else:
+        m = build_model("digits-mlp", ds, precision=policy, momentum=0.9, batch_size=2, lr=0.005)
+    assert m.velocity[(0, 0)].dtype == np.int8
+    r = verify(m, ds, 60, board=board, json=True)
+    assert r["steps"] == 60 and r["mismatches"] == 0, r["first_mismatch"]
