@@ -22,6 +22,7 @@ from tinytrain.kernels.optim import apply_accumulated as nb_apply
 
 from .conftest import examples
 from .oputil import c_i8, c_i16, c_i32
+from .test_boards_qemu import needs_qemu
 from .test_exactness import _data, any_optimizer, three_way
 
 MU = [(29491, 15), (32767, 15), (1, 1), (16384, 15), (3, 2)]
@@ -177,19 +178,8 @@ def test_int8_momentum_any_layer_any_optimizer_reference_sim_c_equal(data):
     three_way(ref, x, y)
 
 
-def _qemu_missing():
-    import shutil
-
-    missing = [t for t in ("qemu-system-arm", "arm-none-eabi-gcc") if shutil.which(t) is None]
-    try:
-        import platformio  # noqa: F401
-    except ImportError:
-        missing.append("platformio")
-    return missing
-
-
 @pytest.mark.qemu
-@pytest.mark.skipif(bool(_qemu_missing()), reason="QEMU, arm-none-eabi-gcc or PlatformIO missing")
+@needs_qemu
 @pytest.mark.parametrize("policy, board", [({"momentum": "int8"}, "mps2_an386"),
                                            ({"weights": "int8", "momentum": "int8"}, "microbit")])
 def test_int8_momentum_trains_bit_exact_on_qemu_boards(policy, board):
