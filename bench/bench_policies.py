@@ -106,7 +106,27 @@ def table(res: dict, boards) -> str:
     return markdown_table(head, rows)
 
 
+def _momentum_line(rows: dict) -> str:
+    """The narrow momentum rows against int32 momentum: accuracy, training RAM, M4 instructions."""
+    base = rows.get("int16+momentum")
+    if base is None:
+        return ""
+    b4 = base["boards"].get("mps2_an386", {})
+    out = []
+    for p in ("momentum-int16", "momentum-int8"):
+        if p in rows and b4.get("fits") and rows[p]["boards"].get("mps2_an386", {}).get("fits"):
+            r4 = rows[p]["boards"]["mps2_an386"]
+            out.append(f"{p} {rows[p]['accuracy_mean'] - base['accuracy_mean']:+.2f} points, training RAM "
+                       f"{r4['training_ram']:,} B vs {b4['training_ram']:,} B, {r4['instructions_per_sample']:,.0f} vs "
+                       f"{b4['instructions_per_sample']:,.0f} M4 instructions/sample")
+    return ("Against int32 momentum (int16+momentum): " + "; ".join(out) + ".") if out else ""
+
+
 def targets(res: dict) -> str:
+    return " ".join(t for t in (_targets(res), _momentum_line({r["policy"]: r for r in res["rows"]})) if t)
+
+
+def _targets(res: dict) -> str:
     rows = {r["policy"]: r for r in res["rows"]}
     if res["workload"] == "w3":  # issue 11: W3 trains on the micro:bit under some policy within 1.0 point
         ok = [f"{p} ({r['accuracy_mean'] - rows['int16']['accuracy_mean']:+.2f})" for p, r in rows.items()
@@ -156,9 +176,17 @@ def main(argv=None):
                     help=f"presets or rows of momentum ({', '.join(MOMENTUM_ROWS)})")
     ap.add_argument("--keep", action="store_true", help="rerun only --policies: keep the other rows of the "
                     "last results JSON (same seeds and steps), each as its own run measured it")
+    ap.add_argument("--render", action="store_true", help="measure nothing: rewrite the BENCHMARKS.md section "
+                    "from the last results JSON")
     a = ap.parse_args(argv)
     seeds = [int(s) for s in a.seeds.split(",")]
     boards = a.boards.split(",")
+    if a.render:
+        import json
+
+        res = json.loads((Path(__file__).resolve().parent / "results" / f"policies_{a.workload}.json").read_text())
+        update_section(f"policies-{a.workload}", "\n".join(_section(res, boards)))
+        return
     t0 = time.time()
     rows = []
     for p in a.policies.split(","):
@@ -169,17 +197,32 @@ def main(argv=None):
     res = {"workload": a.workload, "seeds": seeds, "steps": a.steps, "rows": rows, "seconds": time.time() - t0,
            "machine": machine()}
     write_json(f"policies_{a.workload}.json", res)
-    out = table(res, boards)
-    print(out)
+    print(table(res, boards))
     print(targets(res))
-    body = [f"## Integer precision policies (issue 11): {a.workload.upper()}", "",
-            f"`python bench/bench_policies.py` ({a.workload}, seeds {a.seeds}, {a.steps} verified QEMU steps per policy "
-            "and board, zero mismatches): accuracy of the numba training with the workload's recipe; instructions "
-            "per training sample on QEMU (`-icount`); training RAM = parameters + masters + optimizer state + "
-            "activations + error buffers + scratch + meta (no protocol, load shadow or stack), flash as linked. "
-            "`SR`: stochastic rounding (on by default for int8 weights without a master).", "",
-            out, "", targets(res), "", f"Machine: {machine_line(res['machine'])}; {res['seconds']:.0f} s."]
-    update_section(f"policies-{a.workload}", "\n".join(body))
+    update_section(f"policies-{a.workload}", "\n".join(_section(res, boards)))
+
+
+def _section(res: dict, boards) -> list:
+    seeds = ",".join(str(s) for s in res["seeds"])
+    body = [f"## Integer precision policies (issue 11): {res['workload'].upper()}", "",
+            f"`python bench/bench_policies.py` ({res['workload']}, seeds {seeds}, {res['steps']} verified QEMU steps "
+            "per policy and board, zero mismatches): accuracy of the numba training with the workload's recipe; "
+            "instructions per training sample on QEMU (`-icount`); training RAM = parameters + masters + optimizer "
+            "state + activations + error buffers + scratch + meta (no protocol, load shadow or stack), flash as "
+            "linked. `SR`: stochastic rounding (on by default for int8 weights without a master)."]
+    names = [r["policy"] for r in res["rows"]]
+    mom = [p for p in MOMENTUM_ROWS if p in names]
+    if mom:
+        body[-1] += (f" Rows {', '.join(mom)}: momentum 0.9 at a tenth of the recipe's learning rate (every other row "
+                     "trains without momentum), the velocity of int8/int16 stores int32, int16 or int8 "
+                     "(docs/precision.md); momentum needs the int32 accumulators and the gradient buffer, hence "
+                     "their RAM.")
+    rerun = [r["policy"] for r in res["rows"] if r.get("rerun")]
+    if rerun and len(rerun) < len(names):
+        body[-1] += (f" The last run (`--keep`) measured {', '.join(rerun)}; the other rows are from the run "
+                     "before it, with the same seeds and steps.")
+    return body + ["", table(res, boards), "", targets(res), "",
+                   f"Machine: {machine_line(res['machine'])}; {res['seconds']:.0f} s (the last run)."]
 
 
 if __name__ == "__main__":
