@@ -26,7 +26,7 @@ from .test_boards_qemu import needs_qemu
 from .test_exactness import _data, any_optimizer, three_way
 
 MU = [(29491, 15), (32767, 15), (1, 1), (16384, 15), (3, 2)]
-WD = [(0, 0), (27488, 31), (19661, 20), (5, 8), (300, 3)]
+WD = [(0, 0), (0, 0), (27488, 31), (19661, 20), (5, 8), (300, 3)]  # no decay (and batch 1): the 32-bit fast path
 
 
 @st.composite
@@ -183,10 +183,10 @@ def test_int8_momentum_any_layer_any_optimizer_reference_sim_c_equal(data):
 @pytest.mark.parametrize("policy, board", [({"momentum": "int8"}, "mps2_an386"),
                                            ({"weights": "int8", "momentum": "int8"}, "microbit")])
 def test_int8_momentum_trains_bit_exact_on_qemu_boards(policy, board):
-    """int8 momentum at batch 2: W1 with int16 weights on the Cortex-M4 (DSP build); a 64-16-10
-    MLP with int8 weights without a master (stochastic rounding of the update too) on the
-    Cortex-M0 (W1's int32 accumulators do not fit its 16 KB); every step's state hash verified
-    against the simulator."""
+    """int8 momentum: W1 with int16 weights at batch 1 on the Cortex-M4 (DSP build, the 32-bit
+    fast path); a 64-16-10 MLP with int8 weights without a master (stochastic rounding of the
+    update too) at batch 2 on the Cortex-M0 (the generic loop; W1's int32 accumulators do not
+    fit its 16 KB); every step's state hash verified against the simulator."""
     from tinytrain import data
     from tinytrain.graph.models import build_model
     from tinytrain.graph.optim import SGD
@@ -197,7 +197,7 @@ def test_int8_momentum_trains_bit_exact_on_qemu_boards(policy, board):
         m = Sequential([Dense(16), ReLU(), Dense(10)], dataset=ds, seed=1, precision=policy,
                        optimizer=SGD(lr=0.005, momentum=0.9, batch_size=2))
     else:
-        m = build_model("digits-mlp", ds, precision=policy, momentum=0.9, batch_size=2, lr=0.005)
+        m = build_model("digits-mlp", ds, precision=policy, momentum=0.9, lr=0.005)
     assert m.velocity[(0, 0)].dtype == np.int8
     r = verify(m, ds, 60, board=board, json=True)
     assert r["steps"] == 60 and r["mismatches"] == 0, r["first_mismatch"]
