@@ -821,6 +821,17 @@ void tt_sgd_update_direct_s8(const tt_sgd_step *u, int8_t *w, int32_t n, int32_t
     for (i = 0; i < n; i++) tt_sgd_apply1_s8(w + i, g[i], s, u);
 }
 
+/* rshift_stoch(v, 8, r) with the next PRNG draw r (xorshift32 on *x), in 32 bits. */
+static inline int32_t sgd_stoch8(int32_t v, uint32_t *x)
+{
+    uint32_t r = *x;
+    r ^= r << 13;
+    r ^= r >> 17;
+    r ^= r << 5;
+    *x = r;
+    return (v >> 8) + (int32_t)((((uint32_t)v & 255u) + (r & 255u)) >> 8);
+}
+
 /* One specialisation of sgd_apply_v8_fast (W8: int8 store, else int16; SR: stochastic update). */
 static inline uint32_t sgd_apply_v8_body(int8_t *w8, int16_t *w16, int32_t *A, int8_t *V, int32_t n,
                                          int32_t mu8, int32_t mk, uint32_t *px, int32_t W8, int32_t SR)
@@ -833,19 +844,9 @@ static inline uint32_t sgd_apply_v8_body(int8_t *w8, int16_t *w16, int32_t *A, i
         const int32_t vv = tt_qadd((p >> mk) + ((p >> (mk - 1)) & 1), A[i]);
         int32_t q, d, v;
         A[i] = 0;
-        x ^= x << 13;
-        x ^= x >> 17;
-        x ^= x << 5;
-        q = (vv >> TT_SGD_V8_SHIFT) + (int32_t)((((uint32_t)vv & 255u) + (x & 255u)) >> TT_SGD_V8_SHIFT);
+        q = sgd_stoch8(vv, &x);
         V[i] = (int8_t)(q > TT_S8_MAX ? TT_S8_MAX : q < -TT_S8_MAX ? -TT_S8_MAX : q);
-        if (SR) {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            d = (vv >> TT_SGD_GUARD_BITS) + (int32_t)((((uint32_t)vv & 255u) + (x & 255u)) >> TT_SGD_GUARD_BITS);
-        } else {
-            d = (vv >> TT_SGD_GUARD_BITS) + ((vv >> (TT_SGD_GUARD_BITS - 1)) & 1);
-        }
+        d = SR ? sgd_stoch8(vv, &x) : (vv >> TT_SGD_GUARD_BITS) + ((vv >> (TT_SGD_GUARD_BITS - 1)) & 1);
         v = (W8 ? w8[i] : w16[i]) - d; /* |d| <= 2^23 */
         if (v > lim || v < -lim) { nsat++; v = v > 0 ? lim : -lim; }
         if (W8) w8[i] = (int8_t)v; else w16[i] = (int16_t)v;
