@@ -158,11 +158,9 @@ def _kept_rows(workload: str, seeds, steps: int, new: list) -> list:
     if old["seeds"] != seeds or old["steps"] != steps:
         raise SystemExit(f"--keep: {path.name} has seeds {old['seeds']} and {old['steps']} steps, not {seeds} and "
                          f"{steps}: rerun every row (drop --keep) or give the same --seeds/--steps")
-    by = {r["policy"]: r for r in old["rows"]}
+    by = {r["policy"]: {**r, "rerun": False} for r in old["rows"]}
     for r in new:
         by[r["policy"]] = {**r, "rerun": True}
-    for r in by.values():
-        r.setdefault("rerun", False)
     return list(by.values())
 
 
@@ -219,8 +217,8 @@ def _section(res: dict, boards) -> list:
                      "their RAM.")
     rerun = [r["policy"] for r in res["rows"] if r.get("rerun")]
     if rerun and len(rerun) < len(names):
-        body[-1] += (f" The last run (`--keep`) measured {', '.join(rerun)}; the other rows are from the run "
-                     "before it, with the same seeds and steps.")
+        body[-1] += (f" The last run (`--keep`) measured {', '.join(rerun)}; the other rows are from earlier runs "
+                     "of this script, with the same seeds and steps.")
     return body + ["", table(res, boards), "", targets(res), "",
                    f"Machine: {machine_line(res['machine'])}; {res['seconds']:.0f} s (the last run)."]
 
