@@ -22,7 +22,8 @@ from an int32 gradient ``g`` at exponent ``eg``; lr_t = m_t * 2^-k:
 * accumulate mode (batch > 1 or momentum), with G = 8 guard bits, A int32 per element:
     per sample: A = sat32(A + shift(m_t * g, s - G))
     at the end of a batch: u = rshift_round(A * ib_m, ib_k) (ib = 1/batch) ; A = 0
-      momentum: V = sat32(rshift_round(V * mu_m, mu_k) + u); u = V
+      momentum: V = sat32(rshift_round(V * mu_m, mu_k) + u); u = V   (an int16 V saturates to
+      +-32767; an int8 V is a slot 8 bits higher, rounded stochastically: _apply_v8_ref)
       weight decay: u += shift_round(w * wd_m, wd_k - G)
       w = sat(w - shift(u, G))
   The optimizer step counter t counts updates (batches), not samples.
