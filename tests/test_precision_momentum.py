@@ -201,3 +201,18 @@ def test_int8_momentum_trains_bit_exact_on_qemu_boards(policy, board):
     assert m.velocity[(0, 0)].dtype == np.int8
     r = verify(m, ds, 60, board=board, json=True)
     assert r["steps"] == 60 and r["mismatches"] == 0, r["first_mismatch"]
+
+
+@pytest.mark.skipif(__import__("shutil").which("arm-none-eabi-gcc") is None, reason="arm-none-eabi-gcc not installed")
+def test_int8_momentum_is_integer_only_on_cortex_m():
+    """Both slot loops (the 32-bit one and the int64 one, chosen at run time) link no float
+    helper on M0 and contain no VFP instruction in a hard-float M4 build."""
+    from tinytrain.codegen import memory
+    from tinytrain.codegen.emit import generate
+    from tinytrain.graph.optim import SGD
+
+    em = generate(Sequential([Dense(32), ReLU(), Dense(10)], input_shape=(64,), input_exp=-6,
+                             optimizer=SGD(lr=0.005, momentum=0.9), precision={"weights": "int8", "momentum": "int8"}))
+    assert memory.float_symbols(memory.compile_arm(em, "cortex-m0")["undefined"]) == []
+    dis = memory.compile_arm(em, "cortex-m4")["disasm"]  # (M33 hard float: test_precision.py's int8 cases)
+    assert "tt_sgd_apply_accumulated_s8_v8" in dis and memory.vfp_instructions(dis) == []
