@@ -36,6 +36,12 @@ from tinytrain.verify import verify  # noqa: E402
 
 POLICIES = ["int16", "int16-master32", "int8", "int8-master16", "int8-master32", "int4-row-master16",
             "int4-block32-master16"]
+#: rows whose optimizer differs from the workload's recipe, by name: (precision policy,
+#: momentum). The recipes train without momentum; these rows use momentum 0.9 at a tenth of the
+#: recipe's learning rate (the same step in the long run), so int8 momentum has a baseline with
+#: the int32 momentum it replaces.
+MOMENTUM_ROWS = {"int16+momentum": ("int16", 0.9), "momentum-int16": ({"momentum": "int16"}, 0.9),
+                 "momentum-int8": ({"momentum": "int8"}, 0.9)}
 BOARDS = ["mps2_an386", "microbit"]
 TRAINING_RAM = ("parameters", "optimizer state", "activations", "scratch")
 
@@ -43,7 +49,7 @@ TRAINING_RAM = ("parameters", "optimizer state", "activations", "scratch")
 def measure(workload: str, policy: str, seeds, steps: int, boards) -> dict:
     wl = WORKLOADS[workload]
     ds = wl.load()
-    over = {} if policy == "int16" else {"precision": policy}
+    over = _overrides(wl, ds, policy)
     t0 = time.time()
     runs = [train_integer(wl, ds, s, over) for s in seeds]
     acc = 100 * np.array([r["accuracy"] for r in runs])
@@ -72,6 +78,15 @@ def measure(workload: str, policy: str, seeds, steps: int, boards) -> dict:
     return row
 
 
+def _overrides(wl, ds, policy: str) -> dict:
+    """The model-file overrides of a table row: a preset name, or a MOMENTUM_ROWS name."""
+    if policy not in MOMENTUM_ROWS:
+        return {} if policy == "int16" else {"precision": policy}
+    prec, mu = MOMENTUM_ROWS[policy]
+    lr = integer_model(wl, ds, 0, {}).config()["optimizer"]["lr"]
+    return {"momentum": mu, "lr": lr / 10, **({} if prec == "int16" else {"precision": prec})}
+
+
 def table(res: dict, boards) -> str:
     base = next(r for r in res["rows"] if r["policy"] == "int16")
     head = ["policy", "SR", "accuracy % (mean ± std)", "vs int16", "underflows/step"]
@@ -91,7 +106,27 @@ def table(res: dict, boards) -> str:
     return markdown_table(head, rows)
 
 
+def _momentum_line(rows: dict) -> str:
+    """The narrow momentum rows against int32 momentum: accuracy, training RAM, M4 instructions."""
+    base = rows.get("int16+momentum")
+    if base is None:
+        return ""
+    b4 = base["boards"].get("mps2_an386", {})
+    out = []
+    for p in ("momentum-int16", "momentum-int8"):
+        if p in rows and b4.get("fits") and rows[p]["boards"].get("mps2_an386", {}).get("fits"):
+            r4 = rows[p]["boards"]["mps2_an386"]
+            out.append(f"{p} {rows[p]['accuracy_mean'] - base['accuracy_mean']:+.2f} points, training RAM "
+                       f"{r4['training_ram']:,} B vs {b4['training_ram']:,} B, {r4['instructions_per_sample']:,.0f} vs "
+                       f"{b4['instructions_per_sample']:,.0f} M4 instructions/sample")
+    return ("Against int32 momentum (int16+momentum): " + "; ".join(out) + ".") if out else ""
+
+
 def targets(res: dict) -> str:
+    return " ".join(t for t in (_targets(res), _momentum_line({r["policy"]: r for r in res["rows"]})) if t)
+
+
+def _targets(res: dict) -> str:
     rows = {r["policy"]: r for r in res["rows"]}
     if res["workload"] == "w3":  # issue 11: W3 trains on the micro:bit under some policy within 1.0 point
         ok = [f"{p} ({r['accuracy_mean'] - rows['int16']['accuracy_mean']:+.2f})" for p, r in rows.items()
@@ -113,35 +148,79 @@ def targets(res: dict) -> str:
     return " ".join(out)
 
 
+def _kept_rows(workload: str, seeds, steps: int, new: list) -> list:
+    """The last run's rows (bench/results/policies_<workload>.json) with the rerun ones
+    replaced or added; refused when that run had other seeds or steps."""
+    import json
+
+    path = Path(__file__).resolve().parent / "results" / f"policies_{workload}.json"
+    old = json.loads(path.read_text()) if path.exists() else {"rows": [], "seeds": seeds, "steps": steps}
+    if old["seeds"] != seeds or old["steps"] != steps:
+        raise SystemExit(f"--keep: {path.name} has seeds {old['seeds']} and {old['steps']} steps, not {seeds} and "
+                         f"{steps}: rerun every row (drop --keep) or give the same --seeds/--steps")
+    by = {r["policy"]: {**r, "rerun": False} for r in old["rows"]}
+    for r in new:
+        by[r["policy"]] = {**r, "rerun": True}
+    return list(by.values())
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workload", default="w1", choices=["w1", "w3"])
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--steps", type=int, default=200, help="verified QEMU steps per policy and board")
     ap.add_argument("--boards", default=",".join(BOARDS))
-    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--policies", default=",".join(POLICIES + list(MOMENTUM_ROWS)),
+                    help=f"presets or rows of momentum ({', '.join(MOMENTUM_ROWS)})")
+    ap.add_argument("--keep", action="store_true", help="rerun only --policies: keep the other rows of the "
+                    "last results JSON (same seeds and steps), each as its own run measured it")
+    ap.add_argument("--render", action="store_true", help="measure nothing: rewrite the BENCHMARKS.md section "
+                    "from the last results JSON")
     a = ap.parse_args(argv)
     seeds = [int(s) for s in a.seeds.split(",")]
     boards = a.boards.split(",")
+    if a.render:
+        import json
+
+        res = json.loads((Path(__file__).resolve().parent / "results" / f"policies_{a.workload}.json").read_text())
+        update_section(f"policies-{a.workload}", "\n".join(_section(res, boards)))
+        return
     t0 = time.time()
     rows = []
     for p in a.policies.split(","):
         rows.append(measure(a.workload, p, seeds, a.steps, boards))
         print(f"{p}: {rows[-1]['accuracy_mean']:.2f} %", flush=True)
+    if a.keep:
+        rows = _kept_rows(a.workload, seeds, a.steps, rows)
     res = {"workload": a.workload, "seeds": seeds, "steps": a.steps, "rows": rows, "seconds": time.time() - t0,
            "machine": machine()}
     write_json(f"policies_{a.workload}.json", res)
-    out = table(res, boards)
-    print(out)
+    print(table(res, boards))
     print(targets(res))
-    body = [f"## Integer precision policies (issue 11): {a.workload.upper()}", "",
-            f"`python bench/bench_policies.py` ({a.workload}, seeds {a.seeds}, {a.steps} verified QEMU steps per policy "
-            "and board, zero mismatches): accuracy of the numba training with the workload's recipe; instructions "
-            "per training sample on QEMU (`-icount`); training RAM = parameters + masters + optimizer state + "
-            "activations + error buffers + scratch + meta (no protocol, load shadow or stack), flash as linked. "
-            "`SR`: stochastic rounding (on by default for int8 weights without a master).", "",
-            out, "", targets(res), "", f"Machine: {machine_line(res['machine'])}; {res['seconds']:.0f} s."]
-    update_section(f"policies-{a.workload}", "\n".join(body))
+    update_section(f"policies-{a.workload}", "\n".join(_section(res, boards)))
+
+
+def _section(res: dict, boards) -> list:
+    seeds = ",".join(str(s) for s in res["seeds"])
+    body = [f"## Integer precision policies (issue 11): {res['workload'].upper()}", "",
+            f"`python bench/bench_policies.py` ({res['workload']}, seeds {seeds}, {res['steps']} verified QEMU steps "
+            "per policy and board, zero mismatches): accuracy of the numba training with the workload's recipe; "
+            "instructions per training sample on QEMU (`-icount`); training RAM = parameters + masters + optimizer "
+            "state + activations + error buffers + scratch + meta (no protocol, load shadow or stack), flash as "
+            "linked. `SR`: stochastic rounding (on by default for int8 weights without a master)."]
+    names = [r["policy"] for r in res["rows"]]
+    mom = [p for p in MOMENTUM_ROWS if p in names]
+    if mom:
+        body[-1] += (f" Rows {', '.join(mom)}: momentum 0.9 at a tenth of the recipe's learning rate (every other row "
+                     "trains without momentum), the velocity of int8/int16 stores int32, int16 or int8 "
+                     "(docs/precision.md); momentum needs the int32 accumulators and the gradient buffer, hence "
+                     "their RAM.")
+    rerun = [r["policy"] for r in res["rows"] if r.get("rerun")]
+    if rerun and len(rerun) < len(names):
+        body[-1] += (f" The last run (`--keep`) measured {', '.join(rerun)}; the other rows are from earlier runs "
+                     "of this script, with the same seeds and steps.")
+    return body + ["", table(res, boards), "", targets(res), "",
+                   f"Machine: {machine_line(res['machine'])}; {res['seconds']:.0f} s (the last run)."]
 
 
 if __name__ == "__main__":

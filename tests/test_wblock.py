@@ -227,7 +227,8 @@ def test_conversion_to_and_from_block_exponents_keeps_the_values():
     ({"weights": "int4", "exponent": "row"}, 'from an int16 master copy, and master is .none.: use "master": "int16"'),
     ({"weights": "int4", "exponent": "row", "master": "int32"}, 'use "master": "int16"'),
     ({"exponent": "block32"}, "is for int8 or int4 weights"),
-    ({"weights": "int4", "exponent": "row", "master": "int16", "momentum": "int8"}, "int8 momentum is not implemented"),
+    ({"weights": "int4", "exponent": "row", "master": "int16", "momentum": "int8", "rounding": "nearest"},
+     'momentum = "int8" stores its slot with stochastic rounding'),
 ])
 def test_bad_block_policies_name_the_key(spec, match):
     with pytest.raises(PrecisionError, match=match):

@@ -34,6 +34,8 @@ C_WEIGHT_VARIANTS = {"dense", "conv2d", "depthwise_conv2d", "conv1d"}
 #: layer types whose weight gradients the C forms one output channel at a time (tt_conv_wgrad.h)
 BY_CHANNEL = {"conv2d", "conv1d"}
 #: the SGD kernels' suffix for a storage type
+#: the tt_sgd_apply_accumulated_* suffix of a velocity's width (precision policy "momentum")
+_VEL_SUFFIX = {np.dtype(np.int32): "", np.dtype(np.int16): "_v16", np.dtype(np.int8): "_v8"}
 STORE_TAG = {np.dtype(np.int8): "s8", np.dtype(np.int16): "s16", np.dtype(np.int32): "s32"}
 #: (master dtype, compute dtype, shift) -> the C call narrowing a master into its compute copy
 REFRESH = {(np.dtype(np.int32), np.dtype(np.int16), 16): "tt_sgd_refresh_copy",
@@ -464,8 +466,8 @@ uint32_t {P}_saturations(void);
                     pn = self.sym(f"l{li}_{p.name}")
                     w, t = self._update_target(li, pi)
                     vel = f"{pn}_vel" if key in m.velocity else "0"
-                    v16 = "_v16" if key in m.velocity and m.velocity[key].dtype == np.int16 else ""  # int16 momentum
-                    out.append(f"        tt_sgd_apply_accumulated_{t}{v16}(&sgd, {w}, {pn}_acc, {vel}, {p.data.size});")
+                    vw = _VEL_SUFFIX[m.velocity[key].dtype] if key in m.velocity else ""  # int16/int8 momentum
+                    out.append(f"        tt_sgd_apply_accumulated_{t}{vw}(&sgd, {w}, {pn}_acc, {vel}, {p.data.size});")
                     if key in m.master:
                         out.append("        " + self._refresh(li, pi))
                     out += self._prune_apply(key, "        ")

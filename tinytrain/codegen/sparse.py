@@ -81,6 +81,8 @@ def _why_not(model, key) -> str | None:
     if key in model.master and model.master[key].dtype != np.int32:
         return f"layer {li} (dense): sparse storage needs an int32 master (the policy gives {model.master[key].dtype})"
     v = model.velocity.get(key)
+    if v is not None and v.dtype == np.int8:
+        return f"layer {li} (dense): sparse storage has no kernel for int8 momentum"
     if v is not None and v.dtype == np.int16 and key in model.master:
         return f"layer {li} (dense): sparse storage has no kernel for int16 momentum with a master copy"
     return None

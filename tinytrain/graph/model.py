@@ -163,11 +163,18 @@ class Sequential:
         """int16 momentum (policy "momentum": "int16") for a parameter whose optimizer store is
         int8 or int16, in the same units as int32 momentum (2^-8 of a store step), saturating:
         +-128 store steps per update. A bias or an int32 master keeps int32 momentum: in its units
-        (2^-8 of an int32 step) int16 would saturate at a fraction of one compute-copy step."""
-        if self.param_policy(li, pi).momentum != "int16":
+        (2^-8 of an int32 step) int16 would saturate at a fraction of one compute-copy step.
+        int8 momentum ("momentum": "int8") has its own exponent, V8_SHIFT bits above those units:
+        one unit is one store step, +-127 steps, stored with stochastic rounding (graph/optim.py)."""
+        mom = self.param_policy(li, pi).momentum
+        if mom == "int32":
             return np.int32
         store = self.master.get((li, pi), self.layers[li].params[pi].data)
-        return np.int16 if store.dtype in (np.int8, np.int16) else np.int32
+        if mom == "int8" and store.dtype == np.int32 and self.layers[li].params[pi].role == "weight":
+            raise ModelError(f"layer {li} ({self.layers[li].kind}): precision momentum = \"int8\" with "
+                             "optimizer.master_weights (an int32 master keeps int32 momentum): drop master_weights "
+                             "or use precision master \"int16\", or momentum \"int32\"")
+        return DTYPES[mom] if store.dtype in (np.int8, np.int16) else np.int32
 
     def blocked(self, li, pi) -> bool:
         """Whether parameter pi of layer li is a weight with block exponents (graph/wblock.py)."""

@@ -22,7 +22,8 @@ from an int32 gradient ``g`` at exponent ``eg``; lr_t = m_t * 2^-k:
 * accumulate mode (batch > 1 or momentum), with G = 8 guard bits, A int32 per element:
     per sample: A = sat32(A + shift(m_t * g, s - G))
     at the end of a batch: u = rshift_round(A * ib_m, ib_k) (ib = 1/batch) ; A = 0
-      momentum: V = sat32(rshift_round(V * mu_m, mu_k) + u); u = V
+      momentum: V = sat32(rshift_round(V * mu_m, mu_k) + u); u = V   (an int16 V saturates to
+      +-32767; an int8 V is a slot 8 bits higher, rounded stochastically: _apply_v8_ref)
       weight decay: u += shift_round(w * wd_m, wd_k - G)
       w = sat(w - shift(u, G))
   The optimizer step counter t counts updates (batches), not samples.
@@ -38,6 +39,8 @@ from tinytrain.graph import fields as F
 from tinytrain.fixedpoint import prng_next, rshift_round, rshift_stoch, sat_s32, to_mult_shift
 
 GUARD_BITS = 8
+#: bits an int8 velocity slot sits above the int32 velocity's units: one unit = one store step
+V8_SHIFT = GUARD_BITS
 MASTER_EXTRA_BITS = 16
 COSINE_TABLE_LEN = 64
 #: largest learning rate accepted. lr > 1 makes every update larger than the gradient that
@@ -242,6 +245,8 @@ def apply_accumulated_ref(w, A, V, opt: IntSGD, prng: list):
     if opt.batch_size > 1:
         u = rshift_round(u * opt.ib_m, opt.ib_k)
     A[...] = 0
+    if opt.mu_m and V.dtype == np.int8:
+        return _apply_v8_ref(w, u, V, opt, prng)
     if opt.mu_m:  # the velocity saturates to its own width (int32, or int16 under a policy)
         V[...] = np.clip(rshift_round(V.astype(np.int64) * opt.mu_m, opt.mu_k) + u, *sat_range(V.dtype)).astype(V.dtype)
         u = V.astype(np.int64)
@@ -253,6 +258,36 @@ def apply_accumulated_ref(w, A, V, opt: IntSGD, prng: list):
     new = _sat_store(w, v)
     nsat = int(np.count_nonzero(new != v))
     w[...] = new
+    return nsat
+
+
+def _apply_v8_ref(w, u, V, opt: IntSGD, prng: list) -> int:
+    """apply_accumulated_ref with an int8 velocity (policy "momentum": "int8"), element by
+    element, after the batch average u. The slot holds V8 at V8_SHIFT bits above the units of
+    the int32 velocity (whole store steps, +-127):
+        vv = sat32(rshift_round((V8 << V8_SHIFT) * mu_m, mu_k) + u)    (the wide velocity)
+        V8 = clamp(rshift_stoch(vv, V8_SHIFT, r), -127, 127)             (one PRNG draw r)
+    and the update goes on with u = vv, the wide value, as with an int32 velocity. Per element
+    the slot's draw comes before the update's (when stochastic rounding is on)."""
+    fw, fu, fv = w.reshape(-1), u.reshape(-1), V.reshape(-1)
+    lo, hi = sat_range(w.dtype)
+    st, nsat = prng[0], 0
+    for i in range(fw.size):
+        vv = int(sat_s32(int(rshift_round(int(fv[i]) * (1 << V8_SHIFT) * opt.mu_m, opt.mu_k)) + int(fu[i])))
+        st = prng_next(st)
+        fv[i] = min(max(rshift_stoch(vv, V8_SHIFT, st), -127), 127)
+        a, wi = vv, int(fw[i])
+        if opt.wd_m:
+            s = opt.wd_k - GUARD_BITS
+            a += int(rshift_round(wi * opt.wd_m, s)) if s >= 0 else (wi * opt.wd_m) << (-s)
+        if opt.sr:
+            st = prng_next(st)
+        v = wi - (rshift_stoch(a, GUARD_BITS, st) if opt.sr else rshift_round(a, GUARD_BITS))
+        nv = min(max(v, lo), hi)
+        nsat += nv != v
+        fw[i] = nv
+    prng[0] = st
+    w[...], V[...] = fw.reshape(w.shape), fv.reshape(V.shape)  # (views already, unless w was strided)
     return nsat
 
 

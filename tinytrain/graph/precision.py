@@ -32,7 +32,8 @@ or a preset name (:data:`PRESETS`). Keys and what tinytrain does with them:
              and with ``nearest`` are refused. This sets the optimizer's
              ``stochastic_rounding`` (the PRNG is the optimizer's; it is one for the model).
 
-``momentum`` ``int32`` or ``int16`` (graph/model.py). Also part of the policy, with the one value
+``momentum`` ``int32``, ``int16`` or ``int8`` (graph/model.py; int8 has its own exponent and is
+stored with stochastic rounding, graph/optim.py). Also part of the policy, with the one value
 implemented today (others are refused with an error that says so): ``activations`` and
 ``errors`` ``int8``, ``bias`` ``int32``.
 
@@ -74,7 +75,6 @@ FIELDS = {
 
 #: values the issue tracker names that tinytrain does not implement yet: (key, value) -> advice
 NOT_YET = {
-    ("momentum", "int8"): "int8 momentum is not implemented; use int16 or int32",
     ("activations", "int16"): "only int8 activations are implemented; leave activations out",
     ("errors", "int16"): "only int8 errors are implemented; leave errors out",
     ("bias", "int16"): "only int32 biases are implemented; leave bias out",
@@ -148,6 +148,14 @@ class Precision:
         if self.blocked and self.master != "int16":
             raise PrecisionError(f"{where}: exponent = {self.exponent!r} picks each block's exponent from an int16 "
                                  f"master copy, and master is {self.master!r}: use \"master\": \"int16\"")
+        if self.momentum == "int8" and self.master == "int32":
+            raise PrecisionError(f"{where}: momentum = \"int8\" has no int8 store to follow: an int32 master keeps int32 "
+                                 "momentum (an int8 slot holds whole int16/int8 store steps): use master \"int16\" or "
+                                 "\"none\", or momentum \"int32\"")
+        if self.momentum == "int8" and self.rounding == "nearest":
+            raise PrecisionError(f"{where}: momentum = \"int8\" stores its slot with stochastic rounding (round-to-nearest "
+                                 "stalls a decaying slot a few steps from 0): use rounding \"auto\" or \"stochastic\", or "
+                                 "momentum \"int16\"")
         if self.weights == "int8" and self.master == "none" and self.rounding == "nearest":
             raise PrecisionError(f"{where}: int8 weights without a master copy cannot train with rounding = \"nearest\" "
                                  "(updates below half a step are all lost): use rounding \"stochastic\" (or \"auto\") "

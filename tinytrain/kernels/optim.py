@@ -74,17 +74,24 @@ def accumulate(A, ew_store, g, eg, k, m_t, sr, meta, stats):
 
 
 @njit(cache=True)
-def apply_accumulated(w, A, V, bs, ib_m, ib_k, mu_m, mu_k, wd_m, wd_k, sr, lo, hi, meta, stats, vlo, vhi):
-    """vlo, vhi: the velocity's range (its width: int32, or int16 under a precision policy)."""
-    i32lo = vlo
-    i32hi = vhi
+def apply_accumulated(w, A, V, bs, ib_m, ib_k, mu_m, mu_k, wd_m, wd_k, sr, lo, hi, meta, stats, vlo, vhi, vshift):
+    """vlo, vhi: the velocity's range (its width: int32, or int16 under a precision policy);
+    vshift > 0: an int8 slot vshift bits above the int32 velocity's units, stored with one PRNG
+    draw per element before the update's (graph/optim.py _apply_v8_ref), the update using the
+    wide velocity."""
+    i32lo = -(np.int64(1) << 31)
+    i32hi = (np.int64(1) << 31) - 1
     for i in range(w.size):
         u = np.int64(A[i])
         if bs > 1:
             u = rshift_round(u * ib_m, ib_k)
         A[i] = 0
-        if mu_m != 0:
-            vv = _sat_store(rshift_round(np.int64(V[i]) * mu_m, mu_k) + u, i32lo, i32hi)
+        if mu_m != 0 and vshift > 0:
+            vv = _sat_store(rshift_round((np.int64(V[i]) << vshift) * mu_m, mu_k) + u, i32lo, i32hi)
+            V[i] = _sat_store(_shift1(vv, vshift, True, meta), vlo, vhi)
+            u = vv
+        elif mu_m != 0:
+            vv = _sat_store(rshift_round(np.int64(V[i]) * mu_m, mu_k) + u, vlo, vhi)
             V[i] = vv
             u = vv
         wi = np.int64(w[i])

@@ -18,7 +18,7 @@ import numpy as np
 
 from tinytrain.graph import optable
 from tinytrain.graph.optable import Names
-from tinytrain.graph.optim import sat_range
+from tinytrain.graph.optim import V8_SHIFT, sat_range
 
 
 def _kernels_fingerprint() -> str:
@@ -190,8 +190,10 @@ def generate_source(model) -> str:
             store = f"MS[{gidx[key]}].reshape(-1)" if is_master else f"P[{pidx[li][pi]}].reshape(-1)"
             lo, hi = sat_range(model.master[key].dtype if is_master else p.data.dtype)
             vel = f"VEL[{gidx[key]}].reshape(-1)" if opt.mu_m else f"ACC[{gidx[key]}].reshape(-1)"
-            vlo, vhi = sat_range(model.velocity[key].dtype if key in model.velocity else np.int32)
-            body.append(f"        apply_accumulated({store}, ACC[{gidx[key]}].reshape(-1), {vel}, batch_size, ib_m, ib_k, mu_m, mu_k, wd_m, wd_k, sr, {lo}, {hi}, meta, stats, {vlo}, {vhi})")
+            vdt = model.velocity[key].dtype if key in model.velocity else np.dtype(np.int32)
+            vlo, vhi = sat_range(vdt)
+            vsh = V8_SHIFT if vdt == np.int8 else 0  # an int8 slot's own exponent
+            body.append(f"        apply_accumulated({store}, ACC[{gidx[key]}].reshape(-1), {vel}, batch_size, ib_m, ib_k, mu_m, mu_k, wd_m, wd_k, sr, {lo}, {hi}, meta, stats, {vlo}, {vhi}, {vsh})")
             if is_master:
                 body.append(f"        {refresh(key)}")
             body += prune.zero(key, "        ")

@@ -10,6 +10,8 @@ extern "C" {
 #endif
 
 #define TT_SGD_GUARD_BITS 8
+/** Bits an int8 velocity slot sits above the int32 velocity's units (one unit: a store step). */
+#define TT_SGD_V8_SHIFT 8
 
 /** Integer constants of one SGD configuration (built by tinytrain.optim.SGD.compile). */
 typedef struct tt_sgd {
@@ -121,6 +123,15 @@ void tt_sgd_apply_accumulated_s16_v16(const tt_sgd_step *u, int16_t *w, int32_t 
                                       int32_t n);
 void tt_sgd_apply_accumulated_s8_v16(const tt_sgd_step *u, int8_t *w, int32_t *A, int16_t *V,
                                      int32_t n);
+
+/** tt_sgd_apply_accumulated_s16 / _s8 with an int8 velocity slot (policy "momentum": "int8"):
+ *  vv = sat32(rshift_round((V << TT_SGD_V8_SHIFT) * mu_m, mu_k) + u);
+ *  V = clamp(rshift_stoch(vv, TT_SGD_V8_SHIFT, r), -127, 127) with one PRNG draw r per element
+ *  (before the update's own draw); the update then uses vv. */
+void tt_sgd_apply_accumulated_s16_v8(const tt_sgd_step *u, int16_t *w, int32_t *A, int8_t *V,
+                                     int32_t n);
+void tt_sgd_apply_accumulated_s8_v8(const tt_sgd_step *u, int8_t *w, int32_t *A, int8_t *V,
+                                    int32_t n);
 
 /** Where a direct-mode Dense update with int8 weights writes (NULL: frozen). */
 typedef struct tt_sgd_dense_s8_params {

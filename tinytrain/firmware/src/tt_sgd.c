@@ -821,20 +821,80 @@ void tt_sgd_update_direct_s8(const tt_sgd_step *u, int8_t *w, int32_t n, int32_t
     for (i = 0; i < n; i++) tt_sgd_apply1_s8(w + i, g[i], s, u);
 }
 
-/* The end-of-batch rule on an int8 (w8) or int16 (w16) tensor with an int32 (V32) or int16
- * (V16) velocity, the others NULL: the element rule of sgd_apply_accumulated, each store
- * saturating to its own width (int8 +-127, int16 +-32767). */
+/* rshift_stoch(v, 8, r) with the next PRNG draw r (xorshift32 on *x), in 32 bits. */
+static inline int32_t sgd_stoch8(int32_t v, uint32_t *x)
+{
+    uint32_t r = *x;
+    r ^= r << 13;
+    r ^= r >> 17;
+    r ^= r << 5;
+    *x = r;
+    return (v >> 8) + (int32_t)((((uint32_t)v & 255u) + (r & 255u)) >> 8);
+}
+
+/* One specialisation of sgd_apply_v8_fast (W8: int8 store, else int16; SR: stochastic update). */
+static inline uint32_t sgd_apply_v8_body(int8_t *w8, int16_t *w16, int32_t *A, int8_t *V, int32_t n,
+                                         int32_t mu8, int32_t mk, uint32_t *px, int32_t W8, int32_t SR)
+{
+    const int32_t lim = W8 ? TT_S8_MAX : TT_S16_MAX;
+    uint32_t x = *px, nsat = 0;
+    int32_t i;
+    for (i = 0; i < n; i++) {
+        const int32_t p = V[i] * mu8; /* |V| <= 127, mu8 = mu_m 2^8 < 2^23: |p| < 2^30 */
+        const int32_t vv = tt_qadd((p >> mk) + ((p >> (mk - 1)) & 1), A[i]);
+        int32_t q, d, v;
+        A[i] = 0;
+        q = sgd_stoch8(vv, &x);
+        V[i] = (int8_t)(q > TT_S8_MAX ? TT_S8_MAX : q < -TT_S8_MAX ? -TT_S8_MAX : q);
+        d = SR ? sgd_stoch8(vv, &x) : (vv >> TT_SGD_GUARD_BITS) + ((vv >> (TT_SGD_GUARD_BITS - 1)) & 1);
+        v = (W8 ? w8[i] : w16[i]) - d; /* |d| <= 2^23 */
+        if (v > lim || v < -lim) { nsat++; v = v > 0 ? lim : -lim; }
+        if (W8) w8[i] = (int8_t)v; else w16[i] = (int16_t)v;
+    }
+    *px = x;
+    return nsat;
+}
+
+/* The int8-slot rule of sgd_apply_accumulated_narrow in 32 bits, for batch size 1, no weight
+ * decay and 0 <= mu_m < 2^15 with mu_k in [1, 31]: the same steps and draws (the slot's, then
+ * the update's). Returns 0 for any other configuration. */
+static int32_t sgd_apply_v8_fast(const tt_sgd_step *u, int8_t *w8, int16_t *w16, int32_t *A, int8_t *V,
+                                 int32_t n)
+{
+    const tt_sgd *o = u->cfg;
+    const int32_t mu8 = o->mu_m * (1 << TT_SGD_V8_SHIFT), mk = o->mu_k;
+    uint32_t nsat;
+    if (o->batch_size != 1 || o->wd_m || o->mu_m < 0 || o->mu_m >= 32768 || mk < 1 || mk > 31) return 0;
+    if (w8) nsat = o->sr ? sgd_apply_v8_body(w8, 0, A, V, n, mu8, mk, u->prng, 1, 1)
+                         : sgd_apply_v8_body(w8, 0, A, V, n, mu8, mk, u->prng, 1, 0);
+    else nsat = o->sr ? sgd_apply_v8_body(0, w16, A, V, n, mu8, mk, u->prng, 0, 1)
+                      : sgd_apply_v8_body(0, w16, A, V, n, mu8, mk, u->prng, 0, 0);
+    u->stats->saturated += nsat;
+    return 1;
+}
+
+/* The end-of-batch rule on an int8 (w8) or int16 (w16) tensor with an int32 (V32), int16 (V16)
+ * or int8 (V8) velocity, the others NULL: the element rule of sgd_apply_accumulated, each store
+ * saturating to its own width (int8 +-127, int16 +-32767). An int8 slot sits TT_SGD_V8_SHIFT
+ * bits above the others' units and is stored with one PRNG draw (before the update's); the
+ * update uses the wide velocity vv (graph/optim.py _apply_v8_ref). */
 static void sgd_apply_accumulated_narrow(const tt_sgd_step *u, int8_t *w8, int16_t *w16, int32_t *A,
-                                         int32_t *V32, int16_t *V16, int32_t n)
+                                         int32_t *V32, int16_t *V16, int8_t *V8, int32_t n)
 {
     const tt_sgd *o = u->cfg;
     const int64_t lim = w8 ? TT_S8_MAX : TT_S16_MAX;
     int32_t i;
+    if (V8 && o->mu_m && sgd_apply_v8_fast(u, w8, w16, A, V8, n)) return;
     for (i = 0; i < n; i++) {
         int64_t a = A[i], wi, v, nv;
         if (o->batch_size > 1) a = tt_rshift_round_s64(a * o->ib_m, o->ib_k);
         A[i] = 0;
-        if (o->mu_m) {
+        if (o->mu_m && V8) {
+            const int64_t vv = tt_sat_s32(tt_rshift_round_s64((int64_t)V8[i] * ((int64_t)1 << TT_SGD_V8_SHIFT) * o->mu_m, o->mu_k) + a);
+            const uint32_t r = tt_prng_next(u->prng);
+            V8[i] = (int8_t)tt_clamp64(tt_rshift_stoch_s64(vv, TT_SGD_V8_SHIFT, r), -TT_S8_MAX, TT_S8_MAX);
+            a = vv;
+        } else if (o->mu_m) {
             const int64_t vv = tt_rshift_round_s64((int64_t)(V16 ? V16[i] : V32[i]) * o->mu_m, o->mu_k) + a;
             if (V16) a = V16[i] = tt_sat_s16(vv);  /* symmetric, as sat_range(int16) */
             else a = V32[i] = tt_sat_s32(vv);
@@ -855,19 +915,31 @@ static void sgd_apply_accumulated_narrow(const tt_sgd_step *u, int8_t *w8, int16
 void tt_sgd_apply_accumulated_s8(const tt_sgd_step *u, int8_t *w, int32_t *A, int32_t *V,
                                  int32_t n)
 {
-    sgd_apply_accumulated_narrow(u, w, 0, A, V, 0, n);
+    sgd_apply_accumulated_narrow(u, w, 0, A, V, 0, 0, n);
 }
 
 void tt_sgd_apply_accumulated_s8_v16(const tt_sgd_step *u, int8_t *w, int32_t *A, int16_t *V,
                                      int32_t n)
 {
-    sgd_apply_accumulated_narrow(u, w, 0, A, 0, V, n);
+    sgd_apply_accumulated_narrow(u, w, 0, A, 0, V, 0, n);
 }
 
 void tt_sgd_apply_accumulated_s16_v16(const tt_sgd_step *u, int16_t *w, int32_t *A, int16_t *V,
                                       int32_t n)
 {
-    sgd_apply_accumulated_narrow(u, 0, w, A, 0, V, n);
+    sgd_apply_accumulated_narrow(u, 0, w, A, 0, V, 0, n);
+}
+
+void tt_sgd_apply_accumulated_s8_v8(const tt_sgd_step *u, int8_t *w, int32_t *A, int8_t *V,
+                                    int32_t n)
+{
+    sgd_apply_accumulated_narrow(u, w, 0, A, 0, 0, V, n);
+}
+
+void tt_sgd_apply_accumulated_s16_v8(const tt_sgd_step *u, int16_t *w, int32_t *A, int8_t *V,
+                                     int32_t n)
+{
+    sgd_apply_accumulated_narrow(u, 0, w, A, 0, 0, V, n);
 }
 
 /* Stochastic rounding without decay, 0 <= m_t < 32768 and s in [1, 31] (the int8-weight case
