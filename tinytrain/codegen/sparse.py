@@ -143,6 +143,9 @@ def _why_not(model, key) -> str | None:
 
 def _why_not_rows(model, key) -> str | None:
     """Why the rows format cannot hold `key` (None: it can)."""
+    l = model.layers[key[0]]
+    if l.kind != "dense" or l.params[key[1]].name != "w":
+        return f"layer {key[0]} ({l.kind}): the rows format holds Dense weights"
     N, K = model.layers[key[0]].params[key[1]].data.shape
     if K > ROWS_MAX_K:
         return f"layer {key[0]} (dense): the rows format takes at most {ROWS_MAX_K} inputs (it has {K}): use \"bitmap\""
@@ -167,6 +170,12 @@ def choose(model, storage: str | None = None, error=ValueError) -> dict:
         if storage == "sparse":
             raise error("storage = \"sparse\": the model does not prune (give it a \"prune\" object)")
         return {}
+    for key in tab.keys:  # a format given for a layer it cannot hold first: training on does not change it
+        l = model.layers[key[0]]
+        if _storage(model, key, storage) == "rows" and l.kind == "dense" and l.params[key[1]].name == "w":
+            why = _why_not_rows(model, key)
+            if why:
+                raise error(f"storage = \"rows\": {why}")
     out = {}
     for key in tab.keys:
         how = _storage(model, key, storage)
@@ -175,9 +184,7 @@ def choose(model, storage: str | None = None, error=ValueError) -> dict:
         why = None if final(model) else (f"the pruning schedule still has events (optimizer step {int(model.meta[1])}, "
                                          f"last event at step {int(tab.steps[-1])}): train past it first")
         why = why or _why_not(model, key)
-        fmt = how if how in FORMATS else next((f for f in FORMATS if f != "rows" or not _why_not_rows(model, key)))
-        if not why and fmt == "rows":
-            why = _why_not_rows(model, key)
+        fmt = how if how in FORMATS else next(f for f in FORMATS if f != "rows" or not _why_not_rows(model, key))
         if why:
             if how != "auto":
                 raise error(f"storage = \"{how}\": {why}")
