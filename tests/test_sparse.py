@@ -255,11 +255,38 @@ def test_storage_refusals():
 
 
 @pytest.mark.qemu
-@pytest.mark.parametrize("board", ["mps2_an386", "microbit"])
+@settings(max_examples=examples(1), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_sparse_drawn_bit_exact_on_the_microbit(data):
+    """A drawn MLP x sparsity (up to 99 %: gaps over 15 in the rows code) x format, the schedule
+    over, verified for 12 steps on the QEMU Cortex-M0 (the portable paths, no CLZ): 0
+    mismatches, the pruned tensors stored sparse."""
+    if shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None:
+        pytest.skip("qemu-system-arm / arm-none-eabi-gcc missing")
+    from tinytrain.data import Dataset
+    from tinytrain.verify import verify
+
+    shape, layers, n_cls = data.draw(mlps())
+    s = data.draw(st.sampled_from([0.5, 0.8, 0.9, 0.99]))
+    fmt = data.draw(st.sampled_from(["rows", "bitmap"]))
+    m = Sequential(layers, input_shape=shape, input_exp=-7, optimizer=SGD(lr=0.1), seed=data.draw(st.integers(0, 99)),
+                   prune={"schedule": "one_shot", "final_sparsity": s, "begin_step": 0, "storage": fmt})
+    x, y = _data(16, shape, n_cls, data.draw(st.integers(0, 2**16)))
+    _past_schedule(m, x, y)
+    assert {p.fmt for p in S.choose(m).values()} == {fmt}
+    fx = x.astype(np.float32) / 128
+    ds = Dataset("drawn", x, y.astype(np.int32), x, y.astype(np.int32), shape, n_cls, -7, (-1.0, 1.0), fx, fx)
+    r = verify(m, ds, 12, board="microbit", json=True)
+    assert r["mismatches"] == 0 and r["first_mismatch"] is None and r["steps"] == 12
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("board", ["mps2_an386"])
 def test_sparse_w1_bit_exact_in_qemu(board):
     """W1 pruned to 80 % (one-shot at step 30, trained to step 60 by the simulator), then emitted
-    sparse and verified for 40 steps on QEMU: 0 mismatches (Cortex-M4: CLZ, Cortex-M0: the
-    portable bit loop)."""
+    sparse (rows) and verified for 40 steps on the QEMU Cortex-M4 (SMLAD, SMMULR): 0 mismatches.
+    The Cortex-M0 runs drawn models (above)."""
     if shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None:
         pytest.skip("qemu-system-arm / arm-none-eabi-gcc missing")
     from tinytrain import data
