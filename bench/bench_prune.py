@@ -21,12 +21,12 @@ the machine is shared, so no timing is reported.
 ``--device`` (or ``--device-only``: without the accuracy table) adds the device side of issue 12's
 second target for seed 0's dense and gradual 50 / 80 / 90 % models after their 20 epochs (the mask
 final): on the QEMU Cortex-M4 (mps2_an386) and Cortex-M0 (microbit), the device weight storage of
-the pruned tensors (bytes, % of dense: packed int16 values + the mask, tinytrain/codegen/sparse.py)
+the pruned tensors (bytes, % of dense: packed int16 values + the format's index, tinytrain/codegen/sparse.py)
 and the instructions per training sample (``-icount shift=0``, every step verified against the
 simulator by state hash: any mismatch raises), dense model vs the pruned one stored dense (masks
-re-applied) vs stored sparse. Targets: 80 % on the M4, storage <= 30 % of dense and >= 1.5x fewer
+re-applied) vs stored sparse in each format (bitmap; rows, the one ``auto`` picks). Targets: 80 % on the M4, storage <= 30 % of dense and >= 1.5x fewer
 instructions per sample than dense. Beside it, per kernel on the M4, the dense model vs the 80 %
-model stored sparse (bench_device_parts.trace, TRACE_STEPS verified steps under the instruction
+model stored sparse in the rows format (bench_device_parts.trace, TRACE_STEPS verified steps under the instruction
 trace): instructions per sample of each part and per weight it visits, which shows where the
 sparse model's instructions go. Writes bench/results/prune_w1_device.json and the section
 prune-w1-device.
@@ -184,7 +184,7 @@ def kernel_parts(ds, dense, pruned, board: str = "mps2_an386") -> dict:
     from tinytrain.codegen import sparse as S
 
     sp = copy.deepcopy(pruned)
-    sp.prune.storage = "sparse"
+    sp.prune.storage = "rows"
     packed = S.choose(sp)
     runs = {}
     for name, m in (("dense", dense), ("sparse", sp)):
@@ -216,13 +216,13 @@ def parts_markdown(parts: dict) -> str:
     """The per-kernel table of kernel_parts."""
     f = lambda v: "" if v is None else f"{v:.1f}"  # noqa: E731
     table = report.markdown_table(
-        ["part (layer)", "dense: instructions / sample", "weights", "per weight", "80 % sparse: instructions / sample",
+        ["part (layer)", "dense: instructions / sample", "weights", "per weight", "80 % rows: instructions / sample",
          "kept weights", "per kept weight"],
         [[r["part"], f"{r['dense']:,.0f}", "" if r["weights"] is None else f"{r['weights']:,}", f(r["dense_per_weight"]),
           f"{r['sparse']:,.0f}", "" if r["kept"] is None else f"{r['kept']:,}", f(r["sparse_per_kept"])]
          for r in parts["rows"]]
         + [["total", f"{parts['dense_total']:,.0f}", "", "", f"{parts['sparse_total']:,.0f}", "", ""]])
-    return (f"Per kernel on the Cortex-M4 ({parts['board']}), dense model vs the 80 % model stored sparse: every "
+    return (f"Per kernel on the Cortex-M4 ({parts['board']}), dense model vs the 80 % model stored sparse (rows): every "
             "instruction of the training step charged to its call site (`bench/bench_device_parts.py` trace, "
             f"{parts['steps']} steps verified under `-singlestep`, mean per step; the step totals differ a little "
             "from the 20-step means above). A part's instructions include its requantization and bias work; "
@@ -252,7 +252,7 @@ def device(ds, n: int, steps: int) -> dict:
         print(f"{board:11s} dense                       {dense_ips:9.0f} instructions/sample")
         for label in list(models)[1:]:
             m = models[label]
-            for storage in ("dense", "sparse"):
+            for storage in ("dense", "bitmap", "rows"):  # rows: what auto picks
                 mm = copy.deepcopy(m)
                 mm.prune.storage = storage
                 ws = S.weight_storage(S.choose(mm), mm)
@@ -264,7 +264,7 @@ def device(ds, n: int, steps: int) -> dict:
                 print(f"{board:11s} {label:14s} stored {storage:6s} {ips:9.0f} instructions/sample "
                       f"({dense_ips / ips:.2f}x dense), weights {ws['bytes']} B = {pct:.1f} % of {ws['dense_bytes']} B")
     parts = kernel_parts(ds, models["dense"], models["gradual 80 %"])
-    tgt = next(r for r in rows if r["board"] == "mps2_an386" and r["run"] == "gradual 80 %" and r["storage"] == "sparse")
+    tgt = next(r for r in rows if r["board"] == "mps2_an386" and r["run"] == "gradual 80 %" and r["storage"] == "rows")
     met = {"storage": tgt["weight_pct"] <= DEVICE_TARGETS["storage_pct_max"],
            "instructions": tgt["speedup"] >= DEVICE_TARGETS["speedup_min"]}
     payload = {"workload": "w1", "seed": 0, "verified_steps": steps, "rows": rows, "targets": DEVICE_TARGETS,
@@ -283,8 +283,9 @@ def device(ds, n: int, steps: int) -> dict:
             "after 20 epochs (the masks final), on the QEMU Cortex-M4 (`mps2_an386`) and Cortex-M0 (`microbit`); "
             "instructions per training sample with `-icount shift=0`, each the mean of "
             f"{steps} steps verified against the simulator by state hash (0 mismatches, else the run fails). "
-            "Weight storage: the pruned tensors' device bytes, packed int16 values plus the mask (stored dense: "
-            "the int16 tensor plus the mask). Targets (issue 12, 80 % on the M4): storage ≤ 30 % of dense: "
+            "Weight storage: the pruned tensors' device bytes, packed int16 values plus the format's index (bitmap: "
+            "the column-major mask; rows: the row code, two 4-bit column gaps a byte and 2 bytes a row; stored dense: "
+            "the int16 tensor plus the mask); `auto` picks rows. Targets (issue 12, 80 % on the M4): storage ≤ 30 % of dense: "
             f"{tgt['weight_pct']:.1f} % ({'met' if met['storage'] else 'MISSED'}); ≥ 1.5× fewer instructions per "
             f"sample than dense: {tgt['speedup']:.2f}× ({'met' if met['instructions'] else 'MISSED'}).\n\n"
             f"{table}\n\n{parts_markdown(parts)}")

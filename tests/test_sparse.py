@@ -1,12 +1,13 @@
 """Sparse storage of pruned Dense layers on the device (tinytrain/codegen/sparse.py, firmware
-tt_sparse.c; the masked dense reference is the specification).
+tt_sparse_rows.c for the "rows" format, tt_sparse.c for "bitmap"; the masked dense reference is
+the specification).
 
 Models whose pruning schedule is over (the mask final) are emitted with packed weights and slots
 and kernels that skip the pruned weights; on drawn MLPs x sparsities x optimizer options
-(momentum, decay, stochastic rounding, masters, batch, frozen layers) the C equals the reference
-and the numba simulator every step, by state hash (the blob keeps its dense view). Also: the
-blob's view read, written and refused where it cannot be written, what is emitted, the
-refusals, and a QEMU verify of sparse W1 on the Cortex-M4 and the micro:bit.
+(momentum, decay, stochastic rounding, masters, batch, frozen layers) x both formats the C equals
+the reference and the numba simulator every step, by state hash (the blob keeps its dense view).
+Also: the rows code, the blob's view read, written and refused where it cannot be written, what
+is emitted, the refusals, and a QEMU verify of sparse W1 on the Cortex-M4 and the micro:bit.
 """
 from __future__ import annotations
 
@@ -65,6 +66,8 @@ def test_sparse_training_reference_sim_c_equal(data):
         {"schedule": "one_shot", "final_sparsity": s, "begin_step": 0},
         {"schedule": "polynomial", "final_sparsity": s, "begin_step": 0, "end_step": 2, "frequency": 1},
         {"schedule": "one_shot", "final_sparsity": s, "begin_step": 1, "scope": "global"}]))
+    fmt = data.draw(st.sampled_from(["rows", "bitmap"]))
+    prune = {**prune, "storage": "auto" if fmt == "rows" else fmt}  # auto picks rows (K <= 70 here)
     ref = Sequential(layers, input_shape=shape, input_exp=data.draw(st.integers(-9, 0)), optimizer=opt,
                      seed=data.draw(st.integers(0, 1000)), prune=prune)
     if ref.prune_table is None:  # nothing learns that can be pruned
@@ -72,31 +75,36 @@ def test_sparse_training_reference_sim_c_equal(data):
     x, y = _data(data.draw(st.integers(4, 7)), shape, n_cls, data.draw(st.integers(0, 2**16)))
     _past_schedule(ref, x, y)
     chosen = S.choose(ref)
-    assert set(chosen) == set(ref.prune_table.keys)
+    assert set(chosen) == set(ref.prune_table.keys) and {p.fmt for p in chosen.values()} == {fmt}
     three_way(ref, x, y, epochs=1)
 
 
-@pytest.mark.parametrize("opt", [SGD(lr=0.2, momentum=0.9, batch_size=3, stochastic_rounding=True),
-                                 SGD(lr=0.05, master_weights=True, stochastic_rounding=True, weight_decay=1e-3)],
-                         ids=["momentum-batch-sr", "master-sr-wd"])
-def test_sparse_options_exact(opt):
+@pytest.mark.parametrize("opt, fmt", [(SGD(lr=0.2, momentum=0.9, batch_size=3, stochastic_rounding=True), "rows"),
+                                      (SGD(lr=0.05, master_weights=True, stochastic_rounding=True, weight_decay=1e-3),
+                                       "bitmap")],
+                         ids=["momentum-batch-sr-rows", "master-sr-wd-bitmap"])
+def test_sparse_options_exact(opt, fmt):
     """Fixed cases of the option paths: the fused fast update, the per-element path with the
     pruned elements' PRNG draws, masters narrowed from packed masters, accumulators and
-    momentum packed; three-way equal, 90 % and 40-wide (two mask words per column)."""
+    momentum packed; three-way equal, 90 % and 40-wide (rows: gaps over 15, 0x00 steps;
+    bitmap: two mask words per column)."""
     m = Sequential([Dense(40), ReLU(), Dense(4)], input_shape=(37,), input_exp=-7, optimizer=opt, seed=3,
                    prune={"schedule": "polynomial", "final_sparsity": 0.9, "begin_step": 0, "end_step": 2,
-                          "frequency": 1})
+                          "frequency": 1, "storage": fmt})
     x, y = _data(9, (37,), 4, 5)
     _past_schedule(m, x, y)
     chosen = S.choose(m)
     assert {k: p.nnz for k, p in chosen.items()} == {(0, 0): 148, (2, 0): 16}
+    assert fmt == "bitmap" or (chosen[(0, 0)].code[2 * 40:] == 0).any()  # a gap over 15 is in the code
     three_way(m, x, y)
 
 
-def test_dsp_path_equals_reference(tmp_path):
-    """The sparse kernels' DSP path (SMMULR in the fused update; tt_dsp_emul.h's plain C intrinsics
-    on the host) equals the reference as the portable path does; the Cortex-M4 object really has
-    SMMULR (a silent fallback to the portable path fails here), the Cortex-M0 one not."""
+@pytest.mark.parametrize("fmt", ["rows", "bitmap"])
+def test_dsp_path_equals_reference(tmp_path, fmt):
+    """The sparse kernels' DSP path (SMMULR in the fused update, rows: SMLAD in the forward;
+    tt_dsp_emul.h's plain C intrinsics on the host) equals the reference as the portable path
+    does; the Cortex-M4 objects really have them (a silent fallback to the portable path fails
+    here), the Cortex-M0 ones not."""
     import subprocess
 
     from tinytrain.codegen.host import HostModel
@@ -106,7 +114,7 @@ def test_dsp_path_equals_reference(tmp_path):
     from .conftest import HERE
 
     m = Sequential([Dense(40), ReLU(), Dense(4)], input_shape=(37,), input_exp=-7, optimizer=SGD(lr=0.05), seed=4,
-                   prune={"schedule": "one_shot", "final_sparsity": 0.8, "begin_step": 0})
+                   prune={"schedule": "one_shot", "final_sparsity": 0.8, "begin_step": 0, "storage": fmt})
     x, y = _data(8, (37,), 4, 9)
     _past_schedule(m, x, y)
     hm = HostModel(m, sanitize=True, extra_flags=["-DTT_HAVE_DSP=1", f"-I{HERE / 'c'}"])
@@ -115,30 +123,42 @@ def test_dsp_path_equals_reference(tmp_path):
         assert hm.state_hash() == m.state_hash(), i
     if shutil.which("arm-none-eabi-gcc") is None:
         return
-    for cpu, smmulr in (("cortex-m4", True), ("cortex-m0", False)):
-        obj = str(tmp_path / f"tt_sparse-{cpu}.o")
+    src, ops = {"rows": ("tt_sparse_rows.c", ("\tsmmulr", "\tsmlad")), "bitmap": ("tt_sparse.c", ("\tsmmulr",))}[fmt]
+    for cpu, dsp in (("cortex-m4", True), ("cortex-m0", False)):
+        obj = str(tmp_path / f"{src}-{cpu}.o")
         subprocess.run(["arm-none-eabi-gcc", "-std=c99", "-O2", "-c", *CPU_FLAGS[cpu], f"-I{cbuild.FIRMWARE_INCLUDE}",
-                        str(cbuild.FIRMWARE_SRC / "tt_sparse.c"), "-o", obj], check=True, capture_output=True)
+                        str(cbuild.FIRMWARE_SRC / src), "-o", obj], check=True, capture_output=True)
         dis = subprocess.run(["arm-none-eabi-objdump", "-d", obj], capture_output=True, text=True, check=True).stdout
-        assert ("\tsmmulr" in dis) == smmulr, cpu
+        assert all((op in dis) == dsp for op in ops), cpu
 
 
-def _sparse_w1ish():
+def test_row_code():
+    """The rows format's code (tt_sparse_rows.h): two gaps a byte, low nibble first, a lone gap
+    alone, 0x00 for each 15 of a gap over 15; per row (bytes, kept) first."""
+    kept = np.zeros((3, 40), bool)
+    kept[0, [0, 1, 17, 40 - 1]] = True  # gaps 1, 1, 16 (0x00 then 1), 22 (0x00 then 7)
+    kept[2, [14, 29]] = True  # gaps 15, 15: one byte
+    code = S.row_code(kept).tolist()
+    assert code == [5, 4, 0, 0, 1, 2, 0x11, 0x00, 0x01, 0x00, 0x07, 0xFF]
+
+
+def _sparse_w1ish(fmt="auto"):
     m = Sequential([Dense(12), ReLU(), Dense(4)], input_shape=(10,), input_exp=-7, optimizer=SGD(lr=0.05, momentum=0.9),
-                   seed=1, prune={"schedule": "one_shot", "final_sparsity": 0.75, "begin_step": 0})
+                   seed=1, prune={"schedule": "one_shot", "final_sparsity": 0.75, "begin_step": 0, "storage": fmt})
     x, y = _data(6, (10,), 4, 2)
     _past_schedule(m, x, y)
     return m, x, y
 
 
-def test_state_blob_is_the_dense_view():
+@pytest.mark.parametrize("fmt", ["rows", "bitmap"])
+def test_state_blob_is_the_dense_view(fmt):
     """The C blob of a sparse model is the reference's blob byte for byte (pruned weights read as
     zeros, the mask row-major); writing it back is accepted; a nonzero pruned weight or a changed
     mask bit is refused (-1); the packed tensor reads densely through get_tensor."""
     from tinytrain.codegen.host import HostModel
     from tinytrain.verify import state_layout
 
-    m, x, y = _sparse_w1ish()
+    m, x, y = _sparse_w1ish(fmt)
     hm = HostModel(m)
     blob = state_blob(m)
     assert hm.read_state() == blob and hm.state_hash() == m.state_hash()
@@ -160,22 +180,30 @@ def test_state_blob_is_the_dense_view():
 
 
 def test_emitted_sparse_c():
-    """What the generator emits once the mask is final: the mask in flash, packed buffers (30 of
-    120 kept), the sparse kernels, no re-zeroing and no schedule; storage "dense" keeps the old
-    path; the memory report sees the smaller parameters."""
+    """What the generator emits once the mask is final: auto picks rows (the code in flash),
+    packed buffers (30 of 120 kept), the sparse kernels, no re-zeroing and no schedule; storage
+    "bitmap" the column-major mask and its kernels; "dense" keeps the old path; the memory
+    report sees the smaller parameters."""
     m, _, _ = _sparse_w1ish()
     em = generate(m)
     src = em.source
-    assert '#include "tt_sparse.h"' in src and "tt_prune_apply" not in src and "tt_prune_step" not in src
-    assert "static const uint32_t tt_model_l0_w_mask[10] = {" in src  # 10 inputs, one word per column
+    code = S.choose(m)[(0, 0)].code
+    assert '#include "tt_sparse_rows.h"' in src and "tt_prune_apply" not in src and "tt_prune_step" not in src
+    assert f"static const uint8_t tt_model_l0_w_mask[{code.size}] = {{" in src and code.size < 30 + 2 * 12
     assert "/** param of layer 0 (30 x int16_t, packed: the 30 of 120 kept) */" in src
     assert "static int32_t tt_model_l0_w_vel[30] = {" in src
     step = src[src.index("_train_step("):src.index("_predict(")]
-    assert "e1 = tt_sparse_dense_fwd_s8(&CTX, &tt_model_l0_sparse, x, e0, tt_model_a0);" in step
-    assert "tt_sparse_dense_grad_s32(&tt_model_l2_sparse, tt_model_err0, tt_model_a1, tt_model_grad0, tt_model_grad1);" in step
-    assert "tt_sparse_sgd_apply_accumulated_s16(&sgd, &tt_model_l0_layout, tt_model_l0_w, tt_model_l0_w_acc, tt_model_l0_w_vel);" in step
-    assert "{tt_model_l0_w, 240u, 0, tt_model_l0_w_mask, 2u, 12u, 10u}," in src
-    assert "{(void *)tt_model_l0_w_mask, 16u, 1, tt_model_l0_w_mask, 0u, 12u, 10u}," in src
+    assert "e1 = tt_sparse_rows_fwd_s8(&CTX, &tt_model_l0_sparse, x, e0, tt_model_a0);" in step
+    assert "tt_sparse_rows_grad_s32(&tt_model_l2_sparse, tt_model_err0, tt_model_a1, tt_model_grad0, tt_model_grad1);" in step
+    assert ("tt_sparse_rows_sgd_apply_accumulated_s16(&sgd, &tt_model_l0_layout, tt_model_l0_w, tt_model_l0_w_acc, "
+            "tt_model_l0_w_vel);") in step
+    assert "{tt_model_l0_w, 240u, 0, 0, 2u, 12u, 10u, tt_model_l0_w_mask}," in src
+    assert "{(void *)tt_model_l0_w_mask, 16u, 1, 0, 0u, 12u, 10u, tt_model_l0_w_mask}," in src
+    bm = generate(m, storage="bitmap").source
+    assert '#include "tt_sparse.h"' in bm and "tt_sparse_rows" not in bm
+    assert "static const uint32_t tt_model_l0_w_mask[10] = {" in bm  # 10 inputs, one word per column
+    assert "e1 = tt_sparse_dense_fwd_s8(&CTX, &tt_model_l0_sparse, x, e0, tt_model_a0);" in bm
+    assert "{tt_model_l0_w, 240u, 0, tt_model_l0_w_mask, 2u, 12u, 10u, 0}," in bm
     dense = generate(m, storage="dense").source
     assert "tt_sparse" not in dense and "tt_prune_apply(&tt_model_prune[0]);" in dense
     mm = copy.deepcopy(m)
@@ -195,7 +223,7 @@ def test_storage_refusals():
     assert "tt_sparse" not in generate(m).source
     with pytest.raises(CodegenError, match="does not prune"):
         generate(Sequential([Dense(3)], input_shape=(4,)), storage="sparse")
-    with pytest.raises(CodegenError, match="storage = 'packed' must be one of auto, dense, sparse"):
+    with pytest.raises(CodegenError, match="storage = 'packed' must be one of auto, dense, sparse, rows, bitmap"):
         generate(m, storage="packed")
     conv = Sequential([Conv1d(2, 3), Flatten(), Dense(3)], input_shape=(8, 1), input_exp=-7,
                       prune={"schedule": "one_shot", "final_sparsity": 0.5, "begin_step": 0, "storage": "sparse"})
@@ -205,6 +233,13 @@ def test_storage_refusals():
         generate(conv)
     conv.prune.storage = None
     assert set(S.choose(conv)) == {(2, 0)}  # auto: the Dense head packed, the convolution dense
+    wide = Sequential([Dense(3)], input_shape=(256,), input_exp=-7,
+                      prune={"schedule": "one_shot", "final_sparsity": 0.5, "begin_step": 0})
+    x, y = _data(2, (256,), 3, 0)
+    _past_schedule(wide, x, y)
+    assert {k: p.fmt for k, p in S.choose(wide).items()} == {(0, 0): "bitmap"}  # auto: too wide for rows
+    with pytest.raises(CodegenError, match="at most 255 inputs"):
+        generate(wide, storage="rows")
     with pytest.raises(ModelError, match="storage"):
         Sequential([Dense(3)], input_shape=(4,), prune={"schedule": "one_shot", "final_sparsity": 0.5,
                                                          "storage": "packed"})
@@ -220,11 +255,38 @@ def test_storage_refusals():
 
 
 @pytest.mark.qemu
-@pytest.mark.parametrize("board", ["mps2_an386", "microbit"])
+@settings(max_examples=examples(1), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_sparse_drawn_bit_exact_on_the_microbit(data):
+    """A drawn MLP x sparsity (up to 99 %: gaps over 15 in the rows code) x format, the schedule
+    over, verified for 12 steps on the QEMU Cortex-M0 (the portable paths, no CLZ): 0
+    mismatches, the pruned tensors stored sparse."""
+    if shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None:
+        pytest.skip("qemu-system-arm / arm-none-eabi-gcc missing")
+    from tinytrain.data import Dataset
+    from tinytrain.verify import verify
+
+    shape, layers, n_cls = data.draw(mlps())
+    s = data.draw(st.sampled_from([0.5, 0.8, 0.9, 0.99]))
+    fmt = data.draw(st.sampled_from(["rows", "bitmap"]))
+    m = Sequential(layers, input_shape=shape, input_exp=-7, optimizer=SGD(lr=0.1), seed=data.draw(st.integers(0, 99)),
+                   prune={"schedule": "one_shot", "final_sparsity": s, "begin_step": 0, "storage": fmt})
+    x, y = _data(16, shape, n_cls, data.draw(st.integers(0, 2**16)))
+    _past_schedule(m, x, y)
+    assert {p.fmt for p in S.choose(m).values()} == {fmt}
+    fx = x.astype(np.float32) / 128
+    ds = Dataset("drawn", x, y.astype(np.int32), x, y.astype(np.int32), shape, n_cls, -7, (-1.0, 1.0), fx, fx)
+    r = verify(m, ds, 12, board="microbit", json=True)
+    assert r["mismatches"] == 0 and r["first_mismatch"] is None and r["steps"] == 12
+
+
+@pytest.mark.qemu
+@pytest.mark.parametrize("board", ["mps2_an386"])
 def test_sparse_w1_bit_exact_in_qemu(board):
     """W1 pruned to 80 % (one-shot at step 30, trained to step 60 by the simulator), then emitted
-    sparse and verified for 40 steps on QEMU: 0 mismatches (Cortex-M4: CLZ, Cortex-M0: the
-    portable bit loop)."""
+    sparse (rows) and verified for 40 steps on the QEMU Cortex-M4 (SMLAD, SMMULR): 0 mismatches.
+    The Cortex-M0 runs drawn models (above)."""
     if shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None:
         pytest.skip("qemu-system-arm / arm-none-eabi-gcc missing")
     from tinytrain import data

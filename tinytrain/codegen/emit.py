@@ -67,6 +67,7 @@ class Tensor:
     dense: int = 0   # stored sparse (tinytrain.codegen.sparse): the element count of its dense view
     mask: str = ""   # stored sparse: the mask it is packed by (the mask itself: its own name)
     shape: tuple = ()  # stored sparse: (rows, cols) of the dense view
+    fmt: str = ""    # stored sparse: "rows" or "bitmap" (tinytrain.codegen.sparse.FORMATS)
 
     @property
     def bytes(self) -> int:
@@ -332,8 +333,7 @@ uint32_t {P}_saturations(void);
             src.append('#include "tt_prune.h"')
             if any(g is not None for g in m.prune_table.groups):
                 src.append('#include "tt_prune_group.h"')
-        if self.sparse.sparse:
-            src.append('#include "tt_sparse.h"')
+        src += S.includes(self.sparse.sparse)
         src += [f'#include "{h}"' for h in headers]
         src += ["", f"#define SCRATCH {self.sym('scratch')}", f"#define STATS {self.sym('stats')}",
                 f"#define CTX {self.sym('ctx')}", ""]
@@ -728,12 +728,8 @@ uint32_t {P}_saturations(void);
         def span(t):
             ro = int(t.role == "frozen")  # in flash: a write must leave it unchanged
             if t.mask:  # stored sparse: its dense view (tt_state.h)
-                rows, cols = t.shape
-                if t.mask == t.name:  # the mask, shown row-major
-                    return f"    {{(void *){t.name}, {4 * ((rows * cols + 31) // 32)}u, 1, {t.mask}, 0u, {rows}u, {cols}u}},"
-                size = Tensor("", t.ctype, 1, t.role).bytes
-                return f"    {{{t.name}, {t.dense * size}u, 0, {t.mask}, {size}u, {rows}u, {cols}u}},"
-            return f"    {{{'(void *)' if ro else ''}{t.name}, sizeof({t.name}), {ro}, 0, 0u, 0u, 0u}},"
+                return S.span(t)
+            return f"    {{{'(void *)' if ro else ''}{t.name}, sizeof({t.name}), {ro}, 0, 0u, 0u, 0u, 0}},"
 
         out = ["", "/* ---- the state blob (schema order), the inspectable tensors, what reset restores ---- */",
                f"static const tt_span {st}_spans[{len(state)}] = {{", *map(span, state), "};",

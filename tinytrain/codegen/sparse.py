@@ -7,11 +7,18 @@ keep only the kept elements (row-major order); the kernels skip the pruned weigh
 input error, gradient and update. The state blob and hash are unchanged: a packed tensor's span
 is its dense view (tt_state.h), so ``verify`` compares the same bytes every step.
 
-Which tensors (``storage``, the prune object's key, or ``generate(..., storage=)``):
+Two formats: ``"rows"`` (tt_sparse_rows.h: the kept weights row by row, their columns as a
+byte code of two 4-bit gaps, 2 bytes per row; the faster, for K <= 255 inputs) and ``"bitmap"``
+(tt_sparse.h: column by column under a column-major bitmap; any size).
 
-* ``"auto"`` (default): every pruned tensor that can be packed, when the mask is final;
-* ``"sparse"``: all of them, refused with a message naming the reason when one cannot be
-  (the schedule still has events, or a tensor is not a Dense layer's int16 weights);
+Which tensors and how (``storage``, the prune object's key, or ``generate(..., storage=)``):
+
+* ``"auto"`` (default): every pruned tensor that can be packed, when the mask is final, in the
+  fastest format it fits (rows, else bitmap);
+* ``"sparse"``: the same for all of them, refused with a message naming the reason when one
+  cannot be (the schedule still has events, or a tensor is not a Dense layer's int16 weights);
+* ``"rows"`` / ``"bitmap"``: that format for all of them, refused the same way (rows: also
+  when a layer has more than 255 inputs);
 * ``"dense"``: none (the masks are re-applied after every update, as before).
 """
 from __future__ import annotations
@@ -22,25 +29,71 @@ import numpy as np
 
 from tinytrain.graph import prune as P
 
-STORAGES = ("auto", "dense", "sparse")
+STORAGES = ("auto", "dense", "sparse", "rows", "bitmap")
+FORMATS = ("rows", "bitmap")  # fastest first (bench/bench_prune.py --device-only measures both)
+ROWS_MAX_K = 255  # a row's code bytes and kept weights are uint8 counts
+ROWS_MAX_N = 516  # TT_DENSE_S32_MAX_N: the input error's sums fit int32
+
+
+def row_code(kept: np.ndarray) -> np.ndarray:
+    """The rows format's code of a kept-element matrix kept[N][K] (tt_sparse_rows.h): per row
+    (code bytes, kept weights), then each row's bytes: two gaps (1..15) per byte, low nibble
+    first, a lone gap as one byte, 0 for a step of 15 with no weight; c starts at -1."""
+    N, K = kept.shape
+    heads, body = [], []
+    for n in range(N):
+        cols = np.flatnonzero(kept[n])
+        gaps = np.diff(np.concatenate(([-1], cols))).tolist()
+        out, i = [], 0
+        while i < len(gaps):
+            g = gaps[i]
+            while g > 15:
+                out.append(0)
+                g -= 15
+            if i + 1 < len(gaps) and gaps[i + 1] <= 15:
+                out.append(g | gaps[i + 1] << 4)
+                i += 2
+            else:
+                out.append(g)
+                i += 1
+        heads += [len(out), len(cols)]
+        body += out
+    return np.array(heads + body, dtype=np.uint8)
 
 
 @dataclass
 class Packed:
-    """One packed weight tensor w[N][K]: its row-major mask (the state's) and the device order,
-    column by column (input k outer, output n inner: tt_sparse.h)."""
+    """One packed weight tensor w[N][K]: its row-major mask (the state's) and its device format,
+    "rows" (element order, tt_sparse_rows.h) or "bitmap" (column by column, input k outer,
+    output n inner: tt_sparse.h)."""
 
     mask: np.ndarray
     shape: tuple  # (N, K)
+    fmt: str = "bitmap"
 
     @property
     def n(self) -> int:
         return int(self.shape[0] * self.shape[1])
 
     @property
+    def kept(self) -> np.ndarray:
+        """Kept elements, kept[N][K]."""
+        return ~P.unpack(self.mask, self.n).reshape(self.shape)
+
+    @property
     def kept_t(self) -> np.ndarray:
-        """Kept elements in device (column-major) order."""
-        return ~P.unpack(self.mask, self.n).reshape(self.shape).T.reshape(-1)
+        """Kept elements in the bitmap format's (column-major) order."""
+        return self.kept.T.reshape(-1)
+
+    @property
+    def code(self) -> np.ndarray:
+        """The rows format's code (uint8)."""
+        return row_code(self.kept)
+
+    @property
+    def device(self) -> np.ndarray:
+        """What the device holds in flash for the format: the code or the column-major mask."""
+        return self.code if self.fmt == "rows" else self.device_mask
 
     @property
     def nnz(self) -> int:
@@ -58,6 +111,8 @@ class Packed:
 
     def pack(self, a) -> np.ndarray:
         """A dense slot (w, master, accumulator, momentum) in device order, the kept only."""
+        if self.fmt == "rows":
+            return np.asarray(a).reshape(-1)[self.kept.reshape(-1)].copy()
         return np.asarray(a).reshape(self.shape).T.reshape(-1)[self.kept_t].copy()
 
 
@@ -88,6 +143,19 @@ def _why_not(model, key) -> str | None:
     return None
 
 
+def _why_not_rows(model, key) -> str | None:
+    """Why the rows format cannot hold `key` (None: it can)."""
+    l = model.layers[key[0]]
+    if l.kind != "dense" or l.params[key[1]].name != "w":
+        return f"layer {key[0]} ({l.kind}): the rows format holds Dense weights"
+    N, K = model.layers[key[0]].params[key[1]].data.shape
+    if K > ROWS_MAX_K:
+        return f"layer {key[0]} (dense): the rows format takes at most {ROWS_MAX_K} inputs (it has {K}): use \"bitmap\""
+    if N > ROWS_MAX_N:
+        return f"layer {key[0]} (dense): the rows format takes at most {ROWS_MAX_N} outputs (it has {N}): use \"bitmap\""
+    return None
+
+
 def _storage(model, key, storage) -> str:
     if storage is not None:
         return storage
@@ -104,6 +172,12 @@ def choose(model, storage: str | None = None, error=ValueError) -> dict:
         if storage == "sparse":
             raise error("storage = \"sparse\": the model does not prune (give it a \"prune\" object)")
         return {}
+    for key in tab.keys:  # a format given for a layer it cannot hold first: training on does not change it
+        l = model.layers[key[0]]
+        if _storage(model, key, storage) == "rows" and l.kind == "dense" and l.params[key[1]].name == "w":
+            why = _why_not_rows(model, key)
+            if why:
+                raise error(f"storage = \"rows\": {why}")
     out = {}
     for key in tab.keys:
         how = _storage(model, key, storage)
@@ -112,18 +186,37 @@ def choose(model, storage: str | None = None, error=ValueError) -> dict:
         why = None if final(model) else (f"the pruning schedule still has events (optimizer step {int(model.meta[1])}, "
                                          f"last event at step {int(tab.steps[-1])}): train past it first")
         why = why or _why_not(model, key)
+        fmt = how if how in FORMATS else next(f for f in FORMATS if f != "rows" or not _why_not_rows(model, key))
         if why:
-            if how == "sparse":
-                raise error(f"storage = \"sparse\": {why}")
+            if how != "auto":
+                raise error(f"storage = \"{how}\": {why}")
             continue
         li, pi = key
-        out[key] = Packed(model.masks[key].copy(), model.layers[li].params[pi].data.shape)
+        out[key] = Packed(model.masks[key].copy(), model.layers[li].params[pi].data.shape, fmt)
     return out
+
+
+def includes(sparse: dict) -> list[str]:
+    """The runtime headers of the formats in use."""
+    hs = {"bitmap": "tt_sparse.h", "rows": "tt_sparse_rows.h"}
+    return [f'#include "{hs[f]}"' for f in FORMATS[::-1] if any(p.fmt == f for p in sparse.values())]
+
+
+def span(t) -> str:
+    """The tt_span (tt_state.h) of a packed tensor or of its device mask / code: the dense view."""
+    rows, cols = t.shape
+    mask, code = (0, t.mask) if t.fmt == "rows" else (t.mask, 0)
+    if t.mask == t.name:  # the mask, shown row-major
+        return (f"    {{(void *){t.name}, {4 * ((rows * cols + 31) // 32)}u, 1, {mask}, 0u, {rows}u, {cols}u, "
+                f"{code}}},")
+    size = {"int16_t": 2, "int32_t": 4}[t.ctype]
+    return f"    {{{t.name}, {t.dense * size}u, 0, {mask}, {size}u, {rows}u, {cols}u, {code}}},"
 
 
 def plan(sparse: dict, tensors, sym) -> None:
     """Rewrite the planned buffers of the packed tensors: nnz elements with packed initial
-    values; the mask becomes a constant in flash (role "frozen": a read-only span)."""
+    values; the mask becomes a constant in flash (role "frozen": a read-only span), the rows
+    format's code in its place (uint8)."""
     byname = {t.name: t for t in tensors}
     for (li, pi), pk in sparse.items():
         base = sym(f"l{li}_w")
@@ -131,30 +224,44 @@ def plan(sparse: dict, tensors, sym) -> None:
             t = byname.get(base + suffix)
             if t is None:
                 continue
-            t.count, t.dense, t.mask, t.shape = pk.nnz, pk.n, base + "_mask", pk.shape
+            t.count, t.dense, t.mask, t.shape, t.fmt = pk.nnz, pk.n, base + "_mask", pk.shape, pk.fmt
             t.init = pk.pack(t.init) if t.init is not None else None
         m = byname[base + "_mask"]
-        m.role, m.init, m.mask, m.shape = "frozen", pk.device_mask, m.name, pk.shape
+        m.role, m.init, m.mask, m.shape, m.fmt = "frozen", pk.device, m.name, pk.shape, pk.fmt
+        if pk.fmt == "rows":
+            m.ctype, m.count = "uint8_t", int(pk.device.size)
 
 
 def weight_storage(sparse: dict, model) -> dict:
     """Device bytes of the weights of the pruned tensors: dense (n int16) and as emitted: stored
-    sparse, the packed values plus the column-major mask as the device holds it (whole words per
-    column); stored dense, the tensor plus its row-major mask."""
+    sparse, the packed values plus what the format adds (rows: the code; bitmap: the column-major
+    mask, whole words per column); stored dense, the tensor plus its row-major mask."""
     dense = sparse_b = 0
     for key in (model.prune_table.keys if model.prune_table is not None else []):
         li, pi = key
         p = model.layers[li].params[pi]
         dense += p.data.nbytes
         if key in sparse:
-            sparse_b += sparse[key].nnz * p.data.itemsize + sparse[key].device_mask.nbytes
+            sparse_b += sparse[key].nnz * p.data.itemsize + sparse[key].device.nbytes
         else:
             sparse_b += p.data.nbytes + P.mask_words(p.data.size) * 4
     return {"dense_bytes": dense, "bytes": sparse_b}
 
 
 class Renderer:
-    """The C statements of the packed Dense layers of one Emitter (its decl/sym/names)."""
+    """The C statements of the packed Dense layers of one Emitter (its decl/sym/names), in each
+    tensor's format: the calls are tt_sparse_<kernel> (bitmap) or tt_sparse_rows_<kernel> (rows)."""
+
+    # kernel -> (bitmap name, rows name)
+    NAMES = {"fwd": ("tt_sparse_dense_fwd_s8", "tt_sparse_rows_fwd_s8"),
+             "bwd": ("tt_sparse_dense_bwd_s8", "tt_sparse_rows_bwd_s8"),
+             "grad": ("tt_sparse_dense_grad_s32", "tt_sparse_rows_grad_s32"),
+             "direct": ("tt_sparse_sgd_dense_direct_{t}", "tt_sparse_rows_sgd_direct_{t}"),
+             "sgd_params": ("tt_sparse_sgd_dense_{t}_params", "tt_sparse_rows_sgd_{t}_params"),
+             "params": ("tt_sparse_dense_params", "tt_sparse_rows_params"),
+             "layout": ("tt_sparse_layout", "tt_sparse_rows_layout"),
+             "accumulate": ("tt_sparse_sgd_accumulate_s32", "tt_sparse_rows_sgd_accumulate_s32"),
+             "apply": ("tt_sparse_sgd_apply_accumulated_{t}{v16}", "tt_sparse_rows_sgd_apply_accumulated_{t}{v16}")}
 
     def __init__(self, em, sparse: dict):
         self.em, self.sparse = em, sparse
@@ -162,6 +269,13 @@ class Renderer:
 
     def _pn(self, li):
         return self.em.sym(f"l{li}_w")
+
+    def _fn(self, li, kernel, **kw) -> str:
+        return self.NAMES[kernel][self.sparse[(li, 0)].fmt == "rows"].format(**kw)
+
+    def _where(self, li) -> dict:
+        """The format's field of the packed layout: the mask or the code (both the _mask array)."""
+        return {"code" if self.sparse[(li, 0)].fmt == "rows" else "mask": self._pn(li) + "_mask"}
 
     def count(self, key) -> int:
         """Elements of a parameter's buffers (nnz when packed)."""
@@ -174,40 +288,40 @@ class Renderer:
         m, em = self.em.model, self.em
         l = m.layers[li]
         w, b = l.params
-        return em.decl(f"l{li}_sparse", "tt_sparse_dense_params",
-                       {"K": l.in_shape[0], "N": l.units, "mask": self._pn(li) + "_mask", "w": self._pn(li),
+        return em.decl(f"l{li}_sparse", self._fn(li, "params"),
+                       {"K": l.in_shape[0], "N": l.units, **self._where(li), "w": self._pn(li),
                         "ew": w.exp, "b": em.names.param(li, 1), "eb": b.exp})
 
     def layout(self, li) -> str:
         l = self.em.model.layers[li]
-        return self.em.decl(f"l{li}_layout", "tt_sparse_layout", {"mask": self._pn(li) + "_mask",
-                            "K": l.in_shape[0], "N": l.units, "work": "(int32_t *)SCRATCH"})
+        return self.em.decl(f"l{li}_layout", self._fn(li, "layout"),
+                            {**self._where(li), "K": l.in_shape[0], "N": l.units, "work": "(int32_t *)SCRATCH"})
 
     def forward(self, li, x, ex, y, ey) -> list[str]:
-        return [f"{ey} = tt_sparse_dense_fwd_s8(&CTX, {self.params(li)}, {x}, {ex}, {y});"]
+        return [f"{ey} = {self._fn(li, 'fwd')}(&CTX, {self.params(li)}, {x}, {ex}, {y});"]
 
     def backward(self, li, x, ex, e, dx) -> list[str]:
         """Input error (pre-update weights), then the direct update or the per-sample accumulation."""
         em, m = self.em, self.em.model
-        out = [f"    ee = tt_sparse_dense_bwd_s8(&CTX, {self.params(li)}, {e}, de, {dx});"] if dx else []
+        out = [f"    ee = {self._fn(li, 'bwd')}(&CTX, {self.params(li)}, {e}, de, {dx});"] if dx else []
         l = m.layers[li]
         w, b = l.params
         ub = m.learns(li, 1)
         if not m.opt.accumulate:
             pw, t = em._update_target(li, 0)
             ews = m.master_exp((li, 0)) if (li, 0) in m.master else w.exp
-            sp = em.decl(f"l{li}_sparse_sgd", f"tt_sparse_sgd_dense_{t}_params",
-                         {"K": l.in_shape[0], "N": l.units, "mask": self._pn(li) + "_mask", "w": pw, "ew": ews,
+            sp = em.decl(f"l{li}_sparse_sgd", self._fn(li, "sgd_params", t=t),
+                         {"K": l.in_shape[0], "N": l.units, **self._where(li), "w": pw, "ew": ews,
                           "b": em.names.param(li, 1) if ub else 0, "eb": b.exp, "work": "(int32_t *)SCRATCH"})
-            out.append(f"    tt_sparse_sgd_dense_direct_{t}(&sgd, {sp}, {e}, de, {x}, {ex});")
+            out.append(f"    {self._fn(li, 'direct', t=t)}(&sgd, {sp}, {e}, de, {x}, {ex});")
             if (li, 0) in m.master:
                 out.append("    " + em._refresh(li, 0))
             return out
         g0, g1 = em.grad_name(li, 0), em.grad_name(li, 1)
-        out += [f"    tt_sparse_dense_grad_s32({self.params(li)}, {e}, {x}, {g0}, {g1});",
+        out += [f"    {self._fn(li, 'grad')}({self.params(li)}, {e}, {x}, {g0}, {g1});",
                 f"    ge0 = de + {ex};", "    ge1 = de;"]
         ews = m.master_exp((li, 0)) if (li, 0) in m.master else w.exp
-        out.append(f"    tt_sparse_sgd_accumulate_s32(&sgd, {self.layout(li)}, {self._pn(li)}_acc, {ews}, {g0}, ge0);")
+        out.append(f"    {self._fn(li, 'accumulate')}(&sgd, {self.layout(li)}, {self._pn(li)}_acc, {ews}, {g0}, ge0);")
         if ub:
             eb = m.master_exp((li, 1)) if (li, 1) in m.master else b.exp
             out.append(f"    tt_sgd_accumulate_s32(&sgd, {em.names.param(li, 1)}_acc, {b.data.size}, {eb}, {g1}, ge1);")
@@ -219,7 +333,7 @@ class Renderer:
         w, t = em._update_target(li, 0)
         vel = f"{self._pn(li)}_vel" if key in m.velocity else "0"
         v16 = "_v16" if key in m.velocity and m.velocity[key].dtype == np.int16 else ""
-        out = [f"{ind}tt_sparse_sgd_apply_accumulated_{t}{v16}(&sgd, {self.layout(li)}, {w}, {self._pn(li)}_acc, {vel});"]
+        out = [f"{ind}{self._fn(li, 'apply', t=t, v16=v16)}(&sgd, {self.layout(li)}, {w}, {self._pn(li)}_acc, {vel});"]
         if key in m.master:
             out.append(ind + em._refresh(li, 0))
         return out

@@ -81,7 +81,7 @@ FIELDS = {
     "scope": F.one_of("layer", "global"),
     "criterion": F.one_of("l1", "gamma"),
     # how codegen stores the layer once the mask is final (tinytrain/codegen/sparse.py)
-    "storage": F.one_of("auto", "dense", "sparse"),
+    "storage": F.one_of("auto", "dense", "sparse", "rows", "bitmap"),
 }
 #: keys each schedule reads (others are refused: a key that would be ignored is a mistake)
 _KEYS = {
@@ -108,7 +108,7 @@ class Prune:
     structure: str = "weights"
     scope: str = "layer"
     criterion: str | None = None  # structured pruning: "l1" (default) or "gamma" (graph/prune_groups.py)
-    storage: str | None = None  # codegen: "auto" (None), "dense" or "sparse" (codegen/sparse.py)
+    storage: str | None = None  # codegen: "auto" (None), "dense", "sparse", "rows" or "bitmap" (codegen/sparse.py)
 
     def to_dict(self) -> dict:
         """The keys the user gave (None left out), the model file's ``"prune"`` object."""

@@ -20,7 +20,9 @@ extern "C" {
  *  bytes bytes: w[rows][cols] whose kept elements (mask bit n % 32 of word k * ceil(rows / 32)
  *  + n / 32 clear) are at p, elem bytes each, in column-major order, the pruned ones reading as zero bytes (a write
  *  must give zeros there); or, elem == 0, the mask itself (p == mask) shown as tt_prune.h's
- *  row-major bitmap (ro: a write must give the same bits). */
+ *  row-major bitmap (ro: a write must give the same bits).
+ *  code != NULL: the same for a tensor stored by rows (tt_sparse_rows.h: code gives the kept
+ *  elements, packed at p in row-major order; mask is NULL); elem == 0: the mask (p == code). */
 typedef struct tt_span {
     void *p;
     uint32_t bytes;
@@ -28,6 +30,7 @@ typedef struct tt_span {
     const uint32_t *mask;
     uint32_t elem;
     uint32_t rows, cols;
+    const uint8_t *code;
 } tt_span;
 
 /** A table of n spans: the state blob, or the inspectable tensors (by index). */

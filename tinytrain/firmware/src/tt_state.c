@@ -12,7 +12,7 @@ uint32_t tt_state_size(const tt_spans *t)
     return s;
 }
 
-/* ---- sparse spans (tt_span.mask): the dense row-major view of a column-major packed tensor ---- */
+/* ---- sparse spans (tt_span.mask, tt_span.code): the dense row-major view of a packed tensor ---- */
 
 /* The mask bit of w[n][k] of a sparse span (S = ceil(rows / 32) words per column) and its word. */
 static uint32_t tt_state_word(const tt_span *s, uint32_t n, uint32_t k)
@@ -20,8 +20,40 @@ static uint32_t tt_state_word(const tt_span *s, uint32_t n, uint32_t k)
     return k * ((s->rows + 31u) / 32u) + n / 32u;
 }
 
+/* Stored by rows (s->code): whether w[n][k] is pruned, and *rank the kept elements before it in
+ * row-major order (its packed index when kept). */
+static uint32_t tt_state_rows_find(const tt_span *s, uint32_t n, uint32_t k, uint32_t *rank)
+{
+    const uint8_t *st = s->code + 2u * s->rows, *end;
+    uint32_t i, r = 0;
+    int32_t c = -1;
+    for (i = 0; i < n; i++) {
+        st += s->code[2u * i];
+        r += s->code[2u * i + 1u];
+    }
+    for (end = st + s->code[2u * n]; st < end; st++) {
+        const uint32_t b = *st, hi = b >> 4;
+        if (!b) {
+            c += 15;
+            continue;
+        }
+        c += (int32_t)(b & 15u);
+        if (c >= (int32_t)k) break;
+        r++;
+        if (hi) {
+            c += (int32_t)hi;
+            if (c >= (int32_t)k) break;
+            r++;
+        }
+    }
+    *rank = r;
+    return c != (int32_t)k;
+}
+
 static uint32_t tt_state_bit(const tt_span *s, uint32_t n, uint32_t k)
 {
+    uint32_t r;
+    if (s->code) return tt_state_rows_find(s, n, k, &r);
     return (s->mask[tt_state_word(s, n, k)] >> (n % 32u)) & 1u;
 }
 
@@ -30,6 +62,10 @@ static uint32_t tt_state_rank(const tt_span *s, uint32_t n, uint32_t k)
 {
     const uint32_t q = tt_state_word(s, n, k);
     uint32_t wi, w, c = 0;
+    if (s->code) {
+        (void)tt_state_rows_find(s, n, k, &c);
+        return c;
+    }
     for (wi = 0; wi < q; wi++)
         for (w = ~s->mask[wi]; w; w &= w - 1u) c++;
     for (w = ~s->mask[q] & ((1u << (n % 32u)) - 1u); w; w &= w - 1u) c++;
@@ -86,7 +122,7 @@ uint32_t tt_state_hash(const tt_spans *t)
     for (i = 0; i < t->n; i++) {
         const tt_span *s = &t->span[i];
         uint32_t off;
-        if (!s->mask) {
+        if (!s->mask && !s->code) {
             crc = tt_crc32_update(crc, (const uint8_t *)s->p, s->bytes);
             continue;
         }
@@ -112,7 +148,7 @@ static int tt_state_io(const tt_spans *t, uint32_t off, uint8_t *dst, const uint
         const tt_span *s = &t->span[i];
         if (off < s->bytes) {
             const uint32_t k = s->bytes - off < n ? s->bytes - off : n;
-            if (s->mask) {
+            if (s->mask || s->code) {
                 if (tt_state_sparse_io(s, off, dst, src, k, write) != 0) return -1;
                 if (write) src += k; else dst += k;
             } else if (!write) {
@@ -148,7 +184,7 @@ int tt_state_get_tensor(const tt_spans *t, uint32_t id, uint32_t off, uint8_t *d
     if (id >= t->n) return -1;
     *total = t->span[id].bytes;
     if (off > *total || n > *total - off) return -1;
-    if (t->span[id].mask) return tt_state_sparse_io(&t->span[id], off, dst, 0, n, 0);
+    if (t->span[id].mask || t->span[id].code) return tt_state_sparse_io(&t->span[id], off, dst, 0, n, 0);
     if (n) memcpy(dst, (const uint8_t *)t->span[id].p + off, n);
     return 0;
 }
