@@ -114,55 +114,86 @@ static inline void conv_rows(const int16_t *col, int32_t L, const int16_t *r, in
  * with 0), at most TT_CONV_SHORT_WORDS words on the stack: per output channel NP loads and NP
  * SMLAD, no tail and no column reload. The same int32 sums as conv_rows. */
 #define TT_CONV_SHORT_PAIRS 6
-#define TT_CONV_SHORT_WORDS 192
+#define TT_CONV_SHORT_WORDS 192 /* Cout * (NP + 1) */
 
-/* acc[co] = bias[co] + w_co . col for every co < Cout, the column's NP pairs (a constant after
- * inlining) at col (col[L] = 0 when L is odd), the repacked rows at wk; raises *m. */
+#define TT_CONV_XQ_MAX 1024 /* bytes of the padded input copy of the short forward (stack) */
+
+/* xq[Hp][Wp][Cin] = x with pt rows and pl columns of zeros before it (and zeros after, up to
+ * Hp x Wp): every window of the forward then lies inside xq. */
+static void conv_pad_s8(const int8_t *x, int32_t H, int32_t W, int32_t Cin, int32_t pt, int32_t pl,
+                        int32_t Hp, int32_t Wp, int8_t *xq)
+{
+    const int32_t ih0 = pt > 0 ? 0 : -pt, ih1 = H < Hp - pt ? H : Hp - pt;
+    const int32_t iw0 = pl > 0 ? 0 : -pl, iw1 = W < Wp - pl ? W : Wp - pl;
+    int32_t ih;
+    memset(xq, 0, (size_t)(Hp * Wp * Cin));
+    for (ih = ih0; ih < ih1; ih++)
+        memcpy(xq + ((ih + pt) * Wp + iw0 + pl) * Cin, x + (ih * W + iw0) * Cin, (size_t)((iw1 - iw0) * Cin));
+}
+
+/* col[0..KH*R) = the KH rows of R values at xr, xr + rs, .. (a window of xq), widened to int16. */
+static inline void conv_col_q(const int8_t *xr, int32_t rs, int32_t KH, int32_t R, int16_t *col)
+{
+    int32_t kh, j;
+    for (kh = 0; kh < KH; kh++, xr += rs, col += R)
+        for (j = 0; j < R; j++) col[j] = xr[j];
+}
+
+/* acc[co] = bias_co + w_co . col for every co < Cout, the column's NP pairs (a constant after
+ * inlining) at col (col[L] = 0 when L is odd); wk holds per channel its bias then its NP
+ * repacked weight pairs. *m collects the OR of every |acc|: it has the bit width of the largest,
+ * which is all tt_requant_s8_from_s64_max reads of it (below 2^31 here). */
 TT_CONV_INLINE void conv_short_pos(const int16_t *col, int32_t NP, const uint32_t *wk, int32_t Cout,
-                                   const int64_t *bias, int64_t *acc, uint32_t *m)
+                                   int64_t *acc, uint32_t *m)
 {
     const int32_t X0 = (int32_t)tt_ld_s16x2(col), X1 = NP > 1 ? (int32_t)tt_ld_s16x2(col + 2) : 0;
     const int32_t X2 = NP > 2 ? (int32_t)tt_ld_s16x2(col + 4) : 0, X3 = NP > 3 ? (int32_t)tt_ld_s16x2(col + 6) : 0;
     const int32_t X4 = NP > 4 ? (int32_t)tt_ld_s16x2(col + 8) : 0, X5 = NP > 5 ? (int32_t)tt_ld_s16x2(col + 10) : 0;
-    int32_t co;
-    for (co = 0; co < Cout; co++, wk += NP) {
-        int32_t s = __smlad((int32_t)wk[0], X0, (int32_t)bias[co]);
-        if (NP > 1) s = __smlad((int32_t)wk[1], X1, s);
-        if (NP > 2) s = __smlad((int32_t)wk[2], X2, s);
-        if (NP > 3) s = __smlad((int32_t)wk[3], X3, s);
-        if (NP > 4) s = __smlad((int32_t)wk[4], X4, s);
-        if (NP > 5) s = __smlad((int32_t)wk[5], X5, s);
-        conv_put(acc + co, s, m);
-    }
+    const uint32_t *end = wk + Cout * (NP + 1);
+    uint32_t o = *m;
+    do {
+        int32_t s = __smlad((int32_t)wk[1], X0, (int32_t)wk[0]);
+        if (NP > 1) s = __smlad((int32_t)wk[2], X1, s);
+        if (NP > 2) s = __smlad((int32_t)wk[3], X2, s);
+        if (NP > 3) s = __smlad((int32_t)wk[4], X3, s);
+        if (NP > 4) s = __smlad((int32_t)wk[5], X4, s);
+        if (NP > 5) s = __smlad((int32_t)wk[6], X5, s);
+        *acc++ = s;
+        o |= s < 0 ? 0u - (uint32_t)s : (uint32_t)s;
+        wk += NP + 1;
+    } while (wk != end);
+    *m = o;
 }
 
-/* The short-column forward over all positions (conv2d_fwd_s32's loop, bias parked the same way). */
-static void conv2d_fwd_short(const int8_t *x, const int16_t *w, int32_t H, int32_t W, int32_t Cin,
-                             int32_t Cout, int32_t KH, int32_t KW, int32_t sh, int32_t sw, int32_t pt,
-                             int32_t pl, int32_t OH, int32_t OW, const int64_t *bias, int64_t *scratch,
-                             uint32_t *m)
+/* The short-column forward over all positions of the padded input xq (conv2d_fwd_s32's loop,
+ * bias parked the same way). */
+static void conv2d_fwd_short(const int8_t *xq, int32_t Wp, const int16_t *w, int32_t Cin,
+                             int32_t Cout, int32_t KH, int32_t KW, int32_t sh, int32_t sw, int32_t OH,
+                             int32_t OW, const int64_t *bias, int64_t *scratch, uint32_t *m)
 {
     const int32_t L = KH * KW * Cin, NP = (L + 1) / 2;
     uint32_t wk[TT_CONV_SHORT_WORDS];
     int16_t col[2 * TT_CONV_SHORT_PAIRS];
     int32_t oh, ow, co, j;
-    for (co = 0; co < Cout; co++)
+    for (co = 0; co < Cout; co++) {
+        wk[co * (NP + 1)] = (uint32_t)(int32_t)bias[co];
         for (j = 0; j < NP; j++) {
             const int16_t *r = w + co * L + 2 * j;
-            wk[co * NP + j] = (uint16_t)r[0] | (2 * j + 1 < L ? (uint32_t)(uint16_t)r[1] << 16 : 0u);
+            wk[co * (NP + 1) + 1 + j] = (uint16_t)r[0] | (2 * j + 1 < L ? (uint32_t)(uint16_t)r[1] << 16 : 0u);
         }
-    if (L & 1) col[L] = 0; /* the odd column's pad: conv_col writes col[0..L) only */
+    }
+    if (L & 1) col[L] = 0; /* the odd column's pad: conv_col_q writes col[0..L) only */
     for (oh = 0; oh < OH; oh++)
         for (ow = 0; ow < OW; ow++) {
             int64_t *acc = scratch + (oh * OW + ow) * Cout;
-            conv_col(x, H, W, Cin, KH, KW, oh * sh - pt, ow * sw - pl, col);
+            conv_col_q(xq + (oh * sh * Wp + ow * sw) * Cin, Wp * Cin, KH, KW * Cin, col);
             switch (NP) {
-            case 1: conv_short_pos(col, 1, wk, Cout, bias, acc, m); break;
-            case 2: conv_short_pos(col, 2, wk, Cout, bias, acc, m); break;
-            case 3: conv_short_pos(col, 3, wk, Cout, bias, acc, m); break;
-            case 4: conv_short_pos(col, 4, wk, Cout, bias, acc, m); break;
-            case 5: conv_short_pos(col, 5, wk, Cout, bias, acc, m); break;
-            default: conv_short_pos(col, 6, wk, Cout, bias, acc, m); break;
+            case 1: conv_short_pos(col, 1, wk, Cout, acc, m); break;
+            case 2: conv_short_pos(col, 2, wk, Cout, acc, m); break;
+            case 3: conv_short_pos(col, 3, wk, Cout, acc, m); break;
+            case 4: conv_short_pos(col, 4, wk, Cout, acc, m); break;
+            case 5: conv_short_pos(col, 5, wk, Cout, acc, m); break;
+            default: conv_short_pos(col, 6, wk, Cout, acc, m); break;
             }
         }
 }
@@ -184,9 +215,15 @@ static int32_t conv2d_fwd_s32(const int8_t *x, int32_t ex, const int16_t *w, int
     int32_t oh, ow, co;
     for (co = 0; co < Cout; co++) bias[co] = tt_align_s32(b[co], eb, ea);
 #if TT_HAVE_DSP
-    if (L <= 2 * TT_CONV_SHORT_PAIRS && Cout * ((L + 1) / 2) <= TT_CONV_SHORT_WORDS) {
-        conv2d_fwd_short(x, w, H, W, Cin, Cout, KH, KW, sh, sw, pt, pl, OH, OW, bias, scratch, &m);
-        return ea + tt_requant_s8_from_s64_max(scratch, OH * OW * Cout, m, y, st);
+    if (L <= 2 * TT_CONV_SHORT_PAIRS && Cout * ((L + 1) / 2 + 1) <= TT_CONV_SHORT_WORDS) {
+        /* the windows read from a zero-padded copy: no bound tests per position */
+        const int32_t Hp = (OH - 1) * sh + KH, Wp = (OW - 1) * sw + KW;
+        int8_t xq[TT_CONV_XQ_MAX];
+        if (Hp * Wp * Cin <= TT_CONV_XQ_MAX) {
+            conv_pad_s8(x, H, W, Cin, pt, pl, Hp, Wp, xq);
+            conv2d_fwd_short(xq, Wp, w, Cin, Cout, KH, KW, sh, sw, OH, OW, bias, scratch, &m);
+            return ea + tt_requant_s8_from_s64_max(scratch, OH * OW * Cout, m, y, st);
+        }
     }
 #endif
     for (oh = 0; oh < OH; oh++)
