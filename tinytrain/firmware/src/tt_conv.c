@@ -102,21 +102,9 @@ static inline void conv_rows(const int16_t *col, int32_t L, const int16_t *r, in
     if (R > 1) { conv_put(acc + 1, s1, m); conv_put(acc + 2, s2, m); conv_put(acc + 3, s3, m); }
 }
 
-#if TT_HAVE_DSP
-#if defined(__GNUC__)
-#define TT_CONV_INLINE static inline __attribute__((always_inline))
-#else
-#define TT_CONV_INLINE static inline
-#endif
-/* Short columns (KH*KW*Cin <= 2 * TT_CONV_SHORT_PAIRS, e.g. conv1 with one input channel: 9)
- * take the forward with the whole column in registers, as NP int16 pairs, against weights
- * repacked once per call into NP aligned pairs per output channel (the odd last weight paired
- * with 0), at most TT_CONV_SHORT_WORDS words on the stack: per output channel NP loads and NP
- * SMLAD, no tail and no column reload. The same int32 sums as conv_rows. */
-#define TT_CONV_SHORT_PAIRS 6
-#define TT_CONV_SHORT_WORDS 192 /* Cout * (NP + 1) */
-
-#define TT_CONV_XQ_MAX 1024 /* bytes of the padded input copy of the short forward (stack) */
+/* Bytes of the zero-padded input copy the int32 forward reads its windows from (stack; W3: conv1
+ * 100, conv2 288); larger inputs take conv_col's bound tests per position. */
+#define TT_CONV_XQ_MAX 512
 
 /* xq[Hp][Wp][Cin] = x with pt rows and pl columns of zeros before it (and zeros after, up to
  * Hp x Wp): every window of the forward then lies inside xq. */
@@ -138,6 +126,20 @@ static inline void conv_col_q(const int8_t *xr, int32_t rs, int32_t KH, int32_t 
     for (kh = 0; kh < KH; kh++, xr += rs, col += R)
         for (j = 0; j < R; j++) col[j] = xr[j];
 }
+
+#if TT_HAVE_DSP
+#if defined(__GNUC__)
+#define TT_CONV_INLINE static inline __attribute__((always_inline))
+#else
+#define TT_CONV_INLINE static inline
+#endif
+/* Short columns (KH*KW*Cin <= 2 * TT_CONV_SHORT_PAIRS, e.g. conv1 with one input channel: 9)
+ * take the forward with the whole column in registers, as NP int16 pairs, against weights
+ * repacked once per call into NP aligned pairs per output channel (the odd last weight paired
+ * with 0), at most TT_CONV_SHORT_WORDS words on the stack: per output channel NP loads and NP
+ * SMLAD, no tail and no column reload. The same int32 sums as conv_rows. */
+#define TT_CONV_SHORT_PAIRS 6
+#define TT_CONV_SHORT_WORDS 192 /* Cout * (NP + 1) */
 
 /* acc[co] = bias_co + w_co . col for every co < Cout, the column's NP pairs (a constant after
  * inlining) at col (col[L] = 0 when L is odd); wk holds per channel its bias then its NP
@@ -209,27 +211,26 @@ static int32_t conv2d_fwd_s32(const int8_t *x, int32_t ex, const int16_t *w, int
                               int64_t *scratch, int8_t *y, tt_stats *st)
 {
     const int32_t ea = ex + ew, L = KH * KW * Cin;
+    const int32_t Hp = (OH - 1) * sh + KH, Wp = (OW - 1) * sw + KW, padded = Hp * Wp * Cin <= TT_CONV_XQ_MAX;
     int64_t *bias = scratch + (OH * OW - 1) * Cout;
     int16_t col[TT_CONV_COL_MAX + 1];
+    int8_t xq[TT_CONV_XQ_MAX];
     uint32_t m = 0;
     int32_t oh, ow, co;
     for (co = 0; co < Cout; co++) bias[co] = tt_align_s32(b[co], eb, ea);
+    /* the windows read from a zero-padded copy when it fits: no bound tests per position */
+    if (padded) conv_pad_s8(x, H, W, Cin, pt, pl, Hp, Wp, xq);
 #if TT_HAVE_DSP
-    if (L <= 2 * TT_CONV_SHORT_PAIRS && Cout * ((L + 1) / 2 + 1) <= TT_CONV_SHORT_WORDS) {
-        /* the windows read from a zero-padded copy: no bound tests per position */
-        const int32_t Hp = (OH - 1) * sh + KH, Wp = (OW - 1) * sw + KW;
-        int8_t xq[TT_CONV_XQ_MAX];
-        if (Hp * Wp * Cin <= TT_CONV_XQ_MAX) {
-            conv_pad_s8(x, H, W, Cin, pt, pl, Hp, Wp, xq);
-            conv2d_fwd_short(xq, Wp, w, Cin, Cout, KH, KW, sh, sw, OH, OW, bias, scratch, &m);
-            return ea + tt_requant_s8_from_s64_max(scratch, OH * OW * Cout, m, y, st);
-        }
+    if (padded && L <= 2 * TT_CONV_SHORT_PAIRS && Cout * ((L + 1) / 2 + 1) <= TT_CONV_SHORT_WORDS) {
+        conv2d_fwd_short(xq, Wp, w, Cin, Cout, KH, KW, sh, sw, OH, OW, bias, scratch, &m);
+        return ea + tt_requant_s8_from_s64_max(scratch, OH * OW * Cout, m, y, st);
     }
 #endif
     for (oh = 0; oh < OH; oh++)
         for (ow = 0; ow < OW; ow++) {
             int64_t *acc = scratch + (oh * OW + ow) * Cout;
-            conv_col(x, H, W, Cin, KH, KW, oh * sh - pt, ow * sw - pl, col);
+            if (padded) conv_col_q(xq + (oh * sh * Wp + ow * sw) * Cin, Wp * Cin, KH, KW * Cin, col);
+            else conv_col(x, H, W, Cin, KH, KW, oh * sh - pt, ow * sw - pl, col);
             for (co = 0; co + 4 <= Cout; co += 4) conv_rows(col, L, w + co * L, 4, bias + co, acc + co, &m);
             for (; co < Cout; co++) conv_rows(col, L, w + co * L, 1, bias + co, acc + co, &m);
         }
