@@ -481,6 +481,87 @@ static inline void conv_bwd_block(const int8_t *e, const int16_t *w, int32_t Cin
     }
 }
 
+#if TT_HAVE_DSP
+/* The DSP input gradient: SMLAD over pairs of output channels. Two stack copies make each pair
+ * one word: the errors et[p][j] = (e[p][2j], e[p][2j + 1]) and the weights transposed,
+ * wt[t][ci][j] = (w[2j][t][ci], w[2j + 1][t][ci]) for the tap t = kh * KW + kw (a 0 lane past an
+ * odd Cout). Per input element, 4 input channels at a time: per tap reaching it and channel pair
+ * 1 error word, 4 weight words, 4 SMLAD. The sums of conv_bwd_block in another order: exact int32
+ * (KH*KW*Cout <= TT_CONV_BWD_MAX_TERMS). */
+#define TT_CONV_BWD_WT_MAX 640 /* weight pair words (2.5 KB of stack) */
+#define TT_CONV_BWD_ET_MAX 256 /* error pair words (1 KB) */
+
+TT_CONV_INLINE void conv_bwd_block_dsp(const uint32_t *et, const uint32_t *wt, int32_t Cin, int32_t Cp,
+                                       int32_t KH, int32_t KW, int32_t sh, int32_t sw, int32_t pt,
+                                       int32_t pl, int32_t OH, int32_t OW, int32_t ih, int32_t iw,
+                                       int32_t ci, int32_t NI, int64_t *dst, uint32_t *m)
+{
+    int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, kh, kw, j, v[4];
+    for (kh = 0; kh < KH; kh++) {
+        const int32_t th = ih + pt - kh, oh = th / sh;
+        if (th < 0 || oh * sh != th || oh >= OH) continue;
+        for (kw = 0; kw < KW; kw++) {
+            const int32_t tw = iw + pl - kw, ow = tw / sw;
+            const uint32_t *ep, *w0;
+            if (tw < 0 || ow * sw != tw || ow >= OW) continue;
+            ep = et + (oh * OW + ow) * Cp;
+            w0 = wt + ((kh * KW + kw) * Cin + ci) * Cp;
+            for (j = 0; j < Cp; j++, w0++) {
+                const int32_t E = (int32_t)ep[j];
+                a0 = __smlad(E, (int32_t)w0[0], a0);
+                if (NI > 1) {
+                    a1 = __smlad(E, (int32_t)w0[Cp], a1);
+                    a2 = __smlad(E, (int32_t)w0[2 * Cp], a2);
+                    a3 = __smlad(E, (int32_t)w0[3 * Cp], a3);
+                }
+            }
+        }
+    }
+    v[0] = a0; v[1] = a1; v[2] = a2; v[3] = a3;
+    for (j = 0; j < NI; j++) {
+        const uint32_t a = v[j] < 0 ? 0u - (uint32_t)v[j] : (uint32_t)v[j];
+        dst[j] = v[j];
+        if (a > *m) *m = a;
+    }
+}
+
+/* The input gradient into scratch with its maximum |sum| in *m; returns 0 when the copies do not
+ * fit their stack buffers (nothing written). */
+static int32_t conv2d_bwd_dsp(const int8_t *e, const int16_t *w, int32_t H, int32_t W, int32_t Cin,
+                              int32_t Cout, int32_t KH, int32_t KW, int32_t sh, int32_t sw, int32_t pt,
+                              int32_t pl, int32_t OH, int32_t OW, int64_t *scratch, uint32_t *m)
+{
+    const int32_t Cp = (Cout + 1) / 2, T = KH * KW, L = T * Cin;
+    uint32_t wt[TT_CONV_BWD_WT_MAX], et[TT_CONV_BWD_ET_MAX];
+    int32_t ci, j, p, ih, iw;
+    if (T * Cin * Cp > TT_CONV_BWD_WT_MAX || OH * OW * Cp > TT_CONV_BWD_ET_MAX) return 0;
+    for (j = 0; j < Cp; j++) { /* channel rows 2j, 2j + 1 of w: each L contiguous weights */
+        const int16_t *w0 = w + 2 * j * L, *w1 = w0 + L;
+        uint32_t *d = wt + j;
+        if (2 * j + 1 < Cout)
+            for (ci = 0; ci < L; ci++, d += Cp) *d = (uint16_t)w0[ci] | (uint32_t)(uint16_t)w1[ci] << 16;
+        else
+            for (ci = 0; ci < L; ci++, d += Cp) *d = (uint16_t)w0[ci];
+    }
+    for (p = 0; p < OH * OW; p++) {
+        const int8_t *e0 = e + p * Cout;
+        uint32_t *d = et + p * Cp;
+        for (j = 0; j < Cout / 2; j++)
+            d[j] = (uint16_t)(int16_t)e0[2 * j] | (uint32_t)(uint16_t)(int16_t)e0[2 * j + 1] << 16;
+        if (Cout & 1) d[Cp - 1] = (uint16_t)(int16_t)e0[Cout - 1];
+    }
+    for (ih = 0; ih < H; ih++)
+        for (iw = 0; iw < W; iw++) {
+            int64_t *dst = scratch + (ih * W + iw) * Cin;
+            for (ci = 0; ci + 4 <= Cin; ci += 4)
+                conv_bwd_block_dsp(et, wt, Cin, Cp, KH, KW, sh, sw, pt, pl, OH, OW, ih, iw, ci, 4, dst + ci, m);
+            for (; ci < Cin; ci++)
+                conv_bwd_block_dsp(et, wt, Cin, Cp, KH, KW, sh, sw, pt, pl, OH, OW, ih, iw, ci, 1, dst + ci, m);
+        }
+    return 1;
+}
+#endif
+
 /* The input gradient gathered input by input (KH*KW*Cout <= TT_CONV_BWD_MAX_TERMS: int32 sums,
  * exact), its accumulators in registers, then requantized with the tracked maximum. */
 static int32_t conv2d_bwd_s32(const int8_t *e, int32_t ee, const int16_t *w, int32_t ew,
@@ -490,6 +571,10 @@ static int32_t conv2d_bwd_s32(const int8_t *e, int32_t ee, const int16_t *w, int
 {
     uint32_t m = 0;
     int32_t ih, iw, ci;
+#if TT_HAVE_DSP
+    if (conv2d_bwd_dsp(e, w, H, W, Cin, Cout, KH, KW, sh, sw, pt, pl, OH, OW, scratch, &m))
+        return ee + ew + tt_requant_s8_from_s64_max(scratch, H * W * Cin, m, dx, st);
+#endif
     for (ih = 0; ih < H; ih++)
         for (iw = 0; iw < W; iw++) {
             int64_t *dst = scratch + (ih * W + iw) * Cin;
