@@ -300,23 +300,27 @@ def conv_dsp_case(draw):
     return dict(x=x, w=w, b=b, e=e, exps=exps, stride=stride, padding=padding, pads=pads)
 
 
+def _conv2d_dims(c):
+    """The geometry fields of tt_conv_params for case c."""
+    (sh, sw), (pt, _, pl, _) = c["stride"], c["pads"]
+    H, W, Cin = c["x"].shape
+    Cout, KH, KW, _ = c["w"].shape
+    OH, OW, _ = c["e"].shape
+    return dict(H=H, W=W, Cin=Cin, Cout=Cout, kh=KH, kw=KW, stride_h=sh, stride_w=sw, pad_h=pt, pad_w=pl,
+                Ho=OH, Wo=OW)
+
+
 def _conv2d_c(lib, c):
     ffi, L = lib
-    x, w, e = c["x"], c["w"], c["e"]
-    (sh, sw), (pt, _, pl, _) = c["stride"], c["pads"]
-    H, W, Cin = x.shape
-    Cout, KH, KW, _ = w.shape
-    OH, OW, _ = e.shape
-    dims = dict(H=H, W=W, Cin=Cin, Cout=Cout, kh=KH, kw=KW, stride_h=sh, stride_w=sw, pad_h=pt, pad_w=pl,
-                Ho=OH, Wo=OW)
-    return conv_run_c(ffi, L.tt_conv2d_fwd_s8, L.tt_conv2d_bwd_s8, L.tt_conv2d_grad_s32, c, "tt_conv_params", dims, x, w, e)
+    return conv_run_c(ffi, L.tt_conv2d_fwd_s8, L.tt_conv2d_bwd_s8, L.tt_conv2d_grad_s32, c, "tt_conv_params",
+                      _conv2d_dims(c), c["x"], c["w"], c["e"])
 
 
 @settings(max_examples=150, deadline=None)
 @given(conv_dsp_case())
 def test_conv2d_dsp_equals_portable_and_reference(clib, dsplib, c):
-    """Forward, input gradient and weight gradient of the DSP build (SMLAD rows, SMLABB/SMLABT
-    input-gradient blocks) == the portable build == the numpy reference, outputs, exponents and
+    """Forward, input gradient and weight gradient of the DSP build (SMLAD rows, the short-column
+    forward, SMLAD input-gradient and weight-gradient blocks) == the portable build == the numpy reference, outputs, exponents and
     saturation counts, with guard words around every buffer."""
     from tinytrain.ops import conv2d as r2
 
@@ -330,13 +334,8 @@ def _grad_w_chan(lib, c, co, nco):
 
     ffi, L = lib
     x, w, e = c["x"], c["w"], c["e"]
-    (sh, sw), (pt, _, pl, _) = c["stride"], c["pads"]
-    H, W, Cin = x.shape
-    Cout, KH, KW, _ = w.shape
-    OH, OW, _ = e.shape
-    p = ffi.new("tt_conv_params *", dict(H=H, W=W, Cin=Cin, Cout=Cout, kh=KH, kw=KW, stride_h=sh, stride_w=sw,
-                                         pad_h=pt, pad_w=pl, Ho=OH, Wo=OW, w=c_i16(ffi, w), ew=0,
-                                         b=c_i32(ffi, c["b"]), eb=0))
+    _, KH, KW, Cin = w.shape
+    p = ffi.new("tt_conv_params *", dict(_conv2d_dims(c), w=c_i16(ffi, w), ew=0, b=c_i32(ffi, c["b"]), eb=0))
     n = nco * KH * KW * Cin
     g_g, g = guarded(n, np.int32, fill=7)
     L.tt_conv2d_grad_w_chan_s32(p, c_i8(ffi, e), c_i8(ffi, x), co, nco, c_i32(ffi, g_g))
