@@ -300,29 +300,66 @@ def conv_dsp_case(draw):
     return dict(x=x, w=w, b=b, e=e, exps=exps, stride=stride, padding=padding, pads=pads)
 
 
+def _conv2d_dims(c):
+    """The geometry fields of tt_conv_params for case c."""
+    (sh, sw), (pt, _, pl, _) = c["stride"], c["pads"]
+    H, W, Cin = c["x"].shape
+    Cout, KH, KW, _ = c["w"].shape
+    OH, OW, _ = c["e"].shape
+    return dict(H=H, W=W, Cin=Cin, Cout=Cout, kh=KH, kw=KW, stride_h=sh, stride_w=sw, pad_h=pt, pad_w=pl,
+                Ho=OH, Wo=OW)
+
+
 def _conv2d_c(lib, c):
     ffi, L = lib
-    x, w, e = c["x"], c["w"], c["e"]
-    (sh, sw), (pt, _, pl, _) = c["stride"], c["pads"]
-    H, W, Cin = x.shape
-    Cout, KH, KW, _ = w.shape
-    OH, OW, _ = e.shape
-    dims = dict(H=H, W=W, Cin=Cin, Cout=Cout, kh=KH, kw=KW, stride_h=sh, stride_w=sw, pad_h=pt, pad_w=pl,
-                Ho=OH, Wo=OW)
-    return conv_run_c(ffi, L.tt_conv2d_fwd_s8, L.tt_conv2d_bwd_s8, L.tt_conv2d_grad_s32, c, "tt_conv_params", dims, x, w, e)
+    return conv_run_c(ffi, L.tt_conv2d_fwd_s8, L.tt_conv2d_bwd_s8, L.tt_conv2d_grad_s32, c, "tt_conv_params",
+                      _conv2d_dims(c), c["x"], c["w"], c["e"])
 
 
 @settings(max_examples=150, deadline=None)
 @given(conv_dsp_case())
 def test_conv2d_dsp_equals_portable_and_reference(clib, dsplib, c):
-    """Forward, input gradient and weight gradient of the DSP build (SMLAD rows, SMLABB/SMLABT
-    input-gradient blocks) == the portable build == the numpy reference, outputs, exponents and
+    """Forward, input gradient and weight gradient of the DSP build (SMLAD rows, the short-column
+    forward, SMLAD input-gradient and weight-gradient blocks) == the portable build == the numpy reference, outputs, exponents and
     saturation counts, with guard words around every buffer."""
     from tinytrain.ops import conv2d as r2
 
     ref = conv_run_ref(r2, c, stride=c["stride"], padding=c["padding"])
     conv_assert_same(ref, _conv2d_c(clib, c), "portable")
     conv_assert_same(ref, _conv2d_c(dsplib, c), "DSP")
+
+
+def _grad_w_chan(lib, c, co, nco):
+    from .test_ops_conv import guarded, untouched
+
+    ffi, L = lib
+    x, w, e = c["x"], c["w"], c["e"]
+    _, KH, KW, Cin = w.shape
+    p = ffi.new("tt_conv_params *", dict(_conv2d_dims(c), w=c_i16(ffi, w), ew=0, b=c_i32(ffi, c["b"]), eb=0))
+    n = nco * KH * KW * Cin
+    g_g, g = guarded(n, np.int32, fill=7)
+    L.tt_conv2d_grad_w_chan_s32(p, c_i8(ffi, e), c_i8(ffi, x), co, nco, c_i32(ffi, g_g))
+    assert untouched(g_g, n), "tt_conv2d_grad_w_chan_s32 wrote past its buffer"
+    return g.reshape(nco, KH, KW, Cin)
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(conv_dsp_case(), st.data())
+def test_conv2d_grad_by_channel_dsp_equals_portable_and_reference(clib, dsplib, c, data):
+    """The weight gradient of a channel range (what a training step calls, two channels at a
+    time): the DSP build (SMLAD over position pairs, padded int16 copies) == the portable build ==
+    the numpy reference's slice, for drawn ranges, odd output widths and strides."""
+    from tinytrain.ops import conv2d as r2
+
+    Cout = c["w"].shape[0]
+    co = data.draw(st.integers(0, Cout - 1))
+    nco = data.draw(st.integers(1, Cout - co))
+    ref = conv_run_ref(r2, c, stride=c["stride"], padding=c["padding"])[6][co:co + nco]
+    for who, lib in (("portable", clib), ("DSP", dsplib)):
+        got = _grad_w_chan(lib, c, co, nco)
+        if not np.array_equal(ref, got):
+            i = tuple(int(v) for v in np.argwhere(ref != got)[0])
+            pytest.fail(f"{who}: gw differs first at {i}: ref {ref[i]} vs {got[i]}")
 
 
 # ------------------------------------------------------------------ element-wise SGD update

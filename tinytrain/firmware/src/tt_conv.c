@@ -21,10 +21,10 @@
 #define TT_CONV_BWD_MAX_TERMS 511
 
 /* Clip the kernel taps [0, K) to those whose input index i0 + k lies in [0, n); the range
- * is empty (k1 == k0) when the whole window lies in the padding. */
+ * is empty (k1 == k0 <= K) when the whole window lies in the padding. */
 static void tt_conv_taps(int32_t i0, int32_t K, int32_t n, int32_t *k0, int32_t *k1)
 {
-    *k0 = i0 < 0 ? -i0 : 0;
+    *k0 = i0 < 0 ? (-i0 < K ? -i0 : K) : 0; /* <= K: conv_col fills [0, k0) of a row with zeros */
     *k1 = n - i0 < K ? n - i0 : K;
     if (*k1 < *k0) *k1 = *k0;
 }
@@ -102,6 +102,105 @@ static inline void conv_rows(const int16_t *col, int32_t L, const int16_t *r, in
     if (R > 1) { conv_put(acc + 1, s1, m); conv_put(acc + 2, s2, m); conv_put(acc + 3, s3, m); }
 }
 
+/* Bytes of the zero-padded input copy the int32 forward reads its windows from (stack; W3: conv1
+ * 100, conv2 288); larger inputs take conv_col's bound tests per position. */
+#define TT_CONV_XQ_MAX 512
+
+/* xq[Hp][Wp][Cin] = x with pt rows and pl columns of zeros before it (and zeros after, up to
+ * Hp x Wp): every window of the forward then lies inside xq. */
+static void conv_pad_s8(const int8_t *x, int32_t H, int32_t W, int32_t Cin, int32_t pt, int32_t pl,
+                        int32_t Hp, int32_t Wp, int8_t *xq)
+{
+    const int32_t ih0 = pt > 0 ? 0 : -pt, ih1 = H < Hp - pt ? H : Hp - pt;
+    const int32_t iw0 = pl > 0 ? 0 : -pl, iw1 = W < Wp - pl ? W : Wp - pl;
+    int32_t ih;
+    memset(xq, 0, (size_t)(Hp * Wp * Cin));
+    for (ih = ih0; ih < ih1; ih++)
+        memcpy(xq + ((ih + pt) * Wp + iw0 + pl) * Cin, x + (ih * W + iw0) * Cin, (size_t)((iw1 - iw0) * Cin));
+}
+
+/* col[0..KH*R) = the KH rows of R values at xr, xr + rs, .. (a window of xq), widened to int16. */
+static inline void conv_col_q(const int8_t *xr, int32_t rs, int32_t KH, int32_t R, int16_t *col)
+{
+    int32_t kh, j;
+    for (kh = 0; kh < KH; kh++, xr += rs, col += R)
+        for (j = 0; j < R; j++) col[j] = xr[j];
+}
+
+#if TT_HAVE_DSP
+#if defined(__GNUC__)
+#define TT_CONV_INLINE static inline __attribute__((always_inline))
+#else
+#define TT_CONV_INLINE static inline
+#endif
+/* Short columns (KH*KW*Cin <= 2 * TT_CONV_SHORT_PAIRS, e.g. conv1 with one input channel: 9)
+ * take the forward with the whole column in registers, as NP int16 pairs, against weights
+ * repacked once per call into NP aligned pairs per output channel (the odd last weight paired
+ * with 0), at most TT_CONV_SHORT_WORDS words on the stack: per output channel NP loads and NP
+ * SMLAD, no tail and no column reload. The same int32 sums as conv_rows. */
+#define TT_CONV_SHORT_PAIRS 6
+#define TT_CONV_SHORT_WORDS 192 /* Cout * (NP + 1) */
+
+/* acc[co] = bias_co + w_co . col for every co < Cout, the column's NP pairs (a constant after
+ * inlining) at col (col[L] = 0 when L is odd); wk holds per channel its bias then its NP
+ * repacked weight pairs. *m collects the OR of every |acc|: it has the bit width of the largest,
+ * which is all tt_requant_s8_from_s64_max reads of it (below 2^31 here). */
+TT_CONV_INLINE void conv_short_pos(const int16_t *col, int32_t NP, const uint32_t *wk, int32_t Cout,
+                                   int64_t *acc, uint32_t *m)
+{
+    const int32_t X0 = (int32_t)tt_ld_s16x2(col), X1 = NP > 1 ? (int32_t)tt_ld_s16x2(col + 2) : 0;
+    const int32_t X2 = NP > 2 ? (int32_t)tt_ld_s16x2(col + 4) : 0, X3 = NP > 3 ? (int32_t)tt_ld_s16x2(col + 6) : 0;
+    const int32_t X4 = NP > 4 ? (int32_t)tt_ld_s16x2(col + 8) : 0, X5 = NP > 5 ? (int32_t)tt_ld_s16x2(col + 10) : 0;
+    const uint32_t *end = wk + Cout * (NP + 1);
+    uint32_t o = *m;
+    do {
+        int32_t s = __smlad((int32_t)wk[1], X0, (int32_t)wk[0]);
+        if (NP > 1) s = __smlad((int32_t)wk[2], X1, s);
+        if (NP > 2) s = __smlad((int32_t)wk[3], X2, s);
+        if (NP > 3) s = __smlad((int32_t)wk[4], X3, s);
+        if (NP > 4) s = __smlad((int32_t)wk[5], X4, s);
+        if (NP > 5) s = __smlad((int32_t)wk[6], X5, s);
+        *acc++ = s;
+        o |= s < 0 ? 0u - (uint32_t)s : (uint32_t)s;
+        wk += NP + 1;
+    } while (wk != end);
+    *m = o;
+}
+
+/* The short-column forward over all positions of the padded input xq (conv2d_fwd_s32's loop,
+ * bias parked the same way). */
+static void conv2d_fwd_short(const int8_t *xq, int32_t Wp, const int16_t *w, int32_t Cin,
+                             int32_t Cout, int32_t KH, int32_t KW, int32_t sh, int32_t sw, int32_t OH,
+                             int32_t OW, const int64_t *bias, int64_t *scratch, uint32_t *m)
+{
+    const int32_t L = KH * KW * Cin, NP = (L + 1) / 2;
+    uint32_t wk[TT_CONV_SHORT_WORDS];
+    int16_t col[2 * TT_CONV_SHORT_PAIRS];
+    int32_t oh, ow, co, j;
+    for (co = 0; co < Cout; co++) {
+        wk[co * (NP + 1)] = (uint32_t)(int32_t)bias[co];
+        for (j = 0; j < NP; j++) {
+            const int16_t *r = w + co * L + 2 * j;
+            wk[co * (NP + 1) + 1 + j] = (uint16_t)r[0] | (2 * j + 1 < L ? (uint32_t)(uint16_t)r[1] << 16 : 0u);
+        }
+    }
+    if (L & 1) col[L] = 0; /* the odd column's pad: conv_col_q writes col[0..L) only */
+    for (oh = 0; oh < OH; oh++)
+        for (ow = 0; ow < OW; ow++) {
+            int64_t *acc = scratch + (oh * OW + ow) * Cout;
+            conv_col_q(xq + (oh * sh * Wp + ow * sw) * Cin, Wp * Cin, KH, KW * Cin, col);
+            switch (NP) {
+            case 1: conv_short_pos(col, 1, wk, Cout, acc, m); break;
+            case 2: conv_short_pos(col, 2, wk, Cout, acc, m); break;
+            case 3: conv_short_pos(col, 3, wk, Cout, acc, m); break;
+            case 4: conv_short_pos(col, 4, wk, Cout, acc, m); break;
+            case 5: conv_short_pos(col, 5, wk, Cout, acc, m); break;
+            default: conv_short_pos(col, 6, wk, Cout, acc, m); break;
+            }
+        }
+}
+#endif
+
 /* The forward in int32 through an im2col column per output position (KH*KW*Cin <=
  * TT_CONV_COL_MAX); the same sums as conv2d_fwd's int64 loops, every partial sum exact. The
  * aligned biases are parked in the last position's slots, which are written last. */
@@ -112,15 +211,26 @@ static int32_t conv2d_fwd_s32(const int8_t *x, int32_t ex, const int16_t *w, int
                               int64_t *scratch, int8_t *y, tt_stats *st)
 {
     const int32_t ea = ex + ew, L = KH * KW * Cin;
+    const int32_t Hp = (OH - 1) * sh + KH, Wp = (OW - 1) * sw + KW, padded = Hp * Wp * Cin <= TT_CONV_XQ_MAX;
     int64_t *bias = scratch + (OH * OW - 1) * Cout;
     int16_t col[TT_CONV_COL_MAX + 1];
+    int8_t xq[TT_CONV_XQ_MAX];
     uint32_t m = 0;
     int32_t oh, ow, co;
     for (co = 0; co < Cout; co++) bias[co] = tt_align_s32(b[co], eb, ea);
+    /* the windows read from a zero-padded copy when it fits: no bound tests per position */
+    if (padded) conv_pad_s8(x, H, W, Cin, pt, pl, Hp, Wp, xq);
+#if TT_HAVE_DSP
+    if (padded && L <= 2 * TT_CONV_SHORT_PAIRS && Cout * ((L + 1) / 2 + 1) <= TT_CONV_SHORT_WORDS) {
+        conv2d_fwd_short(xq, Wp, w, Cin, Cout, KH, KW, sh, sw, OH, OW, bias, scratch, &m);
+        return ea + tt_requant_s8_from_s64_max(scratch, OH * OW * Cout, m, y, st);
+    }
+#endif
     for (oh = 0; oh < OH; oh++)
         for (ow = 0; ow < OW; ow++) {
             int64_t *acc = scratch + (oh * OW + ow) * Cout;
-            conv_col(x, H, W, Cin, KH, KW, oh * sh - pt, ow * sw - pl, col);
+            if (padded) conv_col_q(xq + (oh * sh * Wp + ow * sw) * Cin, Wp * Cin, KH, KW * Cin, col);
+            else conv_col(x, H, W, Cin, KH, KW, oh * sh - pt, ow * sw - pl, col);
             for (co = 0; co + 4 <= Cout; co += 4) conv_rows(col, L, w + co * L, 4, bias + co, acc + co, &m);
             for (; co < Cout; co++) conv_rows(col, L, w + co * L, 1, bias + co, acc + co, &m);
         }
@@ -174,6 +284,112 @@ static inline void conv_grad_block(const int8_t *e, const int8_t *x, int32_t W, 
     }
 }
 
+#if TT_HAVE_DSP
+/* The DSP weight gradient (stride_w 1): SMLAD over pairs of horizontally adjacent output
+ * positions. Two stack copies, widened to int16, make every pair one word: the input
+ * zero-padded and channels first, xt[ci][ih + pt][iw + pl] (Hp x Wp rows; the taps never test a
+ * bound), and the errors of the nco channels, et[oh][k][c] = (e[oh][2k][c], e[oh][2k + 1][c])
+ * (0 past an odd OW, whose pair partner in xt is a pad column). Register blocks of 2 output
+ * channels x NK <= 3 horizontally adjacent taps: per position pair 2 error words, NK input words
+ * (one pointer, constant offsets), 2 NK SMLAD. The sums are conv_grad_block's, in another order:
+ * exact int32 (|sum| <= TT_CONV_GRAD_MAX_POSITIONS * 127^2 < 2^31; SMLAD wraps, the total fits). */
+#define TT_CONV_WG_X_MAX 1024 /* int16 of the padded input (2 KB of stack) */
+#define TT_CONV_WG_E_MAX 256  /* error pair words (1 KB) */
+
+/* Sums for 2 (NO) output channels x NK horizontally adjacent taps of one kernel row, every
+ * input channel: g0 / g1 point at the first tap's gradient of each channel (stride Cin between
+ * taps). The position pairs run as one walk: et is contiguous, xp steps 2 per pair and jumps
+ * sh * Wp - 2 * OWp at the end of an output row. */
+TT_CONV_INLINE void conv_wg_row(const uint32_t *et, const int16_t *xt, int32_t nco, int32_t OH,
+                                int32_t OWp, int32_t sh, int32_t Hp, int32_t Wp, int32_t Cin,
+                                int32_t NO, int32_t NK, int32_t *g0, int32_t *g1)
+{
+    const int32_t jump = sh * Wp - 2 * OWp;
+    int32_t ci, oh;
+    for (ci = 0; ci < Cin; ci++) {
+        const uint32_t *ep = et;
+        const int16_t *xp = xt + ci * Hp * Wp;
+        int32_t a00 = 0, a01 = 0, a02 = 0, a10 = 0, a11 = 0, a12 = 0;
+        for (oh = 0; oh < OH; oh++, xp += jump) {
+            const uint32_t *end = ep + OWp * nco;
+            do {
+                const int32_t E0 = (int32_t)ep[0], X0 = (int32_t)tt_ld_s16x2(xp);
+                const int32_t X1 = NK > 1 ? (int32_t)tt_ld_s16x2(xp + 1) : 0;
+                const int32_t X2 = NK > 2 ? (int32_t)tt_ld_s16x2(xp + 2) : 0;
+                a00 = __smlad(E0, X0, a00);
+                if (NK > 1) a01 = __smlad(E0, X1, a01);
+                if (NK > 2) a02 = __smlad(E0, X2, a02);
+                if (NO > 1) {
+                    const int32_t E1 = (int32_t)ep[1];
+                    a10 = __smlad(E1, X0, a10);
+                    if (NK > 1) a11 = __smlad(E1, X1, a11);
+                    if (NK > 2) a12 = __smlad(E1, X2, a12);
+                }
+                ep += nco;
+                xp += 2;
+            } while (ep != end);
+        }
+        g0[ci] = a00;
+        if (NK > 1) g0[Cin + ci] = a01;
+        if (NK > 2) g0[2 * Cin + ci] = a02;
+        if (NO > 1) {
+            g1[ci] = a10;
+            if (NK > 1) g1[Cin + ci] = a11;
+            if (NK > 2) g1[2 * Cin + ci] = a12;
+        }
+    }
+}
+
+/* gw of output channels [co0, co1) as conv2d_grad_gather (gb apart); returns 0, leaving gw
+ * untouched, for a stride_w other than 1 or copies past the stack buffers. */
+static int32_t conv2d_grad_dsp(const int8_t *e, const int8_t *x, int32_t H, int32_t W, int32_t Cin,
+                               int32_t Cout, int32_t KH, int32_t KW, int32_t sh, int32_t sw,
+                               int32_t pt, int32_t pl, int32_t OH, int32_t OW, int32_t co0,
+                               int32_t co1, int32_t *gw)
+{
+    const int32_t OWp = (OW + 1) / 2, Hp = (OH - 1) * sh + KH, Wp = 2 * OWp + KW - 1;
+    const int32_t nco = co1 - co0, L = KH * KW * Cin, HW = Hp * Wp;
+    int16_t xt[TT_CONV_WG_X_MAX];
+    uint32_t et[TT_CONV_WG_E_MAX];
+    int32_t ci, ih, iw, oh, k, c, kh, kw, nk, ih0, ih1, iw0, iw1;
+    if (sw != 1 || nco < 1 || Cin * HW > TT_CONV_WG_X_MAX || OH * OWp * nco > TT_CONV_WG_E_MAX) return 0;
+    /* the input rows and columns inside the padded frame: ih + pt in [0, Hp), iw + pl in [0, Wp) */
+    ih0 = pt > 0 ? 0 : -pt;
+    ih1 = H < Hp - pt ? H : Hp - pt;
+    iw0 = pl > 0 ? 0 : -pl;
+    iw1 = W < Wp - pl ? W : Wp - pl;
+    memset(xt, 0, sizeof(int16_t) * (size_t)(Cin * HW));
+    for (ih = ih0; ih < ih1; ih++)
+        for (iw = iw0; iw < iw1; iw++) {
+            const int8_t *xs = x + (ih * W + iw) * Cin;
+            int16_t *xd = xt + (ih + pt) * Wp + iw + pl;
+            for (ci = 0; ci < Cin; ci++, xd += HW) *xd = xs[ci];
+        }
+    for (oh = 0; oh < OH; oh++)
+        for (k = 0; k < OWp; k++) {
+            const int8_t *e0 = e + (oh * OW + 2 * k) * Cout + co0;
+            const int32_t two = 2 * k + 1 < OW;
+            for (c = 0; c < nco; c++)
+                et[(oh * OWp + k) * nco + c] = (uint16_t)(int16_t)e0[c] | (two ? (uint32_t)(uint16_t)(int16_t)e0[Cout + c] << 16 : 0u);
+        }
+#define TT_WG(NO, NK) conv_wg_row(et + c, xt + kh * Wp + kw, nco, OH, OWp, sh, Hp, Wp, Cin, NO, NK, \
+                                  gw + c * L + (kh * KW + kw) * Cin, gw + (c + (NO) - 1) * L + (kh * KW + kw) * Cin)
+    for (c = 0; c < nco; c += 2)
+        for (kw = 0; kw < KW; kw += nk) {
+            nk = KW - kw < 3 ? KW - kw : 3;
+            for (kh = 0; kh < KH; kh++) {
+                if (c + 2 <= nco) {
+                    if (nk == 3) TT_WG(2, 3); else if (nk == 2) TT_WG(2, 2); else TT_WG(2, 1);
+                } else {
+                    if (nk == 3) TT_WG(1, 3); else if (nk == 2) TT_WG(1, 2); else TT_WG(1, 1);
+                }
+            }
+        }
+#undef TT_WG
+    return 1;
+}
+#endif
+
 /* The weight gradient gathered tap by tap: each gw element is one sum over the output
  * positions, its accumulators in registers (blocks of 2 output x 4 input channels, or 4 x 1
  * when Cin < 4). int32 sums, exact as in conv2d_grad's scatter. Output channels [co0, co1)
@@ -192,6 +408,9 @@ static void conv2d_grad_gather(const int8_t *e, const int8_t *x, int32_t H, int3
         for (p = 0; p < OH * OW; p++)
             for (co = 0; co < Cout; co++) gb[co] += e[p * Cout + co];
     }
+#if TT_HAVE_DSP
+    if (conv2d_grad_dsp(e, x, H, W, Cin, Cout, KH, KW, sh, sw, pt, pl, OH, OW, co0, co1, gw)) return;
+#endif
     for (kh = 0; kh < KH; kh++) {
         conv_out_range(kh, sh, pt, H, OH, &oh0, &oh1);
         for (kw = 0; kw < KW; kw++) {
@@ -262,6 +481,87 @@ static inline void conv_bwd_block(const int8_t *e, const int16_t *w, int32_t Cin
     }
 }
 
+#if TT_HAVE_DSP
+/* The DSP input gradient: SMLAD over pairs of output channels. Two stack copies make each pair
+ * one word: the errors et[p][j] = (e[p][2j], e[p][2j + 1]) and the weights transposed,
+ * wt[t][ci][j] = (w[2j][t][ci], w[2j + 1][t][ci]) for the tap t = kh * KW + kw (a 0 lane past an
+ * odd Cout). Per input element, 4 input channels at a time: per tap reaching it and channel pair
+ * 1 error word, 4 weight words, 4 SMLAD. The sums of conv_bwd_block in another order: exact int32
+ * (KH*KW*Cout <= TT_CONV_BWD_MAX_TERMS). */
+#define TT_CONV_BWD_WT_MAX 640 /* weight pair words (2.5 KB of stack) */
+#define TT_CONV_BWD_ET_MAX 256 /* error pair words (1 KB) */
+
+TT_CONV_INLINE void conv_bwd_block_dsp(const uint32_t *et, const uint32_t *wt, int32_t Cin, int32_t Cp,
+                                       int32_t KH, int32_t KW, int32_t sh, int32_t sw, int32_t pt,
+                                       int32_t pl, int32_t OH, int32_t OW, int32_t ih, int32_t iw,
+                                       int32_t ci, int32_t NI, int64_t *dst, uint32_t *m)
+{
+    int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, kh, kw, j, v[4];
+    for (kh = 0; kh < KH; kh++) {
+        const int32_t th = ih + pt - kh, oh = th / sh;
+        if (th < 0 || oh * sh != th || oh >= OH) continue;
+        for (kw = 0; kw < KW; kw++) {
+            const int32_t tw = iw + pl - kw, ow = tw / sw;
+            const uint32_t *ep, *w0;
+            if (tw < 0 || ow * sw != tw || ow >= OW) continue;
+            ep = et + (oh * OW + ow) * Cp;
+            w0 = wt + ((kh * KW + kw) * Cin + ci) * Cp;
+            for (j = 0; j < Cp; j++, w0++) {
+                const int32_t E = (int32_t)ep[j];
+                a0 = __smlad(E, (int32_t)w0[0], a0);
+                if (NI > 1) {
+                    a1 = __smlad(E, (int32_t)w0[Cp], a1);
+                    a2 = __smlad(E, (int32_t)w0[2 * Cp], a2);
+                    a3 = __smlad(E, (int32_t)w0[3 * Cp], a3);
+                }
+            }
+        }
+    }
+    v[0] = a0; v[1] = a1; v[2] = a2; v[3] = a3;
+    for (j = 0; j < NI; j++) {
+        const uint32_t a = v[j] < 0 ? 0u - (uint32_t)v[j] : (uint32_t)v[j];
+        dst[j] = v[j];
+        if (a > *m) *m = a;
+    }
+}
+
+/* The input gradient into scratch with its maximum |sum| in *m; returns 0 when the copies do not
+ * fit their stack buffers (nothing written). */
+static int32_t conv2d_bwd_dsp(const int8_t *e, const int16_t *w, int32_t H, int32_t W, int32_t Cin,
+                              int32_t Cout, int32_t KH, int32_t KW, int32_t sh, int32_t sw, int32_t pt,
+                              int32_t pl, int32_t OH, int32_t OW, int64_t *scratch, uint32_t *m)
+{
+    const int32_t Cp = (Cout + 1) / 2, T = KH * KW, L = T * Cin;
+    uint32_t wt[TT_CONV_BWD_WT_MAX], et[TT_CONV_BWD_ET_MAX];
+    int32_t ci, j, p, ih, iw;
+    if (T * Cin * Cp > TT_CONV_BWD_WT_MAX || OH * OW * Cp > TT_CONV_BWD_ET_MAX) return 0;
+    for (j = 0; j < Cp; j++) { /* channel rows 2j, 2j + 1 of w: each L contiguous weights */
+        const int16_t *w0 = w + 2 * j * L, *w1 = w0 + L;
+        uint32_t *d = wt + j;
+        if (2 * j + 1 < Cout)
+            for (ci = 0; ci < L; ci++, d += Cp) *d = (uint16_t)w0[ci] | (uint32_t)(uint16_t)w1[ci] << 16;
+        else
+            for (ci = 0; ci < L; ci++, d += Cp) *d = (uint16_t)w0[ci];
+    }
+    for (p = 0; p < OH * OW; p++) {
+        const int8_t *e0 = e + p * Cout;
+        uint32_t *d = et + p * Cp;
+        for (j = 0; j < Cout / 2; j++)
+            d[j] = (uint16_t)(int16_t)e0[2 * j] | (uint32_t)(uint16_t)(int16_t)e0[2 * j + 1] << 16;
+        if (Cout & 1) d[Cp - 1] = (uint16_t)(int16_t)e0[Cout - 1];
+    }
+    for (ih = 0; ih < H; ih++)
+        for (iw = 0; iw < W; iw++) {
+            int64_t *dst = scratch + (ih * W + iw) * Cin;
+            for (ci = 0; ci + 4 <= Cin; ci += 4)
+                conv_bwd_block_dsp(et, wt, Cin, Cp, KH, KW, sh, sw, pt, pl, OH, OW, ih, iw, ci, 4, dst + ci, m);
+            for (; ci < Cin; ci++)
+                conv_bwd_block_dsp(et, wt, Cin, Cp, KH, KW, sh, sw, pt, pl, OH, OW, ih, iw, ci, 1, dst + ci, m);
+        }
+    return 1;
+}
+#endif
+
 /* The input gradient gathered input by input (KH*KW*Cout <= TT_CONV_BWD_MAX_TERMS: int32 sums,
  * exact), its accumulators in registers, then requantized with the tracked maximum. */
 static int32_t conv2d_bwd_s32(const int8_t *e, int32_t ee, const int16_t *w, int32_t ew,
@@ -271,6 +571,10 @@ static int32_t conv2d_bwd_s32(const int8_t *e, int32_t ee, const int16_t *w, int
 {
     uint32_t m = 0;
     int32_t ih, iw, ci;
+#if TT_HAVE_DSP
+    if (conv2d_bwd_dsp(e, w, H, W, Cin, Cout, KH, KW, sh, sw, pt, pl, OH, OW, scratch, &m))
+        return ee + ew + tt_requant_s8_from_s64_max(scratch, H * W * Cin, m, dx, st);
+#endif
     for (ih = 0; ih < H; ih++)
         for (iw = 0; iw < W; iw++) {
             int64_t *dst = scratch + (ih * W + iw) * Cin;
