@@ -481,16 +481,60 @@ static inline void tt_sgd_s16x2(int16_t *w, uint32_t W, uint32_t D)
     tt_st_s16x2(w, S);
 }
 
+/* The step pair D = (d_lo, d_hi) of a row's A and one widened input pair X (see below). */
+static inline uint32_t tt_sgd_step_s16x2(int32_t A, uint32_t X)
+{
+    return tt_pack_hi((uint32_t)__smlawb(A, (int32_t)X, 32768), (uint32_t)__smlawt(A, (int32_t)X, 32768));
+}
+
+/* w[2j..2j+1] -= D_j for j < np (lane-wise, wrapping), eight weights per loop turn; raises the
+ * guard (Q flag) iff an old lane is outside [-16384, 16383] (SSAT16 #15 on W). With |d| <= 16383
+ * an unflagged pair has w - d in [-32767, 32766]: no saturation, no -32768, so the wrapping
+ * SSUB16 is the exact rule. One SSAT16 per pair instead of tt_sgd_s16x2's three guard steps. */
+static inline void tt_sgd_row_fast_s16(int16_t *row, const uint32_t *xx, int32_t np, int32_t A)
+{
+    const uint32_t *end = xx + (np & ~3);
+    for (; xx != end; xx += 4, row += 8) {
+        const uint32_t W0 = tt_ld_s16x2(row), W1 = tt_ld_s16x2(row + 2);
+        const uint32_t W2 = tt_ld_s16x2(row + 4), W3 = tt_ld_s16x2(row + 6);
+        const uint32_t D0 = tt_sgd_step_s16x2(A, xx[0]), D1 = tt_sgd_step_s16x2(A, xx[1]);
+        const uint32_t D2 = tt_sgd_step_s16x2(A, xx[2]), D3 = tt_sgd_step_s16x2(A, xx[3]);
+        tt_guard_s16x2_15(W0);
+        tt_guard_s16x2_15(W1);
+        tt_guard_s16x2_15(W2);
+        tt_guard_s16x2_15(W3);
+        tt_st_s16x2(row, (uint32_t)__ssub16((int32_t)W0, (int32_t)D0));
+        tt_st_s16x2(row + 2, (uint32_t)__ssub16((int32_t)W1, (int32_t)D1));
+        tt_st_s16x2(row + 4, (uint32_t)__ssub16((int32_t)W2, (int32_t)D2));
+        tt_st_s16x2(row + 6, (uint32_t)__ssub16((int32_t)W3, (int32_t)D3));
+    }
+    for (end += np & 3; xx != end; xx++, row += 2) {
+        const uint32_t W0 = tt_ld_s16x2(row);
+        tt_guard_s16x2_15(W0);
+        tt_st_s16x2(row, (uint32_t)__ssub16((int32_t)W0, (int32_t)tt_sgd_step_s16x2(A, xx[0])));
+    }
+}
+
+/* Undo w[2j..2j+1] -= D_j (j < np) exactly: SADD16 of the stored w - d (mod 2^16) and d. */
+static void tt_sgd_row_undo_s16(int16_t *row, const uint32_t *xx, int32_t np, int32_t A)
+{
+    int32_t j;
+    for (j = 0; j < np; j++)
+        tt_st_s16x2(row + 2 * j, (uint32_t)__sadd16((int32_t)tt_ld_s16x2(row + 2 * j), (int32_t)tt_sgd_step_s16x2(A, xx[j])));
+}
+
 /* Rows n of w16[N][K] with a_n = m_t * e[n] != 0: w -= round(a_n x[k] / 2^s), two weights per
  * step. With c = min(8, 32 - s), xx = x 2^c (int16 lanes) and A = a 2^(32 - s - c):
  *   SMLAWB(A, xx, 2^15) = floor(a x 2^(16 - s)) + 2^15, whose high half is
  *   floor((a x 2^(16 - s) + 2^15) / 2^16) = floor((a x + 2^(s - 1)) / 2^s) = d exactly.
  * A row goes this way only if |A| < 2^31 and (|a| * 128) >> s <= 16382 (|a| <= amax), so
  * |d| <= floor((|a| * 128 + 2^(s-1)) / 2^s) <= ((|a| * 128) >> s) + 1 <= 16383 fits a lane.
- * Each pair is written as W - D wrapping, with the exact saturation guard of tt_sgd_s16x2, so
- * the row is exact unless the guard is hit (some w - d outside [-32767, 32767], i.e. a
- * saturation, or an old -32768); then the row is restored exactly (SADD16 of the stored
- * w - d mod 2^16 and d) and redone by the scalar path, which also takes rows failing the bound. */
+ * A row is first done by tt_sgd_row_fast_s16 (exact when every old w is in [-16384, 16383], its
+ * guard);
+ * on a hit it is restored and redone pair by pair with the exact saturation guard of
+ * tt_sgd_s16x2 (a hit there: some w - d outside [-32767, 32767], i.e. a saturation, or an old
+ * -32768); on a hit there the row is restored again and redone by the scalar path, which also
+ * takes rows failing the bound. */
 static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, int32_t N,
                                   int16_t *w16, int32_t m_t, int32_t s, tt_stats *st)
 {
@@ -514,27 +558,16 @@ static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, i
             }
             A = a * ((int32_t)1 << sh); /* |A| <= INT32_MAX by amax */
             tt_guard_clear();
-            for (j = 0; j + 2 <= np; j += 2) {
-                const uint32_t W0 = tt_ld_s16x2(row + 2 * j), W1 = tt_ld_s16x2(row + 2 * j + 2);
-                const int32_t X0 = (int32_t)xx[j], X1 = (int32_t)xx[j + 1];
-                const uint32_t D0 = tt_pack_hi((uint32_t)__smlawb(A, X0, 32768), (uint32_t)__smlawt(A, X0, 32768));
-                const uint32_t D1 = tt_pack_hi((uint32_t)__smlawb(A, X1, 32768), (uint32_t)__smlawt(A, X1, 32768));
-                tt_sgd_s16x2(row + 2 * j, W0, D0);
-                tt_sgd_s16x2(row + 2 * j + 2, W1, D1);
-            }
-            if (j < np) {
-                const uint32_t W0 = tt_ld_s16x2(row + 2 * j);
-                const int32_t X0 = (int32_t)xx[j];
-                const uint32_t D0 = tt_pack_hi((uint32_t)__smlawb(A, X0, 32768), (uint32_t)__smlawt(A, X0, 32768));
-                tt_sgd_s16x2(row + 2 * j, W0, D0);
-            }
-            if (tt_guard_hit()) { /* a saturation (or an old -32768): undo the row, redo it exactly */
-                for (j = 0; j < np; j++) {
-                    const int32_t X0 = (int32_t)xx[j];
-                    const uint32_t D0 = tt_pack_hi((uint32_t)__smlawb(A, X0, 32768), (uint32_t)__smlawt(A, X0, 32768));
-                    tt_st_s16x2(row + 2 * j, (uint32_t)__sadd16((int32_t)tt_ld_s16x2(row + 2 * j), (int32_t)D0));
+            tt_sgd_row_fast_s16(row, xx, np, A);
+            if (tt_guard_hit()) { /* an old |w| above 16383: undo, redo with the exact guard */
+                tt_sgd_row_undo_s16(row, xx, np, A);
+                tt_guard_clear();
+                for (j = 0; j < np; j++)
+                    tt_sgd_s16x2(row + 2 * j, tt_ld_s16x2(row + 2 * j), tt_sgd_step_s16x2(A, xx[j]));
+                if (tt_guard_hit()) { /* a saturation (or an old -32768): undo, redo exactly */
+                    tt_sgd_row_undo_s16(row, xx, np, A);
+                    for (j = 0; j < 2 * np; j++) tt_sgd_s16_one(row + j, a * (int32_t)x[k0 + j], s, st);
                 }
-                for (j = 0; j < 2 * np; j++) tt_sgd_s16_one(row + j, a * (int32_t)x[k0 + j], s, st);
             }
             if (len & 1) tt_sgd_s16_one(row + len - 1, a * (int32_t)x[k0 + len - 1], s, st);
         }
