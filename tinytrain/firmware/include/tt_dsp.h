@@ -7,7 +7,7 @@
  * host with -DTT_HAVE_DSP=1 and the plain C intrinsics of tests/c/tt_dsp_emul.h.
  *
  * Intrinsics used (ACLE, <arm_acle.h>): __smlad, __smlabb, __smlabt, __smlawb, __smlawt, __ssub16,
- * __sadd16, __shsub16, __sxtb16; PKHBT/PKHTB, SMMULR and the Q-flag guard (SSAT16, SSAT, MRS/MSR APSR)
+ * __sadd16, __shsub16, __sxtb16, __ssub8 with __sel (SEL reads the GE flags SSUB8 sets); PKHBT/PKHTB, SMMULR and the Q-flag guard (SSAT16, SSAT, MRS/MSR APSR)
  * by inline asm.
  * Packed int16 pairs are read and written with memcpy (one LDR/STR on ARMv7E-M, which allows
  * unaligned word access; no aliasing of int16_t arrays through uint32_t pointers).
@@ -57,6 +57,12 @@ static inline uint32_t tt_ld_s8x4(const int8_t *p)
     uint32_t v;
     memcpy(&v, p, 4);
     return v;
+}
+
+/** Store the four bytes of v at p[0] (low byte) .. p[3] (any alignment). */
+static inline void tt_st_s8x4(int8_t *p, uint32_t v)
+{
+    memcpy(p, &v, 4);
 }
 
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
