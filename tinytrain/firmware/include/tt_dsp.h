@@ -65,6 +65,28 @@ static inline void tt_st_s8x4(int8_t *p, uint32_t v)
     memcpy(p, &v, 4);
 }
 
+/* Four int16 at *p (4-byte aligned) as two pairs (p[0..1] in *lo, p[2..3] in *hi), then
+ * *p += 4: one LDRD with writeback on the target (GCC 12 does not pair the two LDRs of
+ * memcpy'd int16 pairs itself). */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+static inline void tt_ld_s16x4_next(const int16_t **p, uint32_t *lo, uint32_t *hi)
+{
+    const int16_t *q = *p;
+    uint32_t a, b;
+    __asm__("ldrd %0, %1, [%2], #8" : "=r"(a), "=r"(b), "+r"(q) : "m"(*(const int16_t(*)[4])q));
+    *p = q;
+    *lo = a;
+    *hi = b;
+}
+#else
+static inline void tt_ld_s16x4_next(const int16_t **p, uint32_t *lo, uint32_t *hi)
+{
+    *lo = tt_ld_s16x2(*p);
+    *hi = tt_ld_s16x2(*p + 2);
+    *p += 4;
+}
+#endif
+
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
 /* GCC 12 does not form PKHBT/PKHTB from shifts and masks, and ACLE has no intrinsic for them. */
 
