@@ -65,6 +65,38 @@ static inline void tt_st_s8x4(int8_t *p, uint32_t v)
     memcpy(p, &v, 4);
 }
 
+/* Four int16 at p (4-byte aligned) as two pairs, p[0..1] in *lo and p[2..3] in *hi: one LDRD
+ * on the target. */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+static inline void tt_ld_s16x4(const int16_t *p, uint32_t *lo, uint32_t *hi)
+{
+    uint32_t a, b;
+    __asm__("ldrd %0, %1, [%2]" : "=r"(a), "=r"(b) : "r"(p), "m"(*(const int16_t(*)[4])p));
+    *lo = a;
+    *hi = b;
+}
+#else
+static inline void tt_ld_s16x4(const int16_t *p, uint32_t *lo, uint32_t *hi)
+{
+    *lo = tt_ld_s16x2(p);
+    *hi = tt_ld_s16x2(p + 2);
+}
+#endif
+
+/* Store two pairs at p (4-byte aligned): lo at p[0..1], hi at p[2..3]; one STRD on the target. */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+static inline void tt_st_s16x4(int16_t *p, uint32_t lo, uint32_t hi)
+{
+    __asm__("strd %1, %2, [%3]" : "=m"(*(int16_t(*)[4])p) : "r"(lo), "r"(hi), "r"(p));
+}
+#else
+static inline void tt_st_s16x4(int16_t *p, uint32_t lo, uint32_t hi)
+{
+    tt_st_s16x2(p, lo);
+    tt_st_s16x2(p + 2, hi);
+}
+#endif
+
 /* Four int16 at *p (4-byte aligned) as two pairs (p[0..1] in *lo, p[2..3] in *hi), then
  * *p += 4: one LDRD with writeback on the target (GCC 12 does not pair the two LDRs of
  * memcpy'd int16 pairs itself). */

@@ -149,11 +149,58 @@ static uint32_t tt_dense_fwd_rows_s32(const int8_t *x, const int16_t *w, const i
     return m;
 }
 
-/* acc[k] = sum_n e[n] w[n][k] in int32, four columns per pass (SMLABB/SMLABT on weight pairs);
- * returns max |acc[k]|. */
+/* Four weights of a column block at p: one LDRD when aligned (AL, a constant after inlining). */
+TT_DENSE_INLINE void tt_dense_ld4(const int16_t *p, uint32_t *lo, uint32_t *hi, int32_t AL)
+{
+    if (AL) {
+        tt_ld_s16x4(p, lo, hi);
+    } else {
+        *lo = tt_ld_s16x2(p);
+        *hi = tt_ld_s16x2(p + 2);
+    }
+}
+
+/* acc[k..k+C) = sum_n e[n] w[n][k..k+C) for C = 8 or 4 columns (a constant after inlining),
+ * SMLABB/SMLABT on weight pairs, rows with e[n] = 0 skipped (they add 0); raises *m. */
+TT_DENSE_INLINE void tt_dense_bwd_block(const int8_t *e, const int16_t *col, int32_t K, int32_t N,
+                                        int32_t C, int32_t AL, int64_t *acc, uint32_t *m)
+{
+    int32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0, n;
+    for (n = 0; n < N; n++, col += K) {
+        const int32_t en = e[n];
+        uint32_t w01, w23;
+        if (en == 0) continue;
+        tt_dense_ld4(col, &w01, &w23, AL);
+        s0 = __smlabb(en, (int32_t)w01, s0);
+        s1 = __smlabt(en, (int32_t)w01, s1);
+        s2 = __smlabb(en, (int32_t)w23, s2);
+        s3 = __smlabt(en, (int32_t)w23, s3);
+        if (C > 4) {
+            tt_dense_ld4(col + 4, &w01, &w23, AL);
+            s4 = __smlabb(en, (int32_t)w01, s4);
+            s5 = __smlabt(en, (int32_t)w01, s5);
+            s6 = __smlabb(en, (int32_t)w23, s6);
+            s7 = __smlabt(en, (int32_t)w23, s7);
+        }
+    }
+    tt_dense_put(acc, s0, m);
+    tt_dense_put(acc + 1, s1, m);
+    tt_dense_put(acc + 2, s2, m);
+    tt_dense_put(acc + 3, s3, m);
+    if (C > 4) {
+        tt_dense_put(acc + 4, s4, m);
+        tt_dense_put(acc + 5, s5, m);
+        tt_dense_put(acc + 6, s6, m);
+        tt_dense_put(acc + 7, s7, m);
+    }
+}
+
+/* acc[k] = sum_n e[n] w[n][k] in int32, eight columns per pass, then four, then one (weights by
+ * LDRD when every row starts 4-byte aligned); returns max |acc[k]|. */
 static uint32_t tt_dense_bwd_cols_s32(const int8_t *e, const int16_t *w, int32_t K, int32_t N,
                                       int64_t *acc)
 {
+    const int32_t aligned = ((uintptr_t)w & 3u) == 0 && (K & 1) == 0;
     uint32_t m = 0;
     int32_t k, n;
     if (N <= 0) { /* no rows: all sums 0 (said apart, else GCC may store the constant 0s with
@@ -161,21 +208,14 @@ static uint32_t tt_dense_bwd_cols_s32(const int8_t *e, const int16_t *w, int32_t
         memset(acc, 0, (size_t)K * sizeof *acc);
         return 0;
     }
-    for (k = 0; k + 4 <= K; k += 4) {
-        int32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-        const int16_t *col = w + k;
-        for (n = 0; n < N; n++, col += K) {
-            const int32_t en = e[n];
-            const int32_t w01 = (int32_t)tt_ld_s16x2(col), w23 = (int32_t)tt_ld_s16x2(col + 2);
-            s0 = __smlabb(en, w01, s0);
-            s1 = __smlabt(en, w01, s1);
-            s2 = __smlabb(en, w23, s2);
-            s3 = __smlabt(en, w23, s3);
-        }
-        tt_dense_put(acc + k, s0, &m);
-        tt_dense_put(acc + k + 1, s1, &m);
-        tt_dense_put(acc + k + 2, s2, &m);
-        tt_dense_put(acc + k + 3, s3, &m);
+    for (k = 0; k + 8 <= K; k += 8) {
+        if (aligned) tt_dense_bwd_block(e, w + k, K, N, 8, 1, acc + k, &m);
+        else tt_dense_bwd_block(e, w + k, K, N, 8, 0, acc + k, &m);
+    }
+    if (k + 4 <= K) {
+        if (aligned) tt_dense_bwd_block(e, w + k, K, N, 4, 1, acc + k, &m);
+        else tt_dense_bwd_block(e, w + k, K, N, 4, 0, acc + k, &m);
+        k += 4;
     }
     for (; k < K; k++) {
         const int16_t *col = w + k;

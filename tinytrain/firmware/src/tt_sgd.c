@@ -467,6 +467,12 @@ static inline void tt_sgd_s16_one(int16_t *w, int32_t p, int32_t s, tt_stats *st
 }
 
 #if TT_HAVE_DSP
+/* A row body specialised by a constant argument (aligned loads): always inlined under GCC. */
+#if defined(__GNUC__)
+#define TT_SGD_INLINE static inline __attribute__((always_inline))
+#else
+#define TT_SGD_INLINE static inline
+#endif
 #define TT_SGD_CHUNK 64 /* x widened to int16 pairs this many at a time (stack: 2 bytes each) */
 
 /* w[0..1] = W - D lane-wise, wrapping; raises the guard (Q flag) iff a lane's exact v = w - d is
@@ -487,26 +493,42 @@ static inline uint32_t tt_sgd_step_s16x2(int32_t A, uint32_t X)
     return tt_pack_hi((uint32_t)__smlawb(A, (int32_t)X, 32768), (uint32_t)__smlawt(A, (int32_t)X, 32768));
 }
 
-/* w[2j..2j+1] -= D_j for j < np (lane-wise, wrapping), eight weights per loop turn; raises the
+/* w[2j..2j+1] -= D_j for j < np (lane-wise, wrapping), eight weights per loop turn (LDRD/STRD
+ * when the row is 4-byte aligned: AL, a constant after inlining); raises the
  * guard (Q flag) iff an old lane is outside [-16384, 16383] (SSAT16 #15 on W). With |d| <= 16383
  * an unflagged pair has w - d in [-32767, 32766]: no saturation, no -32768, so the wrapping
  * SSUB16 is the exact rule. One SSAT16 per pair instead of tt_sgd_s16x2's three guard steps. */
-static inline void tt_sgd_row_fast_s16(int16_t *row, const uint32_t *xx, int32_t np, int32_t A)
+TT_SGD_INLINE void tt_sgd_row_fast_s16(int16_t *row, const uint32_t *xx, int32_t np, int32_t A, int32_t AL)
 {
     const uint32_t *end = xx + (np & ~3);
     for (; xx != end; xx += 4, row += 8) {
-        const uint32_t W0 = tt_ld_s16x2(row), W1 = tt_ld_s16x2(row + 2);
-        const uint32_t W2 = tt_ld_s16x2(row + 4), W3 = tt_ld_s16x2(row + 6);
-        const uint32_t D0 = tt_sgd_step_s16x2(A, xx[0]), D1 = tt_sgd_step_s16x2(A, xx[1]);
-        const uint32_t D2 = tt_sgd_step_s16x2(A, xx[2]), D3 = tt_sgd_step_s16x2(A, xx[3]);
-        tt_guard_s16x2_15(W0);
-        tt_guard_s16x2_15(W1);
-        tt_guard_s16x2_15(W2);
-        tt_guard_s16x2_15(W3);
-        tt_st_s16x2(row, (uint32_t)__ssub16((int32_t)W0, (int32_t)D0));
-        tt_st_s16x2(row + 2, (uint32_t)__ssub16((int32_t)W1, (int32_t)D1));
-        tt_st_s16x2(row + 4, (uint32_t)__ssub16((int32_t)W2, (int32_t)D2));
-        tt_st_s16x2(row + 6, (uint32_t)__ssub16((int32_t)W3, (int32_t)D3));
+        uint32_t W0, W1, W2, W3;
+        if (AL) {
+            tt_ld_s16x4(row, &W0, &W1);
+            tt_ld_s16x4(row + 4, &W2, &W3);
+        } else {
+            W0 = tt_ld_s16x2(row); W1 = tt_ld_s16x2(row + 2);
+            W2 = tt_ld_s16x2(row + 4); W3 = tt_ld_s16x2(row + 6);
+        }
+        {
+            const uint32_t D0 = tt_sgd_step_s16x2(A, xx[0]), D1 = tt_sgd_step_s16x2(A, xx[1]);
+            const uint32_t D2 = tt_sgd_step_s16x2(A, xx[2]), D3 = tt_sgd_step_s16x2(A, xx[3]);
+            tt_guard_s16x2_15(W0);
+            tt_guard_s16x2_15(W1);
+            tt_guard_s16x2_15(W2);
+            tt_guard_s16x2_15(W3);
+            W0 = (uint32_t)__ssub16((int32_t)W0, (int32_t)D0);
+            W1 = (uint32_t)__ssub16((int32_t)W1, (int32_t)D1);
+            W2 = (uint32_t)__ssub16((int32_t)W2, (int32_t)D2);
+            W3 = (uint32_t)__ssub16((int32_t)W3, (int32_t)D3);
+        }
+        if (AL) {
+            tt_st_s16x4(row, W0, W1);
+            tt_st_s16x4(row + 4, W2, W3);
+        } else {
+            tt_st_s16x2(row, W0); tt_st_s16x2(row + 2, W1);
+            tt_st_s16x2(row + 4, W2); tt_st_s16x2(row + 6, W3);
+        }
     }
     for (end += np & 3; xx != end; xx++, row += 2) {
         const uint32_t W0 = tt_ld_s16x2(row);
@@ -542,6 +564,7 @@ static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, i
     /* largest |a| with |a| 2^sh <= INT32_MAX and (|a| * 128) >> s <= 16382 */
     const int64_t lim1 = (int64_t)INT32_MAX >> sh, lim2 = (((int64_t)16383 << s) - 1) / 128;
     const int32_t amax = (int32_t)(lim1 < lim2 ? lim1 : lim2);
+    const int32_t aligned = ((uintptr_t)w16 & 3u) == 0 && (K & 1) == 0; /* every row, every chunk */
     uint32_t xx[TT_SGD_CHUNK / 2];
     int32_t k0, n, j;
     for (k0 = 0; k0 < K; k0 += TT_SGD_CHUNK) {
@@ -558,7 +581,8 @@ static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, i
             }
             A = a * ((int32_t)1 << sh); /* |A| <= INT32_MAX by amax */
             tt_guard_clear();
-            tt_sgd_row_fast_s16(row, xx, np, A);
+            if (aligned) tt_sgd_row_fast_s16(row, xx, np, A, 1);
+            else tt_sgd_row_fast_s16(row, xx, np, A, 0);
             if (tt_guard_hit()) { /* an old |w| above 16383: undo, redo with the exact guard */
                 tt_sgd_row_undo_s16(row, xx, np, A);
                 tt_guard_clear();
