@@ -806,15 +806,23 @@ static inline void tt_sgd_dense_bias(const tt_sgd_step *u, int32_t *b, int32_t e
     const int32_t m_t = u->m_t, s = eb + o->k - ee;
     int32_t n;
     if (TT_SGD_FAST(o, m_t) && s >= 1 && s <= 31) {
-        /* |m_t * e| < 2^22: the int32 rounding shift is exact; b - d is formed in int64 */
+        /* |m_t * e| < 2^22: the rounded shift is (p + 2^(s-1)) >> s without overflow; b - d
+         * wraps in uint32 and overflowed iff b and d differ in sign and the result's sign is
+         * not b's, then it saturates toward d's opposite sign (the int64 difference's clamp) */
+        const int32_t half = (int32_t)1 << (s - 1);
         for (n = 0; n < N; n++) {
             const int32_t p = m_t * (int32_t)e[n];
-            int64_t v;
+            uint32_t bn, d, r;
             if (p == 0) continue;
-            v = (int64_t)b[n] - tt_rshift_round_s32(p, s);
-            if (v > INT32_MAX) { v = INT32_MAX; u->stats->saturated++; }
-            else if (v < INT32_MIN) { v = INT32_MIN; u->stats->saturated++; }
-            b[n] = (int32_t)v;
+            bn = (uint32_t)b[n];
+            d = (uint32_t)((p + half) >> s);
+            r = bn - d;
+            if (((bn ^ d) & (bn ^ r)) >> 31) {
+                u->stats->saturated++;
+                b[n] = (int32_t)d > 0 ? INT32_MIN : INT32_MAX;
+            } else {
+                b[n] = (int32_t)r;
+            }
         }
         return;
     }
