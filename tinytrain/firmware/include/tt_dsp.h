@@ -204,15 +204,15 @@ static inline uint32_t tt_pack_hi(uint32_t lo, uint32_t hi)
 static inline void tt_widen_s8(const int8_t *x, int32_t n, int32_t c, uint32_t *xx)
 {
     const uint32_t keep = ~((((uint32_t)1 << c) - 1u) << 16);
-    int32_t j;
-    for (j = 0; j + 4 <= n; j += 4) {
-        const uint32_t v = tt_ld_s8x4(x + j);
+    const int8_t *end = x + (n & ~3);
+    for (; x != end; x += 4, xx += 2) { /* pointer steps: no index arithmetic per turn */
+        const uint32_t v = tt_ld_s8x4(x);
         const uint32_t e = (uint32_t)__sxtb16((int32_t)v), o = (uint32_t)__sxtb16((int32_t)((v >> 8) | (v << 24)));
-        xx[j / 2] = (tt_pack_lo(e, o) << c) & keep;
-        xx[j / 2 + 1] = (tt_pack_hi(e, o) << c) & keep;
+        xx[0] = (tt_pack_lo(e, o) << c) & keep;
+        xx[1] = (tt_pack_hi(e, o) << c) & keep;
     }
-    for (; j < n; j += 2)
-        xx[j / 2] = (((uint32_t)(int32_t)x[j] << c) & 0xFFFFu) | ((uint32_t)(int32_t)x[j + 1] << (16 + c));
+    if (n & 2)
+        xx[0] = (((uint32_t)(int32_t)x[0] << c) & 0xFFFFu) | ((uint32_t)(int32_t)x[1] << (16 + c));
 }
 
 #ifdef __cplusplus
