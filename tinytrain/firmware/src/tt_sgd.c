@@ -493,15 +493,45 @@ static inline uint32_t tt_sgd_step_s16x2(int32_t A, uint32_t X)
     return tt_pack_hi((uint32_t)__smlawb(A, (int32_t)X, 32768), (uint32_t)__smlawt(A, (int32_t)X, 32768));
 }
 
+/* Undo w[2j..2j+1] -= D_j (j < np) exactly: SADD16 of the stored w - d (mod 2^16) and d. */
+static void tt_sgd_row_undo_s16(int16_t *row, const uint32_t *xx, int32_t np, int32_t A)
+{
+    int32_t j;
+    for (j = 0; j < np; j++)
+        tt_st_s16x2(row + 2 * j, (uint32_t)__sadd16((int32_t)tt_ld_s16x2(row + 2 * j), (int32_t)tt_sgd_step_s16x2(A, xx[j])));
+}
+
+/* np pairs at row (inputs x, widened xx) whose fast pass hit its guard: undo them, redo them with
+ * the exact saturation guard of tt_sgd_s16x2 (a hit there: some w - d outside [-32767, 32767],
+ * i.e. a saturation, or an old -32768), and on a hit there undo again and take the scalar rule.
+ * Leaves the Q flag clear. */
+static void tt_sgd_pairs_redo_s16(int16_t *row, const uint32_t *xx, int32_t np, int32_t A, int32_t a,
+                                  const int8_t *x, int32_t s, tt_stats *st)
+{
+    int32_t j;
+    tt_sgd_row_undo_s16(row, xx, np, A);
+    tt_guard_clear();
+    for (j = 0; j < np; j++)
+        tt_sgd_s16x2(row + 2 * j, tt_ld_s16x2(row + 2 * j), tt_sgd_step_s16x2(A, xx[j]));
+    if (tt_guard_hit()) {
+        tt_sgd_row_undo_s16(row, xx, np, A);
+        for (j = 0; j < 2 * np; j++) tt_sgd_s16_one(row + j, a * (int32_t)x[j], s, st);
+        tt_guard_clear();
+    }
+}
+
 /* w[2j..2j+1] -= D_j for j < np (lane-wise, wrapping), eight weights per loop turn (LDRD/STRD
- * when the row is 4-byte aligned: AL, a constant after inlining); raises the
- * guard (Q flag) iff an old lane is outside [-16384, 16383] (SSAT16 #15 on W). With |d| <= 16383
- * an unflagged pair has w - d in [-32767, 32766]: no saturation, no -32768, so the wrapping
- * SSUB16 is the exact rule. One SSAT16 per pair instead of tt_sgd_s16x2's three guard steps. */
-TT_SGD_INLINE void tt_sgd_row_fast_s16(int16_t *row, const uint32_t *xx, int32_t np, int32_t A, int32_t AL)
+ * when the row is 4-byte aligned: AL, a constant after inlining), guarded by SSAT16 #15 on the
+ * old pairs: with |d| <= 16383 an old lane in [-16384, 16383] gives w - d in [-32767, 32766], no
+ * saturation and no -32768, so the wrapping SSUB16 is the exact rule (one SSAT16 per pair instead
+ * of tt_sgd_s16x2's three guard steps). The Q flag, clear on entry, is read after every eight
+ * weights (and after the last pairs): a hit sends just those pairs to tt_sgd_pairs_redo_s16, so a
+ * trained row with a few large weights pays for their blocks only. */
+TT_SGD_INLINE void tt_sgd_row_fast_s16(int16_t *row, const uint32_t *xx, int32_t np, int32_t A, int32_t AL,
+                                       int32_t a, const int8_t *x, int32_t s, tt_stats *st)
 {
     const uint32_t *end = xx + (np & ~3);
-    for (; xx != end; xx += 4, row += 8) {
+    for (; xx != end; xx += 4, row += 8, x += 8) {
         uint32_t W0, W1, W2, W3;
         if (AL) {
             tt_ld_s16x4(row, &W0, &W1);
@@ -529,20 +559,18 @@ TT_SGD_INLINE void tt_sgd_row_fast_s16(int16_t *row, const uint32_t *xx, int32_t
             tt_st_s16x2(row, W0); tt_st_s16x2(row + 2, W1);
             tt_st_s16x2(row + 4, W2); tt_st_s16x2(row + 6, W3);
         }
+        if (tt_guard_hit()) tt_sgd_pairs_redo_s16(row, xx, 4, A, a, x, s, st);
     }
-    for (end += np & 3; xx != end; xx++, row += 2) {
-        const uint32_t W0 = tt_ld_s16x2(row);
-        tt_guard_s16x2_15(W0);
-        tt_st_s16x2(row, (uint32_t)__ssub16((int32_t)W0, (int32_t)tt_sgd_step_s16x2(A, xx[0])));
+    if (np & 3) {
+        const int32_t t = np & 3;
+        int32_t j;
+        for (j = 0; j < t; j++) {
+            const uint32_t W0 = tt_ld_s16x2(row + 2 * j);
+            tt_guard_s16x2_15(W0);
+            tt_st_s16x2(row + 2 * j, (uint32_t)__ssub16((int32_t)W0, (int32_t)tt_sgd_step_s16x2(A, xx[j])));
+        }
+        if (tt_guard_hit()) tt_sgd_pairs_redo_s16(row, xx, t, A, a, x, s, st);
     }
-}
-
-/* Undo w[2j..2j+1] -= D_j (j < np) exactly: SADD16 of the stored w - d (mod 2^16) and d. */
-static void tt_sgd_row_undo_s16(int16_t *row, const uint32_t *xx, int32_t np, int32_t A)
-{
-    int32_t j;
-    for (j = 0; j < np; j++)
-        tt_st_s16x2(row + 2 * j, (uint32_t)__sadd16((int32_t)tt_ld_s16x2(row + 2 * j), (int32_t)tt_sgd_step_s16x2(A, xx[j])));
 }
 
 /* Rows n of w16[N][K] with a_n = m_t * e[n] != 0: w -= round(a_n x[k] / 2^s), two weights per
@@ -551,12 +579,9 @@ static void tt_sgd_row_undo_s16(int16_t *row, const uint32_t *xx, int32_t np, in
  *   floor((a x 2^(16 - s) + 2^15) / 2^16) = floor((a x + 2^(s - 1)) / 2^s) = d exactly.
  * A row goes this way only if |A| < 2^31 and (|a| * 128) >> s <= 16382 (|a| <= amax), so
  * |d| <= floor((|a| * 128 + 2^(s-1)) / 2^s) <= ((|a| * 128) >> s) + 1 <= 16383 fits a lane.
- * A row is first done by tt_sgd_row_fast_s16 (exact when every old w is in [-16384, 16383], its
- * guard);
- * on a hit it is restored and redone pair by pair with the exact saturation guard of
- * tt_sgd_s16x2 (a hit there: some w - d outside [-32767, 32767], i.e. a saturation, or an old
- * -32768); on a hit there the row is restored again and redone by the scalar path, which also
- * takes rows failing the bound. */
+ * A row is done by tt_sgd_row_fast_s16 (exact where the old weights are in [-16384, 16383], its
+ * guard), whose blocks of eight weights that hit the guard are restored and redone exactly
+ * (tt_sgd_pairs_redo_s16); rows failing the bound take the scalar path. */
 static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, int32_t N,
                                   int16_t *w16, int32_t m_t, int32_t s, tt_stats *st)
 {
@@ -581,18 +606,8 @@ static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, i
             }
             A = a * ((int32_t)1 << sh); /* |A| <= INT32_MAX by amax */
             tt_guard_clear();
-            if (aligned) tt_sgd_row_fast_s16(row, xx, np, A, 1);
-            else tt_sgd_row_fast_s16(row, xx, np, A, 0);
-            if (tt_guard_hit()) { /* an old |w| above 16383: undo, redo with the exact guard */
-                tt_sgd_row_undo_s16(row, xx, np, A);
-                tt_guard_clear();
-                for (j = 0; j < np; j++)
-                    tt_sgd_s16x2(row + 2 * j, tt_ld_s16x2(row + 2 * j), tt_sgd_step_s16x2(A, xx[j]));
-                if (tt_guard_hit()) { /* a saturation (or an old -32768): undo, redo exactly */
-                    tt_sgd_row_undo_s16(row, xx, np, A);
-                    for (j = 0; j < 2 * np; j++) tt_sgd_s16_one(row + j, a * (int32_t)x[k0 + j], s, st);
-                }
-            }
+            if (aligned) tt_sgd_row_fast_s16(row, xx, np, A, 1, a, x + k0, s, st);
+            else tt_sgd_row_fast_s16(row, xx, np, A, 0, a, x + k0, s, st);
             if (len & 1) tt_sgd_s16_one(row + len - 1, a * (int32_t)x[k0 + len - 1], s, st);
         }
     }
