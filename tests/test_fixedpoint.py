@@ -101,13 +101,14 @@ def test_requant_shift_fits(bits, clib):
 def test_requant_s8_from_s64_edges(clib):
     """C requantization == exact rounding (ties up) and clamp to +-127, saturations counted, on
     arrays whose maximum |v| sits at every power of two +-{0,1,2} (both sides of 2^31), with
-    every value a tie, a tie +-1 or an extreme of the shift chosen."""
+    every value a tie, a tie +-1 or an extreme of the shift chosen; and at 255 * 2^q +-{0,1,2},
+    the edge of the no-clamp fast case (below it no value rounds to +-128)."""
     from .oputil import c_i8, c_i64
     ffi, lib = clib
     rng = np.random.default_rng(7)
-    for p in range(0, 40):
+    for m0 in [2**p for p in range(0, 40)] + [255 * 2**q for q in range(0, 26)]:
         for d in (-2, -1, 0, 1, 2):
-            m = 2**p + d
+            m = m0 + d
             if m < 0:
                 continue
             s = fp.requant_shift(m, 8)

@@ -31,7 +31,8 @@ from .oputil import c_ctx, c_i8, c_i16, c_i32, draw_array
 @pytest.fixture(scope="session")
 def dsplib():
     """(ffi, lib) of the runtime with the DSP paths (emulated intrinsics, UBSan on)."""
-    srcs = cbuild.runtime_sources(["tt_fixedpoint", "tt_dense", "tt_sgd", "tt_conv", "tt_batchnorm", "tt_pool"])
+    srcs = cbuild.runtime_sources(["tt_fixedpoint", "tt_dense", "tt_sgd", "tt_conv", "tt_batchnorm", "tt_pool",
+                                     "tt_relu"])
     return cbuild.compile_shared([*srcs, HERE / "c" / "tt_test_shim.c"], runtime_cdef(),
                                  include_dirs=[HERE / "c"], extra_flags=["-DTT_HAVE_DSP=1"],
                                  sanitize=True, name="ttrt_dsp")
@@ -47,7 +48,7 @@ def test_dsp_path_is_in_the_built_object(tmp_path, cpu, flags, dsp):
     fallback to the portable C fails here."""
     from tinytrain.codegen.memory import CPU_FLAGS
 
-    for src, insn in (("tt_dense", "smlad"), ("tt_sgd", "ssat16"), ("tt_conv", "smlad")):
+    for src, insn in (("tt_dense", "smlad"), ("tt_sgd", "ssat16"), ("tt_conv", "smlad"), ("tt_relu", "sel")):
         obj = tmp_path / f"{src}-{cpu}.o"
         subprocess.run(["arm-none-eabi-gcc", "-std=c99", "-O2", "-c", *CPU_FLAGS[cpu], *flags,
                         f"-I{cbuild.FIRMWARE_INCLUDE}", str(cbuild.FIRMWARE_SRC / f"{src}.c"), "-o", str(obj)],
@@ -113,6 +114,31 @@ def test_dense_dsp_row_groups_chunks_and_bias_shifts(clib, dsplib, K):
             assert got[0] == want[0] and np.array_equal(got[1], want[1]) and got[4] == want[4]
             y_ref, ey_ref, _ = rd.forward(x, -3, w, -4, b, -7 - d)
             assert got[0] == ey_ref and np.array_equal(got[1], y_ref)
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(st.integers(1, 41), st.integers(0, 2**32 - 1))
+def test_relu_dsp_equals_portable_and_reference(clib, dsplib, n, seed):
+    """ReLU forward and backward of the DSP build (four lanes per word: SSUB8 + SEL, then a scalar
+    tail) == the portable build == the numpy reference, on every length's word/tail split and
+    the int8 edges (-128, -1, 0, 1, 127), y of both signs in the backward."""
+    from tinytrain.ops import relu as rrelu
+
+    rng = np.random.default_rng(seed)
+    edges = np.array([-128, -127, -1, 0, 1, 127], np.int8)
+    x = np.where(rng.random(n) < 0.5, rng.choice(edges, n), rng.integers(-128, 128, n)).astype(np.int8)
+    y = np.where(rng.random(n) < 0.5, rng.choice(edges, n), rng.integers(-128, 128, n)).astype(np.int8)
+    e = rng.integers(-128, 128, n).astype(np.int8)
+    y_ref, _, _ = rrelu.forward(x, -3)
+    dx_ref = np.where(y > 0, e, 0).astype(np.int8)
+    for ffi, lib in (clib, dsplib):
+        st_c = ffi.new("tt_stats *")
+        yc, dxc = np.zeros(n, np.int8), np.zeros(n, np.int8)
+        assert lib.tt_relu_fwd_s8(c_i8(ffi, x), -3, n, c_i8(ffi, yc), st_c) == -3
+        assert lib.tt_relu_bwd_s8(c_i8(ffi, e), 5, c_i8(ffi, y), n, c_i8(ffi, dxc), st_c) == 5
+        assert np.array_equal(yc, y_ref) and np.array_equal(dxc, dx_ref) and st_c.saturated == 0
+    dx_ref2, _, _, _ = rrelu.backward(e, 5, y_ref)
+    assert np.array_equal(dx_ref2, np.where(y_ref > 0, e, 0))
 
 
 # weights at the edges of the DSP guard (|w| <= 16383 / 16384) and of int16

@@ -71,6 +71,33 @@ static inline int32_t __shsub16(int32_t a, int32_t b)
     return (int32_t)(lo | (hi << 16));
 }
 
+/* The GE flags as SSUB8 sets them (bit i: lane i of the exact a - b is >= 0), read by SEL.
+ * One per translation unit, like the Q flag below. */
+static int tt_emul_ge;
+
+/** SSUB8: lane-wise a - b, each modulo 2^8; sets the GE flags. */
+static inline int32_t __ssub8(int32_t a, int32_t b)
+{
+    uint32_t r = 0;
+    int i;
+    tt_emul_ge = 0;
+    for (i = 0; i < 4; i++) {
+        const int32_t d = (int8_t)(uint8_t)((uint32_t)a >> (8 * i)) - (int8_t)(uint8_t)((uint32_t)b >> (8 * i));
+        r |= ((uint32_t)d & 0xFFu) << (8 * i);
+        if (d >= 0) tt_emul_ge |= 1 << i;
+    }
+    return (int32_t)r;
+}
+
+/** SEL: lane i from a where GE bit i is set, else from b. */
+static inline uint32_t __sel(uint32_t a, uint32_t b)
+{
+    uint32_t r = 0;
+    int i;
+    for (i = 0; i < 4; i++) r |= ((tt_emul_ge >> i) & 1 ? a : b) & (0xFFu << (8 * i));
+    return r;
+}
+
 /* The Q flag as SSAT16 #15 sets it (tt_dsp.h's saturation guard). One per translation unit. */
 static int tt_emul_q;
 static inline void tt_guard_clear(void) { tt_emul_q = 0; }

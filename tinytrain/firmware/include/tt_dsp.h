@@ -7,7 +7,7 @@
  * host with -DTT_HAVE_DSP=1 and the plain C intrinsics of tests/c/tt_dsp_emul.h.
  *
  * Intrinsics used (ACLE, <arm_acle.h>): __smlad, __smlabb, __smlabt, __smlawb, __smlawt, __ssub16,
- * __sadd16, __shsub16, __sxtb16; PKHBT/PKHTB, SMMULR and the Q-flag guard (SSAT16, SSAT, MRS/MSR APSR)
+ * __sadd16, __shsub16, __sxtb16, __ssub8 with __sel (SEL reads the GE flags SSUB8 sets); PKHBT/PKHTB, SMMULR and the Q-flag guard (SSAT16, SSAT, MRS/MSR APSR)
  * by inline asm.
  * Packed int16 pairs are read and written with memcpy (one LDR/STR on ARMv7E-M, which allows
  * unaligned word access; no aliasing of int16_t arrays through uint32_t pointers).
@@ -58,6 +58,66 @@ static inline uint32_t tt_ld_s8x4(const int8_t *p)
     memcpy(&v, p, 4);
     return v;
 }
+
+/** Store the four bytes of v at p[0] (low byte) .. p[3] (any alignment). */
+static inline void tt_st_s8x4(int8_t *p, uint32_t v)
+{
+    memcpy(p, &v, 4);
+}
+
+/* Four int16 at p (4-byte aligned) as two pairs, p[0..1] in *lo and p[2..3] in *hi: one LDRD
+ * on the target. */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+static inline void tt_ld_s16x4(const int16_t *p, uint32_t *lo, uint32_t *hi)
+{
+    uint32_t a, b;
+    __asm__("ldrd %0, %1, [%2]" : "=r"(a), "=r"(b) : "r"(p), "m"(*(const int16_t(*)[4])p));
+    *lo = a;
+    *hi = b;
+}
+#else
+static inline void tt_ld_s16x4(const int16_t *p, uint32_t *lo, uint32_t *hi)
+{
+    *lo = tt_ld_s16x2(p);
+    *hi = tt_ld_s16x2(p + 2);
+}
+#endif
+
+/* Store two pairs at p (4-byte aligned): lo at p[0..1], hi at p[2..3]; one STRD on the target. */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+static inline void tt_st_s16x4(int16_t *p, uint32_t lo, uint32_t hi)
+{
+    __asm__("strd %1, %2, [%3]" : "=m"(*(int16_t(*)[4])p) : "r"(lo), "r"(hi), "r"(p));
+}
+#else
+static inline void tt_st_s16x4(int16_t *p, uint32_t lo, uint32_t hi)
+{
+    tt_st_s16x2(p, lo);
+    tt_st_s16x2(p + 2, hi);
+}
+#endif
+
+/* Four int16 at *p (4-byte aligned) as two pairs (p[0..1] in *lo, p[2..3] in *hi), then
+ * *p += 4: one LDRD with writeback on the target (GCC 12 does not pair the two LDRs of
+ * memcpy'd int16 pairs itself). */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+static inline void tt_ld_s16x4_next(const int16_t **p, uint32_t *lo, uint32_t *hi)
+{
+    const int16_t *q = *p;
+    uint32_t a, b;
+    __asm__("ldrd %0, %1, [%2], #8" : "=r"(a), "=r"(b), "+r"(q) : "m"(*(const int16_t(*)[4])q));
+    *p = q;
+    *lo = a;
+    *hi = b;
+}
+#else
+static inline void tt_ld_s16x4_next(const int16_t **p, uint32_t *lo, uint32_t *hi)
+{
+    *lo = tt_ld_s16x2(*p);
+    *hi = tt_ld_s16x2(*p + 2);
+    *p += 4;
+}
+#endif
 
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
 /* GCC 12 does not form PKHBT/PKHTB from shifts and masks, and ACLE has no intrinsic for them. */
@@ -144,15 +204,15 @@ static inline uint32_t tt_pack_hi(uint32_t lo, uint32_t hi)
 static inline void tt_widen_s8(const int8_t *x, int32_t n, int32_t c, uint32_t *xx)
 {
     const uint32_t keep = ~((((uint32_t)1 << c) - 1u) << 16);
-    int32_t j;
-    for (j = 0; j + 4 <= n; j += 4) {
-        const uint32_t v = tt_ld_s8x4(x + j);
+    const int8_t *end = x + (n & ~3);
+    for (; x != end; x += 4, xx += 2) { /* pointer steps: no index arithmetic per turn */
+        const uint32_t v = tt_ld_s8x4(x);
         const uint32_t e = (uint32_t)__sxtb16((int32_t)v), o = (uint32_t)__sxtb16((int32_t)((v >> 8) | (v << 24)));
-        xx[j / 2] = (tt_pack_lo(e, o) << c) & keep;
-        xx[j / 2 + 1] = (tt_pack_hi(e, o) << c) & keep;
+        xx[0] = (tt_pack_lo(e, o) << c) & keep;
+        xx[1] = (tt_pack_hi(e, o) << c) & keep;
     }
-    for (; j < n; j += 2)
-        xx[j / 2] = (((uint32_t)(int32_t)x[j] << c) & 0xFFFFu) | ((uint32_t)(int32_t)x[j + 1] << (16 + c));
+    if (n & 2)
+        xx[0] = (((uint32_t)(int32_t)x[0] << c) & 0xFFFFu) | ((uint32_t)(int32_t)x[1] << (16 + c));
 }
 
 #ifdef __cplusplus

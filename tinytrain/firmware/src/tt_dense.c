@@ -9,6 +9,14 @@
  * Both paths compute every partial sum exactly, so the order of summation does not matter. */
 
 #if TT_HAVE_DSP
+/* The row and chunk bodies below are specialised by constant arguments (rows per pass, aligned
+ * loads): always inlined under GCC, where a plain inline hint is not always taken. */
+#if defined(__GNUC__)
+#define TT_DENSE_INLINE static inline __attribute__((always_inline))
+#else
+#define TT_DENSE_INLINE static inline
+#endif
+
 /* x widened to int16 pairs in chunks of this many inputs (stack: TT_DENSE_CHUNK * 2 bytes) */
 #define TT_DENSE_CHUNK 64
 
@@ -20,29 +28,65 @@ static inline void tt_dense_put(int64_t *acc, int32_t v, uint32_t *m)
     if (a > *m) *m = a;
 }
 
-/* acc[i] += sum_j row_i[2j..2j+1] . xx[j] + xo row_i[2 np] (the last term when xo_on) for the
- * rows i < R (R = 4, 2 or 1, a constant after inlining) at r, r + K, r + 2K, r + 3K, two input
- * pairs per loop turn; raises *m to each new |acc[i]|. */
-static inline void tt_dense_rows(const int16_t *r, int32_t K, const uint32_t *xx, int32_t np,
-                                 int32_t xo_on, int32_t xo, int32_t R, int64_t *acc, uint32_t *m)
+/* align(b) from eb to ea in int32: the rounding shift when d = ea - eb is in [1, 31] (the common
+ * case, said apart), else tt_align_s32. */
+static inline int32_t tt_dense_bias(int32_t b, int32_t eb, int32_t ea, int32_t d)
+{
+    return d >= 1 && d <= 31 ? tt_rshift_round_s32(b, d) : tt_align_s32(b, eb, ea);
+}
+
+/* Two weight pairs of a row at *p, then *p += 4: one LDRD when the rows are 4-byte aligned (AL,
+ * a constant after inlining), else two LDRs. */
+TT_DENSE_INLINE void tt_dense_ld2(const int16_t **p, uint32_t *lo, uint32_t *hi, int32_t AL)
+{
+    if (AL) {
+        tt_ld_s16x4_next(p, lo, hi);
+    } else {
+        *lo = tt_ld_s16x2(*p);
+        *hi = tt_ld_s16x2(*p + 2);
+        *p += 4;
+    }
+}
+
+/* acc[i] (= align(b[i]) when b != NULL, the first chunk, else the running sum) + sum_j
+ * row_i[2j..2j+1] . xx[j] + xo row_i[2 np] (the last term when xo_on) for the rows i < R (R = 4, 2
+ * or 1, AL aligned rows: constants after inlining) at r, r + K, r + 2K, r + 3K, two input pairs
+ * per loop turn; raises *m to each new |acc[i]|. */
+TT_DENSE_INLINE void tt_dense_rows(const int16_t *r, int32_t K, const uint32_t *xx, int32_t np,
+                                 int32_t xo_on, int32_t xo, int32_t R, int32_t AL, const int32_t *b,
+                                 int32_t eb, int32_t ea, int64_t *acc, uint32_t *m)
 {
     const int16_t *r0 = r, *r1 = R > 1 ? r + K : r, *r2 = R > 2 ? r + 2 * K : r, *r3 = R > 2 ? r + 3 * K : r;
     const uint32_t *end = xx + (np & ~1);
-    int32_t s0 = (int32_t)acc[0], s1 = R > 1 ? (int32_t)acc[1] : 0;
-    int32_t s2 = R > 2 ? (int32_t)acc[2] : 0, s3 = R > 2 ? (int32_t)acc[3] : 0;
-    for (; xx != end; xx += 2, r0 += 4, r1 += 4, r2 += 4, r3 += 4) {
+    const int32_t d = ea - eb;
+    int32_t s0, s1 = 0, s2 = 0, s3 = 0;
+    if (b) {
+        s0 = tt_dense_bias(b[0], eb, ea, d);
+        if (R > 1) s1 = tt_dense_bias(b[1], eb, ea, d);
+        if (R > 2) { s2 = tt_dense_bias(b[2], eb, ea, d); s3 = tt_dense_bias(b[3], eb, ea, d); }
+    } else {
+        s0 = (int32_t)acc[0];
+        if (R > 1) s1 = (int32_t)acc[1];
+        if (R > 2) { s2 = (int32_t)acc[2]; s3 = (int32_t)acc[3]; }
+    }
+    for (; xx != end; xx += 2) {
         const int32_t X0 = (int32_t)xx[0], X1 = (int32_t)xx[1];
-        s0 = __smlad((int32_t)tt_ld_s16x2(r0), X0, s0);
-        s0 = __smlad((int32_t)tt_ld_s16x2(r0 + 2), X1, s0);
+        uint32_t lo, hi;
+        tt_dense_ld2(&r0, &lo, &hi, AL);
+        s0 = __smlad((int32_t)lo, X0, s0);
+        s0 = __smlad((int32_t)hi, X1, s0);
         if (R > 1) {
-            s1 = __smlad((int32_t)tt_ld_s16x2(r1), X0, s1);
-            s1 = __smlad((int32_t)tt_ld_s16x2(r1 + 2), X1, s1);
+            tt_dense_ld2(&r1, &lo, &hi, AL);
+            s1 = __smlad((int32_t)lo, X0, s1);
+            s1 = __smlad((int32_t)hi, X1, s1);
         }
         if (R > 2) {
-            s2 = __smlad((int32_t)tt_ld_s16x2(r2), X0, s2);
-            s2 = __smlad((int32_t)tt_ld_s16x2(r2 + 2), X1, s2);
-            s3 = __smlad((int32_t)tt_ld_s16x2(r3), X0, s3);
-            s3 = __smlad((int32_t)tt_ld_s16x2(r3 + 2), X1, s3);
+            tt_dense_ld2(&r2, &lo, &hi, AL);
+            s2 = __smlad((int32_t)lo, X0, s2);
+            s2 = __smlad((int32_t)hi, X1, s2);
+            tt_dense_ld2(&r3, &lo, &hi, AL);
+            s3 = __smlad((int32_t)lo, X0, s3);
+            s3 = __smlad((int32_t)hi, X1, s3);
         }
     }
     if (np & 1) {
@@ -65,40 +109,98 @@ static inline void tt_dense_rows(const int16_t *r, int32_t K, const uint32_t *xx
     if (R > 2) { tt_dense_put(acc + 2, s2, m); tt_dense_put(acc + 3, s3, m); }
 }
 
+/* One chunk of inputs (xx, np pairs, the odd last input xo when xo_on) over all N rows at r,
+ * four rows per pass sharing the widened inputs, then two, then one; biases folded in when b. */
+TT_DENSE_INLINE uint32_t tt_dense_chunk(const int16_t *r, int32_t K, int32_t N, const uint32_t *xx,
+                                      int32_t np, int32_t xo_on, int32_t xo, int32_t AL,
+                                      const int32_t *b, int32_t eb, int32_t ea, int64_t *acc)
+{
+    uint32_t m = 0;
+    int32_t n;
+    for (n = 0; n + 4 <= N; n += 4, r += 4 * K)
+        tt_dense_rows(r, K, xx, np, xo_on, xo, 4, AL, b ? b + n : 0, eb, ea, acc + n, &m);
+    if (N - n >= 2) {
+        tt_dense_rows(r, K, xx, np, xo_on, xo, 2, AL, b ? b + n : 0, eb, ea, acc + n, &m);
+        n += 2; r += 2 * K;
+    }
+    if (n < N) tt_dense_rows(r, K, xx, np, xo_on, xo, 1, AL, b ? b + n : 0, eb, ea, acc + n, &m);
+    return m;
+}
+
 /* acc[n] = align(b[n]) + sum_k x[k] w[n][k] in int32 (SMLAD: two products per instruction, four
- * rows per pass sharing the widened inputs, then two, then one); returns max |acc[n]|. K >= 1
- * (as before: the maximum is taken from the rows' sums). */
+ * rows per pass sharing the widened inputs, then two, then one; weights by LDRD when every row
+ * starts 4-byte aligned); returns max |acc[n]|. K >= 1 (as before: the maximum is taken from the
+ * rows' sums). */
 static uint32_t tt_dense_fwd_rows_s32(const int8_t *x, const int16_t *w, const int32_t *b,
                                       int32_t eb, int32_t ea, int32_t K, int32_t N, int64_t *acc)
 {
-    const int32_t d = ea - eb;
+    const int32_t aligned = ((uintptr_t)w & 3u) == 0 && (K & 1) == 0;
     uint32_t xx[TT_DENSE_CHUNK / 2], m = 0;
-    int32_t k0, n;
-    if (d >= 1 && d <= 31) /* the common case, a plain rounding shift, said apart */
-        for (n = 0; n < N; n++) acc[n] = tt_rshift_round_s32(b[n], d);
-    else
-        for (n = 0; n < N; n++) acc[n] = tt_align_s32(b[n], eb, ea);
+    int32_t k0;
     for (k0 = 0; k0 < K; k0 += TT_DENSE_CHUNK) {
         const int32_t len = K - k0 < TT_DENSE_CHUNK ? K - k0 : TT_DENSE_CHUNK, np = len / 2;
         const int32_t xo_on = len & 1, xo = xo_on ? (int32_t)x[k0 + len - 1] : 0;
-        const int16_t *r = w + k0;
+        const int32_t *bb = k0 == 0 ? b : 0;
         tt_widen_s8(x + k0, 2 * np, 0, xx);
-        m = 0; /* the last chunk rewrites every acc[n]: its maximum is the one returned */
-        for (n = 0; n + 4 <= N; n += 4, r += 4 * K) tt_dense_rows(r, K, xx, np, xo_on, xo, 4, acc + n, &m);
-        if (N - n >= 2) {
-            tt_dense_rows(r, K, xx, np, xo_on, xo, 2, acc + n, &m);
-            n += 2; r += 2 * K;
-        }
-        if (n < N) tt_dense_rows(r, K, xx, np, xo_on, xo, 1, acc + n, &m);
+        /* the last chunk rewrites every acc[n]: its maximum is the one returned */
+        if (aligned) m = tt_dense_chunk(w + k0, K, N, xx, np, xo_on, xo, 1, bb, eb, ea, acc);
+        else m = tt_dense_chunk(w + k0, K, N, xx, np, xo_on, xo, 0, bb, eb, ea, acc);
     }
     return m;
 }
 
-/* acc[k] = sum_n e[n] w[n][k] in int32, four columns per pass (SMLABB/SMLABT on weight pairs);
- * returns max |acc[k]|. */
+/* Four weights of a column block at p: one LDRD when aligned (AL, a constant after inlining). */
+TT_DENSE_INLINE void tt_dense_ld4(const int16_t *p, uint32_t *lo, uint32_t *hi, int32_t AL)
+{
+    if (AL) {
+        tt_ld_s16x4(p, lo, hi);
+    } else {
+        *lo = tt_ld_s16x2(p);
+        *hi = tt_ld_s16x2(p + 2);
+    }
+}
+
+/* acc[k..k+C) = sum_n e[n] w[n][k..k+C) for C = 8 or 4 columns (a constant after inlining),
+ * SMLABB/SMLABT on weight pairs, rows with e[n] = 0 skipped (they add 0); raises *m. */
+TT_DENSE_INLINE void tt_dense_bwd_block(const int8_t *e, const int16_t *col, int32_t K, int32_t N,
+                                        int32_t C, int32_t AL, int64_t *acc, uint32_t *m)
+{
+    int32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0, n;
+    for (n = 0; n < N; n++, col += K) {
+        const int32_t en = e[n];
+        uint32_t w01, w23;
+        if (en == 0) continue;
+        tt_dense_ld4(col, &w01, &w23, AL);
+        s0 = __smlabb(en, (int32_t)w01, s0);
+        s1 = __smlabt(en, (int32_t)w01, s1);
+        s2 = __smlabb(en, (int32_t)w23, s2);
+        s3 = __smlabt(en, (int32_t)w23, s3);
+        if (C > 4) {
+            tt_dense_ld4(col + 4, &w01, &w23, AL);
+            s4 = __smlabb(en, (int32_t)w01, s4);
+            s5 = __smlabt(en, (int32_t)w01, s5);
+            s6 = __smlabb(en, (int32_t)w23, s6);
+            s7 = __smlabt(en, (int32_t)w23, s7);
+        }
+    }
+    tt_dense_put(acc, s0, m);
+    tt_dense_put(acc + 1, s1, m);
+    tt_dense_put(acc + 2, s2, m);
+    tt_dense_put(acc + 3, s3, m);
+    if (C > 4) {
+        tt_dense_put(acc + 4, s4, m);
+        tt_dense_put(acc + 5, s5, m);
+        tt_dense_put(acc + 6, s6, m);
+        tt_dense_put(acc + 7, s7, m);
+    }
+}
+
+/* acc[k] = sum_n e[n] w[n][k] in int32, eight columns per pass, then four, then one (weights by
+ * LDRD when every row starts 4-byte aligned); returns max |acc[k]|. */
 static uint32_t tt_dense_bwd_cols_s32(const int8_t *e, const int16_t *w, int32_t K, int32_t N,
                                       int64_t *acc)
 {
+    const int32_t aligned = ((uintptr_t)w & 3u) == 0 && (K & 1) == 0;
     uint32_t m = 0;
     int32_t k, n;
     if (N <= 0) { /* no rows: all sums 0 (said apart, else GCC may store the constant 0s with
@@ -106,21 +208,14 @@ static uint32_t tt_dense_bwd_cols_s32(const int8_t *e, const int16_t *w, int32_t
         memset(acc, 0, (size_t)K * sizeof *acc);
         return 0;
     }
-    for (k = 0; k + 4 <= K; k += 4) {
-        int32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-        const int16_t *col = w + k;
-        for (n = 0; n < N; n++, col += K) {
-            const int32_t en = e[n];
-            const int32_t w01 = (int32_t)tt_ld_s16x2(col), w23 = (int32_t)tt_ld_s16x2(col + 2);
-            s0 = __smlabb(en, w01, s0);
-            s1 = __smlabt(en, w01, s1);
-            s2 = __smlabb(en, w23, s2);
-            s3 = __smlabt(en, w23, s3);
-        }
-        tt_dense_put(acc + k, s0, &m);
-        tt_dense_put(acc + k + 1, s1, &m);
-        tt_dense_put(acc + k + 2, s2, &m);
-        tt_dense_put(acc + k + 3, s3, &m);
+    for (k = 0; k + 8 <= K; k += 8) {
+        if (aligned) tt_dense_bwd_block(e, w + k, K, N, 8, 1, acc + k, &m);
+        else tt_dense_bwd_block(e, w + k, K, N, 8, 0, acc + k, &m);
+    }
+    if (k + 4 <= K) {
+        if (aligned) tt_dense_bwd_block(e, w + k, K, N, 4, 1, acc + k, &m);
+        else tt_dense_bwd_block(e, w + k, K, N, 4, 0, acc + k, &m);
+        k += 4;
     }
     for (; k < K; k++) {
         const int16_t *col = w + k;

@@ -21,6 +21,29 @@ int32_t tt_softmax_ce_s8(const tt_ctx *ctx, const int8_t *z, int32_t ez, int32_t
     int32_t i, sh = 7 - ez;
     int64_t S = 0, pc;
     if (sh < -24) sh = -24;
+    if (sh >= 1 && sh <= 31 && N <= 65536 && label >= 0 && label < N) {
+        /* the usual case in 32 bits, same bits as below: the int32 rounding shift is exact
+         * (|v| < 2^24), each g[i] <= 2^15 so S <= N 2^15 < 2^32, and the maximum for the
+         * requantization is taken while dividing */
+        uint32_t S32 = 0, m = 0;
+        for (i = 0; i < N; i++) {
+            int32_t t = tt_rshift_round_s32((z[i] - zmax) * TT_LOG2E_Q15, sh);
+            const int32_t v = tt_exp2_neg_q15_inline(t < TT_T_MIN ? TT_T_MIN : t);
+            g[i] = v;
+            S32 += (uint32_t)v;
+        }
+        for (i = 0; i < N; i++) {
+            const uint32_t q = ((uint32_t)g[i] << 15) / S32;
+            g[i] = q;
+            if (q > m && i != label) m = q;
+        }
+        pc = g[label];
+        g[label] -= 32768;
+        if ((uint32_t)(32768 - pc) > m) m = (uint32_t)(32768 - pc);
+        out->ee = -15 + tt_requant_s8_from_s64_max(g, N, m, out->e, ctx->stats);
+        out->loss_q16 = (15 << 16) - tt_log2_q16((uint32_t)(pc > 1 ? pc : 1));
+        return pred;
+    }
     for (i = 0; i < N; i++) {
         /* |v| <= 255 * 47274 < 2^24: for sh in [0, 31] the int32 rounding shift is exact */
         const int32_t v = (z[i] - zmax) * TT_LOG2E_Q15; /* <= 0 */

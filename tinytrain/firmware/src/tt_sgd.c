@@ -467,6 +467,12 @@ static inline void tt_sgd_s16_one(int16_t *w, int32_t p, int32_t s, tt_stats *st
 }
 
 #if TT_HAVE_DSP
+/* A row body specialised by a constant argument (aligned loads): always inlined under GCC. */
+#if defined(__GNUC__)
+#define TT_SGD_INLINE static inline __attribute__((always_inline))
+#else
+#define TT_SGD_INLINE static inline
+#endif
 #define TT_SGD_CHUNK 64 /* x widened to int16 pairs this many at a time (stack: 2 bytes each) */
 
 /* w[0..1] = W - D lane-wise, wrapping; raises the guard (Q flag) iff a lane's exact v = w - d is
@@ -481,16 +487,101 @@ static inline void tt_sgd_s16x2(int16_t *w, uint32_t W, uint32_t D)
     tt_st_s16x2(w, S);
 }
 
+/* The step pair D = (d_lo, d_hi) of a row's A and one widened input pair X (see below). */
+static inline uint32_t tt_sgd_step_s16x2(int32_t A, uint32_t X)
+{
+    return tt_pack_hi((uint32_t)__smlawb(A, (int32_t)X, 32768), (uint32_t)__smlawt(A, (int32_t)X, 32768));
+}
+
+/* Undo w[2j..2j+1] -= D_j (j < np) exactly: SADD16 of the stored w - d (mod 2^16) and d. */
+static void tt_sgd_row_undo_s16(int16_t *row, const uint32_t *xx, int32_t np, int32_t A)
+{
+    int32_t j;
+    for (j = 0; j < np; j++)
+        tt_st_s16x2(row + 2 * j, (uint32_t)__sadd16((int32_t)tt_ld_s16x2(row + 2 * j), (int32_t)tt_sgd_step_s16x2(A, xx[j])));
+}
+
+/* np pairs at row (inputs x, widened xx) whose fast pass hit its guard: undo them, redo them with
+ * the exact saturation guard of tt_sgd_s16x2 (a hit there: some w - d outside [-32767, 32767],
+ * i.e. a saturation, or an old -32768), and on a hit there undo again and take the scalar rule.
+ * Leaves the Q flag clear. */
+static void tt_sgd_pairs_redo_s16(int16_t *row, const uint32_t *xx, int32_t np, int32_t A, int32_t a,
+                                  const int8_t *x, int32_t s, tt_stats *st)
+{
+    int32_t j;
+    tt_sgd_row_undo_s16(row, xx, np, A);
+    tt_guard_clear();
+    for (j = 0; j < np; j++)
+        tt_sgd_s16x2(row + 2 * j, tt_ld_s16x2(row + 2 * j), tt_sgd_step_s16x2(A, xx[j]));
+    if (tt_guard_hit()) {
+        tt_sgd_row_undo_s16(row, xx, np, A);
+        for (j = 0; j < 2 * np; j++) tt_sgd_s16_one(row + j, a * (int32_t)x[j], s, st);
+        tt_guard_clear();
+    }
+}
+
+/* w[2j..2j+1] -= D_j for j < np (lane-wise, wrapping), eight weights per loop turn (LDRD/STRD
+ * when the row is 4-byte aligned: AL, a constant after inlining), guarded by SSAT16 #15 on the
+ * old pairs: with |d| <= 16383 an old lane in [-16384, 16383] gives w - d in [-32767, 32766], no
+ * saturation and no -32768, so the wrapping SSUB16 is the exact rule (one SSAT16 per pair instead
+ * of tt_sgd_s16x2's three guard steps). The Q flag, clear on entry, is read after every eight
+ * weights (and after the last pairs): a hit sends just those pairs to tt_sgd_pairs_redo_s16, so a
+ * trained row with a few large weights pays for their blocks only. */
+TT_SGD_INLINE void tt_sgd_row_fast_s16(int16_t *row, const uint32_t *xx, int32_t np, int32_t A, int32_t AL,
+                                       int32_t a, const int8_t *x, int32_t s, tt_stats *st)
+{
+    const uint32_t *end = xx + (np & ~3);
+    for (; xx != end; xx += 4, row += 8, x += 8) {
+        uint32_t W0, W1, W2, W3;
+        if (AL) {
+            tt_ld_s16x4(row, &W0, &W1);
+            tt_ld_s16x4(row + 4, &W2, &W3);
+        } else {
+            W0 = tt_ld_s16x2(row); W1 = tt_ld_s16x2(row + 2);
+            W2 = tt_ld_s16x2(row + 4); W3 = tt_ld_s16x2(row + 6);
+        }
+        {
+            const uint32_t D0 = tt_sgd_step_s16x2(A, xx[0]), D1 = tt_sgd_step_s16x2(A, xx[1]);
+            const uint32_t D2 = tt_sgd_step_s16x2(A, xx[2]), D3 = tt_sgd_step_s16x2(A, xx[3]);
+            tt_guard_s16x2_15(W0);
+            tt_guard_s16x2_15(W1);
+            tt_guard_s16x2_15(W2);
+            tt_guard_s16x2_15(W3);
+            W0 = (uint32_t)__ssub16((int32_t)W0, (int32_t)D0);
+            W1 = (uint32_t)__ssub16((int32_t)W1, (int32_t)D1);
+            W2 = (uint32_t)__ssub16((int32_t)W2, (int32_t)D2);
+            W3 = (uint32_t)__ssub16((int32_t)W3, (int32_t)D3);
+        }
+        if (AL) {
+            tt_st_s16x4(row, W0, W1);
+            tt_st_s16x4(row + 4, W2, W3);
+        } else {
+            tt_st_s16x2(row, W0); tt_st_s16x2(row + 2, W1);
+            tt_st_s16x2(row + 4, W2); tt_st_s16x2(row + 6, W3);
+        }
+        if (tt_guard_hit()) tt_sgd_pairs_redo_s16(row, xx, 4, A, a, x, s, st);
+    }
+    if (np & 3) {
+        const int32_t t = np & 3;
+        int32_t j;
+        for (j = 0; j < t; j++) {
+            const uint32_t W0 = tt_ld_s16x2(row + 2 * j);
+            tt_guard_s16x2_15(W0);
+            tt_st_s16x2(row + 2 * j, (uint32_t)__ssub16((int32_t)W0, (int32_t)tt_sgd_step_s16x2(A, xx[j])));
+        }
+        if (tt_guard_hit()) tt_sgd_pairs_redo_s16(row, xx, t, A, a, x, s, st);
+    }
+}
+
 /* Rows n of w16[N][K] with a_n = m_t * e[n] != 0: w -= round(a_n x[k] / 2^s), two weights per
  * step. With c = min(8, 32 - s), xx = x 2^c (int16 lanes) and A = a 2^(32 - s - c):
  *   SMLAWB(A, xx, 2^15) = floor(a x 2^(16 - s)) + 2^15, whose high half is
  *   floor((a x 2^(16 - s) + 2^15) / 2^16) = floor((a x + 2^(s - 1)) / 2^s) = d exactly.
  * A row goes this way only if |A| < 2^31 and (|a| * 128) >> s <= 16382 (|a| <= amax), so
  * |d| <= floor((|a| * 128 + 2^(s-1)) / 2^s) <= ((|a| * 128) >> s) + 1 <= 16383 fits a lane.
- * Each pair is written as W - D wrapping, with the exact saturation guard of tt_sgd_s16x2, so
- * the row is exact unless the guard is hit (some w - d outside [-32767, 32767], i.e. a
- * saturation, or an old -32768); then the row is restored exactly (SADD16 of the stored
- * w - d mod 2^16 and d) and redone by the scalar path, which also takes rows failing the bound. */
+ * A row is done by tt_sgd_row_fast_s16 (exact where the old weights are in [-16384, 16383], its
+ * guard), whose blocks of eight weights that hit the guard are restored and redone exactly
+ * (tt_sgd_pairs_redo_s16); rows failing the bound take the scalar path. */
 static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, int32_t N,
                                   int16_t *w16, int32_t m_t, int32_t s, tt_stats *st)
 {
@@ -498,6 +589,7 @@ static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, i
     /* largest |a| with |a| 2^sh <= INT32_MAX and (|a| * 128) >> s <= 16382 */
     const int64_t lim1 = (int64_t)INT32_MAX >> sh, lim2 = (((int64_t)16383 << s) - 1) / 128;
     const int32_t amax = (int32_t)(lim1 < lim2 ? lim1 : lim2);
+    const int32_t aligned = ((uintptr_t)w16 & 3u) == 0 && (K & 1) == 0; /* every row, every chunk */
     uint32_t xx[TT_SGD_CHUNK / 2];
     int32_t k0, n, j;
     for (k0 = 0; k0 < K; k0 += TT_SGD_CHUNK) {
@@ -514,28 +606,8 @@ static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, i
             }
             A = a * ((int32_t)1 << sh); /* |A| <= INT32_MAX by amax */
             tt_guard_clear();
-            for (j = 0; j + 2 <= np; j += 2) {
-                const uint32_t W0 = tt_ld_s16x2(row + 2 * j), W1 = tt_ld_s16x2(row + 2 * j + 2);
-                const int32_t X0 = (int32_t)xx[j], X1 = (int32_t)xx[j + 1];
-                const uint32_t D0 = tt_pack_hi((uint32_t)__smlawb(A, X0, 32768), (uint32_t)__smlawt(A, X0, 32768));
-                const uint32_t D1 = tt_pack_hi((uint32_t)__smlawb(A, X1, 32768), (uint32_t)__smlawt(A, X1, 32768));
-                tt_sgd_s16x2(row + 2 * j, W0, D0);
-                tt_sgd_s16x2(row + 2 * j + 2, W1, D1);
-            }
-            if (j < np) {
-                const uint32_t W0 = tt_ld_s16x2(row + 2 * j);
-                const int32_t X0 = (int32_t)xx[j];
-                const uint32_t D0 = tt_pack_hi((uint32_t)__smlawb(A, X0, 32768), (uint32_t)__smlawt(A, X0, 32768));
-                tt_sgd_s16x2(row + 2 * j, W0, D0);
-            }
-            if (tt_guard_hit()) { /* a saturation (or an old -32768): undo the row, redo it exactly */
-                for (j = 0; j < np; j++) {
-                    const int32_t X0 = (int32_t)xx[j];
-                    const uint32_t D0 = tt_pack_hi((uint32_t)__smlawb(A, X0, 32768), (uint32_t)__smlawt(A, X0, 32768));
-                    tt_st_s16x2(row + 2 * j, (uint32_t)__sadd16((int32_t)tt_ld_s16x2(row + 2 * j), (int32_t)D0));
-                }
-                for (j = 0; j < 2 * np; j++) tt_sgd_s16_one(row + j, a * (int32_t)x[k0 + j], s, st);
-            }
+            if (aligned) tt_sgd_row_fast_s16(row, xx, np, A, 1, a, x + k0, s, st);
+            else tt_sgd_row_fast_s16(row, xx, np, A, 0, a, x + k0, s, st);
             if (len & 1) tt_sgd_s16_one(row + len - 1, a * (int32_t)x[k0 + len - 1], s, st);
         }
     }
@@ -749,15 +821,23 @@ static inline void tt_sgd_dense_bias(const tt_sgd_step *u, int32_t *b, int32_t e
     const int32_t m_t = u->m_t, s = eb + o->k - ee;
     int32_t n;
     if (TT_SGD_FAST(o, m_t) && s >= 1 && s <= 31) {
-        /* |m_t * e| < 2^22: the int32 rounding shift is exact; b - d is formed in int64 */
+        /* |m_t * e| < 2^22: the rounded shift is (p + 2^(s-1)) >> s without overflow; b - d
+         * wraps in uint32 and overflowed iff b and d differ in sign and the result's sign is
+         * not b's, then it saturates toward d's opposite sign (the int64 difference's clamp) */
+        const int32_t half = (int32_t)1 << (s - 1);
         for (n = 0; n < N; n++) {
             const int32_t p = m_t * (int32_t)e[n];
-            int64_t v;
+            uint32_t bn, d, r;
             if (p == 0) continue;
-            v = (int64_t)b[n] - tt_rshift_round_s32(p, s);
-            if (v > INT32_MAX) { v = INT32_MAX; u->stats->saturated++; }
-            else if (v < INT32_MIN) { v = INT32_MIN; u->stats->saturated++; }
-            b[n] = (int32_t)v;
+            bn = (uint32_t)b[n];
+            d = (uint32_t)((p + half) >> s);
+            r = bn - d;
+            if (((bn ^ d) & (bn ^ r)) >> 31) {
+                u->stats->saturated++;
+                b[n] = (int32_t)d > 0 ? INT32_MIN : INT32_MAX;
+            } else {
+                b[n] = (int32_t)r;
+            }
         }
         return;
     }
