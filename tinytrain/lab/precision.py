@@ -339,7 +339,7 @@ def run(workload: str, seeds=(0, 1, 2), recipes=None, epochs: int | None = None,
     wl = WORKLOADS[workload]
     ds = wl.load()
     recipes = list(RECIPES) if recipes is None else [recipe(n) if isinstance(n, str) else n for n in recipes]
-    epochs = wl.epochs if epochs is None else int(epochs)
+    epochs = (wl.lab_epochs or wl.epochs) if epochs is None else int(epochs)
     rows = []
     for r in recipes:
         t0, runs = time.time(), []

@@ -78,7 +78,7 @@ BN_EPS, BN_MOMENTUM = 1e-5, 2.0**-3  # tinytrain BatchNorm(eps=1e-5, momentum=0.
 
 
 def w2_twin(seed: int) -> nn.Module:
-    """W2 mnist1d-cnn on (40, 1): three Conv1d(25, k, stride 2, same) + ReLU (k = 5, 3, 3:
+    """mnist1d-cnn (workload w2-strided) on (40, 1): three Conv1d(25, k, stride 2, same) + ReLU (k = 5, 3, 3:
     lengths 40 -> 20 -> 10 -> 5), Flatten (L, C order), Dense(10)."""
     rng = np.random.default_rng(seed)
     mods, L, C = [_Permute(0, 2, 1)], 40, 1  # (N, L, C) -> (N, C, L)
@@ -86,6 +86,19 @@ def w2_twin(seed: int) -> nn.Module:
         mods += [nn.ConstantPad1d(_same_pads(L, k, 2), 0.0),
                  _he_uniform_conv(nn.Conv1d(C, 25, k, stride=2), (25, k, C), (0, 2, 1), rng), nn.ReLU()]
         L, C = -(-L // 2), 25
+    mods += [_Permute(0, 2, 1), nn.Flatten(), _he_uniform_linear(L * C, 10, rng)]
+    return nn.Sequential(*mods)
+
+
+def w2_pool_twin(seed: int) -> nn.Module:
+    """W2 mnist1d-cnn-pool on (40, 1): three Conv1d(12, k, stride 1, same) + ReLU + MaxPool1d(2)
+    (k = 5, 3, 3: lengths 40 -> 20 -> 10 -> 5), Flatten (L, C order), Dense(10)."""
+    rng = np.random.default_rng(seed)
+    mods, L, C = [_Permute(0, 2, 1)], 40, 1  # (N, L, C) -> (N, C, L)
+    for k in (5, 3, 3):
+        mods += [nn.ConstantPad1d(_same_pads(L, k, 1), 0.0),
+                 _he_uniform_conv(nn.Conv1d(C, 12, k), (12, k, C), (0, 2, 1), rng), nn.ReLU(), nn.MaxPool1d(2)]
+        L, C = L // 2, 12
     mods += [_Permute(0, 2, 1), nn.Flatten(), _he_uniform_linear(L * C, 10, rng)]
     return nn.Sequential(*mods)
 
@@ -105,7 +118,7 @@ def w3_twin(seed: int) -> nn.Module:
     return nn.Sequential(*mods)
 
 
-TWINS = {"w1": w1_twin, "w2": w2_twin, "w3": w3_twin}
+TWINS = {"w1": w1_twin, "w2": w2_pool_twin, "w2-strided": w2_twin, "w3": w3_twin}
 
 
 def twin(name: str, seed: int) -> nn.Module:
