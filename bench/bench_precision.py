@@ -55,11 +55,22 @@ def write_section(results):
     report.update_section("precision", "\n".join(body))
 
 
+class _RunLog:
+    """`P.run`'s progress as one stderr line per finished training run (logs, not a TTY)."""
+
+    def __init__(self, workload, total):
+        self.w, self.total, self.done, self.t0 = workload, total, 0, time.time()
+
+    def update(self, n):
+        self.done += n
+        print(f"{self.w}: run {self.done}/{self.total}, {time.time() - self.t0:.0f} s", file=sys.stderr, flush=True)
+
+
 def main(names):
     results = []
     for w in names:
         t0 = time.time()
-        res = P.run(w)
+        res = P.run(w, progress=_RunLog(w, P.n_runs((0, 1, 2), None, True)))
         res["seconds"], res["load"] = time.time() - t0, os.getloadavg()[0]
         results.append(res)
         print(P.format_table(res))
