@@ -4,6 +4,7 @@ differences, and writes bench/results/precision.json and precision.png.
 
     python bench/bench_precision.py            # all three workloads (~15-30 min on 2 cores)
     python bench/bench_precision.py w1 w3      # some (the others' results in precision.json are kept)
+    python bench/bench_precision.py w2 --recipe fp32 --recipe "bf16 + master"   # some recipes only
 
 Targets (issue 11): BF16 with an FP32 master within 0.3 point of FP32 on W2 and W3; the FP8
 hybrid recipe with delayed scaling within 0.5 point of BF16 (+ master).
@@ -32,6 +33,8 @@ def _row(res, name):
 
 
 def targets(res) -> str:
+    if not {"fp32", "bf16 + master", "fp8 hybrid + master + delayed scaling"} <= {r["recipe"] for r in res["rows"]}:
+        return f"{res['workload']}: the targets' recipes were not all run"
     f32, b16 = _row(res, "fp32"), _row(res, "bf16 + master")
     f8 = _row(res, "fp8 hybrid + master + delayed scaling")
     d1 = b16["accuracy_mean"] - f32["accuracy_mean"]
@@ -50,16 +53,30 @@ def write_section(results):
             "weights+master / activations / errors / weight gradients. One test sample of 360 is 0.28 points. "
             "docs/precision-lab.md has the recipes.", ""]
     for res in results:
-        body += ["```", P.format_table(res), "```", targets(res), ""]
+        n_float = sum(r["kind"] == "float" for r in res["rows"])
+        subset = (f". Only {n_float} of the {len(P.RECIPES)} float recipes were run for {res['workload']} "
+                  "(`--recipe`; a fair W2 twin trains 100 epochs, ~2 min a run here)." if n_float < len(P.RECIPES) else "")
+        body += ["```", P.format_table(res), "```", targets(res) + subset, ""]
     body.append(f"Machine: {report.machine_line(report.machine())}; other jobs were running (load above).")
     report.update_section("precision", "\n".join(body))
 
 
-def main(names):
+class _RunLog:
+    """`P.run`'s progress as one stderr line per finished training run (logs, not a TTY)."""
+
+    def __init__(self, workload, total):
+        self.w, self.total, self.done, self.t0 = workload, total, 0, time.time()
+
+    def update(self, n):
+        self.done += n
+        print(f"{self.w}: run {self.done}/{self.total}, {time.time() - self.t0:.0f} s", file=sys.stderr, flush=True)
+
+
+def main(names, recipes=None):
     results = []
     for w in names:
         t0 = time.time()
-        res = P.run(w)
+        res = P.run(w, recipes=recipes, progress=_RunLog(w, P.n_runs((0, 1, 2), recipes, True)))
         res["seconds"], res["load"] = time.time() - t0, os.getloadavg()[0]
         results.append(res)
         print(P.format_table(res))
@@ -75,7 +92,14 @@ def main(names):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--report"]:  # rebuild BENCHMARKS.md's section from precision.json
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("workloads", nargs="*", default=["w1", "w2", "w3"])
+    ap.add_argument("--recipe", action="append", default=None, metavar="NAME",
+                    help="only these float recipes (repeatable; default all): the table shows just them")
+    ap.add_argument("--report", action="store_true", help="rebuild BENCHMARKS.md's section from precision.json")
+    a = ap.parse_args()
+    if a.report:
         write_section(json.loads((OUT / "precision.json").read_text()))
     else:
-        main(sys.argv[1:] or ["w1", "w2", "w3"])
+        main(a.workloads, a.recipe)

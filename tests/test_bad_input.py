@@ -162,6 +162,7 @@ ROWS = [
       {"m.json": spec([{"type": "dense", "units": 8}, {"type": "leaky_relu", "alpha": 0.001}, {"type": "dense", "units": 10}])},
       None, id="leaky-alpha-too-small"),
     R(["precision-lab", "--workload", "w1", "--recipe", "fp4"], "unknown recipe 'fp4'", {}, None, id="lab-unknown-recipe"),
+    R(["precision-lab", "--workload", "w2-pool"], "--workload 'w2-pool' is not a workload: use one of w1, w2, w2-strided, w3", {}, None, id="lab-unknown-workload"),
     # ---- precision policies (docs/precision.md)
     R([*TRAIN, "digits-mlp", "--precision", '{"weights": "int4"}'], 'int4 weights need a finer exponent than one per '
       'tensor: add "exponent": "row" or "block32"', {}, None, id="precision-int4-tensor-exponent"),

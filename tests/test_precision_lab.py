@@ -133,3 +133,17 @@ def test_integer_rows_take_precision_policies():
     assert m.input_exp == wl.model(ds, 0).input_exp and not m.opt.sr
     assert P.integer_model(wl, ds, 0, {"precision": "int8"}).opt.sr
     assert {"tinytrain int8 w, no master (stochastic rounding)", "tinytrain int8 w + int16 master"} <= set(P.INTEGER_POLICIES)
+
+
+def test_failures_names_the_recipes_under_fp32_and_what_helps_them():
+    def row(name, acc, kind="float"):
+        return {"recipe": name, "kind": kind, "accuracy_mean": acc}
+    res = {"rows": [row("fp32", 90.0), row("fp16", 85.0), row("fp16 + master", 89.5), row("bf16", 88.5),
+                    row("bf16 + master", 89.9), row("fp8 e4m3 + master", 80.0),
+                    row("tinytrain int16 w / int8 act+err (today)", 50.0, "integer")]}
+    line = P.failures(res)
+    assert line.startswith("fail (more than 1 point under fp32): fp16 -5.00 (with master weights -0.50); "
+                           "bf16 -1.50 (with master weights -0.10); fp8 e4m3 + master -10.00;")
+    assert "tinytrain" not in line and "fp16 + master -" not in line  # integer rows and passing recipes left out
+    assert P.failures({"rows": [row("bf16", 1.0)]}) == ""  # nothing to compare with
+    assert "none" in P.failures({"rows": [row("fp32", 90.0), row("bf16", 89.5)]})

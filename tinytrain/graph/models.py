@@ -133,7 +133,7 @@ def _digits_cnn(dataset):
 
 
 def _mnist1d_cnn(dataset):
-    """W2: MNIST-1D (40, 1): three stride-2 'same' 1-D convolutions of 25 filters with ReLU,
+    """W2 before issue 11 (lab workload `w2-strided`): MNIST-1D (40, 1): three stride-2 'same' 1-D convolutions of 25 filters with ReLU,
     then Dense(10) -- the MNIST-1D paper's CNN shape (it reports 94% in float). Integer SGD
     lr 0.03 with a cosine schedule over the run: 93.2% test accuracy after 40 epochs (seed 0)."""
     conv = lambda k: {"type": "conv1d", "filters": 25, "kernel": k, "stride": 2, "padding": "same"}  # noqa: E731
@@ -143,7 +143,7 @@ def _mnist1d_cnn(dataset):
 
 
 def _mnist1d_cnn_pool(dataset):
-    """W2 with a better model (issue 11): MNIST-1D (40, 1): three stride-1 'same' 1-D
+    """W2 (lab workload `w2` since issue 11, a better model than mnist1d-cnn): MNIST-1D (40, 1): three stride-1 'same' 1-D
     convolutions of 12 filters (kernels 5, 3, 3), each followed by ReLU and MaxPool1d(2)
     (40 -> 20 -> 10 -> 5 positions), then Flatten and Dense(10): 1,570 parameters (mnist1d-cnn:
     5,210), 17,036 B training RAM (`tinytrain info`, board mps2_an386, incl. the 3.2 KB load

@@ -24,12 +24,14 @@ def _seeds(s: str) -> tuple[int, ...]:
 
 
 def _args(p):
-    p.add_argument("--workload", required=True, choices=["w1", "w2", "w3"],
-                   help="w1 digits-mlp, w2 mnist1d-cnn, w3 digits-cnn (DESIGN.md's benchmarks)")
+    p.add_argument("--workload", required=True, metavar="NAME",
+                   help="w1 digits-mlp, w2 mnist1d-cnn-pool, w2-strided mnist1d-cnn (W2 before issue 11), "
+                        "w3 digits-cnn (DESIGN.md's benchmarks)")
     p.add_argument("--seeds", type=_seeds, default=(0, 1, 2), help="comma-separated seeds (default 0,1,2)")
     p.add_argument("--recipe", action="append", default=None, metavar="NAME",
                    help="only this float recipe (repeatable; default: all, see docs/precision-lab.md)")
-    p.add_argument("--epochs", type=cli._positive_int, default=None, help="float-twin epochs (default: the workload's)")
+    p.add_argument("--epochs", type=cli._positive_int, default=None,
+                   help="float-twin epochs (default: the workload's lab epochs, w2 100, else its epochs)")
     p.add_argument("--batch-size", type=cli._positive_int, default=32, help="float-twin batch (default 32)")
     p.add_argument("--no-integer", action="store_true", help="leave out tinytrain's integer rows")
     p.add_argument("--plot", metavar="FILE", default=None, help="write a PNG of accuracy per recipe")
@@ -46,6 +48,9 @@ def _run(args) -> int:
     except ImportError as exc:
         raise ValueError(f"precision-lab needs PyTorch and ml_dtypes ({exc.name} is missing): "
                          "pip install 'tinytrain-mcu[lab]'") from None
+    from tinytrain.lab.workloads import WORKLOADS
+    if args.workload not in WORKLOADS:
+        raise ValueError(f"--workload {args.workload!r} is not a workload: use one of {', '.join(WORKLOADS)}")
     if args.recipe:
         for name in args.recipe:
             P.recipe(name)  # unknown names: one line naming the known ones

@@ -344,7 +344,7 @@ def run(workload: str, seeds=(0, 1, 2), recipes=None, epochs: int | None = None,
     wl = WORKLOADS[workload]
     ds = wl.load()
     recipes = list(RECIPES) if recipes is None else [recipe(n) if isinstance(n, str) else n for n in recipes]
-    epochs = wl.epochs if epochs is None else int(epochs)
+    epochs = (wl.lab_epochs or wl.epochs) if epochs is None else int(epochs)
     rows = []
     for r in recipes:
         t0, runs = time.time(), []
@@ -392,6 +392,33 @@ def n_runs(seeds, recipes, integer) -> int:
     return len(seeds) * ((len(RECIPES) if recipes is None else len(recipes)) + (len(INTEGER_POLICIES) if integer else 0))
 
 
+FAIL_POINTS = 1.0  # a float recipe "fails" when its mean is more than this many points under fp32
+
+#: (recipe, the same formats with the help added, what the help is)
+HELPS = [("fp16", "fp16 + master", "master weights"), ("bf16", "bf16 + master", "master weights"),
+         ("bf16", "bf16 + sr", "stochastic rounding"),
+         ("fp16 + master", "fp16 + master + static scale", "static loss scaling"),
+         ("fp16 + master", "fp16 + master + dynamic scale", "dynamic loss scaling"),
+         ("fp8 e4m3 + master", "fp8 hybrid + master", "E5M2 gradients"),
+         ("fp8 hybrid + master", "fp8 hybrid + master + delayed scaling", "delayed scaling")]
+
+
+def failures(res: dict, points: float = FAIL_POINTS) -> str:
+    """One line: the float recipes more than `points` under fp32, and for each what the help
+    of HELPS (master weights, loss or delayed scaling, ...) brings it to; '' without fp32."""
+    rows = {r["recipe"]: r for r in res["rows"] if r["kind"] == "float"}
+    if "fp32" not in rows:
+        return ""
+    d = {n: r["accuracy_mean"] - rows["fp32"]["accuracy_mean"] for n, r in rows.items()}
+    failed = [n for n in rows if d[n] < -points]
+    out = []
+    for n in failed:
+        helped = [f"{what} {d[h]:+.2f}" for base, h, what in HELPS if base == n and h in d]
+        out.append(f"{n} {d[n]:+.2f}" + (f" (with {', '.join(helped)})" if helped else ""))
+    return (f"fail (more than {points:g} point under fp32): " + ("; ".join(out) if out else "none")
+            + "; vs fp32, mean over the seeds")
+
+
 def format_table(res: dict) -> str:
     out = [f"precision lab: {res['workload']} ({res['title']}), seeds {res['seeds']}, float twins {res['epochs']} epochs "
            f"at batch {res['batch_size']} (lr {res['lr_float']:.3g}); integer rows as tinytrain trains (batch 1)",
@@ -407,7 +434,8 @@ def format_table(res: dict) -> str:
         b = r["bytes"]
         by = f"{b['weights'] + b['master']}/{b['activations']}/{b['errors']}/{b['weight_gradients']}"
         out.append(f"{r['recipe']:<42} {acc:>14} {vs:>8} {sum(r['skipped_steps']):>8} {uf:>20} {by:>24}")
-    return "\n".join(out)
+    fails = failures(res)
+    return "\n".join(out + ([fails] if fails else []))
 
 
 def plot(results: list[dict], path: str) -> None:

@@ -77,17 +77,32 @@ def _he_uniform_conv(conv: nn.Module, tt_shape: tuple, to_torch: tuple, rng: np.
 BN_EPS, BN_MOMENTUM = 1e-5, 2.0**-3  # tinytrain BatchNorm(eps=1e-5, momentum=0.1): mom_k = 3
 
 
-def w2_twin(seed: int) -> nn.Module:
-    """W2 mnist1d-cnn on (40, 1): three Conv1d(25, k, stride 2, same) + ReLU (k = 5, 3, 3:
-    lengths 40 -> 20 -> 10 -> 5), Flatten (L, C order), Dense(10)."""
+def _conv1d_twin(seed: int, filters: int, stride: int, pool: bool) -> nn.Module:
+    """Three Conv1d(filters, k, stride, same) + ReLU (+ MaxPool1d(2)) for k = 5, 3, 3 on
+    (40, 1), Flatten (L, C order), Dense(10)."""
     rng = np.random.default_rng(seed)
     mods, L, C = [_Permute(0, 2, 1)], 40, 1  # (N, L, C) -> (N, C, L)
     for k in (5, 3, 3):
-        mods += [nn.ConstantPad1d(_same_pads(L, k, 2), 0.0),
-                 _he_uniform_conv(nn.Conv1d(C, 25, k, stride=2), (25, k, C), (0, 2, 1), rng), nn.ReLU()]
-        L, C = -(-L // 2), 25
+        mods += [nn.ConstantPad1d(_same_pads(L, k, stride), 0.0),
+                 _he_uniform_conv(nn.Conv1d(C, filters, k, stride=stride), (filters, k, C), (0, 2, 1), rng), nn.ReLU()]
+        L, C = -(-L // stride), filters
+        if pool:
+            mods.append(nn.MaxPool1d(2))
+            L //= 2
     mods += [_Permute(0, 2, 1), nn.Flatten(), _he_uniform_linear(L * C, 10, rng)]
     return nn.Sequential(*mods)
+
+
+def w2_twin(seed: int) -> nn.Module:
+    """mnist1d-cnn (workload w2-strided): three stride-2 convolutions of 25 filters
+    (lengths 40 -> 20 -> 10 -> 5)."""
+    return _conv1d_twin(seed, 25, 2, pool=False)
+
+
+def w2_pool_twin(seed: int) -> nn.Module:
+    """W2 mnist1d-cnn-pool: three stride-1 convolutions of 12 filters, each + ReLU +
+    MaxPool1d(2) (lengths 40 -> 20 -> 10 -> 5)."""
+    return _conv1d_twin(seed, 12, 1, pool=True)
 
 
 def w3_twin(seed: int) -> nn.Module:
@@ -105,7 +120,7 @@ def w3_twin(seed: int) -> nn.Module:
     return nn.Sequential(*mods)
 
 
-TWINS = {"w1": w1_twin, "w2": w2_twin, "w3": w3_twin}
+TWINS = {"w1": w1_twin, "w2": w2_pool_twin, "w2-strided": w2_twin, "w3": w3_twin}
 
 
 def twin(name: str, seed: int) -> nn.Module:

@@ -43,6 +43,7 @@ class Workload:
     builtin: str | None = None  # tinytrain/graph/models.py name
     goal_diff_points: float | None = None  # |integer - float twin| (mean over seeds) at most this
     goal_min_pct: float | None = None      # integer mean test accuracy at least this
+    lab_epochs: int | None = None  # the precision lab's float-twin epochs (its mini-batches; None: epochs)
 
     def total_steps(self, n: int, batch_size: int = 1) -> int:
         return self.epochs * n // batch_size
@@ -89,12 +90,20 @@ W1 = Workload(name="w1", title="digits-mlp", load=lambda: data.load_digits("flat
               goal_diff_points=1.0)
 
 # MNIST-1D floats span about [-5.5, 4.5]: the "unit" input scale shifts by 3 (into [-1, 1]).
-# Epochs as documented in models.py (40, cosine over the run); the paper's float CNN: 94%.
-W2 = Workload(name="w2", title="mnist1d-cnn", load=lambda: data.load_mnist1d("signal"), layers=None,
-              input_shift=3, lr=0.03, epochs=40, schedule="cosine", builtin="mnist1d-cnn",
-              goal_min_pct=90.0)
+# W2 is mnist1d-cnn-pool (issue 11: stride-1 convolutions + max pooling, 1,570 parameters), the
+# model that reaches the MNIST-1D paper's 94 %; the strided mnist1d-cnn it replaced stays as
+# "w2-strided" (92.93 %).  40 epochs, cosine over the run, as models.py documents.  The lab's
+# float twins train at batch 32 with a constant lr, which needs 100 epochs to reach the twin's
+# batch-1 accuracy here (40 epochs: 92.5 %, 100: 94.3 %, seeds 0/1/2; docs/precision-lab.md).
+W2 = Workload(name="w2", title="mnist1d-cnn-pool", load=lambda: data.load_mnist1d("signal"), layers=None,
+              input_shift=3, lr=0.03, epochs=40, schedule="cosine", builtin="mnist1d-cnn-pool",
+              goal_min_pct=94.0, lab_epochs=100)
+
+W2_STRIDED = Workload(name="w2-strided", title="mnist1d-cnn", load=lambda: data.load_mnist1d("signal"),
+                      layers=None, input_shift=3, lr=0.03, epochs=40, schedule="cosine",
+                      builtin="mnist1d-cnn", goal_min_pct=90.0)
 
 W3 = Workload(name="w3", title="digits-cnn", load=lambda: data.load_digits("image"), layers=None,
               input_shift=4, lr=0.03, epochs=20, builtin="digits-cnn", goal_diff_points=1.5)
 
-WORKLOADS = {"w1": W1, "w2": W2, "w3": W3}
+WORKLOADS = {"w1": W1, "w2": W2, "w2-strided": W2_STRIDED, "w3": W3}
