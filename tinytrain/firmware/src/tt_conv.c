@@ -534,7 +534,9 @@ static int32_t conv2d_bwd_dsp(const int8_t *e, const int16_t *w, int32_t H, int3
     const int32_t Cp = (Cout + 1) / 2, T = KH * KW, L = T * Cin;
     uint32_t wt[TT_CONV_BWD_WT_MAX], et[TT_CONV_BWD_ET_MAX];
     int32_t ci, j, p, ih, iw;
-    if (T * Cin * Cp > TT_CONV_BWD_WT_MAX || OH * OW * Cp > TT_CONV_BWD_ET_MAX) return 0;
+    /* KH, KW >= 1 stated here also keeps GCC from storing an empty window's int64 zero through a
+     * VFP register (vstmia d7) on hard-float cores: the runtime stays free of VFP instructions */
+    if (KH < 1 || KW < 1 || T * Cin * Cp > TT_CONV_BWD_WT_MAX || OH * OW * Cp > TT_CONV_BWD_ET_MAX) return 0;
     for (j = 0; j < Cp; j++) { /* channel rows 2j, 2j + 1 of w: each L contiguous weights */
         const int16_t *w0 = w + 2 * j * L, *w1 = w0 + L;
         uint32_t *d = wt + j;
