@@ -207,6 +207,16 @@ ROWS = [
     R([*TRAIN, "m.json"], "loss_scale is one scale for the whole model: move it to the model's",
       {"m.json": spec([{"type": "dense", "units": 10, "precision": {"loss_scale": "global"}}])}, None,
       id="loss-scale-layer-override"),
+    R([*TRAIN, "digits-mlp", "--precision", '{"loss_scale": "global:init_scale=3,init_scale=4"}'],
+      "loss_scale: init_scale is given twice in 'global:init_scale=3,init_scale=4': keep one", {}, None,
+      id="loss-scale-key-twice"),
+    R([*TRAIN, "digits-mlp", "--precision", '{"loss_scale": {"init_scale": 5}}'],
+      'loss_scale: the object has no "mode": add "mode": "global"', {}, None, id="loss-scale-no-mode"),
+    R([*TRAIN, "m.json"], "loss_scale: growth_interval = [1] must be an integer (a count of steps)",
+      {"m.json": spec(precision={"loss_scale": {"mode": "global", "growth_interval": [1]}})}, None,
+      id="loss-scale-interval-list"),
+    R([*TRAIN, "digits-mlp", "--precision", '{"loss_scale": {"mode": "global", "init_scale": true}}'],
+      "loss_scale: init_scale = true must be an integer (an exponent of two)", {}, None, id="loss-scale-init-bool"),
 
 
     # ---- pruning (docs/pruning.md): the model file's "prune" object, a layer's, and --prune
