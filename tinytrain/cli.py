@@ -345,6 +345,7 @@ def _train_run(args) -> int:
     ds = data.load(_resolve_data(args.data, args.model))
     model = build_model(args.model, ds, seed=args.seed, lr=args.lr, batch_size=args.batch_size,
                         precision=precision_arg(args.precision), prune=_prune_arg(args.prune))
+    _check_storage(model, TrainError)
     if args.out and not (args.resume or args.force):
         _refuse_replacing(args.out, model)
     progress = sys.stderr.isatty() if args.progress is None else args.progress
@@ -387,6 +388,12 @@ def _train_run(args) -> int:
             print("pruned: " + ", ".join(f"{k} {v['zeros']}/{v['of']} ({100 * v['zeros'] / v['of']:.1f} %)"
                                          for k, v in summary["pruned"].items()))
     return 0
+
+
+def _check_storage(model, error):
+    """A "storage" the model cannot have on the board is refused before training, not after it."""
+    from tinytrain.codegen.sparse import check_storage
+    check_storage(model, error)
 
 
 def _refuse_replacing(out, model):
