@@ -288,6 +288,11 @@ ROWS = [
       {"m.json": spec(precision={"momentum": "int8"}, optimizer={"lr": 0.01, "momentum": 0.9},
                       prune={"schedule": "one_shot", "final_sparsity": 0.5, "storage": "bitmap"})},
       None, id="prune-storage-int8-momentum-train"),
+    R(COMPRESS, 'stage 1 (prune): prune: storage = "bitmap": layer 0 (dense): sparse storage has no kernel for int8 momentum',
+      {"m.json": spec(precision={"momentum": "int8"}, optimizer={"lr": 0.01, "momentum": 0.9}),
+       "s.toml": 'model = "m.json"\n[[stage]]\nkind = "prune"\nepochs = 1\n'
+                 'prune = {schedule = "one_shot", final_sparsity = 0.5, storage = "bitmap"}\n'},
+      None, id="compress-storage-int8-momentum"),
     R(["info", "--model", "nosuch.tt", "--fixed-point"], "nosuch.tt", {}, None, id="info-fixed-point-missing-file"),
     R([*TRAIN, "m.json"], "unknown key(s) activation: known keys are units",
       {"m.json": spec([{"type": "dense", "units": 10, "activation": "relu"}])}, None, id="layer-unknown-key"),
