@@ -130,11 +130,13 @@ def _why_not(model, key) -> str | None:
     if tab.groups[tab.keys.index(key)] is not None:  # its bias and batch-norm slots are masked too
         return f"layer {li} ({l.kind}): structured pruning removes whole units: shrink the model instead (tinytrain shrink)"
     if l.kind != "dense" or l.params[pi].name != "w":
-        return f"layer {li} ({l.kind}): sparse storage covers Dense weights only so far"
+        return f"layer {li} ({l.kind}): sparse storage covers Dense weights only so far: use storage \"auto\" (keeps it dense)"
     if l.params[pi].data.dtype != np.int16:
-        return f"layer {li} (dense): sparse storage needs int16 weights (a precision policy gives {l.params[pi].data.dtype})"
+        return (f"layer {li} (dense): sparse storage needs int16 weights (a precision policy gives {l.params[pi].data.dtype}): "
+                "use storage \"auto\" (keeps this layer dense)")
     if key in model.master and model.master[key].dtype != np.int32:
-        return f"layer {li} (dense): sparse storage needs an int32 master (the policy gives {model.master[key].dtype})"
+        return (f"layer {li} (dense): sparse storage needs an int32 master (the policy gives {model.master[key].dtype}): "
+                "use storage \"auto\" (keeps this layer dense)")
     v = model.velocity.get(key)
     if v is not None and v.dtype == np.int8:
         return (f"layer {li} (dense): sparse storage has no kernel for int8 momentum: use momentum \"int32\", "
