@@ -272,7 +272,8 @@ def add_precision_arg(p) -> None:
     p.add_argument("--precision", default=None, metavar="POLICY",
                    help=f"precision policy: a preset ({', '.join(PRESETS)}) or a JSON object such as "
                    "'{\"weights\": \"int8\", \"master\": \"int16\"}' (replaces the model file's; a saved "
-                   ".tt is converted to it: docs/precision.md)")
+                   ".tt is converted to it: docs/precision.md); keys include \"momentum\" (int32, int16, int8) "
+                   "and \"loss_scale\" (dynamic, global, static, e.g. \"global:init_scale=7\")")
 
 
 def _prune_arg(text):
@@ -310,7 +311,8 @@ def _train_args(p):
     p.add_argument("--batch-size", type=int, help="batch size (overrides the model's; default 1)")
     add_precision_arg(p)
     p.add_argument("--prune", metavar="JSON", help='prune while training: a "prune" object for the whole model, '
-                   'e.g. \'{"schedule": "polynomial", "final_sparsity": 0.8, "end_step": 20000}\' (docs/pruning.md)')
+                   'e.g. \'{"schedule": "polynomial", "final_sparsity": 0.8, "end_step": 20000}\'; its "storage" '
+                   '(auto, dense, sparse, rows, bitmap) is how codegen stores the pruned tensors (docs/pruning.md)')
     p.add_argument("--plot", help="write a training-curve PNG here")
     p.add_argument("--resume", action="store_true", help="continue from --out if it exists (bit-identical)")
     p.add_argument("--force", action="store_true", help="replace --out even if it holds a different "
@@ -324,6 +326,7 @@ def _train_args(p):
     p.epilog = ("examples:\n  tinytrain train --data digits --model digits-mlp --out runs/w1.tt\n"
                 "  tinytrain train --data digits --model digits-mlp --precision int8 --out runs/w1-int8.tt\n"
                 "  tinytrain train --data digits --model runs/w1.tt --precision int8-master16 --epochs 5 --out runs/w1-ft.tt\n"
+                "  tinytrain train --data digits --model digits-mlp --precision '{\"loss_scale\": \"global\"}' --out runs/w1-gs.tt\n"
                 "  tinytrain train --data mnist1d --model mnist1d-cnn --epochs 40 --plot runs/w2.png --json")
 
 
@@ -345,6 +348,7 @@ def _train_run(args) -> int:
     ds = data.load(_resolve_data(args.data, args.model))
     model = build_model(args.model, ds, seed=args.seed, lr=args.lr, batch_size=args.batch_size,
                         precision=precision_arg(args.precision), prune=_prune_arg(args.prune))
+    _check_storage(model, TrainError)
     if args.out and not (args.resume or args.force):
         _refuse_replacing(args.out, model)
     progress = sys.stderr.isatty() if args.progress is None else args.progress
@@ -387,6 +391,12 @@ def _train_run(args) -> int:
             print("pruned: " + ", ".join(f"{k} {v['zeros']}/{v['of']} ({100 * v['zeros'] / v['of']:.1f} %)"
                                          for k, v in summary["pruned"].items()))
     return 0
+
+
+def _check_storage(model, error):
+    """A "storage" the model cannot have on the board is refused before training, not after it."""
+    from tinytrain.codegen.sparse import check_storage
+    check_storage(model, error)
 
 
 def _refuse_replacing(out, model):
@@ -626,7 +636,8 @@ def _info_args(p):
                    "flash as bars split by role against its limits, and per-layer RAM/flash/MACs")
     p.add_argument("--fixed-point", action="store_true", help="also replay one epoch of training "
                    "(reference, on a copy) and report every tensor's Q-format, the range it uses, "
-                   "headroom, saturations and update underflows per layer, and the accumulator bounds")
+                   "headroom, saturations and update underflows per layer, and the accumulator bounds; with a "
+                   "global or static loss_scale, the steps the replay skipped (or saturated) and its final exponent")
     p.add_argument("--data", default=None, help="dataset of the --fixed-point replay (default: the one "
                    "the model was trained on)")
     p.add_argument("--samples", type=_positive_int, default=None, metavar="N",

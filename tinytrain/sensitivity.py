@@ -97,6 +97,7 @@ def with_layer_policy(model, li: int, preset: str):
     from tinytrain.graph.convert import with_precision
 
     spec = PRESETS[preset].to_dict(only_changed=False)  # every key: a width may need its exponent too
+    spec.pop("loss_scale", None)  # model-wide: a layer's policy may not carry it
     if all(getattr(model.layers[li].policy, k) == v for k, v in spec.items()):
         return model.copy()
 

@@ -130,16 +130,20 @@ def _why_not(model, key) -> str | None:
     if tab.groups[tab.keys.index(key)] is not None:  # its bias and batch-norm slots are masked too
         return f"layer {li} ({l.kind}): structured pruning removes whole units: shrink the model instead (tinytrain shrink)"
     if l.kind != "dense" or l.params[pi].name != "w":
-        return f"layer {li} ({l.kind}): sparse storage covers Dense weights only so far"
+        return f"layer {li} ({l.kind}): sparse storage covers Dense weights only so far: use storage \"auto\" (keeps it dense)"
     if l.params[pi].data.dtype != np.int16:
-        return f"layer {li} (dense): sparse storage needs int16 weights (a precision policy gives {l.params[pi].data.dtype})"
+        return (f"layer {li} (dense): sparse storage needs int16 weights (a precision policy gives {l.params[pi].data.dtype}): "
+                "use storage \"auto\" (keeps this layer dense)")
     if key in model.master and model.master[key].dtype != np.int32:
-        return f"layer {li} (dense): sparse storage needs an int32 master (the policy gives {model.master[key].dtype})"
+        return (f"layer {li} (dense): sparse storage needs an int32 master (the policy gives {model.master[key].dtype}): "
+                "use storage \"auto\" (keeps this layer dense)")
     v = model.velocity.get(key)
     if v is not None and v.dtype == np.int8:
-        return f"layer {li} (dense): sparse storage has no kernel for int8 momentum"
+        return (f"layer {li} (dense): sparse storage has no kernel for int8 momentum: use momentum \"int32\", "
+                "or storage \"auto\" (keeps this layer dense)")
     if v is not None and v.dtype == np.int16 and key in model.master:
-        return f"layer {li} (dense): sparse storage has no kernel for int16 momentum with a master copy"
+        return (f"layer {li} (dense): sparse storage has no kernel for int16 momentum with a master copy: use momentum "
+                "\"int32\", or storage \"auto\" (keeps this layer dense)")
     return None
 
 
@@ -194,6 +198,21 @@ def choose(model, storage: str | None = None, error=ValueError) -> dict:
         li, pi = key
         out[key] = Packed(model.masks[key].copy(), model.layers[li].params[pi].data.shape, fmt)
     return out
+
+
+def check_storage(model, error=ValueError) -> None:
+    """Before training: a storage the model file asks for that codegen will refuse whatever the
+    training does (the tensor's format, dtype or momentum, not the schedule) is refused now."""
+    tab = model.prune_table
+    for key in (tab.keys if tab is not None else ()):
+        how = _storage(model, key, None)
+        if how in ("auto", "dense"):
+            continue
+        l = model.layers[key[0]]
+        why = _why_not_rows(model, key) if how == "rows" and l.kind == "dense" and l.params[key[1]].name == "w" else None
+        why = why or _why_not(model, key)
+        if why:
+            raise error(f"prune: storage = \"{how}\": {why}")
 
 
 def includes(sparse: dict) -> list[str]:

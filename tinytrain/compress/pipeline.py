@@ -66,9 +66,11 @@ def plan(schedule: Schedule, model, train) -> None:
     per_epoch = n // bs
     step = int(model.meta[1])
     trained = step > 0
+    cur = model  # each stage's model as built (until an adaptive stage, whose result is not known yet)
     for st in schedule.stages:
         where = f"{schedule.source}: {st.label}"
         if st.kind == "adaptive":
+            cur = None
             if not trained:
                 raise ScheduleError(f"{where}: the model has not been trained yet: the accuracy budget is "
                                     "relative to the uncompressed model's validation accuracy; put a train "
@@ -83,7 +85,21 @@ def plan(schedule: Schedule, model, train) -> None:
                 raise ScheduleError(f"{where}: prune: the schedule ends at update {end - step} of the stage, after "
                                     f"its last ({updates - 1}: {st.epochs} epochs x {per_epoch} updates); end it "
                                     "earlier or give the stage more epochs")
+        if cur is not None:
+            cur = _storage_fits(cur, st, step, per_epoch, where)
         step += updates
+
+
+def _storage_fits(model, st, step, per_epoch, where):
+    """The stage's model, built (not trained): a prune "storage" it cannot have on the board is
+    refused now rather than by --board or codegen after the stage has trained."""
+    from tinytrain.codegen.sparse import check_storage
+
+    o = st.options
+    prune = absolute_prune(o["prune"], step, per_epoch, f"{where}: prune") if "prune" in o else None
+    m = S.restage(model, lr=o.get("lr"), precision=o.get("precision"), prune=prune)
+    check_storage(m, lambda msg: ScheduleError(f"{where}: {msg}"))
+    return m
 
 
 def _report(model, train, valid, extra: dict) -> dict:

@@ -33,6 +33,7 @@ A policy gives it as an object or a compact string::
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -73,16 +74,22 @@ class LossScale:
                 try:
                     if not eq:
                         raise ValueError
-                    d[k.strip()] = int(v)
+                    value = int(v)
                 except ValueError:
                     raise LossScaleError(f"{where}: {part!r} is not KEY=INTEGER: write e.g. "
                                          "\"global:init_scale=7,growth_interval=200\"") from None
+                if k.strip() in d:
+                    raise LossScaleError(f"{where}: {k.strip()} is given twice in {spec!r}: keep one")
+                d[k.strip()] = value
         elif isinstance(spec, dict):
             d = dict(spec)
         else:
             raise LossScaleError(f"{where} must be \"dynamic\", \"global\", \"static\" or an object with \"mode\", "
                                  f"got {spec!r}")
-        mode = d.pop("mode", None)
+        if "mode" not in d:
+            raise LossScaleError(f"{where}: the object has no \"mode\": add \"mode\": \"global\" (or \"static\", "
+                                 "\"dynamic\")")
+        mode = d.pop("mode")
         if mode not in MODES:
             raise LossScaleError(f"{where}: mode = {mode!r} must be one of dynamic, global, static")
         unknown = sorted(k for k in d if k not in cls.KEYS)
@@ -99,7 +106,8 @@ class LossScale:
                                      f"drop {', '.join(extra)} or use mode \"global\"")
         for k, v in d.items():
             if not (isinstance(v, int) and not isinstance(v, bool)):
-                raise LossScaleError(f"{where}: {k} = {v!r} must be an integer (an exponent of two)")
+                what = "a count of steps" if k == "growth_interval" else "an exponent of two"
+                raise LossScaleError(f"{where}: {k} = {json.dumps(v, default=str)} must be an integer ({what})")
         ls = cls(mode=mode, **d)
         ls.check(where)
         return ls
