@@ -135,6 +135,11 @@ TRAIN2 = 'kind = "train"\nepochs = 1'
 
 R = pytest.param
 ROWS = [
+    # ---- argparse's own usage errors: one line too, with the way to --help
+    R(["info", "m.tt", "--samples", "0"], "argument --samples: expected a positive integer, got '0' (see `tinytrain info --help`)",
+      {}, None, id="usage-bad-type"),
+    R(["boards", "--bogus"], "unrecognized arguments: --bogus (see `tinytrain --help`)", {}, None, id="usage-unknown-option"),
+    R(["train", "--data", "digits"], "required: --model (see `tinytrain train --help`)", {}, None, id="usage-missing-required"),
     # ---- model files (.tt): wrong magic, empty, not a model, a directory
     R(["verify", "--board", "host", "--model", "bad.tt"], "bad.tt: not a tinytrain model file (wrong magic",
       {"bad.tt": b"\xff\xfe\x00junk" * 8}, None, id="tt-wrong-magic-verify"),

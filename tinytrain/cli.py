@@ -87,9 +87,17 @@ def _load_plugins():
                               "(TINYTRAIN_DEBUG=1 shows the traceback)") from exc
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its usage errors as one line (exit 2), like every other bad input: the
+    usage text is what `--help` is for. Subcommand parsers inherit the class."""
+
+    def error(self, message):
+        self.exit(2, f"{PROG}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     _load_plugins()
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog=PROG, description="Integer-only on-device training for microcontrollers, "
         "bit-exact between laptop and board.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
