@@ -77,3 +77,26 @@ def test_device_change_on_the_microbit(w1, capsys):
     assert row["policies"][0]["device"]["delta_flash_total"] == 0
     assert work["tasks"] == 1 + 1 + 2  # levels of layer 2, the base's accuracy, two distinct builds
     assert r["device"]["instructions_per_sample"] > 10_000
+
+
+def test_a_policy_a_layer_cannot_take_is_reported_not_fatal(capsys):
+    """Row/block exponents exist for dense layers only: on W3 the default policies give the conv
+    layers an n/a row with the reason, and the dense layer its measured rows (the CLI too)."""
+    from tinytrain import cli, data
+    from tinytrain.graph.models import build_model
+
+    ds = data.load("digits-image")
+    m = build_model("digits-cnn", ds)
+    r = S.sensitivity(m, ds, levels=(0.0,), layers=[0, 9])
+    by = {row["layer"]: {p["policy"]: p for p in row["policies"]} for row in r["layers"]}
+    conv, dense = by[0], by[max(by)]
+    assert "int4-row-master16" in conv and "int4-row-master16" in dense
+    na = conv["int4-row-master16"]
+    assert na["applicable"] is False and na["accuracy"] is None and "dense layers only" in na["why"]
+    assert dense["int4-row-master16"]["accuracy"] is not None
+    assert conv["int8-master16"]["accuracy"] is not None  # what a conv can take is still measured
+    assert "n/a" in S.table(r)
+    code = cli.main(["sensitivity", "--model", "digits-cnn", "--data", "digits-image", "--epochs", "0",
+                     "--levels", "0", "--layers", "0", "--json"])
+    out = capsys.readouterr().out
+    assert code == 0 and '"applicable": false' in out

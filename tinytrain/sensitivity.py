@@ -33,7 +33,8 @@ import tempfile
 import numpy as np
 
 from tinytrain.graph import prune as P
-from tinytrain.graph.precision import PRESETS
+from tinytrain.graph.layers import ModelError
+from tinytrain.graph.precision import PRESETS, PrecisionError
 from tinytrain.sweep import Costs, config_key, run_tasks
 from tinytrain.train import TrainError, prepare_inputs
 
@@ -188,10 +189,14 @@ def sensitivity(model, dataset, levels=DEFAULT_LEVELS, split: str = "test", *, p
         for key in keys:
             for s in levels:
                 prune_keys[key, s] = _add(variants, pruned(model, key, s))
+    cannot = {}  # (layer, policy) -> why the layer cannot take it (e.g. row exponents on a conv)
     for li, pi in keys:
         for pol in policies:
-            policy_keys[li, pol] = _add(variants, with_layer_policy(model, li, pol))
-    acc_keys = sorted({k for k in policy_keys.values()} | {base_key})
+            try:
+                policy_keys[li, pol] = _add(variants, with_layer_policy(model, li, pol))
+            except (ModelError, PrecisionError) as exc:
+                policy_keys[li, pol], cannot[li, pol] = None, str(exc).split(": ", 1)[-1]
+    acc_keys = sorted({k for k in policy_keys.values() if k is not None} | {base_key})
     tasks = [(_sparsity_task, (model, key, levels, x, y)) for key in keys]
     tasks += [(_accuracy_task, (variants[k], x, y)) for k in acc_keys]
     own = tempfile.TemporaryDirectory(prefix="tinytrain-sens-") if board is not None else None
@@ -226,6 +231,11 @@ def sensitivity(model, dataset, levels=DEFAULT_LEVELS, split: str = "test", *, p
         for pol in policies:
             k = policy_keys[li, pol]
             pr = PRESETS[pol]
+            if k is None:  # reported, not measured: the sweep goes on with the other policies
+                pol_rows.append({"policy": pol, "weights": pr.weights, "weight_bits": pr.weight_bits,
+                                 "master": pr.master, "accuracy": None, "drop_points": None, "unchanged": False,
+                                 "applicable": False, "why": cannot[li, pol]})
+                continue
             r = {"policy": pol, "weights": pr.weights, "weight_bits": pr.weight_bits, "master": pr.master,
                  "accuracy": acc[k], "drop_points": 100.0 * (base - acc[k]), "unchanged": k == base_key}
             if board is not None:
@@ -274,6 +284,9 @@ def table(r: dict) -> str:
     lines.append("weight bits, one layer at a time: drop in points" + (f"; change on {r['board']}" if r["board"] else ""))
     for row in r["layers"]:
         for p in row["policies"]:
+            if p["drop_points"] is None:
+                lines.append(f"{row['layer']:5d} {row['kind']:8s} {p['policy']:14s}    n/a  ({p['why']})")
+                continue
             lines.append(f"{row['layer']:5d} {row['kind']:8s} {p['policy']:14s} {p['drop_points']:6.2f}"
                          + _dev(p.get("device")))
     if r["board"]:
@@ -303,8 +316,8 @@ def plot(r: dict, path) -> None:
         label = f"layer {row['layer']} {row['kind']} ({row['elements']})"
         ax.plot([100 * p["sparsity"] for p in row["points"]], [p["drop_points"] for p in row["points"]],
                 marker="o", label=label)
-        bx.plot([p["policy"] for p in row["policies"]], [p["drop_points"] for p in row["policies"]],
-                marker="s", label=label)
+        pols = [p for p in row["policies"] if p["drop_points"] is not None]
+        bx.plot([p["policy"] for p in pols], [p["drop_points"] for p in pols], marker="s", label=label)
     ax.set_xlabel("sparsity of the one pruned tensor (%)")
     bx.set_xlabel("precision policy of the one layer")
     for a in (ax, bx):
