@@ -8,12 +8,13 @@ faster on this 2-core machine with both cores than with one. Each sweep is timed
 ``jobs``/``workers`` 1 and N alternating, every call doing its work afresh:
 
 * sensitivity: ``tinytrain.sensitivity.sensitivity`` on a W1 (digits-mlp) model trained 2 epochs,
-  the default levels and weight-width policies, no board (``--board`` adds QEMU runs: the Pareto
-  sweep's kind of work, below);
-* seeds: W1's integer training (bench_accuracy.run_tinytrain: 20 epochs, numba Simulator) for
+  levels 0.5 and 0.9, policies int16 and int8, ``board="microbit"``: every distinct variant built
+  (PlatformIO) and run 20 verified steps on QEMU, which is where a sweep's time goes (without a
+  board, the numba evaluations of a W1 or W3 sweep take well under a second once compiled);
+* seeds: W3's integer training (bench_accuracy.run_tinytrain: 20 epochs, numba Simulator) for
   seeds 0-3, mapped by ``tinytrain.sweep.run_tasks`` as the multi-seed benchmarks do;
-* federated: ``tinytrain.federated.api.federate`` with 40 simulated W1 clients, 3 rounds, 2 local
-  epochs, int8 updates, ``workers`` processes (the global model must be bit-identical);
+* federated: ``tinytrain.federated.api.federate`` with 400 simulated W1 clients, 2 rounds, int8
+  updates, ``workers`` processes (the global model must be bit-identical);
 * pareto: ``tinytrain.pareto.pareto`` on W1 on the micro:bit over a small grid (every fitting
   point built and verified on QEMU), ``jobs`` 1 and N.
 
@@ -35,7 +36,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import report  # noqa: E402
-from tinytrain.lab.workloads import W1  # noqa: E402
+from tinytrain.lab.workloads import W1, W3  # noqa: E402
 from tinytrain.sweep import default_jobs, run_tasks  # noqa: E402
 
 TARGET = 1.8
@@ -43,8 +44,7 @@ TARGET = 1.8
 
 def _seed_task(seed):
     from bench_accuracy import run_tinytrain
-    ds = W1.load()
-    return run_tinytrain(W1, ds, seed)[0]
+    return run_tinytrain(W3, W3.load(), seed)[0]
 
 
 def sweeps(only):
@@ -56,12 +56,13 @@ def sweeps(only):
         from tinytrain.train import fit
         m = W1.model(ds, 0)
         fit(m, ds, 2, seed=0, progress=False, log=lambda line: None)
-        out["sensitivity"] = lambda j: _strip(S.sensitivity(m, ds, jobs=j))
+        out["sensitivity"] = lambda j: _strip(S.sensitivity(m, ds, levels=(0.5, 0.9), policies=("int16", "int8"),
+                                                            board="microbit", jobs=j))
     if "seeds" in only:
         out["seeds"] = lambda j: run_tasks(_seed_task, [0, 1, 2, 3], j)[0]
     if "federated" in only:
         from tinytrain.federated.api import federate
-        out["federated"] = lambda j: federate("digits-mlp", ds, simulated=40, rounds=3, local_epochs=2,
+        out["federated"] = lambda j: federate("digits-mlp", ds, simulated=400, rounds=2,
                                               compress="int8", workers=j)["state_hash"]
     if "pareto" in only:
         from tinytrain import pareto as PA
@@ -77,7 +78,7 @@ def _strip(r):
     run to run: they vary by ~0.2 %; tests/test_cost.py bounds it)."""
     if isinstance(r, dict):
         return {k: _strip(v) for k, v in r.items()
-                if not k.startswith("_") and k not in ("work", "seconds", "wall_seconds", "instructions_per_sample")}
+                if not k.startswith("_") and "instructions" not in k and k not in ("work", "seconds", "wall_seconds")}
     if isinstance(r, list):
         return [_strip(v) for v in r]
     return r
