@@ -46,9 +46,71 @@ def _sat_store(v, lim_lo, lim_hi):
     return lim_lo if v < lim_lo else lim_hi if v > lim_hi else v
 
 
+@njit(cache=True, inline="always")
+def _plain_shift(s, sr):
+    """Whether a step's shift s takes the plain path: round to nearest by a right shift of
+    1..62 bits, no stochastic rounding (whose PRNG draws are per element) and no left shift."""
+    return not sr and 0 < s <= 62
+
+
+CHUNK = 64  # the plain paths skip runs of CHUNK elements whose gradient is all zero
+
+
+@njit(cache=True, inline="always")
+def _zero_run(g, a):
+    """Whether g[a:a + CHUNK] is all zero (an OR reduction LLVM vectorises)."""
+    nz = 0
+    for i in range(a, a + CHUNK):
+        nz |= g[i]
+    return nz == 0
+
+
+@njit(cache=True, inline="always")
+def _plain_steps(w, g, a, b, s, m_t, lo, hi, neg):
+    """w[a:b] -= rshift_round(m_t g, s) (neg = -1; neg = 0 adds it: d ^ -1 - -1 is -d), clamped
+    to [lo, hi]: (underflows, saturations)."""
+    s1, nu, ns = s - 1, np.int64(0), np.int64(0)
+    for i in range(a, b):
+        gi = np.int64(g[i])
+        v = m_t * gi
+        d = (v >> s) + ((v >> s1) & 1)
+        nu += (d == 0) & (gi != 0)
+        v = np.int64(w[i]) + ((d ^ neg) - neg)
+        nv = min(max(v, lo), hi)
+        ns += nv != v
+        w[i] = nv
+    return nu, ns
+
+
+@njit(cache=True)
+def _update_plain(w, g, s, m_t, lo, hi, stats):
+    """update_direct without weight decay on the plain path, exactly: a run whose gradient is
+    zero and whose weights are in range is left as it is (its steps are 0 and nothing counts);
+    the rest run branch-free with the counters in registers, which LLVM vectorises."""
+    lo64, hi64 = np.int64(lo), np.int64(hi)
+    nu, ns = np.int64(0), np.int64(0)
+    end = w.size - w.size % CHUNK
+    for a in range(0, end, CHUNK):
+        if _zero_run(g, a):
+            bad = False
+            for i in range(a, a + CHUNK):
+                bad |= (w[i] < lo64) | (w[i] > hi64)
+            if not bad:
+                continue
+        u, t = _plain_steps(w, g, a, a + CHUNK, s, m_t, lo64, hi64, -1)
+        nu += u
+        ns += t
+    u, t = _plain_steps(w, g, end, w.size, s, m_t, lo64, hi64, -1)
+    stats[2] += nu + u
+    stats[1] += ns + t
+
+
 @njit(cache=True)
 def update_direct(w, ew_store, g, eg, k, m_t, sr, wd_m, wd_k, lo, hi, meta, stats):
     s = ew_store + k - eg
+    if wd_m == 0 and _plain_shift(s, sr):
+        _update_plain(w, g, s, m_t, lo, hi, stats)
+        return
     for i in range(w.size):
         d = _shift1(m_t * np.int64(g[i]), s, sr, meta)
         if d == 0 and g[i] != 0:
@@ -66,11 +128,21 @@ def update_direct(w, ew_store, g, eg, k, m_t, sr, wd_m, wd_k, lo, hi, meta, stat
 @njit(cache=True)
 def accumulate(A, ew_store, g, eg, k, m_t, sr, meta, stats):
     s = ew_store + k - eg - GUARD_BITS
+    lo32, hi32 = -(np.int64(1) << 31), (np.int64(1) << 31) - 1
+    if _plain_shift(s, sr):  # A is int32: a zero run leaves it as it is
+        nu = np.int64(0)
+        end = A.size - A.size % CHUNK
+        for a in range(0, end, CHUNK):
+            if not _zero_run(g, a):
+                nu += _plain_steps(A, g, a, a + CHUNK, s, m_t, lo32, hi32, 0)[0]
+        nu += _plain_steps(A, g, end, A.size, s, m_t, lo32, hi32, 0)[0]
+        stats[2] += nu
+        return
     for i in range(A.size):
         d = _shift1(m_t * np.int64(g[i]), s, sr, meta)
         if d == 0 and g[i] != 0:
             stats[2] += 1
-        A[i] = _sat_store(np.int64(A[i]) + d, -(np.int64(1) << 31), (np.int64(1) << 31) - 1)
+        A[i] = _sat_store(np.int64(A[i]) + d, lo32, hi32)
 
 
 @njit(cache=True)

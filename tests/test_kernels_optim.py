@@ -1,0 +1,88 @@
+"""The numba optimizer kernels (tinytrain/kernels/optim.py) == the reference rules
+(tinytrain/graph/optim.py), element by element, on drawn tensors.
+
+update_direct and accumulate have a plain path (round to nearest, a right shift of 1..62 bits,
+no weight decay for update_direct) that skips runs of CHUNK zero gradients and runs the rest
+branch-free; the draws put zero runs on and off the CHUNK grid, sizes that are not multiples of
+it, weights at and beyond the saturation range (an old -32768 must still be clamped and counted
+inside a zero run), every shift class (left, 0, plain, > 62) and stochastic rounding, so both
+paths and the switch between them are compared with the reference."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tinytrain.graph.optim import SGD, accumulate_ref, sat_range, update_direct_ref
+from tinytrain.kernels import optim as nb
+from tinytrain.kernels.optim import CHUNK
+
+DTYPES = {"int8": np.int8, "int16": np.int16, "int32": np.int32}
+
+
+@st.composite
+def _case(draw):
+    n = draw(st.integers(1, 3 * CHUNK + 7))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    gmax = draw(st.sampled_from([1, 127, 16256, 2**22]))
+    g = rng.integers(-gmax, gmax + 1, n).astype(np.int32)
+    # zero runs: whole CHUNKs, and stretches across and off the CHUNK grid
+    for _ in range(draw(st.integers(0, 4))):
+        a = draw(st.integers(0, n - 1))
+        g[a:a + draw(st.sampled_from([1, CHUNK // 2, CHUNK, 2 * CHUNK]))] = 0
+    if draw(st.booleans()):
+        g[:] = 0
+    return n, rng, g
+
+
+def _weights(rng, n, dtype, extreme: bool):
+    info = np.iinfo(dtype)
+    w = rng.integers(info.min // 2, info.max // 2, n, dtype=np.int64)
+    if extreme:  # the limits and the one value below the symmetric range
+        idx = rng.integers(0, n, max(1, n // 8))
+        w[idx] = rng.choice([info.min, -info.max, info.max], idx.size)
+    return w.astype(dtype)
+
+
+def _opt(lr_k, sr, wd):
+    opt = SGD(lr=0.05, stochastic_rounding=sr, weight_decay=wd).compile()
+    opt.k = lr_k
+    return opt
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=_case(), dtype=st.sampled_from(sorted(DTYPES)), extreme=st.booleans(),
+       s=st.integers(-4, 70), m_t=st.integers(-40000, 40000), sr=st.booleans(),
+       wd=st.sampled_from([0.0, 0.0, 1e-3]), seed=st.integers(1, 2**32 - 1))
+def test_update_direct_equals_reference(case, dtype, extreme, s, m_t, sr, wd, seed):
+    n, rng, g = case
+    w = _weights(rng, n, DTYPES[dtype], extreme)
+    opt = _opt(10, sr, wd)
+    ew, eg = s - opt.k - 3, -3  # s = ew + k - eg
+    lo, hi = sat_range(w.dtype)
+    wr, wn = w.copy(), w.copy()
+    prng, stats_r = [seed], np.zeros(4, np.int64)
+    nsat = update_direct_ref(wr, ew, g, eg, opt, m_t, prng, stats_r)
+    meta, stats = np.array([seed, 0, 0, 0], np.int64), np.zeros(4, np.int64)
+    nb.update_direct(wn, ew, g, eg, opt.k, m_t, sr, opt.wd_m, opt.wd_k, lo, hi, meta, stats)
+    assert np.array_equal(wn, wr)
+    assert stats[1] == nsat and stats[2] == stats_r[2]
+    assert meta[0] == prng[0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=_case(), s=st.integers(-4, 70), m_t=st.integers(-40000, 40000), sr=st.booleans(),
+       seed=st.integers(1, 2**32 - 1), near_limit=st.booleans())
+def test_accumulate_equals_reference(case, s, m_t, sr, seed, near_limit):
+    n, rng, g = case
+    A = rng.integers(-(2**31), 2**31, n, dtype=np.int64).astype(np.int32) if near_limit else \
+        rng.integers(-1000, 1000, n).astype(np.int32)
+    opt = _opt(10, sr, 0.0)
+    ew, eg = s + nb.GUARD_BITS - opt.k - 3, -3  # s = ew + k - eg - GUARD_BITS
+    Ar, An = A.copy(), A.copy()
+    prng, stats_r = [seed], np.zeros(4, np.int64)
+    accumulate_ref(Ar, ew, g, eg, opt, m_t, prng, stats_r)
+    meta, stats = np.array([seed, 0, 0, 0], np.int64), np.zeros(4, np.int64)
+    nb.accumulate(An, ew, g, eg, opt.k, m_t, sr, meta, stats)
+    assert np.array_equal(An, Ar)
+    assert stats[2] == stats_r[2] and meta[0] == prng[0]
