@@ -183,6 +183,103 @@ def test_controller_brake_and_precision_ladder():
     assert ctl.levels[ctl.result].precision == "int8-master16" and ctl.levels[ctl.result].rate == 0
 
 
+def _feed_measured(ctl, script, costs):
+    """_feed with a device budget: each measure decision takes the next (fits, cost) of costs,
+    the controller's state saved and rebuilt there (a resumed search must go on the same)."""
+    out = [ctl.start()]
+    costs = list(costs)
+    for c, s, u in script:
+        d = ctl.observe(c, s, u)
+        if d.kind == "measure":
+            out.append(d)
+            ctl = Controller.from_state(json.loads(json.dumps(ctl.state())))
+            d = ctl.measured(*costs.pop(0))
+        out.append(d)
+        if d.kind == "stop":
+            break
+    return ctl, out
+
+
+def _cost(ram, flash=1000):
+    return {"ram_total": ram, "flash_total": flash, "board_ram": 16384, "board_flash": 262144, "fits": True}
+
+
+def test_controller_stops_at_the_least_compression_that_fits_the_device_budget():
+    ctl = Controller(100, 100, initial_epochs=1, patience=1, budget={"ram": 10000})
+    ok, bad = (100, 0, 0), (98, 0, 0)
+    # levels 0 (12 KB), 0.1 (11 KB) within but over; 0.2 not within (not measured); 0.15 within, 9.9 KB: fits
+    ctl, d = _feed_measured(ctl, [ok, ok, bad, ok, ok, ok], [(False, _cost(12000)), (False, _cost(11000)),
+                                                             (True, _cost(9900))])
+    assert [x.kind for x in d] == ["train", "measure", "train", "measure", "train", "train", "measure", "stop"]
+    assert d[-1].note == "fits the device budget" and d[-1].promote
+    assert ctl.levels[ctl.result].rate == Fraction(15, 100) and ctl.device_met and ctl.met
+    assert [lv.fits for lv in ctl.levels] == [False, False, None, True]
+    s = ctl.summary()
+    assert s["device_budget_met"] is True and s["device_closest_miss"] is None
+    assert s["levels"][3]["cost"]["ram_total"] == 9900
+
+
+def test_controller_with_a_device_budget_no_level_meets_names_the_closest():
+    ctl = Controller(100, 100, initial_epochs=1, patience=1, max_sparsity=0.25, budget={"ram": 10000, "flash": 900})
+    ok = (100, 0, 0)
+    ctl, d = _feed_measured(ctl, [ok] * 5, [(False, _cost(12000)), (False, _cost(11000)), (False, _cost(10500, 920))])
+    assert d[-1].kind == "stop" and "max_sparsity" in d[-1].note
+    assert ctl.met and ctl.device_met is False
+    # worst excess per level: 0: ram 20 %, 0.1: flash 11.1 %, 0.2: ram 5 % (flash 2.2 %): the closest
+    msg = ctl.closest_miss()
+    assert "level 2, sparsity 0.2" in msg and "needs 10500 B of ram, 500 over 10000 (5.0 %)" in msg
+    assert Controller(100, 100).device_met is None and Controller(100, 100).closest_miss() is None
+
+
+def test_adaptive_stage_with_a_ram_budget_measures_on_the_board(tmp_path, capsys):
+    """The budget is measured on the real build for the micro:bit (linked RAM; no QEMU: the budget
+    limits RAM only): the dense model (12.3 KB) is over 11.5 KB, the first sparse level fits."""
+    text = SCHEDULE.split("[[stage]]")[0] + """
+[[stage]]
+kind = "train"
+epochs = 2
+
+[[stage]]
+kind = "adaptive"
+initial_epochs = 1
+patience = 1
+step = 0.5
+min_step = 0.25
+max_relative_drop = 20.0
+budget = { ram = 11500 }
+board = "microbit"
+"""
+    (tmp_path / "a.toml").write_text(text)
+    assert cli.main(["compress", "--schedule", str(tmp_path / "a.toml"), "--out", str(tmp_path / "o"), "--json"]) == 0
+    ad = json.loads(capsys.readouterr().out)["stages"][2]["adaptive"]
+    lv = ad["levels"]
+    assert ad["stopped"] == "fits the device budget" and ad["device_budget_met"] is True
+    assert [x["sparsity"] for x in lv] == [0.0, 0.5] and ad["result_level"] == 1
+    assert lv[0]["fits"] is False and lv[0]["cost"]["ram_total"] > 11500
+    assert lv[1]["fits"] is True and lv[1]["cost"]["ram_total"] <= 11500 and lv[1]["cost"]["board"] == "microbit"
+
+
+def test_adaptive_budget_without_a_board_is_refused(tmp_path, capsys):
+    text = SCHEDULE.split("[[stage]]")[0] + """
+[[stage]]
+kind = "train"
+epochs = 1
+
+[[stage]]
+kind = "adaptive"
+budget = { ram = 11500 }
+"""
+    (tmp_path / "a.toml").write_text(text)
+    assert cli.main(["compress", "--schedule", str(tmp_path / "a.toml"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "budget is measured on a board" in err[0] and "--board" in err[0]
+    assert not (tmp_path / "o").exists()
+    (tmp_path / "b.toml").write_text(text.replace("ram = 11500", "stack = 3"))
+    assert cli.main(["compress", "--schedule", str(tmp_path / "b.toml"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "budget" in err[0] and "ram / flash" in err[0]
+
+
 def test_adaptive_stage_on_a_real_tiny_run_is_deterministic(tmp_path, capsys, monkeypatch):
     text = SCHEDULE.split("[[stage]]")[0] + """
 [[stage]]
@@ -267,3 +364,18 @@ def test_board_figures_are_measured_once_per_stage_and_board(tmp_path, capsys, m
     assert _run(tmp_path, tmp_path / "out", "--board", "microbit") == 0 and len(seen) == 10
     r = json.loads(capsys.readouterr().out)
     assert set(r["stages"][-1]["device"]) == {"mps2_an386", "microbit"}
+
+
+def test_example_schedules_parse():
+    """Every examples/compress-*.toml is a valid schedule (keys and values checked)."""
+    from pathlib import Path
+
+    from tinytrain.compress.schedule import from_file
+
+    files = sorted((Path(__file__).resolve().parents[1] / "examples").glob("compress-*.toml"))
+    assert len(files) >= 5
+    for f in files:
+        sch = from_file(f)
+        assert sch.stages, f
+    micro = from_file(files[[f.name for f in files].index("compress-w3-microbit.toml")])
+    assert micro.stages[-1].options["budget"] == {"ram": 16384} and micro.stages[-1].options["board"] == "microbit"

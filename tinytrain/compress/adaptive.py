@@ -26,7 +26,13 @@ NNCF's (``accuracy_aware_training``, mode ``adaptive_compression_level``):
   first one that is not is undone (the model goes back to the last kept copy) and ends the ladder;
 * the result is the best epoch (highest validation accuracy, the first on ties) of the most
   compressed level that was within; if none was, the best epoch of the initial phase, reported as
-  not meeting the budget.
+  not meeting the budget;
+* a device ``budget`` ({"ram": B, "flash": B, "instructions": per sample}, measured on a board:
+  the firmware linked for it, QEMU for instructions) turns the search into "the least compression
+  that fits": each level that closes within the accuracy budget is measured (its best copy), and
+  the first that fits the board and the budget is the result and ends the search (the levels
+  before it were less compressed and did not fit). If none fits, the result is as without a
+  budget and the summary says which constraint the closest measured level missed, by how much.
 
 Differences from NNCF, for determinism and plain rules: a budget of exactly zero counts as
 within (NNCF's sign(0) does not move); the search stops before training a level whose step is
@@ -43,7 +49,7 @@ from fractions import Fraction
 DEFAULTS = {"max_relative_drop": 1.0, "initial_epochs": 5, "patience": 3, "step": 0.1, "step_factor": 0.5,
             "min_step": 0.025, "initial_sparsity": 0.0, "max_sparsity": 0.95, "max_epochs": 100,
             "sparsity": True, "precisions": [], "scope": "layer",
-            "max_saturation_growth": 4.0, "max_underflow_growth": 2.0}
+            "max_saturation_growth": 4.0, "max_underflow_growth": 2.0, "budget": {}}
 BRAKE_FLOOR = Fraction(1, 100)  # counters per sample below this count as this (no zero reference)
 
 
@@ -59,7 +65,8 @@ def _q(v) -> Fraction:
 @dataclass
 class Decision:
     """What to do after an epoch. kind "train": one more epoch at `rate` (and `precision`, None:
-    unchanged); "stop": the search is over. snapshot: the epoch just seen is the best of its
+    unchanged); "stop": the search is over; "measure": the level just closed is within the
+    accuracy budget: measure its best copy on the board and call Controller.measured. snapshot: the epoch just seen is the best of its
     level (keep a copy); promote: the level just closed is the new result (its copy becomes the
     best); restore: train the next level from the best copy, not the current model."""
 
@@ -79,6 +86,8 @@ class Level:
     epochs: list = field(default_factory=list)   # (correct, sat per sample, underflow per sample, braked)
     best: int | None = None                      # index into epochs of the best unbraked one
     within: bool | None = None
+    fits: bool | None = None                     # the device budget (measured levels only)
+    cost: dict | None = None                     # what was measured: ram_total, flash_total, ...
 
     def best_correct(self):
         return None if self.best is None else self.epochs[self.best][0]
@@ -107,6 +116,8 @@ class Controller:
         self.result = None        # index of the level that is the result
         self.phase = "initial"
         self.stop_reason = None
+        self.budget = dict(p["budget"] or {})
+        self.pending = None       # (sat, und) of a level waiting for its measurement
 
     # -------------------------------------------------------------- queries
     @property
@@ -144,7 +155,20 @@ class Controller:
         need = self.p["initial_epochs"] if self.phase == "initial" else self.p["patience"]
         if len(lv.epochs) < need:
             return Decision("train", lv.rate, snapshot=snapshot)
+        if self.budget and self.within(lv.best_correct()):
+            self.pending = (sat, und)
+            return Decision("measure", lv.rate, snapshot=snapshot, note="measure the level on the board")
         return self._close(snapshot, sat, und)
+
+    def measured(self, fits: bool, cost: dict) -> Decision:
+        """The board's figures of the level waiting for them (its best copy): fits = within the
+        board and the budget. Returns what to do next."""
+        if self.pending is None:
+            raise RuntimeError("measured() without a measure decision")
+        lv = self.level
+        lv.fits, lv.cost = bool(fits), dict(cost)
+        (sat, und), self.pending = self.pending, None
+        return self._close(False, sat, und)
 
     def _close(self, snapshot, sat, und) -> Decision:
         lv = self.level
@@ -156,6 +180,9 @@ class Controller:
             self.phase = "ladder" if self.ladder else "search"
         elif lv.within and self._better(len(self.levels) - 1):
             self.result, promote = len(self.levels) - 1, True
+        if self.budget and lv.within and lv.fits:  # the least compression that fits: done
+            self.result, promote = len(self.levels) - 1, True
+            return self._stop("fits the device budget", snapshot, promote)
         restore = False
         if self.phase == "ladder":
             if lv.precision is not None and not lv.within:  # undo this policy, end the ladder
@@ -213,7 +240,9 @@ class Controller:
                 "ladder": self.ladder, "ref": None if self.ref is None else [_fs(r) for r in self.ref],
                 "epochs": self.epochs, "direction": self.direction, "result": self.result, "phase": self.phase,
                 "stop_reason": self.stop_reason,
+                "pending": None if self.pending is None else [_fs(r) for r in self.pending],
                 "levels": [{"rate": _fs(lv.rate), "precision": lv.precision, "best": lv.best, "within": lv.within,
+                            "fits": lv.fits, "cost": lv.cost,
                             "epochs": [[c, _fs(a), _fs(u), b] for c, a, u, b in lv.epochs]} for lv in self.levels]}
 
     @classmethod
@@ -222,14 +251,49 @@ class Controller:
         c.step, c.ladder, c.epochs, c.direction = Fraction(d["step"]), list(d["ladder"]), d["epochs"], d["direction"]
         c.ref = None if d["ref"] is None else tuple(Fraction(r) for r in d["ref"])
         c.result, c.phase, c.stop_reason = d["result"], d["phase"], d["stop_reason"]
+        c.pending = None if d.get("pending") is None else tuple(Fraction(r) for r in d["pending"])
         c.levels = [Level(Fraction(lv["rate"]), lv["precision"],
-                          [(e[0], Fraction(e[1]), Fraction(e[2]), e[3]) for e in lv["epochs"]], lv["best"], lv["within"])
+                          [(e[0], Fraction(e[1]), Fraction(e[2]), e[3]) for e in lv["epochs"]], lv["best"], lv["within"],
+                          lv.get("fits"), lv.get("cost"))
                     for lv in d["levels"]]
         return c
+
+    @property
+    def device_met(self) -> bool | None:
+        """Whether the result fits the device budget (None: no budget)."""
+        if not self.budget:
+            return None
+        return self.result is not None and bool(self.levels[self.result].fits)
+
+    def closest_miss(self) -> str | None:
+        """With a budget no measured level met: the level whose worst excess is smallest, its worst
+        constraint and by how much (None if it was met or nothing was measured)."""
+        if not self.budget or self.device_met:
+            return None
+        best = None
+        for i, lv in enumerate(self.levels):
+            if lv.cost is None:
+                continue
+            over = [((have - lim) / lim, k, have, lim) for k, lim in budget_limits(lv.cost, self.budget).items()
+                    if (have := lv.cost.get(COST_KEYS[k])) is not None]
+            if not over:
+                continue
+            worst = max(over)
+            if best is None or worst[0] < best[0][0]:
+                best = (worst, i, lv)
+        if best is None:
+            return "no level within the accuracy budget was measured"
+        (excess, k, have, lim), i, lv = best
+        unit = "instructions per sample" if k == "instructions" else "B"
+        return (f"no level within the accuracy budget fits: the closest (level {i}, sparsity {float(lv.rate):g}"
+                f"{'' if lv.precision is None else ', precision ' + str(lv.precision)}) needs {have} {unit} of {k}, "
+                f"{have - lim} over {lim} ({100 * excess:.1f} %)")
 
     def summary(self) -> dict:
         """The levels tried, as JSON."""
         return {"baseline_correct": self.baseline, "validation_samples": self.n_val,
+                "device_budget": self.budget or None, "device_budget_met": self.device_met,
+                "device_closest_miss": self.closest_miss(),
                 "tolerable_correct": float(self.tolerable), "budget_met": self.met, "stopped": self.stop_reason,
                 "result_level": self.result, "epochs": self.epochs,
                 "reference": None if self.ref is None else {"saturations_per_sample": float(self.ref[0]),
@@ -237,23 +301,28 @@ class Controller:
                 "levels": [{"sparsity": float(lv.rate), "precision": lv.precision, "within": lv.within,
                             "epochs": len(lv.epochs), "best_correct": lv.best_correct(),
                             "braked_epochs": sum(1 for e in lv.epochs if e[3]),
+                            "fits": lv.fits, "cost": lv.cost,
                             "correct": [e[0] for e in lv.epochs]} for lv in self.levels]}
 
 
 # ------------------------------------------------------------------------ the runner
 
-def run(model, train_ds, val_ds, params: dict, seed: int, *, lr=None, log=None, progress=None, checkpoint=None):
+def run(model, train_ds, val_ds, params: dict, seed: int, *, lr=None, log=None, progress=None, checkpoint=None,
+        device=None):
     """Run the controller on `model` (not changed): returns (result model, controller). Epoch e
     of the stage visits the training split in the e-th permutation of fit's data PRNG for
     `seed`, as one long fit would. checkpoint: a folder where the search is saved after every
     epoch (the controller, the data PRNG, the current model and the copies it keeps) and from
-    which a rerun on the same input model continues, bit-identically."""
+    which a rerun on the same input model continues, bit-identically. device: model ->
+    (fits, cost dict), the board measurement a ``budget`` needs (see board_meter)."""
     from tinytrain import fixedpoint as fp
     from tinytrain.compress.stages import restage
     from tinytrain.sim.simulator import Simulator
     from tinytrain.train import data_prng, prepare_inputs
 
     p = {**DEFAULTS, **params}
+    if p["budget"] and device is None:
+        raise ValueError("a device budget needs a board to measure on (run(device=board_meter(...)))")
     X, Y, _, _ = prepare_inputs(model, train_ds)
     _, _, Xv, Yv = prepare_inputs(model, val_ds)
     input_hash = f"{model.state_hash():08x}"
@@ -298,6 +367,12 @@ def run(model, train_ds, val_ds, params: dict, seed: int, *, lr=None, log=None, 
             d = ctl.observe(correct, sat, und)
         if d.snapshot:
             cand = cur.copy()
+        if d.kind == "measure":  # the level's best copy, on the board
+            fits, cost = device(cand)
+            if log is not None:
+                log(f"  adaptive level {len(ctl.levels) - 1} on the board: " + describe_cost(cost)
+                    + (": fits the budget" if fits else ": over the budget"))
+            d = ctl.measured(fits, cost)
         if d.promote:
             best = cand
         if d.kind == "stop":
@@ -305,6 +380,49 @@ def run(model, train_ds, val_ds, params: dict, seed: int, *, lr=None, log=None, 
         if checkpoint is not None:
             _save_checkpoint(checkpoint, input_hash, ctl, state, d, rate_now, cur, cand, best)
     return best, ctl
+
+
+#: a budget key -> the cost figure it limits (tinytrain.cost.device_cost's keys)
+COST_KEYS = {"ram": "ram_total", "flash": "flash_total", "instructions": "instructions_per_sample"}
+BUDGET_KEYS = tuple(COST_KEYS)
+
+
+def budget_limits(cost: dict, budget: dict) -> dict:
+    """The limits a measured level is held to: the budget's, and the board's RAM and flash."""
+    lim = {k: int(v) for k, v in budget.items()}
+    for k, board_k in (("ram", "board_ram"), ("flash", "board_flash")):
+        if cost.get(board_k) is not None:
+            lim[k] = min(lim.get(k, cost[board_k]), int(cost[board_k]))
+    return lim
+
+
+def fits_budget(cost: dict, budget: dict) -> bool:
+    return bool(cost.get("fits", True)) and all(
+        cost.get(COST_KEYS[k]) is not None and cost[COST_KEYS[k]] <= v for k, v in budget_limits(cost, budget).items())
+
+
+def describe_cost(cost: dict) -> str:
+    parts = [f"RAM {cost.get('ram_total')} B", f"flash {cost.get('flash_total')} B"]
+    if cost.get("instructions_per_sample") is not None:
+        parts.append(f"{cost['instructions_per_sample']:,} instructions/sample")
+    return ", ".join(parts)
+
+
+def board_meter(board: str, dataset, budget: dict, steps: int = 20):
+    """device= for run(): a model's RAM and flash linked for `board`, and (when the budget limits
+    them) its instructions per sample on QEMU over `steps` verified steps."""
+    from tinytrain.cost import device_cost
+
+    keep = ("board", "board_ram", "board_flash", "training_ram", "ram_total", "flash_total", "fits", "why",
+            "shadow", "instructions_per_sample")
+
+    def measure(model):
+        c = device_cost(model, board, dataset, steps, instructions=False)
+        if "instructions" in budget and fits_budget(c, {k: v for k, v in budget.items() if k != "instructions"}):
+            c = device_cost(model, board, dataset, steps)
+        cost = {k: c.get(k) for k in keep}
+        return fits_budget(cost, budget), cost
+    return measure
 
 
 _CKPT = "state.json"

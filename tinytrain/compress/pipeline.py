@@ -59,7 +59,7 @@ def load_inputs(schedule: Schedule):
     return model, ds, train, valid
 
 
-def plan(schedule: Schedule, model, train) -> None:
+def plan(schedule: Schedule, model, train, board: str | None = None) -> None:
     """Every check that needs the model and the data, before anything runs or is written."""
     n = len(train.x_train)
     bs = model.optimizer.batch_size
@@ -71,6 +71,15 @@ def plan(schedule: Schedule, model, train) -> None:
         where = f"{schedule.source}: {st.label}"
         if st.kind == "adaptive":
             cur = None
+            if "budget" in st.options and st.options.get("board", board) is None:
+                raise ScheduleError(f"{where}: budget is measured on a board: add board = \"microbit\" (or another "
+                                    "of `tinytrain boards`) to the stage, or pass --board")
+            if "board" in st.options:
+                from tinytrain.device.boards import BoardError, get_board
+                try:
+                    get_board(st.options["board"])
+                except BoardError as e:
+                    raise ScheduleError(f"{where}: board: {e.args[0] if e.args else e}") from None
             if not trained:
                 raise ScheduleError(f"{where}: the model has not been trained yet: the accuracy budget is "
                                     "relative to the uncompressed model's validation accuracy; put a train "
@@ -157,7 +166,7 @@ def compress(schedule: Schedule, out, *, board: str | None = None, steps: int = 
         from tinytrain.device.boards import get_board
         get_board(board)
     model, ds, train, valid = load_inputs(schedule)
-    plan(schedule, model, train)
+    plan(schedule, model, train, board)
     input_hash = f"{model.state_hash():08x}"
     man_path = out / MANIFEST
     man = None
@@ -188,7 +197,8 @@ def compress(schedule: Schedule, out, *, board: str | None = None, steps: int = 
         say(f"resuming after {schedule.stages[done - 1].label}: {done} of {len(schedule.stages)} stages done")
     for st in schedule.stages[done:]:
         say(f"{st.label}: {st.kind}" + (f", {st.epochs} epochs" if st.epochs else ""))
-        model, extra = run_stage(model, st, schedule, train, valid, out, log=log, progress=progress)
+        model, extra = run_stage(model, st, schedule, train, valid, out, log=log, progress=progress, board=board,
+                                 steps=steps)
         rep = _report(model, train, valid, {"stage": st.index, "name": st.name, "kind": st.kind,
                                            "file": stage_file(st), **extra})
         path = tio.save(model, out / stage_file(st), extra={"dataset": ds.name, "data_source": ds.source,
@@ -236,8 +246,9 @@ def _write_manifest(path: Path, man: dict) -> None:
     atomic_write(path, lambda f: f.write(text))
 
 
-def run_stage(model, st, schedule, train, valid, out: Path, *, log=None, progress=None):
-    """(model after the stage, report extra) of one stage on the model before it."""
+def run_stage(model, st, schedule, train, valid, out: Path, *, log=None, progress=None, board=None, steps=20):
+    """(model after the stage, report extra) of one stage on the model before it. board: the
+    pipeline's --board, where an adaptive stage's budget is measured unless it names its own."""
     from tinytrain.compress import adaptive
     from tinytrain.train import fit
 
@@ -248,9 +259,14 @@ def run_stage(model, st, schedule, train, valid, out: Path, *, log=None, progres
         from tinytrain.progress import progress_bar
 
         total = params.get("max_epochs", adaptive.DEFAULTS["max_epochs"])
+        meter = (adaptive.board_meter(o.get("board", board), train, params["budget"], steps)
+                 if params.get("budget") else None)
         with progress_bar(total=total, desc=f"{st.label} (at most)", unit="epoch", force=progress) as bar:
             m, ctl = adaptive.run(model, train, valid, params, seed, lr=o.get("lr"), log=log, progress=bar,
-                                  checkpoint=_partial(out, st))
+                                  checkpoint=_partial(out, st), device=meter)
+        if log is not None and ctl.closest_miss():
+            log(f"  warning: {st.label}: {ctl.closest_miss()}; the result is the most compressed level within "
+                "the accuracy budget")
         return m, {"epochs": ctl.epochs, "adaptive": ctl.summary()}
     per_epoch = len(train.x_train) // model.optimizer.batch_size
     prune = (absolute_prune(o["prune"], int(model.meta[1]), per_epoch, f"{st.label}: prune")

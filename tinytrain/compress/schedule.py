@@ -80,6 +80,11 @@ STAGE_FIELDS = {
                               lambda v: isinstance(v, list) and all(isinstance(p, (str, dict)) for p in v)),
         "scope": F.one_of("layer", "global"),
         "max_saturation_growth": _POSITIVE, "max_underflow_growth": _POSITIVE,
+        "budget": F.Field("a table of device limits, any of ram / flash (bytes) and instructions (per sample), "
+                          "positive integers, e.g. {ram = 16384}",
+                          lambda v: isinstance(v, dict) and bool(v) and all(
+                              k in ("ram", "flash", "instructions") and F.is_int(x) and x >= 1 for k, x in v.items())),
+        "board": F.Field("a board name (tinytrain boards), where the budget is measured", F.STR.ok),
     },
 }
 _REQUIRED = {"prune": ("prune",), "quantize": ("precision",)}
