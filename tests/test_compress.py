@@ -378,4 +378,4 @@ def test_example_schedules_parse():
         sch = from_file(f)
         assert sch.stages, f
     micro = from_file(files[[f.name for f in files].index("compress-w3-microbit.toml")])
-    assert micro.stages[-1].options["budget"] == {"ram": 16384} and micro.stages[-1].options["board"] == "microbit"
+    assert micro.stages[-1].options["budget"] == {"ram": 12288} and micro.stages[-1].options["board"] == "microbit"

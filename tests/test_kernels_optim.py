@@ -86,3 +86,29 @@ def test_accumulate_equals_reference(case, s, m_t, sr, seed, near_limit):
     nb.accumulate(An, ew, g, eg, opt.k, m_t, sr, meta, stats)
     assert np.array_equal(An, Ar)
     assert stats[2] == stats_r[2] and meta[0] == prng[0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(N=st.integers(1, 40), K=st.integers(1, 80), seed=st.integers(0, 2**32 - 1), dtype=st.sampled_from(["int8", "int16"]),
+       extreme=st.booleans(), zero_rows=st.floats(0, 1), s=st.integers(-4, 70), m_t=st.integers(-40000, 40000),
+       sr=st.booleans(), wd=st.sampled_from([0.0, 0.0, 1e-3]), prng=st.integers(1, 2**32 - 1))
+def test_dense_update_direct_equals_the_gradient_then_update(N, K, seed, dtype, extreme, zero_rows, s, m_t, sr, wd, prng):
+    """The fused Dense weight update (gradient e[n] x[k] formed on the fly, zero-error rows
+    skipped) == update_direct_ref on the gradient buffer dense_grad would have written."""
+    rng = np.random.default_rng(seed)
+    e = rng.integers(-127, 128, N).astype(np.int8)
+    e[rng.random(N) < zero_rows] = 0
+    x = rng.integers(-128, 128, K).astype(np.int8)
+    x[rng.random(K) < 0.4] = 0
+    w = _weights(rng, N * K, DTYPES[dtype], extreme).reshape(N, K)
+    opt = _opt(10, sr, wd)
+    ew, eg = s - opt.k - 3, -3
+    lo, hi = sat_range(w.dtype)
+    wr, wn = w.copy(), w.copy()
+    g = (e.astype(np.int32)[:, None] * x.astype(np.int32)[None, :])
+    p, stats_r = [prng], np.zeros(4, np.int64)
+    nsat = update_direct_ref(wr, ew, g, eg, opt, m_t, p, stats_r)
+    meta, stats = np.array([prng, 0, 0, 0], np.int64), np.zeros(4, np.int64)
+    nb.dense_update_direct(wn, e, x, ew, eg, opt.k, m_t, sr, opt.wd_m, opt.wd_k, lo, hi, meta, stats)
+    assert np.array_equal(wn, wr)
+    assert stats[1] == nsat and stats[2] == stats_r[2] and meta[0] == p[0]

@@ -105,6 +105,22 @@ def _update_plain(w, g, s, m_t, lo, hi, stats):
     stats[1] += ns + t
 
 
+@njit(cache=True, inline="always")
+def _step1(w, i, gi, s, m_t, sr, wd_m, wd_k, lo, hi, meta, stats):
+    """One element of update_direct, any shift and option: w[i] -= shift(m_t g) (+ decay)."""
+    d = _shift1(m_t * gi, s, sr, meta)
+    if d == 0 and gi != 0:
+        stats[2] += 1
+    wi = np.int64(w[i])
+    if wd_m != 0:
+        d += rshift_round(wi * wd_m, wd_k)
+    v = wi - d
+    nv = _sat_store(v, lo, hi)
+    if nv != v:
+        stats[1] += 1
+    w[i] = nv
+
+
 @njit(cache=True)
 def update_direct(w, ew_store, g, eg, k, m_t, sr, wd_m, wd_k, lo, hi, meta, stats):
     s = ew_store + k - eg
@@ -112,17 +128,46 @@ def update_direct(w, ew_store, g, eg, k, m_t, sr, wd_m, wd_k, lo, hi, meta, stat
         _update_plain(w, g, s, m_t, lo, hi, stats)
         return
     for i in range(w.size):
-        d = _shift1(m_t * np.int64(g[i]), s, sr, meta)
-        if d == 0 and g[i] != 0:
-            stats[2] += 1
-        wi = np.int64(w[i])
-        if wd_m != 0:
-            d += rshift_round(wi * wd_m, wd_k)
-        v = wi - d
-        nv = _sat_store(v, lo, hi)
-        if nv != v:
-            stats[1] += 1
-        w[i] = nv
+        _step1(w, i, np.int64(g[i]), s, m_t, sr, wd_m, wd_k, lo, hi, meta, stats)
+
+
+@njit(cache=True)
+def dense_update_direct(w, e, x, ew_store, eg, k, m_t, sr, wd_m, wd_k, lo, hi, meta, stats):
+    """update_direct of a Dense weight (N, K) with its gradient e[n] x[k] formed on the fly (no
+    gradient buffer), in the same element order, so the same bits and PRNG draws. On the plain
+    path a row whose error is 0 and whose weights are in range is skipped (its steps are 0), and
+    m_t e[n] x[k] is (m_t e[n]) x[k]: the same int64 product."""
+    N, K = w.shape
+    s = ew_store + k - eg
+    if not (wd_m == 0 and _plain_shift(s, sr)):
+        wf = w.reshape(-1)
+        for n in range(N):
+            en = np.int64(e[n])
+            for j in range(K):
+                _step1(wf, n * K + j, en * np.int64(x[j]), s, m_t, sr, wd_m, wd_k, lo, hi, meta, stats)
+        return
+    s1, nu, ns = s - 1, np.int64(0), np.int64(0)
+    lo64, hi64 = np.int64(lo), np.int64(hi)
+    for n in range(N):
+        en = np.int64(e[n])
+        if en == 0:
+            bad = False
+            for j in range(K):
+                bad |= (w[n, j] < lo64) | (w[n, j] > hi64)
+            if not bad:
+                continue
+        me = m_t * en
+        for j in range(K):
+            xj = np.int64(x[j])
+            v = me * xj
+            dd = (v >> s) + ((v >> s1) & 1)
+            nu += (dd == 0) & (xj != 0) & (en != 0)
+            v = np.int64(w[n, j]) - dd
+            nv = min(max(v, lo64), hi64)
+            ns += nv != v
+            w[n, j] = nv
+    stats[2] += nu
+    stats[1] += ns
 
 
 @njit(cache=True)

@@ -156,9 +156,31 @@ def generate_source(model) -> str:
         body.append("        continue")
     body.append("    m_t = lr_mult(lr_m, schedule, gamma_q15, step_size, total_steps, cos, meta[1])")
     body.append(f"    de{L - 1} = ee")
+    def fused(li) -> bool:
+        """A Dense layer in direct mode whose weight and bias train without a master or block
+        exponents: its weight update forms the gradient from e and x itself (dense_update_direct,
+        no gradient buffer), as the C does (codegen/emit.py fused)."""
+        l = model.layers[li]
+        return (l.kind == "dense" and not opt.accumulate and len(l.params) == 2
+                and all((li, pi) in gidx and (li, pi) not in model.master and not model.blocked(li, pi) for pi in (0, 1)))
+
     for li in range(L - 1, first - 1, -1):
         l = model.layers[li]
         dx, edx = (f"D[{li - 1}]", f"de{li - 1}") if li > first else (None, None)
+        if fused(li):
+            body += ["    " + s for s in optable.backward_lines(l, names, li, src(li), f"e{li}", f"A[{li}]",
+                                                               f"D[{li}]", f"de{li}", dx, edx, grads=False)]
+            imports.add("from tinytrain.kernels.optim import dense_update_direct")
+            w, b = l.params
+            gexp = optable.op_for(l).grad_exp
+            (wlo, whi), (blo, bhi) = sat_range(w.data.dtype), sat_range(b.data.dtype)
+            body.append(f"    dense_update_direct(P[{pidx[li][0]}], D[{li}], {src(li)}, {w.exp}, "
+                        f"{gexp['w'].format(ee=f'de{li}', ex=f'e{li}')}, lr_k, m_t, sr, wd_m, wd_k, {wlo}, {whi}, meta, stats)")
+            body += prune.zero((li, 0), "    ")
+            body.append(f"    update_direct(P[{pidx[li][1]}].reshape(-1), {b.exp}, D[{li}], {gexp['b'].format(ee=f'de{li}')}, "
+                        f"lr_k, m_t, sr, wd_m, wd_k, {blo}, {bhi}, meta, stats)")
+            body += prune.zero((li, 1), "    ")
+            continue
         body += ["    " + s for s in optable.backward_lines(l, names, li, src(li), f"e{li}", f"A[{li}]",
                                                            f"D[{li}]", f"de{li}", dx, edx)]
         for pi, p in enumerate(l.params):
