@@ -338,9 +338,11 @@ def test_cli_shrink(tmp_path, capsys):
 
 
 @pytest.mark.qemu
-def test_shrunk_model_bit_exact_in_qemu(tmp_path):
-    """A shrunk CNN builds and verifies on the QEMU Cortex-M4 like any model (and the masked
-    one before it, with its unit table in the firmware), 0 mismatches."""
+@pytest.mark.parametrize("board", ["mps2_an386", "microbit"])
+def test_shrunk_model_bit_exact_in_qemu(tmp_path, board):
+    """A shrunk CNN builds and verifies on the QEMU Cortex-M4 and the Cortex-M0 (micro:bit: 16 KB
+    of RAM, the masked W3 only without the load shadow) like any model (and the masked one
+    before it, with its unit table in the firmware), 0 mismatches."""
     import shutil
 
     if shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None:
@@ -352,8 +354,8 @@ def test_shrunk_model_bit_exact_in_qemu(tmp_path):
     ds = data.load("digits-image")
     m = build_model("digits-cnn", ds, prune={"schedule": "polynomial", "final_sparsity": 0.5, "end_step": 40,
                                              "frequency": 10, "structure": "channels"})
-    r = verify(m.copy(), ds, 60, board="mps2_an386")  # through the schedule on the board
+    r = verify(m.copy(), ds, 60, board=board)  # through the schedule on the board
     assert r["mismatches"] == 0 and r["steps"] == 60
     Simulator(m).train(ds.x_train, ds.y_train, list(range(60)))
-    r = verify(shrink(m), ds, 30, board="mps2_an386")
+    r = verify(shrink(m), ds, 30, board=board)
     assert r["mismatches"] == 0 and r["steps"] == 30
