@@ -126,16 +126,17 @@ def main(argv=None) -> int:
                     raise AssertionError(f"{name}: the result with {j} processes differs from the serial one")
         ratio = [a / b for a, b in zip(times[1], times[args.jobs])]
         med = {j: float(np.median(v)) for j, v in cpu.items()}
-        busy = float(np.median([c / t for c, t in zip(cpu[args.jobs], times[args.jobs])]))
+        busy = {j: float(np.median([c / t for c, t in zip(cpu[j], times[j])])) for j in cpu}
         res[name] = {"serial_s": times[1], "parallel_s": times[args.jobs], "ratio": ratio, "load_before": loads,
                      "median_ratio": float(np.median(ratio)), "serial_cpu_s": cpu[1], "parallel_cpu_s": cpu[args.jobs],
-                     "parallel_parent_cpu_s": own[args.jobs], "parallel_cores_busy": busy}
+                     "parallel_parent_cpu_s": own[args.jobs], "serial_cores_busy": busy[1],
+                     "parallel_cores_busy": busy[args.jobs]}
         print(f"{name:13s} 1 process {np.median(times[1]):7.2f} s ({min(times[1]):.2f}-{max(times[1]):.2f})  "
               f"{args.jobs} processes {np.median(times[args.jobs]):7.2f} s "
               f"({min(times[args.jobs]):.2f}-{max(times[args.jobs]):.2f})  "
               f"ratio {np.median(ratio):.2f}x ({min(ratio):.2f}-{max(ratio):.2f}), target {TARGET}x  "
               f"load {min(loads):.1f}-{max(loads):.1f}  CPU {med[1]:.2f} s / {med[args.jobs]:.2f} s "
-              f"(parent {np.median(own[args.jobs]):.2f} s), cores busy {busy:.2f}", flush=True)
+              f"(parent {np.median(own[args.jobs]):.2f} s), cores busy {busy[1]:.2f} / {busy[args.jobs]:.2f}", flush=True)
     m = report.machine()
     report.write_json("sweeps", {"rounds": args.rounds, "jobs": args.jobs, "target": TARGET, "sweeps": res,
                                  "machine": m})
@@ -146,7 +147,8 @@ def main(argv=None) -> int:
                      f"{np.median(p):.2f} s ({min(p):.2f}–{max(p):.2f})",
                      f"**{np.median(q):.2f}×** ({min(q):.2f}–{max(q):.2f})", "met" if np.median(q) >= TARGET else "NOT met",
                      f"{np.median(r['serial_cpu_s']):.2f} s / {np.median(r['parallel_cpu_s']):.2f} s "
-                     f"({np.median(r['parallel_parent_cpu_s']):.2f} s)", f"{r['parallel_cores_busy']:.2f}",
+                     f"({np.median(r['parallel_parent_cpu_s']):.2f} s)",
+                     f"{r['serial_cores_busy']:.2f} / {r['parallel_cores_busy']:.2f}",
                      f"{min(r['load_before']):.1f}–{max(r['load_before']):.1f}"])
     body = ("## Sweeps on every core\n\n"
             f"`python bench/bench_sweeps.py --rounds {args.rounds}`: each sweep timed in one process after a warm-up "
@@ -154,8 +156,9 @@ def main(argv=None) -> int:
             "checked to give the serial result (see the script's docstring for the work). Target (issue 13): "
             f"≥ {TARGET}× with both cores. {report.machine_line(m)}\n\n"
             + "CPU: seconds of the whole call (this process and every process it waited for), median, 1 and "
-            f"{args.jobs} processes, in brackets the coordinating process's own; cores busy: CPU / wall of the "
-            f"{args.jobs}-process calls (at most {args.jobs}).\n\n"
+            f"{args.jobs} processes, in brackets the coordinating process's own; cores busy: CPU / wall, 1 and "
+            f"{args.jobs} processes (at most {args.jobs}: a 1-process call above 1 already runs tools on several "
+            "cores, e.g. PlatformIO compiles with one job per core).\n\n"
             + report.markdown_table(["sweep", "1 process: median (range)", f"{args.jobs} processes", "ratio", "target",
                                      "CPU", "cores busy", "load average before calls"], rows))
     report.update_section("sweeps", body)
