@@ -21,7 +21,7 @@ faster on this 2-core machine with both cores than with one. Each sweep is timed
   workers and building 400 devices in the coordinator weigh on it;
 * federated-10k: the size the worker pool is for (docs/federated.md "10,000 clients"): W1's
   model on ``mnist1d-flat:100000``, 10,000 clients of 10 samples each, 2 rounds, int8 updates;
-  a round is seconds of CPU, and the coordinator's verify-and-aggregate (about a third of it)
+  a round is seconds of CPU, and the coordinator's verify-and-aggregate (about a sixth of it)
   runs beside the workers;
 * pareto: ``tinytrain.pareto.pareto`` on W1 on the micro:bit over a small grid (every fitting
   point built and verified on QEMU), ``jobs`` 1 and N.
