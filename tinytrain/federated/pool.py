@@ -14,8 +14,8 @@ message and its own state, and integer FedAvg is an exact integer sum (the order
 updates are added cannot change it). Workers send their replies in chunks
 (:func:`reply_chunk`: about ``CHUNKS`` a round, at most ``CHUNK`` devices each), so the
 coordinator decodes while they still train: its decoding is a sixth to a quarter of a W1
-federation's CPU time (10,000 and 400 clients), and with one chunk per shard (400 clients on 2 workers did that) it all waited for
-the workers' last device and they for it.
+federation's CPU time (10,000 and 400 clients), and with one chunk per shard (400 clients
+on 2 workers did that) it all waited for the workers' last device and they for it.
 
 Fork, not spawn: the children inherit the compiled simulator, the training arrays and the
 partitions without pickling or recompiling (Linux; elsewhere ``workers=1`` is used).
