@@ -137,3 +137,16 @@ def test_sweep_builds_take_the_runtime_from_the_object_cache_and_give_the_same_f
         subprocess.run(["arm-none-eabi-objcopy", "-O", "binary", str(elf), str(elf.with_suffix(".bin"))], check=True)
         return elf.with_suffix(".bin").read_bytes()
     assert image(tmp_path / "sweep" / config_key(v)) == image(tmp_path / "cold")
+
+
+def _square(x):
+    return x * x
+
+
+def test_run_tasks_dispatches_the_heaviest_first_and_keeps_the_task_order():
+    from tinytrain.sweep import dispatch_order, run_tasks
+
+    assert dispatch_order([0, 2, 1, 2, 0]) == [1, 3, 2, 0, 4]
+    w = [(7 * i) % 11 for i in range(23)]
+    for jobs in (1, 2, 3):
+        assert run_tasks(_square, list(range(23)), jobs, weights=w)[0] == [i * i for i in range(23)]

@@ -12,7 +12,8 @@ variants in one run, and a process pool over them.
   runtime files, which every variant compiles alike, from the cache (W1 on the micro:bit: a
   ``pio run`` of 1.0 CPU seconds instead of 6).
 * :func:`run_tasks` maps a picklable top-level function over tasks, serially (``jobs=1``) or in
-  ``jobs`` processes (forked where the OS can: they inherit the loaded modules), in task order, and records each task's CPU seconds (its process
+  ``jobs`` processes (forked where the OS can: they inherit the loaded modules; with ``weights``
+  the heaviest dispatched first), in task order, and records each task's CPU seconds (its process
   and the compilers and QEMU it started) so a report can state the serial/parallel split of
   the work without timing anything against the shared machine's clock.
 """
@@ -83,10 +84,18 @@ def _timed(fn, task):
     return out, cpu_seconds() - t0
 
 
-def run_tasks(fn, tasks: list, jobs: int = 1, progress=None) -> tuple[list, dict]:
+def dispatch_order(weights) -> list[int]:
+    """Task indices, heaviest first (ties in task order): the long tasks start at once and the
+    short ones fill the processes' ends, instead of one long task running alone at the end."""
+    return sorted(range(len(weights)), key=lambda i: -weights[i])
+
+
+def run_tasks(fn, tasks: list, jobs: int = 1, progress=None, weights=None) -> tuple[list, dict]:
     """[fn(t) for t in tasks] (in order) and the work split: tasks, their CPU seconds (sum and
     largest), jobs, and the wall seconds of the whole map (informative only: the machine may be
-    shared). ``progress`` (a tqdm bar) advances once per finished task."""
+    shared). ``progress`` (a tqdm bar) advances once per finished task. ``weights``: a rough
+    cost per task; with jobs > 1 the heaviest are dispatched first (:func:`dispatch_order`),
+    which changes no result."""
     jobs = max(1, min(int(jobs), len(tasks) or 1))
     t0 = time.monotonic()
     if jobs == 1:
@@ -100,7 +109,9 @@ def run_tasks(fn, tasks: list, jobs: int = 1, progress=None) -> tuple[list, dict
         import multiprocessing as mp
 
         with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")) as pool:
-            futs = [pool.submit(_timed, fn, t) for t in tasks]
+            futs = [None] * len(tasks)
+            for i in dispatch_order(weights if weights is not None else [0] * len(tasks)):
+                futs[i] = pool.submit(_timed, fn, tasks[i])
             for f in cf.as_completed(futs):
                 if progress is not None:
                     progress.update(1)
