@@ -11,8 +11,9 @@ faster on this 2-core machine with both cores than with one. Each sweep is timed
   levels 0.5 and 0.9, policies int16 and int8, ``board="microbit"``: every distinct variant built
   (PlatformIO) and run 20 verified steps on QEMU, which is where a sweep's time goes (without a
   board, the numba evaluations of a W1 or W3 sweep take well under a second once compiled);
-  every call builds and links each variant, its runtime objects taken from the object cache
-  (sweep.object_cache) that the warm-up filled, as a user's second sweep would;
+  every call runs PlatformIO and QEMU for each variant; PlatformIO takes the objects and the ELF
+  that the warm-up compiled from the object cache (sweep.object_cache), as a rerun of the same
+  sweep would (a new variant compiles its two model files and links: ~1.0 CPU s against ~0.8);
 * seeds: W3's integer training (bench_accuracy.run_tinytrain: 20 epochs, numba Simulator) for
   seeds 0-3, mapped by ``tinytrain.sweep.run_tasks`` as the multi-seed benchmarks do;
 * federated: ``tinytrain.federated.api.federate`` with 400 simulated W1 clients, 2 rounds, int8

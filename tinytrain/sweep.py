@@ -6,11 +6,12 @@ variants in one run, and a process pool over them.
   run, so a sweep measures each key once (the cache lives for one run: a rerun measures again).
 * :class:`Costs` measures a model on a board with :func:`tinytrain.cost.device_cost`, building
   its firmware in a folder of this run (never the firmware cache shared across runs): every
-  variant is compiled, linked and run. Its compiled objects go through PlatformIO's build cache
-  (SCons ``CacheDir``, :func:`object_cache`): an object is reused only for the same source,
-  headers and command line, so a variant recompiles its generated model and takes the ~25
-  runtime files, which every variant compiles alike, from the cache (W1 on the micro:bit: a
-  ``pio run`` of 1.0 CPU seconds instead of 6).
+  variant is built and run on the board. The build's derived files go through PlatformIO's
+  build cache (SCons ``CacheDir``, :func:`object_cache`): a file is reused only for the same
+  sources, headers and command line, so a new variant compiles its generated model and links,
+  taking the ~25 runtime objects, which every variant compiles alike, from the cache (W1 on the
+  micro:bit: a ``pio run`` of 1.0 CPU seconds instead of 6); a variant built before (a rerun)
+  takes its ELF from it too. QEMU runs every variant each time.
 * :func:`run_tasks` maps a picklable top-level function over tasks, serially (``jobs=1``) or in
   ``jobs`` processes (forked where the OS can: they inherit the loaded modules; with ``weights``
   the heaviest dispatched first), in task order, and records each task's CPU seconds (its process
