@@ -99,6 +99,29 @@ def test_tool_scons_on_a_fresh_core_dir(tmp_path, monkeypatch):
     assert toolchain.install_tool_scons(quiet=True) == dest  # idempotent
 
 
+
+@needs_qemu
+def test_setup_does_not_wait_for_running_builds(tmp_path, monkeypatch):
+    """Every build calls setup(); with all installed it must not queue behind the shared lock
+    that other processes' running builds hold (it did: parallel sweeps built one at a time)."""
+    import fcntl
+    import threading
+
+    from tinytrain.device import toolchain
+
+    monkeypatch.setenv("PLATFORMIO_CORE_DIR", str(tmp_path / "core"))
+    toolchain.setup(quiet=True)  # installs into the fresh core folder (exclusive lock)
+    with open(tmp_path / "core" / ".tinytrain-platform.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH)  # a build of another process, running
+        t = threading.Thread(target=toolchain.setup, kwargs={"quiet": True}, daemon=True)
+        t.start()
+        t.join(60)
+        waited = t.is_alive()
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    t.join()
+    assert not waited, "setup() waited for a running build's lock"
+
+
 # --- build and boot -------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

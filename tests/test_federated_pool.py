@@ -30,6 +30,20 @@ def test_workers_equal_one_process(w1, codec, down):
     assert [h["accepted"] for h in three["history"]] == [h["accepted"] for h in one["history"]]
 
 
+
+def test_replies_in_many_chunks_equal_one_process(w1):
+    """Shards of 200 devices reply in 16 chunks, not one (the coordinator decodes while the
+    workers train); chunks of 4 devices and uneven shards give the one-process federation."""
+    from tinytrain.federated.pool import CHUNK, MIN_CHUNK, reply_chunk
+
+    assert reply_chunk(200) == 13 and reply_chunk(1) == MIN_CHUNK and reply_chunk(10 ** 6) == CHUNK
+    model, ds = w1
+    kw = dict(simulated=41, rounds=2, partition="dirichlet:0.5", local_steps=12, compress="int8")
+    one = federate(model, ds, **kw)
+    two = federate(model, ds, workers=2, **kw)  # shards of 21 and 20 devices, chunks of 4
+    assert {k: two[k] for k in SAME} == {k: one[k] for k in SAME}
+
+
 def test_workers_resume_equals_uninterrupted(w1, tmp_path):
     """Residuals and the held broadcast go to the fleet checkpoint from the workers and back."""
     model, ds = w1

@@ -100,3 +100,53 @@ def test_a_policy_a_layer_cannot_take_is_reported_not_fatal(capsys):
                      "--levels", "0", "--layers", "0", "--json"])
     out = capsys.readouterr().out
     assert code == 0 and '"applicable": false' in out
+
+
+
+@pytest.mark.qemu
+@needs_qemu
+def test_sweep_builds_take_the_runtime_from_the_object_cache_and_give_the_same_firmware(w1, tmp_path, monkeypatch):
+    """sweep.Costs builds through PlatformIO's object cache: a second variant adds only its own
+    few files to it (generated model, glue, the link), taking the ~25 runtime objects from it,
+    and its measurement and flash image are those of a build with an empty cache."""
+    import subprocess
+
+    from tinytrain import sweep
+    from tinytrain.sweep import Costs, config_key
+
+    m, ds = w1
+    v = S.pruned(m, (2, 0), 0.5)
+    objects = tmp_path / "objects"
+    monkeypatch.delenv("PLATFORMIO_BUILD_CACHE_DIR", raising=False)  # Costs passes object_cache() on
+    monkeypatch.setattr(sweep, "object_cache", lambda: objects)
+
+    def entries():
+        return sum(1 for p in objects.rglob("*") if p.is_file())
+    Costs("microbit", ds, 2, tmp_path / "sweep")(m)
+    first = entries()
+    warm = Costs("microbit", ds, 2, tmp_path / "sweep")(v)
+    added = entries() - first
+    assert first > 20 and 0 < added <= 6, (first, added)
+    monkeypatch.setattr(sweep, "object_cache", lambda: tmp_path / "empty")
+    cold = Costs("microbit", ds, 2, tmp_path / "cold")(v)
+    keys = ("ram_total", "flash_total", "training_ram", "fits", "steps")
+    assert {k: warm[k] for k in keys} == {k: cold[k] for k in keys} and warm["steps"] == 2
+
+    def image(root):
+        elf, = root.rglob("firmware.elf")
+        subprocess.run(["arm-none-eabi-objcopy", "-O", "binary", str(elf), str(elf.with_suffix(".bin"))], check=True)
+        return elf.with_suffix(".bin").read_bytes()
+    assert image(tmp_path / "sweep" / config_key(v)) == image(tmp_path / "cold")
+
+
+def _square(x):
+    return x * x
+
+
+def test_run_tasks_dispatches_the_heaviest_first_and_keeps_the_task_order():
+    from tinytrain.sweep import dispatch_order, run_tasks
+
+    assert dispatch_order([0, 2, 1, 2, 0]) == [1, 3, 2, 0, 4]
+    w = [(7 * i) % 11 for i in range(23)]
+    for jobs in (1, 2, 3):
+        assert run_tasks(_square, list(range(23)), jobs, weights=w)[0] == [i * i for i in range(23)]

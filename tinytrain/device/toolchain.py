@@ -175,20 +175,26 @@ if __name__ == "__main__":
 '''
 
 
+def _tool_scons_current(tool_version: str | None = None) -> bool:
+    """Is tool-scons installed in the version this PlatformIO wants?"""
+    if tool_version is None:
+        tool_version = _scons_version_for(_scons_requirement())[0]
+    dest = pio_core_dir() / "packages" / "tool-scons"
+    try:
+        meta = json.loads((dest / ".piopm").read_text())
+    except (OSError, ValueError):
+        return False
+    return meta.get("version") == tool_version and (dest / "scons.py").is_file() and (dest / "SCons").is_dir()
+
+
 def install_tool_scons(quiet: bool = False, force: bool = False) -> Path:
     """Create ``<core_dir>/packages/tool-scons`` from the scons distribution; idempotent."""
     requirement = _scons_requirement()
     tool_version, want_scons = _scons_version_for(requirement)
     dest = pio_core_dir() / "packages" / "tool-scons"
-    piopm = dest / ".piopm"
-    if not force and piopm.is_file() and (dest / "scons.py").is_file():
-        try:
-            meta = json.loads(piopm.read_text())
-            if meta.get("version") == tool_version and (dest / "SCons").is_dir():
-                _say(f"tool-scons {tool_version} already installed in {dest}", quiet)
-                return dest
-        except (OSError, ValueError):
-            pass
+    if not force and _tool_scons_current(tool_version):
+        _say(f"tool-scons {tool_version} already installed in {dest}", quiet)
+        return dest
 
     src = _installed_scons()
     if src is None or src[1] != want_scons:
@@ -239,17 +245,25 @@ def _tree_hash(root: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def _drop_linked_qemu_platforms(platforms: Path) -> None:
-    """Remove PlatformIO's links to other copies of qemu-cortexm (``symlink://`` projects of older
+def _linked_qemu_platforms(platforms: Path) -> list[Path]:
+    """PlatformIO's links to other copies of qemu-cortexm (``symlink://`` projects of older
     tinytrain versions leave ``*.pio-link`` files): a link with the same name and version would
     be chosen instead of the installed copy, and may lack boards."""
+    out = []
     for link in platforms.glob("*.pio-link"):
         try:
             uri = json.loads(link.read_text()).get("spec", {}).get("uri") or ""
         except (OSError, ValueError):
             continue
         if uri.rstrip("/").endswith("/platform-qemu-cortexm"):
-            link.unlink(missing_ok=True)
+            out.append(link)
+    return out
+
+
+def _drop_linked_qemu_platforms(platforms: Path) -> None:
+    """Remove those links (under the exclusive core_lock)."""
+    for link in _linked_qemu_platforms(platforms):
+        link.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
@@ -302,9 +316,19 @@ def setup(quiet: bool = False) -> dict[str, str]:
     tool -> path."""
     found = check_system_tools()
     found["pio"] = str(find_pio())
-    with core_lock():  # two first builds at once must not both copy tool-scons
-        found["tool-scons"] = str(install_tool_scons(quiet=quiet))
-    found["qemu-cortexm platform"] = str(install_qemu_platform(quiet=quiet))
+    # every build calls this: when all is installed (the usual case) it is checked under the
+    # shared lock, which running builds hold too; the exclusive lock waits for every build of
+    # every process to finish, so taking it each time made parallel builds run one at a time
+    with core_lock(shared=True):
+        ready = _tool_scons_current() and _qemu_platform_installed() is not None and \
+            not _linked_qemu_platforms(pio_core_dir() / "platforms")
+    if ready:
+        found["tool-scons"] = str(pio_core_dir() / "packages" / "tool-scons")
+        found["qemu-cortexm platform"] = str(pio_core_dir() / "platforms" / "qemu-cortexm")
+    else:
+        with core_lock():  # two first builds at once must not both copy tool-scons
+            found["tool-scons"] = str(install_tool_scons(quiet=quiet))
+        found["qemu-cortexm platform"] = str(install_qemu_platform(quiet=quiet))
     for k, v in found.items():
         _say(f"{k}: {v}", quiet)
     return found

@@ -31,6 +31,7 @@ serial traffic is counted apart (``serial_bytes``).
 from __future__ import annotations
 
 import logging
+import math
 
 import numpy as np
 
@@ -92,7 +93,9 @@ class Device:
         self.prox = prox      # prox.Prox: FedProx's pull toward the global model, or None
         self.residual_bits = int(residual_bits)  # width the residual is kept in (saturating)
         self.stats = {"residual_saturated": 0}     # saturated residual elements committed so far
-        self.residual = None if codec == "none" else [np.zeros(int(np.prod(s)), np.int64) for s in schema.shapes]
+        # math.prod, not np.prod: this runs once per device before the workers fork (serial),
+        # and numpy's reduction machinery made it 0.7 of 0.9 s for 10,000 devices
+        self.residual = None if codec == "none" else [np.zeros(math.prod(s), np.int64) for s in schema.shapes]
         self._pending = None  # (round, residual, saturated elements) waiting for the coordinator's ack
         self.replica = None   # the last global model received (base of delta broadcasts)
 
