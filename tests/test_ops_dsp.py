@@ -48,7 +48,8 @@ def test_dsp_path_is_in_the_built_object(tmp_path, cpu, flags, dsp):
     fallback to the portable C fails here."""
     from tinytrain.codegen.memory import CPU_FLAGS
 
-    for src, insn in (("tt_dense", "smlad"), ("tt_sgd", "ssat16"), ("tt_conv", "smlad"), ("tt_relu", "sel")):
+    for src, insn in (("tt_dense", "smlad"), ("tt_sgd", "ssat16"), ("tt_conv", "smlad"), ("tt_relu", "sel"),
+                      ("tt_pool", "sel")):
         obj = tmp_path / f"{src}-{cpu}.o"
         subprocess.run(["arm-none-eabi-gcc", "-std=c99", "-O2", "-c", *CPU_FLAGS[cpu], *flags,
                         f"-I{cbuild.FIRMWARE_INCLUDE}", str(cbuild.FIRMWARE_SRC / f"{src}.c"), "-o", str(obj)],
@@ -555,3 +556,48 @@ def test_refresh_copy_edges(clib, dsplib):
         w = np.zeros(m.size, np.int16)
         lib.tt_sgd_refresh_copy(c_i32(ffi, m), c_i16(ffi, w), m.size)
         assert np.array_equal(w, want)
+
+
+# ------------------------------------------------------------------ pooling
+
+
+@st.composite
+def maxpool_2x2_case(draw):
+    """2x2 stride-2 max pooling (the DSP path: four channels per word, then a scalar tail) on
+    channel counts across the word split, odd sizes (rows / columns no window reads), and inputs
+    full of ties (few distinct values, so the first-maximum rule decides) or drawn."""
+    H, W = draw(st.integers(2, 9)), draw(st.integers(2, 9))
+    C = draw(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 17]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    mode = draw(st.sampled_from(["ties", "edges", "drawn"]))
+    if mode == "ties":
+        x = rng.integers(-1, 2, (H, W, C)).astype(np.int8)
+    elif mode == "edges":
+        x = rng.choice(np.array([-128, -127, -1, 0, 1, 126, 127], np.int8), (H, W, C))
+    else:
+        x = draw_array(draw, (H, W, C), np.int8, -128, 127)
+    e = rng.integers(-127, 128, (H // 2, W // 2, C)).astype(np.int8)  # errors are in +-127
+    return x, e, draw(st.integers(-30, 10)), draw(st.integers(-30, 10))
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(maxpool_2x2_case())
+def test_maxpool_2x2_dsp_equals_portable_and_reference(clib, dsplib, case):
+    """MaxPool 2x2/2 forward and backward of the DSP build (SSUB8 + SEL maxima, the first maximum
+    of the window picked lane by lane) == the portable build == the numpy reference: outputs,
+    exponents, saturation counts, and dx written everywhere (guard-filled buffers)."""
+    from tinytrain.ops import maxpool as rmax
+
+    x, e, ex, ee = case
+    H, W, C = x.shape
+    y_ref, ey_ref, _ = rmax.forward(x, ex, (2, 2), (2, 2))
+    dx_ref, edx_ref, nsat_ref, _ = rmax.backward(e, ee, x, (2, 2), (2, 2))
+    for who, (ffi, lib) in (("portable", clib), ("DSP", dsplib)):
+        y, dx = np.full(e.shape, 77, np.int8), np.full(x.shape, 77, np.int8)
+        ctx, st_c = c_ctx(ffi, np.zeros(1, np.int64))
+        p = ffi.new("tt_pool_params *", dict(H=H, W=W, C=C, kh=2, kw=2, stride_h=2, stride_w=2))
+        assert lib.tt_maxpool2d_fwd_s8(ctx, p, c_i8(ffi, x), ex, c_i8(ffi, y)) == ey_ref, who
+        assert lib.tt_maxpool2d_bwd_s8(ctx, p, c_i8(ffi, e), ee, c_i8(ffi, x), c_i8(ffi, dx)) == edx_ref, who
+        assert np.array_equal(y, y_ref), f"{who}: y differs first at {np.argwhere(y != y_ref)[0]}"
+        assert np.array_equal(dx, dx_ref), f"{who}: dx differs first at {np.argwhere(dx != dx_ref)[0]}"
+        assert st_c.saturated == nsat_ref, who
