@@ -22,6 +22,9 @@ from tinytrain.ops import dense as rd
 from tinytrain.graph.optim import update_direct_ref
 
 from .conftest import HERE, examples, runtime_cdef
+from .test_ops_batchnorm import assert_same as bn_assert_same
+from .test_ops_batchnorm import c_run as bn_c_run
+from .test_ops_batchnorm import ref_run as bn_ref_run
 from .test_ops_conv import assert_same as conv_assert_same
 from .test_ops_conv import run_c as conv_run_c
 from .test_ops_conv import run_ref as conv_run_ref
@@ -601,3 +604,44 @@ def test_maxpool_2x2_dsp_equals_portable_and_reference(clib, dsplib, case):
         assert np.array_equal(y, y_ref), f"{who}: y differs first at {np.argwhere(y != y_ref)[0]}"
         assert np.array_equal(dx, dx_ref), f"{who}: dx differs first at {np.argwhere(dx != dx_ref)[0]}"
         assert st_c.saturated == nsat_ref, who
+
+
+# ------------------------------------------------------------------ batch norm
+
+
+@st.composite
+def bn_dsp_case(draw):
+    """Batch norm cases for the DSP paths: channel counts across the four-channel words and
+    their scalar tails, P on both sides of the int16-lane limit of the sums (255), int8 inputs
+    down to -128, drawn exponents, parameters and running statistics (eval with stale ones
+    saturates x_hat: the element-by-element fallbacks)."""
+    from tinytrain.ops import batchnorm as rb
+
+    C = draw(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 17]))
+    P = draw(st.sampled_from([1, 2, 3, 4, 7, 16, 63, 64, 100, 255, 256, 300]))
+    x = draw_array(draw, (P, C), np.int8, -128, 127)
+    e = draw_array(draw, (P, C), np.int8, -127, 127)
+    if draw(st.booleans()):  # a shifted, narrow distribution per channel (a trained layer's)
+        rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+        x = np.clip(rng.normal(rng.integers(-60, 60, C), rng.integers(1, 30, C), (P, C)), -127, 127).astype(np.int8)
+    return dict(
+        x=x, e=e, gamma=draw_array(draw, (C,), np.int16, -32767, 32767),
+        beta=draw_array(draw, (C,), np.int32, -(2**31) + 1, 2**31 - 1),
+        rmean=draw_array(draw, (C,), np.int32, -(2**31) + 1, 2**31 - 1),
+        rvar=draw_array(draw, (C,), np.int32, -(2**31) + 1, 2**31 - 1),
+        ex=draw(st.integers(-24, 24)), ee=draw(st.integers(-24, 8)), e_g=draw(st.integers(-15, -6)),
+        e_b=draw(st.integers(-32, 0)), e_rm=draw(st.integers(-28, 4)), e_rv=draw(st.integers(-31, 4)),
+        cfg=rb.config(eps=draw(st.sampled_from([0.0, 1e-5, 1e-3, 0.1, 7.0])),
+                      momentum=draw(st.sampled_from([1.0, 0.5, 0.1, 0.01, 2**-20]))))
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(bn_dsp_case(), st.booleans())
+def test_batchnorm_dsp_equals_portable_and_reference(clib, dsplib, k, train):
+    """Batch norm forward (train and eval), backward and gradients of the DSP build (four-channel
+    SIMD statistics) == the portable build == the numpy reference: outputs, exponents, saved
+    constants, running statistics, saturation counts, dgamma and dbeta."""
+    train = train and k["x"].shape[0] >= 2
+    ref = bn_ref_run(k, train)
+    bn_assert_same(ref, bn_c_run(*clib, k, train), "portable")
+    bn_assert_same(ref, bn_c_run(*dsplib, k, train), "DSP")

@@ -1,9 +1,11 @@
-/** Integer batch normalization: portable scalar path. Every helper mirrors one function of
+/** Integer batch normalization: portable scalar path, and Cortex-M DSP paths (TT_HAVE_DSP)
+ * beside it with the same bits. Every helper mirrors one function of
  * tinytrain/ops/batchnorm.py; int64 everywhere a value can pass 2^31 (bounds in that file).
  * The per-element loops take int32 forms (one 32x32->64 multiply for x_hat, words of the
  * product for its shift) on channels where the bounds are checked once per channel; the int64
  * formulas remain for the others. */
 #include "tt_batchnorm.h"
+#include "tt_dsp.h"
 
 #define BN_F TT_BN_XHAT_FRAC
 
@@ -155,6 +157,74 @@ static BN_NOINLINE void bn_out32(const int8_t *x, int32_t n, int32_t C, const bn
     *nsat += cnt;
 }
 
+/* Per channel c of x (P positions, C channels): scratch[c] = S = sum x, scratch[C + c] = Q =
+ * sum x^2 (train only; |S| < 2^19, Q < 2^26 for P <= 4096) and scratch[2C + c] = lo * 256 +
+ * (hi + 128) for the range [lo, hi] of x; P >= 1. */
+static BN_NOINLINE void bn_stats(const int8_t *x, int32_t P, int32_t C, int32_t train, int64_t *scratch)
+{
+    int32_t p, c = 0;
+#if TT_HAVE_DSP
+    /* Four channels per word, P <= 255 so that |S| <= 128 P fits an int16 lane: SXTB16 splits
+     * channels (c, c+2) and, of the word rotated by 8, (c+1, c+3) into sign-extended lanes;
+     * SADD16 sums them lane by lane, SMLABB / SMLATT square each lane into its own Q (exact:
+     * Q < 2^22), SSUB8 + SEL keep the bytewise minimum and maximum. Eval computes the sums too
+     * (cheaper than a second loop) and does not read them. */
+    if (P <= 255) {
+        for (; c + 4 <= C; c += 4) {
+            const int8_t *xc = x + c;
+            uint32_t lo = tt_ld_s8x4(xc), hi = lo, s02 = 0, s13 = 0;
+            int32_t q0 = 0, q1 = 0, q2 = 0, q3 = 0, k;
+            for (p = 0; p < P; p++, xc += C) {
+                const uint32_t v = tt_ld_s8x4(xc);
+                const int32_t ev = __sxtb16((int32_t)v), od = __sxtb16((int32_t)((v >> 8) | (v << 24)));
+                s02 = (uint32_t)__sadd16((int32_t)s02, ev);
+                s13 = (uint32_t)__sadd16((int32_t)s13, od);
+                q0 = __smlabb(ev, ev, q0);
+                q2 = __smlatt(ev, ev, q2);
+                q1 = __smlabb(od, od, q1);
+                q3 = __smlatt(od, od, q3);
+                (void)__ssub8((int32_t)v, (int32_t)lo);
+                lo = __sel(lo, v);
+                (void)__ssub8((int32_t)v, (int32_t)hi);
+                hi = __sel(v, hi);
+            }
+            scratch[c] = (int16_t)(s02 & 0xFFFFu);
+            scratch[c + 1] = (int16_t)(s13 & 0xFFFFu);
+            scratch[c + 2] = (int16_t)(s02 >> 16);
+            scratch[c + 3] = (int16_t)(s13 >> 16);
+            scratch[C + c] = q0;
+            scratch[C + c + 1] = q1;
+            scratch[C + c + 2] = q2;
+            scratch[C + c + 3] = q3;
+            for (k = 0; k < 4; k++)
+                scratch[2 * C + c + k] = (int64_t)(int8_t)(lo >> (8 * k)) * 256 + ((int8_t)(hi >> (8 * k)) + 128);
+        }
+    }
+#endif
+    for (; c < C; c++) {
+        const int8_t *xc = x + c;
+        int32_t S = 0, Q = 0, lo = xc[0], hi = xc[0];
+        if (train) {
+            for (p = 0; p < P; p++, xc += C) {
+                const int32_t v = xc[0];
+                S += v;
+                Q += v * v;
+                if (v < lo) lo = v;
+                if (v > hi) hi = v;
+            }
+        } else {
+            for (p = 0; p < P; p++, xc += C) {
+                const int32_t v = xc[0];
+                if (v < lo) lo = v;
+                if (v > hi) hi = v;
+            }
+        }
+        scratch[c] = S;
+        scratch[C + c] = Q;
+        scratch[2 * C + c] = (int64_t)lo * 256 + (hi + 128);
+    }
+}
+
 /* The forward on positional arguments (tt_batchnorm_params' fields in order), out of line with
  * them in argument registers and stack slots: unpacking the struct inside the loops cost W3's
  * batch norm forward 0.4 % more instructions on Cortex-M4 (bench/dev/profile_device.py).
@@ -176,25 +246,9 @@ static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const i
     const int64_t eps_r = train ? 0 : bn_scale_cap(eps_m, -eps_k - e_rv);
     uint64_t m = 0;
     int32_t p, c, s, n;
+    bn_stats(x, P, C, train, scratch);
     for (c = 0; c < C; c++) {
-        const int8_t *xc = x + c;
-        int32_t S = 0, Q = 0, lo = xc[0], hi = xc[0]; /* |S| < 2^19, Q < 2^26 (P <= 4096); P >= 1 */
-        if (train) {
-            for (p = 0; p < P; p++, xc += C) {
-                const int32_t v = xc[0];
-                S += v;
-                Q += v * v;
-                if (v < lo) lo = v;
-                if (v > hi) hi = v;
-            }
-        } else {
-            for (p = 0; p < P; p++, xc += C) {
-                const int32_t v = xc[0];
-                if (v < lo) lo = v;
-                if (v > hi) hi = v;
-            }
-        }
-        scratch[2 * C + c] = (int64_t)lo * 256 + (hi + 128);
+        const int32_t S = (int32_t)scratch[c], Q = (int32_t)scratch[C + c];
         if (train) {
             const int64_t m2 = (int64_t)P * Q - (int64_t)S * S, v = m2 + eps_v;
             saved[c] = S;
