@@ -387,17 +387,21 @@ static int32_t bn_chan_fast(const bn_chan *k, const int32_t *saved, int32_t C, i
 
 /* Backward pass 2 of one channel when every J fits int32 (the caller's bound): xs[i] = J =
  * (A*e - Se) * 2^F + rshift_round(-x_hat * G, F) (= rshift_round(I, F), as (A*e - Se) * 2^(2F) is
- * a multiple of 2^F), from x_hat in xs[i]; returns max |J|. q = -x_hat * G + 2^(F-1) >> F is taken
- * from the words of the int64 sum (it fits int32 by the same bound). */
+ * a multiple of 2^F), from x_hat in xs[i]; returns max |J|. The multiple -Se * 2^(2F) joins the
+ * rounding constant inside the floor (exact), so J = A*e * 2^F + floor((x_hat * -G + c) / 2^F),
+ * c = 2^(F-1) - Se * 2^(2F): one multiply-accumulate from c, the words of the sum shifted (bits
+ * F..F+31: the value mod 2^32, and J fits int32, so the wrapping int32 sum is exact). */
 static BN_NOINLINE uint32_t bn_bwd_j32(const int8_t *e, int32_t n, int32_t C, int32_t A,
                                        int32_t se, int32_t nG, int64_t *xs)
 {
+    const int64_t c0 = ((int64_t)1 << (BN_F - 1)) - (int64_t)se * ((int64_t)1 << (2 * BN_F));
+    const uint32_t af = (uint32_t)A << BN_F; /* A <= 4096: < 2^25 */
     uint32_t mx = 0;
     int32_t i;
     for (i = 0; i < n; i += C) {
-        const uint64_t w = (uint64_t)((int64_t)(int32_t)xs[i] * nG + (1 << (BN_F - 1)));
-        const int32_t q = (int32_t)(((uint32_t)w >> BN_F) | ((uint32_t)(w >> 32) << (32 - BN_F)));
-        const int32_t J = (int32_t)((uint32_t)(A * e[i] - se) * (1u << BN_F) + (uint32_t)q);
+        const uint64_t w = (uint64_t)((int64_t)(int32_t)xs[i] * nG + c0);
+        const uint32_t q = ((uint32_t)w >> BN_F) | ((uint32_t)(w >> 32) << (32 - BN_F));
+        const int32_t J = (int32_t)((uint32_t)(int32_t)e[i] * af + q);
         const uint32_t a = J < 0 ? 0u - (uint32_t)J : (uint32_t)J;
         xs[i] = J;
         if (a > mx) mx = a;
