@@ -119,36 +119,72 @@ static inline int32_t bn_xhat_k(const bn_chan *k, int32_t xv, const int32_t *sav
     return bn_xhat(xv, k->A, saved, C, c, nsat);
 }
 
+/** (a * b + 2^31) >> 32 of the exact product: SMMULR on DSP cores, a 32x32->64 multiply
+ *  elsewhere. */
+static inline int32_t bn_mulhr(int32_t a, int32_t b)
+{
+#if TT_HAVE_DSP
+    return tt_smmulr(a, b);
+#else
+    return (int32_t)((uint64_t)((int64_t)a * b + ((int64_t)1 << 31)) >> 32);
+#endif
+}
+
+/* Channel k's x_hat as one rounded high-word multiply. For 1 <= sh <= 32 and z = 32 - sh,
+ * floor((t * inv + 2^(sh-1)) / 2^sh) = floor((t * 2^z * inv + 2^31) / 2^32) exactly (numerator
+ * and denominator times 2^z), = bn_mulhr(t * 2^z, inv) when t * 2^z fits int32 for every int8
+ * x (t = A*x - B is linear in x: the ends -128 and 127 decide); then |x_hat| < 2^30, no
+ * saturation. Returns whether it applies, with *az = A * 2^z and *bz = B * 2^z mod 2^32
+ * (x * az - bz wraps back to the exact t * 2^z). */
+static int32_t bn_mulr_consts(const bn_chan *k, uint32_t *az, uint32_t *bz)
+{
+    int64_t tl, th;
+    uint64_t mx;
+    int32_t z;
+    if (k->sh < 1 || k->sh > 32) return 0;
+    z = 32 - k->sh;
+    tl = (int64_t)k->A * -128 - k->B;
+    th = (int64_t)k->A * 127 - k->B;
+    mx = tt_abs_u64(tl) > tt_abs_u64(th) ? tt_abs_u64(tl) : tt_abs_u64(th);
+    if (mx > ((uint64_t)INT32_MAX >> z)) return 0;
+    *az = (uint32_t)k->A << z;
+    *bz = (uint32_t)k->B << z;
+    return 1;
+}
+
+/* Whether channel k's x_hat takes an int32 form for every int8 x: bn_mulr_consts, or sh >= 33
+ * (x_hat = (hi(t * inv) + 2^(sh - 33)) >> (sh - 32): half has no low word and the low word of
+ * t * inv cannot carry into the result) when x_hat does not saturate (the callers check that). */
+static int32_t bn_fast32(const bn_chan *k)
+{
+    uint32_t az, bz;
+    return k->fast && (k->sh >= 33 || bn_mulr_consts(k, &az, &bz));
+}
+
 /* y[i] = requant(g * x_hat(x[i]) + b) for i = 0, C, .., n - C (one channel) on the fast path:
- * x_hat fits int32 (no saturation in the channel), every |g * x_hat + b| <= m <= INT32_MAX, so the
- * sum is formed mod 2^32 and is exact, and s in [1, 24], so round(v / 2^s) is
- * ((v >> (s - 1)) + 1) >> 1 (tt_rshift_round on an int32). x_hat = floor((t * inv + half) / 2^sh)
- * for t = A*x - B is taken from the words of the 64-bit sum: for sh >= 33 half has no low word and
- * the low word of t * inv cannot carry into the result, so x_hat = (hi(t * inv) + 2^(sh - 33)) >>
- * (sh - 32); for sh < 32 it is the low word of the shifted sum. Out of line: its loop keeps its
+ * bn_fast32, x_hat fits int32 (no saturation in the channel), every |g * x_hat + b| <= m <=
+ * INT32_MAX, so the sum is formed mod 2^32 and is exact, and s in [1, 24], so round(v / 2^s) is
+ * ((v >> (s - 1)) + 1) >> 1 (tt_rshift_round on an int32). Out of line: its loop keeps its
  * constants in registers. */
 static BN_NOINLINE void bn_out32(const int8_t *x, int32_t n, int32_t C, const bn_chan *k, int32_t g, int32_t b, int32_t s,
          int8_t *y, uint32_t *nsat)
 {
     const int32_t A = k->A, B = k->B, inv = k->inv, sh = k->sh, s1 = s - 1;
-    uint32_t cnt = 0;
+    uint32_t cnt = 0, az, bz;
     int32_t i;
-    if (sh >= 33) {
-        const int32_t hh = (int32_t)1 << (sh - 33), sr = sh - 32;
+    if (bn_mulr_consts(k, &az, &bz)) {
         for (i = 0; i < n; i += C) {
-            const int32_t h = (int32_t)((uint64_t)((int64_t)(A * x[i] - B) * inv) >> 32);
-            const int32_t v = (int32_t)((uint32_t)g * (uint32_t)((h + hh) >> sr) + (uint32_t)b);
+            const int32_t xh = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az - bz), inv);
+            const int32_t v = (int32_t)((uint32_t)g * (uint32_t)xh + (uint32_t)b);
             const int32_t r = ((v >> s1) + 1) >> 1;
             y[i] = (int8_t)r;
             if ((uint32_t)(r + TT_S8_MAX) > 2u * TT_S8_MAX) { cnt++; y[i] = r > 0 ? TT_S8_MAX : -TT_S8_MAX; }
         }
     } else {
-        const uint32_t half = (uint32_t)1 << (sh - 1);
-        const int32_t sl = 32 - sh;
+        const int32_t hh = (int32_t)1 << (sh - 33), sr = sh - 32;
         for (i = 0; i < n; i += C) {
-            const uint64_t w = (uint64_t)((int64_t)(A * x[i] - B) * inv + half);
-            const uint32_t xh = ((uint32_t)w >> sh) | ((uint32_t)(w >> 32) << sl);
-            const int32_t v = (int32_t)((uint32_t)g * xh + (uint32_t)b);
+            const int32_t h = (int32_t)((uint64_t)((int64_t)(A * x[i] - B) * inv) >> 32);
+            const int32_t v = (int32_t)((uint32_t)g * (uint32_t)((h + hh) >> sr) + (uint32_t)b);
             const int32_t r = ((v >> s1) + 1) >> 1;
             y[i] = (int8_t)r;
             if ((uint32_t)(r + TT_S8_MAX) > 2u * TT_S8_MAX) { cnt++; y[i] = r > 0 ? TT_S8_MAX : -TT_S8_MAX; }
@@ -290,7 +326,7 @@ static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const i
         const int64_t b = scratch[c];
         const int32_t g = gamma[c];
         /* m <= INT32_MAX: s <= 24; |b| <= 2^30 (tt_align clamps) */
-        if (m <= (uint64_t)INT32_MAX && s >= 1 && k.fast && k.sh != 32 && !scratch[C + c]) {
+        if (m <= (uint64_t)INT32_MAX && s >= 1 && !scratch[C + c] && bn_fast32(&k)) {
             bn_out32(x + c, P * C, C, &k, g, (int32_t)b, s, y + c, &st->saturated);
             continue;
         }
@@ -327,7 +363,7 @@ static int64_t bn_j(int32_t ev, int64_t xh, int64_t A, int64_t se, int64_t g, in
     return tt_rshift_round_s64(i, BN_F);
 }
 
-/* One channel on the fast path of bn_out32 (same contract: k->fast, sh != 32, no saturation):
+/* One channel on the fast path of bn_out32 (same contract: bn_fast32, no saturation):
  * *se = sum e, *G = sum e * x_hat (exact int64) over i = 0, C, .., n - C, and xs[i] = x_hat(x[i])
  * when store (a constant after inlining). */
 static inline int64_t bn_xhat_sums(const int8_t *e, const int8_t *x, int32_t n, int32_t C,
@@ -336,21 +372,19 @@ static inline int64_t bn_xhat_sums(const int8_t *e, const int8_t *x, int32_t n, 
     const int32_t A = k->A, B = k->B, inv = k->inv, sh = k->sh;
     int32_t i, ss = 0;
     int64_t gs = 0;
-    if (sh >= 33) {
-        const int32_t hh = (int32_t)1 << (sh - 33), sr = sh - 32;
+    uint32_t az, bz;
+    if (bn_mulr_consts(k, &az, &bz)) {
         for (i = 0; i < n; i += C) {
-            const int32_t h = (int32_t)((uint64_t)((int64_t)(A * x[i] - B) * inv) >> 32);
-            const int32_t xh = (h + hh) >> sr, ev = e[i];
+            const int32_t xh = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az - bz), inv), ev = e[i];
             if (store) xs[i] = xh;
             ss += ev;
             gs += (int64_t)ev * xh;
         }
     } else {
-        const uint32_t half = (uint32_t)1 << (sh - 1);
-        const int32_t sl = 32 - sh;
+        const int32_t hh = (int32_t)1 << (sh - 33), sr = sh - 32;
         for (i = 0; i < n; i += C) {
-            const uint64_t w = (uint64_t)((int64_t)(A * x[i] - B) * inv + half);
-            const int32_t xh = (int32_t)(((uint32_t)w >> sh) | ((uint32_t)(w >> 32) << sl)), ev = e[i];
+            const int32_t h = (int32_t)((uint64_t)((int64_t)(A * x[i] - B) * inv) >> 32);
+            const int32_t xh = (h + hh) >> sr, ev = e[i];
             if (store) xs[i] = xh;
             ss += ev;
             gs += (int64_t)ev * xh;
@@ -379,7 +413,7 @@ static BN_NOINLINE int64_t bn_grad_sums(const int8_t *e, const int8_t *x, int32_
 static int32_t bn_chan_fast(const bn_chan *k, const int32_t *saved, int32_t C, int32_t c)
 {
     uint32_t sat = 0;
-    if (!k->fast || k->sh == 32) return 0;
+    if (!bn_fast32(k)) return 0;
     (void)bn_xhat_k(k, -128, saved, C, c, &sat);
     (void)bn_xhat_k(k, 127, saved, C, c, &sat);
     return sat == 0;
@@ -489,7 +523,7 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
         int32_t se = 0;
         int64_t G = 0;
         uint64_t mj = 0;
-        if (!sat && k.fast && k.sh != 32) {
+        if (!sat && bn_fast32(&k)) {
             G = bn_bwd_xhat(e + c, x + c, n, C, &k, xs + c, &se);
         } else {
             for (p = 0; p < P; p++) {
