@@ -133,22 +133,16 @@ static inline int32_t bn_mulhr(int32_t a, int32_t b)
 /* Channel k's x_hat as one rounded high-word multiply. For 1 <= sh <= 32 and z = 32 - sh,
  * floor((t * inv + 2^(sh-1)) / 2^sh) = floor((t * 2^z * inv + 2^31) / 2^32) exactly (numerator
  * and denominator times 2^z), = bn_mulhr(t * 2^z, inv) when t * 2^z fits int32 for every int8
- * x (t = A*x - B is linear in x: the ends -128 and 127 decide); then |x_hat| < 2^30, no
+ * x: |t| = |A*x - B| <= 128 A + |B| (A > 0; < 2^32 as A <= 2^12); then |x_hat| < 2^30, no
  * saturation. Returns whether it applies, with *az = A * 2^z and *bz = B * 2^z mod 2^32
  * (x * az - bz wraps back to the exact t * 2^z). */
 static int32_t bn_mulr_consts(const bn_chan *k, uint32_t *az, uint32_t *bz)
 {
-    int64_t tl, th;
-    uint64_t mx;
-    int32_t z;
-    if (k->sh < 1 || k->sh > 32) return 0;
-    z = 32 - k->sh;
-    tl = (int64_t)k->A * -128 - k->B;
-    th = (int64_t)k->A * 127 - k->B;
-    mx = tt_abs_u64(tl) > tt_abs_u64(th) ? tt_abs_u64(tl) : tt_abs_u64(th);
-    if (mx > ((uint64_t)INT32_MAX >> z)) return 0;
+    const uint32_t B = (uint32_t)k->B, tmax = (uint32_t)k->A * 128u + (k->B < 0 ? 0u - B : B);
+    const int32_t z = 32 - k->sh;
+    if (k->sh < 1 || k->sh > 32 || tmax > ((uint32_t)INT32_MAX >> z)) return 0;
     *az = (uint32_t)k->A << z;
-    *bz = (uint32_t)k->B << z;
+    *bz = B << z;
     return 1;
 }
 
