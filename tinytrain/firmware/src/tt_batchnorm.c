@@ -106,19 +106,6 @@ static bn_chan bn_channel(int64_t A, const int32_t *saved, int32_t C, int32_t c)
     return k;
 }
 
-/** bn_xhat(xv, A, saved, C, c, nsat) for the channel k describes, bit for bit. */
-static inline int32_t bn_xhat_k(const bn_chan *k, int32_t xv, const int32_t *saved, int32_t C,
-                                int32_t c, uint32_t *nsat)
-{
-    if (k->fast) {
-        const int64_t r = ((int64_t)(k->A * xv - k->B) * k->inv + ((int64_t)1 << (k->sh - 1))) >> k->sh;
-        const int32_t xh = tt_sat_s32(r);
-        if (nsat && xh != r) (*nsat)++;
-        return xh;
-    }
-    return bn_xhat(xv, k->A, saved, C, c, nsat);
-}
-
 /** (a * b + 2^31) >> 32 of the exact product: SMMULR on DSP cores, a 32x32->64 multiply
  *  elsewhere. */
 static inline int32_t bn_mulhr(int32_t a, int32_t b)
@@ -144,6 +131,21 @@ static int32_t bn_mulr_consts(const bn_chan *k, uint32_t *az, uint32_t *bz)
     *az = (uint32_t)k->A << z;
     *bz = B << z;
     return 1;
+}
+
+/** bn_xhat(xv, A, saved, C, c, nsat) for the channel k describes, bit for bit. */
+static inline int32_t bn_xhat_k(const bn_chan *k, int32_t xv, const int32_t *saved, int32_t C,
+                                int32_t c, uint32_t *nsat)
+{
+    uint32_t az, bz;
+    if (bn_mulr_consts(k, &az, &bz)) return bn_mulhr((int32_t)((uint32_t)xv * az - bz), k->inv);
+    if (k->fast) {
+        const int64_t r = ((int64_t)(k->A * xv - k->B) * k->inv + ((int64_t)1 << (k->sh - 1))) >> k->sh;
+        const int32_t xh = tt_sat_s32(r);
+        if (nsat && xh != r) (*nsat)++;
+        return xh;
+    }
+    return bn_xhat(xv, k->A, saved, C, c, nsat);
 }
 
 /* Whether channel k's x_hat takes an int32 form for every int8 x: bn_mulr_consts, or sh >= 33
