@@ -48,11 +48,12 @@ def test_dsp_path_is_in_the_built_object(tmp_path, cpu, flags, dsp):
     """The DSP kernels are what a DSP core's build really runs: SMLAD (dual 16-bit MAC) in the
     disassembly of tt_dense.o and SSAT16 (the fused update's per-lane guard) in tt_sgd.o for
     Cortex-M4/M33, neither for M3 or with -DTT_HAVE_DSP=0 (the portable paths), so a silent
-    fallback to the portable C fails here."""
+    fallback to the portable C fails here (also SEL in the MaxPool, SMLATT and SMMULR in the batch
+    norm kernels)."""
     from tinytrain.codegen.memory import CPU_FLAGS
 
     for src, insn in (("tt_dense", "smlad"), ("tt_sgd", "ssat16"), ("tt_conv", "smlad"), ("tt_relu", "sel"),
-                      ("tt_pool", "sel")):
+                      ("tt_pool", "sel"), ("tt_batchnorm", "smlatt"), ("tt_batchnorm", "smmulr")):
         obj = tmp_path / f"{src}-{cpu}.o"
         subprocess.run(["arm-none-eabi-gcc", "-std=c99", "-O2", "-c", *CPU_FLAGS[cpu], *flags,
                         f"-I{cbuild.FIRMWARE_INCLUDE}", str(cbuild.FIRMWARE_SRC / f"{src}.c"), "-o", str(obj)],
