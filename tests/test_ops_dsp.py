@@ -22,6 +22,9 @@ from tinytrain.ops import dense as rd
 from tinytrain.graph.optim import update_direct_ref
 
 from .conftest import HERE, examples, runtime_cdef
+from .test_ops_batchnorm import assert_same as bn_assert_same
+from .test_ops_batchnorm import c_run as bn_c_run
+from .test_ops_batchnorm import ref_run as bn_ref_run
 from .test_ops_conv import assert_same as conv_assert_same
 from .test_ops_conv import run_c as conv_run_c
 from .test_ops_conv import run_ref as conv_run_ref
@@ -45,10 +48,12 @@ def test_dsp_path_is_in_the_built_object(tmp_path, cpu, flags, dsp):
     """The DSP kernels are what a DSP core's build really runs: SMLAD (dual 16-bit MAC) in the
     disassembly of tt_dense.o and SSAT16 (the fused update's per-lane guard) in tt_sgd.o for
     Cortex-M4/M33, neither for M3 or with -DTT_HAVE_DSP=0 (the portable paths), so a silent
-    fallback to the portable C fails here."""
+    fallback to the portable C fails here (also SEL in the MaxPool, SMLATT and SMMULR in the batch
+    norm kernels)."""
     from tinytrain.codegen.memory import CPU_FLAGS
 
-    for src, insn in (("tt_dense", "smlad"), ("tt_sgd", "ssat16"), ("tt_conv", "smlad"), ("tt_relu", "sel")):
+    for src, insn in (("tt_dense", "smlad"), ("tt_sgd", "ssat16"), ("tt_conv", "smlad"), ("tt_relu", "sel"),
+                      ("tt_pool", "sel"), ("tt_batchnorm", "smlatt"), ("tt_batchnorm", "smmulr")):
         obj = tmp_path / f"{src}-{cpu}.o"
         subprocess.run(["arm-none-eabi-gcc", "-std=c99", "-O2", "-c", *CPU_FLAGS[cpu], *flags,
                         f"-I{cbuild.FIRMWARE_INCLUDE}", str(cbuild.FIRMWARE_SRC / f"{src}.c"), "-o", str(obj)],
@@ -555,3 +560,89 @@ def test_refresh_copy_edges(clib, dsplib):
         w = np.zeros(m.size, np.int16)
         lib.tt_sgd_refresh_copy(c_i32(ffi, m), c_i16(ffi, w), m.size)
         assert np.array_equal(w, want)
+
+
+# ------------------------------------------------------------------ pooling
+
+
+@st.composite
+def maxpool_2x2_case(draw):
+    """2x2 stride-2 max pooling (the DSP path: four channels per word, then a scalar tail) on
+    channel counts across the word split, odd sizes (rows / columns no window reads), and inputs
+    full of ties (few distinct values, so the first-maximum rule decides) or drawn."""
+    H, W = draw(st.integers(2, 9)), draw(st.integers(2, 9))
+    C = draw(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 17]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    mode = draw(st.sampled_from(["ties", "edges", "drawn"]))
+    if mode == "ties":
+        x = rng.integers(-1, 2, (H, W, C)).astype(np.int8)
+    elif mode == "edges":
+        x = rng.choice(np.array([-128, -127, -1, 0, 1, 126, 127], np.int8), (H, W, C))
+    else:
+        x = draw_array(draw, (H, W, C), np.int8, -128, 127)
+    e = rng.integers(-127, 128, (H // 2, W // 2, C)).astype(np.int8)  # errors are in +-127
+    return x, e, draw(st.integers(-30, 10)), draw(st.integers(-30, 10))
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(maxpool_2x2_case())
+def test_maxpool_2x2_dsp_equals_portable_and_reference(clib, dsplib, case):
+    """MaxPool 2x2/2 forward and backward of the DSP build (SSUB8 + SEL maxima, the first maximum
+    of the window picked lane by lane) == the portable build == the numpy reference: outputs,
+    exponents, saturation counts, and dx written everywhere (guard-filled buffers)."""
+    from tinytrain.ops import maxpool as rmax
+
+    x, e, ex, ee = case
+    H, W, C = x.shape
+    y_ref, ey_ref, _ = rmax.forward(x, ex, (2, 2), (2, 2))
+    dx_ref, edx_ref, nsat_ref, _ = rmax.backward(e, ee, x, (2, 2), (2, 2))
+    for who, (ffi, lib) in (("portable", clib), ("DSP", dsplib)):
+        y, dx = np.full(e.shape, 77, np.int8), np.full(x.shape, 77, np.int8)
+        ctx, st_c = c_ctx(ffi, np.zeros(1, np.int64))
+        p = ffi.new("tt_pool_params *", dict(H=H, W=W, C=C, kh=2, kw=2, stride_h=2, stride_w=2))
+        assert lib.tt_maxpool2d_fwd_s8(ctx, p, c_i8(ffi, x), ex, c_i8(ffi, y)) == ey_ref, who
+        assert lib.tt_maxpool2d_bwd_s8(ctx, p, c_i8(ffi, e), ee, c_i8(ffi, x), c_i8(ffi, dx)) == edx_ref, who
+        assert np.array_equal(y, y_ref), f"{who}: y differs first at {np.argwhere(y != y_ref)[0]}"
+        assert np.array_equal(dx, dx_ref), f"{who}: dx differs first at {np.argwhere(dx != dx_ref)[0]}"
+        assert st_c.saturated == nsat_ref, who
+
+
+# ------------------------------------------------------------------ batch norm
+
+
+@st.composite
+def bn_dsp_case(draw):
+    """Batch norm cases for the DSP paths: channel counts across the four-channel words and
+    their scalar tails, P on both sides of the int16-lane limit of the sums (255), int8 inputs
+    down to -128, drawn exponents, parameters and running statistics (eval with stale ones
+    saturates x_hat: the element-by-element fallbacks)."""
+    from tinytrain.ops import batchnorm as rb
+
+    C = draw(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 17]))
+    P = draw(st.sampled_from([1, 2, 3, 4, 7, 16, 63, 64, 100, 255, 256, 300]))
+    x = draw_array(draw, (P, C), np.int8, -128, 127)
+    e = draw_array(draw, (P, C), np.int8, -127, 127)
+    if draw(st.booleans()):  # a shifted, narrow distribution per channel (a trained layer's)
+        rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+        x = np.clip(rng.normal(rng.integers(-60, 60, C), rng.integers(1, 30, C), (P, C)), -127, 127).astype(np.int8)
+    return dict(
+        x=x, e=e, gamma=draw_array(draw, (C,), np.int16, -32767, 32767),
+        beta=draw_array(draw, (C,), np.int32, -(2**31) + 1, 2**31 - 1),
+        rmean=draw_array(draw, (C,), np.int32, -(2**31) + 1, 2**31 - 1),
+        rvar=draw_array(draw, (C,), np.int32, -(2**31) + 1, 2**31 - 1),
+        ex=draw(st.integers(-24, 24)), ee=draw(st.integers(-24, 8)), e_g=draw(st.integers(-15, -6)),
+        e_b=draw(st.integers(-32, 0)), e_rm=draw(st.integers(-28, 4)), e_rv=draw(st.integers(-31, 4)),
+        cfg=rb.config(eps=draw(st.sampled_from([0.0, 1e-5, 1e-3, 0.1, 7.0])),
+                      momentum=draw(st.sampled_from([1.0, 0.5, 0.1, 0.01, 2**-20]))))
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(bn_dsp_case(), st.booleans())
+def test_batchnorm_dsp_equals_portable_and_reference(clib, dsplib, k, train):
+    """Batch norm forward (train and eval), backward and gradients of the DSP build (four-channel
+    SIMD statistics) == the portable build == the numpy reference: outputs, exponents, saved
+    constants, running statistics, saturation counts, dgamma and dbeta."""
+    train = train and k["x"].shape[0] >= 2
+    ref = bn_ref_run(k, train)
+    bn_assert_same(ref, bn_c_run(*clib, k, train), "portable")
+    bn_assert_same(ref, bn_c_run(*dsplib, k, train), "DSP")

@@ -1,9 +1,11 @@
-/** Integer batch normalization: portable scalar path. Every helper mirrors one function of
+/** Integer batch normalization: portable scalar path, and Cortex-M DSP paths (TT_HAVE_DSP)
+ * beside it with the same bits. Every helper mirrors one function of
  * tinytrain/ops/batchnorm.py; int64 everywhere a value can pass 2^31 (bounds in that file).
  * The per-element loops take int32 forms (one 32x32->64 multiply for x_hat, words of the
  * product for its shift) on channels where the bounds are checked once per channel; the int64
  * formulas remain for the others. */
 #include "tt_batchnorm.h"
+#include "tt_dsp.h"
 
 #define BN_F TT_BN_XHAT_FRAC
 
@@ -104,10 +106,39 @@ static bn_chan bn_channel(int64_t A, const int32_t *saved, int32_t C, int32_t c)
     return k;
 }
 
+/** (a * b + 2^31) >> 32 of the exact product: SMMULR on DSP cores, a 32x32->64 multiply
+ *  elsewhere. */
+static inline int32_t bn_mulhr(int32_t a, int32_t b)
+{
+#if TT_HAVE_DSP
+    return tt_smmulr(a, b);
+#else
+    return (int32_t)((uint64_t)((int64_t)a * b + ((int64_t)1 << 31)) >> 32);
+#endif
+}
+
+/* Channel k's x_hat as one rounded high-word multiply. For 1 <= sh <= 32 and z = 32 - sh,
+ * floor((t * inv + 2^(sh-1)) / 2^sh) = floor((t * 2^z * inv + 2^31) / 2^32) exactly (numerator
+ * and denominator times 2^z), = bn_mulhr(t * 2^z, inv) when t * 2^z fits int32 for every int8
+ * x: |t| = |A*x - B| <= 128 A + |B| (A > 0; < 2^32 as A <= 2^12); then |x_hat| < 2^30, no
+ * saturation. Returns whether it applies, with *az = A * 2^z and *bz = B * 2^z mod 2^32
+ * (x * az - bz wraps back to the exact t * 2^z). */
+static int32_t bn_mulr_consts(const bn_chan *k, uint32_t *az, uint32_t *bz)
+{
+    const uint32_t B = (uint32_t)k->B, tmax = (uint32_t)k->A * 128u + (k->B < 0 ? 0u - B : B);
+    const int32_t z = 32 - k->sh;
+    if (k->sh < 1 || k->sh > 32 || tmax > ((uint32_t)INT32_MAX >> z)) return 0;
+    *az = (uint32_t)k->A << z;
+    *bz = B << z;
+    return 1;
+}
+
 /** bn_xhat(xv, A, saved, C, c, nsat) for the channel k describes, bit for bit. */
 static inline int32_t bn_xhat_k(const bn_chan *k, int32_t xv, const int32_t *saved, int32_t C,
                                 int32_t c, uint32_t *nsat)
 {
+    uint32_t az, bz;
+    if (bn_mulr_consts(k, &az, &bz)) return bn_mulhr((int32_t)((uint32_t)xv * az - bz), k->inv);
     if (k->fast) {
         const int64_t r = ((int64_t)(k->A * xv - k->B) * k->inv + ((int64_t)1 << (k->sh - 1))) >> k->sh;
         const int32_t xh = tt_sat_s32(r);
@@ -117,21 +148,35 @@ static inline int32_t bn_xhat_k(const bn_chan *k, int32_t xv, const int32_t *sav
     return bn_xhat(xv, k->A, saved, C, c, nsat);
 }
 
+/* Whether channel k's x_hat takes an int32 form for every int8 x: bn_mulr_consts, or sh >= 33
+ * (x_hat = (hi(t * inv) + 2^(sh - 33)) >> (sh - 32): half has no low word and the low word of
+ * t * inv cannot carry into the result) when x_hat does not saturate (the callers check that). */
+static int32_t bn_fast32(const bn_chan *k)
+{
+    uint32_t az, bz;
+    return k->fast && (k->sh >= 33 || bn_mulr_consts(k, &az, &bz));
+}
+
 /* y[i] = requant(g * x_hat(x[i]) + b) for i = 0, C, .., n - C (one channel) on the fast path:
- * x_hat fits int32 (no saturation in the channel), every |g * x_hat + b| <= m <= INT32_MAX, so the
- * sum is formed mod 2^32 and is exact, and s in [1, 24], so round(v / 2^s) is
- * ((v >> (s - 1)) + 1) >> 1 (tt_rshift_round on an int32). x_hat = floor((t * inv + half) / 2^sh)
- * for t = A*x - B is taken from the words of the 64-bit sum: for sh >= 33 half has no low word and
- * the low word of t * inv cannot carry into the result, so x_hat = (hi(t * inv) + 2^(sh - 33)) >>
- * (sh - 32); for sh < 32 it is the low word of the shifted sum. Out of line: its loop keeps its
+ * bn_fast32, x_hat fits int32 (no saturation in the channel), every |g * x_hat + b| <= m <=
+ * INT32_MAX, so the sum is formed mod 2^32 and is exact, and s in [1, 24], so round(v / 2^s) is
+ * ((v >> (s - 1)) + 1) >> 1 (tt_rshift_round on an int32). Out of line: its loop keeps its
  * constants in registers. */
 static BN_NOINLINE void bn_out32(const int8_t *x, int32_t n, int32_t C, const bn_chan *k, int32_t g, int32_t b, int32_t s,
          int8_t *y, uint32_t *nsat)
 {
     const int32_t A = k->A, B = k->B, inv = k->inv, sh = k->sh, s1 = s - 1;
-    uint32_t cnt = 0;
+    uint32_t cnt = 0, az, bz;
     int32_t i;
-    if (sh >= 33) {
+    if (bn_mulr_consts(k, &az, &bz)) {
+        for (i = 0; i < n; i += C) {
+            const int32_t xh = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az - bz), inv);
+            const int32_t v = (int32_t)((uint32_t)g * (uint32_t)xh + (uint32_t)b);
+            const int32_t r = ((v >> s1) + 1) >> 1;
+            y[i] = (int8_t)r;
+            if ((uint32_t)(r + TT_S8_MAX) > 2u * TT_S8_MAX) { cnt++; y[i] = r > 0 ? TT_S8_MAX : -TT_S8_MAX; }
+        }
+    } else {
         const int32_t hh = (int32_t)1 << (sh - 33), sr = sh - 32;
         for (i = 0; i < n; i += C) {
             const int32_t h = (int32_t)((uint64_t)((int64_t)(A * x[i] - B) * inv) >> 32);
@@ -140,19 +185,76 @@ static BN_NOINLINE void bn_out32(const int8_t *x, int32_t n, int32_t C, const bn
             y[i] = (int8_t)r;
             if ((uint32_t)(r + TT_S8_MAX) > 2u * TT_S8_MAX) { cnt++; y[i] = r > 0 ? TT_S8_MAX : -TT_S8_MAX; }
         }
-    } else {
-        const uint32_t half = (uint32_t)1 << (sh - 1);
-        const int32_t sl = 32 - sh;
-        for (i = 0; i < n; i += C) {
-            const uint64_t w = (uint64_t)((int64_t)(A * x[i] - B) * inv + half);
-            const uint32_t xh = ((uint32_t)w >> sh) | ((uint32_t)(w >> 32) << sl);
-            const int32_t v = (int32_t)((uint32_t)g * xh + (uint32_t)b);
-            const int32_t r = ((v >> s1) + 1) >> 1;
-            y[i] = (int8_t)r;
-            if ((uint32_t)(r + TT_S8_MAX) > 2u * TT_S8_MAX) { cnt++; y[i] = r > 0 ? TT_S8_MAX : -TT_S8_MAX; }
-        }
     }
     *nsat += cnt;
+}
+
+/* Per channel c of x (P positions, C channels): scratch[c] = S = sum x, scratch[C + c] = Q =
+ * sum x^2 (train only; |S| < 2^19, Q < 2^26 for P <= 4096) and scratch[2C + c] = lo * 256 +
+ * (hi + 128) for the range [lo, hi] of x; P >= 1. */
+static BN_NOINLINE void bn_stats(const int8_t *x, int32_t P, int32_t C, int32_t train, int64_t *scratch)
+{
+    int32_t p, c = 0;
+#if TT_HAVE_DSP
+    /* Four channels per word, P <= 255 so that |S| <= 128 P fits an int16 lane: SXTB16 splits
+     * channels (c, c+2) and, of the word rotated by 8, (c+1, c+3) into sign-extended lanes;
+     * SADD16 sums them lane by lane, SMLABB / SMLATT square each lane into its own Q (exact:
+     * Q < 2^22), SSUB8 + SEL keep the bytewise minimum and maximum. Eval computes the sums too
+     * (cheaper than a second loop) and does not read them. */
+    if (P <= 255) {
+        for (; c + 4 <= C; c += 4) {
+            const int8_t *xc = x + c;
+            uint32_t lo = tt_ld_s8x4(xc), hi = lo, s02 = 0, s13 = 0;
+            int32_t q0 = 0, q1 = 0, q2 = 0, q3 = 0, k;
+            for (p = 0; p < P; p++, xc += C) {
+                const uint32_t v = tt_ld_s8x4(xc);
+                const int32_t ev = __sxtb16((int32_t)v), od = __sxtb16((int32_t)((v >> 8) | (v << 24)));
+                s02 = (uint32_t)__sadd16((int32_t)s02, ev);
+                s13 = (uint32_t)__sadd16((int32_t)s13, od);
+                q0 = __smlabb(ev, ev, q0);
+                q2 = __smlatt(ev, ev, q2);
+                q1 = __smlabb(od, od, q1);
+                q3 = __smlatt(od, od, q3);
+                (void)__ssub8((int32_t)v, (int32_t)lo);
+                lo = __sel(lo, v);
+                (void)__ssub8((int32_t)v, (int32_t)hi);
+                hi = __sel(v, hi);
+            }
+            scratch[c] = (int16_t)(s02 & 0xFFFFu);
+            scratch[c + 1] = (int16_t)(s13 & 0xFFFFu);
+            scratch[c + 2] = (int16_t)(s02 >> 16);
+            scratch[c + 3] = (int16_t)(s13 >> 16);
+            scratch[C + c] = q0;
+            scratch[C + c + 1] = q1;
+            scratch[C + c + 2] = q2;
+            scratch[C + c + 3] = q3;
+            for (k = 0; k < 4; k++)
+                scratch[2 * C + c + k] = (int64_t)(int8_t)(lo >> (8 * k)) * 256 + ((int8_t)(hi >> (8 * k)) + 128);
+        }
+    }
+#endif
+    for (; c < C; c++) {
+        const int8_t *xc = x + c;
+        int32_t S = 0, Q = 0, lo = xc[0], hi = xc[0];
+        if (train) {
+            for (p = 0; p < P; p++, xc += C) {
+                const int32_t v = xc[0];
+                S += v;
+                Q += v * v;
+                if (v < lo) lo = v;
+                if (v > hi) hi = v;
+            }
+        } else {
+            for (p = 0; p < P; p++, xc += C) {
+                const int32_t v = xc[0];
+                if (v < lo) lo = v;
+                if (v > hi) hi = v;
+            }
+        }
+        scratch[c] = S;
+        scratch[C + c] = Q;
+        scratch[2 * C + c] = (int64_t)lo * 256 + (hi + 128);
+    }
 }
 
 /* The forward on positional arguments (tt_batchnorm_params' fields in order), out of line with
@@ -176,25 +278,9 @@ static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const i
     const int64_t eps_r = train ? 0 : bn_scale_cap(eps_m, -eps_k - e_rv);
     uint64_t m = 0;
     int32_t p, c, s, n;
+    bn_stats(x, P, C, train, scratch);
     for (c = 0; c < C; c++) {
-        const int8_t *xc = x + c;
-        int32_t S = 0, Q = 0, lo = xc[0], hi = xc[0]; /* |S| < 2^19, Q < 2^26 (P <= 4096); P >= 1 */
-        if (train) {
-            for (p = 0; p < P; p++, xc += C) {
-                const int32_t v = xc[0];
-                S += v;
-                Q += v * v;
-                if (v < lo) lo = v;
-                if (v > hi) hi = v;
-            }
-        } else {
-            for (p = 0; p < P; p++, xc += C) {
-                const int32_t v = xc[0];
-                if (v < lo) lo = v;
-                if (v > hi) hi = v;
-            }
-        }
-        scratch[2 * C + c] = (int64_t)lo * 256 + (hi + 128);
+        const int32_t S = (int32_t)scratch[c], Q = (int32_t)scratch[C + c];
         if (train) {
             const int64_t m2 = (int64_t)P * Q - (int64_t)S * S, v = m2 + eps_v;
             saved[c] = S;
@@ -236,7 +322,7 @@ static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const i
         const int64_t b = scratch[c];
         const int32_t g = gamma[c];
         /* m <= INT32_MAX: s <= 24; |b| <= 2^30 (tt_align clamps) */
-        if (m <= (uint64_t)INT32_MAX && s >= 1 && k.fast && k.sh != 32 && !scratch[C + c]) {
+        if (m <= (uint64_t)INT32_MAX && s >= 1 && !scratch[C + c] && bn_fast32(&k)) {
             bn_out32(x + c, P * C, C, &k, g, (int32_t)b, s, y + c, &st->saturated);
             continue;
         }
@@ -273,7 +359,7 @@ static int64_t bn_j(int32_t ev, int64_t xh, int64_t A, int64_t se, int64_t g, in
     return tt_rshift_round_s64(i, BN_F);
 }
 
-/* One channel on the fast path of bn_out32 (same contract: k->fast, sh != 32, no saturation):
+/* One channel on the fast path of bn_out32 (same contract: bn_fast32, no saturation):
  * *se = sum e, *G = sum e * x_hat (exact int64) over i = 0, C, .., n - C, and xs[i] = x_hat(x[i])
  * when store (a constant after inlining). */
 static inline int64_t bn_xhat_sums(const int8_t *e, const int8_t *x, int32_t n, int32_t C,
@@ -282,21 +368,19 @@ static inline int64_t bn_xhat_sums(const int8_t *e, const int8_t *x, int32_t n, 
     const int32_t A = k->A, B = k->B, inv = k->inv, sh = k->sh;
     int32_t i, ss = 0;
     int64_t gs = 0;
-    if (sh >= 33) {
-        const int32_t hh = (int32_t)1 << (sh - 33), sr = sh - 32;
+    uint32_t az, bz;
+    if (bn_mulr_consts(k, &az, &bz)) {
         for (i = 0; i < n; i += C) {
-            const int32_t h = (int32_t)((uint64_t)((int64_t)(A * x[i] - B) * inv) >> 32);
-            const int32_t xh = (h + hh) >> sr, ev = e[i];
+            const int32_t xh = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az - bz), inv), ev = e[i];
             if (store) xs[i] = xh;
             ss += ev;
             gs += (int64_t)ev * xh;
         }
     } else {
-        const uint32_t half = (uint32_t)1 << (sh - 1);
-        const int32_t sl = 32 - sh;
+        const int32_t hh = (int32_t)1 << (sh - 33), sr = sh - 32;
         for (i = 0; i < n; i += C) {
-            const uint64_t w = (uint64_t)((int64_t)(A * x[i] - B) * inv + half);
-            const int32_t xh = (int32_t)(((uint32_t)w >> sh) | ((uint32_t)(w >> 32) << sl)), ev = e[i];
+            const int32_t h = (int32_t)((uint64_t)((int64_t)(A * x[i] - B) * inv) >> 32);
+            const int32_t xh = (h + hh) >> sr, ev = e[i];
             if (store) xs[i] = xh;
             ss += ev;
             gs += (int64_t)ev * xh;
@@ -325,7 +409,7 @@ static BN_NOINLINE int64_t bn_grad_sums(const int8_t *e, const int8_t *x, int32_
 static int32_t bn_chan_fast(const bn_chan *k, const int32_t *saved, int32_t C, int32_t c)
 {
     uint32_t sat = 0;
-    if (!k->fast || k->sh == 32) return 0;
+    if (!bn_fast32(k)) return 0;
     (void)bn_xhat_k(k, -128, saved, C, c, &sat);
     (void)bn_xhat_k(k, 127, saved, C, c, &sat);
     return sat == 0;
@@ -333,17 +417,21 @@ static int32_t bn_chan_fast(const bn_chan *k, const int32_t *saved, int32_t C, i
 
 /* Backward pass 2 of one channel when every J fits int32 (the caller's bound): xs[i] = J =
  * (A*e - Se) * 2^F + rshift_round(-x_hat * G, F) (= rshift_round(I, F), as (A*e - Se) * 2^(2F) is
- * a multiple of 2^F), from x_hat in xs[i]; returns max |J|. q = -x_hat * G + 2^(F-1) >> F is taken
- * from the words of the int64 sum (it fits int32 by the same bound). */
+ * a multiple of 2^F), from x_hat in xs[i]; returns max |J|. The multiple -Se * 2^(2F) joins the
+ * rounding constant inside the floor (exact), so J = A*e * 2^F + floor((x_hat * -G + c) / 2^F),
+ * c = 2^(F-1) - Se * 2^(2F): one multiply-accumulate from c, the words of the sum shifted (bits
+ * F..F+31: the value mod 2^32, and J fits int32, so the wrapping int32 sum is exact). */
 static BN_NOINLINE uint32_t bn_bwd_j32(const int8_t *e, int32_t n, int32_t C, int32_t A,
                                        int32_t se, int32_t nG, int64_t *xs)
 {
+    const int64_t c0 = ((int64_t)1 << (BN_F - 1)) - (int64_t)se * ((int64_t)1 << (2 * BN_F));
+    const uint32_t af = (uint32_t)A << BN_F; /* A <= 4096: < 2^25 */
     uint32_t mx = 0;
     int32_t i;
     for (i = 0; i < n; i += C) {
-        const uint64_t w = (uint64_t)((int64_t)(int32_t)xs[i] * nG + (1 << (BN_F - 1)));
-        const int32_t q = (int32_t)(((uint32_t)w >> BN_F) | ((uint32_t)(w >> 32) << (32 - BN_F)));
-        const int32_t J = (int32_t)((uint32_t)(A * e[i] - se) * (1u << BN_F) + (uint32_t)q);
+        const uint64_t w = (uint64_t)((int64_t)(int32_t)xs[i] * nG + c0);
+        const uint32_t q = ((uint32_t)w >> BN_F) | ((uint32_t)(w >> 32) << (32 - BN_F));
+        const int32_t J = (int32_t)((uint32_t)(int32_t)e[i] * af + q);
         const uint32_t a = J < 0 ? 0u - (uint32_t)J : (uint32_t)J;
         xs[i] = J;
         if (a > mx) mx = a;
@@ -431,7 +519,7 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
         int32_t se = 0;
         int64_t G = 0;
         uint64_t mj = 0;
-        if (!sat && k.fast && k.sh != 32) {
+        if (!sat && bn_fast32(&k)) {
             G = bn_bwd_xhat(e + c, x + c, n, C, &k, xs + c, &se);
         } else {
             for (p = 0; p < P; p++) {

@@ -1,6 +1,8 @@
-/** Pooling kernels: portable scalar path (2x2 max pooling of stride 2 said apart). */
+/** Pooling kernels: portable scalar path (2x2 max pooling of stride 2 said apart), and a
+ * Cortex-M DSP path (TT_HAVE_DSP) for that 2x2 pooling, four channels per word, same bits. */
 #include <string.h>
 #include "tt_pool.h"
+#include "tt_dsp.h"
 
 static int8_t round_s8(int64_t acc, int32_t s, tt_stats *st)
 {
@@ -54,7 +56,22 @@ static void maxpool_2x2_fwd(const int8_t *x, int32_t W, int32_t C, int32_t OH, i
     for (oh = 0; oh < OH; oh++)
         for (ow = 0; ow < OW; ow++) {
             const int8_t *r0 = x + ((2 * oh) * W + 2 * ow) * C, *r1 = r0 + W * C;
-            for (c = 0; c < C; c++) {
+            c = 0;
+#if TT_HAVE_DSP
+            /* SSUB8(v, t) sets GE where v >= t, SEL keeps v there and takes t elsewhere */
+            for (; c + 4 <= C; c += 4, y += 4) {
+                uint32_t v = tt_ld_s8x4(r0 + c), t = tt_ld_s8x4(r0 + C + c);
+                (void)__ssub8((int32_t)v, (int32_t)t);
+                v = __sel(v, t);
+                t = tt_ld_s8x4(r1 + c);
+                (void)__ssub8((int32_t)v, (int32_t)t);
+                v = __sel(v, t);
+                t = tt_ld_s8x4(r1 + C + c);
+                (void)__ssub8((int32_t)v, (int32_t)t);
+                tt_st_s8x4(y, __sel(v, t));
+            }
+#endif
+            for (; c < C; c++) {
                 int32_t v = r0[c], t = r0[C + c];
                 if (t > v) v = t;
                 t = r1[c];
@@ -75,7 +92,33 @@ static void maxpool_2x2_bwd(const int8_t *e, const int8_t *x, int32_t W, int32_t
             const int32_t o = ((2 * oh) * W + 2 * ow) * C;
             const int8_t *r0 = x + o, *r1 = r0 + W * C;
             int8_t *d0 = dx + o, *d1 = d0 + W * C;
-            for (c = 0; c < C; c++) {
+            c = 0;
+#if TT_HAVE_DSP
+            /* m = the lanes' maximum (SSUB8 + SEL as in the forward). The first input equal to m
+             * in window order is the first maximum: SSUB8(a, m) sets GE exactly where a == m,
+             * SEL gives e there and 0 elsewhere, and r (the e not yet placed) keeps the others */
+            for (; c + 4 <= C; c += 4, e += 4) {
+                const uint32_t a = tt_ld_s8x4(r0 + c), b = tt_ld_s8x4(r0 + C + c);
+                const uint32_t u = tt_ld_s8x4(r1 + c), v = tt_ld_s8x4(r1 + C + c);
+                uint32_t m, r = tt_ld_s8x4(e);
+                (void)__ssub8((int32_t)a, (int32_t)b);
+                m = __sel(a, b);
+                (void)__ssub8((int32_t)m, (int32_t)u);
+                m = __sel(m, u);
+                (void)__ssub8((int32_t)m, (int32_t)v);
+                m = __sel(m, v);
+                (void)__ssub8((int32_t)a, (int32_t)m);
+                tt_st_s8x4(d0 + c, __sel(r, 0));
+                r = __sel(0, r);
+                (void)__ssub8((int32_t)b, (int32_t)m);
+                tt_st_s8x4(d0 + C + c, __sel(r, 0));
+                r = __sel(0, r);
+                (void)__ssub8((int32_t)u, (int32_t)m);
+                tt_st_s8x4(d1 + c, __sel(r, 0));
+                tt_st_s8x4(d1 + C + c, __sel(0, r));
+            }
+#endif
+            for (; c < C; c++) {
                 const int32_t a = r0[c], b = r0[C + c], u = r1[c], v = r1[C + c];
                 int32_t best = a, k = 0;
                 if (b > best) { best = b; k = 1; }
