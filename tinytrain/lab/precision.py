@@ -266,6 +266,7 @@ def train_float(wl, ds, seed: int, r: Recipe, epochs: int, batch_size: int) -> d
     for h in hooks:
         h.remove()
     return {"accuracy": acc, "steps": steps, "skipped_steps": skipped, "final_scale": ls.scale, "net": net,
+            "masters": None if masters is None else [m.numpy() for m in masters],
             "counts": {k: dataclasses.asdict(v) for k, v in q.counts.items()}}
 
 
