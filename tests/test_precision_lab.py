@@ -146,6 +146,8 @@ def test_failures_names_the_recipes_under_fp32_and_what_helps_them():
                            "bf16 -1.50 (with master weights -0.10); fp8 e4m3 + master -10.00;")
     assert "tinytrain" not in line and "fp16 + master -" not in line  # integer rows and passing recipes left out
     assert P.failures({"rows": [row("bf16", 1.0)]}) == ""  # nothing to compare with
+    w2 = P.failures({"rows": [row("fp32", 94.0), row("bf16 + master", 90.3), row("bf16 + master, fp32 gradients", 93.8)]})
+    assert "bf16 + master -3.70 (with fp32 gradients -0.20)" in w2
     assert "none" in P.failures({"rows": [row("fp32", 90.0), row("bf16", 89.5)]})
 
 

@@ -160,6 +160,8 @@ RECIPES = [
     Recipe("bf16", "bf16", "bf16", "bf16"),
     Recipe("bf16 + sr", "bf16", "bf16", "bf16", sr=True),
     Recipe("bf16 + master", "bf16", "bf16", "bf16", master=True),
+    # the same without the BF16 errors and weight gradients: which role costs what (W2, docs/precision-lab.md)
+    Recipe("bf16 + master, fp32 gradients", "bf16", "bf16", "fp32", master=True),
     Recipe("fp8 e4m3 + master", "fp8_e4m3", "fp8_e4m3", "fp8_e4m3", master=True),
     Recipe("fp8 e5m2 + master", "fp8_e5m2", "fp8_e5m2", "fp8_e5m2", master=True),
     Recipe("fp8 hybrid + master", "fp8_e4m3", "fp8_e4m3", "fp8_e5m2", master=True),
@@ -398,6 +400,7 @@ FAIL_POINTS = 1.0  # a float recipe "fails" when its mean is more than this many
 #: (recipe, the same formats with the help added, what the help is)
 HELPS = [("fp16", "fp16 + master", "master weights"), ("bf16", "bf16 + master", "master weights"),
          ("bf16", "bf16 + sr", "stochastic rounding"),
+         ("bf16 + master", "bf16 + master, fp32 gradients", "fp32 gradients"),
          ("fp16 + master", "fp16 + master + static scale", "static loss scaling"),
          ("fp16 + master", "fp16 + master + dynamic scale", "dynamic loss scaling"),
          ("fp8 e4m3 + master", "fp8 hybrid + master", "E5M2 gradients"),
