@@ -69,14 +69,15 @@ def test_loss_scale_semantics():
     assert dyn.scale == P.DYNAMIC_INIT / 2 and dyn.step(False) is False and dyn.scale == P.DYNAMIC_INIT
 
 
-def test_fp32_recipe_is_the_twin_training_exactly():
+@pytest.mark.parametrize("schedule", ["constant", "cosine"])
+def test_fp32_recipe_is_the_twin_training_exactly(schedule):
     torch.set_num_threads(1)
     wl = WORKLOADS["w1"]
     ds = wl.load()
-    got = P.train_float(wl, ds, 0, P.recipe("fp32"), 1, 32)
+    got = P.train_float(wl, ds, 0, P.recipe("fp32"), 2, 32, schedule=schedule)
     net = twins.twin("w1", 0)
     xtr, _ = wl.float_inputs(ds)
-    twins.train(net, xtr, ds.y_train, epoch_orders(0, len(xtr), 1), wl.lr * 32**0.5, 32)
+    twins.train(net, xtr, ds.y_train, epoch_orders(0, len(xtr), 2), wl.lr * 32**0.5, 32, schedule=schedule)
     for a, b in zip(got["net"].parameters(), net.parameters()):
         assert torch.equal(a, b)
     assert got["skipped_steps"] == 0 and got["counts"]["gradients"]["underflow"] == 0
@@ -102,6 +103,8 @@ def test_cli_json_and_bad_input(capsys):
     err = capsys.readouterr().err
     assert "unknown recipe 'fp4'" in err and len(err.strip().splitlines()) == 1
     assert cli.main(["precision-lab", "--workload", "w1", "--seeds", "a,b"]) == 2
+    assert cli.main(["precision-lab", "--workload", "w1", "--schedule", "linear"]) == 2
+    assert "--schedule" in capsys.readouterr().err
 
 
 def test_stochastic_rounding_in_fp8_e4m3_too():
