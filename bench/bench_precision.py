@@ -2,9 +2,13 @@
 policies, seeds 0/1/2, in one run; prints the tables and the issue's targets as measured
 differences, and writes bench/results/precision.json and precision.png.
 
-    python bench/bench_precision.py            # all three workloads (~15-30 min on 2 cores)
+    python bench/bench_precision.py            # all three workloads (W1 + W3 ~7 min; W2 below)
     python bench/bench_precision.py w1 w3      # some (the others' results in precision.json are kept)
     python bench/bench_precision.py w2 --recipe fp32 --recipe "bf16 + master"   # some recipes only
+
+Cost of W2's full table: its float twins train 100 epochs, a run ~100 s (fp32), ~130 s (bf16),
+~180 s (fp16 with loss scaling, fp8) of one core, so 14 recipes x 3 seeds ~ 1 h 50 min on a core
+at load 8 (the last W2 runs' own seconds), plus ~7 min for the integer rows.
 
 Targets (issue 11): BF16 with an FP32 master within 0.3 point of FP32 on W2 and W3; the FP8
 hybrid recipe with delayed scaling within 0.5 point of BF16 (+ master).

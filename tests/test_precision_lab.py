@@ -69,14 +69,15 @@ def test_loss_scale_semantics():
     assert dyn.scale == P.DYNAMIC_INIT / 2 and dyn.step(False) is False and dyn.scale == P.DYNAMIC_INIT
 
 
-def test_fp32_recipe_is_the_twin_training_exactly():
+@pytest.mark.parametrize("schedule", ["constant", "cosine"])
+def test_fp32_recipe_is_the_twin_training_exactly(schedule):
     torch.set_num_threads(1)
     wl = WORKLOADS["w1"]
     ds = wl.load()
-    got = P.train_float(wl, ds, 0, P.recipe("fp32"), 1, 32)
+    got = P.train_float(wl, ds, 0, P.recipe("fp32"), 2, 32, schedule=schedule)
     net = twins.twin("w1", 0)
     xtr, _ = wl.float_inputs(ds)
-    twins.train(net, xtr, ds.y_train, epoch_orders(0, len(xtr), 1), wl.lr * 32**0.5, 32)
+    twins.train(net, xtr, ds.y_train, epoch_orders(0, len(xtr), 2), wl.lr * 32**0.5, 32, schedule=schedule)
     for a, b in zip(got["net"].parameters(), net.parameters()):
         assert torch.equal(a, b)
     assert got["skipped_steps"] == 0 and got["counts"]["gradients"]["underflow"] == 0
@@ -102,6 +103,8 @@ def test_cli_json_and_bad_input(capsys):
     err = capsys.readouterr().err
     assert "unknown recipe 'fp4'" in err and len(err.strip().splitlines()) == 1
     assert cli.main(["precision-lab", "--workload", "w1", "--seeds", "a,b"]) == 2
+    assert cli.main(["precision-lab", "--workload", "w1", "--schedule", "linear"]) == 2
+    assert "--schedule" in capsys.readouterr().err
 
 
 def test_stochastic_rounding_in_fp8_e4m3_too():
@@ -146,4 +149,80 @@ def test_failures_names_the_recipes_under_fp32_and_what_helps_them():
                            "bf16 -1.50 (with master weights -0.10); fp8 e4m3 + master -10.00;")
     assert "tinytrain" not in line and "fp16 + master -" not in line  # integer rows and passing recipes left out
     assert P.failures({"rows": [row("bf16", 1.0)]}) == ""  # nothing to compare with
+    w2 = P.failures({"rows": [row("fp32", 94.0), row("bf16 + master", 90.3), row("bf16 + master, fp32 gradients", 93.8)]})
+    assert "bf16 + master -3.70 (with fp32 gradients -0.20)" in w2
     assert "none" in P.failures({"rows": [row("fp32", 90.0), row("bf16", 89.5)]})
+
+
+def _w2_batch():
+    wl = WORKLOADS["w2"]
+    ds = wl.load()
+    xtr, _ = wl.float_inputs(ds)
+    return torch.from_numpy(np.ascontiguousarray(xtr[:32])), torch.from_numpy(ds.y_train[:32].astype(np.int64))
+
+
+def _bf16_exact(t) -> bool:
+    a = np.asarray(t, np.float32)
+    return np.array_equal(a, a.astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
+def _one_step(r, x, y):
+    """One forward/backward of W2's twin under recipe r's activation and error casts: the
+    logits, every module's (output, error) as the casts left them, and the weight gradients."""
+    net = twins.twin("w2", 0)
+    seen = {}
+    P._instrument(net, P._Quantizer(r, 0))
+
+    def record(k, i, o):  # runs after the casts' hook: sees the output and (then) the error they left
+        seen[k] = [i[0], o]
+        if o.requires_grad:
+            o.register_hook(lambda g: seen[k].append(g))
+    for k, m in enumerate(net):
+        m.register_forward_hook(lambda mod, i, o, k=k: record(k, i, o))
+    out = net(x)
+    torch.nn.functional.cross_entropy(out, y).backward()
+    return out.detach(), seen, net
+
+
+def test_bf16_conv_accumulates_in_fp32_and_rounds_only_its_output():
+    """As BF16 hardware does (and the brief's emulation promises): a conv's products are summed
+    in fp32 from the bf16 input and weights, and only the sum is rounded, once."""
+    x, y = _w2_batch()
+    _, seen, net = _one_step(P.Recipe("a", "fp32", "bf16", "fp32"), x, y)
+    convs = [k for k, m in enumerate(net) if isinstance(m, torch.nn.Conv1d)]
+    for k in convs:
+        inp, out = seen[k][0], seen[k][1]
+        assert _bf16_exact(inp.detach()) and _bf16_exact(out.detach())
+        ref = torch.nn.functional.conv1d(inp.detach(), net[k].weight, net[k].bias)
+        assert torch.equal(out.detach(), torch.from_numpy(P.cast(ref.detach().numpy(), "bf16")))
+        assert not _bf16_exact(ref.detach())  # the fp32 sums are not bf16 values: the test can fail
+
+
+def test_gradient_role_rounds_the_errors_only():
+    """bf16 gradients leave the forward in fp32 (the logits are the fp32 run's, bit for bit), round
+    every error to bf16 (nearest-even), and the weight gradients stay within bf16's precision of fp32's."""
+    x, y = _w2_batch()
+    ref_out, ref_seen, ref_net = _one_step(P.recipe("fp32"), x, y)
+    out, seen, net = _one_step(P.Recipe("g", "fp32", "fp32", "bf16"), x, y)
+    assert torch.equal(out, ref_out)
+    errs = [v[2] for v in seen.values() if len(v) > 2]
+    assert len(errs) == len(net) - 2 and all(_bf16_exact(e) for e in errs)  # all but the input's permute and pad
+    assert not all(_bf16_exact(v[2]) for v in ref_seen.values() if len(v) > 2)  # fp32's errors are not
+    for a, b in zip(ref_net.parameters(), net.parameters()):
+        assert float((a.grad - b.grad).norm() / a.grad.norm()) < 2.0**-7
+
+
+def test_bf16_master_stays_fp32_and_the_compute_copy_is_its_cast():
+    """With a master the update lands in fp32 (most master values are no bf16 value) and the
+    weights the net computes with are the master rounded to nearest-even bf16, exactly."""
+    torch.set_num_threads(1)
+    wl = WORKLOADS["w1"]
+    ds = wl.load()
+    got = P.train_float(wl, ds, 0, P.recipe("bf16 + master"), 1, 32)
+    plain = P.train_float(wl, ds, 0, P.recipe("bf16"), 1, 32)
+    for p, m in zip(got["net"].parameters(), got["masters"]):
+        assert np.array_equal(p.detach().numpy(), m.astype(ml_dtypes.bfloat16).astype(np.float32))
+    w = got["masters"][0]
+    assert np.mean(w != w.astype(ml_dtypes.bfloat16).astype(np.float32)) > 0.9
+    assert not all(torch.equal(a, b) for a, b in zip(got["net"].parameters(), plain["net"].parameters()))
+    assert plain["masters"] is None

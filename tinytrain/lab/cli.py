@@ -4,6 +4,7 @@ policies (registered in tinytrain.cli's plugin list; needs the ``lab`` extra).
     tinytrain precision-lab --workload w1
     tinytrain precision-lab --workload w3 --seeds 0,1,2 --json > w3-lab.json
     tinytrain precision-lab --workload w2 --recipe fp32 --recipe "bf16 + master" --plot w2-lab.png
+    tinytrain precision-lab --workload w2 --schedule cosine --no-integer
 """
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def _args(p):
     p.add_argument("--epochs", type=cli._positive_int, default=None,
                    help="float-twin epochs (default: the workload's lab epochs, w2 100, else its epochs)")
     p.add_argument("--batch-size", type=cli._positive_int, default=32, help="float-twin batch (default 32)")
+    p.add_argument("--schedule", choices=("constant", "cosine"), default="constant",
+                   help="float-twin lr: constant (default) or tinytrain's cosine to 0 over the run")
     p.add_argument("--no-integer", action="store_true", help="leave out tinytrain's integer rows")
     p.add_argument("--plot", metavar="FILE", default=None, help="write a PNG of accuracy per recipe")
     p.add_argument("--json", action="store_true", help="print only a JSON object on stdout")
@@ -59,7 +62,7 @@ def _run(args) -> int:
         tio.check_writable(args.plot)
     total = P.n_runs(args.seeds, args.recipe, not args.no_integer)
     with progress_bar(total=total, desc=f"precision lab {args.workload}", unit="run", json=args.json) as bar:
-        res = P.run(args.workload, args.seeds, args.recipe, args.epochs, args.batch_size, not args.no_integer, bar)
+        res = P.run(args.workload, args.seeds, args.recipe, args.epochs, args.batch_size, not args.no_integer, bar, args.schedule)
     if args.plot:
         P.plot([res], args.plot)
         res["plot"] = args.plot

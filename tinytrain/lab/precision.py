@@ -160,6 +160,8 @@ RECIPES = [
     Recipe("bf16", "bf16", "bf16", "bf16"),
     Recipe("bf16 + sr", "bf16", "bf16", "bf16", sr=True),
     Recipe("bf16 + master", "bf16", "bf16", "bf16", master=True),
+    # the same without the BF16 errors and weight gradients: which role costs what (W2, docs/precision-lab.md)
+    Recipe("bf16 + master, fp32 gradients", "bf16", "bf16", "fp32", master=True),
     Recipe("fp8 e4m3 + master", "fp8_e4m3", "fp8_e4m3", "fp8_e4m3", master=True),
     Recipe("fp8 e5m2 + master", "fp8_e5m2", "fp8_e5m2", "fp8_e5m2", master=True),
     Recipe("fp8 hybrid + master", "fp8_e4m3", "fp8_e4m3", "fp8_e5m2", master=True),
@@ -203,8 +205,9 @@ def _instrument(net, q: _Quantizer):
     return [m.register_forward_hook(lambda mod, i, o, k=k: hook(mod, i, o, k)) for k, m in enumerate(net)]
 
 
-def train_float(wl, ds, seed: int, r: Recipe, epochs: int, batch_size: int) -> dict:
-    """One float-twin run under recipe r; returns its accuracy and counts."""
+def train_float(wl, ds, seed: int, r: Recipe, epochs: int, batch_size: int, schedule: str = "constant") -> dict:
+    """One float-twin run under recipe r; returns its accuracy and counts.  schedule "cosine":
+    the lr follows tinytrain's cosine table over the run's updates (as twins.train)."""
     import torch
     import torch.nn.functional as F
 
@@ -226,6 +229,10 @@ def train_float(wl, ds, seed: int, r: Recipe, epochs: int, batch_size: int) -> d
     lr = wl.lr * math.sqrt(batch_size)
     ls = LossScale(r.loss_scale)
     skipped = steps = 0
+    if schedule not in ("constant", "cosine"):
+        raise ValueError(f"schedule {schedule!r}: use constant or cosine")
+    f = twins.cosine_factors() if schedule == "cosine" else None
+    total = epochs * -(-len(xtr) // batch_size)
     net.train()
     for order in epoch_orders(seed, len(xtr), epochs):
         idx = torch.from_numpy(order)
@@ -249,13 +256,14 @@ def train_float(wl, ds, seed: int, r: Recipe, epochs: int, batch_size: int) -> d
             if ls.step(overflow):
                 skipped += 1
                 continue
+            lr_t = lr if f is None else lr * float(f[min(len(f) - 1, (len(f) - 1) * (steps - 1) // total)])
             with torch.no_grad():
                 for i, p in enumerate(params):
                     g = torch.from_numpy(grads[i] if s == 1.0 else grads[i] / np.float32(s))
                     if r.master:
-                        masters[i].add_(g, alpha=-lr)
+                        masters[i].add_(g, alpha=-lr_t)
                     else:
-                        p.add_(g, alpha=-lr)  # as torch.optim.SGD: fp32 equals twins.train exactly
+                        p.add_(g, alpha=-lr_t)  # as torch.optim.SGD: fp32 equals twins.train exactly
                         if r.weights != "fp32":
                             p.copy_(torch.from_numpy(q("weights", names[i], p.numpy(), sr=r.sr)))
     if r.master:
@@ -266,6 +274,7 @@ def train_float(wl, ds, seed: int, r: Recipe, epochs: int, batch_size: int) -> d
     for h in hooks:
         h.remove()
     return {"accuracy": acc, "steps": steps, "skipped_steps": skipped, "final_scale": ls.scale, "net": net,
+            "masters": None if masters is None else [m.numpy() for m in masters],
             "counts": {k: dataclasses.asdict(v) for k, v in q.counts.items()}}
 
 
@@ -331,7 +340,7 @@ def train_integer(wl, ds, seed: int, opt_overrides: dict) -> dict:
 
 
 def run(workload: str, seeds=(0, 1, 2), recipes=None, epochs: int | None = None, batch_size: int = 32,
-        integer: bool = True, progress=None) -> dict:
+        integer: bool = True, progress=None, schedule: str = "constant") -> dict:
     """The lab's table for one workload: accuracy mean and std over seeds, bytes per role,
     skipped steps and underflow fractions per recipe, then tinytrain's integer policies."""
     import torch
@@ -349,7 +358,7 @@ def run(workload: str, seeds=(0, 1, 2), recipes=None, epochs: int | None = None,
     for r in recipes:
         t0, runs = time.time(), []
         for s in seeds:
-            runs.append(train_float(wl, ds, s, r, epochs, batch_size))
+            runs.append(train_float(wl, ds, s, r, epochs, batch_size, schedule))
             if progress is not None:
                 progress.update(1)
         acc = 100 * np.array([x["accuracy"] for x in runs])
@@ -385,7 +394,7 @@ def run(workload: str, seeds=(0, 1, 2), recipes=None, epochs: int | None = None,
     for row in rows:
         row["vs_fp32_points"] = None if base is None else row["accuracy_mean"] - base
     return {"workload": workload, "title": wl.title, "seeds": list(seeds), "epochs": epochs,
-            "batch_size": batch_size, "lr_float": wl.lr * math.sqrt(batch_size), "rows": rows}
+            "batch_size": batch_size, "schedule": schedule, "lr_float": wl.lr * math.sqrt(batch_size), "rows": rows}
 
 
 def n_runs(seeds, recipes, integer) -> int:
@@ -397,6 +406,7 @@ FAIL_POINTS = 1.0  # a float recipe "fails" when its mean is more than this many
 #: (recipe, the same formats with the help added, what the help is)
 HELPS = [("fp16", "fp16 + master", "master weights"), ("bf16", "bf16 + master", "master weights"),
          ("bf16", "bf16 + sr", "stochastic rounding"),
+         ("bf16 + master", "bf16 + master, fp32 gradients", "fp32 gradients"),
          ("fp16 + master", "fp16 + master + static scale", "static loss scaling"),
          ("fp16 + master", "fp16 + master + dynamic scale", "dynamic loss scaling"),
          ("fp8 e4m3 + master", "fp8 hybrid + master", "E5M2 gradients"),
@@ -421,7 +431,7 @@ def failures(res: dict, points: float = FAIL_POINTS) -> str:
 
 def format_table(res: dict) -> str:
     out = [f"precision lab: {res['workload']} ({res['title']}), seeds {res['seeds']}, float twins {res['epochs']} epochs "
-           f"at batch {res['batch_size']} (lr {res['lr_float']:.3g}); integer rows as tinytrain trains (batch 1)",
+           f"at batch {res['batch_size']} (lr {res['lr_float']:.3g}{', cosine' if res.get('schedule') == 'cosine' else ''}); integer rows as tinytrain trains (batch 1)",
            f"{'recipe':<42} {'accuracy %':>14} {'vs fp32':>8} {'skipped':>8} {'underflow w/a/g %':>20} {'bytes w+m/a/e/g':>24}"]
     for r in res["rows"]:
         acc = f"{r['accuracy_mean']:.2f} ± {r['accuracy_std']:.2f}"
