@@ -11,9 +11,10 @@ faster on this 2-core machine with both cores than with one. Each sweep is timed
   levels 0.5 and 0.9, policies int16 and int8, ``board="microbit"``: every distinct variant built
   (PlatformIO) and run 20 verified steps on QEMU, which is where a sweep's time goes (without a
   board, the numba evaluations of a W1 or W3 sweep take well under a second once compiled);
-  every call runs PlatformIO and QEMU for each variant; PlatformIO takes the objects and the ELF
-  that the warm-up compiled from the object cache (sweep.object_cache), as a rerun of the same
-  sweep would (a new variant compiles its two model files and links: ~1.0 CPU s against ~0.8);
+  every call runs PlatformIO and QEMU for each variant, with an empty object cache of its own
+  (PLATFORMIO_BUILD_CACHE_DIR, sweep.object_cache): a call compiles the runtime once and each
+  variant its model files, as a first sweep does, instead of taking everything from the
+  warm-up's cache (a rerun of the same sweep: faster, but no fresh work to time);
 * seeds: W3's integer training (bench_accuracy.run_tinytrain: 20 epochs, numba Simulator) for
   seeds 0-3, mapped by ``tinytrain.sweep.run_tasks`` as the multi-seed benchmarks do;
 * federated: ``tinytrain.federated.api.federate`` with 400 simulated W1 clients, 2 rounds, int8
@@ -61,6 +62,24 @@ def _seed_task(seed):
     return run_tinytrain(W3, W3.load(), seed)[0]
 
 
+def _fresh_objects(fn):
+    """fn(jobs) with an empty PlatformIO object cache of its own (removed after the call)."""
+    import tempfile
+
+    def call(j):
+        old = os.environ.get("PLATFORMIO_BUILD_CACHE_DIR")
+        with tempfile.TemporaryDirectory(prefix="tt-pio-objects-") as d:
+            os.environ["PLATFORMIO_BUILD_CACHE_DIR"] = d
+            try:
+                return fn(j)
+            finally:
+                if old is None:
+                    os.environ.pop("PLATFORMIO_BUILD_CACHE_DIR", None)
+                else:
+                    os.environ["PLATFORMIO_BUILD_CACHE_DIR"] = old
+    return call
+
+
 def sweeps(only):
     """name -> (fn(jobs) -> a result that must not depend on jobs)."""
     ds = W1.load()
@@ -70,8 +89,9 @@ def sweeps(only):
         from tinytrain.train import fit
         m = W1.model(ds, 0)
         fit(m, ds, 2, seed=0, progress=False, log=lambda line: None)
-        out["sensitivity"] = lambda j: _strip(S.sensitivity(m, ds, levels=(0.5, 0.9), policies=("int16", "int8"),
-                                                            board="microbit", jobs=j))
+        out["sensitivity"] = _fresh_objects(lambda j: _strip(S.sensitivity(m, ds, levels=(0.5, 0.9),
+                                                                           policies=("int16", "int8"),
+                                                                           board="microbit", jobs=j)))
     if "seeds" in only:
         out["seeds"] = lambda j: run_tasks(_seed_task, [0, 1, 2, 3], j)[0]
     if "federated" in only:
@@ -87,8 +107,8 @@ def sweeps(only):
     if "pareto" in only:
         from tinytrain import pareto as PA
         grid = PA.Grid(widths=(0.5, 1.0), policies=("int16",), sparsities=(0.0, 0.5), trains=("all", "bias"))
-        out["pareto"] = lambda j: _strip(PA.pareto("digits-mlp", ds, "microbit", grid=grid, epochs=2,
-                                                   steps=10, jobs=j))
+        out["pareto"] = _fresh_objects(lambda j: _strip(PA.pareto("digits-mlp", ds, "microbit", grid=grid, epochs=2,
+                                                                  steps=10, jobs=j)))
     return out
 
 

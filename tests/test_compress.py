@@ -377,5 +377,5 @@ def test_example_schedules_parse():
     for f in files:
         sch = from_file(f)
         assert sch.stages, f
-    micro = from_file(files[[f.name for f in files].index("compress-w3-microbit.toml")])
-    assert micro.stages[-1].options["budget"] == {"ram": 12288} and micro.stages[-1].options["board"] == "microbit"
+    micro = from_file(files[[f.name for f in files].index("compress-w1-microbit.toml")])
+    assert micro.stages[-1].options["budget"] == {"ram": 10240} and micro.stages[-1].options["board"] == "microbit"

@@ -112,3 +112,27 @@ def test_dense_update_direct_equals_the_gradient_then_update(N, K, seed, dtype, 
     nb.dense_update_direct(wn, e, x, ew, eg, opt.k, m_t, sr, opt.wd_m, opt.wd_k, lo, hi, meta, stats)
     assert np.array_equal(wn, wr)
     assert stats[1] == nsat and stats[2] == stats_r[2] and meta[0] == p[0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(N=st.integers(1, 40), K=st.integers(1, 80), seed=st.integers(0, 2**32 - 1), zero_rows=st.floats(0, 1),
+       near_limit=st.booleans(), s=st.integers(-4, 70), m_t=st.integers(-40000, 40000), sr=st.booleans(),
+       prng=st.integers(1, 2**32 - 1))
+def test_dense_accumulate_equals_the_gradient_then_accumulate(N, K, seed, zero_rows, near_limit, s, m_t, sr, prng):
+    rng = np.random.default_rng(seed)
+    e = rng.integers(-127, 128, N).astype(np.int8)
+    e[rng.random(N) < zero_rows] = 0
+    x = rng.integers(-128, 128, K).astype(np.int8)
+    x[rng.random(K) < 0.4] = 0
+    A = (rng.integers(-(2**31), 2**31, N * K, dtype=np.int64) if near_limit else
+         rng.integers(-1000, 1000, N * K)).astype(np.int32)
+    opt = _opt(10, sr, 0.0)
+    ew, eg = s + nb.GUARD_BITS - opt.k - 3, -3
+    Ar, An = A.copy(), A.copy()
+    g = (e.astype(np.int32)[:, None] * x.astype(np.int32)[None, :]).reshape(-1)
+    p, stats_r = [prng], np.zeros(4, np.int64)
+    accumulate_ref(Ar, ew, g, eg, opt, m_t, p, stats_r)
+    meta, stats = np.array([prng, 0, 0, 0], np.int64), np.zeros(4, np.int64)
+    nb.dense_accumulate(An, e, x, ew, eg, opt.k, m_t, sr, meta, stats)
+    assert np.array_equal(An, Ar)
+    assert stats[2] == stats_r[2] and meta[0] == p[0]

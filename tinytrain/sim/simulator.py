@@ -157,12 +157,14 @@ def generate_source(model) -> str:
     body.append("    m_t = lr_mult(lr_m, schedule, gamma_q15, step_size, total_steps, cos, meta[1])")
     body.append(f"    de{L - 1} = ee")
     def fused(li) -> bool:
-        """A Dense layer in direct mode whose weight and bias train without a master or block
-        exponents: its weight update forms the gradient from e and x itself (dense_update_direct,
-        no gradient buffer), as the C does (codegen/emit.py fused)."""
+        """A Dense layer whose weight and bias train (no block exponents; in direct mode no master
+        either): its weight update or accumulation forms the gradient from e and x itself
+        (dense_update_direct, dense_accumulate: no gradient buffer), as the C's direct mode does
+        (codegen/emit.py fused)."""
         l = model.layers[li]
-        return (l.kind == "dense" and not opt.accumulate and len(l.params) == 2
-                and all((li, pi) in gidx and (li, pi) not in model.master and not model.blocked(li, pi) for pi in (0, 1)))
+        return (l.kind == "dense" and len(l.params) == 2
+                and all((li, pi) in gidx and not model.blocked(li, pi) and (opt.accumulate or (li, pi) not in model.master)
+                        for pi in (0, 1)))
 
     for li in range(L - 1, first - 1, -1):
         l = model.layers[li]
@@ -170,16 +172,28 @@ def generate_source(model) -> str:
         if fused(li):
             body += ["    " + s for s in optable.backward_lines(l, names, li, src(li), f"e{li}", f"A[{li}]",
                                                                f"D[{li}]", f"de{li}", dx, edx, grads=False)]
-            imports.add("from tinytrain.kernels.optim import dense_update_direct")
-            w, b = l.params
             gexp = optable.op_for(l).grad_exp
-            (wlo, whi), (blo, bhi) = sat_range(w.data.dtype), sat_range(b.data.dtype)
-            body.append(f"    dense_update_direct(P[{pidx[li][0]}], D[{li}], {src(li)}, {w.exp}, "
-                        f"{gexp['w'].format(ee=f'de{li}', ex=f'e{li}')}, lr_k, m_t, sr, wd_m, wd_k, {wlo}, {whi}, meta, stats)")
-            body += prune.zero((li, 0), "    ")
-            body.append(f"    update_direct(P[{pidx[li][1]}].reshape(-1), {b.exp}, D[{li}], {gexp['b'].format(ee=f'de{li}')}, "
-                        f"lr_k, m_t, sr, wd_m, wd_k, {blo}, {bhi}, meta, stats)")
-            body += prune.zero((li, 1), "    ")
+            ge = {0: gexp["w"].format(ee=f"de{li}", ex=f"e{li}"), 1: gexp["b"].format(ee=f"de{li}")}
+            for pi, p in enumerate(l.params):
+                key = (li, pi)
+                if opt.accumulate:
+                    ews = model.master_exp(key) if key in model.master else p.exp
+                    acc = f"ACC[{gidx[key]}].reshape(-1)"
+                    if pi == 0:
+                        imports.add("from tinytrain.kernels.optim import dense_accumulate")
+                        body.append(f"    dense_accumulate({acc}, D[{li}], {src(li)}, {ews}, {ge[0]}, lr_k, m_t, sr, meta, stats)")
+                    else:
+                        body.append(f"    accumulate({acc}, {ews}, D[{li}], {ge[1]}, lr_k, m_t, sr, meta, stats)")
+                else:
+                    lo, hi = sat_range(p.data.dtype)
+                    if pi == 0:
+                        imports.add("from tinytrain.kernels.optim import dense_update_direct")
+                        body.append(f"    dense_update_direct(P[{pidx[li][0]}], D[{li}], {src(li)}, {p.exp}, {ge[0]}, "
+                                    f"lr_k, m_t, sr, wd_m, wd_k, {lo}, {hi}, meta, stats)")
+                    else:
+                        body.append(f"    update_direct(P[{pidx[li][1]}].reshape(-1), {p.exp}, D[{li}], {ge[1]}, "
+                                    f"lr_k, m_t, sr, wd_m, wd_k, {lo}, {hi}, meta, stats)")
+                body += prune.zero(key, "    ")
             continue
         body += ["    " + s for s in optable.backward_lines(l, names, li, src(li), f"e{li}", f"A[{li}]",
                                                            f"D[{li}]", f"de{li}", dx, edx)]
