@@ -314,8 +314,8 @@ def test_emitted_c_structured():
                          8: {"schedule": "one_shot", "final_sparsity": 0.5}})).source
     assert '#include "tt_prune_group.h"' in src
     assert "static const tt_prune_group tt_model_prune_groups[4] = {" in src
-    assert "{.units = 6u, .inner = 9u, .lead = 0u, .mult = 1u},  /* L0 w */" in src
-    assert "{.units = 6u, .inner = 1u, .lead = 0u, .mult = 1u},  /* L1 beta */" in src
+    assert "{.units = 6u, .inner = 9u, .lead = 0u, .mult = 1u, .row = 9u},  /* L0 w */" in src
+    assert "{.units = 6u, .inner = 1u, .lead = 0u, .mult = 1u, .row = 1u},  /* L1 beta */" in src
     step = src[src.index("_train_step("):src.index("_predict(")]
     i = step.index("tt_prune_group_step(&tt_model_prune_gschedule, &tt_model_prune[1], tt_model_prune_groups, "
                    "tt_model_meta[1]);")
