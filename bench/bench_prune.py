@@ -12,7 +12,8 @@ by the numba Simulator (bit-exact with the reference and the C):
 * the 80 % schedule with scope "global" (both tensors ranked together: 80 % of all weights);
 * one-shot 80 % at epoch 10 (step 10 n), then 10 epochs of training with the mask;
 * the gradual 50 / 80 / 90 % schedules with "structure": "blocks" (1 x 4 blocks along the input,
-  ranked by L1: what the blocks storage needs), 80 % with issue 12's target for 80 %.
+  ranked by L1: what the blocks storage needs), and 80 % with blocks and scope "global" (the
+  blocks of both tensors ranked together); both 80 % ones with issue 12's target for 80 %.
 
 Test accuracy per seed, mean ± sample std (ddof=1) over seeds; targets (issue 12): gradual
 50 / 80 / 90 % within 0.5 / 1.0 / 2.5 points of dense (difference of the means). Every run also
@@ -27,7 +28,7 @@ the pruned tensors (bytes, % of dense: packed int16 values + the format's index,
 and the instructions per training sample (``-icount shift=0``, every step verified against the
 simulator by state hash: any mismatch raises), dense model vs the pruned one stored dense (masks
 re-applied) vs stored sparse in each format (bitmap; rows, the one ``auto`` picks), and seed 0's
-block-pruned 50 / 80 / 90 % models stored by blocks (what ``auto`` picks for them). Targets: 80 %
+block-pruned 50 / 80 / 90 % (and 80 % global) models stored by blocks (what ``auto`` picks for them). Targets: 80 %
 on the M4, storage <= 30 % of dense and >= 1.5x fewer instructions per sample than dense. Beside it, per kernel on the M4, the dense model vs the 80 %
 model stored sparse in the rows format (bench_device_parts.trace, TRACE_STEPS verified steps under the instruction
 trace): instructions per sample of each part and per weight it visits, which shows where the
@@ -69,6 +70,7 @@ def configs(n: int) -> list[tuple[str, dict | None, float | None]]:
     for s in TARGETS:
         out.append((f"gradual {int(100 * s)} %, blocks", {**out[1][1], "final_sparsity": s, "structure": "blocks"},
                     TARGETS[s] if s == 0.8 else None))
+    out.append(("gradual 80 %, blocks, global", {**out[2][1], "structure": "blocks", "scope": "global"}, TARGETS[0.8]))
     return out
 
 
@@ -177,7 +179,8 @@ def main(argv=None) -> int:
             f"(step {10 * n}), then 10 epochs with the mask. "
             "Targets (issue 12): within 0.5 / 1.0 / 2.5 points of dense at 50 / 80 / 90 %. "
             "Blocks: the same gradual schedules with `\"structure\": \"blocks\"` (1 × 4 blocks along the input, "
-            "ranked by L1; the target at 80 % is the unstructured one's). "
+            "ranked by L1; \"global\": the blocks of both tensors ranked together; the target at 80 % is the "
+            "unstructured one's). "
             "The zeros column is the mask's count per tensor, checked to be round(s · n) per tensor (global: of "
             "both together; blocks: round(s · b) of the tensor's b blocks) and zero in the weights.\n\n"
             f"{table}\n")
@@ -239,7 +242,7 @@ def kernel_parts(ds, dense, pruned, blocks, board: str = "mps2_an386") -> dict:
 def parts_markdown(parts: dict) -> str:
     """The per-kernel table of kernel_parts."""
     f = lambda v: "" if v is None else f"{v:.1f}"  # noqa: E731
-    cols = (("dense", "dense"), ("sparse", "80 % rows"), ("blocks", "80 % blocks"))
+    cols = (("dense", "dense"), ("sparse", "80 % rows"), ("blocks", "80 % blocks global"))
     table = report.markdown_table(
         ["part (layer)"] + [h for _, c in cols for h in (f"{c}: instructions / sample", "weights visited", "per weight")],
         [[r["part"]] + [v for k, _ in cols for v in (f"{r[k]:,.0f}", "" if r[f"{k}_weights"] is None else
@@ -247,7 +250,7 @@ def parts_markdown(parts: dict) -> str:
          for r in parts["rows"]]
         + [["total"] + [v for k, _ in cols for v in (f"{parts[f'{k}_total']:,.0f}", "", "")]])
     return (f"Per kernel on the Cortex-M4 ({parts['board']}), the dense model vs the 80 % model stored sparse (rows) "
-            "vs the 80 % block-pruned model stored by blocks: every "
+            "vs the 80 % block-pruned model (scope global) stored by blocks: every "
             "instruction of the training step charged to its call site (`bench/bench_device_parts.py` trace, "
             f"{parts['steps']} steps verified under `-singlestep`, mean per step; the step totals differ a little "
             "from the 20-step means above). A part's instructions include its requantization and bias work; "
@@ -266,7 +269,7 @@ def device(ds, n: int, steps: int) -> dict:
     t0 = time.perf_counter()
     models = {}
     cfgs = configs(n)
-    for label, prune, _ in cfgs[:4] + [c for c in cfgs if c[0].endswith(", blocks")]:  # dense, gradual, blocks
+    for label, prune, _ in cfgs[:4] + [c for c in cfgs if ", blocks" in c[0]]:  # dense, gradual, blocks
         keep = []
         run(ds, 0, prune, keep)
         models[label] = keep[0]
@@ -279,7 +282,7 @@ def device(ds, n: int, steps: int) -> dict:
         for label in list(models)[1:]:
             m = models[label]
             # rows: what auto picks for single weights, blocks for 1 x 4 blocks
-            for storage in (("blocks",) if label.endswith(", blocks") else ("dense", "bitmap", "rows")):
+            for storage in (("blocks",) if ", blocks" in label else ("dense", "bitmap", "rows")):
                 mm = copy.deepcopy(m)
                 mm.prune.storage = storage
                 ws = S.weight_storage(S.choose(mm), mm)
@@ -290,14 +293,14 @@ def device(ds, n: int, steps: int) -> dict:
                              "instructions_per_sample": ips, "speedup": dense_ips / ips})
                 print(f"{board:11s} {label:14s} stored {storage:6s} {ips:9.0f} instructions/sample "
                       f"({dense_ips / ips:.2f}x dense), weights {ws['bytes']} B = {pct:.1f} % of {ws['dense_bytes']} B")
-    parts = kernel_parts(ds, models["dense"], models["gradual 80 %"], models["gradual 80 %, blocks"])
+    parts = kernel_parts(ds, models["dense"], models["gradual 80 %"], models["gradual 80 %, blocks, global"])
     def target(run, storage):
         r = next(r for r in rows if r["board"] == "mps2_an386" and r["run"] == run and r["storage"] == storage)
         return r, {"storage": r["weight_pct"] <= DEVICE_TARGETS["storage_pct_max"],
                    "instructions": r["speedup"] >= DEVICE_TARGETS["speedup_min"]}
 
     tgt, met = target("gradual 80 %", "rows")
-    btgt, bmet = target("gradual 80 %, blocks", "blocks")
+    btgt, bmet = target("gradual 80 %, blocks, global", "blocks")
     payload = {"workload": "w1", "seed": 0, "verified_steps": steps, "rows": rows, "targets": DEVICE_TARGETS,
                "target_80_m4": {"weight_pct": tgt["weight_pct"], "speedup": tgt["speedup"], "met": met},
                "target_80_m4_blocks": {"weight_pct": btgt["weight_pct"], "speedup": btgt["speedup"], "met": bmet},
@@ -321,13 +324,14 @@ def device(ds, n: int, steps: int) -> dict:
             "for single weights, blocks for the models pruned by 1 × 4 blocks (`\"structure\": \"blocks\"`, the same "
             "schedules). Targets (issue 12, 80 % on the M4): storage ≤ 30 % of dense and ≥ 1.5× fewer instructions per "
             f"sample than dense. Single weights (rows): {tgt['weight_pct']:.1f} % ({'met' if met['storage'] else 'MISSED'}), "
-            f"{tgt['speedup']:.2f}× ({'met' if met['instructions'] else 'MISSED'}); 1 × 4 blocks (blocks): "
+            f"{tgt['speedup']:.2f}× ({'met' if met['instructions'] else 'MISSED'}); 1 × 4 blocks, scope global (the "
+            "block model within the accuracy target, stored by blocks): "
             f"{btgt['weight_pct']:.1f} % ({'met' if bmet['storage'] else 'MISSED'}), {btgt['speedup']:.2f}× "
             f"({'met' if bmet['instructions'] else 'MISSED'}); the accuracy of both is in the section above.\n\n"
             f"{table}\n\n{parts_markdown(parts)}")
     report.update_section("prune-w1-device", body)
     print(f"80 % on the M4: storage {tgt['weight_pct']:.1f} % ({'met' if met['storage'] else 'MISSED'}), "
-          f"{tgt['speedup']:.2f}x ({'met' if met['instructions'] else 'MISSED'}); blocks: storage "
+          f"{tgt['speedup']:.2f}x ({'met' if met['instructions'] else 'MISSED'}); blocks, global: storage "
           f"{btgt['weight_pct']:.1f} % ({'met' if bmet['storage'] else 'MISSED'}), "
           f"{btgt['speedup']:.2f}x ({'met' if bmet['instructions'] else 'MISSED'}); wrote "
           f"{path.relative_to(report.ROOT)}  [{time.perf_counter() - t0:.0f} s]")

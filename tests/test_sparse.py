@@ -108,7 +108,7 @@ def _structure(fmt) -> dict:
 
 @pytest.mark.parametrize("fmt", ["blocks", "rows", "bitmap"])
 def test_dsp_path_equals_reference(tmp_path, fmt):
-    """The sparse kernels' DSP path (SMMULR in the fused update, rows and blocks: SMLAD in the
+    """The sparse kernels' DSP path (the fused update: SMMULR, blocks SMLAWB pairs; rows and blocks: SMLAD in the
     forward; tt_dsp_emul.h's plain C intrinsics on the host) equals the reference as the
     portable path does; the Cortex-M4 objects really have them (a silent fallback to the
     portable path fails here), the Cortex-M0 ones not."""
@@ -132,7 +132,7 @@ def test_dsp_path_equals_reference(tmp_path, fmt):
     if shutil.which("arm-none-eabi-gcc") is None:
         return
     src, ops = {"rows": ("tt_sparse_rows.c", ("\tsmmulr", "\tsmlad")), "bitmap": ("tt_sparse.c", ("\tsmmulr",)),
-                "blocks": ("tt_sparse_blocks.c", ("\tsmmulr", "\tsmlad"))}[fmt]
+                "blocks": ("tt_sparse_blocks.c", ("\tsmlawb", "\tsmlad"))}[fmt]
     for cpu, dsp in (("cortex-m4", True), ("cortex-m0", False)):
         obj = str(tmp_path / f"{src}-{cpu}.o")
         subprocess.run(["arm-none-eabi-gcc", "-std=c99", "-O2", "-c", *CPU_FLAGS[cpu], f"-I{cbuild.FIRMWARE_INCLUDE}",

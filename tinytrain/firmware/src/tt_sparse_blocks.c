@@ -147,56 +147,103 @@ void tt_sparse_blocks_grad_s32(const tt_sparse_rows_params *p, const int8_t *e, 
     for (n = 0; n < N; n++) gb[n] = e[n];
 }
 
-/* w -= round(m_t e[n] x[k] / 2^s) on the kept weights: the step of tt_sparse_rows.c's
- * tt_rows_fast_s16 (portable: (q >> s) + ((q >> (s - 1)) & 1) of q = A_n x; DSP: SMMULR(A_n,
- * x 2^c), A_n = m_t e[n] 2^(32 - s - c), c = min(24, 32 - s)), saturating to [-32767, 32767] and
- * counted; a row whose error is 0 and a weight whose input is 0 keep their values. */
+/* w -= round(a x[k] / 2^s), a = m_t e[n], on the blocks [st, end) of a row (s in [1, 31],
+ * |a x| < 2^29: the rounding shift of an int32), saturating to [-32767, 32767] and counted; a
+ * weight whose input is 0 keeps its value (as tt_sparse_rows.c). Returns the saturations. */
+static uint32_t tt_blocks_row_s16(int16_t *w, const uint8_t *st, const uint8_t *end, int32_t K, const int8_t *x,
+                                  int32_t a, int32_t s)
+{
+    uint32_t nsat = 0;
+    int32_t k;
+    for (; st < end; st++) {
+        const int32_t c = 4 * *st, m = tt_blocks_size(K, *st);
+        for (k = 0; k < m; k++) {
+            const int32_t q = a * (int32_t)x[c + k];
+            if (q != 0) { /* a != 0 here: q == 0 is an input 0, and the weight keeps its value */
+                int32_t v = (int32_t)w[k] - ((q >> s) + ((q >> (s - 1)) & 1));
+                if (v > TT_S16_MAX || v < -TT_S16_MAX) {
+                    nsat++;
+                    v = v > 0 ? TT_S16_MAX : -TT_S16_MAX;
+                }
+                w[k] = (int16_t)v;
+            }
+        }
+        w += m;
+    }
+    return nsat;
+}
+
+#if TT_HAVE_DSP
+/* The full blocks [st, end) of a row by pairs (the fused Dense update's step, tt_sgd.c): S = W - D
+ * lane-wise with SSUB16 (|d| <= 16383), the Q flag raised exactly when a lane's v = w - d is
+ * outside [-32767, 32767] (a saturation, or an old -32768: tt_sgd.c's tt_sgd_s16x2 guard, SSAT16
+ * #15 on SHSUB16(W, D) and on SHSUB16(S, 1)); a lane whose input is 0 steps by 0, as the rule.
+ * Returns 1 when the guard was hit: then the pairs are restored (SADD16 of the same steps) and
+ * the caller takes the exact rule. */
+static int32_t tt_blocks_row_fast_s16(int16_t *w, const uint8_t *st, const uint8_t *end, const uint32_t *xx,
+                                      int32_t A)
+{
+    const uint8_t *s0 = st;
+    int16_t *w0 = w;
+    tt_guard_clear();
+    for (; st < end; st++, w += 4) {
+        const uint32_t *q = xx + 2u * *st, W0 = tt_ld_s16x2(w), W1 = tt_ld_s16x2(w + 2);
+        const uint32_t D0 = tt_step_s16x2(A, q[0]), D1 = tt_step_s16x2(A, q[1]);
+        const uint32_t S0 = (uint32_t)__ssub16((int32_t)W0, (int32_t)D0), S1 = (uint32_t)__ssub16((int32_t)W1, (int32_t)D1);
+        tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)W0, (int32_t)D0));
+        tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)W1, (int32_t)D1));
+        tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)S0, 0x00010001));
+        tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)S1, 0x00010001));
+        tt_st_s16x2(w, S0);
+        tt_st_s16x2(w + 2, S1);
+    }
+    if (!tt_guard_hit()) return 0;
+    for (st = s0, w = w0; st < end; st++, w += 4) {
+        const uint32_t *q = xx + 2u * *st;
+        tt_st_s16x2(w, (uint32_t)__sadd16((int32_t)tt_ld_s16x2(w), (int32_t)tt_step_s16x2(A, q[0])));
+        tt_st_s16x2(w + 2, (uint32_t)__sadd16((int32_t)tt_ld_s16x2(w + 2), (int32_t)tt_step_s16x2(A, q[1])));
+    }
+    tt_guard_clear();
+    return 1;
+}
+#endif
+
+/* w -= round(m_t e[n] x[k] / 2^s) on the kept weights, row by row: rows whose error is 0 passed
+ * whole; DSP: a row's full blocks two pairs each (tt_blocks_row_fast_s16; with c = min(8, 32 - s),
+ * x widened to x 2^c once, A = a 2^(32 - s - c), when |A| < 2^31 and |d| <= 16383 as in
+ * tt_sgd_dense_rows_s16), the rest by the exact rule (tt_blocks_row_s16). */
 int32_t tt_sparse_blocks_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p, int32_t s,
                                   const int8_t *e, const int8_t *x)
 {
-#if TT_HAVE_DSP
-    const int32_t cs = 32 - s < 24 ? 32 - s : 24, sh = 32 - s - cs;
-#else
-    const int32_t cs = 0, sh = 0;
-#endif
     const int32_t N = p->N, K = p->K;
-    const uint8_t *code = p->code, *st = code + N;
+    const uint8_t *st = p->code + N;
     int16_t *w = p->w;
     uint32_t nsat = 0;
-    int32_t n, k;
-    (void)cs;
-    if (sh > 0)
-        for (n = 0; n < N; n++) { /* |m_t e[n]| < 2^22 */
-            const int32_t a = u->m_t * (int32_t)e[n];
-            if (a > (INT32_MAX >> sh) || a < -(INT32_MAX >> sh)) return 0;
-        }
-    for (n = 0; n < N; n++) {
-        const uint8_t *end = st + code[n];
-        const int32_t an = u->m_t * (int32_t)e[n] * (1 << sh);
-        if (an == 0) { /* every step is 0: pass the row */
-            w += tt_blocks_weights(st, end, K);
-            st = end;
-            continue;
-        }
-        for (; st < end; st++) {
-            const int32_t c = 4 * *st, m = tt_blocks_size(K, *st);
-            for (k = 0; k < m; k++) {
-                const int32_t X = x[c + k];
-                if (X != 0) {
+    int32_t n;
 #if TT_HAVE_DSP
-                    int32_t v = (int32_t)w[k] - tt_smmulr(an, X * (1 << cs));
-#else
-                    int32_t v = (int32_t)w[k] - ((an * X >> s) + ((an * X >> (s - 1)) & 1));
+    const int32_t c = 32 - s < 8 ? 32 - s : 8, sh = 32 - s - c;
+    const int64_t lim1 = (int64_t)INT32_MAX >> sh, lim2 = (((int64_t)16383 << s) - 1) / 128;
+    const int32_t amax = (int32_t)(lim1 < lim2 ? lim1 : lim2);
+    uint32_t *xx = (uint32_t *)(void *)p->work; /* K / 2 words */
+    tt_widen_s8(x, K & ~3, c, xx);
 #endif
-                    if (v > TT_S16_MAX || v < -TT_S16_MAX) {
-                        nsat++;
-                        v = v > 0 ? TT_S16_MAX : -TT_S16_MAX;
-                    }
-                    w[k] = (int16_t)v;
-                }
-            }
-            w += m;
+    for (n = 0; n < N; n++) {
+        const uint8_t *end = st + p->code[n];
+        const int32_t a = u->m_t * (int32_t)e[n], m = tt_blocks_weights(st, end, K);
+        if (a != 0) {
+#if TT_HAVE_DSP
+            int32_t tail;
+            const uint8_t *full = tt_blocks_full_end(st, end, K, &tail);
+            if ((a < 0 ? -a : a) <= amax && !tt_blocks_row_fast_s16(w, st, full, xx, a * ((int32_t)1 << sh)))
+                nsat += tt_blocks_row_s16(w + (m - tail), full, end, K, x, a, s);
+            else
+                nsat += tt_blocks_row_s16(w, st, end, K, x, a, s);
+#else
+            nsat += tt_blocks_row_s16(w, st, end, K, x, a, s);
+#endif
         }
+        w += m;
+        st = end;
     }
     u->stats->saturated += nsat;
     return 1;
