@@ -29,7 +29,7 @@ from tinytrain.graph.optim import SGD
 from .conftest import examples
 from .test_exactness import _data, any_graph, any_optimizer, three_way
 from .test_prune import prune_configs
-from .test_sparse import _past_schedule, mlps
+from .test_sparse import _past_schedule, mlp_cases
 
 
 def _blocks_of(m, key):
@@ -92,14 +92,7 @@ def test_blocks_storage_reference_sim_c_equal(data):
     """Drawn MLPs (any input size: rows that end in a short block) x sparsities x optimizer
     options, the schedule over: every pruned tensor stored by blocks (auto picks it), and
     reference = numba = C (the block kernels, UBSan) every step."""
-    shape, layers, n_cls = data.draw(mlps())
-    probe = Sequential(copy.deepcopy(layers), input_shape=shape, input_exp=-7)
-    opt = data.draw(any_optimizer(probe.layers))
-    s = data.draw(st.sampled_from([0.25, 0.5, 0.8, 0.9, 0.99]))
-    prune = data.draw(st.sampled_from([
-        {"schedule": "one_shot", "final_sparsity": s, "begin_step": 0},
-        {"schedule": "polynomial", "final_sparsity": s, "begin_step": 0, "end_step": 2, "frequency": 1},
-        {"schedule": "one_shot", "final_sparsity": s, "begin_step": 1, "scope": "global"}]))
+    shape, layers, n_cls, opt, prune = data.draw(mlp_cases())
     prune = {**prune, "structure": "blocks", "storage": data.draw(st.sampled_from(["auto", "blocks", "sparse"]))}
     try:
         ref = Sequential(layers, input_shape=shape, input_exp=data.draw(st.integers(-9, 0)), optimizer=opt,

@@ -52,20 +52,27 @@ def mlps(draw):
     return (k,), layers + [Dense(n_cls)], n_cls
 
 
+@st.composite
+def mlp_cases(draw):
+    """A drawn MLP, an optimizer for it and a short schedule (over within two steps) to a drawn sparsity."""
+    shape, layers, n_cls = draw(mlps())
+    probe = Sequential(copy.deepcopy(layers), input_shape=shape, input_exp=-7)
+    opt = draw(any_optimizer(probe.layers))
+    s = draw(st.sampled_from([0.25, 0.5, 0.8, 0.9, 0.99]))
+    prune = draw(st.sampled_from([
+        {"schedule": "one_shot", "final_sparsity": s, "begin_step": 0},
+        {"schedule": "polynomial", "final_sparsity": s, "begin_step": 0, "end_step": 2, "frequency": 1},
+        {"schedule": "one_shot", "final_sparsity": s, "begin_step": 1, "scope": "global"}]))
+    return shape, layers, n_cls, opt, prune
+
+
 @settings(max_examples=examples(2), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.data())
 def test_sparse_training_reference_sim_c_equal(data):
     """Drawn MLPs x sparsities x optimizer options, the schedule over: every pruned Dense weight
     tensor is packed, and reference = numba = C (sparse kernels, UBSan) every step."""
-    shape, layers, n_cls = data.draw(mlps())
-    probe = Sequential(copy.deepcopy(layers), input_shape=shape, input_exp=-7)
-    opt = data.draw(any_optimizer(probe.layers))
-    s = data.draw(st.sampled_from([0.25, 0.5, 0.8, 0.9, 0.99]))
-    prune = data.draw(st.sampled_from([
-        {"schedule": "one_shot", "final_sparsity": s, "begin_step": 0},
-        {"schedule": "polynomial", "final_sparsity": s, "begin_step": 0, "end_step": 2, "frequency": 1},
-        {"schedule": "one_shot", "final_sparsity": s, "begin_step": 1, "scope": "global"}]))
+    shape, layers, n_cls, opt, prune = data.draw(mlp_cases())
     fmt = data.draw(st.sampled_from(["rows", "bitmap"]))
     prune = {**prune, "storage": "auto" if fmt == "rows" else fmt}  # auto picks rows (K <= 70 here; blocks, below)
     ref = Sequential(layers, input_shape=shape, input_exp=data.draw(st.integers(-9, 0)), optimizer=opt,
