@@ -188,3 +188,23 @@ def test_blocks_refusals():
     _past_schedule(u, x, y)
     with pytest.raises(CodegenError, match='storage = "blocks"'):
         generate(u, storage="blocks")
+
+
+def test_emitted_blocks_c():
+    """What the generator emits for a block-pruned model once the mask is final: the block code
+    in flash (one byte a row and one per kept block), the rows format's structs, the blocks
+    kernels, spans flagged as block codes."""
+    m = Sequential([Dense(12), ReLU(), Dense(4)], input_shape=(10,), input_exp=-7, optimizer=SGD(lr=0.05),
+                   seed=1, prune={"schedule": "one_shot", "final_sparsity": 0.5, "begin_step": 0, "structure": "blocks"})
+    x, y = _data(4, (10,), 4, 2)
+    _past_schedule(m, x, y)
+    pk = S.choose(m)[(0, 0)]
+    src = generate(m).source
+    assert pk.fmt == "blocks" and pk.device.size == 12 + 18  # 12 rows, 18 of 36 blocks kept
+    assert '#include "tt_sparse_blocks.h"' in src and "tt_prune_apply" not in src
+    assert f"static const uint8_t tt_model_l0_w_mask[{pk.device.size}] = {{" in src
+    step = src[src.index("_train_step("):src.index("_predict(")]
+    assert "e1 = tt_sparse_blocks_fwd_s8(&CTX, &tt_model_l0_sparse, x, e0, tt_model_a0);" in step
+    assert "tt_sparse_blocks_sgd_direct_s16(&sgd, &tt_model_l0_sparse_sgd, " in step
+    assert "static const tt_sparse_rows_params tt_model_l0_sparse = {" in src
+    assert f"{{tt_model_l0_w, 240u, 0, 0, 2u, 12u, 10u, tt_model_l0_w_mask, 1u}}," in src

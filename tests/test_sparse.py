@@ -220,7 +220,7 @@ def test_emitted_sparse_c():
     assert '#include "tt_sparse.h"' in bm and "tt_sparse_rows" not in bm
     assert "static const uint32_t tt_model_l0_w_mask[10] = {" in bm  # 10 inputs, one word per column
     assert "e1 = tt_sparse_dense_fwd_s8(&CTX, &tt_model_l0_sparse, x, e0, tt_model_a0);" in bm
-    assert "{tt_model_l0_w, 240u, 0, tt_model_l0_w_mask, 2u, 12u, 10u, 0}," in bm
+    assert "{tt_model_l0_w, 240u, 0, tt_model_l0_w_mask, 2u, 12u, 10u, 0, 0u}," in bm
     dense = generate(m, storage="dense").source
     assert "tt_sparse" not in dense and "tt_prune_apply(&tt_model_prune[0]);" in dense
     mm = copy.deepcopy(m)

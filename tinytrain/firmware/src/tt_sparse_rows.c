@@ -248,40 +248,58 @@ static int32_t tt_rows_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s
 }
 
 /* The same when every step rounds to 0 (s >= 32): w - 0 changes only an old -32768 in a row with
- * e[n] != 0, clamped to -32767 and counted (tt_sgd_dense_rows_zero_s16). */
-static void tt_rows_zero_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p, const int8_t *e,
-                             int32_t blocks)
-{
-    const int32_t N = p->N;
-    int16_t *w = p->w;
-    int32_t n;
-    for (n = 0; n < N; n++) {
-        const int32_t m = blocks ? tt_sparse_blocks_row_count(p->code, p->K, N, n) : p->code[2 * n + 1];
-        int32_t i;
-        if (e[n] != 0)
-            for (i = 0; i < m; i++)
-                if (w[i] == -32768) {
-                    w[i] = -TT_S16_MAX;
-                    u->stats->saturated++;
-                }
-        w += m;
-    }
-}
+ * e[n] != 0, clamped to -32767 and counted (tt_sgd_dense_rows_zero_s16); m(n): the row's kept
+ * weights in the format. */
+#define TT_ROWS_ZERO_S16(u, p, e, m)                                    \
+    do {                                                                \
+        int16_t *w_ = (p)->w;                                           \
+        int32_t n_, i_;                                                 \
+        for (n_ = 0; n_ < (p)->N; n_++) {                               \
+            const int32_t m_ = m(n_);                                   \
+            if ((e)[n_] != 0)                                           \
+                for (i_ = 0; i_ < m_; i_++)                             \
+                    if (w_[i_] == -32768) {                             \
+                        w_[i_] = -TT_S16_MAX;                           \
+                        (u)->stats->saturated++;                        \
+                    }                                                   \
+            w_ += m_;                                                   \
+        }                                                               \
+    } while (0)
 
-/* The direct update of int16 weights in either format: the fast path where it applies exactly,
- * else the element walk. */
-static void tt_rows_direct_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p, const int8_t *e,
-                               int32_t ee, const int8_t *x, int32_t ex, int32_t blocks)
+#define TT_ROWS_COUNT(n) (p->code[2 * (n) + 1])
+#define TT_BLOCKS_COUNT(n) (tt_sparse_blocks_row_count(p->code, p->K, p->N, (n)))
+
+/* The direct update of int16 weights: the fast path where it applies exactly, else the element
+ * walk. One body per format (the rows entry as it was, so that sharing does not change its code:
+ * the fast loop's registers are tight). */
+void tt_sparse_rows_sgd_direct_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p,
+                                   const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
 {
     if (p->w) {
         const tt_sgd *o = u->cfg;
         const int32_t s = p->ew + o->k - (ee + ex);
         const int32_t fast = !o->sr && !o->wd_m && u->m_t >= 0 && u->m_t < 32768;
         if (fast && s >= 32) {
-            tt_rows_zero_s16(u, p, e, blocks);
-        } else if (!(fast && s >= 1 && s <= 31 &&
-                     (blocks ? tt_sparse_blocks_fast_s16(u, p, s, e, x) : tt_rows_fast_s16(u, p, s, e, x)))) {
-            const tt_rows_walk t = {u, p->code, p->K, p->N, 0, p->ew, o->sr && s > 0, p->w, 0, 0, p->work, blocks};
+            TT_ROWS_ZERO_S16(u, p, e, TT_ROWS_COUNT);
+        } else if (!(fast && s >= 1 && s <= 31 && tt_rows_fast_s16(u, p, s, e, x))) {
+            const tt_rows_walk t = {u, p->code, p->K, p->N, 0, p->ew, o->sr && s > 0, p->w, 0, 0, p->work, 0};
+            tt_rows_walk_all(&t, e, x, 0, ee + ex, !o->sr && !o->wd_m);
+        }
+    }
+    if (p->b) tt_sgd_dense_bias_s32(u, p->b, p->eb, e, ee, p->N);
+}
+
+void tt_sparse_blocks_sgd_direct_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p,
+                                     const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
+{
+    if (p->w) {
+        const tt_sgd *o = u->cfg;
+        const int32_t s = p->ew + o->k - (ee + ex);
+        const int32_t fast = !o->sr && !o->wd_m && u->m_t >= 0 && u->m_t < 32768;
+        if (fast && s >= 32) {
+            TT_ROWS_ZERO_S16(u, p, e, TT_BLOCKS_COUNT);
+        } else if (!(fast && s >= 1 && s <= 31 && tt_sparse_blocks_fast_s16(u, p, s, e, x))) {
+            const tt_rows_walk t = {u, p->code, p->K, p->N, 0, p->ew, o->sr && s > 0, p->w, 0, 0, p->work, 1};
             tt_rows_walk_all(&t, e, x, 0, ee + ex, !o->sr && !o->wd_m);
         }
     }
@@ -300,22 +318,10 @@ static void tt_rows_direct_s32(const tt_sgd_step *u, const tt_sparse_rows_sgd_s3
     if (p->b) tt_sgd_dense_bias_s32(u, p->b, p->eb, e, ee, p->N);
 }
 
-void tt_sparse_rows_sgd_direct_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p,
-                                   const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
-{
-    tt_rows_direct_s16(u, p, e, ee, x, ex, 0);
-}
-
 void tt_sparse_rows_sgd_direct_s32(const tt_sgd_step *u, const tt_sparse_rows_sgd_s32_params *p,
                                    const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
 {
     tt_rows_direct_s32(u, p, e, ee, x, ex, 0);
-}
-
-void tt_sparse_blocks_sgd_direct_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p,
-                                     const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
-{
-    tt_rows_direct_s16(u, p, e, ee, x, ex, 1);
 }
 
 void tt_sparse_blocks_sgd_direct_s32(const tt_sgd_step *u, const tt_sparse_rows_sgd_s32_params *p,
