@@ -270,40 +270,35 @@ static int32_t tt_rows_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s
 #define TT_BLOCKS_COUNT(n) (tt_sparse_blocks_row_count(p->code, p->K, p->N, (n)))
 
 /* The direct update of int16 weights: the fast path where it applies exactly, else the element
- * walk. One body per format (the rows entry as it was, so that sharing does not change its code:
- * the fast loop's registers are tight). */
+ * walk. One body per format, written once (the rows entry compiles as it did before blocks
+ * shared it: its fast loop's registers are tight, and a format test there costs ~1 %). */
+#define TT_ROWS_DIRECT_S16(FAST, COUNT, BLOCKS)                                                      \
+    do {                                                                                            \
+        if (p->w) {                                                                                 \
+            const tt_sgd *o = u->cfg;                                                               \
+            const int32_t s = p->ew + o->k - (ee + ex);                                             \
+            const int32_t fast = !o->sr && !o->wd_m && u->m_t >= 0 && u->m_t < 32768;               \
+            if (fast && s >= 32) {                                                                  \
+                TT_ROWS_ZERO_S16(u, p, e, COUNT);                                                   \
+            } else if (!(fast && s >= 1 && s <= 31 && FAST(u, p, s, e, x))) {                       \
+                const tt_rows_walk t = {u, p->code, p->K, p->N, 0, p->ew, o->sr && s > 0, p->w, 0, 0, p->work, \
+                                        BLOCKS};                                                    \
+                tt_rows_walk_all(&t, e, x, 0, ee + ex, !o->sr && !o->wd_m);                         \
+            }                                                                                       \
+        }                                                                                           \
+        if (p->b) tt_sgd_dense_bias_s32(u, p->b, p->eb, e, ee, p->N);                               \
+    } while (0)
+
 void tt_sparse_rows_sgd_direct_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p,
                                    const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
 {
-    if (p->w) {
-        const tt_sgd *o = u->cfg;
-        const int32_t s = p->ew + o->k - (ee + ex);
-        const int32_t fast = !o->sr && !o->wd_m && u->m_t >= 0 && u->m_t < 32768;
-        if (fast && s >= 32) {
-            TT_ROWS_ZERO_S16(u, p, e, TT_ROWS_COUNT);
-        } else if (!(fast && s >= 1 && s <= 31 && tt_rows_fast_s16(u, p, s, e, x))) {
-            const tt_rows_walk t = {u, p->code, p->K, p->N, 0, p->ew, o->sr && s > 0, p->w, 0, 0, p->work, 0};
-            tt_rows_walk_all(&t, e, x, 0, ee + ex, !o->sr && !o->wd_m);
-        }
-    }
-    if (p->b) tt_sgd_dense_bias_s32(u, p->b, p->eb, e, ee, p->N);
+    TT_ROWS_DIRECT_S16(tt_rows_fast_s16, TT_ROWS_COUNT, 0);
 }
 
 void tt_sparse_blocks_sgd_direct_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p,
                                      const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
 {
-    if (p->w) {
-        const tt_sgd *o = u->cfg;
-        const int32_t s = p->ew + o->k - (ee + ex);
-        const int32_t fast = !o->sr && !o->wd_m && u->m_t >= 0 && u->m_t < 32768;
-        if (fast && s >= 32) {
-            TT_ROWS_ZERO_S16(u, p, e, TT_BLOCKS_COUNT);
-        } else if (!(fast && s >= 1 && s <= 31 && tt_sparse_blocks_fast_s16(u, p, s, e, x))) {
-            const tt_rows_walk t = {u, p->code, p->K, p->N, 0, p->ew, o->sr && s > 0, p->w, 0, 0, p->work, 1};
-            tt_rows_walk_all(&t, e, x, 0, ee + ex, !o->sr && !o->wd_m);
-        }
-    }
-    if (p->b) tt_sgd_dense_bias_s32(u, p->b, p->eb, e, ee, p->N);
+    TT_ROWS_DIRECT_S16(tt_sparse_blocks_fast_s16, TT_BLOCKS_COUNT, 1);
 }
 
 static void tt_rows_direct_s32(const tt_sgd_step *u, const tt_sparse_rows_sgd_s32_params *p, const int8_t *e,
