@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -33,9 +34,21 @@ uint32_t tt_t_prng_next(uint32_t s);
 
 def runtime_cdef() -> str:
     parts = [SHIM_CDEF]
-    # tt_fixedpoint first, then by name (deterministic: a header using another's types, such as
-    # tt_conv_wgrad.h the params of tt_conv.h and tt_conv_w8.h, comes after it)
-    headers = sorted(cbuild.FIRMWARE_INCLUDE.glob("tt_*.h"), key=lambda h: (h.stem != "tt_fixedpoint", h.name))
+    # tt_fixedpoint first, then by name, a header after those it includes (it uses their types:
+    # tt_conv_wgrad.h the params of tt_conv.h and tt_conv_w8.h, tt_sparse_blocks.h tt_sparse_rows.h's)
+    byname = {h.name: h for h in sorted(cbuild.FIRMWARE_INCLUDE.glob("tt_*.h"),
+                                        key=lambda h: (h.stem != "tt_fixedpoint", h.name))}
+    headers: list = []
+
+    def visit(h):
+        if h not in headers:
+            for dep in re.findall(r'#include "(tt_\w+\.h)"', h.read_text()):
+                if dep in byname:
+                    visit(byname[dep])
+            headers.append(h)
+
+    for h in byname.values():
+        visit(h)
     for h in headers:
         if h.stem in ("tt_port", "tt_device", "tt_protocol", "tt_cobs", "tt_crc32", "tt_fedcodec", "tt_state"):
             continue

@@ -252,8 +252,14 @@ ROWS = [
                        {"type": "dense", "units": 10}])}, None, id="prune-layer-without-weights"),
     # ---- structured pruning (docs/pruning.md, "Structured pruning") and `tinytrain shrink`
     R([*TRAIN, "digits-mlp", "--prune", '{"schedule": "one_shot", "final_sparsity": 0.5, "structure": "rows"}'],
-      'prune: structure = "rows" must be one of "weights", "neurons", "channels", "filters"', {}, None,
+      'prune: structure = "rows" must be one of "weights", "neurons", "channels", "filters", "blocks"', {}, None,
       id="prune-unknown-structure"),
+    R([*TRAIN, "digits-mlp", "--prune", '{"schedule": "one_shot", "final_sparsity": 0.5, "structure": "blocks", '
+       '"criterion": "gamma"}'], 'prune: criterion "gamma" ranks whole channels; blocks are ranked by their weights',
+      {}, None, id="prune-blocks-gamma"),
+    R([*TRAIN, "digits-mlp", "--prune", '{"schedule": "one_shot", "final_sparsity": 0.5, "storage": "blocks"}'],
+      'prune: storage = "blocks": layer 0 (dense): the blocks format holds layers pruned by 1 x 4 blocks', {}, None,
+      id="prune-blocks-storage-without-blocks"),
     R([*TRAIN, "m.json"], 'layer 0 (dense): prune: structure "neurons": this layer cannot shrink: its units are '
       "the model's outputs", {"m.json": spec([{"type": "dense", "units": 10, "prune": {
           "schedule": "one_shot", "final_sparsity": 0.5, "structure": "neurons"}}])}, None, id="prune-neurons-output-layer"),

@@ -37,14 +37,18 @@ from .test_prune import DTYPES, prune_configs
 
 @st.composite
 def unit_tensors(draw):
-    """A ranked store (units x inner, any dtype, few distinct magnitudes: ties) and a follower."""
+    """A ranked store (any dtype, few distinct magnitudes: ties) cut into units: rows of `row`
+    elements, each row one unit (neurons, channels: row = inner) or cut into units of `inner`,
+    the last of a row shorter when inner does not divide it (1 x 4 blocks: inner 4, row K)."""
     dt = draw(st.sampled_from(list(DTYPES)))
     lo, hi = DTYPES[dt]
-    units, inner = draw(st.integers(1, 12)), draw(st.integers(1, 9))
+    rows, inner = draw(st.integers(1, 12)), draw(st.integers(1, 9))
+    row = draw(st.sampled_from([inner, draw(st.integers(1, 11))]))
+    units = rows * -(-row // inner)
     spread = draw(st.sampled_from([1, 3, hi]))
     vals = draw(st.lists(st.one_of(st.integers(-spread, spread), st.sampled_from([lo, hi, 0])),
-                         min_size=units * inner, max_size=units * inner))
-    return np.array(vals, dtype=dt), units, inner
+                         min_size=rows * row, max_size=rows * row))
+    return np.array(vals, dtype=dt), units, inner, row
 
 
 def _c_group_select(ffi, lib, parts, shifts, mults, k):
@@ -52,14 +56,14 @@ def _c_group_select(ffi, lib, parts, shifts, mults, k):
     follower of one element per unit (a bias)."""
     keep, n = [], 2 * len(parts)
     t, g = ffi.new("tt_prune_tensor[]", n), ffi.new("tt_prune_group[]", n)
-    for j, ((v, units, inner), sh, mult) in enumerate(zip(parts, shifts, mults)):
-        for pos, (arr, inn) in enumerate(((v.copy(), inner), (np.arange(1, units + 1, dtype=np.int32), 1))):
+    for j, ((v, units, inner, row), sh, mult) in enumerate(zip(parts, shifts, mults)):
+        for pos, (arr, inn, rw) in enumerate(((v.copy(), inner, row), (np.arange(1, units + 1, dtype=np.int32), 1, 1))):
             mask = np.full(P.mask_words(arr.size), 0xFFFFFFFF, np.uint32)  # stale bits must be cleared
             keep += [mask, arr]
             t[2 * j + pos] = {"mask": ffi.cast("uint32_t *", ffi.from_buffer(mask)), "n": arr.size,
                               "w": ffi.cast("void *", ffi.from_buffer(arr)), "w_bytes": arr.itemsize,
                               "shift": sh if pos == 0 else 0}
-            g[2 * j + pos] = {"units": units, "inner": inn, "lead": 2 * j, "mult": mult if pos == 0 else 1}
+            g[2 * j + pos] = {"units": units, "inner": inn, "lead": 2 * j, "mult": mult if pos == 0 else 1, "row": rw}
     lib.tt_prune_group_select(t, g, n, k)
     return keep
 
@@ -70,14 +74,20 @@ def _c_group_select(ffi, lib, parts, shifts, mults, k):
 def test_unit_criterion_reference_numba_c_equal(clib_ubsan, parts, shifts, mults, data):
     """The k units with the smallest ((L1 * mult) << shift, tensor, unit), exactly k; the
     followers' masks follow their lead's units; numba (one norm array) and C (no buffer) equal
-    the reference, and the C zeroes what it prunes."""
+    the reference, and the C zeroes what it prunes. Units are whole rows or blocks of a row
+    (the last one shorter when the block does not divide the row)."""
     ffi, lib = clib_ubsan
     shifts, mults = shifts[:len(parts)], mults[:len(parts)]
-    total = sum(u for _, u, _ in parts)
+    total = sum(u for _, u, _, _ in parts)
     k = data.draw(st.integers(0, total))
-    ref = PG.select_units([v for v, _, _ in parts], [u for _, u, _ in parts], shifts, mults, k)
+    cuts = [(inner, row) for _, _, inner, row in parts]
+    ref = PG.select_units([v for v, _, _, _ in parts], [u for _, u, _, _ in parts], shifts, mults, k, cuts)
     assert sum(int(r.sum()) for r in ref) == k
-    norms = np.concatenate([PG.norms(v, u, s, m) for (v, u, _), s, m in zip(parts, shifts, mults)])
+    norms = np.concatenate([PG.norms(v, u, s, m, inner, row) for (v, u, inner, row), s, m in zip(parts, shifts, mults)])
+    for v, u, inner, row in parts:  # the units' norms: sums over unit_of's elements
+        idx = PG.unit_of(v.size, inner, row)
+        assert np.array_equal(PG.norms(v, u, 0, 1, inner, row),
+                              [int(np.abs(v[idx == g].astype(np.int64)).sum()) for g in range(u)])
     chosen = np.concatenate(ref)
     if 0 < k < total:  # nothing kept is smaller; ties went to the lower (tensor, unit)
         assert norms[chosen].max() <= norms[~chosen].min()
@@ -85,19 +95,20 @@ def test_unit_criterion_reference_numba_c_equal(clib_ubsan, parts, shifts, mults
         assert list(chosen[tied]) == sorted(chosen[tied], reverse=True)
     nb_norms = np.empty(total, np.int64)
     off = 0
-    for (v, u, inner), s, m in zip(parts, shifts, mults):
-        K.prune_group_norms(v, inner, m, s, nb_norms, off)
+    for (v, u, inner, row), s, m in zip(parts, shifts, mults):
+        K.prune_group_norms(v, inner, row, m, s, nb_norms, off)
         off += u
     assert np.array_equal(nb_norms, norms)
     sel = np.zeros(total, np.uint8)
     K.prune_select_mags(nb_norms, k, sel)
     keep = _c_group_select(ffi, lib, parts, shifts, mults, k)
     off = 0
-    for j, ((v, u, inner), r) in enumerate(zip(parts, ref)):
-        want_w, want_b = P.pack(np.repeat(r, inner)), P.pack(r)
-        for inn, want, (mask, arr) in ((inner, want_w, keep[4 * j:4 * j + 2]), (1, want_b, keep[4 * j + 2:4 * j + 4])):
+    for j, ((v, u, inner, row), r) in enumerate(zip(parts, ref)):
+        want_w, want_b = P.pack(r[PG.unit_of(v.size, inner, row)]), P.pack(r)
+        for inn, rw, n, want, (mask, arr) in ((inner, row, v.size, want_w, keep[4 * j:4 * j + 2]),
+                                              (1, 1, u, want_b, keep[4 * j + 2:4 * j + 4])):
             nb = np.zeros_like(want)
-            K.prune_group_mask_from(sel, off, u, inn, nb)
+            K.prune_group_mask_from(sel, off, n, inn, rw, nb)
             assert np.array_equal(nb, want) and np.array_equal(mask, want), j
             assert not arr[P.unpack(want, arr.size)].any()
         off += u
@@ -138,7 +149,7 @@ def test_units_table_and_what_is_pruned_with_them():
     tab = m.prune_table
     assert tab.keys == [(0, 0), (0, 1), (1, 0), (1, 1), (4, 0), (4, 1), (5, 0), (5, 1)]
     assert tab.units == [(0, 4), (4, 8)] and tab.zeros.tolist() == [[5, 7]]  # a layer keeps one unit
-    assert tab.groups[:4] == [(6, 9, 0, 1), (6, 1, 0, 1), (6, 1, 0, 1), (6, 1, 0, 1)]
+    assert tab.groups[:4] == [(6, 9, 0, 1, 9), (6, 1, 0, 1, 1), (6, 1, 0, 1, 1), (6, 1, 0, 1, 1)]
     assert _cnn({"schedule": "one_shot", "final_sparsity": 0.5, "structure": "neurons"}).prune_table.keys == [(8, 0), (8, 1)]
     g = _cnn({"schedule": "one_shot", "final_sparsity": 0.5, "structure": "filters", "scope": "global"}).prune_table
     assert g.units == [(0, 8)] and g.zeros.tolist() == [[7]]  # round(0.5 * 14)
@@ -303,8 +314,8 @@ def test_emitted_c_structured():
                          8: {"schedule": "one_shot", "final_sparsity": 0.5}})).source
     assert '#include "tt_prune_group.h"' in src
     assert "static const tt_prune_group tt_model_prune_groups[4] = {" in src
-    assert "{.units = 6u, .inner = 9u, .lead = 0u, .mult = 1u},  /* L0 w */" in src
-    assert "{.units = 6u, .inner = 1u, .lead = 0u, .mult = 1u},  /* L1 beta */" in src
+    assert "{.units = 6u, .inner = 9u, .lead = 0u, .mult = 1u, .row = 9u},  /* L0 w */" in src
+    assert "{.units = 6u, .inner = 1u, .lead = 0u, .mult = 1u, .row = 1u},  /* L1 beta */" in src
     step = src[src.index("_train_step("):src.index("_predict(")]
     i = step.index("tt_prune_group_step(&tt_model_prune_gschedule, &tt_model_prune[1], tt_model_prune_groups, "
                    "tt_model_meta[1]);")

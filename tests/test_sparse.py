@@ -52,22 +52,29 @@ def mlps(draw):
     return (k,), layers + [Dense(n_cls)], n_cls
 
 
+@st.composite
+def mlp_cases(draw):
+    """A drawn MLP, an optimizer for it and a short schedule (over within two steps) to a drawn sparsity."""
+    shape, layers, n_cls = draw(mlps())
+    probe = Sequential(copy.deepcopy(layers), input_shape=shape, input_exp=-7)
+    opt = draw(any_optimizer(probe.layers))
+    s = draw(st.sampled_from([0.25, 0.5, 0.8, 0.9, 0.99]))
+    prune = draw(st.sampled_from([
+        {"schedule": "one_shot", "final_sparsity": s, "begin_step": 0},
+        {"schedule": "polynomial", "final_sparsity": s, "begin_step": 0, "end_step": 2, "frequency": 1},
+        {"schedule": "one_shot", "final_sparsity": s, "begin_step": 1, "scope": "global"}]))
+    return shape, layers, n_cls, opt, prune
+
+
 @settings(max_examples=examples(2), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.data())
 def test_sparse_training_reference_sim_c_equal(data):
     """Drawn MLPs x sparsities x optimizer options, the schedule over: every pruned Dense weight
     tensor is packed, and reference = numba = C (sparse kernels, UBSan) every step."""
-    shape, layers, n_cls = data.draw(mlps())
-    probe = Sequential(copy.deepcopy(layers), input_shape=shape, input_exp=-7)
-    opt = data.draw(any_optimizer(probe.layers))
-    s = data.draw(st.sampled_from([0.25, 0.5, 0.8, 0.9, 0.99]))
-    prune = data.draw(st.sampled_from([
-        {"schedule": "one_shot", "final_sparsity": s, "begin_step": 0},
-        {"schedule": "polynomial", "final_sparsity": s, "begin_step": 0, "end_step": 2, "frequency": 1},
-        {"schedule": "one_shot", "final_sparsity": s, "begin_step": 1, "scope": "global"}]))
+    shape, layers, n_cls, opt, prune = data.draw(mlp_cases())
     fmt = data.draw(st.sampled_from(["rows", "bitmap"]))
-    prune = {**prune, "storage": "auto" if fmt == "rows" else fmt}  # auto picks rows (K <= 70 here)
+    prune = {**prune, "storage": "auto" if fmt == "rows" else fmt}  # auto picks rows (K <= 70 here; blocks, below)
     ref = Sequential(layers, input_shape=shape, input_exp=data.draw(st.integers(-9, 0)), optimizer=opt,
                      seed=data.draw(st.integers(0, 1000)), prune=prune)
     if ref.prune_table is None:  # nothing learns that can be pruned
@@ -75,7 +82,9 @@ def test_sparse_training_reference_sim_c_equal(data):
     x, y = _data(data.draw(st.integers(4, 7)), shape, n_cls, data.draw(st.integers(0, 2**16)))
     _past_schedule(ref, x, y)
     chosen = S.choose(ref)
-    assert set(chosen) == set(ref.prune_table.keys) and {p.fmt for p in chosen.values()} == {fmt}
+    # auto: blocks where single weights happen to fall in whole 1 x 4 blocks (K = 1, or 0 % pruned)
+    assert set(chosen) == set(ref.prune_table.keys)
+    assert all(p.fmt == ("blocks" if fmt == "rows" and S.whole_blocks(p.kept) else fmt) for p in chosen.values())
     three_way(ref, x, y, epochs=1)
 
 
@@ -99,12 +108,17 @@ def test_sparse_options_exact(opt, fmt):
     three_way(m, x, y)
 
 
-@pytest.mark.parametrize("fmt", ["rows", "bitmap"])
+def _structure(fmt) -> dict:
+    """The prune keys of a format: "blocks" holds layers pruned by 1 x 4 blocks."""
+    return {"structure": "blocks"} if fmt == "blocks" else {}
+
+
+@pytest.mark.parametrize("fmt", ["blocks", "rows", "bitmap"])
 def test_dsp_path_equals_reference(tmp_path, fmt):
-    """The sparse kernels' DSP path (SMMULR in the fused update, rows: SMLAD in the forward;
-    tt_dsp_emul.h's plain C intrinsics on the host) equals the reference as the portable path
-    does; the Cortex-M4 objects really have them (a silent fallback to the portable path fails
-    here), the Cortex-M0 ones not."""
+    """The sparse kernels' DSP path (the fused update: SMMULR, blocks SMLAWB pairs; rows and blocks: SMLAD in the
+    forward; tt_dsp_emul.h's plain C intrinsics on the host) equals the reference as the
+    portable path does; the Cortex-M4 objects really have them (a silent fallback to the
+    portable path fails here), the Cortex-M0 ones not."""
     import subprocess
 
     from tinytrain.codegen.host import HostModel
@@ -114,7 +128,8 @@ def test_dsp_path_equals_reference(tmp_path, fmt):
     from .conftest import HERE
 
     m = Sequential([Dense(40), ReLU(), Dense(4)], input_shape=(37,), input_exp=-7, optimizer=SGD(lr=0.05), seed=4,
-                   prune={"schedule": "one_shot", "final_sparsity": 0.8, "begin_step": 0, "storage": fmt})
+                   prune={"schedule": "one_shot", "final_sparsity": 0.8, "begin_step": 0, "storage": fmt,
+                          **_structure(fmt)})
     x, y = _data(8, (37,), 4, 9)
     _past_schedule(m, x, y)
     hm = HostModel(m, sanitize=True, extra_flags=["-DTT_HAVE_DSP=1", f"-I{HERE / 'c'}"])
@@ -123,7 +138,8 @@ def test_dsp_path_equals_reference(tmp_path, fmt):
         assert hm.state_hash() == m.state_hash(), i
     if shutil.which("arm-none-eabi-gcc") is None:
         return
-    src, ops = {"rows": ("tt_sparse_rows.c", ("\tsmmulr", "\tsmlad")), "bitmap": ("tt_sparse.c", ("\tsmmulr",))}[fmt]
+    src, ops = {"rows": ("tt_sparse_rows.c", ("\tsmmulr", "\tsmlad")), "bitmap": ("tt_sparse.c", ("\tsmmulr",)),
+                "blocks": ("tt_sparse_blocks.c", ("\tsmlawb", "\tsmlad"))}[fmt]
     for cpu, dsp in (("cortex-m4", True), ("cortex-m0", False)):
         obj = str(tmp_path / f"{src}-{cpu}.o")
         subprocess.run(["arm-none-eabi-gcc", "-std=c99", "-O2", "-c", *CPU_FLAGS[cpu], f"-I{cbuild.FIRMWARE_INCLUDE}",
@@ -144,13 +160,14 @@ def test_row_code():
 
 def _sparse_w1ish(fmt="auto"):
     m = Sequential([Dense(12), ReLU(), Dense(4)], input_shape=(10,), input_exp=-7, optimizer=SGD(lr=0.05, momentum=0.9),
-                   seed=1, prune={"schedule": "one_shot", "final_sparsity": 0.75, "begin_step": 0, "storage": fmt})
+                   seed=1, prune={"schedule": "one_shot", "final_sparsity": 0.75, "begin_step": 0, "storage": fmt,
+                                  **_structure(fmt)})
     x, y = _data(6, (10,), 4, 2)
     _past_schedule(m, x, y)
     return m, x, y
 
 
-@pytest.mark.parametrize("fmt", ["rows", "bitmap"])
+@pytest.mark.parametrize("fmt", ["blocks", "rows", "bitmap"])
 def test_state_blob_is_the_dense_view(fmt):
     """The C blob of a sparse model is the reference's blob byte for byte (pruned weights read as
     zeros, the mask row-major); writing it back is accepted; a nonzero pruned weight or a changed
@@ -197,13 +214,13 @@ def test_emitted_sparse_c():
     assert "tt_sparse_rows_grad_s32(&tt_model_l2_sparse, tt_model_err0, tt_model_a1, tt_model_grad0, tt_model_grad1);" in step
     assert ("tt_sparse_rows_sgd_apply_accumulated_s16(&sgd, &tt_model_l0_layout, tt_model_l0_w, tt_model_l0_w_acc, "
             "tt_model_l0_w_vel);") in step
-    assert "{tt_model_l0_w, 240u, 0, 0, 2u, 12u, 10u, tt_model_l0_w_mask}," in src
-    assert "{(void *)tt_model_l0_w_mask, 16u, 1, 0, 0u, 12u, 10u, tt_model_l0_w_mask}," in src
+    assert "{tt_model_l0_w, 240u, 0, 0, 2u, 12u, 10u, tt_model_l0_w_mask, 0u}," in src
+    assert "{(void *)tt_model_l0_w_mask, 16u, 1, 0, 0u, 12u, 10u, tt_model_l0_w_mask, 0u}," in src
     bm = generate(m, storage="bitmap").source
     assert '#include "tt_sparse.h"' in bm and "tt_sparse_rows" not in bm
     assert "static const uint32_t tt_model_l0_w_mask[10] = {" in bm  # 10 inputs, one word per column
     assert "e1 = tt_sparse_dense_fwd_s8(&CTX, &tt_model_l0_sparse, x, e0, tt_model_a0);" in bm
-    assert "{tt_model_l0_w, 240u, 0, tt_model_l0_w_mask, 2u, 12u, 10u, 0}," in bm
+    assert "{tt_model_l0_w, 240u, 0, tt_model_l0_w_mask, 2u, 12u, 10u, 0, 0u}," in bm
     dense = generate(m, storage="dense").source
     assert "tt_sparse" not in dense and "tt_prune_apply(&tt_model_prune[0]);" in dense
     mm = copy.deepcopy(m)
@@ -223,7 +240,7 @@ def test_storage_refusals():
     assert "tt_sparse" not in generate(m).source
     with pytest.raises(CodegenError, match="does not prune"):
         generate(Sequential([Dense(3)], input_shape=(4,)), storage="sparse")
-    with pytest.raises(CodegenError, match="storage = 'packed' must be one of auto, dense, sparse, rows, bitmap"):
+    with pytest.raises(CodegenError, match="storage = 'packed' must be one of auto, dense, sparse, blocks, rows, bitmap"):
         generate(m, storage="packed")
     conv = Sequential([Conv1d(2, 3), Flatten(), Dense(3)], input_shape=(8, 1), input_exp=-7,
                       prune={"schedule": "one_shot", "final_sparsity": 0.5, "begin_step": 0, "storage": "sparse"})
@@ -269,9 +286,10 @@ def test_sparse_drawn_bit_exact_on_the_microbit(data):
 
     shape, layers, n_cls = data.draw(mlps())
     s = data.draw(st.sampled_from([0.5, 0.8, 0.9, 0.99]))
-    fmt = data.draw(st.sampled_from(["rows", "bitmap"]))
+    fmt = data.draw(st.sampled_from(["blocks", "rows", "bitmap"]))
     m = Sequential(layers, input_shape=shape, input_exp=-7, optimizer=SGD(lr=0.1), seed=data.draw(st.integers(0, 99)),
-                   prune={"schedule": "one_shot", "final_sparsity": s, "begin_step": 0, "storage": fmt})
+                   prune={"schedule": "one_shot", "final_sparsity": s, "begin_step": 0, "storage": fmt,
+                          **_structure(fmt)})
     x, y = _data(16, shape, n_cls, data.draw(st.integers(0, 2**16)))
     _past_schedule(m, x, y)
     assert {p.fmt for p in S.choose(m).values()} == {fmt}
@@ -282,11 +300,11 @@ def test_sparse_drawn_bit_exact_on_the_microbit(data):
 
 
 @pytest.mark.qemu
-@pytest.mark.parametrize("board", ["mps2_an386"])
-def test_sparse_w1_bit_exact_in_qemu(board):
-    """W1 pruned to 80 % (one-shot at step 30, trained to step 60 by the simulator), then emitted
-    sparse (rows) and verified for 40 steps on the QEMU Cortex-M4 (SMLAD, SMMULR): 0 mismatches.
-    The Cortex-M0 runs drawn models (above)."""
+@pytest.mark.parametrize("board, fmt", [("mps2_an386", "rows"), ("mps2_an386", "blocks")])
+def test_sparse_w1_bit_exact_in_qemu(board, fmt):
+    """W1 pruned to 80 % (one-shot at step 30, trained to step 60 by the simulator; single
+    weights, or 1 x 4 blocks), then emitted sparse (rows, blocks) and verified for 40 steps on
+    the QEMU Cortex-M4 (SMLAD, SMMULR): 0 mismatches. The Cortex-M0 runs drawn models (above)."""
     if shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None:
         pytest.skip("qemu-system-arm / arm-none-eabi-gcc missing")
     from tinytrain import data
@@ -296,8 +314,10 @@ def test_sparse_w1_bit_exact_in_qemu(board):
     ds = data.load("digits")
     m = Sequential([Dense(32), ReLU(), Dense(10)], input_shape=(64,), input_exp=ds.input_exp - 4,
                    optimizer=SGD(lr=0.05), seed=0, prune={"schedule": "one_shot", "final_sparsity": 0.8,
-                                                          "begin_step": 30, "storage": "sparse"})
+                                                          "begin_step": 30, "storage": fmt, **_structure(fmt)})
     Simulator(m).train(ds.x_train, ds.y_train, list(range(60)))
-    assert {k: p.nnz for k, p in S.choose(m).items()} == {(0, 0): 410, (2, 0): 64}
+    assert {k: (p.fmt, p.nnz) for k, p in S.choose(m).items()} == \
+        ({(0, 0): ("rows", 410), (2, 0): ("rows", 64)} if fmt == "rows" else
+         {(0, 0): ("blocks", 408), (2, 0): ("blocks", 64)})  # 102 of 512 blocks, 16 of 80 kept
     r = verify(m, ds, 40, board=board, json=True)
     assert r["mismatches"] == 0 and r["first_mismatch"] is None and r["steps"] == 40

@@ -10,11 +10,11 @@ static uint32_t tts_meta[1] = {42};                    /* 4 bytes */
 static const int16_t tts_a_init[3] = {10, 20, 30};
 
 static const tt_span tts_spans[5] = {
-    {tts_a, sizeof tts_a, 0, 0, 0u, 0u, 0u, 0},
-    {tts_empty, 0, 0, 0, 0u, 0u, 0u, 0},
-    {(void *)tts_frozen, sizeof tts_frozen, 1, 0, 0u, 0u, 0u, 0},
-    {tts_c, sizeof tts_c, 0, 0, 0u, 0u, 0u, 0},
-    {tts_meta, sizeof tts_meta, 0, 0, 0u, 0u, 0u, 0},
+    {tts_a, sizeof tts_a, 0, 0, 0u, 0u, 0u, 0, 0u},
+    {tts_empty, 0, 0, 0, 0u, 0u, 0u, 0, 0u},
+    {(void *)tts_frozen, sizeof tts_frozen, 1, 0, 0u, 0u, 0u, 0, 0u},
+    {tts_c, sizeof tts_c, 0, 0, 0u, 0u, 0u, 0, 0u},
+    {tts_meta, sizeof tts_meta, 0, 0, 0u, 0u, 0u, 0, 0u},
 };
 const tt_spans tts_state = {tts_spans, 5u};
 

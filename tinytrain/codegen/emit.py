@@ -67,7 +67,7 @@ class Tensor:
     dense: int = 0   # stored sparse (tinytrain.codegen.sparse): the element count of its dense view
     mask: str = ""   # stored sparse: the mask it is packed by (the mask itself: its own name)
     shape: tuple = ()  # stored sparse: (rows, cols) of the dense view
-    fmt: str = ""    # stored sparse: "rows" or "bitmap" (tinytrain.codegen.sparse.FORMATS)
+    fmt: str = ""    # stored sparse: "blocks", "rows" or "bitmap" (tinytrain.codegen.sparse.FORMATS)
 
     @property
     def bytes(self) -> int:
@@ -573,7 +573,7 @@ uint32_t {P}_saturations(void);
         rows = []
         for u in range(n_el, len(tab.units)):
             a, b = tab.units[u]
-            rows += [f"    {{.units = {g[0]}u, .inner = {g[1]}u, .lead = {g[2] - a}u, .mult = {g[3]}u}},  /* L{tab.keys[j][0]} "
+            rows += [f"    {{.units = {g[0]}u, .inner = {g[1]}u, .lead = {g[2] - a}u, .mult = {g[3]}u, .row = {g[4]}u}},  /* L{tab.keys[j][0]} "
                      f"{self.model.layers[tab.keys[j][0]].params[tab.keys[j][1]].name} */"
                      for j, g in zip(range(a, b), tab.groups[a:b])]
         starts = [a - e for a, _ in tab.units[n_el:]] + [len(tab.keys) - e]
@@ -729,7 +729,7 @@ uint32_t {P}_saturations(void);
             ro = int(t.role == "frozen")  # in flash: a write must leave it unchanged
             if t.mask:  # stored sparse: its dense view (tt_state.h)
                 return S.span(t)
-            return f"    {{{'(void *)' if ro else ''}{t.name}, sizeof({t.name}), {ro}, 0, 0u, 0u, 0u, 0}},"
+            return f"    {{{'(void *)' if ro else ''}{t.name}, sizeof({t.name}), {ro}, 0, 0u, 0u, 0u, 0, 0u}},"
 
         out = ["", "/* ---- the state blob (schema order), the inspectable tensors, what reset restores ---- */",
                f"static const tt_span {st}_spans[{len(state)}] = {{", *map(span, state), "};",

@@ -7,18 +7,23 @@ keep only the kept elements (row-major order); the kernels skip the pruned weigh
 input error, gradient and update. The state blob and hash are unchanged: a packed tensor's span
 is its dense view (tt_state.h), so ``verify`` compares the same bytes every step.
 
-Two formats: ``"rows"`` (tt_sparse_rows.h: the kept weights row by row, their columns as a
-byte code of two 4-bit gaps, 2 bytes per row; the faster, for K <= 255 inputs) and ``"bitmap"``
-(tt_sparse.h: column by column under a column-major bitmap; any size).
+Three formats: ``"blocks"`` (tt_sparse_blocks.h: for layers pruned by 1 x 4 blocks, "structure":
+"blocks"; the kept blocks' weights row by row, one byte per kept block and one per row; the
+fastest, SMLAD on whole blocks, for K <= 258 inputs), ``"rows"`` (tt_sparse_rows.h: the kept
+weights row by row, their columns as a byte code of two 4-bit gaps, 2 bytes per row; for
+K <= 255 inputs) and ``"bitmap"`` (tt_sparse.h: column by column under a column-major bitmap;
+any size).
 
 Which tensors and how (``storage``, the prune object's key, or ``generate(..., storage=)``):
 
 * ``"auto"`` (default): every pruned tensor that can be packed, when the mask is final, in the
-  fastest format it fits (rows, else bitmap);
+  fastest format it fits (blocks when its mask is made of whole 1 x 4 blocks, else rows, else
+  bitmap);
 * ``"sparse"``: the same for all of them, refused with a message naming the reason when one
   cannot be (the schedule still has events, or a tensor is not a Dense layer's int16 weights);
-* ``"rows"`` / ``"bitmap"``: that format for all of them, refused the same way (rows: also
-  when a layer has more than 255 inputs);
+* ``"blocks"`` / ``"rows"`` / ``"bitmap"``: that format for all of them, refused the same way
+  (rows: also when a layer has more than 255 inputs; blocks: a layer not pruned by blocks, or
+  with more than 258 inputs);
 * ``"dense"``: none (the masks are re-applied after every update, as before).
 """
 from __future__ import annotations
@@ -29,10 +34,33 @@ import numpy as np
 
 from tinytrain.graph import prune as P
 
-STORAGES = ("auto", "dense", "sparse", "rows", "bitmap")
-FORMATS = ("rows", "bitmap")  # fastest first (bench/bench_prune.py --device-only measures both)
+STORAGES = ("auto", "dense", "sparse", "blocks", "rows", "bitmap")
+FORMATS = ("blocks", "rows", "bitmap")  # fastest first (bench/bench_prune.py --device-only measures them)
 ROWS_MAX_K = 255  # a row's code bytes and kept weights are uint8 counts
 ROWS_MAX_N = 516  # TT_DENSE_S32_MAX_N: the input error's sums fit int32
+BLOCKS_MAX_K = 258  # TT_DENSE_S32_MAX_K: the forward's sums fit int32 (and ceil(K / 4) <= 255)
+
+
+def block_code(kept: np.ndarray) -> np.ndarray:
+    """The blocks format's code of a kept-element matrix kept[N][K] made of whole 1 x 4 blocks
+    (tt_sparse_blocks.h): per row its kept blocks, then each row's kept block indices."""
+    N, K = kept.shape
+    B = -(-K // P.BLOCK)
+    pad = np.zeros((N, B * P.BLOCK), bool)
+    pad[:, :K] = kept
+    blocks = pad.reshape(N, B, P.BLOCK).any(axis=2)
+    return np.concatenate([blocks.sum(axis=1), *(np.flatnonzero(r) for r in blocks)]).astype(np.uint8)
+
+
+def whole_blocks(kept: np.ndarray) -> bool:
+    """Every 1 x 4 block of kept[N][K] (the last of a row K % 4 wide) kept or pruned whole."""
+    N, K = kept.shape
+    B = -(-K // P.BLOCK)
+    pad = np.zeros((N, B * P.BLOCK), bool)
+    pad[:, :K] = kept
+    sizes = np.minimum(P.BLOCK, K - P.BLOCK * np.arange(B))
+    count = pad.reshape(N, B, P.BLOCK).sum(axis=2)
+    return bool(((count == 0) | (count == sizes)).all())
 
 
 def row_code(kept: np.ndarray) -> np.ndarray:
@@ -64,8 +92,8 @@ def row_code(kept: np.ndarray) -> np.ndarray:
 @dataclass
 class Packed:
     """One packed weight tensor w[N][K]: its row-major mask (the state's) and its device format,
-    "rows" (element order, tt_sparse_rows.h) or "bitmap" (column by column, input k outer,
-    output n inner: tt_sparse.h)."""
+    "blocks" or "rows" (element order, tt_sparse_blocks.h, tt_sparse_rows.h) or "bitmap" (column
+    by column, input k outer, output n inner: tt_sparse.h)."""
 
     mask: np.ndarray
     shape: tuple  # (N, K)
@@ -87,13 +115,13 @@ class Packed:
 
     @property
     def code(self) -> np.ndarray:
-        """The rows format's code (uint8)."""
-        return row_code(self.kept)
+        """The rows or blocks format's code (uint8)."""
+        return block_code(self.kept) if self.fmt == "blocks" else row_code(self.kept)
 
     @property
     def device(self) -> np.ndarray:
         """What the device holds in flash for the format: the code or the column-major mask."""
-        return self.code if self.fmt == "rows" else self.device_mask
+        return self.device_mask if self.fmt == "bitmap" else self.code
 
     @property
     def nnz(self) -> int:
@@ -111,7 +139,7 @@ class Packed:
 
     def pack(self, a) -> np.ndarray:
         """A dense slot (w, master, accumulator, momentum) in device order, the kept only."""
-        if self.fmt == "rows":
+        if self.fmt != "bitmap":
             return np.asarray(a).reshape(-1)[self.kept.reshape(-1)].copy()
         return np.asarray(a).reshape(self.shape).T.reshape(-1)[self.kept_t].copy()
 
@@ -127,7 +155,8 @@ def _why_not(model, key) -> str | None:
     li, pi = key
     l = model.layers[li]
     tab = model.prune_table
-    if tab.groups[tab.keys.index(key)] is not None:  # its bias and batch-norm slots are masked too
+    g = tab.groups[tab.keys.index(key)]
+    if g is not None and g[1] == g[4]:  # neurons, channels: its bias and batch-norm slots are masked too
         return f"layer {li} ({l.kind}): structured pruning removes whole units: shrink the model instead (tinytrain shrink)"
     if l.kind != "dense" or l.params[pi].name != "w":
         return f"layer {li} ({l.kind}): sparse storage covers Dense weights only so far: use storage \"auto\" (keeps it dense)"
@@ -160,6 +189,29 @@ def _why_not_rows(model, key) -> str | None:
     return None
 
 
+def _why_not_blocks(model, key, mask=None) -> str | None:
+    """Why the blocks format cannot hold `key` (None: it can); mask: the final one, checked for
+    whole blocks (without it, the pruning structure is)."""
+    l = model.layers[key[0]]
+    if l.kind != "dense" or l.params[key[1]].name != "w":
+        return f"layer {key[0]} ({l.kind}): the blocks format holds Dense weights"
+    N, K = l.params[key[1]].data.shape
+    if K > BLOCKS_MAX_K:
+        return f"layer {key[0]} (dense): the blocks format takes at most {BLOCKS_MAX_K} inputs (it has {K}): use \"bitmap\""
+    if N > ROWS_MAX_N:
+        return f"layer {key[0]} (dense): the blocks format takes at most {ROWS_MAX_N} outputs (it has {N}): use \"bitmap\""
+    cfg = P.layer_prune(l) or model.prune
+    if (mask is None and getattr(cfg, "structure", None) != "blocks") or (
+            mask is not None and not whole_blocks(~P.unpack(mask, N * K).reshape(N, K))):
+        return (f"layer {key[0]} (dense): the blocks format holds layers pruned by 1 x 4 blocks: give the prune object "
+                "\"structure\": \"blocks\", or use storage \"rows\"")
+    return None
+
+
+_WHY_NOT = {"rows": lambda m, k, mask=None: _why_not_rows(m, k), "blocks": _why_not_blocks,
+            "bitmap": lambda m, k, mask=None: None}
+
+
 def _storage(model, key, storage) -> str:
     if storage is not None:
         return storage
@@ -178,10 +230,11 @@ def choose(model, storage: str | None = None, error=ValueError) -> dict:
         return {}
     for key in tab.keys:  # a format given for a layer it cannot hold first: training on does not change it
         l = model.layers[key[0]]
-        if _storage(model, key, storage) == "rows" and l.kind == "dense" and l.params[key[1]].name == "w":
-            why = _why_not_rows(model, key)
+        how = _storage(model, key, storage)
+        if how in ("rows", "blocks") and l.kind == "dense" and l.params[key[1]].name == "w":
+            why = _WHY_NOT[how](model, key, model.masks[key] if final(model) else None)
             if why:
-                raise error(f"storage = \"rows\": {why}")
+                raise error(f"storage = \"{how}\": {why}")
     out = {}
     for key in tab.keys:
         how = _storage(model, key, storage)
@@ -190,7 +243,7 @@ def choose(model, storage: str | None = None, error=ValueError) -> dict:
         why = None if final(model) else (f"the pruning schedule still has events (optimizer step {int(model.meta[1])}, "
                                          f"last event at step {int(tab.steps[-1])}): train past it first")
         why = why or _why_not(model, key)
-        fmt = how if how in FORMATS else next(f for f in FORMATS if f != "rows" or not _why_not_rows(model, key))
+        fmt = how if how in FORMATS else next(f for f in FORMATS if not _WHY_NOT[f](model, key, model.masks[key]))
         if why:
             if how != "auto":
                 raise error(f"storage = \"{how}\": {why}")
@@ -209,7 +262,8 @@ def check_storage(model, error=ValueError) -> None:
         if how in ("auto", "dense"):
             continue
         l = model.layers[key[0]]
-        why = _why_not_rows(model, key) if how == "rows" and l.kind == "dense" and l.params[key[1]].name == "w" else None
+        why = _WHY_NOT[how](model, key) if how in ("rows", "blocks") and l.kind == "dense" and l.params[key[1]].name == "w" \
+            else None
         why = why or _why_not(model, key)
         if why:
             raise error(f"prune: storage = \"{how}\": {why}")
@@ -217,19 +271,20 @@ def check_storage(model, error=ValueError) -> None:
 
 def includes(sparse: dict) -> list[str]:
     """The runtime headers of the formats in use."""
-    hs = {"bitmap": "tt_sparse.h", "rows": "tt_sparse_rows.h"}
+    hs = {"bitmap": "tt_sparse.h", "rows": "tt_sparse_rows.h", "blocks": "tt_sparse_blocks.h"}
     return [f'#include "{hs[f]}"' for f in FORMATS[::-1] if any(p.fmt == f for p in sparse.values())]
 
 
 def span(t) -> str:
     """The tt_span (tt_state.h) of a packed tensor or of its device mask / code: the dense view."""
     rows, cols = t.shape
-    mask, code = (0, t.mask) if t.fmt == "rows" else (t.mask, 0)
+    mask, code = (t.mask, 0) if t.fmt == "bitmap" else (0, t.mask)
+    blocks = ", 1u" if t.fmt == "blocks" else ", 0u"
     if t.mask == t.name:  # the mask, shown row-major
         return (f"    {{(void *){t.name}, {4 * ((rows * cols + 31) // 32)}u, 1, {mask}, 0u, {rows}u, {cols}u, "
-                f"{code}}},")
+                f"{code}{blocks}}},")
     size = {"int16_t": 2, "int32_t": 4}[t.ctype]
-    return f"    {{{t.name}, {t.dense * size}u, 0, {mask}, {size}u, {rows}u, {cols}u, {code}}},"
+    return f"    {{{t.name}, {t.dense * size}u, 0, {mask}, {size}u, {rows}u, {cols}u, {code}{blocks}}},"
 
 
 def plan(sparse: dict, tensors, sym) -> None:
@@ -247,7 +302,7 @@ def plan(sparse: dict, tensors, sym) -> None:
             t.init = pk.pack(t.init) if t.init is not None else None
         m = byname[base + "_mask"]
         m.role, m.init, m.mask, m.shape, m.fmt = "frozen", pk.device, m.name, pk.shape, pk.fmt
-        if pk.fmt == "rows":
+        if pk.fmt != "bitmap":
             m.ctype, m.count = "uint8_t", int(pk.device.size)
 
 
@@ -271,7 +326,8 @@ class Renderer:
     """The C statements of the packed Dense layers of one Emitter (its decl/sym/names), in each
     tensor's format: the calls are tt_sparse_<kernel> (bitmap) or tt_sparse_rows_<kernel> (rows)."""
 
-    # kernel -> (bitmap name, rows name)
+    # kernel -> (bitmap name, rows name); the blocks format: the rows name with "blocks" for the
+    # kernels (its structs are the rows format's)
     NAMES = {"fwd": ("tt_sparse_dense_fwd_s8", "tt_sparse_rows_fwd_s8"),
              "bwd": ("tt_sparse_dense_bwd_s8", "tt_sparse_rows_bwd_s8"),
              "grad": ("tt_sparse_dense_grad_s32", "tt_sparse_rows_grad_s32"),
@@ -281,6 +337,7 @@ class Renderer:
              "layout": ("tt_sparse_layout", "tt_sparse_rows_layout"),
              "accumulate": ("tt_sparse_sgd_accumulate_s32", "tt_sparse_rows_sgd_accumulate_s32"),
              "apply": ("tt_sparse_sgd_apply_accumulated_{t}{v16}", "tt_sparse_rows_sgd_apply_accumulated_{t}{v16}")}
+    STRUCTS = ("sgd_params", "params", "layout")
 
     def __init__(self, em, sparse: dict):
         self.em, self.sparse = em, sparse
@@ -290,11 +347,13 @@ class Renderer:
         return self.em.sym(f"l{li}_w")
 
     def _fn(self, li, kernel, **kw) -> str:
-        return self.NAMES[kernel][self.sparse[(li, 0)].fmt == "rows"].format(**kw)
+        fmt = self.sparse[(li, 0)].fmt
+        name = self.NAMES[kernel][fmt != "bitmap"].format(**kw)
+        return name.replace("_rows_", "_blocks_") if fmt == "blocks" and kernel not in self.STRUCTS else name
 
     def _where(self, li) -> dict:
         """The format's field of the packed layout: the mask or the code (both the _mask array)."""
-        return {"code" if self.sparse[(li, 0)].fmt == "rows" else "mask": self._pn(li) + "_mask"}
+        return {"mask" if self.sparse[(li, 0)].fmt == "bitmap" else "code": self._pn(li) + "_mask"}
 
     def count(self, key) -> int:
         """Elements of a parameter's buffers (nnz when packed)."""

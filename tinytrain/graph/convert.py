@@ -116,6 +116,9 @@ def shrink(model):
     if tab is None or not any(tab.structured(u) for u in range(len(tab.units))):
         raise ShrinkError("shrink: the model has no structured pruning (a prune object with structure "
                           "\"neurons\" or \"channels\") to shrink")
+    if any(g is not None and g[1] != g[4] for g in tab.groups):
+        raise ShrinkError("shrink: the model prunes 1 x 4 blocks (structure \"blocks\"): they remove no whole unit, "
+                          "so there is nothing to delete; codegen stores such layers sparse (storage \"blocks\")")
     if not all(tab.structured(u) for u in range(len(tab.units))):
         raise ShrinkError("shrink: the model also prunes single weights (structure \"weights\"): those stay in the "
                           "layers as masks; shrink a model whose prune objects are all structured")

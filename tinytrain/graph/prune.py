@@ -56,7 +56,7 @@ import numpy as np
 
 from tinytrain.graph import fields as F
 from tinytrain.graph import prune_groups as _pg
-from tinytrain.graph.prune_base import STRUCTURES, PruneError, layer_prune, mask_words, pack, unpack  # noqa: F401
+from tinytrain.graph.prune_base import BLOCK, STRUCTURES, PruneError, layer_prune, mask_words, pack, unpack  # noqa: F401
 
 __all__ = ["Prune", "PruneError", "PruneTable", "FIELDS", "compile", "select", "apply", "pack", "unpack",
            "mask_words", "PRUNABLE_KINDS"]
@@ -77,11 +77,11 @@ FIELDS = {
     "frequency": F.Field("a positive integer (optimizer steps between two pruning steps)",
                          lambda v: F.is_int(v) and v >= 1),
     "power": F.Field("a number > 0", lambda v: F.is_number(v) and v > 0),
-    "structure": F.one_of("weights", "neurons", "channels", "filters"),
+    "structure": F.one_of("weights", "neurons", "channels", "filters", "blocks"),
     "scope": F.one_of("layer", "global"),
     "criterion": F.one_of("l1", "gamma"),
     # how codegen stores the layer once the mask is final (tinytrain/codegen/sparse.py)
-    "storage": F.one_of("auto", "dense", "sparse", "rows", "bitmap"),
+    "storage": F.one_of("auto", "dense", "sparse", "blocks", "rows", "bitmap"),
 }
 #: keys each schedule reads (others are refused: a key that would be ignored is a mistake)
 _KEYS = {
@@ -108,7 +108,7 @@ class Prune:
     structure: str = "weights"
     scope: str = "layer"
     criterion: str | None = None  # structured pruning: "l1" (default) or "gamma" (graph/prune_groups.py)
-    storage: str | None = None  # codegen: "auto" (None), "dense", "sparse", "rows" or "bitmap" (codegen/sparse.py)
+    storage: str | None = None  # codegen: "auto" (None), "dense", "sparse", "blocks", "rows" or "bitmap" (codegen/sparse.py)
 
     def to_dict(self) -> dict:
         """The keys the user gave (None left out), the model file's ``"prune"`` object."""
@@ -144,6 +144,9 @@ class Prune:
         if self.criterion is not None and self.structure == "weights":
             raise PruneError(f"{where}: criterion ranks the units of structured pruning: give structure "
                              "\"neurons\" or \"channels\" with it, or leave it out")
+        if self.criterion == "gamma" and self.structure == "blocks":
+            raise PruneError(f"{where}: criterion \"gamma\" ranks whole channels; blocks are ranked by their "
+                             "weights' L1 norm: use criterion \"l1\" or leave it out")
         if self.scope == "global" and where != "prune":
             raise PruneError(f"{where}: scope = \"global\" ranks several layers together: give it in the "
                              "model's prune object, not a layer's")
@@ -218,7 +221,10 @@ class PruneTable:
     ranked together (scope "global"); ``shifts``: per key, the left shift of |v| onto its
     unit's common exponent (0 alone); ``groups``: per key, None (single weights) or, in a
     structured unit, (units, elements per unit, index in keys of the ranked tensor whose units
-    it follows -- itself for a layer's weights --, multiplier of its rows' L1 norms);
+    it follows -- itself for a layer's weights --, multiplier of its rows' L1 norms, row length:
+    a tensor's rows of that many elements are cut into units of ``elements per unit``, the
+    last of a row shorter when it does not divide -- the row length equals the unit's for
+    neurons and channels, it is K for 1 x 4 blocks);
     ``steps``: the optimizer steps with an event (strictly
     increasing); ``zeros`` (rows x units): the zeros count of each unit at each row, -1 where
     it has no event."""
@@ -276,8 +282,9 @@ def compile(model) -> PruneTable | None:
                 together += unit
             elif unit is not None:
                 g_units.append(unit)
-                n_units = groups[unit[0]][0]  # a layer keeps one unit at least
-                g_events.append({t: min(zeros_for(s, n_units), n_units - 1) for t, s in cfg.events()})
+                n_units = groups[unit[0]][0]  # a layer keeps one neuron or channel at least
+                cap = n_units if cfg.structure == "blocks" else n_units - 1
+                g_events.append({t: min(zeros_for(s, n_units), cap) for t, s in cfg.events()})
             continue
         if layer_prune(l) is not None and not _prunable(l):
             raise PruneError(f"layer {li} ({l.kind}): prune: this layer has no weights to prune (dense and "
@@ -319,7 +326,8 @@ def compile(model) -> PruneTable | None:
         if u[0] in groups:
             sh, mult = _pg.scales(model, u, groups)
             shifts += sh
-            gr += [(groups[k][0], groups[k][1], len(keys) + u.index(groups[k][2]), m) for k, m in zip(u, mult)]
+            gr += [(groups[k][0], groups[k][1], len(keys) + u.index(groups[k][2]), m, groups[k][4])
+                   for k, m in zip(u, mult)]
         else:
             shifts += _shifts(model, u)
             gr += [None] * len(u)

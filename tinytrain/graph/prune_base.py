@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-STRUCTURES = {"neurons": ("dense",), "channels": ("conv1d", "conv2d"), "filters": ("conv1d", "conv2d")}
+STRUCTURES = {"neurons": ("dense",), "channels": ("conv1d", "conv2d"), "filters": ("conv1d", "conv2d"),
+              "blocks": ("dense",)}
+#: "structure": "blocks": weights pruned by runs of BLOCK consecutive inputs of one output (1 x 4)
+BLOCK = 4
 
 
 class PruneError(ValueError):

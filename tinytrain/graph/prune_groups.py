@@ -80,6 +80,14 @@ def layer_unit(model, li, cfg, own: bool, groups: dict):
             raise P.PruneError(f"{where}: {msg}")
         return None
 
+    if cfg.structure == "blocks" and l.kind == "dense":
+        if not model.learns(li, 0):
+            return refuse("the layer is frozen (train=...): its weights are constants in flash and cannot be pruned "
+                          "while training")
+        n_out, k_in = l.params[0].data.shape
+        groups[(li, 0)] = (n_out * -(-k_in // P.BLOCK), P.BLOCK, (li, 0), 1, k_in)
+        return [(li, 0)]
+
     if l.kind not in P.STRUCTURES[cfg.structure]:
         if l.kind == "residual":
             return refuse(f'structure "{cfg.structure}" does not prune inside residual blocks (the add couples '
@@ -108,7 +116,8 @@ def layer_unit(model, li, cfg, own: bool, groups: dict):
                           'has none before its consumer; use criterion "l1"')
         lead = comp[0]
     for k in keys:
-        groups[k] = (n_units, w.size // n_units if k == (li, 0) else 1, lead, 1)
+        inner = w.size // n_units if k == (li, 0) else 1
+        groups[k] = (n_units, inner, lead, 1, inner)
     return keys
 
 
@@ -154,16 +163,32 @@ def scales(model, unit, groups) -> tuple[list[int], list[int]]:
     return shifts, mults
 
 
-def norms(store, n_units: int, shift: int = 0, mult: int = 1) -> np.ndarray:
-    """int64 (L1 norm * mult) << shift of each unit (row) of a store (exact: see :func:`scales`)."""
-    v = np.abs(np.asarray(store).astype(np.int64)).reshape(n_units, -1)
-    return (v.sum(axis=1) * int(mult)) << int(shift)
+def unit_of(n: int, inner: int, row: int) -> np.ndarray:
+    """The unit of each of n elements: rows of `row` elements, each cut into units of `inner`
+    (the last of a row shorter when inner does not divide row)."""
+    i = np.arange(int(n))
+    return (i // row) * -(-row // inner) + (i % row) // inner
 
 
-def select_units(stores, n_units, shifts, mults, k: int) -> list[np.ndarray]:
+def norms(store, n_units: int, shift: int = 0, mult: int = 1, inner: int | None = None,
+          row: int | None = None) -> np.ndarray:
+    """int64 (L1 norm * mult) << shift of each unit of a store (exact: see :func:`scales`); the
+    units are its rows, or (inner, row given) :func:`unit_of`'s."""
+    v = np.abs(np.asarray(store).astype(np.int64)).reshape(-1)
+    if row is None:
+        return (v.reshape(n_units, -1).sum(axis=1) * int(mult)) << int(shift)
+    bpr = -(-row // inner)
+    pad = np.zeros((v.size // row, bpr * inner), np.int64)
+    pad[:, :row] = v.reshape(-1, row)
+    return (pad.reshape(-1, inner).sum(axis=1) * int(mult)) << int(shift)
+
+
+def select_units(stores, n_units, shifts, mults, k: int, cuts=None) -> list[np.ndarray]:
     """Bool (units,) per ranked store: the k units of all of them with the smallest
-    ((L1 * mult) << shift, store position, unit index)."""
-    all_norms = np.concatenate([norms(v, g, s, m) for v, g, s, m in zip(stores, n_units, shifts, mults)])
+    ((L1 * mult) << shift, store position, unit index); cuts: per store (inner, row) of
+    :func:`norms` (None: its units are its rows)."""
+    cuts = cuts or [(None, None)] * len(stores)
+    all_norms = np.concatenate([norms(v, g, s, m, *c) for v, g, s, m, c in zip(stores, n_units, shifts, mults, cuts)])
     order = np.lexsort((np.arange(all_norms.size), all_norms))
     pruned = np.zeros(all_norms.size, bool)
     pruned[order[:int(k)]] = True
@@ -179,9 +204,15 @@ def select_unit(model, tab, u: int, k: int) -> list[np.ndarray]:
     a, b = tab.units[u]
     ranked = [j for j in range(a, b) if tab.groups[j][2] == j]
     sel = select_units([model._store(*tab.keys[j])[0] for j in ranked], [tab.groups[j][0] for j in ranked],
-                       [tab.shifts[j] for j in ranked], [tab.groups[j][3] for j in ranked], k)
+                       [tab.shifts[j] for j in ranked], [tab.groups[j][3] for j in ranked], k,
+                       [(tab.groups[j][1], tab.groups[j][4]) for j in ranked])
     by_lead = dict(zip(ranked, sel))
-    return [P.pack(np.repeat(by_lead[tab.groups[j][2]], tab.groups[j][1])) for j in range(a, b)]
+    out = []
+    for j in range(a, b):
+        li, pi = tab.keys[j]
+        _, inner, lead, _, row = tab.groups[j]
+        out.append(P.pack(by_lead[lead][unit_of(model.layers[li].params[pi].data.size, inner, row)]))
+    return out
 
 
 def pruned_units(model) -> dict:
@@ -193,7 +224,7 @@ def pruned_units(model) -> dict:
         return out
     for j, (li, pi) in enumerate(tab.keys):
         g = tab.groups[j]
-        if g is not None and pi == 0 and model.layers[li].kind in P.STRUCTURES["neurons"] + P.STRUCTURES["channels"]:
+        if g is not None and g[1] == g[4] and pi == 0 and model.layers[li].kind in P.STRUCTURES["neurons"] + P.STRUCTURES["channels"]:
             n_units, inner = g[:2]
             out[li] = P.unpack(model.masks[(li, pi)], n_units * inner).reshape(n_units, inner)[:, 0].copy()
     return out

@@ -116,21 +116,26 @@ def prune_row(steps, t):
 
 # ---------------------------------------------------------------- structured (graph/prune_groups.py)
 @njit(cache=True)
-def prune_group_norms(v, inner, mult, shift, norms, off):
-    """norms[off + g] = ((sum of |v| over unit g's inner elements) * mult) << shift (exact below
-    2^63, checked at build time)."""
-    for g in range(v.size // inner):
-        s = np.int64(0)
-        for i in range(g * inner, (g + 1) * inner):
-            s += _mag(v[i])
-        norms[off + g] = (s * mult) << shift
+def prune_group_norms(v, inner, row, mult, shift, norms, off):
+    """norms[off + g] = ((sum of |v| over unit g's elements) * mult) << shift (exact below
+    2^63, checked at build time); rows of `row` elements cut into units of `inner`, the last of
+    a row shorter when inner does not divide row (graph/prune_groups.unit_of)."""
+    bpr = (row + inner - 1) // inner
+    for r in range(v.size // row):
+        for j in range(bpr):
+            s = np.int64(0)
+            for i in range(r * row + j * inner, r * row + min((j + 1) * inner, row)):
+                s += _mag(v[i])
+            norms[off + r * bpr + j] = (s * mult) << shift
 
 
 @njit(cache=True)
-def prune_group_mask_from(sel, off, units, inner, mask):
-    """The bitmap of a tensor whose element i is in unit i // inner: pruned when sel[off + unit]."""
+def prune_group_mask_from(sel, off, n, inner, row, mask):
+    """The bitmap of a tensor of n elements whose element i is in unit
+    (i // row) * ceil(row / inner) + (i % row) // inner: pruned when sel[off + unit]."""
     for wi in range(mask.size):
         mask[wi] = 0
-    for i in range(units * inner):
-        if sel[off + i // inner]:
+    bpr = (row + inner - 1) // inner
+    for i in range(n):
+        if sel[off + (i // row) * bpr + (i % row) // inner]:
             mask[i >> 5] = mask[i >> 5] | (np.uint32(1) << np.uint32(i & 31))

@@ -316,12 +316,14 @@ class _PruneLines:
         for j in ranked:
             key = tab.keys[j]
             store = self._slots(key)[1 if key in self.model.master else 0]
-            out.append(f"{i2}prune_group_norms({store}.reshape(-1), {tab.groups[j][1]}, {tab.groups[j][3]}, {tab.shifts[j]}, pmag, "
+            _, inner, _, mult, row = tab.groups[j]
+            out.append(f"{i2}prune_group_norms({store}.reshape(-1), {inner}, {row}, {mult}, {tab.shifts[j]}, pmag, "
                        f"{offs[j]})")
         out += [f"{i2}psel = np.zeros({total}, np.uint8)", f"{i2}prune_select_mags(pmag, PZ[prow, {u}], psel)"]
         for j in range(a, b):
-            units, inner, lead, _ = tab.groups[j]
-            out.append(f"{i2}prune_group_mask_from(psel, {offs[lead]}, {units}, {inner}, PM[{j}])")
+            _, inner, lead, _, row = tab.groups[j]
+            n = self.model.layers[tab.keys[j][0]].params[tab.keys[j][1]].data.size
+            out.append(f"{i2}prune_group_mask_from(psel, {offs[lead]}, {n}, {inner}, {row}, PM[{j}])")
             out += self.zero(tab.keys[j], i2)
         return out
 

@@ -196,6 +196,14 @@ static inline uint32_t tt_pack_hi(uint32_t lo, uint32_t hi)
 }
 #endif
 
+/** The fused SGD step pair D = (d_lo, d_hi) of a row's A and one widened input pair X: the
+ *  high halves of SMLAWB / SMLAWT(A, X, 2^15), d = round(a x / 2^s) exactly when X = x 2^c and
+ *  A = a 2^(32 - s - c) (tt_sgd.c's tt_sgd_dense_rows_s16 states the bounds). */
+static inline uint32_t tt_step_s16x2(int32_t A, uint32_t X)
+{
+    return tt_pack_hi((uint32_t)__smlawb(A, (int32_t)X, 32768), (uint32_t)__smlawt(A, (int32_t)X, 32768));
+}
+
 /** Widen x[0..n) (n even) to int16 pairs: xx[j] = x[2j] * 2^c in the low half, x[2j+1] * 2^c in
  *  the high half; c in [0, 8], so |x| * 2^c <= 2^15 fits (-128 * 256 = -32768). Four inputs per
  *  step: SXTB16 splits even and odd bytes into sign-extended lanes, PKHBT/PKHTB reorder them;

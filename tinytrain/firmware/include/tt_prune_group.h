@@ -12,7 +12,10 @@
 extern "C" {
 #endif
 
-/** The units of one pruned tensor: element i belongs to unit i / inner (units * inner = n).
+/** The units of one pruned tensor: its rows of `row` elements each cut into units of `inner`
+ *  (the last of a row shorter when inner does not divide row): element i belongs to unit
+ *  (i / row) * ceil(row / inner) + (i % row) / inner. Neurons and channels: row = inner (unit
+ *  i / inner, units * inner = n); 1 x 4 blocks of a Dense w[N][K]: inner 4, row K.
  *  lead: the index, within its unit of the schedule, of the ranked tensor (a layer's weights)
  *  whose units this one follows: itself for a ranked tensor; a bias or batch-norm gamma/beta
  *  (inner 1) follows its layer's weights. */
@@ -21,6 +24,7 @@ typedef struct tt_prune_group {
     uint32_t inner;
     uint32_t lead;
     uint32_t mult;  /* the norms are (L1 * mult) << shift: mult = lcm(inner) / inner ranked together, else 1 */
+    uint32_t row;
 } tt_prune_group;
 
 /** Recompute the masks of tensors t[0..count) (described by g[0..count)): prune the k units of

@@ -22,7 +22,8 @@ extern "C" {
  *  must give zeros there); or, elem == 0, the mask itself (p == mask) shown as tt_prune.h's
  *  row-major bitmap (ro: a write must give the same bits).
  *  code != NULL: the same for a tensor stored by rows (tt_sparse_rows.h: code gives the kept
- *  elements, packed at p in row-major order; mask is NULL); elem == 0: the mask (p == code). */
+ *  elements, packed at p in row-major order; mask is NULL); elem == 0: the mask (p == code).
+ *  blocks != 0: code is a block code (tt_sparse_blocks.h), the kept elements packed the same way. */
 typedef struct tt_span {
     void *p;
     uint32_t bytes;
@@ -31,6 +32,7 @@ typedef struct tt_span {
     uint32_t elem;
     uint32_t rows, cols;
     const uint8_t *code;
+    uint32_t blocks;
 } tt_span;
 
 /** A table of n spans: the state blob, or the inspectable tensors (by index). */

@@ -1,13 +1,23 @@
 /** Structured pruning: units ranked by L1 norm (tt_prune_group.h; reference graph/prune_groups.py). */
 #include "tt_prune_group.h"
 
+/* The elements [*a, *b) of unit u. */
+static void tt_prune_group_range(const tt_prune_group *g, uint32_t u, uint32_t *a, uint32_t *b)
+{
+    const uint32_t bpr = (g->row + g->inner - 1u) / g->inner, r = u / bpr, j = u % bpr;
+    const uint32_t end = (j + 1u) * g->inner;
+    *a = r * g->row + j * g->inner;
+    *b = r * g->row + (end < g->row ? end : g->row);
+}
+
 /* ((sum of |v| over unit u) * mult) << shift, summed as mult * sum(|v| << shift): the same
  * integer, below 2^63 (checked at build time). */
 static uint64_t tt_prune_group_norm(const tt_prune_tensor *t, const tt_prune_group *g, uint32_t u)
 {
     uint64_t s = 0;
-    uint32_t i;
-    for (i = u * g->inner; i < (u + 1u) * g->inner; i++) s += tt_prune_mag(t, i);
+    uint32_t i, a, b;
+    tt_prune_group_range(g, u, &a, &b);
+    for (i = a; i < b; i++) s += tt_prune_mag(t, i);
     return s * g->mult;
 }
 
@@ -22,17 +32,19 @@ static uint32_t tt_prune_group_count_le(const tt_prune_tensor *t, const tt_prune
     return c;
 }
 
-/* Whether unit u of a ranked tensor is pruned: bit u * inner of its mask (the first element). */
+/* Whether unit u of a ranked tensor is pruned: the bit of its first element. */
 static uint32_t tt_prune_group_is_pruned(const tt_prune_tensor *t, const tt_prune_group *g, uint32_t u)
 {
-    const uint32_t i = u * g->inner;
+    uint32_t i, b;
+    tt_prune_group_range(g, u, &i, &b);
     return (t->mask[i / 32u] >> (i % 32u)) & 1u;
 }
 
 static void tt_prune_group_mark(const tt_prune_tensor *t, const tt_prune_group *g, uint32_t u)
 {
-    uint32_t i;
-    for (i = u * g->inner; i < (u + 1u) * g->inner; i++) t->mask[i / 32u] |= 1u << (i % 32u);
+    uint32_t i, a, b;
+    tt_prune_group_range(g, u, &a, &b);
+    for (i = a; i < b; i++) t->mask[i / 32u] |= 1u << (i % 32u);
 }
 
 void tt_prune_group_select(const tt_prune_tensor *t, const tt_prune_group *g, uint32_t count, uint32_t k)

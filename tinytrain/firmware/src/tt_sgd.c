@@ -487,18 +487,12 @@ static inline void tt_sgd_s16x2(int16_t *w, uint32_t W, uint32_t D)
     tt_st_s16x2(w, S);
 }
 
-/* The step pair D = (d_lo, d_hi) of a row's A and one widened input pair X (see below). */
-static inline uint32_t tt_sgd_step_s16x2(int32_t A, uint32_t X)
-{
-    return tt_pack_hi((uint32_t)__smlawb(A, (int32_t)X, 32768), (uint32_t)__smlawt(A, (int32_t)X, 32768));
-}
-
 /* Undo w[2j..2j+1] -= D_j (j < np) exactly: SADD16 of the stored w - d (mod 2^16) and d. */
 static void tt_sgd_row_undo_s16(int16_t *row, const uint32_t *xx, int32_t np, int32_t A)
 {
     int32_t j;
     for (j = 0; j < np; j++)
-        tt_st_s16x2(row + 2 * j, (uint32_t)__sadd16((int32_t)tt_ld_s16x2(row + 2 * j), (int32_t)tt_sgd_step_s16x2(A, xx[j])));
+        tt_st_s16x2(row + 2 * j, (uint32_t)__sadd16((int32_t)tt_ld_s16x2(row + 2 * j), (int32_t)tt_step_s16x2(A, xx[j])));
 }
 
 /* np pairs at row (inputs x, widened xx) whose fast pass hit its guard: undo them, redo them with
@@ -512,7 +506,7 @@ static void tt_sgd_pairs_redo_s16(int16_t *row, const uint32_t *xx, int32_t np, 
     tt_sgd_row_undo_s16(row, xx, np, A);
     tt_guard_clear();
     for (j = 0; j < np; j++)
-        tt_sgd_s16x2(row + 2 * j, tt_ld_s16x2(row + 2 * j), tt_sgd_step_s16x2(A, xx[j]));
+        tt_sgd_s16x2(row + 2 * j, tt_ld_s16x2(row + 2 * j), tt_step_s16x2(A, xx[j]));
     if (tt_guard_hit()) {
         tt_sgd_row_undo_s16(row, xx, np, A);
         for (j = 0; j < 2 * np; j++) tt_sgd_s16_one(row + j, a * (int32_t)x[j], s, st);
@@ -541,8 +535,8 @@ TT_SGD_INLINE void tt_sgd_row_fast_s16(int16_t *row, const uint32_t *xx, int32_t
             W2 = tt_ld_s16x2(row + 4); W3 = tt_ld_s16x2(row + 6);
         }
         {
-            const uint32_t D0 = tt_sgd_step_s16x2(A, xx[0]), D1 = tt_sgd_step_s16x2(A, xx[1]);
-            const uint32_t D2 = tt_sgd_step_s16x2(A, xx[2]), D3 = tt_sgd_step_s16x2(A, xx[3]);
+            const uint32_t D0 = tt_step_s16x2(A, xx[0]), D1 = tt_step_s16x2(A, xx[1]);
+            const uint32_t D2 = tt_step_s16x2(A, xx[2]), D3 = tt_step_s16x2(A, xx[3]);
             tt_guard_s16x2_15(W0);
             tt_guard_s16x2_15(W1);
             tt_guard_s16x2_15(W2);
@@ -567,7 +561,7 @@ TT_SGD_INLINE void tt_sgd_row_fast_s16(int16_t *row, const uint32_t *xx, int32_t
         for (j = 0; j < t; j++) {
             const uint32_t W0 = tt_ld_s16x2(row + 2 * j);
             tt_guard_s16x2_15(W0);
-            tt_st_s16x2(row + 2 * j, (uint32_t)__ssub16((int32_t)W0, (int32_t)tt_sgd_step_s16x2(A, xx[j])));
+            tt_st_s16x2(row + 2 * j, (uint32_t)__ssub16((int32_t)W0, (int32_t)tt_step_s16x2(A, xx[j])));
         }
         if (tt_guard_hit()) tt_sgd_pairs_redo_s16(row, xx, t, A, a, x, s, st);
     }

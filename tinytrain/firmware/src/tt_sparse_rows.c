@@ -2,6 +2,7 @@
  *  code bytes, a pair of columns per byte; rows whose error is 0 are passed over in the input
  *  error and the update where that changes nothing. */
 #include "tt_sparse_rows.h"
+#include "tt_sparse_blocks.h"
 #include "tt_dense.h"
 #include "tt_dsp.h"
 
@@ -120,7 +121,8 @@ void tt_sparse_rows_grad_s32(const tt_sparse_rows_params *p, const int8_t *e, co
  * weight by the element rule, each pruned one drawing what its rule would ---- */
 
 /* Kind of store: 0 int16 direct, 1 int32 direct, 2 accumulate, 3 apply int16, 4 apply int32,
- * 5 apply int16 with int16 momentum. */
+ * 5 apply int16 with int16 momentum. blocks: code is tt_sparse_blocks.h's block code (these
+ * walks serve both formats: the packed order is element order in both). */
 typedef struct tt_rows_walk {
     const tt_sgd_step *u;
     const uint8_t *code;
@@ -129,7 +131,19 @@ typedef struct tt_rows_walk {
     int32_t *A;
     void *V;
     int32_t *cols;
+    int32_t blocks;
 } tt_rows_walk;
+
+static int32_t tt_rows_walk_columns(const tt_rows_walk *t, int32_t n)
+{
+    return t->blocks ? tt_sparse_blocks_columns(t->code, t->K, t->N, n, t->cols)
+                     : tt_sparse_rows_columns(t->code, t->N, n, t->cols);
+}
+
+static int32_t tt_rows_walk_count(const uint8_t *code, int32_t K, int32_t N, int32_t blocks)
+{
+    return blocks ? tt_sparse_blocks_count(code, K, N) : tt_sparse_rows_count(code, N);
+}
 
 static void tt_rows_one(const tt_rows_walk *t, int32_t j, int32_t g, int32_t eg)
 {
@@ -151,7 +165,7 @@ static void tt_rows_walk_all(const tt_rows_walk *t, const int8_t *e, const int8_
 {
     int32_t n, k, j = 0;
     for (n = 0; n < t->N; n++) {
-        const int32_t m = tt_sparse_rows_columns(t->code, t->N, n, t->cols), en = e ? e[n] : 0;
+        const int32_t m = tt_rows_walk_columns(t, n), en = e ? e[n] : 0;
         int32_t i = 0;
         if (e && en == 0 && skip) {
             j += m;
@@ -234,40 +248,67 @@ static int32_t tt_rows_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s
 }
 
 /* The same when every step rounds to 0 (s >= 32): w - 0 changes only an old -32768 in a row with
- * e[n] != 0, clamped to -32767 and counted (tt_sgd_dense_rows_zero_s16). */
-static void tt_rows_zero_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p, const int8_t *e)
-{
-    const int32_t N = p->N;
-    const uint8_t *st = p->code + 2 * N;
-    int16_t *w = p->w;
-    int32_t n;
-    for (n = 0; n < N; n++) {
-        const uint8_t *end = st + p->code[2 * n];
-        int32_t i, m = p->code[2 * n + 1];
-        st = end;
-        if (e[n] != 0)
-            for (i = 0; i < m; i++)
-                if (w[i] == -32768) {
-                    w[i] = -TT_S16_MAX;
-                    u->stats->saturated++;
-                }
-        w += m;
-    }
-}
+ * e[n] != 0, clamped to -32767 and counted (tt_sgd_dense_rows_zero_s16); m(n): the row's kept
+ * weights in the format. */
+#define TT_ROWS_ZERO_S16(u, p, e, m)                                    \
+    do {                                                                \
+        int16_t *w_ = (p)->w;                                           \
+        int32_t n_, i_;                                                 \
+        for (n_ = 0; n_ < (p)->N; n_++) {                               \
+            const int32_t m_ = m(n_);                                   \
+            if ((e)[n_] != 0)                                           \
+                for (i_ = 0; i_ < m_; i_++)                             \
+                    if (w_[i_] == -32768) {                             \
+                        w_[i_] = -TT_S16_MAX;                           \
+                        (u)->stats->saturated++;                        \
+                    }                                                   \
+            w_ += m_;                                                   \
+        }                                                               \
+    } while (0)
+
+#define TT_ROWS_COUNT(n) (p->code[2 * (n) + 1])
+#define TT_BLOCKS_COUNT(n) (tt_sparse_blocks_row_count(p->code, p->K, p->N, (n)))
+
+/* The direct update of int16 weights: the fast path where it applies exactly, else the element
+ * walk. One body per format, written once (the rows entry compiles as it did before blocks
+ * shared it: its fast loop's registers are tight, and a format test there costs ~1 %). */
+#define TT_ROWS_DIRECT_S16(FAST, COUNT, BLOCKS)                                                      \
+    do {                                                                                            \
+        if (p->w) {                                                                                 \
+            const tt_sgd *o = u->cfg;                                                               \
+            const int32_t s = p->ew + o->k - (ee + ex);                                             \
+            const int32_t fast = !o->sr && !o->wd_m && u->m_t >= 0 && u->m_t < 32768;               \
+            if (fast && s >= 32) {                                                                  \
+                TT_ROWS_ZERO_S16(u, p, e, COUNT);                                                   \
+            } else if (!(fast && s >= 1 && s <= 31 && FAST(u, p, s, e, x))) {                       \
+                const tt_rows_walk t = {u, p->code, p->K, p->N, 0, p->ew, o->sr && s > 0, p->w, 0, 0, p->work, \
+                                        BLOCKS};                                                    \
+                tt_rows_walk_all(&t, e, x, 0, ee + ex, !o->sr && !o->wd_m);                         \
+            }                                                                                       \
+        }                                                                                           \
+        if (p->b) tt_sgd_dense_bias_s32(u, p->b, p->eb, e, ee, p->N);                               \
+    } while (0)
 
 void tt_sparse_rows_sgd_direct_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p,
                                    const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
 {
+    TT_ROWS_DIRECT_S16(tt_rows_fast_s16, TT_ROWS_COUNT, 0);
+}
+
+void tt_sparse_blocks_sgd_direct_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p,
+                                     const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
+{
+    TT_ROWS_DIRECT_S16(tt_sparse_blocks_fast_s16, TT_BLOCKS_COUNT, 1);
+}
+
+static void tt_rows_direct_s32(const tt_sgd_step *u, const tt_sparse_rows_sgd_s32_params *p, const int8_t *e,
+                               int32_t ee, const int8_t *x, int32_t ex, int32_t blocks)
+{
     if (p->w) {
         const tt_sgd *o = u->cfg;
-        const int32_t s = p->ew + o->k - (ee + ex);
-        const int32_t fast = !o->sr && !o->wd_m && u->m_t >= 0 && u->m_t < 32768;
-        if (fast && s >= 32) {
-            tt_rows_zero_s16(u, p, e);
-        } else if (!(fast && s >= 1 && s <= 31 && tt_rows_fast_s16(u, p, s, e, x))) {
-            const tt_rows_walk t = {u, p->code, p->K, p->N, 0, p->ew, o->sr && s > 0, p->w, 0, 0, p->work};
-            tt_rows_walk_all(&t, e, x, 0, ee + ex, !o->sr && !o->wd_m);
-        }
+        const tt_rows_walk t = {u, p->code, p->K, p->N, 1, p->ew, o->sr && p->ew + o->k - (ee + ex) > 0,
+                                p->w, 0, 0, p->work, blocks};
+        tt_rows_walk_all(&t, e, x, 0, ee + ex, !o->sr && !o->wd_m);
     }
     if (p->b) tt_sgd_dense_bias_s32(u, p->b, p->eb, e, ee, p->N);
 }
@@ -275,40 +316,52 @@ void tt_sparse_rows_sgd_direct_s16(const tt_sgd_step *u, const tt_sparse_rows_sg
 void tt_sparse_rows_sgd_direct_s32(const tt_sgd_step *u, const tt_sparse_rows_sgd_s32_params *p,
                                    const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
 {
-    if (p->w) {
-        const tt_sgd *o = u->cfg;
-        const tt_rows_walk t = {u, p->code, p->K, p->N, 1, p->ew, o->sr && p->ew + o->k - (ee + ex) > 0,
-                                p->w, 0, 0, p->work};
-        tt_rows_walk_all(&t, e, x, 0, ee + ex, !o->sr && !o->wd_m);
-    }
-    if (p->b) tt_sgd_dense_bias_s32(u, p->b, p->eb, e, ee, p->N);
+    tt_rows_direct_s32(u, p, e, ee, x, ex, 0);
+}
+
+void tt_sparse_blocks_sgd_direct_s32(const tt_sgd_step *u, const tt_sparse_rows_sgd_s32_params *p,
+                                     const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
+{
+    tt_rows_direct_s32(u, p, e, ee, x, ex, 1);
 }
 
 /* ---- accumulate mode: without stochastic rounding one call on the packed arrays (the rules are
  * element-wise, so their order does not matter); with it, element by element ---- */
 
-void tt_sparse_rows_sgd_accumulate_s32(const tt_sgd_step *u, const tt_sparse_rows_layout *l, int32_t *A,
-                                       int32_t ew, const int32_t *g, int32_t eg)
+static void tt_rows_accumulate(const tt_sgd_step *u, const tt_sparse_rows_layout *l, int32_t *A, int32_t ew,
+                               const int32_t *g, int32_t eg, int32_t blocks)
 {
     if (!u->cfg->sr) {
-        tt_sgd_accumulate_s32(u, A, tt_sparse_rows_count(l->code, l->N), ew, g, eg);
+        tt_sgd_accumulate_s32(u, A, tt_rows_walk_count(l->code, l->K, l->N, blocks), ew, g, eg);
     } else {
         const tt_rows_walk t = {u, l->code, l->K, l->N, 2, ew, ew + u->cfg->k - eg - TT_SGD_GUARD_BITS > 0,
-                                0, A, 0, l->work};
+                                0, A, 0, l->work, blocks};
         tt_rows_walk_all(&t, 0, 0, g, eg, 0);
     }
 }
 
-static void tt_rows_apply(const tt_sgd_step *u, const tt_sparse_rows_layout *l, int32_t kind, void *w,
-                          int32_t *A, void *V)
+void tt_sparse_rows_sgd_accumulate_s32(const tt_sgd_step *u, const tt_sparse_rows_layout *l, int32_t *A,
+                                       int32_t ew, const int32_t *g, int32_t eg)
 {
-    const int32_t n = tt_sparse_rows_count(l->code, l->N);
+    tt_rows_accumulate(u, l, A, ew, g, eg, 0);
+}
+
+void tt_sparse_blocks_sgd_accumulate_s32(const tt_sgd_step *u, const tt_sparse_rows_layout *l, int32_t *A,
+                                         int32_t ew, const int32_t *g, int32_t eg)
+{
+    tt_rows_accumulate(u, l, A, ew, g, eg, 1);
+}
+
+static void tt_rows_apply(const tt_sgd_step *u, const tt_sparse_rows_layout *l, int32_t kind, void *w,
+                          int32_t *A, void *V, int32_t blocks)
+{
+    const int32_t n = tt_rows_walk_count(l->code, l->K, l->N, blocks);
     if (!u->cfg->sr) {
         if (kind == 3) tt_sgd_apply_accumulated_s16(u, (int16_t *)w, A, (int32_t *)V, n);
         else if (kind == 4) tt_sgd_apply_accumulated_s32(u, (int32_t *)w, A, (int32_t *)V, n);
         else tt_sgd_apply_accumulated_s16_v16(u, (int16_t *)w, A, (int16_t *)V, n);
     } else { /* the end-of-batch rule always draws */
-        const tt_rows_walk t = {u, l->code, l->K, l->N, kind, 0, 1, w, A, V, l->work};
+        const tt_rows_walk t = {u, l->code, l->K, l->N, kind, 0, 1, w, A, V, l->work, blocks};
         tt_rows_walk_all(&t, 0, 0, 0, 0, 0);
     }
 }
@@ -316,17 +369,35 @@ static void tt_rows_apply(const tt_sgd_step *u, const tt_sparse_rows_layout *l, 
 void tt_sparse_rows_sgd_apply_accumulated_s16(const tt_sgd_step *u, const tt_sparse_rows_layout *l,
                                               int16_t *w, int32_t *A, int32_t *V)
 {
-    tt_rows_apply(u, l, 3, w, A, V);
+    tt_rows_apply(u, l, 3, w, A, V, 0);
 }
 
 void tt_sparse_rows_sgd_apply_accumulated_s32(const tt_sgd_step *u, const tt_sparse_rows_layout *l,
                                               int32_t *w, int32_t *A, int32_t *V)
 {
-    tt_rows_apply(u, l, 4, w, A, V);
+    tt_rows_apply(u, l, 4, w, A, V, 0);
 }
 
 void tt_sparse_rows_sgd_apply_accumulated_s16_v16(const tt_sgd_step *u, const tt_sparse_rows_layout *l,
                                                   int16_t *w, int32_t *A, int16_t *V)
 {
-    tt_rows_apply(u, l, 5, w, A, V);
+    tt_rows_apply(u, l, 5, w, A, V, 0);
+}
+
+void tt_sparse_blocks_sgd_apply_accumulated_s16(const tt_sgd_step *u, const tt_sparse_rows_layout *l,
+                                                int16_t *w, int32_t *A, int32_t *V)
+{
+    tt_rows_apply(u, l, 3, w, A, V, 1);
+}
+
+void tt_sparse_blocks_sgd_apply_accumulated_s32(const tt_sgd_step *u, const tt_sparse_rows_layout *l,
+                                                int32_t *w, int32_t *A, int32_t *V)
+{
+    tt_rows_apply(u, l, 4, w, A, V, 1);
+}
+
+void tt_sparse_blocks_sgd_apply_accumulated_s16_v16(const tt_sgd_step *u, const tt_sparse_rows_layout *l,
+                                                    int16_t *w, int32_t *A, int16_t *V)
+{
+    tt_rows_apply(u, l, 5, w, A, V, 1);
 }

@@ -22,11 +22,14 @@ static uint32_t tt_state_word(const tt_span *s, uint32_t n, uint32_t k)
 
 /* Stored by rows (s->code): whether w[n][k] is pruned, and *rank the kept elements before it in
  * row-major order (its packed index when kept). */
+static uint32_t tt_state_blocks_find(const tt_span *s, uint32_t n, uint32_t k, uint32_t *rank);
+
 static uint32_t tt_state_rows_find(const tt_span *s, uint32_t n, uint32_t k, uint32_t *rank)
 {
     const uint8_t *st = s->code + 2u * s->rows, *end;
     uint32_t i, r = 0;
     int32_t c = -1;
+    if (s->blocks) return tt_state_blocks_find(s, n, k, rank);
     for (i = 0; i < n; i++) {
         st += s->code[2u * i];
         r += s->code[2u * i + 1u];
@@ -48,6 +51,26 @@ static uint32_t tt_state_rows_find(const tt_span *s, uint32_t n, uint32_t k, uin
     }
     *rank = r;
     return c != (int32_t)k;
+}
+
+/* Stored by blocks (s->blocks, tt_sparse_blocks.h): the same; the kept weights of a block j,
+ * min(4, cols - 4 j). */
+static uint32_t tt_state_blocks_find(const tt_span *s, uint32_t n, uint32_t k, uint32_t *rank)
+{
+    const uint8_t *st = s->code + s->rows;
+    const uint32_t C = s->cols;
+    uint32_t i, j, r = 0;
+    for (i = 0; i <= n; i++)
+        for (j = 0; j < s->code[i]; j++, st++) {
+            const uint32_t a = 4u * *st, m = C - a < 4u ? C - a : 4u;
+            if (i == n && k < a + m) {
+                *rank = r + (k >= a ? k - a : 0u);
+                return k < a;
+            }
+            r += m;
+        }
+    *rank = r;
+    return 1;
 }
 
 static uint32_t tt_state_bit(const tt_span *s, uint32_t n, uint32_t k)

@@ -1,0 +1,83 @@
+/** Block storage of a Dense layer pruned by 1 x 4 blocks ("structure": "blocks") whose mask is
+ * final ("blocks" in tinytrain/codegen/sparse.py), and kernels that skip the pruned blocks. The
+ * masked dense layer of tinytrain/ops/dense.py + graph/prune.py is the specification; every
+ * kernel here equals it bit for bit.
+ *
+ * Block j of row n of w[N][K] is w[n][4j .. 4j + 3] (the last of a row holds K % 4 weights when
+ * 4 does not divide K); a block is kept or pruned whole. The kept weights are packed in element
+ * order (row by row, as tt_sparse_rows.h: the int32 master, accumulator and momentum too). The
+ * code, uint8 in flash: code[n] the kept blocks of row n, then each row's kept block indices j,
+ * increasing, from code + N. So ceil(K / 4) <= 255 (K <= 1020; and K <= TT_DENSE_S32_MAX_K,
+ * N <= TT_DENSE_S32_MAX_N: every sum is an exact int32). One byte per kept block and one per row:
+ * W1 at 80 % takes 1,104 of dense's 4,736 bytes.
+ *
+ * Why blocks: four consecutive inputs are one word of x; the forward widens x to int16 pairs
+ * once, then a kept block is one LDRD of x, two loads of weight pairs and two SMLADs on the
+ * Cortex-M4 (about 2.5 instructions per kept weight, against 6.5 for the rows format's pairs).
+ * The input error and the update pass a row whose error is 0 whole, like the rows format.
+ *
+ * The parameters and layouts are tt_sparse_rows.h's structs, their code being the block code.
+ * The element-by-element paths (stochastic rounding, decay, masters, accumulate, end of batch)
+ * are tt_sparse_rows.c's walks over the block code: same PRNG order as the dense tensor,
+ * saturations of pruned elements not counted. */
+#ifndef TT_SPARSE_BLOCKS_H
+#define TT_SPARSE_BLOCKS_H
+
+#include <stdint.h>
+#include "tt_sparse_rows.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** tt_dense_fwd_s8 over the kept blocks. Scratch: N + K / 2 int32 (within TT_SPARSE_BUFFER_SIZE). */
+int32_t tt_sparse_blocks_fwd_s8(const tt_ctx *ctx, const tt_sparse_rows_params *p, const int8_t *x,
+                                int32_t ex, int8_t *y);
+
+/** tt_dense_bwd_s8 (dx = requant(w^T e), pre-update weights) over the kept blocks. Scratch: K int32. */
+int32_t tt_sparse_blocks_bwd_s8(const tt_ctx *ctx, const tt_sparse_rows_params *p, const int8_t *e,
+                                int32_t ee, int8_t *dx);
+
+/** The packed weight gradient gw[nnz] = e[n] x[k] of the kept (n, k), element order (exponent
+ *  ee + ex), and gb[N] = e[n] (exponent ee). */
+void tt_sparse_blocks_grad_s32(const tt_sparse_rows_params *p, const int8_t *e, const int8_t *x,
+                               int32_t *gw, int32_t *gb);
+
+/** tt_sgd_dense_direct_s16 / _s32 on the kept weights (element order, then biases, same PRNG order). */
+void tt_sparse_blocks_sgd_direct_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p,
+                                     const int8_t *e, int32_t ee, const int8_t *x, int32_t ex);
+void tt_sparse_blocks_sgd_direct_s32(const tt_sgd_step *u, const tt_sparse_rows_sgd_s32_params *p,
+                                     const int8_t *e, int32_t ee, const int8_t *x, int32_t ex);
+
+/** tt_sgd_accumulate_s32 on the packed accumulator A[nnz] with the packed gradient g[nnz]. */
+void tt_sparse_blocks_sgd_accumulate_s32(const tt_sgd_step *u, const tt_sparse_rows_layout *l, int32_t *A,
+                                         int32_t ew, const int32_t *g, int32_t eg);
+
+/** tt_sgd_apply_accumulated_s16 / _s32 / _s16_v16 on packed w, A, V (V NULL: no momentum). */
+void tt_sparse_blocks_sgd_apply_accumulated_s16(const tt_sgd_step *u, const tt_sparse_rows_layout *l,
+                                                int16_t *w, int32_t *A, int32_t *V);
+void tt_sparse_blocks_sgd_apply_accumulated_s32(const tt_sgd_step *u, const tt_sparse_rows_layout *l,
+                                                int32_t *w, int32_t *A, int32_t *V);
+void tt_sparse_blocks_sgd_apply_accumulated_s16_v16(const tt_sgd_step *u, const tt_sparse_rows_layout *l,
+                                                    int16_t *w, int32_t *A, int16_t *V);
+
+/** The kept weights of a block code of w[N][K]. */
+int32_t tt_sparse_blocks_count(const uint8_t *code, int32_t K, int32_t N);
+
+/** The kept weights of row n of a block code (its blocks' sizes). */
+int32_t tt_sparse_blocks_row_count(const uint8_t *code, int32_t K, int32_t N, int32_t n);
+
+/** The columns of the kept weights of row n into cols (at most K); returns how many. */
+int32_t tt_sparse_blocks_columns(const uint8_t *code, int32_t K, int32_t N, int32_t n, int32_t *cols);
+
+/** The fused direct update's fast path (no stochastic rounding, no decay, 0 <= m_t < 2^15,
+ *  s = ew + k - (ee + ex) in [1, 31]) on the packed int16 weights; returns 0, nothing written,
+ *  when it does not apply exactly (then the element walk runs). */
+int32_t tt_sparse_blocks_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p, int32_t s,
+                                  const int8_t *e, const int8_t *x);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TT_SPARSE_BLOCKS_H */
