@@ -555,3 +555,64 @@ def test_refresh_copy_edges(clib, dsplib):
         w = np.zeros(m.size, np.int16)
         lib.tt_sgd_refresh_copy(c_i32(ffi, m), c_i16(ffi, w), m.size)
         assert np.array_equal(w, want)
+
+
+@st.composite
+def momentum_case(draw):
+    """The momentum step fused at a tensor's backward (batch 1, no decay, no stochastic rounding):
+    drawn sizes (the DSP loop's blocks of four and their tails), gradients and accumulators of
+    every magnitude, velocities up to the int32 limits, weights at and around the DSP guard and
+    the int16 limits, learning-rate multipliers and shifts on both sides of the fast path's range,
+    momentum multipliers above and below 2^(mu_k - 1) (SMMLAR or SMMULR)."""
+    n = draw(st.integers(0, 70))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    gb, ab, vb = (draw(st.sampled_from([0, 7, 14, 20, 26, 31])) for _ in range(3))
+    g = rng.integers(-(2**gb), 2**gb, n, endpoint=True).clip(-(2**31), 2**31 - 1).astype(np.int32)
+    A = rng.integers(-(2**ab), 2**ab, n, endpoint=True).clip(-(2**31), 2**31 - 1).astype(np.int32)
+    V = rng.integers(-(2**vb), 2**vb, n, endpoint=True).clip(-(2**31), 2**31 - 1).astype(np.int32)
+    if draw(st.booleans()):
+        w = rng.integers(-(2**31), 2**31, n).astype(np.int32)
+    else:
+        w = np.where(rng.random(n) < 0.7, rng.integers(-16384, 16384, n), rng.choice(W_EDGES, n)).astype(np.int16)
+    m_t = draw(st.sampled_from([0, 1, 983, 26214, 32767]) | st.integers(0, 32767))
+    s = draw(st.integers(-1, 33))
+    mk = draw(st.integers(1, 31))
+    mu = draw(st.integers(1, 2**mk - 1) | st.sampled_from([2 ** (mk - 1), 2 ** (mk - 1) - 1, 1]))
+    return g, A, V, w, m_t, s, (mu, mk)
+
+
+@settings(max_examples=400, deadline=None)
+@given(momentum_case(), st.booleans())
+def test_momentum_fused_step_equals_reference(clib, dsplib, case, with_copy):
+    """tt_sgd_accumulate_apply_s16/_s32 with momentum (the DSP build's LDRD/SMMLAR/SSUB16 loop, the
+    portable build's sgd_apply_body) == the numpy reference accumulate_ref + apply_accumulated_ref:
+    accumulators, velocities, weights, the int16 copy of int32 weights, saturation count."""
+    from tinytrain.graph.optim import IntSGD, accumulate_ref, apply_accumulated_ref
+
+    g, A, V, w, m_t, s, mu = case
+    opt = IntSGD(m=m_t, k=20, mu_m=mu[0], mu_k=mu[1], wd_m=0, wd_k=0, ib_m=1, ib_k=0, batch_size=1,
+                 schedule=0, gamma_q15=32768, step_size=1, total_steps=1, cosine=np.zeros(65, np.int32),
+                 sr=False, master=False)
+    Ar, Vr, wr = A.copy(), V.copy(), w.copy()
+    accumulate_ref(Ar, s - 20 + 8 - 3, g, -3, opt, m_t, [1])
+    nr = apply_accumulated_ref(wr, Ar, Vr, opt, [1])
+    for ffi, lib in (dsplib, clib):
+        A2, V2, w2 = A.copy(), V.copy(), w.copy()
+        cos = ffi.new("int32_t[65]")
+        o = ffi.new("tt_sgd *", {"m": m_t, "k": 20, "mu_m": mu[0], "mu_k": mu[1], "ib_m": 1, "ib_k": 0,
+                                 "batch_size": 1, "cosine": cos})
+        prng, st_c = ffi.new("uint32_t *", 1), ffi.new("tt_stats *")
+        u = ffi.new("tt_sgd_step *", {"cfg": o, "m_t": m_t, "prng": prng, "stats": st_c})
+        if w.dtype == np.int16:
+            lib.tt_sgd_accumulate_apply_s16(u, c_i16(ffi, w2), c_i32(ffi, A2), c_i32(ffi, V2), w.size, s - 20 + 8 - 3,
+                                            c_i32(ffi, g), -3)
+        else:
+            cp = np.full(w.size, 7, np.int16)
+            lib.tt_sgd_accumulate_apply_s32(u, c_i32(ffi, w2), c_i16(ffi, cp) if with_copy else ffi.NULL,
+                                            c_i32(ffi, A2), c_i32(ffi, V2), w.size, s - 20 + 8 - 3, c_i32(ffi, g), -3)
+            if with_copy:
+                want = np.clip(((wr.astype(np.int64) >> 15) + 1) >> 1, -32767, 32767).astype(np.int16)
+                assert np.array_equal(cp, want)
+        assert np.array_equal(A2, Ar) and np.array_equal(V2, Vr)
+        assert np.array_equal(w2, wr), f"first difference at {np.argwhere(w2 != wr)[0]}"
+        assert st_c.saturated == nr and prng[0] == 1

@@ -110,6 +110,12 @@ static inline void tt_guard_s32_15(int32_t v)
 {
     if (v < -16384 || v > 16383) tt_emul_q = 1;
 }
+static inline int32_t tt_ssat15_asr8(int32_t t)
+{
+    const int32_t v = t >> 8;
+    if (v < -16384 || v > 16383) tt_emul_q = 1;
+    return v < -16384 ? -16384 : v > 16383 ? 16383 : v;
+}
 static inline int tt_guard_hit(void) { return tt_emul_q; }
 
 #endif /* TT_DSP_EMUL_H */

@@ -398,6 +398,131 @@ void tt_sgd_apply_accumulated_s32(const tt_sgd_step *u, int32_t *w, int32_t *A, 
     sgd_apply_accumulated(u, 0, w, A, V, n);
 }
 
+#if TT_HAVE_DSP
+/* One element of sgd_mom_s16_dsp, scalar: w - round(vv / 2^8) from t = sat32(vv + 2^7) (the
+ * saturation changes t >> 8 only for vv > 2^31 - 129, where w - d saturates either way),
+ * saturating to [-32767, 32767]; returns 1 on a saturation. */
+static inline uint32_t sgd_mom_w1(int16_t *w, int32_t wi, int32_t t)
+{
+    int32_t v = wi - (t >> TT_SGD_GUARD_BITS);
+    const uint32_t hit = (uint32_t)(v + TT_S16_MAX) > 2u * TT_S16_MAX;
+    if (hit) v = v > 0 ? TT_S16_MAX : -TT_S16_MAX;
+    *w = (int16_t)v;
+    return hit;
+}
+
+/* vv = sat32(round(V mu / 2^mk) + sat32(A + round(m_t g / 2^s))) of one element: the step is
+ * SMMULR(g 2^c1, M) with M = m_t 2^(32 - s - c1) (exact when g 2^c1 fits int32: for every g when
+ * c1 = 0, else its caller has bounded |g|), round(V mu / 2^mk) is SMMULR(V, Ms)
+ * (+ V when VM: Ms = mu 2^(32 - mk) - 2^32, by SMMLAR), as in sgd_apply_body. */
+static inline int32_t sgd_mom_vv(int32_t g, int32_t a, int32_t v, int32_t M, int32_t c1, int32_t Ms, int32_t VM)
+{
+    return tt_qadd(VM ? tt_smmlar(v, Ms, v) : tt_smmulr(v, Ms), tt_qadd(a, tt_smmulr(c1 ? (int32_t)((uint32_t)g << c1) : g, M)));
+}
+
+/* Two elements of sgd_mom_s16_body: g by LDRD (*gp advanced), A and V by LDRD, then A = 0 and
+ * V = vv by STRD (*A, *V advanced); *t0, *t1 = sat32(vv + 2^7). */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline void sgd_mom_pair(const int32_t **gp, int32_t **A, int32_t **V, int32_t *t0, int32_t *t1,
+                                int32_t M, int32_t c1, int32_t Ms, int32_t VM)
+{
+    int32_t g0, g1, a0, a1, v0, v1;
+    tt_ld_s32x2_next(gp, &g0, &g1);
+    tt_ld_s32x2(*A, &a0, &a1);
+    tt_ld_s32x2(*V, &v0, &v1);
+    v0 = sgd_mom_vv(g0, a0, v0, M, c1, Ms, VM);
+    v1 = sgd_mom_vv(g1, a1, v1, M, c1, Ms, VM);
+    tt_st_s32x2_next(A, 0, 0);
+    tt_st_s32x2_next(V, v0, v1);
+    *t0 = tt_qadd(v0, 1 << (TT_SGD_GUARD_BITS - 1));
+    *t1 = tt_qadd(v1, 1 << (TT_SGD_GUARD_BITS - 1));
+}
+
+/* The fused per-sample step of momentum SGD on int16 weights (batch 1, no decay, no stochastic
+ * rounding; sgd_apply_body's W16 MU ACC case, same bits) four elements per turn: g, A and V by
+ * LDRD/STRD, the weight pair updated by SSUB16 under the Q-flag guard of tt_sgd_row_fast_s16 (old
+ * lanes in [-16384, 16383] by SSAT16, steps in [-16384, 16383] by SSAT #15 of t >> 8: then
+ * w - d is in [-32767, 32767], no saturation, no -32768); four that hit the guard are redone by
+ * the scalar rule from its old weights. n >= 0; A, V, g 4-byte aligned (int32 arrays). */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline uint32_t sgd_mom_s16_body(int16_t *w, int32_t *A, int32_t *V, int32_t n, const int32_t *g, int32_t M,
+                                        int32_t c1, int32_t Ms, int32_t VM)
+{
+    const int32_t *gp = g;
+    int16_t *const end = w + (n & ~3);
+    int32_t j;
+    uint32_t nsat = 0;
+    tt_guard_clear();
+    while (w != end) {
+        int32_t t0, t1, t2, t3;
+        uint32_t W0, W1, D0, D1;
+        sgd_mom_pair(&gp, &A, &V, &t0, &t1, M, c1, Ms, VM);
+        sgd_mom_pair(&gp, &A, &V, &t2, &t3, M, c1, Ms, VM);
+        D0 = tt_pack_lo((uint32_t)tt_ssat15_asr8(t0), (uint32_t)tt_ssat15_asr8(t1));
+        D1 = tt_pack_lo((uint32_t)tt_ssat15_asr8(t2), (uint32_t)tt_ssat15_asr8(t3));
+        W0 = tt_ld_s16x2(w);
+        W1 = tt_ld_s16x2(w + 2);
+        tt_guard_s16x2_15(W0);
+        tt_guard_s16x2_15(W1);
+        if (tt_guard_hit()) {
+            nsat += sgd_mom_w1(w, (int16_t)(W0 & 0xFFFFu), t0);
+            nsat += sgd_mom_w1(w + 1, (int16_t)(W0 >> 16), t1);
+            nsat += sgd_mom_w1(w + 2, (int16_t)(W1 & 0xFFFFu), t2);
+            nsat += sgd_mom_w1(w + 3, (int16_t)(W1 >> 16), t3);
+            tt_guard_clear();
+        } else {
+            tt_st_s16x2(w, (uint32_t)__ssub16((int32_t)W0, (int32_t)D0));
+            tt_st_s16x2(w + 2, (uint32_t)__ssub16((int32_t)W1, (int32_t)D1));
+        }
+        w += 4;
+    }
+    for (j = 0; j < (n & 3); j++) {
+        const int32_t v0 = sgd_mom_vv(gp[j], A[j], V[j], M, c1, Ms, VM);
+        A[j] = 0;
+        V[j] = v0;
+        nsat += sgd_mom_w1(w + j, w[j], tt_qadd(v0, 1 << (TT_SGD_GUARD_BITS - 1)));
+    }
+    return nsat;
+}
+
+/* sgd_mom_s16_body's rule on an int32 tensor (a bias, or an int32 master with its int16 copy when
+ * copy != NULL), one element at a time: w = sat32(w - round(vv / 2^8)) (round: (vv >> 8) + bit 7,
+ * no overflow), the saturation seen from the wrapped difference's sign (as tt_sgd_dense_bias). */
+static uint32_t sgd_mom_s32_dsp(int32_t *w, int16_t *copy, int32_t *A, int32_t *V, int32_t n, const int32_t *g,
+                                int32_t M, int32_t c1, int32_t Ms, int32_t VM)
+{
+    uint32_t nsat = 0;
+    int32_t i;
+    for (i = 0; i < n; i++) {
+        const int32_t vv = sgd_mom_vv(g[i], A[i], V[i], M, c1, Ms, VM);
+        const int32_t d = (vv >> TT_SGD_GUARD_BITS) + ((vv >> (TT_SGD_GUARD_BITS - 1)) & 1);
+        const uint32_t wi = (uint32_t)w[i], r = wi - (uint32_t)d;
+        int32_t v = (int32_t)r;
+        A[i] = 0;
+        V[i] = vv;
+        if (((wi ^ (uint32_t)d) & (wi ^ r)) >> 31) {
+            nsat++;
+            v = d > 0 ? INT32_MIN : INT32_MAX;
+        }
+        w[i] = v;
+        if (copy) copy[i] = tt_narrow_s16(v);
+    }
+    return nsat;
+}
+
+/* sgd_mom_s16_body with VM (mu 2^(32 - mk) >= 2^31) and c1 > 0 constants. */
+static uint32_t sgd_mom_s16_dsp(int16_t *w, int32_t *A, int32_t *V, int32_t n, const int32_t *g, int32_t M,
+                                int32_t c1, int32_t Ms, int32_t VM)
+{
+    if (c1) return VM ? sgd_mom_s16_body(w, A, V, n, g, M, c1, Ms, 1) : sgd_mom_s16_body(w, A, V, n, g, M, c1, Ms, 0);
+    return VM ? sgd_mom_s16_body(w, A, V, n, g, M, 0, Ms, 1) : sgd_mom_s16_body(w, A, V, n, g, M, 0, Ms, 0);
+}
+#endif
+
 /* accumulate + apply (+ refresh) of one tensor in one pass when the accumulate is
  * tt_sgd_accumulate_fast's rounded-multiply case and the apply is sgd_apply_fast's; otherwise the
  * three calls in turn (equal: batch size 1 and no draws). */
@@ -406,6 +531,26 @@ static void sgd_accumulate_apply(const tt_sgd_step *u, int16_t *w16, int32_t *w3
 {
     const tt_sgd *o = u->cfg;
     const int32_t s = ew + o->k - eg - TT_SGD_GUARD_BITS, m_t = u->m_t;
+#if TT_HAVE_DSP
+    if (V && !o->wd_m && !o->sr && o->batch_size == 1 && o->mu_m > 0 && o->mu_k >= 1 && o->mu_k <= 31 &&
+        (int64_t)o->mu_m < ((int64_t)1 << o->mu_k) && s >= -14 && s <= 31 && m_t >= 0 && m_t < 32768) {
+        const uint32_t Mu = (uint32_t)o->mu_m << (32 - o->mu_k);
+        const int32_t Ms = Mu >> 31 ? (int32_t)(Mu & 0x7fffffffu) + INT32_MIN : (int32_t)Mu;
+        /* M = m_t 2^c2 < 2^31 and c1 = 32 - s - c2 in [0, 30]; for c1 > 0, |g| < 2^(31 - c1) (a first
+         * pass). For s <= 0 the product g m_t 2^(32 - s) is a multiple of 2^32: SMMULR gives the
+         * left shift m_t g 2^-s exactly (|.| < 2^30: no saturation in shift) */
+        const int32_t c2 = 32 - s < 16 ? 32 - s : 16, c1 = 32 - s - c2, M = m_t << c2;
+        uint32_t b = 0;
+        int32_t i;
+        if (c1) for (i = 0; i < n; i++) b |= (uint32_t)(g[i] ^ (g[i] >> 31));
+        if (tt_bitwidth_u64(b) + c1 <= 31) {
+            if (w16) u->stats->saturated += sgd_mom_s16_dsp(w16, A, V, n, g, M, c1, Ms, (int32_t)(Mu >> 31));
+            else if (Mu >> 31) u->stats->saturated += sgd_mom_s32_dsp(w32, copy, A, V, n, g, M, c1, Ms, 1);
+            else u->stats->saturated += sgd_mom_s32_dsp(w32, copy, A, V, n, g, M, c1, Ms, 0);
+            return;
+        }
+    }
+#endif
     if (s >= 1 && s <= 31 && m_t >= 0) {
         uint32_t b = 0;
         int32_t i;
