@@ -616,3 +616,81 @@ def test_momentum_fused_step_equals_reference(clib, dsplib, case, with_copy):
         assert np.array_equal(A2, Ar) and np.array_equal(V2, Vr)
         assert np.array_equal(w2, wr), f"first difference at {np.argwhere(w2 != wr)[0]}"
         assert st_c.saturated == nr and prng[0] == 1
+
+
+@st.composite
+def dense_acc_case(draw):
+    """A Dense layer's momentum step at batch 1 (tt_sgd_dense_accumulate_apply): drawn K (chunks of
+    64 and the DSP loop's tails), N, inputs and errors over the whole int8 range, accumulators and
+    velocities up to the int32 limits, int16 weights at the guard and int16 edges or int32 masters,
+    m_t, shifts past both ends of the DSP path's range, momentum multipliers on both sides of
+    2^(mu_k - 1), frozen weights or biases."""
+    K = draw(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 9, 63, 64, 65, 67, 130]))
+    N = draw(st.integers(1, 6))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    x = draw_array(draw, (K,), np.int8, -128, 127)
+    e = draw_array(draw, (N,), np.int8, -128, 127)
+    ab, vb = (draw(st.sampled_from([0, 14, 26, 31])) for _ in range(2))
+    big = lambda b, shape: rng.integers(-(2**b), 2**b, shape, endpoint=True).clip(-(2**31), 2**31 - 1).astype(np.int32)  # noqa: E731
+    A, V, bA, bV = big(ab, (N, K)), big(vb, (N, K)), big(ab, N), big(vb, N)
+    if draw(st.booleans()):
+        w = big(31, (N, K))
+    else:
+        w = np.where(rng.random((N, K)) < 0.8, rng.integers(-16384, 16384, (N, K)), rng.choice(W_EDGES, (N, K))).astype(np.int16)
+    b = big(draw(st.sampled_from([10, 31])), N)
+    m_t = draw(st.sampled_from([0, 1, 26214, 32767]) | st.integers(0, 32767))
+    s = draw(st.integers(-3, 33))  # ew + k - (ee + ex) - G
+    sb = draw(st.integers(-16, 33))
+    mk = draw(st.integers(1, 31))
+    mu = draw(st.integers(1, 2**mk - 1) | st.sampled_from([2 ** (mk - 1), 2 ** (mk - 1) - 1]))
+    learn = draw(st.sampled_from([(1, 1), (1, 1), (1, 0), (0, 1)]))
+    return x, e, A, V, bA, bV, w, b, m_t, s, sb, (mu, mk), learn
+
+
+@settings(max_examples=300, deadline=None)
+@given(dense_acc_case())
+def test_dense_accumulate_apply_equals_reference(clib, dsplib, case):
+    """tt_sgd_dense_accumulate_apply_s16/_s32 (no gradient buffer; the DSP build's SMMULR step on
+    widened inputs, the portable build's chunks) == the reference accumulate_ref +
+    apply_accumulated_ref on g = e x^T and e: weights, int16 copy of a master, accumulators,
+    velocities, biases, saturations; frozen tensors untouched."""
+    from tinytrain.graph.optim import IntSGD, accumulate_ref, apply_accumulated_ref
+
+    x, e, A, V, bA, bV, w, b, m_t, s, sb, mu, learn = case
+    N, K = w.shape
+    k, ee, ex = 20, -7, -6
+    ew, eb = s - k + ee + ex + 8, sb - k + ee + 8
+    opt = IntSGD(m=m_t, k=k, mu_m=mu[0], mu_k=mu[1], wd_m=0, wd_k=0, ib_m=1, ib_k=0, batch_size=1,
+                 schedule=0, gamma_q15=32768, step_size=1, total_steps=1, cosine=np.zeros(65, np.int32),
+                 sr=False, master=False)
+    Ar, Vr, wr, bAr, bVr, br, nr = A.copy(), V.copy(), w.copy(), bA.copy(), bV.copy(), b.copy(), 0
+    if learn[0]:
+        accumulate_ref(Ar, ew, np.outer(e.astype(np.int32), x.astype(np.int32)).astype(np.int32), ee + ex, opt, m_t, [1])
+        nr += apply_accumulated_ref(wr, Ar, Vr, opt, [1])
+    if learn[1]:
+        accumulate_ref(bAr, eb, e.astype(np.int32), ee, opt, m_t, [1])
+        nr += apply_accumulated_ref(br, bAr, bVr, opt, [1])
+    for ffi, lib in (dsplib, clib):
+        A2, V2, w2, bA2, bV2, b2 = A.copy(), V.copy(), w.copy(), bA.copy(), bV.copy(), b.copy()
+        cos = ffi.new("int32_t[65]")
+        o = ffi.new("tt_sgd *", {"m": m_t, "k": k, "mu_m": mu[0], "mu_k": mu[1], "ib_m": 1, "ib_k": 0,
+                                 "batch_size": 1, "cosine": cos})
+        prng, st_c = ffi.new("uint32_t *", 1), ffi.new("tt_stats *")
+        u = ffi.new("tt_sgd_step *", {"cfg": o, "m_t": m_t, "prng": prng, "stats": st_c})
+        f = dict(K=K, N=N, w=(c_i16 if w.dtype == np.int16 else c_i32)(ffi, w2) if learn[0] else ffi.NULL, ew=ew,
+                 wa=c_i32(ffi, A2), wv=c_i32(ffi, V2), b=c_i32(ffi, b2) if learn[1] else ffi.NULL, eb=eb,
+                 ba=c_i32(ffi, bA2), bv=c_i32(ffi, bV2))
+        cp = np.full((N, K), 7, np.int16)
+        if w.dtype == np.int16:
+            lib.tt_sgd_dense_accumulate_apply_s16(u, ffi.new("tt_sgd_dense_acc_s16_params *", f), c_i8(ffi, e), ee,
+                                                  c_i8(ffi, x), ex)
+        else:
+            f["copy"] = c_i16(ffi, cp)
+            lib.tt_sgd_dense_accumulate_apply_s32(u, ffi.new("tt_sgd_dense_acc_s32_params *", f), c_i8(ffi, e), ee,
+                                                  c_i8(ffi, x), ex)
+            if learn[0]:
+                assert np.array_equal(cp, np.clip(((wr.astype(np.int64) >> 15) + 1) >> 1, -32767, 32767).astype(np.int16))
+        assert np.array_equal(w2, wr), f"first difference at {np.argwhere(w2 != wr)[0]}"
+        assert np.array_equal(A2, Ar) and np.array_equal(V2, Vr)
+        assert np.array_equal(b2, br) and np.array_equal(bA2, bAr) and np.array_equal(bV2, bVr)
+        assert st_c.saturated == nr and prng[0] == 1

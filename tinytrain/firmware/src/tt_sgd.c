@@ -521,6 +521,22 @@ static uint32_t sgd_mom_s16_dsp(int16_t *w, int32_t *A, int32_t *V, int32_t n, c
     if (c1) return VM ? sgd_mom_s16_body(w, A, V, n, g, M, c1, Ms, 1) : sgd_mom_s16_body(w, A, V, n, g, M, c1, Ms, 0);
     return VM ? sgd_mom_s16_body(w, A, V, n, g, M, 0, Ms, 1) : sgd_mom_s16_body(w, A, V, n, g, M, 0, Ms, 0);
 }
+
+/* Whether the momentum loops above apply to this step's configuration (batch 1, 0 < mu_m < 2^mu_k
+ * with mu_k in [1, 31], no decay, no stochastic rounding, 0 <= m_t < 2^15), and their velocity
+ * multiplier: Ms = mu 2^(32 - mu_k) (- 2^32 when VM, i.e. when that is >= 2^31). */
+static int32_t sgd_mom_ok(const tt_sgd_step *u, int32_t *Ms, int32_t *VM)
+{
+    const tt_sgd *o = u->cfg;
+    uint32_t Mu;
+    if (o->wd_m || o->sr || o->batch_size != 1 || o->mu_m <= 0 || o->mu_k < 1 || o->mu_k > 31 ||
+        (int64_t)o->mu_m >= ((int64_t)1 << o->mu_k) || u->m_t < 0 || u->m_t >= 32768)
+        return 0;
+    Mu = (uint32_t)o->mu_m << (32 - o->mu_k);
+    *VM = (int32_t)(Mu >> 31);
+    *Ms = *VM ? (int32_t)(Mu & 0x7fffffffu) + INT32_MIN : (int32_t)Mu;
+    return 1;
+}
 #endif
 
 /* accumulate + apply (+ refresh) of one tensor in one pass when the accumulate is
@@ -532,10 +548,8 @@ static void sgd_accumulate_apply(const tt_sgd_step *u, int16_t *w16, int32_t *w3
     const tt_sgd *o = u->cfg;
     const int32_t s = ew + o->k - eg - TT_SGD_GUARD_BITS, m_t = u->m_t;
 #if TT_HAVE_DSP
-    if (V && !o->wd_m && !o->sr && o->batch_size == 1 && o->mu_m > 0 && o->mu_k >= 1 && o->mu_k <= 31 &&
-        (int64_t)o->mu_m < ((int64_t)1 << o->mu_k) && s >= -14 && s <= 31 && m_t >= 0 && m_t < 32768) {
-        const uint32_t Mu = (uint32_t)o->mu_m << (32 - o->mu_k);
-        const int32_t Ms = Mu >> 31 ? (int32_t)(Mu & 0x7fffffffu) + INT32_MIN : (int32_t)Mu;
+    int32_t Ms, VM;
+    if (V && s >= -14 && s <= 31 && sgd_mom_ok(u, &Ms, &VM)) {
         /* M = m_t 2^c2 < 2^31 and c1 = 32 - s - c2 in [0, 30]; for c1 > 0, |g| < 2^(31 - c1) (a first
          * pass). For s <= 0 the product g m_t 2^(32 - s) is a multiple of 2^32: SMMULR gives the
          * left shift m_t g 2^-s exactly (|.| < 2^30: no saturation in shift) */
@@ -544,8 +558,8 @@ static void sgd_accumulate_apply(const tt_sgd_step *u, int16_t *w16, int32_t *w3
         int32_t i;
         if (c1) for (i = 0; i < n; i++) b |= (uint32_t)(g[i] ^ (g[i] >> 31));
         if (tt_bitwidth_u64(b) + c1 <= 31) {
-            if (w16) u->stats->saturated += sgd_mom_s16_dsp(w16, A, V, n, g, M, c1, Ms, (int32_t)(Mu >> 31));
-            else if (Mu >> 31) u->stats->saturated += sgd_mom_s32_dsp(w32, copy, A, V, n, g, M, c1, Ms, 1);
+            if (w16) u->stats->saturated += sgd_mom_s16_dsp(w16, A, V, n, g, M, c1, Ms, VM);
+            else if (VM) u->stats->saturated += sgd_mom_s32_dsp(w32, copy, A, V, n, g, M, c1, Ms, 1);
             else u->stats->saturated += sgd_mom_s32_dsp(w32, copy, A, V, n, g, M, c1, Ms, 0);
             return;
         }
@@ -575,6 +589,73 @@ void tt_sgd_accumulate_apply_s32(const tt_sgd_step *u, int32_t *w, int16_t *copy
                                  int32_t n, int32_t ew, const int32_t *g, int32_t eg)
 {
     sgd_accumulate_apply(u, 0, w, copy, A, V, n, ew, g, eg);
+}
+
+/* Gradients formed this many at a time by the Dense accumulate-apply (stack: 4 bytes each). */
+#define TT_SGD_ACC_CHUNK 64
+
+/* The Dense layer's sgd_accumulate_apply without a gradient buffer: weights w16 (or w32 with its
+ * copy) row by row in chunks of the gradient g[n][k] = e[n] x[k], then the biases from e: the same
+ * element rule on every element, so the same bits as the whole-tensor calls (no draws: batch 1, no
+ * stochastic rounding). DSP, int16 weights, momentum: per chunk of inputs X = x 2^c and per row
+ * An = m_t e[n] 2^(32 - s - c) (c = max(0, 23 - s): |An| < 2^31, |X| <= 2^31), the step
+ * SMMULR(X, An) = round(m_t e x / 2^s) exactly (a left shift for s <= 0) in sgd_mom_s16_body. */
+static void sgd_dense_acc(const tt_sgd_step *u, int16_t *w16, int32_t *w32, int16_t *copy, int32_t *A, int32_t *V,
+                          int32_t ew, const int8_t *e, int32_t ee, const int8_t *x, int32_t ex, int32_t K, int32_t N)
+{
+    int32_t g[TT_SGD_ACC_CHUNK], k0, n, j;
+#if TT_HAVE_DSP
+    const int32_t s = ew + u->cfg->k - (ee + ex) - TT_SGD_GUARD_BITS;
+    int32_t Ms, VM;
+    if (w16 && V && s >= -1 && s <= 31 && sgd_mom_ok(u, &Ms, &VM)) {
+        const int32_t c = s < 23 ? 23 - s : 0, sh = 32 - s - c;
+        uint32_t nsat = 0;
+        for (k0 = 0; k0 < K; k0 += TT_SGD_ACC_CHUNK) {
+            const int32_t len = K - k0 < TT_SGD_ACC_CHUNK ? K - k0 : TT_SGD_ACC_CHUNK;
+            for (j = 0; j < len; j++) g[j] = (int32_t)((uint32_t)(int32_t)x[k0 + j] << c);
+            for (n = 0; n < N; n++) {
+                const int32_t o = n * K + k0, An = (int32_t)((uint32_t)(u->m_t * (int32_t)e[n]) << sh);
+                nsat += sgd_mom_s16_dsp(w16 + o, A + o, V + o, len, g, An, 0, Ms, VM);
+            }
+        }
+        u->stats->saturated += nsat;
+        return;
+    }
+#endif
+    for (n = 0; n < N; n++) {
+        for (k0 = 0; k0 < K; k0 += TT_SGD_ACC_CHUNK) {
+            const int32_t len = K - k0 < TT_SGD_ACC_CHUNK ? K - k0 : TT_SGD_ACC_CHUNK, o = n * K + k0;
+            for (j = 0; j < len; j++) g[j] = (int32_t)e[n] * (int32_t)x[k0 + j];
+            sgd_accumulate_apply(u, w16 ? w16 + o : 0, w32 ? w32 + o : 0, copy ? copy + o : 0, A + o, V ? V + o : 0,
+                                 len, ew, g, ee + ex);
+        }
+    }
+}
+
+/* The biases of a Dense accumulate-apply: gradient e[n] at ee, in chunks. */
+static void sgd_dense_acc_bias(const tt_sgd_step *u, int32_t *b, int32_t *A, int32_t *V, int32_t eb,
+                               const int8_t *e, int32_t ee, int32_t N)
+{
+    int32_t g[TT_SGD_ACC_CHUNK], n0, j;
+    for (n0 = 0; n0 < N; n0 += TT_SGD_ACC_CHUNK) {
+        const int32_t len = N - n0 < TT_SGD_ACC_CHUNK ? N - n0 : TT_SGD_ACC_CHUNK;
+        for (j = 0; j < len; j++) g[j] = e[n0 + j];
+        sgd_accumulate_apply(u, 0, b + n0, 0, A + n0, V ? V + n0 : 0, len, eb, g, ee);
+    }
+}
+
+void tt_sgd_dense_accumulate_apply_s16(const tt_sgd_step *u, const tt_sgd_dense_acc_s16_params *p,
+                                       const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
+{
+    if (p->w) sgd_dense_acc(u, p->w, 0, 0, p->wa, p->wv, p->ew, e, ee, x, ex, p->K, p->N);
+    if (p->b) sgd_dense_acc_bias(u, p->b, p->ba, p->bv, p->eb, e, ee, p->N);
+}
+
+void tt_sgd_dense_accumulate_apply_s32(const tt_sgd_step *u, const tt_sgd_dense_acc_s32_params *p,
+                                       const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
+{
+    if (p->w) sgd_dense_acc(u, 0, p->w, p->copy, p->wa, p->wv, p->ew, e, ee, x, ex, p->K, p->N);
+    if (p->b) sgd_dense_acc_bias(u, p->b, p->ba, p->bv, p->eb, e, ee, p->N);
 }
 
 void tt_sgd_refresh_copy(const int32_t *master, int16_t *w16, int32_t n)
