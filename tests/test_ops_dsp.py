@@ -694,3 +694,52 @@ def test_dense_accumulate_apply_equals_reference(clib, dsplib, case):
         assert np.array_equal(A2, Ar) and np.array_equal(V2, Vr)
         assert np.array_equal(b2, br) and np.array_equal(bA2, bAr) and np.array_equal(bV2, bVr)
         assert st_c.saturated == nr and prng[0] == 1
+
+
+@st.composite
+def master_case(draw):
+    """Plain SGD on int32 master weights of a Dense layer (tt_sgd_dense_direct_s32): drawn K (chunks
+    of 64, blocks of four and their tails), N, inputs and errors over the int8 range with zero
+    rows, masters anywhere in int32 or next to its limits (saturating steps, copies rounding to
+    +-32768), m_t, shifts past both ends of the DSP path's [1, 31], with or without the int16 copy."""
+    K = draw(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 9, 63, 64, 65, 67, 130]))
+    N = draw(st.integers(1, 6))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    x = draw_array(draw, (K,), np.int8, -128, 127)
+    e = draw_array(draw, (N,), np.int8, -128, 127)
+    e[rng.random(N) < 0.2] = 0
+    edge = np.array([-(2**31), -(2**31) + 1, -(2**31) + 32767, -(2**31) + 32768, 2**31 - 32769, 2**31 - 32768,
+                     2**31 - 2, 2**31 - 1, 0, -1, 32767, -32768], np.int64)
+    w = np.where(rng.random((N, K)) < 0.5, rng.integers(-(2**31), 2**31, (N, K)), rng.choice(edge, (N, K)))
+    m_t = draw(st.sampled_from([0, 1, 26214, 32767]) | st.integers(0, 32767))
+    s = draw(st.integers(-2, 33))
+    return x, e, w.astype(np.int32), m_t, s, draw(st.booleans())
+
+
+@settings(max_examples=300, deadline=None)
+@given(master_case())
+def test_dense_direct_s32_equals_reference(clib, dsplib, case):
+    """tt_sgd_dense_direct_s32 (the DSP build's SMMULR/QSUB/PKHTB rows under the Q flag, the
+    portable rows) == update_direct_ref on the int32 weights and tt_sgd_refresh_copy's rule for the
+    copy: weights, copy, saturations."""
+    x, e, w, m_t, s, with_copy = case
+    N, K = w.shape
+    k, ee, ex = 20, -7, -6
+    ew = s - k + ee + ex
+    opt = _opt(m_t, k)
+    wr = w.copy()
+    nr = update_direct_ref(wr, ew, np.outer(e.astype(np.int32), x.astype(np.int32)).astype(np.int32), ee + ex, opt, m_t, [1])
+    want_copy = np.clip(((wr.astype(np.int64) >> 15) + 1) >> 1, -32767, 32767).astype(np.int16)
+    for ffi, lib in (dsplib, clib):
+        w2, cp = w.copy(), np.full((N, K), 7, np.int16)
+        cos = ffi.new("int32_t[65]")
+        o = ffi.new("tt_sgd *", {"m": m_t, "k": k, "batch_size": 1, "cosine": cos})
+        prng, st_c = ffi.new("uint32_t *", 1), ffi.new("tt_stats *")
+        u = ffi.new("tt_sgd_step *", {"cfg": o, "m_t": m_t, "prng": prng, "stats": st_c})
+        p = ffi.new("tt_sgd_dense_s32_params *", dict(K=K, N=N, w=c_i32(ffi, w2), ew=ew, b=ffi.NULL, eb=0,
+                                                       copy=c_i16(ffi, cp) if with_copy else ffi.NULL))
+        lib.tt_sgd_dense_direct_s32(u, p, c_i8(ffi, e), ee, c_i8(ffi, x), ex)
+        assert np.array_equal(w2, wr), f"first difference at {np.argwhere(w2 != wr)[0]}"
+        assert st_c.saturated == nr
+        if with_copy:
+            assert np.array_equal(cp, want_copy), f"copy: first difference at {np.argwhere(cp != want_copy)[0]}"

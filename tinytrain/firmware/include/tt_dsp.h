@@ -219,8 +219,17 @@ static inline int tt_guard_hit(void)
     __asm__ volatile("mrs %0, APSR" : "=r"(apsr));
     return (int)((apsr >> 27) & 1u);
 }
+
+/* tt_guard_hit after the QADD/QSUB results a..d exist (their inputs to the read: the compiler may
+ * not move the saturating instructions, which set the Q flag, after it). */
+static inline int tt_guard_hit_after(int32_t a, int32_t b, int32_t c, int32_t d)
+{
+    uint32_t apsr;
+    __asm__ volatile("mrs %0, APSR" : "=r"(apsr) : "r"(a), "r"(b), "r"(c), "r"(d));
+    return (int)((apsr >> 27) & 1u);
+}
 #else
-/* tt_dsp_emul.h defines tt_guard_clear, tt_guard_s16x2_15, tt_guard_s32_15, tt_ssat15_asr8 and
+/* tt_dsp_emul.h defines tt_guard_clear, tt_guard_s16x2_15, tt_guard_s32_15, tt_ssat15_asr8, tt_guard_hit_after and
  * tt_guard_hit in C. */
 
 /** (c 2^32 + a * b + 2^31) >> 32 mod 2^32: c + SMMULR(a, b) in one instruction (SMMLAR). */

@@ -925,6 +925,91 @@ static void tt_sgd_dense_rows_zero_s16(const int8_t *e, int32_t K, int32_t N, in
     }
 }
 
+#if TT_HAVE_DSP
+/* An int32 weight pair w0, w1 of tt_sgd_dense_rows_s32_dsp by the scalar rule from the old weights
+ * and the steps d0, d1: w - d saturating to int32 (counted), and the int16 copy (when COPY). */
+static uint32_t tt_sgd_s32_redo(int32_t *w, int16_t *copy, const int32_t *old, const int32_t *d, int32_t m)
+{
+    uint32_t sat = 0;
+    int32_t j;
+    for (j = 0; j < m; j++) {
+        int64_t v = (int64_t)old[j] - d[j];
+        if (v > INT32_MAX || v < INT32_MIN) { v = v > 0 ? INT32_MAX : INT32_MIN; sat++; }
+        w[j] = (int32_t)v;
+        if (copy) copy[j] = tt_narrow_s16((int32_t)v);
+    }
+    return sat;
+}
+
+/* Rows n of int32 weights w[N][K] with e[n] != 0 (plain SGD, 0 <= m_t < 2^15, s in [1, 31]): with
+ * X = x 2^c (c = max(0, 23 - s)) and A = m_t e[n] 2^(32 - s - c) (|A| < 2^31), d = SMMULR(X, A) =
+ * round(m_t e x / 2^s) exactly; w = QSUB(w, d) and the copy's round(w / 2^16) = QADD(w, 2^15) >> 16
+ * two at a time (PKHTB), four weights per turn under the Q flag: QSUB and QADD set it when they
+ * saturate, and SSAT16 #15 of SHSUB16(copy, 1) when a copy lane is -32768 (the symmetric clamp's
+ * case); a hit redoes the four by the scalar rule from their old values. Rows with e[n] = 0 keep
+ * their weights and refresh their copy. COPY: a constant after inlining. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline uint32_t tt_sgd_rows_s32_body(const int8_t *e, const int8_t *x, int32_t K, int32_t N, int32_t *w32,
+                                            int16_t *copy, int32_t m_t, int32_t s, int32_t COPY)
+{
+    const int32_t c = s < 23 ? 23 - s : 0, sh = 32 - s - c;
+    int32_t X[TT_SGD_CHUNK], k0, n, j;
+    uint32_t sat = 0;
+    for (k0 = 0; k0 < K; k0 += TT_SGD_CHUNK) {
+        const int32_t len = K - k0 < TT_SGD_CHUNK ? K - k0 : TT_SGD_CHUNK;
+        for (j = 0; j < len; j++) X[j] = (int32_t)((uint32_t)(int32_t)x[k0 + j] << c);
+        for (n = 0; n < N; n++) {
+            const int32_t A = (int32_t)((uint32_t)(m_t * (int32_t)e[n]) << sh);
+            int32_t *w = w32 + n * K + k0;
+            int16_t *cp = COPY ? copy + n * K + k0 : 0;
+            if (A == 0) {
+                if (COPY) for (j = 0; j < len; j++) cp[j] = tt_narrow_s16(w[j]);
+                continue;
+            }
+            tt_guard_clear();
+            for (j = 0; j + 4 <= len; j += 4) {
+                int32_t old[4], d[4], v[4], i;
+                for (i = 0; i < 4; i++) {
+                    old[i] = w[j + i];
+                    d[i] = tt_smmulr(X[j + i], A);
+                    v[i] = __qsub(old[i], d[i]);
+                }
+                if (COPY) {
+                    const uint32_t c0 = tt_pack_hi((uint32_t)tt_qadd(v[0], 1 << 15), (uint32_t)tt_qadd(v[1], 1 << 15));
+                    const uint32_t c1 = tt_pack_hi((uint32_t)tt_qadd(v[2], 1 << 15), (uint32_t)tt_qadd(v[3], 1 << 15));
+                    tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)c0, 0x00010001));
+                    tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)c1, 0x00010001));
+                    if (!tt_guard_hit()) {
+                        tt_st_s16x2(cp + j, c0);
+                        tt_st_s16x2(cp + j + 2, c1);
+                    }
+                }
+                if (tt_guard_hit_after(v[0], v[1], v[2], v[3])) {
+                    sat += tt_sgd_s32_redo(w + j, COPY ? cp + j : 0, old, d, 4);
+                    tt_guard_clear();
+                } else {
+                    for (i = 0; i < 4; i++) w[j + i] = v[i];
+                }
+            }
+            for (; j < len; j++) {
+                const int32_t old1 = w[j], d1 = tt_smmulr(X[j], A);
+                sat += tt_sgd_s32_redo(w + j, COPY ? cp + j : 0, &old1, &d1, 1);
+            }
+        }
+    }
+    return sat;
+}
+
+static uint32_t tt_sgd_dense_rows_s32_dsp(const int8_t *e, const int8_t *x, int32_t K, int32_t N, int32_t *w32,
+                                          int16_t *copy, int32_t m_t, int32_t s)
+{
+    return copy ? tt_sgd_rows_s32_body(e, x, K, N, w32, copy, m_t, s, 1)
+                : tt_sgd_rows_s32_body(e, x, K, N, w32, 0, m_t, s, 0);
+}
+#endif
+
 /* 32-bit paths of the Dense update, same bits, when it draws no PRNG number and has no decay
  * term (can_skip: an element with g = 0 keeps its value, so rows with e[n] == 0 are skipped)
  * and |m_t * e * x| < 2^15 * 128 * 128 = 2^29 (fast). */
@@ -1014,6 +1099,10 @@ static int32_t tt_sgd_dense_rows_opt(const tt_sgd_step *u, int16_t *w16, int32_t
     if (!o->sr && !wm) {
         int32_t n, k;
         if (w16) return 0; /* tt_sgd_dense_rows_s16 */
+#if TT_HAVE_DSP
+        u->stats->saturated += tt_sgd_dense_rows_s32_dsp(e, x, K, N, w32, copy, m_t, s);
+        return 1;
+#endif
         for (n = 0; n < N; n++) {
             if (e[n] == 0) {
                 if (copy) for (k = 0; k < K; k++) copy[n * K + k] = tt_narrow_s16(w32[n * K + k]);
