@@ -743,3 +743,54 @@ def test_dense_direct_s32_equals_reference(clib, dsplib, case):
         assert st_c.saturated == nr
         if with_copy:
             assert np.array_equal(cp, want_copy), f"copy: first difference at {np.argwhere(cp != want_copy)[0]}"
+
+
+@st.composite
+def dense_options_case(draw):
+    """A Dense direct-mode update with weight decay and/or stochastic rounding on int16 weights:
+    drawn K (chunks of 64 and tails), N, inputs and errors with zero rows, weights at the int16
+    edges, m_t, shifts past both ends of [1, 31], decay multipliers and shifts on both sides of
+    the DSP path's wd_k >= 16 (and past 31, where the decay rounds to 0)."""
+    K = draw(st.sampled_from([1, 2, 3, 5, 8, 9, 63, 64, 65, 130]))
+    N = draw(st.integers(1, 6))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    x = draw_array(draw, (K,), np.int8, -128, 127)
+    e = draw_array(draw, (N,), np.int8, -128, 127)
+    e[rng.random(N) < 0.2] = 0
+    w = np.where(rng.random((N, K)) < 0.6, rng.integers(-32768, 32768, (N, K)), rng.choice(W_EDGES, (N, K))).astype(np.int16)
+    m_t = draw(st.sampled_from([0, 1, 26214, 32767]) | st.integers(0, 32767))
+    s = draw(st.integers(-2, 33))
+    wd = (draw(st.sampled_from([0, 1, 26844, 32767]) | st.integers(0, 32767)), draw(st.integers(0, 62)))
+    return x, e, w, m_t, s, wd, draw(st.integers(0, 1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(dense_options_case())
+def test_dense_direct_s16_options_equal_reference(clib, dsplib, case):
+    """tt_sgd_dense_direct_s16 with weight decay / stochastic rounding (the DSP build's SMMULR rows,
+    the portable rows) == update_direct_ref on g = e x^T: weights, saturations, PRNG state."""
+    from tinytrain.graph.optim import IntSGD
+
+    x, e, w, m_t, s, wd, sr = case
+    N, K = w.shape
+    k, ee, ex = 20, -7, -6
+    ew = s - k + ee + ex
+    opt = IntSGD(m=m_t, k=k, mu_m=0, mu_k=0, wd_m=wd[0], wd_k=wd[1], ib_m=1, ib_k=0, batch_size=1, schedule=0,
+                 gamma_q15=32768, step_size=1, total_steps=1, cosine=np.zeros(65, np.int32), sr=bool(sr), master=False)
+    wr, prng_r = w.copy(), [12345]
+    g = np.outer(e.astype(np.int32), x.astype(np.int32)).astype(np.int32)
+    nr = update_direct_ref(wr, ew, g, ee + ex, opt, m_t, prng_r)
+    for ffi, lib in (dsplib, clib):
+        w2 = w.copy()
+        cos = ffi.new("int32_t[65]")
+        o = ffi.new("tt_sgd *", {"m": m_t, "k": k, "batch_size": 1, "sr": sr, "wd_m": wd[0], "wd_k": wd[1], "cosine": cos})
+        prng, st_c = ffi.new("uint32_t *", 12345), ffi.new("tt_stats *")
+        u = ffi.new("tt_sgd_step *", {"cfg": o, "m_t": m_t, "prng": prng, "stats": st_c})
+        p = ffi.new("tt_sgd_dense_s16_params *", dict(K=K, N=N, w=c_i16(ffi, w2), ew=ew, b=ffi.NULL, eb=0))
+        lib.tt_sgd_dense_direct_s16(u, p, c_i8(ffi, e), ee, c_i8(ffi, x), ex)
+        if not (sr or wd[0]):  # plain SGD skips rows with m_t e[n] = 0 (an old -32768 stays: see above)
+            live = m_t * e.astype(np.int64) != 0
+            assert np.array_equal(w2[live], wr[live])
+            continue
+        assert np.array_equal(w2, wr), f"first difference at {np.argwhere(w2 != wr)[0]}"
+        assert st_c.saturated == nr and prng[0] == prng_r[0]

@@ -1002,6 +1002,34 @@ static inline uint32_t tt_sgd_rows_s32_body(const int8_t *e, const int8_t *x, in
     return sat;
 }
 
+/* Plain SGD with weight decay on int16 weights w[N][K] (0 <= m_t < 2^15, s in [1, 31], 0 <= wd_m
+ * < 2^15, wd_k >= 16), every row: w - round(m_t e x / 2^s) - round(w wd_m / 2^wd_k), saturating to
+ * [-32767, 32767] (counted). The step is SMMULR(X, A) as in tt_sgd_rows_s32_body; the decay is
+ * SMMULR(w, Wd) with Wd = wd_m 2^(32 - wd_k) < 2^31 for wd_k <= 30, exactly the rounded shift, and
+ * 0 for wd_k >= 31 (|w wd_m| < 2^30). One element at a time: no guard, no draws. */
+static uint32_t tt_sgd_dense_rows_wd_s16_dsp(const int8_t *e, const int8_t *x, int32_t K, int32_t N, int16_t *w16,
+                                             int32_t m_t, int32_t s, int32_t wm, int32_t wk)
+{
+    const int32_t c = s < 23 ? 23 - s : 0, sh = 32 - s - c, Wd = wk <= 30 ? wm << (32 - wk) : 0;
+    int32_t X[TT_SGD_CHUNK], k0, n, j;
+    uint32_t sat = 0;
+    for (k0 = 0; k0 < K; k0 += TT_SGD_CHUNK) {
+        const int32_t len = K - k0 < TT_SGD_CHUNK ? K - k0 : TT_SGD_CHUNK;
+        for (j = 0; j < len; j++) X[j] = (int32_t)((uint32_t)(int32_t)x[k0 + j] << c);
+        for (n = 0; n < N; n++) {
+            const int32_t A = (int32_t)((uint32_t)(m_t * (int32_t)e[n]) << sh);
+            int16_t *w = w16 + n * K + k0;
+            for (j = 0; j < len; j++) {
+                const int32_t wi = w[j];
+                int32_t v = wi - tt_smmulr(X[j], A) - tt_smmulr(wi, Wd);
+                if ((uint32_t)(v + TT_S16_MAX) > 2u * TT_S16_MAX) { sat++; v = v > 0 ? TT_S16_MAX : -TT_S16_MAX; }
+                w[j] = (int16_t)v;
+            }
+        }
+    }
+    return sat;
+}
+
 static uint32_t tt_sgd_dense_rows_s32_dsp(const int8_t *e, const int8_t *x, int32_t K, int32_t N, int32_t *w32,
                                           int16_t *copy, int32_t m_t, int32_t s)
 {
@@ -1113,6 +1141,12 @@ static int32_t tt_sgd_dense_rows_opt(const tt_sgd_step *u, int16_t *w16, int32_t
         u->stats->saturated += sat;
         return 1;
     }
+#if TT_HAVE_DSP
+    if (w16 && !o->sr && wk >= 16) {
+        u->stats->saturated += tt_sgd_dense_rows_wd_s16_dsp(e, x, K, N, w16, m_t, s, wm, wk);
+        return 1;
+    }
+#endif
 #define TT_ROWS(W, S, D) sat = sgd_rows_body(e, x, K, N, w16, w32, copy, m_t, s, wm, wk, &r, W, S, D)
     switch ((w32 ? 4 : 0) | (o->sr ? 2 : 0) | (wm ? 1 : 0)) {
     case 1: TT_ROWS(0, 0, 1); break;
