@@ -1030,6 +1030,38 @@ static uint32_t tt_sgd_dense_rows_wd_s16_dsp(const int8_t *e, const int8_t *x, i
     return sat;
 }
 
+/* Stochastic rounding without decay on int16 weights w[N][K] (0 <= m_t < 2^15, s in [1, 31]), every
+ * row, one draw per weight in row-major order: w - floor((m_t e x + (r mod 2^s)) / 2^s), saturating
+ * to [-32767, 32767] (counted). With X and A as in tt_sgd_rows_s32_body (X A = m_t e x 2^(32 - s))
+ * the step is the high word of X A + (r mod 2^s) 2^(32 - s) = X A + (r << (32 - s) mod 2^32), one
+ * SMLAL (tt_mulhi_add), exactly tt_rshift_stoch_s64. */
+static uint32_t tt_sgd_dense_rows_sr_s16_dsp(const int8_t *e, const int8_t *x, int32_t K, int32_t N, int16_t *w16,
+                                             int32_t m_t, int32_t s, uint32_t *prng)
+{
+    const int32_t c = s < 23 ? 23 - s : 0, sh = 32 - s - c, sl = 32 - s;
+    int32_t X[TT_SGD_CHUNK], k0, n, j;
+    uint32_t sat = 0, r = *prng;
+    for (k0 = 0; k0 < K; k0 += TT_SGD_CHUNK) {
+        const int32_t len = K - k0 < TT_SGD_CHUNK ? K - k0 : TT_SGD_CHUNK;
+        for (j = 0; j < len; j++) X[j] = (int32_t)((uint32_t)(int32_t)x[k0 + j] << c);
+        for (n = 0; n < N; n++) {
+            const int32_t A = (int32_t)((uint32_t)(m_t * (int32_t)e[n]) << sh);
+            int16_t *w = w16 + n * K + k0;
+            for (j = 0; j < len; j++) {
+                int32_t v;
+                r ^= r << 13;
+                r ^= r >> 17;
+                r ^= r << 5;
+                v = w[j] - tt_mulhi_add(X[j], A, r << sl);
+                if ((uint32_t)(v + TT_S16_MAX) > 2u * TT_S16_MAX) { sat++; v = v > 0 ? TT_S16_MAX : -TT_S16_MAX; }
+                w[j] = (int16_t)v;
+            }
+        }
+    }
+    *prng = r;
+    return sat;
+}
+
 static uint32_t tt_sgd_dense_rows_s32_dsp(const int8_t *e, const int8_t *x, int32_t K, int32_t N, int32_t *w32,
                                           int16_t *copy, int32_t m_t, int32_t s)
 {
@@ -1142,6 +1174,10 @@ static int32_t tt_sgd_dense_rows_opt(const tt_sgd_step *u, int16_t *w16, int32_t
         return 1;
     }
 #if TT_HAVE_DSP
+    if (w16 && o->sr && !wm && K <= TT_SGD_CHUNK) {
+        u->stats->saturated += tt_sgd_dense_rows_sr_s16_dsp(e, x, K, N, w16, m_t, s, u->prng);
+        return 1;
+    }
     if (w16 && !o->sr && wk >= 16) {
         u->stats->saturated += tt_sgd_dense_rows_wd_s16_dsp(e, x, K, N, w16, m_t, s, wm, wk);
         return 1;
