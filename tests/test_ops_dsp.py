@@ -794,3 +794,35 @@ def test_dense_direct_s16_options_equal_reference(clib, dsplib, case):
             continue
         assert np.array_equal(w2, wr), f"first difference at {np.argwhere(w2 != wr)[0]}"
         assert st_c.saturated == nr and prng[0] == prng_r[0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(dense_acc_case(), st.integers(0, 1))
+def test_dense_accumulate_equals_reference(clib, dsplib, case, sr):
+    """tt_sgd_dense_accumulate_s32 (no gradient buffer; the DSP build's QADD(A, SMMULR(X, A_n)), the
+    portable build's row chunks, stochastic rounding through tt_sgd_accumulate_s32) ==
+    accumulate_ref on g = e x^T then on e: accumulators and PRNG state; frozen tensors untouched."""
+    from tinytrain.graph.optim import IntSGD, accumulate_ref
+
+    x, e, A, V, bA, bV, w, b, m_t, s, sb, mu, learn = case
+    N, K = w.shape
+    k, ee, ex = 20, -7, -6
+    ew, eb = s - k + ee + ex + 8, sb - k + ee + 8
+    opt = IntSGD(m=m_t, k=k, mu_m=0, mu_k=0, wd_m=0, wd_k=0, ib_m=16384, ib_k=16, batch_size=4, schedule=0,
+                 gamma_q15=32768, step_size=1, total_steps=1, cosine=np.zeros(65, np.int32), sr=bool(sr), master=False)
+    Ar, bAr, prng_r = A.copy(), bA.copy(), [12345]
+    if learn[0]:
+        accumulate_ref(Ar, ew, np.outer(e.astype(np.int32), x.astype(np.int32)).astype(np.int32), ee + ex, opt, m_t, prng_r)
+    if learn[1]:
+        accumulate_ref(bAr, eb, e.astype(np.int32), ee, opt, m_t, prng_r)
+    for ffi, lib in (dsplib, clib):
+        A2, bA2 = A.copy(), bA.copy()
+        cos = ffi.new("int32_t[65]")
+        o = ffi.new("tt_sgd *", {"m": m_t, "k": k, "ib_m": 16384, "ib_k": 16, "batch_size": 4, "sr": sr, "cosine": cos})
+        prng, st_c = ffi.new("uint32_t *", 12345), ffi.new("tt_stats *")
+        u = ffi.new("tt_sgd_step *", {"cfg": o, "m_t": m_t, "prng": prng, "stats": st_c})
+        p = ffi.new("tt_sgd_dense_accum_params *", dict(K=K, N=N, wa=c_i32(ffi, A2) if learn[0] else ffi.NULL, ew=ew,
+                                                         ba=c_i32(ffi, bA2) if learn[1] else ffi.NULL, eb=eb))
+        lib.tt_sgd_dense_accumulate_s32(u, p, c_i8(ffi, e), ee, c_i8(ffi, x), ex)
+        assert np.array_equal(A2, Ar), f"first difference at {np.argwhere(A2 != Ar)[0]}"
+        assert np.array_equal(bA2, bAr) and prng[0] == prng_r[0]

@@ -197,7 +197,15 @@ class Emitter:
             return False
         if not m.opt.accumulate:
             return True
-        return self._fuses_dense_acc(li)
+        return self._fuses_dense_acc(li) or self._fuses_dense_accum(li)
+
+    def _fuses_dense_accum(self, li) -> bool:
+        """Accumulate mode: a Dense layer's per-sample accumulate forms its gradient as it goes
+        (tt_sgd_dense_accumulate_s32) when no learning tensor is pruned or blocked; the end-of-batch
+        apply stays where it is."""
+        m = self.model
+        return (m.layer_learns(li) and not m.masks and not m.blocked(li, 0)
+                and all((li, pi) in m.accum for pi in (0, 1) if m.learns(li, pi)))
 
     def _fuses_dense_acc(self, li) -> bool:
         m = self.model
@@ -704,6 +712,12 @@ uint32_t {P}_saturations(void);
         uw, ub = bool(m.trainable[li][0]), bool(m.trainable[li][1])
         pw, t = self._update_target(li, 0)
         ews = m.master_exp((li, 0)) if (li, 0) in m.master else w.exp
+        if m.opt.accumulate and not self._fuses_dense_acc(li):  # per sample: the accumulate only
+            ebs = m.master_exp((li, 1)) if (li, 1) in m.master else b.exp
+            fields = {"K": K, "N": N, "wa": f"{self.names.param(li, 0)}_acc" if (li, 0) in m.accum else 0,
+                      "ew": ews, "ba": f"{self.names.param(li, 1)}_acc" if (li, 1) in m.accum else 0, "eb": ebs}
+            sp = self.names.decl(li, "sgd_acc", "tt_sgd_dense_accum_params", fields)
+            return out + [f"    tt_sgd_dense_accumulate_s32(&sgd, {sp}, {e}, de, {x}, {ex});"]
         if m.opt.accumulate:  # momentum at batch 1: accumulate and apply at the backward (_fuses_apply)
             def slot(pi, d, suffix):  # a learning tensor's accumulator / velocity, else NULL
                 return f"{self.names.param(li, pi)}_{suffix}" if (li, pi) in d and m.learns(li, pi) else 0

@@ -104,6 +104,22 @@ void tt_sgd_dense_accumulate_apply_s16(const tt_sgd_step *u, const tt_sgd_dense_
 void tt_sgd_dense_accumulate_apply_s32(const tt_sgd_step *u, const tt_sgd_dense_acc_s32_params *p,
                                        const int8_t *e, int32_t ee, const int8_t *x, int32_t ex);
 
+/** The accumulators of a Dense layer's per-sample accumulate: wa[N][K] for the weights (stored at
+ *  exponent ew), ba[N] for the biases (at eb); NULL: frozen. */
+typedef struct tt_sgd_dense_accum_params {
+    int32_t K, N;
+    int32_t *wa;
+    int32_t ew;
+    int32_t *ba;
+    int32_t eb;
+} tt_sgd_dense_accum_params;
+
+/** tt_sgd_accumulate_s32 of a Dense layer's weight gradient e[n] * x[k] (at ee + ex, row-major)
+ *  then bias gradient e[n] (at ee) without a gradient buffer: same bits, same draws in the same
+ *  order. */
+void tt_sgd_dense_accumulate_s32(const tt_sgd_step *u, const tt_sgd_dense_accum_params *p, const int8_t *e,
+                                 int32_t ee, const int8_t *x, int32_t ex);
+
 /** Where a direct-mode Dense update writes: weights w[N][K] (int16) at exponent ew, biases
  *  b[N] at eb. A NULL tensor is frozen: it is neither read nor written. */
 typedef struct tt_sgd_dense_s16_params {

@@ -644,6 +644,48 @@ static void sgd_dense_acc_bias(const tt_sgd_step *u, int32_t *b, int32_t *A, int
     }
 }
 
+/* The per-sample accumulate of a Dense layer without a gradient buffer: tt_sgd_accumulate_s32 of
+ * the weights' gradient e[n] x[k] (row-major, rows in chunks: the same draws in the same order)
+ * then of the biases' e[n]. DSP without stochastic rounding: A = QADD(A, SMMULR(X, A_n)) with the
+ * widened inputs and row multipliers of sgd_dense_acc. */
+void tt_sgd_dense_accumulate_s32(const tt_sgd_step *u, const tt_sgd_dense_accum_params *p, const int8_t *e,
+                                 int32_t ee, const int8_t *x, int32_t ex)
+{
+    const int32_t K = p->K, N = p->N;
+    int32_t g[TT_SGD_ACC_CHUNK], k0, n, j;
+    if (p->wa) {
+#if TT_HAVE_DSP
+        const int32_t s = p->ew + u->cfg->k - (ee + ex) - TT_SGD_GUARD_BITS;
+        if (!u->cfg->sr && u->m_t >= 0 && u->m_t < 32768 && s >= -1 && s <= 31) {
+            const int32_t c = s < 23 ? 23 - s : 0, sh = 32 - s - c;
+            for (k0 = 0; k0 < K; k0 += TT_SGD_ACC_CHUNK) {
+                const int32_t len = K - k0 < TT_SGD_ACC_CHUNK ? K - k0 : TT_SGD_ACC_CHUNK;
+                for (j = 0; j < len; j++) g[j] = (int32_t)((uint32_t)(int32_t)x[k0 + j] << c);
+                for (n = 0; n < N; n++) {
+                    const int32_t An = (int32_t)((uint32_t)(u->m_t * (int32_t)e[n]) << sh);
+                    int32_t *A = p->wa + n * K + k0;
+                    for (j = 0; j < len; j++) A[j] = tt_qadd(A[j], tt_smmulr(g[j], An));
+                }
+            }
+        } else
+#endif
+        for (n = 0; n < N; n++) {
+            for (k0 = 0; k0 < K; k0 += TT_SGD_ACC_CHUNK) {
+                const int32_t len = K - k0 < TT_SGD_ACC_CHUNK ? K - k0 : TT_SGD_ACC_CHUNK;
+                for (j = 0; j < len; j++) g[j] = (int32_t)e[n] * (int32_t)x[k0 + j];
+                tt_sgd_accumulate_s32(u, p->wa + n * K + k0, len, p->ew, g, ee + ex);
+            }
+        }
+    }
+    if (p->ba) {
+        for (k0 = 0; k0 < N; k0 += TT_SGD_ACC_CHUNK) {
+            const int32_t len = N - k0 < TT_SGD_ACC_CHUNK ? N - k0 : TT_SGD_ACC_CHUNK;
+            for (j = 0; j < len; j++) g[j] = e[k0 + j];
+            tt_sgd_accumulate_s32(u, p->ba + k0, len, p->eb, g, ee);
+        }
+    }
+}
+
 void tt_sgd_dense_accumulate_apply_s16(const tt_sgd_step *u, const tt_sgd_dense_acc_s16_params *p,
                                        const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
 {
