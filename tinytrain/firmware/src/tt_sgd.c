@@ -1061,7 +1061,16 @@ static uint32_t tt_sgd_dense_rows_wd_s16_dsp(const int8_t *e, const int8_t *x, i
         for (n = 0; n < N; n++) {
             const int32_t A = (int32_t)((uint32_t)(m_t * (int32_t)e[n]) << sh);
             int16_t *w = w16 + n * K + k0;
-            for (j = 0; j < len; j++) {
+            for (j = 0; j + 2 <= len; j += 2) { /* two per turn: the loop's own steps halved */
+                const int32_t w0 = w[j], w1 = w[j + 1];
+                int32_t v0 = w0 - tt_smmulr(X[j], A) - tt_smmulr(w0, Wd);
+                int32_t v1 = w1 - tt_smmulr(X[j + 1], A) - tt_smmulr(w1, Wd);
+                if ((uint32_t)(v0 + TT_S16_MAX) > 2u * TT_S16_MAX) { sat++; v0 = v0 > 0 ? TT_S16_MAX : -TT_S16_MAX; }
+                if ((uint32_t)(v1 + TT_S16_MAX) > 2u * TT_S16_MAX) { sat++; v1 = v1 > 0 ? TT_S16_MAX : -TT_S16_MAX; }
+                w[j] = (int16_t)v0;
+                w[j + 1] = (int16_t)v1;
+            }
+            if (j < len) {
                 const int32_t wi = w[j];
                 int32_t v = wi - tt_smmulr(X[j], A) - tt_smmulr(wi, Wd);
                 if ((uint32_t)(v + TT_S16_MAX) > 2u * TT_S16_MAX) { sat++; v = v > 0 ? TT_S16_MAX : -TT_S16_MAX; }
