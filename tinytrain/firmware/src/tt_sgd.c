@@ -570,7 +570,12 @@ static void sgd_accumulate_apply(const tt_sgd_step *u, int16_t *w16, int32_t *w3
         int32_t i;
         for (i = 0; i < n; i++) b |= (uint32_t)(g[i] ^ (g[i] >> 31));
         if (((int64_t)m_t << tt_bitwidth_u64(b)) + ((int64_t)1 << (s - 1)) < ((int64_t)1 << 31)) { /* |g| <= 2^bitwidth */
-            sgd_fuse f = {0, 0, g, m_t, s, copy};
+            sgd_fuse f; /* ib_m, ib_k: set by sgd_apply_fast (a {0, 0} initialiser here is one
+                         * 64-bit constant GCC may store with VFP registers in hard-float builds) */
+            f.g = g;
+            f.m_t = m_t;
+            f.s = s;
+            f.copy = copy;
             if (sgd_apply_fast(u, w16, w32, A, V, n, &f)) return;
         }
     }
