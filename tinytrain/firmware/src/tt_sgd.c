@@ -74,6 +74,24 @@ int32_t tt_sgd_lr_mult(const tt_sgd *o, uint32_t t)
 static int32_t tt_sgd_plain_s16(int16_t *w, int32_t n, const int32_t *g, int32_t m_t, int32_t s,
                                 tt_stats *st);
 
+/* The widened inputs of the DSP Dense paths: X[j] = x[j] 2^c with c = max(0, 23 - s) (|X| <= 2^31
+ * for s >= -1); returns sh = 32 - s - c, the shift of the row multiplier tt_sgd_row_mult, so that
+ * SMMULR(X, A) = round(m_t e x / 2^s) exactly (X A = m_t e x 2^(32 - s)). */
+static inline int32_t tt_sgd_widen_x(const int8_t *x, int32_t len, int32_t s, int32_t *X)
+{
+    const int32_t c = s < 23 ? 23 - s : 0;
+    int32_t j;
+    for (j = 0; j < len; j++) X[j] = (int32_t)((uint32_t)(int32_t)x[j] << c);
+    return 32 - s - c;
+}
+
+/* A row's multiplier m_t e 2^sh (|m_t e| < 2^22, sh <= 9: |A| < 2^31). */
+static inline int32_t tt_sgd_row_mult(int32_t m_t, int8_t e, int32_t sh)
+{
+    return (int32_t)((uint32_t)(m_t * (int32_t)e) << sh);
+}
+
+
 /* The update rules on a tensor that is int16 (w16) or int32 (w32, w16 == NULL): one body for
  * both element types; the public API has one function per type. */
 static void sgd_update_direct(const tt_sgd_step *u, int16_t *w16, int32_t *w32, int32_t n,
@@ -613,13 +631,13 @@ static void sgd_dense_acc(const tt_sgd_step *u, int16_t *w16, int32_t *w32, int1
     const int32_t s = ew + u->cfg->k - (ee + ex) - TT_SGD_GUARD_BITS;
     int32_t Ms, VM;
     if (w16 && V && s >= -1 && s <= 31 && sgd_mom_ok(u, &Ms, &VM)) {
-        const int32_t c = s < 23 ? 23 - s : 0, sh = 32 - s - c;
         uint32_t nsat = 0;
+        int32_t sh;
         for (k0 = 0; k0 < K; k0 += TT_SGD_ACC_CHUNK) {
             const int32_t len = K - k0 < TT_SGD_ACC_CHUNK ? K - k0 : TT_SGD_ACC_CHUNK;
-            for (j = 0; j < len; j++) g[j] = (int32_t)((uint32_t)(int32_t)x[k0 + j] << c);
+            sh = tt_sgd_widen_x(x + k0, len, s, g);
             for (n = 0; n < N; n++) {
-                const int32_t o = n * K + k0, An = (int32_t)((uint32_t)(u->m_t * (int32_t)e[n]) << sh);
+                const int32_t o = n * K + k0, An = tt_sgd_row_mult(u->m_t, e[n], sh);
                 nsat += sgd_mom_s16_dsp(w16 + o, A + o, V + o, len, g, An, 0, Ms, VM);
             }
         }
@@ -662,12 +680,12 @@ void tt_sgd_dense_accumulate_s32(const tt_sgd_step *u, const tt_sgd_dense_accum_
 #if TT_HAVE_DSP
         const int32_t s = p->ew + u->cfg->k - (ee + ex) - TT_SGD_GUARD_BITS;
         if (!u->cfg->sr && u->m_t >= 0 && u->m_t < 32768 && s >= -1 && s <= 31) {
-            const int32_t c = s < 23 ? 23 - s : 0, sh = 32 - s - c;
-            for (k0 = 0; k0 < K; k0 += TT_SGD_ACC_CHUNK) {
+            int32_t sh;
+                        for (k0 = 0; k0 < K; k0 += TT_SGD_ACC_CHUNK) {
                 const int32_t len = K - k0 < TT_SGD_ACC_CHUNK ? K - k0 : TT_SGD_ACC_CHUNK;
-                for (j = 0; j < len; j++) g[j] = (int32_t)((uint32_t)(int32_t)x[k0 + j] << c);
+                sh = tt_sgd_widen_x(x + k0, len, s, g);
                 for (n = 0; n < N; n++) {
-                    const int32_t An = (int32_t)((uint32_t)(u->m_t * (int32_t)e[n]) << sh);
+                    const int32_t An = tt_sgd_row_mult(u->m_t, e[n], sh);
                     int32_t *A = p->wa + n * K + k0;
                     for (j = 0; j < len; j++) A[j] = tt_qadd(A[j], tt_smmulr(g[j], An));
                 }
@@ -1001,14 +1019,13 @@ __attribute__((always_inline))
 static inline uint32_t tt_sgd_rows_s32_body(const int8_t *e, const int8_t *x, int32_t K, int32_t N, int32_t *w32,
                                             int16_t *copy, int32_t m_t, int32_t s, int32_t COPY)
 {
-    const int32_t c = s < 23 ? 23 - s : 0, sh = 32 - s - c;
-    int32_t X[TT_SGD_CHUNK], k0, n, j;
+        int32_t X[TT_SGD_CHUNK], k0, n, j, sh;
     uint32_t sat = 0;
     for (k0 = 0; k0 < K; k0 += TT_SGD_CHUNK) {
         const int32_t len = K - k0 < TT_SGD_CHUNK ? K - k0 : TT_SGD_CHUNK;
-        for (j = 0; j < len; j++) X[j] = (int32_t)((uint32_t)(int32_t)x[k0 + j] << c);
+        sh = tt_sgd_widen_x(x + k0, len, s, X);
         for (n = 0; n < N; n++) {
-            const int32_t A = (int32_t)((uint32_t)(m_t * (int32_t)e[n]) << sh);
+            const int32_t A = tt_sgd_row_mult(m_t, e[n], sh);
             int32_t *w = w32 + n * K + k0;
             int16_t *cp = COPY ? copy + n * K + k0 : 0;
             if (A == 0) {
@@ -1057,14 +1074,14 @@ static inline uint32_t tt_sgd_rows_s32_body(const int8_t *e, const int8_t *x, in
 static uint32_t tt_sgd_dense_rows_wd_s16_dsp(const int8_t *e, const int8_t *x, int32_t K, int32_t N, int16_t *w16,
                                              int32_t m_t, int32_t s, int32_t wm, int32_t wk)
 {
-    const int32_t c = s < 23 ? 23 - s : 0, sh = 32 - s - c, Wd = wk <= 30 ? wm << (32 - wk) : 0;
-    int32_t X[TT_SGD_CHUNK], k0, n, j;
+    const int32_t Wd = wk <= 30 ? wm << (32 - wk) : 0;
+    int32_t X[TT_SGD_CHUNK], k0, n, j, sh;
     uint32_t sat = 0;
     for (k0 = 0; k0 < K; k0 += TT_SGD_CHUNK) {
         const int32_t len = K - k0 < TT_SGD_CHUNK ? K - k0 : TT_SGD_CHUNK;
-        for (j = 0; j < len; j++) X[j] = (int32_t)((uint32_t)(int32_t)x[k0 + j] << c);
+        sh = tt_sgd_widen_x(x + k0, len, s, X);
         for (n = 0; n < N; n++) {
-            const int32_t A = (int32_t)((uint32_t)(m_t * (int32_t)e[n]) << sh);
+            const int32_t A = tt_sgd_row_mult(m_t, e[n], sh);
             int16_t *w = w16 + n * K + k0;
             for (j = 0; j + 2 <= len; j += 2) { /* two per turn: the loop's own steps halved */
                 const int32_t w0 = w[j], w1 = w[j + 1];
@@ -1094,14 +1111,14 @@ static uint32_t tt_sgd_dense_rows_wd_s16_dsp(const int8_t *e, const int8_t *x, i
 static uint32_t tt_sgd_dense_rows_sr_s16_dsp(const int8_t *e, const int8_t *x, int32_t K, int32_t N, int16_t *w16,
                                              int32_t m_t, int32_t s, uint32_t *prng)
 {
-    const int32_t c = s < 23 ? 23 - s : 0, sh = 32 - s - c, sl = 32 - s;
-    int32_t X[TT_SGD_CHUNK], k0, n, j;
+    const int32_t sl = 32 - s;
+    int32_t X[TT_SGD_CHUNK], k0, n, j, sh;
     uint32_t sat = 0, r = *prng;
     for (k0 = 0; k0 < K; k0 += TT_SGD_CHUNK) {
         const int32_t len = K - k0 < TT_SGD_CHUNK ? K - k0 : TT_SGD_CHUNK;
-        for (j = 0; j < len; j++) X[j] = (int32_t)((uint32_t)(int32_t)x[k0 + j] << c);
+        sh = tt_sgd_widen_x(x + k0, len, s, X);
         for (n = 0; n < N; n++) {
-            const int32_t A = (int32_t)((uint32_t)(m_t * (int32_t)e[n]) << sh);
+            const int32_t A = tt_sgd_row_mult(m_t, e[n], sh);
             int16_t *w = w16 + n * K + k0;
             for (j = 0; j < len; j++) {
                 int32_t v;
