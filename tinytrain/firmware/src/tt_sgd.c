@@ -1019,7 +1019,7 @@ __attribute__((always_inline))
 static inline uint32_t tt_sgd_rows_s32_body(const int8_t *e, const int8_t *x, int32_t K, int32_t N, int32_t *w32,
                                             int16_t *copy, int32_t m_t, int32_t s, int32_t COPY)
 {
-        int32_t X[TT_SGD_CHUNK], k0, n, j, sh;
+    int32_t X[TT_SGD_CHUNK], k0, n, j, sh;
     uint32_t sat = 0;
     for (k0 = 0; k0 < K; k0 += TT_SGD_CHUNK) {
         const int32_t len = K - k0 < TT_SGD_CHUNK ? K - k0 : TT_SGD_CHUNK;
