@@ -646,3 +646,274 @@ def test_batchnorm_dsp_equals_portable_and_reference(clib, dsplib, k, train):
     ref = bn_ref_run(k, train)
     bn_assert_same(ref, bn_c_run(*clib, k, train), "portable")
     bn_assert_same(ref, bn_c_run(*dsplib, k, train), "DSP")
+
+
+@st.composite
+def momentum_case(draw):
+    """The momentum step fused at a tensor's backward (batch 1, no decay, no stochastic rounding):
+    drawn sizes (the DSP loop's blocks of four and their tails), gradients and accumulators of
+    every magnitude, velocities up to the int32 limits, weights at and around the DSP guard and
+    the int16 limits, learning-rate multipliers and shifts on both sides of the fast path's range,
+    momentum multipliers above and below 2^(mu_k - 1) (SMMLAR or SMMULR)."""
+    n = draw(st.integers(0, 70))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    gb, ab, vb = (draw(st.sampled_from([0, 7, 14, 20, 26, 31])) for _ in range(3))
+    g = rng.integers(-(2**gb), 2**gb, n, endpoint=True).clip(-(2**31), 2**31 - 1).astype(np.int32)
+    A = rng.integers(-(2**ab), 2**ab, n, endpoint=True).clip(-(2**31), 2**31 - 1).astype(np.int32)
+    V = rng.integers(-(2**vb), 2**vb, n, endpoint=True).clip(-(2**31), 2**31 - 1).astype(np.int32)
+    if draw(st.booleans()):
+        w = rng.integers(-(2**31), 2**31, n).astype(np.int32)
+    else:
+        w = np.where(rng.random(n) < 0.7, rng.integers(-16384, 16384, n), rng.choice(W_EDGES, n)).astype(np.int16)
+    m_t = draw(st.sampled_from([0, 1, 983, 26214, 32767]) | st.integers(0, 32767))
+    s = draw(st.integers(-1, 33))
+    mk = draw(st.integers(1, 31))
+    mu = draw(st.integers(1, 2**mk - 1) | st.sampled_from([2 ** (mk - 1), 2 ** (mk - 1) - 1, 1]))
+    return g, A, V, w, m_t, s, (mu, mk)
+
+
+@settings(max_examples=400, deadline=None)
+@given(momentum_case(), st.booleans())
+def test_momentum_fused_step_equals_reference(clib, dsplib, case, with_copy):
+    """tt_sgd_accumulate_apply_s16/_s32 with momentum (the DSP build's LDRD/SMMLAR/SSUB16 loop, the
+    portable build's sgd_apply_body) == the numpy reference accumulate_ref + apply_accumulated_ref:
+    accumulators, velocities, weights, the int16 copy of int32 weights, saturation count."""
+    from tinytrain.graph.optim import IntSGD, accumulate_ref, apply_accumulated_ref
+
+    g, A, V, w, m_t, s, mu = case
+    opt = IntSGD(m=m_t, k=20, mu_m=mu[0], mu_k=mu[1], wd_m=0, wd_k=0, ib_m=1, ib_k=0, batch_size=1,
+                 schedule=0, gamma_q15=32768, step_size=1, total_steps=1, cosine=np.zeros(65, np.int32),
+                 sr=False, master=False)
+    Ar, Vr, wr = A.copy(), V.copy(), w.copy()
+    accumulate_ref(Ar, s - 20 + 8 - 3, g, -3, opt, m_t, [1])
+    nr = apply_accumulated_ref(wr, Ar, Vr, opt, [1])
+    for ffi, lib in (dsplib, clib):
+        A2, V2, w2 = A.copy(), V.copy(), w.copy()
+        cos = ffi.new("int32_t[65]")
+        o = ffi.new("tt_sgd *", {"m": m_t, "k": 20, "mu_m": mu[0], "mu_k": mu[1], "ib_m": 1, "ib_k": 0,
+                                 "batch_size": 1, "cosine": cos})
+        prng, st_c = ffi.new("uint32_t *", 1), ffi.new("tt_stats *")
+        u = ffi.new("tt_sgd_step *", {"cfg": o, "m_t": m_t, "prng": prng, "stats": st_c})
+        if w.dtype == np.int16:
+            lib.tt_sgd_accumulate_apply_s16(u, c_i16(ffi, w2), c_i32(ffi, A2), c_i32(ffi, V2), w.size, s - 20 + 8 - 3,
+                                            c_i32(ffi, g), -3)
+        else:
+            cp = np.full(w.size, 7, np.int16)
+            lib.tt_sgd_accumulate_apply_s32(u, c_i32(ffi, w2), c_i16(ffi, cp) if with_copy else ffi.NULL,
+                                            c_i32(ffi, A2), c_i32(ffi, V2), w.size, s - 20 + 8 - 3, c_i32(ffi, g), -3)
+            if with_copy:
+                want = np.clip(((wr.astype(np.int64) >> 15) + 1) >> 1, -32767, 32767).astype(np.int16)
+                assert np.array_equal(cp, want)
+        assert np.array_equal(A2, Ar) and np.array_equal(V2, Vr)
+        assert np.array_equal(w2, wr), f"first difference at {np.argwhere(w2 != wr)[0]}"
+        assert st_c.saturated == nr and prng[0] == 1
+
+
+@st.composite
+def dense_acc_case(draw):
+    """A Dense layer's momentum step at batch 1 (tt_sgd_dense_accumulate_apply): drawn K (chunks of
+    64 and the DSP loop's tails), N, inputs and errors over the whole int8 range, accumulators and
+    velocities up to the int32 limits, int16 weights at the guard and int16 edges or int32 masters,
+    m_t, shifts past both ends of the DSP path's range, momentum multipliers on both sides of
+    2^(mu_k - 1), frozen weights or biases."""
+    K = draw(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 9, 63, 64, 65, 67, 130]))
+    N = draw(st.integers(1, 6))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    x = draw_array(draw, (K,), np.int8, -128, 127)
+    e = draw_array(draw, (N,), np.int8, -128, 127)
+    ab, vb = (draw(st.sampled_from([0, 14, 26, 31])) for _ in range(2))
+    big = lambda b, shape: rng.integers(-(2**b), 2**b, shape, endpoint=True).clip(-(2**31), 2**31 - 1).astype(np.int32)  # noqa: E731
+    A, V, bA, bV = big(ab, (N, K)), big(vb, (N, K)), big(ab, N), big(vb, N)
+    if draw(st.booleans()):
+        w = big(31, (N, K))
+    else:
+        w = np.where(rng.random((N, K)) < 0.8, rng.integers(-16384, 16384, (N, K)), rng.choice(W_EDGES, (N, K))).astype(np.int16)
+    b = big(draw(st.sampled_from([10, 31])), N)
+    m_t = draw(st.sampled_from([0, 1, 26214, 32767]) | st.integers(0, 32767))
+    s = draw(st.integers(-3, 33))  # ew + k - (ee + ex) - G
+    sb = draw(st.integers(-16, 33))
+    mk = draw(st.integers(1, 31))
+    mu = draw(st.integers(1, 2**mk - 1) | st.sampled_from([2 ** (mk - 1), 2 ** (mk - 1) - 1]))
+    learn = draw(st.sampled_from([(1, 1), (1, 1), (1, 0), (0, 1)]))
+    return x, e, A, V, bA, bV, w, b, m_t, s, sb, (mu, mk), learn
+
+
+@settings(max_examples=300, deadline=None)
+@given(dense_acc_case())
+def test_dense_accumulate_apply_equals_reference(clib, dsplib, case):
+    """tt_sgd_dense_accumulate_apply_s16/_s32 (no gradient buffer; the DSP build's SMMULR step on
+    widened inputs, the portable build's chunks) == the reference accumulate_ref +
+    apply_accumulated_ref on g = e x^T and e: weights, int16 copy of a master, accumulators,
+    velocities, biases, saturations; frozen tensors untouched."""
+    from tinytrain.graph.optim import IntSGD, accumulate_ref, apply_accumulated_ref
+
+    x, e, A, V, bA, bV, w, b, m_t, s, sb, mu, learn = case
+    N, K = w.shape
+    k, ee, ex = 20, -7, -6
+    ew, eb = s - k + ee + ex + 8, sb - k + ee + 8
+    opt = IntSGD(m=m_t, k=k, mu_m=mu[0], mu_k=mu[1], wd_m=0, wd_k=0, ib_m=1, ib_k=0, batch_size=1,
+                 schedule=0, gamma_q15=32768, step_size=1, total_steps=1, cosine=np.zeros(65, np.int32),
+                 sr=False, master=False)
+    Ar, Vr, wr, bAr, bVr, br, nr = A.copy(), V.copy(), w.copy(), bA.copy(), bV.copy(), b.copy(), 0
+    if learn[0]:
+        accumulate_ref(Ar, ew, np.outer(e.astype(np.int32), x.astype(np.int32)).astype(np.int32), ee + ex, opt, m_t, [1])
+        nr += apply_accumulated_ref(wr, Ar, Vr, opt, [1])
+    if learn[1]:
+        accumulate_ref(bAr, eb, e.astype(np.int32), ee, opt, m_t, [1])
+        nr += apply_accumulated_ref(br, bAr, bVr, opt, [1])
+    for ffi, lib in (dsplib, clib):
+        A2, V2, w2, bA2, bV2, b2 = A.copy(), V.copy(), w.copy(), bA.copy(), bV.copy(), b.copy()
+        cos = ffi.new("int32_t[65]")
+        o = ffi.new("tt_sgd *", {"m": m_t, "k": k, "mu_m": mu[0], "mu_k": mu[1], "ib_m": 1, "ib_k": 0,
+                                 "batch_size": 1, "cosine": cos})
+        prng, st_c = ffi.new("uint32_t *", 1), ffi.new("tt_stats *")
+        u = ffi.new("tt_sgd_step *", {"cfg": o, "m_t": m_t, "prng": prng, "stats": st_c})
+        f = dict(K=K, N=N, w=(c_i16 if w.dtype == np.int16 else c_i32)(ffi, w2) if learn[0] else ffi.NULL, ew=ew,
+                 wa=c_i32(ffi, A2), wv=c_i32(ffi, V2), b=c_i32(ffi, b2) if learn[1] else ffi.NULL, eb=eb,
+                 ba=c_i32(ffi, bA2), bv=c_i32(ffi, bV2))
+        cp = np.full((N, K), 7, np.int16)
+        if w.dtype == np.int16:
+            lib.tt_sgd_dense_accumulate_apply_s16(u, ffi.new("tt_sgd_dense_acc_s16_params *", f), c_i8(ffi, e), ee,
+                                                  c_i8(ffi, x), ex)
+        else:
+            f["copy"] = c_i16(ffi, cp)
+            lib.tt_sgd_dense_accumulate_apply_s32(u, ffi.new("tt_sgd_dense_acc_s32_params *", f), c_i8(ffi, e), ee,
+                                                  c_i8(ffi, x), ex)
+            if learn[0]:
+                assert np.array_equal(cp, np.clip(((wr.astype(np.int64) >> 15) + 1) >> 1, -32767, 32767).astype(np.int16))
+        assert np.array_equal(w2, wr), f"first difference at {np.argwhere(w2 != wr)[0]}"
+        assert np.array_equal(A2, Ar) and np.array_equal(V2, Vr)
+        assert np.array_equal(b2, br) and np.array_equal(bA2, bAr) and np.array_equal(bV2, bVr)
+        assert st_c.saturated == nr and prng[0] == 1
+
+
+@st.composite
+def master_case(draw):
+    """Plain SGD on int32 master weights of a Dense layer (tt_sgd_dense_direct_s32): drawn K (chunks
+    of 64, blocks of four and their tails), N, inputs and errors over the int8 range with zero
+    rows, masters anywhere in int32 or next to its limits (saturating steps, copies rounding to
+    +-32768), m_t, shifts past both ends of the DSP path's [1, 31], with or without the int16 copy."""
+    K = draw(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 9, 63, 64, 65, 67, 130]))
+    N = draw(st.integers(1, 6))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    x = draw_array(draw, (K,), np.int8, -128, 127)
+    e = draw_array(draw, (N,), np.int8, -128, 127)
+    e[rng.random(N) < 0.2] = 0
+    edge = np.array([-(2**31), -(2**31) + 1, -(2**31) + 32767, -(2**31) + 32768, 2**31 - 32769, 2**31 - 32768,
+                     2**31 - 2, 2**31 - 1, 0, -1, 32767, -32768], np.int64)
+    w = np.where(rng.random((N, K)) < 0.5, rng.integers(-(2**31), 2**31, (N, K)), rng.choice(edge, (N, K)))
+    m_t = draw(st.sampled_from([0, 1, 26214, 32767]) | st.integers(0, 32767))
+    s = draw(st.integers(-2, 33))
+    return x, e, w.astype(np.int32), m_t, s, draw(st.booleans())
+
+
+@settings(max_examples=300, deadline=None)
+@given(master_case())
+def test_dense_direct_s32_equals_reference(clib, dsplib, case):
+    """tt_sgd_dense_direct_s32 (the DSP build's SMMULR/QSUB/PKHTB rows under the Q flag, the
+    portable rows) == update_direct_ref on the int32 weights and tt_sgd_refresh_copy's rule for the
+    copy: weights, copy, saturations."""
+    x, e, w, m_t, s, with_copy = case
+    N, K = w.shape
+    k, ee, ex = 20, -7, -6
+    ew = s - k + ee + ex
+    opt = _opt(m_t, k)
+    wr = w.copy()
+    nr = update_direct_ref(wr, ew, np.outer(e.astype(np.int32), x.astype(np.int32)).astype(np.int32), ee + ex, opt, m_t, [1])
+    want_copy = np.clip(((wr.astype(np.int64) >> 15) + 1) >> 1, -32767, 32767).astype(np.int16)
+    for ffi, lib in (dsplib, clib):
+        w2, cp = w.copy(), np.full((N, K), 7, np.int16)
+        cos = ffi.new("int32_t[65]")
+        o = ffi.new("tt_sgd *", {"m": m_t, "k": k, "batch_size": 1, "cosine": cos})
+        prng, st_c = ffi.new("uint32_t *", 1), ffi.new("tt_stats *")
+        u = ffi.new("tt_sgd_step *", {"cfg": o, "m_t": m_t, "prng": prng, "stats": st_c})
+        p = ffi.new("tt_sgd_dense_s32_params *", dict(K=K, N=N, w=c_i32(ffi, w2), ew=ew, b=ffi.NULL, eb=0,
+                                                       copy=c_i16(ffi, cp) if with_copy else ffi.NULL))
+        lib.tt_sgd_dense_direct_s32(u, p, c_i8(ffi, e), ee, c_i8(ffi, x), ex)
+        assert np.array_equal(w2, wr), f"first difference at {np.argwhere(w2 != wr)[0]}"
+        assert st_c.saturated == nr
+        if with_copy:
+            assert np.array_equal(cp, want_copy), f"copy: first difference at {np.argwhere(cp != want_copy)[0]}"
+
+
+@st.composite
+def dense_options_case(draw):
+    """A Dense direct-mode update with weight decay and/or stochastic rounding on int16 weights:
+    drawn K (chunks of 64 and tails), N, inputs and errors with zero rows, weights at the int16
+    edges, m_t, shifts past both ends of [1, 31], decay multipliers and shifts on both sides of
+    the DSP path's wd_k >= 16 (and past 31, where the decay rounds to 0)."""
+    K = draw(st.sampled_from([1, 2, 3, 5, 8, 9, 63, 64, 65, 130]))
+    N = draw(st.integers(1, 6))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    x = draw_array(draw, (K,), np.int8, -128, 127)
+    e = draw_array(draw, (N,), np.int8, -128, 127)
+    e[rng.random(N) < 0.2] = 0
+    w = np.where(rng.random((N, K)) < 0.6, rng.integers(-32768, 32768, (N, K)), rng.choice(W_EDGES, (N, K))).astype(np.int16)
+    m_t = draw(st.sampled_from([0, 1, 26214, 32767]) | st.integers(0, 32767))
+    s = draw(st.integers(-2, 33))
+    wd = (draw(st.sampled_from([0, 1, 26844, 32767]) | st.integers(0, 32767)), draw(st.integers(0, 62)))
+    return x, e, w, m_t, s, wd, draw(st.integers(0, 1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(dense_options_case())
+def test_dense_direct_s16_options_equal_reference(clib, dsplib, case):
+    """tt_sgd_dense_direct_s16 with weight decay / stochastic rounding (the DSP build's SMMULR rows,
+    the portable rows) == update_direct_ref on g = e x^T: weights, saturations, PRNG state."""
+    from tinytrain.graph.optim import IntSGD
+
+    x, e, w, m_t, s, wd, sr = case
+    N, K = w.shape
+    k, ee, ex = 20, -7, -6
+    ew = s - k + ee + ex
+    opt = IntSGD(m=m_t, k=k, mu_m=0, mu_k=0, wd_m=wd[0], wd_k=wd[1], ib_m=1, ib_k=0, batch_size=1, schedule=0,
+                 gamma_q15=32768, step_size=1, total_steps=1, cosine=np.zeros(65, np.int32), sr=bool(sr), master=False)
+    wr, prng_r = w.copy(), [12345]
+    g = np.outer(e.astype(np.int32), x.astype(np.int32)).astype(np.int32)
+    nr = update_direct_ref(wr, ew, g, ee + ex, opt, m_t, prng_r)
+    for ffi, lib in (dsplib, clib):
+        w2 = w.copy()
+        cos = ffi.new("int32_t[65]")
+        o = ffi.new("tt_sgd *", {"m": m_t, "k": k, "batch_size": 1, "sr": sr, "wd_m": wd[0], "wd_k": wd[1], "cosine": cos})
+        prng, st_c = ffi.new("uint32_t *", 12345), ffi.new("tt_stats *")
+        u = ffi.new("tt_sgd_step *", {"cfg": o, "m_t": m_t, "prng": prng, "stats": st_c})
+        p = ffi.new("tt_sgd_dense_s16_params *", dict(K=K, N=N, w=c_i16(ffi, w2), ew=ew, b=ffi.NULL, eb=0))
+        lib.tt_sgd_dense_direct_s16(u, p, c_i8(ffi, e), ee, c_i8(ffi, x), ex)
+        if not (sr or wd[0]):  # plain SGD skips rows with m_t e[n] = 0 (an old -32768 stays: see above)
+            live = m_t * e.astype(np.int64) != 0
+            assert np.array_equal(w2[live], wr[live])
+            continue
+        assert np.array_equal(w2, wr), f"first difference at {np.argwhere(w2 != wr)[0]}"
+        assert st_c.saturated == nr and prng[0] == prng_r[0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(dense_acc_case(), st.integers(0, 1))
+def test_dense_accumulate_equals_reference(clib, dsplib, case, sr):
+    """tt_sgd_dense_accumulate_s32 (no gradient buffer; the DSP build's QADD(A, SMMULR(X, A_n)), the
+    portable build's row chunks, stochastic rounding through tt_sgd_accumulate_s32) ==
+    accumulate_ref on g = e x^T then on e: accumulators and PRNG state; frozen tensors untouched."""
+    from tinytrain.graph.optim import IntSGD, accumulate_ref
+
+    x, e, A, V, bA, bV, w, b, m_t, s, sb, mu, learn = case
+    N, K = w.shape
+    k, ee, ex = 20, -7, -6
+    ew, eb = s - k + ee + ex + 8, sb - k + ee + 8
+    opt = IntSGD(m=m_t, k=k, mu_m=0, mu_k=0, wd_m=0, wd_k=0, ib_m=16384, ib_k=16, batch_size=4, schedule=0,
+                 gamma_q15=32768, step_size=1, total_steps=1, cosine=np.zeros(65, np.int32), sr=bool(sr), master=False)
+    Ar, bAr, prng_r = A.copy(), bA.copy(), [12345]
+    if learn[0]:
+        accumulate_ref(Ar, ew, np.outer(e.astype(np.int32), x.astype(np.int32)).astype(np.int32), ee + ex, opt, m_t, prng_r)
+    if learn[1]:
+        accumulate_ref(bAr, eb, e.astype(np.int32), ee, opt, m_t, prng_r)
+    for ffi, lib in (dsplib, clib):
+        A2, bA2 = A.copy(), bA.copy()
+        cos = ffi.new("int32_t[65]")
+        o = ffi.new("tt_sgd *", {"m": m_t, "k": k, "ib_m": 16384, "ib_k": 16, "batch_size": 4, "sr": sr, "cosine": cos})
+        prng, st_c = ffi.new("uint32_t *", 12345), ffi.new("tt_stats *")
+        u = ffi.new("tt_sgd_step *", {"cfg": o, "m_t": m_t, "prng": prng, "stats": st_c})
+        p = ffi.new("tt_sgd_dense_accum_params *", dict(K=K, N=N, wa=c_i32(ffi, A2) if learn[0] else ffi.NULL, ew=ew,
+                                                         ba=c_i32(ffi, bA2) if learn[1] else ffi.NULL, eb=eb))
+        lib.tt_sgd_dense_accumulate_s32(u, p, c_i8(ffi, e), ee, c_i8(ffi, x), ex)
+        assert np.array_equal(A2, Ar), f"first difference at {np.argwhere(A2 != Ar)[0]}"
+        assert np.array_equal(bA2, bAr) and prng[0] == prng_r[0]

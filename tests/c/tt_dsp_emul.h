@@ -32,10 +32,22 @@ static inline int32_t tt_emul_smlaw(int32_t a, int32_t h, int32_t c)
 static inline int32_t __smlawb(int32_t a, int32_t b, int32_t c) { return tt_emul_smlaw(a, tt_emul_lo(b), c); }
 static inline int32_t __smlawt(int32_t a, int32_t b, int32_t c) { return tt_emul_smlaw(a, tt_emul_hi(b), c); }
 
-/** QADD: sat_s32(a + b). */
+/* The Q flag (sticky saturation), set by QADD/QSUB and SSAT/SSAT16 (the guard below). */
+static int tt_emul_q;
+
+/** QADD: sat_s32(a + b), setting the Q flag when it saturates. */
 static inline int32_t __qadd(int32_t a, int32_t b)
 {
     const int64_t v = (int64_t)a + b;
+    if (v > INT32_MAX || v < INT32_MIN) tt_emul_q = 1;
+    return (int32_t)(v > INT32_MAX ? INT32_MAX : v < INT32_MIN ? INT32_MIN : v);
+}
+
+/** QSUB: sat_s32(a - b), setting the Q flag when it saturates. */
+static inline int32_t __qsub(int32_t a, int32_t b)
+{
+    const int64_t v = (int64_t)a - b;
+    if (v > INT32_MAX || v < INT32_MIN) tt_emul_q = 1;
     return (int32_t)(v > INT32_MAX ? INT32_MAX : v < INT32_MIN ? INT32_MIN : v);
 }
 
@@ -100,8 +112,7 @@ static inline uint32_t __sel(uint32_t a, uint32_t b)
     return r;
 }
 
-/* The Q flag as SSAT16 #15 sets it (tt_dsp.h's saturation guard). One per translation unit. */
-static int tt_emul_q;
+/* The Q flag as SSAT16 #15 sets it (tt_dsp.h's saturation guard); tt_emul_q is declared above. */
 static inline void tt_guard_clear(void) { tt_emul_q = 0; }
 static inline void tt_guard_s16x2_15(uint32_t v)
 {
@@ -112,6 +123,17 @@ static inline void tt_guard_s32_15(int32_t v)
 {
     if (v < -16384 || v > 16383) tt_emul_q = 1;
 }
+static inline int32_t tt_ssat15_asr8(int32_t t)
+{
+    const int32_t v = t >> 8;
+    if (v < -16384 || v > 16383) tt_emul_q = 1;
+    return v < -16384 ? -16384 : v > 16383 ? 16383 : v;
+}
 static inline int tt_guard_hit(void) { return tt_emul_q; }
+static inline int tt_guard_hit_after(int32_t a, int32_t b, int32_t c, int32_t d)
+{
+    (void)a; (void)b; (void)c; (void)d;
+    return tt_emul_q;
+}
 
 #endif /* TT_DSP_EMUL_H */

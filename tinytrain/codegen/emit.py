@@ -189,8 +189,33 @@ class Emitter:
         return min(self.model.layers[li].params[0].data.shape[0], 2 if self.model.layers[li].params[0].data.shape[-1] >= 4 else 4)
 
     def fused(self, li) -> bool:
-        """Dense layers in direct mode update without a gradient buffer (tt_sgd_dense_direct)."""
-        return self.model.layers[li].kind == "dense" and not self.model.opt.accumulate
+        """Dense layers in direct mode update without a gradient buffer (tt_sgd_dense_direct), and so do
+        those whose every learning tensor takes the fused accumulate-apply at its backward
+        (tt_sgd_dense_accumulate_apply: momentum at batch size 1, int16 weights or an int32 master)."""
+        m = self.model
+        if m.layers[li].kind != "dense":
+            return False
+        if not m.opt.accumulate:
+            return True
+        return self._fuses_dense_acc(li) or self._fuses_dense_accum(li)
+
+    def _fuses_dense_accum(self, li) -> bool:
+        """Accumulate mode: a Dense layer's per-sample accumulate forms its gradient as it goes
+        (tt_sgd_dense_accumulate_s32) when no learning tensor is pruned or blocked, without
+        stochastic rounding (with it the C takes row chunks through tt_sgd_accumulate_s32, which on
+        M4 cost more than the gradient buffer they save: "all" 157k instructions per step against
+        153k); the end-of-batch apply stays where it is."""
+        m = self.model
+        return (m.layer_learns(li) and not m.masks and not m.blocked(li, 0) and not m.opt.sr
+                and all((li, pi) in m.accum for pi in (0, 1) if m.learns(li, pi)))
+
+    def _fuses_dense_acc(self, li) -> bool:
+        m = self.model
+        if not m.layer_learns(li) or m.blocked(li, 0) or m.layers[li].params[0].data.dtype != np.int16:
+            return False
+        if (li, 1) in m.master or ((li, 0) in m.master and not self._refresh(li, 0).startswith("tt_sgd_refresh_copy(")):
+            return False
+        return all(self._fuses_apply((li, pi)) for pi in (0, 1) if m.learns(li, pi))
 
     @property
     def first_backward(self) -> int:
@@ -689,6 +714,24 @@ uint32_t {P}_saturations(void);
         uw, ub = bool(m.trainable[li][0]), bool(m.trainable[li][1])
         pw, t = self._update_target(li, 0)
         ews = m.master_exp((li, 0)) if (li, 0) in m.master else w.exp
+        if m.opt.accumulate and not self._fuses_dense_acc(li):  # per sample: the accumulate only
+            ebs = m.master_exp((li, 1)) if (li, 1) in m.master else b.exp
+            fields = {"K": K, "N": N, "wa": f"{self.names.param(li, 0)}_acc" if (li, 0) in m.accum else 0,
+                      "ew": ews, "ba": f"{self.names.param(li, 1)}_acc" if (li, 1) in m.accum else 0, "eb": ebs}
+            sp = self.names.decl(li, "sgd_acc", "tt_sgd_dense_accum_params", fields)
+            return out + [f"    tt_sgd_dense_accumulate_s32(&sgd, {sp}, {e}, de, {x}, {ex});"]
+        if m.opt.accumulate:  # momentum at batch 1: accumulate and apply at the backward (_fuses_apply)
+            def slot(pi, d, suffix):  # a learning tensor's accumulator / velocity, else NULL
+                return f"{self.names.param(li, pi)}_{suffix}" if (li, pi) in d and m.learns(li, pi) else 0
+
+            fields = {"K": K, "N": N, "w": pw if uw else 0, "ew": ews, "wa": slot(0, m.accum, "acc"),
+                      "wv": slot(0, m.velocity, "vel"), "b": self.names.param(li, 1) if ub else 0, "eb": b.exp,
+                      "ba": slot(1, m.accum, "acc"), "bv": slot(1, m.velocity, "vel")}
+            if t == "s32":
+                fields["copy"] = self.names.param(li, 0) if uw else 0
+            sp = self.names.decl(li, "sgd", f"tt_sgd_dense_acc_{t}_params", fields)
+            out.append(f"    tt_sgd_dense_accumulate_apply_{t}(&sgd, {sp}, {e}, de, {x}, {ex});")
+            return out
         # a frozen tensor is NULL (frozen weights are const, in flash)
         fields = {"K": K, "N": N, "w": pw if uw else 0, "ew": ews, "b": self.names.param(li, 1) if ub else 0, "eb": b.exp}
         refresh = (li, 0) in m.master and uw

@@ -7,8 +7,8 @@
  * host with -DTT_HAVE_DSP=1 and the plain C intrinsics of tests/c/tt_dsp_emul.h.
  *
  * Intrinsics used (ACLE, <arm_acle.h>): __smlad, __smlabb, __smlabt, __smlatt, __smlawb, __smlawt, __ssub16,
- * __sadd16, __shsub16, __sxtb16, __ssub8 with __sel (SEL reads the GE flags SSUB8 sets); PKHBT/PKHTB, SMMULR and the Q-flag guard (SSAT16, SSAT, MRS/MSR APSR)
- * by inline asm.
+ * __sadd16, __shsub16, __sxtb16, __ssub8 with __sel (SEL reads the GE flags SSUB8 sets); PKHBT/PKHTB, SMMULR,
+ * SMMLAR, LDRD/STRD of int32 pairs and the Q-flag guard (SSAT16, SSAT, MRS/MSR APSR) by inline asm.
  * Packed int16 pairs are read and written with memcpy (one LDR/STR on ARMv7E-M, which allows
  * unaligned word access; no aliasing of int16_t arrays through uint32_t pointers).
  */
@@ -168,14 +168,95 @@ static inline int32_t tt_smmulr(int32_t a, int32_t b)
     return r;
 }
 
+/** (c 2^32 + a * b + 2^31) >> 32 mod 2^32: c + SMMULR(a, b) in one instruction (SMMLAR). */
+static inline int32_t tt_smmlar(int32_t a, int32_t b, int32_t c)
+{
+    int32_t r;
+    __asm__("smmlar %0, %1, %2, %3" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+
+/* SSAT #15 of t >> 8 (arithmetic): t >> 8 clamped to [-16384, 16383], setting the Q flag when
+ * it was outside (volatile: kept in order with the guard's other steps). */
+static inline int32_t tt_ssat15_asr8(int32_t t)
+{
+    int32_t r;
+    __asm__ volatile("ssat %0, #15, %1, asr #8" : "=r"(r) : "r"(t));
+    return r;
+}
+
+/* Two int32 at p (4-byte aligned) by one LDRD, then p += 2 (writeback). */
+static inline void tt_ld_s32x2_next(const int32_t **p, int32_t *a, int32_t *b)
+{
+    const int32_t *q = *p;
+    int32_t x, y;
+    __asm__("ldrd %0, %1, [%2], #8" : "=r"(x), "=r"(y), "+r"(q) : "m"(*(const int32_t(*)[2])q));
+    *p = q;
+    *a = x;
+    *b = y;
+}
+
+/* Two int32 at p (4-byte aligned) by one LDRD. */
+static inline void tt_ld_s32x2(const int32_t *p, int32_t *a, int32_t *b)
+{
+    int32_t x, y;
+    __asm__("ldrd %0, %1, [%2]" : "=r"(x), "=r"(y) : "r"(p), "m"(*(const int32_t(*)[2])p));
+    *a = x;
+    *b = y;
+}
+
+/* Two int32 at *p (4-byte aligned) by one STRD, then *p += 2 (writeback). */
+static inline void tt_st_s32x2_next(int32_t **p, int32_t a, int32_t b)
+{
+    int32_t *q = *p;
+    __asm__("strd %2, %3, [%0], #8" : "+r"(q), "=m"(*(int32_t(*)[2])q) : "r"(a), "r"(b));
+    *p = q;
+}
+
 static inline int tt_guard_hit(void)
 {
     uint32_t apsr;
     __asm__ volatile("mrs %0, APSR" : "=r"(apsr));
     return (int)((apsr >> 27) & 1u);
 }
+
+/* tt_guard_hit after the QADD/QSUB results a..d exist (their inputs to the read: the compiler may
+ * not move the saturating instructions, which set the Q flag, after it). */
+static inline int tt_guard_hit_after(int32_t a, int32_t b, int32_t c, int32_t d)
+{
+    uint32_t apsr;
+    __asm__ volatile("mrs %0, APSR" : "=r"(apsr) : "r"(a), "r"(b), "r"(c), "r"(d));
+    return (int)((apsr >> 27) & 1u);
+}
 #else
-/* tt_dsp_emul.h defines tt_guard_clear, tt_guard_s16x2_15, tt_guard_s32_15 and tt_guard_hit in C. */
+/* tt_dsp_emul.h defines tt_guard_clear, tt_guard_s16x2_15, tt_guard_s32_15, tt_ssat15_asr8, tt_guard_hit_after and
+ * tt_guard_hit in C. */
+
+/** (c 2^32 + a * b + 2^31) >> 32 mod 2^32: c + SMMULR(a, b) in one instruction (SMMLAR). */
+static inline int32_t tt_smmlar(int32_t a, int32_t b, int32_t c)
+{
+    return (int32_t)(uint32_t)((((uint64_t)(uint32_t)c << 32) + (uint64_t)((int64_t)a * b) + ((uint64_t)1 << 31)) >> 32);
+}
+
+static inline void tt_ld_s32x2_next(const int32_t **p, int32_t *a, int32_t *b)
+{
+    *a = (*p)[0];
+    *b = (*p)[1];
+    *p += 2;
+}
+
+static inline void tt_ld_s32x2(const int32_t *p, int32_t *a, int32_t *b)
+{
+    *a = p[0];
+    *b = p[1];
+}
+
+static inline void tt_st_s32x2_next(int32_t **p, int32_t a, int32_t b)
+{
+    (*p)[0] = a;
+    (*p)[1] = b;
+    *p += 2;
+}
 
 /** (a * b + 2^31) >> 32 of the exact 64-bit product (SMMULR: most significant word, rounded). */
 static inline int32_t tt_smmulr(int32_t a, int32_t b)

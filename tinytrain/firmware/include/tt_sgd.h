@@ -70,6 +70,56 @@ void tt_sgd_accumulate_apply_s16(const tt_sgd_step *u, int16_t *w, int32_t *A, i
 void tt_sgd_accumulate_apply_s32(const tt_sgd_step *u, int32_t *w, int16_t *copy, int32_t *A, int32_t *V,
                                  int32_t n, int32_t ew, const int32_t *g, int32_t eg);
 
+/** Where the accumulate-apply of a Dense layer writes: weights w[N][K] (int16) at exponent ew with
+ *  their accumulator wa and velocity wv (NULL: momentum off), biases b[N] at eb with ba, bv. A
+ *  NULL tensor is frozen: it is neither read nor written. */
+typedef struct tt_sgd_dense_acc_s16_params {
+    int32_t K, N;
+    int16_t *w;
+    int32_t ew;
+    int32_t *wa, *wv;
+    int32_t *b;
+    int32_t eb;
+    int32_t *ba, *bv;
+} tt_sgd_dense_acc_s16_params;
+
+/** The same with int32 weights (an int32 master) and their int16 copy (or NULL), refreshed as
+ *  tt_sgd_refresh_copy. */
+typedef struct tt_sgd_dense_acc_s32_params {
+    int32_t K, N;
+    int32_t *w;
+    int32_t ew;
+    int32_t *wa, *wv;
+    int32_t *b;
+    int32_t eb;
+    int32_t *ba, *bv;
+    int16_t *copy;
+} tt_sgd_dense_acc_s32_params;
+
+/** tt_sgd_accumulate_apply_s16 / _s32 of a Dense layer's weights (gradient e[n] * x[k] at ee + ex,
+ *  row-major) then biases (e[n] at ee) without a gradient buffer: the gradient is formed as it is
+ *  applied, same bits (batch size 1, no stochastic rounding: the cases the generated step fuses). */
+void tt_sgd_dense_accumulate_apply_s16(const tt_sgd_step *u, const tt_sgd_dense_acc_s16_params *p,
+                                       const int8_t *e, int32_t ee, const int8_t *x, int32_t ex);
+void tt_sgd_dense_accumulate_apply_s32(const tt_sgd_step *u, const tt_sgd_dense_acc_s32_params *p,
+                                       const int8_t *e, int32_t ee, const int8_t *x, int32_t ex);
+
+/** The accumulators of a Dense layer's per-sample accumulate: wa[N][K] for the weights (stored at
+ *  exponent ew), ba[N] for the biases (at eb); NULL: frozen. */
+typedef struct tt_sgd_dense_accum_params {
+    int32_t K, N;
+    int32_t *wa;
+    int32_t ew;
+    int32_t *ba;
+    int32_t eb;
+} tt_sgd_dense_accum_params;
+
+/** tt_sgd_accumulate_s32 of a Dense layer's weight gradient e[n] * x[k] (at ee + ex, row-major)
+ *  then bias gradient e[n] (at ee) without a gradient buffer: same bits, same draws in the same
+ *  order. */
+void tt_sgd_dense_accumulate_s32(const tt_sgd_step *u, const tt_sgd_dense_accum_params *p, const int8_t *e,
+                                 int32_t ee, const int8_t *x, int32_t ex);
+
 /** Where a direct-mode Dense update writes: weights w[N][K] (int16) at exponent ew, biases
  *  b[N] at eb. A NULL tensor is frozen: it is neither read nor written. */
 typedef struct tt_sgd_dense_s16_params {

@@ -74,6 +74,24 @@ int32_t tt_sgd_lr_mult(const tt_sgd *o, uint32_t t)
 static int32_t tt_sgd_plain_s16(int16_t *w, int32_t n, const int32_t *g, int32_t m_t, int32_t s,
                                 tt_stats *st);
 
+/* The widened inputs of the DSP Dense paths: X[j] = x[j] 2^c with c = max(0, 23 - s) (|X| <= 2^31
+ * for s >= -1); returns sh = 32 - s - c, the shift of the row multiplier tt_sgd_row_mult, so that
+ * SMMULR(X, A) = round(m_t e x / 2^s) exactly (X A = m_t e x 2^(32 - s)). */
+static inline int32_t tt_sgd_widen_x(const int8_t *x, int32_t len, int32_t s, int32_t *X)
+{
+    const int32_t c = s < 23 ? 23 - s : 0;
+    int32_t j;
+    for (j = 0; j < len; j++) X[j] = (int32_t)((uint32_t)(int32_t)x[j] << c);
+    return 32 - s - c;
+}
+
+/* A row's multiplier m_t e 2^sh (|m_t e| < 2^22, sh <= 9: |A| < 2^31). */
+static inline int32_t tt_sgd_row_mult(int32_t m_t, int8_t e, int32_t sh)
+{
+    return (int32_t)((uint32_t)(m_t * (int32_t)e) << sh);
+}
+
+
 /* The update rules on a tensor that is int16 (w16) or int32 (w32, w16 == NULL): one body for
  * both element types; the public API has one function per type. */
 static void sgd_update_direct(const tt_sgd_step *u, int16_t *w16, int32_t *w32, int32_t n,
@@ -398,6 +416,147 @@ void tt_sgd_apply_accumulated_s32(const tt_sgd_step *u, int32_t *w, int32_t *A, 
     sgd_apply_accumulated(u, 0, w, A, V, n);
 }
 
+#if TT_HAVE_DSP
+/* One element of sgd_mom_s16_dsp, scalar: w - round(vv / 2^8) from t = sat32(vv + 2^7) (the
+ * saturation changes t >> 8 only for vv > 2^31 - 129, where w - d saturates either way),
+ * saturating to [-32767, 32767]; returns 1 on a saturation. */
+static inline uint32_t sgd_mom_w1(int16_t *w, int32_t wi, int32_t t)
+{
+    int32_t v = wi - (t >> TT_SGD_GUARD_BITS);
+    const uint32_t hit = (uint32_t)(v + TT_S16_MAX) > 2u * TT_S16_MAX;
+    if (hit) v = v > 0 ? TT_S16_MAX : -TT_S16_MAX;
+    *w = (int16_t)v;
+    return hit;
+}
+
+/* vv = sat32(round(V mu / 2^mk) + sat32(A + round(m_t g / 2^s))) of one element: the step is
+ * SMMULR(g 2^c1, M) with M = m_t 2^(32 - s - c1) (exact when g 2^c1 fits int32: for every g when
+ * c1 = 0, else its caller has bounded |g|), round(V mu / 2^mk) is SMMULR(V, Ms)
+ * (+ V when VM: Ms = mu 2^(32 - mk) - 2^32, by SMMLAR), as in sgd_apply_body. */
+static inline int32_t sgd_mom_vv(int32_t g, int32_t a, int32_t v, int32_t M, int32_t c1, int32_t Ms, int32_t VM)
+{
+    return tt_qadd(VM ? tt_smmlar(v, Ms, v) : tt_smmulr(v, Ms), tt_qadd(a, tt_smmulr(c1 ? (int32_t)((uint32_t)g << c1) : g, M)));
+}
+
+/* Two elements of sgd_mom_s16_body: g by LDRD (*gp advanced), A and V by LDRD, then A = 0 and
+ * V = vv by STRD (*A, *V advanced); *t0, *t1 = sat32(vv + 2^7). */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline void sgd_mom_pair(const int32_t **gp, int32_t **A, int32_t **V, int32_t *t0, int32_t *t1,
+                                int32_t M, int32_t c1, int32_t Ms, int32_t VM)
+{
+    int32_t g0, g1, a0, a1, v0, v1;
+    tt_ld_s32x2_next(gp, &g0, &g1);
+    tt_ld_s32x2(*A, &a0, &a1);
+    tt_ld_s32x2(*V, &v0, &v1);
+    v0 = sgd_mom_vv(g0, a0, v0, M, c1, Ms, VM);
+    v1 = sgd_mom_vv(g1, a1, v1, M, c1, Ms, VM);
+    tt_st_s32x2_next(A, 0, 0);
+    tt_st_s32x2_next(V, v0, v1);
+    *t0 = tt_qadd(v0, 1 << (TT_SGD_GUARD_BITS - 1));
+    *t1 = tt_qadd(v1, 1 << (TT_SGD_GUARD_BITS - 1));
+}
+
+/* The fused per-sample step of momentum SGD on int16 weights (batch 1, no decay, no stochastic
+ * rounding; sgd_apply_body's W16 MU ACC case, same bits) four elements per turn: g, A and V by
+ * LDRD/STRD, the weight pair updated by SSUB16 under the Q-flag guard of tt_sgd_row_fast_s16 (old
+ * lanes in [-16384, 16383] by SSAT16, steps in [-16384, 16383] by SSAT #15 of t >> 8: then
+ * w - d is in [-32767, 32767], no saturation, no -32768); four that hit the guard are redone by
+ * the scalar rule from its old weights. n >= 0; A, V, g 4-byte aligned (int32 arrays). */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline uint32_t sgd_mom_s16_body(int16_t *w, int32_t *A, int32_t *V, int32_t n, const int32_t *g, int32_t M,
+                                        int32_t c1, int32_t Ms, int32_t VM)
+{
+    const int32_t *gp = g;
+    int16_t *const end = w + (n & ~3);
+    int32_t j;
+    uint32_t nsat = 0;
+    tt_guard_clear();
+    while (w != end) {
+        int32_t t0, t1, t2, t3;
+        uint32_t W0, W1, D0, D1;
+        sgd_mom_pair(&gp, &A, &V, &t0, &t1, M, c1, Ms, VM);
+        sgd_mom_pair(&gp, &A, &V, &t2, &t3, M, c1, Ms, VM);
+        D0 = tt_pack_lo((uint32_t)tt_ssat15_asr8(t0), (uint32_t)tt_ssat15_asr8(t1));
+        D1 = tt_pack_lo((uint32_t)tt_ssat15_asr8(t2), (uint32_t)tt_ssat15_asr8(t3));
+        W0 = tt_ld_s16x2(w);
+        W1 = tt_ld_s16x2(w + 2);
+        tt_guard_s16x2_15(W0);
+        tt_guard_s16x2_15(W1);
+        if (tt_guard_hit()) {
+            nsat += sgd_mom_w1(w, (int16_t)(W0 & 0xFFFFu), t0);
+            nsat += sgd_mom_w1(w + 1, (int16_t)(W0 >> 16), t1);
+            nsat += sgd_mom_w1(w + 2, (int16_t)(W1 & 0xFFFFu), t2);
+            nsat += sgd_mom_w1(w + 3, (int16_t)(W1 >> 16), t3);
+            tt_guard_clear();
+        } else {
+            tt_st_s16x2(w, (uint32_t)__ssub16((int32_t)W0, (int32_t)D0));
+            tt_st_s16x2(w + 2, (uint32_t)__ssub16((int32_t)W1, (int32_t)D1));
+        }
+        w += 4;
+    }
+    for (j = 0; j < (n & 3); j++) {
+        const int32_t v0 = sgd_mom_vv(gp[j], A[j], V[j], M, c1, Ms, VM);
+        A[j] = 0;
+        V[j] = v0;
+        nsat += sgd_mom_w1(w + j, w[j], tt_qadd(v0, 1 << (TT_SGD_GUARD_BITS - 1)));
+    }
+    return nsat;
+}
+
+/* sgd_mom_s16_body's rule on an int32 tensor (a bias, or an int32 master with its int16 copy when
+ * copy != NULL), one element at a time: w = sat32(w - round(vv / 2^8)) (round: (vv >> 8) + bit 7,
+ * no overflow), the saturation seen from the wrapped difference's sign (as tt_sgd_dense_bias). */
+static uint32_t sgd_mom_s32_dsp(int32_t *w, int16_t *copy, int32_t *A, int32_t *V, int32_t n, const int32_t *g,
+                                int32_t M, int32_t c1, int32_t Ms, int32_t VM)
+{
+    uint32_t nsat = 0;
+    int32_t i;
+    for (i = 0; i < n; i++) {
+        const int32_t vv = sgd_mom_vv(g[i], A[i], V[i], M, c1, Ms, VM);
+        const int32_t d = (vv >> TT_SGD_GUARD_BITS) + ((vv >> (TT_SGD_GUARD_BITS - 1)) & 1);
+        const uint32_t wi = (uint32_t)w[i], r = wi - (uint32_t)d;
+        int32_t v = (int32_t)r;
+        A[i] = 0;
+        V[i] = vv;
+        if (((wi ^ (uint32_t)d) & (wi ^ r)) >> 31) {
+            nsat++;
+            v = d > 0 ? INT32_MIN : INT32_MAX;
+        }
+        w[i] = v;
+        if (copy) copy[i] = tt_narrow_s16(v);
+    }
+    return nsat;
+}
+
+/* sgd_mom_s16_body with VM (mu 2^(32 - mk) >= 2^31) and c1 > 0 constants. */
+static uint32_t sgd_mom_s16_dsp(int16_t *w, int32_t *A, int32_t *V, int32_t n, const int32_t *g, int32_t M,
+                                int32_t c1, int32_t Ms, int32_t VM)
+{
+    if (c1) return VM ? sgd_mom_s16_body(w, A, V, n, g, M, c1, Ms, 1) : sgd_mom_s16_body(w, A, V, n, g, M, c1, Ms, 0);
+    return VM ? sgd_mom_s16_body(w, A, V, n, g, M, 0, Ms, 1) : sgd_mom_s16_body(w, A, V, n, g, M, 0, Ms, 0);
+}
+
+/* Whether the momentum loops above apply to this step's configuration (batch 1, 0 < mu_m < 2^mu_k
+ * with mu_k in [1, 31], no decay, no stochastic rounding, 0 <= m_t < 2^15), and their velocity
+ * multiplier: Ms = mu 2^(32 - mu_k) (- 2^32 when VM, i.e. when that is >= 2^31). */
+static int32_t sgd_mom_ok(const tt_sgd_step *u, int32_t *Ms, int32_t *VM)
+{
+    const tt_sgd *o = u->cfg;
+    uint32_t Mu;
+    if (o->wd_m || o->sr || o->batch_size != 1 || o->mu_m <= 0 || o->mu_k < 1 || o->mu_k > 31 ||
+        (int64_t)o->mu_m >= ((int64_t)1 << o->mu_k) || u->m_t < 0 || u->m_t >= 32768)
+        return 0;
+    Mu = (uint32_t)o->mu_m << (32 - o->mu_k);
+    *VM = (int32_t)(Mu >> 31);
+    *Ms = *VM ? (int32_t)(Mu & 0x7fffffffu) + INT32_MIN : (int32_t)Mu;
+    return 1;
+}
+#endif
+
 /* accumulate + apply (+ refresh) of one tensor in one pass when the accumulate is
  * tt_sgd_accumulate_fast's rounded-multiply case and the apply is sgd_apply_fast's; otherwise the
  * three calls in turn (equal: batch size 1 and no draws). */
@@ -406,12 +565,35 @@ static void sgd_accumulate_apply(const tt_sgd_step *u, int16_t *w16, int32_t *w3
 {
     const tt_sgd *o = u->cfg;
     const int32_t s = ew + o->k - eg - TT_SGD_GUARD_BITS, m_t = u->m_t;
+#if TT_HAVE_DSP
+    int32_t Ms, VM;
+    if (V && s >= -14 && s <= 31 && sgd_mom_ok(u, &Ms, &VM)) {
+        /* M = m_t 2^c2 < 2^31 and c1 = 32 - s - c2 in [0, 30]; for c1 > 0, |g| < 2^(31 - c1) (a first
+         * pass). For s <= 0 the product g m_t 2^(32 - s) is a multiple of 2^32: SMMULR gives the
+         * left shift m_t g 2^-s exactly (|.| < 2^30: no saturation in shift) */
+        const int32_t c2 = 32 - s < 16 ? 32 - s : 16, c1 = 32 - s - c2, M = m_t << c2;
+        uint32_t b = 0;
+        int32_t i;
+        if (c1) for (i = 0; i < n; i++) b |= (uint32_t)(g[i] ^ (g[i] >> 31));
+        if (tt_bitwidth_u64(b) + c1 <= 31) {
+            if (w16) u->stats->saturated += sgd_mom_s16_dsp(w16, A, V, n, g, M, c1, Ms, VM);
+            else if (VM) u->stats->saturated += sgd_mom_s32_dsp(w32, copy, A, V, n, g, M, c1, Ms, 1);
+            else u->stats->saturated += sgd_mom_s32_dsp(w32, copy, A, V, n, g, M, c1, Ms, 0);
+            return;
+        }
+    }
+#endif
     if (s >= 1 && s <= 31 && m_t >= 0) {
         uint32_t b = 0;
         int32_t i;
         for (i = 0; i < n; i++) b |= (uint32_t)(g[i] ^ (g[i] >> 31));
         if (((int64_t)m_t << tt_bitwidth_u64(b)) + ((int64_t)1 << (s - 1)) < ((int64_t)1 << 31)) { /* |g| <= 2^bitwidth */
-            sgd_fuse f = {0, 0, g, m_t, s, copy};
+            sgd_fuse f; /* ib_m, ib_k: set by sgd_apply_fast (a {0, 0} initialiser here is one
+                         * 64-bit constant GCC may store with VFP registers in hard-float builds) */
+            f.g = g;
+            f.m_t = m_t;
+            f.s = s;
+            f.copy = copy;
             if (sgd_apply_fast(u, w16, w32, A, V, n, &f)) return;
         }
     }
@@ -430,6 +612,115 @@ void tt_sgd_accumulate_apply_s32(const tt_sgd_step *u, int32_t *w, int16_t *copy
                                  int32_t n, int32_t ew, const int32_t *g, int32_t eg)
 {
     sgd_accumulate_apply(u, 0, w, copy, A, V, n, ew, g, eg);
+}
+
+/* Gradients formed this many at a time by the Dense accumulate-apply (stack: 4 bytes each). */
+#define TT_SGD_ACC_CHUNK 64
+
+/* The Dense layer's sgd_accumulate_apply without a gradient buffer: weights w16 (or w32 with its
+ * copy) row by row in chunks of the gradient g[n][k] = e[n] x[k], then the biases from e: the same
+ * element rule on every element, so the same bits as the whole-tensor calls (no draws: batch 1, no
+ * stochastic rounding). DSP, int16 weights, momentum: per chunk of inputs X = x 2^c and per row
+ * An = m_t e[n] 2^(32 - s - c) (c = max(0, 23 - s): |An| < 2^31, |X| <= 2^31), the step
+ * SMMULR(X, An) = round(m_t e x / 2^s) exactly (a left shift for s <= 0) in sgd_mom_s16_body. */
+static void sgd_dense_acc(const tt_sgd_step *u, int16_t *w16, int32_t *w32, int16_t *copy, int32_t *A, int32_t *V,
+                          int32_t ew, const int8_t *e, int32_t ee, const int8_t *x, int32_t ex, int32_t K, int32_t N)
+{
+    int32_t g[TT_SGD_ACC_CHUNK], k0, n, j;
+#if TT_HAVE_DSP
+    const int32_t s = ew + u->cfg->k - (ee + ex) - TT_SGD_GUARD_BITS;
+    int32_t Ms, VM;
+    if (w16 && V && s >= -1 && s <= 31 && sgd_mom_ok(u, &Ms, &VM)) {
+        uint32_t nsat = 0;
+        int32_t sh;
+        for (k0 = 0; k0 < K; k0 += TT_SGD_ACC_CHUNK) {
+            const int32_t len = K - k0 < TT_SGD_ACC_CHUNK ? K - k0 : TT_SGD_ACC_CHUNK;
+            sh = tt_sgd_widen_x(x + k0, len, s, g);
+            for (n = 0; n < N; n++) {
+                const int32_t o = n * K + k0, An = tt_sgd_row_mult(u->m_t, e[n], sh);
+                nsat += sgd_mom_s16_dsp(w16 + o, A + o, V + o, len, g, An, 0, Ms, VM);
+            }
+        }
+        u->stats->saturated += nsat;
+        return;
+    }
+#endif
+    for (n = 0; n < N; n++) {
+        for (k0 = 0; k0 < K; k0 += TT_SGD_ACC_CHUNK) {
+            const int32_t len = K - k0 < TT_SGD_ACC_CHUNK ? K - k0 : TT_SGD_ACC_CHUNK, o = n * K + k0;
+            for (j = 0; j < len; j++) g[j] = (int32_t)e[n] * (int32_t)x[k0 + j];
+            sgd_accumulate_apply(u, w16 ? w16 + o : 0, w32 ? w32 + o : 0, copy ? copy + o : 0, A + o, V ? V + o : 0,
+                                 len, ew, g, ee + ex);
+        }
+    }
+}
+
+/* The biases of a Dense accumulate-apply: gradient e[n] at ee, in chunks. */
+static void sgd_dense_acc_bias(const tt_sgd_step *u, int32_t *b, int32_t *A, int32_t *V, int32_t eb,
+                               const int8_t *e, int32_t ee, int32_t N)
+{
+    int32_t g[TT_SGD_ACC_CHUNK], n0, j;
+    for (n0 = 0; n0 < N; n0 += TT_SGD_ACC_CHUNK) {
+        const int32_t len = N - n0 < TT_SGD_ACC_CHUNK ? N - n0 : TT_SGD_ACC_CHUNK;
+        for (j = 0; j < len; j++) g[j] = e[n0 + j];
+        sgd_accumulate_apply(u, 0, b + n0, 0, A + n0, V ? V + n0 : 0, len, eb, g, ee);
+    }
+}
+
+/* The per-sample accumulate of a Dense layer without a gradient buffer: tt_sgd_accumulate_s32 of
+ * the weights' gradient e[n] x[k] (row-major, rows in chunks: the same draws in the same order)
+ * then of the biases' e[n]. DSP without stochastic rounding: A = QADD(A, SMMULR(X, A_n)) with the
+ * widened inputs and row multipliers of sgd_dense_acc. */
+void tt_sgd_dense_accumulate_s32(const tt_sgd_step *u, const tt_sgd_dense_accum_params *p, const int8_t *e,
+                                 int32_t ee, const int8_t *x, int32_t ex)
+{
+    const int32_t K = p->K, N = p->N;
+    int32_t g[TT_SGD_ACC_CHUNK], k0, n, j;
+    if (p->wa) {
+#if TT_HAVE_DSP
+        const int32_t s = p->ew + u->cfg->k - (ee + ex) - TT_SGD_GUARD_BITS;
+        if (!u->cfg->sr && u->m_t >= 0 && u->m_t < 32768 && s >= -1 && s <= 31) {
+            int32_t sh;
+                        for (k0 = 0; k0 < K; k0 += TT_SGD_ACC_CHUNK) {
+                const int32_t len = K - k0 < TT_SGD_ACC_CHUNK ? K - k0 : TT_SGD_ACC_CHUNK;
+                sh = tt_sgd_widen_x(x + k0, len, s, g);
+                for (n = 0; n < N; n++) {
+                    const int32_t An = tt_sgd_row_mult(u->m_t, e[n], sh);
+                    int32_t *A = p->wa + n * K + k0;
+                    for (j = 0; j < len; j++) A[j] = tt_qadd(A[j], tt_smmulr(g[j], An));
+                }
+            }
+        } else
+#endif
+        for (n = 0; n < N; n++) {
+            for (k0 = 0; k0 < K; k0 += TT_SGD_ACC_CHUNK) {
+                const int32_t len = K - k0 < TT_SGD_ACC_CHUNK ? K - k0 : TT_SGD_ACC_CHUNK;
+                for (j = 0; j < len; j++) g[j] = (int32_t)e[n] * (int32_t)x[k0 + j];
+                tt_sgd_accumulate_s32(u, p->wa + n * K + k0, len, p->ew, g, ee + ex);
+            }
+        }
+    }
+    if (p->ba) {
+        for (k0 = 0; k0 < N; k0 += TT_SGD_ACC_CHUNK) {
+            const int32_t len = N - k0 < TT_SGD_ACC_CHUNK ? N - k0 : TT_SGD_ACC_CHUNK;
+            for (j = 0; j < len; j++) g[j] = e[k0 + j];
+            tt_sgd_accumulate_s32(u, p->ba + k0, len, p->eb, g, ee);
+        }
+    }
+}
+
+void tt_sgd_dense_accumulate_apply_s16(const tt_sgd_step *u, const tt_sgd_dense_acc_s16_params *p,
+                                       const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
+{
+    if (p->w) sgd_dense_acc(u, p->w, 0, 0, p->wa, p->wv, p->ew, e, ee, x, ex, p->K, p->N);
+    if (p->b) sgd_dense_acc_bias(u, p->b, p->ba, p->bv, p->eb, e, ee, p->N);
+}
+
+void tt_sgd_dense_accumulate_apply_s32(const tt_sgd_step *u, const tt_sgd_dense_acc_s32_params *p,
+                                       const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
+{
+    if (p->w) sgd_dense_acc(u, 0, p->w, p->copy, p->wa, p->wv, p->ew, e, ee, x, ex, p->K, p->N);
+    if (p->b) sgd_dense_acc_bias(u, p->b, p->ba, p->bv, p->eb, e, ee, p->N);
 }
 
 void tt_sgd_refresh_copy(const int32_t *master, int16_t *w16, int32_t n)
@@ -693,6 +984,159 @@ static void tt_sgd_dense_rows_zero_s16(const int8_t *e, int32_t K, int32_t N, in
     }
 }
 
+#if TT_HAVE_DSP
+/* An int32 weight pair w0, w1 of tt_sgd_dense_rows_s32_dsp by the scalar rule from the old weights
+ * and the steps d0, d1: w - d saturating to int32 (counted), and the int16 copy (when COPY). */
+static uint32_t tt_sgd_s32_redo(int32_t *w, int16_t *copy, const int32_t *old, const int32_t *d, int32_t m)
+{
+    uint32_t sat = 0;
+    int32_t j;
+    for (j = 0; j < m; j++) {
+        int64_t v = (int64_t)old[j] - d[j];
+        if (v > INT32_MAX || v < INT32_MIN) { v = v > 0 ? INT32_MAX : INT32_MIN; sat++; }
+        w[j] = (int32_t)v;
+        if (copy) copy[j] = tt_narrow_s16((int32_t)v);
+    }
+    return sat;
+}
+
+/* Rows n of int32 weights w[N][K] with e[n] != 0 (plain SGD, 0 <= m_t < 2^15, s in [1, 31]): with
+ * X = x 2^c (c = max(0, 23 - s)) and A = m_t e[n] 2^(32 - s - c) (|A| < 2^31), d = SMMULR(X, A) =
+ * round(m_t e x / 2^s) exactly; w = QSUB(w, d) and the copy's round(w / 2^16) = QADD(w, 2^15) >> 16
+ * two at a time (PKHTB), four weights per turn under the Q flag: QSUB and QADD set it when they
+ * saturate, and SSAT16 #15 of SHSUB16(copy, 1) when a copy lane is -32768 (the symmetric clamp's
+ * case); a hit redoes the four by the scalar rule from their old values. Rows with e[n] = 0 keep
+ * their weights and refresh their copy. COPY: a constant after inlining. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline uint32_t tt_sgd_rows_s32_body(const int8_t *e, const int8_t *x, int32_t K, int32_t N, int32_t *w32,
+                                            int16_t *copy, int32_t m_t, int32_t s, int32_t COPY)
+{
+    int32_t X[TT_SGD_CHUNK], k0, n, j, sh;
+    uint32_t sat = 0;
+    for (k0 = 0; k0 < K; k0 += TT_SGD_CHUNK) {
+        const int32_t len = K - k0 < TT_SGD_CHUNK ? K - k0 : TT_SGD_CHUNK;
+        sh = tt_sgd_widen_x(x + k0, len, s, X);
+        for (n = 0; n < N; n++) {
+            const int32_t A = tt_sgd_row_mult(m_t, e[n], sh);
+            int32_t *w = w32 + n * K + k0;
+            int16_t *cp = COPY ? copy + n * K + k0 : 0;
+            if (A == 0) {
+                if (COPY) for (j = 0; j < len; j++) cp[j] = tt_narrow_s16(w[j]);
+                continue;
+            }
+            tt_guard_clear();
+            for (j = 0; j + 4 <= len; j += 4) {
+                int32_t old[4], d[4], v[4], i;
+                for (i = 0; i < 4; i++) {
+                    old[i] = w[j + i];
+                    d[i] = tt_smmulr(X[j + i], A);
+                    v[i] = __qsub(old[i], d[i]);
+                }
+                if (COPY) {
+                    const uint32_t c0 = tt_pack_hi((uint32_t)tt_qadd(v[0], 1 << 15), (uint32_t)tt_qadd(v[1], 1 << 15));
+                    const uint32_t c1 = tt_pack_hi((uint32_t)tt_qadd(v[2], 1 << 15), (uint32_t)tt_qadd(v[3], 1 << 15));
+                    tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)c0, 0x00010001));
+                    tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)c1, 0x00010001));
+                    if (!tt_guard_hit()) {
+                        tt_st_s16x2(cp + j, c0);
+                        tt_st_s16x2(cp + j + 2, c1);
+                    }
+                }
+                if (tt_guard_hit_after(v[0], v[1], v[2], v[3])) {
+                    sat += tt_sgd_s32_redo(w + j, COPY ? cp + j : 0, old, d, 4);
+                    tt_guard_clear();
+                } else {
+                    for (i = 0; i < 4; i++) w[j + i] = v[i];
+                }
+            }
+            for (; j < len; j++) {
+                const int32_t old1 = w[j], d1 = tt_smmulr(X[j], A);
+                sat += tt_sgd_s32_redo(w + j, COPY ? cp + j : 0, &old1, &d1, 1);
+            }
+        }
+    }
+    return sat;
+}
+
+/* Plain SGD with weight decay on int16 weights w[N][K] (0 <= m_t < 2^15, s in [1, 31], 0 <= wd_m
+ * < 2^15, wd_k >= 16), every row: w - round(m_t e x / 2^s) - round(w wd_m / 2^wd_k), saturating to
+ * [-32767, 32767] (counted). The step is SMMULR(X, A) as in tt_sgd_rows_s32_body; the decay is
+ * SMMULR(w, Wd) with Wd = wd_m 2^(32 - wd_k) < 2^31 for wd_k <= 30, exactly the rounded shift, and
+ * 0 for wd_k >= 31 (|w wd_m| < 2^30). One element at a time: no guard, no draws. */
+static uint32_t tt_sgd_dense_rows_wd_s16_dsp(const int8_t *e, const int8_t *x, int32_t K, int32_t N, int16_t *w16,
+                                             int32_t m_t, int32_t s, int32_t wm, int32_t wk)
+{
+    const int32_t Wd = wk <= 30 ? wm << (32 - wk) : 0;
+    int32_t X[TT_SGD_CHUNK], k0, n, j, sh;
+    uint32_t sat = 0;
+    for (k0 = 0; k0 < K; k0 += TT_SGD_CHUNK) {
+        const int32_t len = K - k0 < TT_SGD_CHUNK ? K - k0 : TT_SGD_CHUNK;
+        sh = tt_sgd_widen_x(x + k0, len, s, X);
+        for (n = 0; n < N; n++) {
+            const int32_t A = tt_sgd_row_mult(m_t, e[n], sh);
+            int16_t *w = w16 + n * K + k0;
+            for (j = 0; j + 2 <= len; j += 2) { /* two per turn: the loop's own steps halved */
+                const int32_t w0 = w[j], w1 = w[j + 1];
+                int32_t v0 = w0 - tt_smmulr(X[j], A) - tt_smmulr(w0, Wd);
+                int32_t v1 = w1 - tt_smmulr(X[j + 1], A) - tt_smmulr(w1, Wd);
+                if ((uint32_t)(v0 + TT_S16_MAX) > 2u * TT_S16_MAX) { sat++; v0 = v0 > 0 ? TT_S16_MAX : -TT_S16_MAX; }
+                if ((uint32_t)(v1 + TT_S16_MAX) > 2u * TT_S16_MAX) { sat++; v1 = v1 > 0 ? TT_S16_MAX : -TT_S16_MAX; }
+                w[j] = (int16_t)v0;
+                w[j + 1] = (int16_t)v1;
+            }
+            if (j < len) {
+                const int32_t wi = w[j];
+                int32_t v = wi - tt_smmulr(X[j], A) - tt_smmulr(wi, Wd);
+                if ((uint32_t)(v + TT_S16_MAX) > 2u * TT_S16_MAX) { sat++; v = v > 0 ? TT_S16_MAX : -TT_S16_MAX; }
+                w[j] = (int16_t)v;
+            }
+        }
+    }
+    return sat;
+}
+
+/* Stochastic rounding without decay on int16 weights w[N][K] (0 <= m_t < 2^15, s in [1, 31]), every
+ * row, one draw per weight in row-major order: w - floor((m_t e x + (r mod 2^s)) / 2^s), saturating
+ * to [-32767, 32767] (counted). With X and A as in tt_sgd_rows_s32_body (X A = m_t e x 2^(32 - s))
+ * the step is the high word of X A + (r mod 2^s) 2^(32 - s) = X A + (r << (32 - s) mod 2^32), one
+ * SMLAL (tt_mulhi_add), exactly tt_rshift_stoch_s64. */
+static uint32_t tt_sgd_dense_rows_sr_s16_dsp(const int8_t *e, const int8_t *x, int32_t K, int32_t N, int16_t *w16,
+                                             int32_t m_t, int32_t s, uint32_t *prng)
+{
+    const int32_t sl = 32 - s;
+    int32_t X[TT_SGD_CHUNK], k0, n, j, sh;
+    uint32_t sat = 0, r = *prng;
+    for (k0 = 0; k0 < K; k0 += TT_SGD_CHUNK) {
+        const int32_t len = K - k0 < TT_SGD_CHUNK ? K - k0 : TT_SGD_CHUNK;
+        sh = tt_sgd_widen_x(x + k0, len, s, X);
+        for (n = 0; n < N; n++) {
+            const int32_t A = tt_sgd_row_mult(m_t, e[n], sh);
+            int16_t *w = w16 + n * K + k0;
+            for (j = 0; j < len; j++) {
+                int32_t v;
+                r ^= r << 13;
+                r ^= r >> 17;
+                r ^= r << 5;
+                v = w[j] - tt_mulhi_add(X[j], A, r << sl);
+                if ((uint32_t)(v + TT_S16_MAX) > 2u * TT_S16_MAX) { sat++; v = v > 0 ? TT_S16_MAX : -TT_S16_MAX; }
+                w[j] = (int16_t)v;
+            }
+        }
+    }
+    *prng = r;
+    return sat;
+}
+
+static uint32_t tt_sgd_dense_rows_s32_dsp(const int8_t *e, const int8_t *x, int32_t K, int32_t N, int32_t *w32,
+                                          int16_t *copy, int32_t m_t, int32_t s)
+{
+    return copy ? tt_sgd_rows_s32_body(e, x, K, N, w32, copy, m_t, s, 1)
+                : tt_sgd_rows_s32_body(e, x, K, N, w32, 0, m_t, s, 0);
+}
+#endif
+
 /* 32-bit paths of the Dense update, same bits, when it draws no PRNG number and has no decay
  * term (can_skip: an element with g = 0 keeps its value, so rows with e[n] == 0 are skipped)
  * and |m_t * e * x| < 2^15 * 128 * 128 = 2^29 (fast). */
@@ -782,6 +1226,10 @@ static int32_t tt_sgd_dense_rows_opt(const tt_sgd_step *u, int16_t *w16, int32_t
     if (!o->sr && !wm) {
         int32_t n, k;
         if (w16) return 0; /* tt_sgd_dense_rows_s16 */
+#if TT_HAVE_DSP
+        u->stats->saturated += tt_sgd_dense_rows_s32_dsp(e, x, K, N, w32, copy, m_t, s);
+        return 1;
+#endif
         for (n = 0; n < N; n++) {
             if (e[n] == 0) {
                 if (copy) for (k = 0; k < K; k++) copy[n * K + k] = tt_narrow_s16(w32[n * K + k]);
@@ -792,6 +1240,16 @@ static int32_t tt_sgd_dense_rows_opt(const tt_sgd_step *u, int16_t *w16, int32_t
         u->stats->saturated += sat;
         return 1;
     }
+#if TT_HAVE_DSP
+    if (w16 && o->sr && !wm && K <= TT_SGD_CHUNK) {
+        u->stats->saturated += tt_sgd_dense_rows_sr_s16_dsp(e, x, K, N, w16, m_t, s, u->prng);
+        return 1;
+    }
+    if (w16 && !o->sr && wk >= 16) {
+        u->stats->saturated += tt_sgd_dense_rows_wd_s16_dsp(e, x, K, N, w16, m_t, s, wm, wk);
+        return 1;
+    }
+#endif
 #define TT_ROWS(W, S, D) sat = sgd_rows_body(e, x, K, N, w16, w32, copy, m_t, s, wm, wk, &r, W, S, D)
     switch ((w32 ? 4 : 0) | (o->sr ? 2 : 0) | (wm ? 1 : 0)) {
     case 1: TT_ROWS(0, 0, 1); break;
