@@ -216,3 +216,19 @@ def test_int8_momentum_is_integer_only_on_cortex_m():
     assert memory.float_symbols(memory.compile_arm(em, "cortex-m0")["undefined"]) == []
     dis = memory.compile_arm(em, "cortex-m4")["disasm"]  # (M33 hard float: test_precision.py's int8 cases)
     assert "tt_sgd_apply_accumulated_s8_v8" in dis and memory.vfp_instructions(dis) == []
+
+
+def test_int8_momentum_weights_beside_an_int32_velocity_bias_on_the_host():
+    """W1 at batch 1 with int8 momentum: the weights (int8 slots) accumulate per sample and apply
+    at the end of the step while the biases (int32 velocity) accumulate and apply at their
+    backward; a Dense layer must not take the per-sample gradient-free accumulate then, or the
+    biases' apply is skipped (found by the drawn-graph test: codegen/emit.py _fuses_dense_accum)."""
+    from tinytrain import data
+    from tinytrain.graph.models import build_model
+    from tinytrain.verify import verify
+
+    ds = data.load("digits")
+    m = build_model("digits-mlp", ds, precision={"momentum": "int8"}, momentum=0.9, lr=0.005)
+    assert m.velocity[(0, 0)].dtype == np.int8 and m.velocity[(0, 1)].dtype == np.int32
+    r = verify(m, ds, 10, board="host", json=True)
+    assert r["steps"] == 10 and r["mismatches"] == 0, r["first_mismatch"]

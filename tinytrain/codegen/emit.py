@@ -206,8 +206,12 @@ class Emitter:
         M4 cost more than the gradient buffer they save: "all" 157k instructions per step against
         153k); the end-of-batch apply stays where it is."""
         m = self.model
+        keys = [(li, pi) for pi in (0, 1) if m.learns(li, pi)]
+        # not beside a tensor that applies at its backward (_fuses_apply: its apply is skipped at the
+        # end of the batch, so an accumulate alone would never be applied; int8 momentum weights
+        # with an int32-velocity bias at batch 1 are such a layer)
         return (m.layer_learns(li) and not m.masks and not m.blocked(li, 0) and not m.opt.sr
-                and all((li, pi) in m.accum for pi in (0, 1) if m.learns(li, pi)))
+                and all(k in m.accum and not self._fuses_apply(k) for k in keys))
 
     def _fuses_dense_acc(self, li) -> bool:
         m = self.model
@@ -285,7 +289,7 @@ class Emitter:
                 continue
             for pi, p in enumerate(l.params):  # a layer's grad kernel writes all its grads
                 if p.trainable:
-                    gmax[pi] = max(gmax[pi], self.sparse.count((li, pi)))
+                    gmax[pi] = max(gmax[pi], self.sparse.count((li, pi)), 1)  # 1: a tensor pruned whole still passes one
         for pi, n in enumerate(gmax):
             if n:
                 T.append(Tensor(self.grad_name(0, pi), "int32_t", n, "grad"))
