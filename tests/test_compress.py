@@ -278,6 +278,11 @@ budget = { ram = 11500 }
     assert cli.main(["compress", "--schedule", str(tmp_path / "b.toml"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "budget" in err[0] and "ram / flash" in err[0]
+    (tmp_path / "c.toml").write_text(text.replace("budget = { ram = 11500 }", "budget = { ram = 11500 }\nboard = \"nosuch\""))
+    assert cli.main(["compress", "--schedule", str(tmp_path / "c.toml"), "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "board" in err[0] and "nosuch" in err[0]
+    assert not (tmp_path / "o").exists()
 
 
 def test_adaptive_stage_on_a_real_tiny_run_is_deterministic(tmp_path, capsys, monkeypatch):
