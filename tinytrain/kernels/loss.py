@@ -49,7 +49,7 @@ def softmax_ce(z, ez, label, g, e, stats):
     for i in range(N):
         d = np.int64(z[i]) - zmax
         v = d * LOG2E_Q15
-        t = rshift_round(v, sh) if sh >= 0 else v << (-sh)
+        t = (rshift_round(v, sh) if sh <= 31 else np.int64(0)) if sh >= 0 else v << (-sh)  # |v| < 2^24
         if t < T_MIN:
             t = T_MIN
         p = exp2_neg_q15(t)

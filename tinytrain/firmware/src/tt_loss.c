@@ -48,7 +48,7 @@ int32_t tt_softmax_ce_s8(const tt_ctx *ctx, const int8_t *z, int32_t ez, int32_t
         /* |v| <= 255 * 47274 < 2^24: for sh in [0, 31] the int32 rounding shift is exact */
         const int32_t v = (z[i] - zmax) * TT_LOG2E_Q15; /* <= 0 */
         int64_t t = sh < 0 ? (int64_t)v * ((int64_t)1 << -sh)
-                  : sh <= 31 ? tt_rshift_round_s32(v, sh) : tt_rshift_round_s64(v, sh);
+                  : sh <= 31 ? tt_rshift_round_s32(v, sh) : 0; /* |v| < 2^24: any shift >= 25 rounds to 0 (and C's >> of 64 or more is undefined) */
         if (t < TT_T_MIN) t = TT_T_MIN;
         g[i] = tt_exp2_neg_q15((int32_t)t);
         S += g[i];
