@@ -1,7 +1,10 @@
 """`tinytrain sensitivity` with weight bits and device cost (the pruning levels alone are in
 tests/test_prune.py): each policy row equals evaluating the converted model directly, the
 variants the board would run, the work shared by processes, and a QEMU micro:bit run."""
+import json
+
 import numpy as np
+
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -137,6 +140,31 @@ def test_sweep_builds_take_the_runtime_from_the_object_cache_and_give_the_same_f
         subprocess.run(["arm-none-eabi-objcopy", "-O", "binary", str(elf), str(elf.with_suffix(".bin"))], check=True)
         return elf.with_suffix(".bin").read_bytes()
     assert image(tmp_path / "sweep" / config_key(v)) == image(tmp_path / "cold")
+
+
+def _ready_in(path):
+    from tinytrain.sweep import _ready
+
+    return str(_ready(path))
+
+
+def test_object_cache_config_is_written_once_when_sweep_workers_start_together(tmp_path, monkeypatch):
+    """An object cache folder that exists but is empty (a fresh PLATFORMIO_BUILD_CACHE_DIR) had no
+    SCons config: two builds starting together both wrote it with open(.., "x") and the second
+    died with FileExistsError. object_cache() writes it first, safely from many processes at once."""
+    import concurrent.futures as cf
+
+    from tinytrain import sweep
+
+    d = tmp_path / "objects"
+    d.mkdir()
+    with cf.ProcessPoolExecutor(4) as ex:
+        got = list(ex.map(_ready_in, [d] * 16))
+    assert got == [str(d)] * 16
+    assert json.loads((d / "config").read_text()) == {"prefix_len": 2}
+    assert sorted(p.name for p in d.iterdir()) == ["config"]  # no temporaries left
+    monkeypatch.setenv("PLATFORMIO_BUILD_CACHE_DIR", str(tmp_path / "new" / "objects"))
+    assert (sweep.object_cache() / "config").is_file()
 
 
 def _square(x):

@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import resource
+import tempfile
 import time
 from pathlib import Path
 
@@ -42,7 +43,29 @@ def object_cache() -> Path:
     from tinytrain.data import cache_dir
 
     env = os.environ.get("PLATFORMIO_BUILD_CACHE_DIR")
-    return Path(env) if env else cache_dir() / "pio-objects"
+    return _ready(Path(env) if env else cache_dir() / "pio-objects")
+
+
+def _ready(path: Path) -> Path:
+    """The cache folder with SCons's ``config`` already in it. SCons creates a missing cache folder
+    atomically, but into a folder that exists without ``config`` (an empty one made beforehand) it
+    writes ``config`` with open(.., "x"): the second of two builds starting together then fails with
+    FileExistsError. Written here once, through a unique temporary and a hard link, before any build."""
+    cfg = path / "config"
+    if cfg.is_file():
+        return path
+    path.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path, prefix=".config-")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump({"prefix_len": 2}, f)  # SCons CacheDir's CACHE_PREFIX_LEN
+        try:
+            os.link(tmp, cfg)
+        except FileExistsError:
+            pass  # another process got there first, with the same content
+    finally:
+        os.unlink(tmp)
+    return path
 
 
 @contextlib.contextmanager
