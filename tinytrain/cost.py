@@ -22,6 +22,35 @@ from tinytrain.codegen.memory import breakdown
 TRAINING_RAM = ("parameters", "optimizer state", "activations", "scratch")
 
 
+COST_KEYS = {"ram": "ram_total", "flash": "flash_total", "instructions": "instructions_per_sample"}
+BUDGET_KEYS = tuple(COST_KEYS)
+
+
+def budget_limits(cost: dict, budget: dict) -> dict:
+    """The limits a measured cost is held to: the budget's, and the board's RAM and flash when the
+    cost names them (``board_ram``, ``board_flash``)."""
+    lim = {k: int(v) for k, v in budget.items()}
+    for k, board_k in (("ram", "board_ram"), ("flash", "board_flash")):
+        if cost.get(board_k) is not None:
+            lim[k] = min(lim.get(k, cost[board_k]), int(cost[board_k]))
+    return lim
+
+
+def fits_budget(cost: dict, budget: dict) -> bool:
+    """The cost fits the board (``fits``, when given) and every limit; a limit on a figure not
+    measured (None) is not met."""
+    return bool(cost.get("fits", True)) and all(
+        cost.get(COST_KEYS[k]) is not None and cost[COST_KEYS[k]] <= v for k, v in budget_limits(cost, budget).items())
+
+
+def worst_excess(cost: dict, limits: dict):
+    """(relative excess, key, figure, limit) of the limit the cost misses most (negative: the
+    margin of the tightest one met); None if no limited figure was measured."""
+    over = [((have - lim) / lim, k, have, lim) for k, lim in limits.items()
+            if (have := cost.get(COST_KEYS[k])) is not None]
+    return max(over) if over else None
+
+
 class CostError(RuntimeError):
     """The board and the simulator disagree: a bug in tinytrain, never the user's model."""
 

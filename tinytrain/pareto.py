@@ -37,6 +37,7 @@ import tempfile
 import numpy as np
 
 from tinytrain import fixedpoint as fp
+from tinytrain.cost import BUDGET_KEYS, budget_limits, fits_budget, worst_excess
 from tinytrain.graph.precision import PRESETS
 from tinytrain.sweep import Costs, run_tasks
 
@@ -46,7 +47,6 @@ DEFAULT_SPARSITIES = (0.0, 0.5)
 DEFAULT_TRAINS = ("all", "bias", "last:1")
 VAL_FRACTION = 0.15
 VAL_SEED = 4242  # the validation carve's PRNG seed (apart from the model's and the shuffles')
-BUDGET_KEYS = ("ram", "flash", "instructions")
 
 
 class ParetoError(ValueError):
@@ -205,7 +205,7 @@ def _measure(t):
     budget allow."""
     m, costs, budget = t
     c = costs(m, instructions=False)
-    if c["fits"] and _within(c, {k: v for k, v in budget.items() if k != "instructions"}):
+    if fits_budget(c, {k: v for k, v in budget.items() if k != "instructions"}):
         c = costs(m)
     return {"fits": c["fits"], "why": c["why"], "shadow": c["shadow"], "training_ram": c["training_ram"],
             "ram_total": c["ram_total"], "flash_total": c["flash_total"],
@@ -218,11 +218,6 @@ def _description(spec: dict, policy: str, train: str) -> dict:
     d["precision"] = policy
     d.setdefault("optimizer", {})["train"] = train
     return d
-
-
-def _within(p: dict, budget: dict) -> bool:
-    have = {"ram": p["ram_total"], "flash": p["flash_total"], "instructions": p.get("instructions_per_sample")}
-    return all(have[k] is not None and have[k] <= v for k, v in budget.items())
 
 
 def frontier(points: list[dict], x: str, y: str = "val_accuracy") -> list[int]:
@@ -241,22 +236,18 @@ def frontier(points: list[dict], x: str, y: str = "val_accuracy") -> list[int]:
 def closest_miss(points: list[dict], budget: dict, board_ram: int, board_flash: int) -> str:
     """The one line for a budget no point meets: the point whose worst excess is smallest, its
     worst constraint and by how much."""
-    limits = {"ram": min(board_ram, budget.get("ram", board_ram)), "flash": min(board_flash, budget.get("flash", board_flash))}
-    if "instructions" in budget:
-        limits["instructions"] = budget["instructions"]
+    limits = budget_limits({"board_ram": board_ram, "board_flash": board_flash}, budget)
     best = None
     for p in points:
-        have = {"ram": p["ram_total"], "flash": p["flash_total"], "instructions": p["instructions_per_sample"]}
-        worst = max(((have[k] - v) / v, k) for k, v in limits.items() if have[k] is not None)
-        if best is None or worst[0] < best[0][0]:
-            best = (worst, p, have)
-    (excess, key), p, have = best
-    lim = limits[key]
+        worst = worst_excess(p, limits)
+        if best is None or worst < best[0]:
+            best = (worst, p)
+    (excess, key, have, lim), p = best
     src = ("--budget " + key) if key in budget and budget[key] <= {"ram": board_ram, "flash": board_flash}.get(key, lim) \
         else f"the board's {key}"
     unit = "instructions per sample" if key == "instructions" else "B"
-    return (f"no configuration meets {src} = {lim}: the closest ({label(p)}) needs {have[key]} {unit}, "
-            f"{have[key] - lim} over ({100 * excess:.1f} %); raise the budget or widen the grid")
+    return (f"no configuration meets {src} = {lim}: the closest ({label(p)}) needs {have} {unit}, "
+            f"{have - lim} over ({100 * excess:.1f} %); raise the budget or widen the grid")
 
 
 def label(p: dict) -> str:
@@ -296,7 +287,7 @@ def pareto(model: str, dataset, board: str, *, budget: dict | None = None, grid:
         p.update(c)
     for i, p in enumerate(points):
         p["id"] = i
-        p["feasible"] = bool(p["fits"]) and _within(p, budget)
+        p["feasible"] = fits_budget(p, budget)
     feas = [p for p in points if p["feasible"]]
     if not feas:
         raise ParetoError(closest_miss(points, budget, b.ram, b.flash))

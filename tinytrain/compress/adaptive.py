@@ -45,6 +45,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from tinytrain.cost import budget_limits, fits_budget, worst_excess
+
 #: NNCF's accuracy-aware defaults (and tinytrain's brake)
 DEFAULTS = {"max_relative_drop": 1.0, "initial_epochs": 5, "patience": 3, "step": 0.1, "step_factor": 0.5,
             "min_step": 0.025, "initial_sparsity": 0.0, "max_sparsity": 0.95, "max_epochs": 100,
@@ -274,11 +276,9 @@ class Controller:
         for i, lv in enumerate(self.levels):
             if lv.cost is None:
                 continue
-            over = [((have - lim) / lim, k, have, lim) for k, lim in budget_limits(lv.cost, self.budget).items()
-                    if (have := lv.cost.get(COST_KEYS[k])) is not None]
-            if not over:
+            worst = worst_excess(lv.cost, budget_limits(lv.cost, self.budget))
+            if worst is None:
                 continue
-            worst = max(over)
             if best is None or worst[0] < best[0][0]:
                 best = (worst, i, lv)
         if best is None:
@@ -383,24 +383,6 @@ def run(model, train_ds, val_ds, params: dict, seed: int, *, lr=None, log=None, 
 
 
 #: a budget key -> the cost figure it limits (tinytrain.cost.device_cost's keys)
-COST_KEYS = {"ram": "ram_total", "flash": "flash_total", "instructions": "instructions_per_sample"}
-BUDGET_KEYS = tuple(COST_KEYS)
-
-
-def budget_limits(cost: dict, budget: dict) -> dict:
-    """The limits a measured level is held to: the budget's, and the board's RAM and flash."""
-    lim = {k: int(v) for k, v in budget.items()}
-    for k, board_k in (("ram", "board_ram"), ("flash", "board_flash")):
-        if cost.get(board_k) is not None:
-            lim[k] = min(lim.get(k, cost[board_k]), int(cost[board_k]))
-    return lim
-
-
-def fits_budget(cost: dict, budget: dict) -> bool:
-    return bool(cost.get("fits", True)) and all(
-        cost.get(COST_KEYS[k]) is not None and cost[COST_KEYS[k]] <= v for k, v in budget_limits(cost, budget).items())
-
-
 def describe_cost(cost: dict) -> str:
     parts = [f"RAM {cost.get('ram_total')} B", f"flash {cost.get('flash_total')} B"]
     if cost.get("instructions_per_sample") is not None:
