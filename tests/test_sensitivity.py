@@ -178,3 +178,29 @@ def test_run_tasks_dispatches_the_heaviest_first_and_keeps_the_task_order():
     w = [(7 * i) % 11 for i in range(23)]
     for jobs in (1, 2, 3):
         assert run_tasks(_square, list(range(23)), jobs, weights=w)[0] == [i * i for i in range(23)]
+
+
+def _stamped(t):
+    import time
+
+    i, pause = t
+    t0 = time.monotonic()
+    time.sleep(pause)
+    return i, t0, time.monotonic()
+
+
+def test_run_tasks_holds_the_builds_until_the_first_has_filled_the_cache():
+    """With `first`, the tasks as heavy as it start only once it has finished (they would each
+    compile the runtime otherwise); the lighter ones run beside it; results keep the task order."""
+    from tinytrain.sweep import dispatch_waves, run_tasks
+
+    assert dispatch_waves([1, 2, 0, 2, 1], first=3) == ([3, 0, 4, 2], [1])
+    assert dispatch_waves([1, 2, 0], first=None) == ([1, 0, 2], [])
+    w = [1, 1, 2, 2, 2, 0]
+    tasks = [(i, 1.0 if i == 3 else 0.05) for i in range(len(w))]
+    out, _ = run_tasks(_stamped, tasks, 2, weights=w, first=3)
+    assert [o[0] for o in out] == list(range(len(w)))
+    end_first = out[3][2]
+    assert all(out[i][1] >= end_first for i in (2, 4))  # the heavy ones waited
+    assert min(out[i][1] for i in (0, 1, 5)) < end_first  # a light one ran beside it
+    assert run_tasks(_stamped, tasks, 1, weights=w, first=3)[0][2][0] == 2

@@ -210,7 +210,8 @@ def sensitivity(model, dataset, levels=DEFAULT_LEVELS, split: str = "test", *, p
         # a device measurement (build, QEMU) outweighs a sparsity row (one evaluation per level),
         # which outweighs one accuracy
         weights = [{_cost_task: 2, _sparsity_task: 1}.get(f, 0) for f, _ in tasks]
-        results, spent = run_tasks(_dispatch, tasks, jobs, progress, weights)
+        first = len(tasks) - len(variants) + cost_keys.index(base_key) if board is not None else None
+        results, spent = run_tasks(_dispatch, tasks, jobs, progress, weights, first)
         if work is not None:
             work.update(spent)
     finally:
