@@ -124,19 +124,6 @@ def _strip(r):
     return r
 
 
-def _first_difference(a, b, path="result") -> str:
-    """Where two results first differ, and the two values (for the error of a failed check)."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        for k in sorted(set(a) | set(b), key=str):
-            if a.get(k) != b.get(k):
-                return _first_difference(a.get(k), b.get(k), f"{path}[{k!r}]")
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        for i, (u, v) in enumerate(zip(a, b)):
-            if u != v:
-                return _first_difference(u, v, f"{path}[{i}]")
-    return f"{path}: {a!r:.120} != {b!r:.120}"
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=5)
@@ -160,7 +147,7 @@ def main(argv=None) -> int:
                 own[j].append(time.process_time() - s0)
                 if got != ref:
                     raise AssertionError(f"{name}: the result with {j} processes differs from the serial one "
-                                         f"at {_first_difference(ref, got)}")
+                                         f"at {report.first_difference(ref, got)}")
         ratio = [a / b for a, b in zip(times[1], times[args.jobs])]
         med = {j: float(np.median(v)) for j, v in cpu.items()}
         busy = {j: float(np.median([c / t for c, t in zip(cpu[j], times[j])])) for j in cpu}

@@ -87,3 +87,16 @@ def update_section(key: str, body: str) -> Path:
     text = pat.sub(lambda _: block, text) if pat.search(text) else text.rstrip() + "\n\n" + block + "\n"
     BENCHMARKS_MD.write_text(text)
     return BENCHMARKS_MD
+
+
+def first_difference(a, b, path="result") -> str:
+    """Where two JSON-like results first differ, and the two values (for a failed check)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b), key=str):
+            if a.get(k) != b.get(k):
+                return first_difference(a.get(k), b.get(k), f"{path}[{k!r}]")
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (u, v) in enumerate(zip(a, b)):
+            if u != v:
+                return first_difference(u, v, f"{path}[{i}]")
+    return f"{path}: {a!r:.120} != {b!r:.120}"
