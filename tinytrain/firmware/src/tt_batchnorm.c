@@ -11,8 +11,10 @@
 
 #if defined(__GNUC__)
 #define BN_NOINLINE __attribute__((noinline))
+#define BN_ALWAYS_INLINE static inline __attribute__((always_inline))
 #else
 #define BN_NOINLINE
+#define BN_ALWAYS_INLINE static inline
 #endif
 
 /** n * 2^t for n >= 0: rounded right shift (t < 0) or left shift capped at 2^61. */
@@ -160,33 +162,42 @@ static int32_t bn_fast32(const bn_chan *k)
 /* y[i] = requant(g * x_hat(x[i]) + b) for i = 0, C, .., n - C (one channel) on the fast path:
  * bn_fast32, x_hat fits int32 (no saturation in the channel), every |g * x_hat + b| <= m <=
  * INT32_MAX, so the sum is formed mod 2^32 and is exact, and s in [1, 24], so round(v / 2^s) is
- * ((v >> (s - 1)) + 1) >> 1 (tt_rshift_round on an int32). Out of line: its loop keeps its
- * constants in registers. */
-static BN_NOINLINE void bn_out32(const int8_t *x, int32_t n, int32_t C, const bn_chan *k, int32_t g, int32_t b, int32_t s,
-         int8_t *y, uint32_t *nsat)
+ * ((v >> (s - 1)) + 1) >> 1 (tt_rshift_round on an int32). With FOLD (the caller's m + 2^(s-1)
+ * <= INT32_MAX) the half is folded into b and round(v / 2^s) = (v + 2^(s-1)) >> s: the same
+ * value (floor(floor(v / 2^(s-1) + 1) / 2) = floor((v + 2^(s-1)) / 2^s)), two instructions less
+ * per element. Inlined into bn_out32 with MULR and FOLD constant: four loops, one source. */
+BN_ALWAYS_INLINE void bn_out32_loop(const int8_t *x, int32_t n, int32_t C, const bn_chan *k, int32_t g,
+                                    int32_t b, int32_t s, int8_t *y, uint32_t *nsat, const int32_t MULR,
+                                    const int32_t FOLD)
 {
     const int32_t A = k->A, B = k->B, inv = k->inv, sh = k->sh, s1 = s - 1;
-    uint32_t cnt = 0, az, bz;
-    int32_t i;
-    if (bn_mulr_consts(k, &az, &bz)) {
-        for (i = 0; i < n; i += C) {
-            const int32_t xh = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az - bz), inv);
-            const int32_t v = (int32_t)((uint32_t)g * (uint32_t)xh + (uint32_t)b);
-            const int32_t r = ((v >> s1) + 1) >> 1;
-            y[i] = (int8_t)r;
-            if ((uint32_t)(r + TT_S8_MAX) > 2u * TT_S8_MAX) { cnt++; y[i] = r > 0 ? TT_S8_MAX : -TT_S8_MAX; }
-        }
-    } else {
-        const int32_t hh = (int32_t)1 << (sh - 33), sr = sh - 32;
-        for (i = 0; i < n; i += C) {
-            const int32_t h = (int32_t)((uint64_t)((int64_t)(A * x[i] - B) * inv) >> 32);
-            const int32_t v = (int32_t)((uint32_t)g * (uint32_t)((h + hh) >> sr) + (uint32_t)b);
-            const int32_t r = ((v >> s1) + 1) >> 1;
-            y[i] = (int8_t)r;
-            if ((uint32_t)(r + TT_S8_MAX) > 2u * TT_S8_MAX) { cnt++; y[i] = r > 0 ? TT_S8_MAX : -TT_S8_MAX; }
-        }
+    const int32_t bb = FOLD ? (int32_t)((uint32_t)b + ((uint32_t)1 << s1)) : b;
+    const int32_t hh = MULR ? 0 : (int32_t)1 << (sh - 33), sr = MULR ? 0 : sh - 32;
+    uint32_t cnt = 0, az = 0, bz = 0;
+    const int8_t *xp = x, *end = x + n;
+    if (MULR) bn_mulr_consts(k, &az, &bz);
+    for (; xp < end; xp += C, y += C) {
+        const int32_t xv = *xp;
+        const int32_t xh = MULR ? bn_mulhr((int32_t)((uint32_t)xv * az - bz), inv)
+                                : ((int32_t)((uint64_t)((int64_t)(A * xv - B) * inv) >> 32) + hh) >> sr;
+        const int32_t v = (int32_t)((uint32_t)g * (uint32_t)xh + (uint32_t)bb);
+        const int32_t r = FOLD ? v >> s : ((v >> s1) + 1) >> 1;
+        if ((uint32_t)(r + TT_S8_MAX) > 2u * TT_S8_MAX) { cnt++; *y = r > 0 ? TT_S8_MAX : -TT_S8_MAX; }
+        else *y = (int8_t)r;
     }
     *nsat += cnt;
+}
+
+/* Out of line: its loop keeps its constants in registers. */
+static BN_NOINLINE void bn_out32(const int8_t *x, int32_t n, int32_t C, const bn_chan *k, int32_t g, int32_t b, int32_t s,
+                                 int32_t fold, int8_t *y, uint32_t *nsat)
+{
+    uint32_t az, bz;
+    const int32_t mulr = bn_mulr_consts(k, &az, &bz);
+    if (mulr && fold) bn_out32_loop(x, n, C, k, g, b, s, y, nsat, 1, 1);
+    else if (mulr) bn_out32_loop(x, n, C, k, g, b, s, y, nsat, 1, 0);
+    else if (fold) bn_out32_loop(x, n, C, k, g, b, s, y, nsat, 0, 1);
+    else bn_out32_loop(x, n, C, k, g, b, s, y, nsat, 0, 0);
 }
 
 /* Per channel c of x (P positions, C channels): scratch[c] = S = sum x, scratch[C + c] = Q =
@@ -323,7 +334,8 @@ static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const i
         const int32_t g = gamma[c];
         /* m <= INT32_MAX: s <= 24; |b| <= 2^30 (tt_align clamps) */
         if (m <= (uint64_t)INT32_MAX && s >= 1 && !scratch[C + c] && bn_fast32(&k)) {
-            bn_out32(x + c, P * C, C, &k, g, (int32_t)b, s, y + c, &st->saturated);
+            bn_out32(x + c, P * C, C, &k, g, (int32_t)b, s, m + ((uint64_t)1 << (s - 1)) <= (uint64_t)INT32_MAX,
+                     y + c, &st->saturated);
             continue;
         }
         for (p = 0; p < P; p++) {
