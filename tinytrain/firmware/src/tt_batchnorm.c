@@ -444,7 +444,7 @@ static BN_NOINLINE uint32_t bn_bwd_j32(const int8_t *e, int32_t n, int32_t C, in
         const uint64_t w = (uint64_t)((int64_t)(int32_t)xs[i] * nG + c0);
         const uint32_t q = ((uint32_t)w >> BN_F) | ((uint32_t)(w >> 32) << (32 - BN_F));
         const int32_t J = (int32_t)((uint32_t)(int32_t)e[i] * af + q);
-        const uint32_t a = J < 0 ? 0u - (uint32_t)J : (uint32_t)J;
+        const uint32_t sg = (uint32_t)(J >> 31), a = ((uint32_t)J ^ sg) - sg; /* |J|: EOR, SUB */
         xs[i] = J;
         if (a > mx) mx = a;
     }
