@@ -282,7 +282,7 @@ def main(argv=None):
     body = f"""## Device cost: instructions, RAM and flash per training sample (QEMU, Cortex-M3/M4/M7)
 
 `python bench/bench_device.py`: each integer run is built for the board, booted in QEMU with
-`-icount shift=0` (one virtual ns per guest instruction, read through the MPS2 timer, resolution 40)
+`-icount shift=7` (128 virtual ns per guest instruction, read through the MPS2 timer: exact instruction counts)
 and verified against the simulator after every one of {a.steps} training samples (batch 1; zero
 mismatches required for a figure). Instructions are the mean per-sample count of the whole
 `train_step` (forward, loss, backward, update). MAC bound: forward + weight-gradient + input-gradient

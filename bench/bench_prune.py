@@ -25,7 +25,7 @@ the machine is shared, so no timing is reported.
 second target for seed 0's dense and gradual 50 / 80 / 90 % models after their 20 epochs (the mask
 final): on the QEMU Cortex-M4 (mps2_an386) and Cortex-M0 (microbit), the device weight storage of
 the pruned tensors (bytes, % of dense: packed int16 values + the format's index, tinytrain/codegen/sparse.py)
-and the instructions per training sample (``-icount shift=0``, every step verified against the
+and the instructions per training sample (``-icount shift=7``, every step verified against the
 simulator by state hash: any mismatch raises), dense model vs the pruned one stored dense (masks
 re-applied) vs stored sparse in each format (bitmap; rows, the one ``auto`` picks), and seed 0's
 block-pruned 50 / 80 / 90 % (and 80 % global) models stored by blocks (what ``auto`` picks for them). Targets: 80 %
@@ -316,7 +316,7 @@ def device(ds, n: int, steps: int) -> dict:
     body = ("## Pruning on the device: sparse storage, W1 (QEMU)\n\n"
             f"`python bench/bench_prune.py --device-only`: seed 0's dense and gradual 50 / 80 / 90 % W1 models "
             "after 20 epochs (the masks final), on the QEMU Cortex-M4 (`mps2_an386`) and Cortex-M0 (`microbit`); "
-            "instructions per training sample with `-icount shift=0`, each the mean of "
+            "instructions per training sample with `-icount shift=7`, each the mean of "
             f"{steps} steps verified against the simulator by state hash (0 mismatches, else the run fails). "
             "Weight storage: the pruned tensors' device bytes, packed int16 values plus the format's index (bitmap: "
             "the column-major mask; rows: the row code, two 4-bit column gaps a byte and 2 bytes a row; blocks: one "

@@ -16,10 +16,10 @@ both cores used. Each case runs the documented command on a model saved by `tiny
 
 The cases alternate within each round (the machine may be shared: the load average before each
 call is reported). Each call is a new process, so it pays Python's start-up and numba's cache
-load, as a user does. The JSON of every round is checked to be the first round's (sensitivity is
-deterministic), except the QEMU instruction counts, which vary by a timer tick (docs/boards.md):
-their largest spread between rounds is reported instead. Writes bench/results/sensitivity.json
-and the BENCHMARKS.md section sensitivity-time.
+load, as a user does. The JSON of every round (but its CPU and wall seconds, ``work``) is checked
+to be the first round's: sensitivity is deterministic, the QEMU instruction counts included
+(docs/boards.md). Writes bench/results/sensitivity.json and the BENCHMARKS.md section
+sensitivity-time.
 """
 from __future__ import annotations
 
@@ -47,25 +47,9 @@ def _cli() -> list[str]:
     return [str(exe)] if exe.is_file() else [sys.executable, "-m", "tinytrain"]
 
 
-def _split(out: dict):
-    """(the JSON without instruction counts, [every instruction count in it, in order])."""
-    counts = []
-
-    def walk(x):
-        if isinstance(x, dict):
-            kept = {}
-            for k, v in x.items():
-                if "instructions" in k and isinstance(v, (int, float)):
-                    counts.append(float(v))
-                elif k == "work":  # CPU and wall seconds of the run
-                    continue
-                else:
-                    kept[k] = walk(v)
-            return kept
-        if isinstance(x, list):
-            return [walk(v) for v in x]
-        return x
-    return walk(out), counts
+def _result(out: dict) -> dict:
+    """The run's JSON without its CPU and wall seconds (``work``), which vary."""
+    return {k: v for k, v in out.items() if k != "work"}
 
 
 def main(argv=None) -> int:
@@ -83,7 +67,7 @@ def main(argv=None) -> int:
                                  "--out", str(models[wl]), "--json"], check=True, env=env, stdout=subprocess.DEVNULL)
     times = {c: [] for c in args.only}
     loads = {c: [] for c in args.only}
-    first, spread = {}, {c: 0.0 for c in args.only}
+    first = {}
     for r in range(args.rounds):
         for case in (args.only if r % 2 == 0 else list(reversed(args.only))):
             wl = case.split("-")[0]
@@ -96,40 +80,32 @@ def main(argv=None) -> int:
                 res = subprocess.run(cmd, check=True, capture_output=True, text=True,
                                      env={**env, "PLATFORMIO_BUILD_CACHE_DIR": objects})
                 times[case].append(time.perf_counter() - t0)
-            body, counts = _split(json.loads(res.stdout))
+            body = _result(json.loads(res.stdout))
             if case not in first:
-                first[case] = (body, counts)
-            elif body != first[case][0]:
+                first[case] = body
+            elif body != first[case]:
                 raise AssertionError(f"{case}: round {r} gave a different result from round 0 at "
-                                     f"{report.first_difference(first[case][0], body)}")
-            else:
-                c0 = first[case][1]
-                if len(c0) != len(counts):
-                    raise AssertionError(f"{case}: round {r} measured a different set of variants")
-                for a, b in zip(c0, counts):
-                    if a:
-                        spread[case] = max(spread[case], abs(b - a) / abs(a))
+                                     f"{report.first_difference(first[case], body)}")
             print(f"round {r} {case:9s} {times[case][-1]:7.1f} s  load {loads[case][-1]:.1f}", flush=True)
     m = report.machine()
     res = {c: {"seconds": times[c], "median_s": float(np.median(times[c])), "target_s": TARGETS[c.split("-")[0]],
-               "load_before": loads[c], "instructions_max_relative_spread": spread[c]} for c in args.only}
+               "load_before": loads[c]} for c in args.only}
     report.write_json("sensitivity", {"rounds": args.rounds, "cases": res, "machine": m})
     rows = []
     for c in args.only:
         t, tgt = times[c], TARGETS[c.split("-")[0]]
         rows.append([c, f"{np.median(t):.1f} s ({min(t):.1f}–{max(t):.1f})", f"≤ {tgt:.0f} s",
                      "met" if np.median(t) <= tgt else "NOT met",
-                     f"{100 * spread[c]:.2f} %" if c.endswith("-board") else "—",
                      f"{min(loads[c]):.1f}–{max(loads[c]):.1f}"])
     body = ("## Sensitivity sweep time\n\n"
             f"`python bench/bench_sensitivity.py --rounds {args.rounds}`: `tinytrain sensitivity --model M.tt --jobs 2 "
             "--json` (default levels 0..0.9 and weight-width policies) timed from process start, cases alternating, "
             f"{args.rounds} rounds; `-board`: with `--board microbit` (every variant built and verified 20 steps on QEMU, "
-            "an empty PlatformIO object cache per call). Every round's result equals the first's; the QEMU "
-            "instruction counts vary by a timer tick, their largest relative spread is shown. Target (issue 12): W1 ≤ 30 s, "
+            "an empty PlatformIO object cache per call). Every round's result equals the first's, QEMU instruction "
+            "counts included. Target (issue 12): W1 ≤ 30 s, "
             f"W3 ≤ 3 min. {report.machine_line(m)}\n\n"
-            + report.markdown_table(["case", "wall: median (range)", "target", "", "instructions spread",
-                                     "load average before calls"], rows))
+            + report.markdown_table(["case", "wall: median (range)", "target", "", "load average before calls"],
+                                    rows))
     report.update_section("sensitivity-time", body)
     return 0
 

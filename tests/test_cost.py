@@ -27,6 +27,9 @@ def test_device_cost_is_the_linked_breakdown_and_a_verified_qemu_count(w1):
     assert c["training_ram"] == sum(bd.ram[k] for k in TRAINING_RAM)
     assert c["ram_total"] == bd.ram_total <= c["board_ram"]
     assert c["instructions_per_sample"] > 10_000  # W1 on an M0 costs ~60k per sample
+    # exact instruction counts (QEMU -icount shift=7, tt_qemu_instructions): a rerun, which waits
+    # for the host a different time before each step, measures the very same figures
+    assert device_cost(m, "microbit", ds, steps=3) == c
 
 
 def test_device_cost_reports_a_model_too_big_for_the_board(w1):

@@ -3,11 +3,10 @@
     c = device_cost(model, "microbit", dataset, steps=20)
 
 RAM and flash come from the firmware linked for the board (tinytrain.codegen.memory.breakdown);
-instructions per training sample from QEMU (``-icount shift=0``), over the first `steps` samples of
+instructions per training sample from QEMU (``-icount shift=7``), over the first `steps` samples of
 the verification order, every step compared with the simulator by state hash. Each step's reading
-is exact to within one tick of the board's timer (40 instructions on MPS2, 125 on the micro:bit;
-docs/boards.md), whose phase depends on how long the firmware polled the UART: reruns of one model
-agree to about 0.1 % (W1 on M4: 18,688 / 18,692 / 18,704 over 10 steps), not to the instruction.
+is the exact instruction count (docs/boards.md), so reruns of one model give the same figure
+(tests/test_cost.py).
 A model that does not fit the board is reported (``fits: False`` and why) rather than raised, so
 sweeps can keep it as an infeasible point. A mismatch between board and simulator is a bug in
 tinytrain and raises.

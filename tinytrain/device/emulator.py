@@ -10,12 +10,15 @@ UART0 of the board is QEMU's first ``-serial``, a TCP server on 127.0.0.1 with `
 guest does not start until the host connects, so nothing it prints is lost. The port is a free
 one chosen at start (retried if taken in between).
 
-Instruction counting. QEMU runs with ``-icount shift=0``: the virtual clock advances exactly 1 ns
-per executed instruction, independently of host speed. Every timer of the board therefore counts
-instructions; on MPS2 the 25 MHz CMSDK timer 0 ticks every 40 instructions, and the firmware's
-``tt_port_cycles()`` returns ticks * 40 = instructions executed (resolution 40). The difference
-between two readings around a piece of code is the same on every run as long as that code does
-not wait for host input (a wait loop spins a host-timing-dependent number of times).
+Instruction counting. QEMU runs with ``-icount shift=7``: the virtual clock advances exactly
+128 ns per executed instruction, independently of host speed. Every timer of the board therefore
+counts instructions, and ticks more often than once per instruction (MPS2's 25 MHz CMSDK timer 0
+every 40 ns, the micro:bit's 8 MHz TIMER0 every 125 ns): the firmware's ``tt_port_cycles()``
+returns the exact number of instructions executed (tt_qemu_instructions in tt_port.h;
+resolution 1). The difference between two readings around a piece of code is the same on every
+run as long as that code does not wait for host input (a wait loop spins a host-timing-dependent
+number of times). At shift 0 (1 ns per instruction) a reading was exact only to within one tick,
+whose phase depended on how long the firmware had polled the UART.
 ``-semihosting`` lets ``tt_port_exit(code)`` end QEMU with exit status ``code``.
 
 No QEMU outlives its owner: :meth:`Emulator.stop` (context manager exit) ends it, SIGTERM then
@@ -37,6 +40,10 @@ import time
 from pathlib import Path
 
 from tinytrain.device.boards import Board, get_board
+
+#: -icount shift: 2^7 = 128 virtual ns per instruction, coarser than every emulated board's timer
+#: tick (tt_port.h, tt_qemu_instructions; firmware/include/tt_port.h's TT_QEMU_ICOUNT_SHIFT)
+ICOUNT_SHIFT = 7
 
 __all__ = ["Emulator", "EmulatorError", "qemu_command", "find_qemu", "kill_all"]
 
@@ -111,7 +118,7 @@ def qemu_command(board: str | Board, elf: str | Path, port: int, *, icount: bool
            "-semihosting-config", "enable=on,target=native",
            "-kernel", str(elf)]
     if icount:
-        cmd[1:1] = ["-icount", "shift=0"]
+        cmd[1:1] = ["-icount", f"shift={ICOUNT_SHIFT}"]
     return cmd + list(extra_args)
 
 

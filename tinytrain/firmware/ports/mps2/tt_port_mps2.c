@@ -6,12 +6,11 @@
  * TT_BOARD_MPS2_AN505 from the platform's builder: the core runs in Secure state, so UART0 and
  * timer 0 are used through their Secure aliases 0x50200000 and 0x50000000; SYSCLK 20 MHz).
  *
- * Instruction counting: QEMU is run with `-icount shift=0`, so its virtual clock advances exactly
- * 1 ns per guest instruction. Timer 0 is clocked from SYSCLK, i.e. it ticks once every
- * 10^9 / SYSCLK virtual ns = instructions (40 on AN385/6/500, 50 on AN505). tt_port_cycles()
- * returns ticks * that: the number of instructions executed since tt_port_init(), deterministic
- * from run to run, with a resolution of one tick (a difference of two readings is exact to within
- * one tick). tests/test_boards_qemu.py checks the scale against a loop of known length. */
+ * Instruction counting: QEMU is run with `-icount shift=7` (128 virtual ns per guest instruction).
+ * Timer 0 is clocked from SYSCLK, one tick every 10^9 / SYSCLK ns (40 on AN385/6/500, 50 on
+ * AN505), finer than an instruction: tt_port_cycles() turns its ticks into the exact number of
+ * instructions executed since tt_port_init() (tt_qemu_instructions in tt_port.h), deterministic
+ * from run to run. tests/test_boards_qemu.py checks it against a loop of known length. */
 #include <stdint.h>
 
 #include "tt_port.h"
@@ -27,7 +26,7 @@
 #define MPS2_UART0_BASE 0x40004000u
 #define MPS2_TIMER0_BASE 0x40000000u
 #endif
-#define NS_PER_TICK (1000000000u / MPS2_SYSCLK_HZ) /* = instructions per tick at shift=0 */
+#define NS_PER_TICK (1000000000u / MPS2_SYSCLK_HZ)
 #define TT_BAUD 115200u
 
 /* CMSDK APB UART (ARM DDI 0479C, 4.3) */
@@ -88,16 +87,17 @@ int tt_port_getc(void)
     return c;
 }
 
+static uint32_t last_ticks, tick_wraps;
+
 uint32_t tt_port_cycles(void)
 {
-    /* elapsed ticks modulo 2^32; the product wraps modulo 2^32 consistently with it */
-    uint32_t ticks = 0xFFFFFFFFu - TIMER0->VALUE;
-    return ticks * NS_PER_TICK;
+    /* elapsed ticks modulo 2^32 (the timer counts down from 0xFFFFFFFF) */
+    return tt_qemu_instructions(0xFFFFFFFFu - TIMER0->VALUE, NS_PER_TICK, &last_ticks, &tick_wraps);
 }
 
 uint32_t tt_port_cycles_resolution(void)
 {
-    return NS_PER_TICK;
+    return 1;
 }
 
 /* ARM semihosting, SYS_EXIT_EXTENDED (0x20): QEMU exits with `code` when started with

@@ -87,7 +87,7 @@ AlwaysBuild(target_size)
 # "upload" on an emulated board = run it in QEMU, UART0 on this terminal (Ctrl-A X quits QEMU).
 qemu_cmd = " ".join([
     "qemu-system-arm", "-machine", board.get("build.qemu_machine"), "-nographic",
-    "-icount", "shift=0", "-semihosting-config", "enable=on,target=native",
+    "-icount", "shift=7", "-semihosting-config", "enable=on,target=native",
     "-serial", "mon:stdio", "-kernel", "$SOURCE",
 ])
 upload = env.Alias("upload", target_elf, env.VerboseAction(qemu_cmd, "Running $SOURCE in QEMU"))
