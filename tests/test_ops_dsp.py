@@ -730,7 +730,7 @@ def dense_acc_case(draw):
         w = np.where(rng.random((N, K)) < 0.8, rng.integers(-16384, 16384, (N, K)), rng.choice(W_EDGES, (N, K))).astype(np.int16)
     b = big(draw(st.sampled_from([10, 31])), N)
     m_t = draw(st.sampled_from([0, 1, 26214, 32767]) | st.integers(0, 32767))
-    s = draw(st.integers(-3, 33))  # ew + k - (ee + ex) - G
+    s = draw(st.integers(-3, 33) | st.integers(-34, -4))  # ew + k - (ee + ex) - G (left shifts: int32 masters)
     sb = draw(st.integers(-16, 33))
     mk = draw(st.integers(1, 31))
     mu = draw(st.integers(1, 2**mk - 1) | st.sampled_from([2 ** (mk - 1), 2 ** (mk - 1) - 1]))

@@ -533,8 +533,8 @@ static int32_t sgd_mom_ok(const tt_sgd_step *u, int32_t *Ms, int32_t *VM)
 /* sgd_mom_s16_body's rule on an int32 tensor (a bias, or an int32 master with its int16 copy when
  * copy != NULL), one element at a time: w = sat32(w - round(vv / 2^8)) (round: (vv >> 8) + bit 7,
  * no overflow), the saturation seen from the wrapped difference's sign (as tt_sgd_dense_bias). */
-static inline uint32_t sgd_mom_s32(int32_t *w, int16_t *copy, int32_t *A, int32_t *V, int32_t n,
-                                   const int32_t *g, int32_t M, int32_t c1, int32_t Ms, int32_t VM)
+static uint32_t sgd_mom_s32(int32_t *w, int16_t *copy, int32_t *A, int32_t *V, int32_t n,
+                            const int32_t *g, int32_t M, int32_t c1, int32_t Ms, int32_t VM)
 {
     uint32_t nsat = 0;
     int32_t i;
@@ -789,12 +789,12 @@ static void sgd_dense_acc_bias(const tt_sgd_step *u, int32_t *b, int32_t *A, int
 
 /* The per-sample accumulate of a Dense layer without a gradient buffer: tt_sgd_accumulate_s32 of
  * the weights' gradient e[n] x[k] (row-major, rows in chunks: the same draws in the same order)
- * then of the biases' e[n]. For 0 <= m_t < 2^15 and s in [-1, 31], on every target (SMMULR is one
- * SMULL and a carry on Cortex-M3): A = QADD(A, SMMULR(X, A_n)) with the widened inputs and row
- * multipliers of sgd_dense_acc (X A_n = m_t e x 2^(32 - s)); under stochastic rounding (s >= 1:
- * one draw per weight) the step is the high word of X A_n + (r << (32 - s)), as
- * tt_sgd_accumulate_fast's (floor((m_t g + (r mod 2^s)) / 2^s), tt_rshift_stoch_s64); for s <= 0
- * nothing is drawn and the step is the exact left shift either way. */
+ * then of the biases' e[n]. For 0 <= m_t < 2^15, on every target: s in [-32, 0] (no draws), the
+ * exact left shift row by row; s in [1, 31], A = QADD(A, SMMULR(X, A_n)) with the widened inputs
+ * and row multipliers of sgd_dense_acc (X A_n = m_t e x 2^(32 - s); SMMULR is one SMULL and a
+ * carry on Cortex-M3), and under stochastic rounding (one draw per weight) the high word of
+ * X A_n + (r << (32 - s)), as tt_sgd_accumulate_fast's (floor((m_t g + (r mod 2^s)) / 2^s),
+ * tt_rshift_stoch_s64). */
 void tt_sgd_dense_accumulate_s32(const tt_sgd_step *u, const tt_sgd_dense_accum_params *p, const int8_t *e,
                                  int32_t ee, const int8_t *x, int32_t ex)
 {
@@ -802,8 +802,25 @@ void tt_sgd_dense_accumulate_s32(const tt_sgd_step *u, const tt_sgd_dense_accum_
     int32_t g[TT_SGD_ACC_CHUNK], k0, n, j;
     if (p->wa) {
         const int32_t s = p->ew + u->cfg->k - (ee + ex) - TT_SGD_GUARD_BITS;
-        if (u->m_t >= 0 && u->m_t < 32768 && s >= -1 && s <= 31) {
-            const int32_t sr = u->cfg->sr && s >= 1, sl = 32 - s;
+        if (u->m_t >= 0 && u->m_t < 32768 && s <= 0 && s >= -32) {
+            /* left shifts (an int32 master's accumulators; no draws): A = sat32(A + p x 2^t), t = -s,
+             * p = m_t e[n] (|p x| < 2^29: exact in int64, no saturation in shift); in 32 bits by QADD
+             * when the row's |p| 2^(7 + t) < 2^31 */
+            const int32_t t = -s;
+            for (n = 0; n < N; n++) {
+                const int32_t pn = u->m_t * (int32_t)e[n];
+                const uint32_t up = (uint32_t)(pn < 0 ? -pn : pn);
+                int32_t *A = p->wa + n * K;
+                if (pn == 0) continue;
+                if (tt_bitwidth_u64(up) + 7 + t <= 30) {
+                    const int32_t pt = pn * ((int32_t)1 << t);
+                    for (j = 0; j < K; j++) A[j] = tt_qadd(A[j], pt * (int32_t)x[j]);
+                } else {
+                    for (j = 0; j < K; j++) A[j] = tt_sat_s32((int64_t)A[j] + (int64_t)(pn * (int32_t)x[j]) * ((int64_t)1 << t));
+                }
+            }
+        } else if (u->m_t >= 0 && u->m_t < 32768 && s >= 1 && s <= 31) {
+            const int32_t sr = u->cfg->sr, sl = 32 - s;
             uint32_t r = *u->prng;
             int32_t sh;
             if (!sr) {
