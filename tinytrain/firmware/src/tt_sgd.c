@@ -389,7 +389,7 @@ static int32_t sgd_apply_fast(const tt_sgd_step *u, int16_t *w16, int32_t *w32, 
 __attribute__((always_inline))
 #endif
 static inline uint32_t sgd_apply_s32_wd_body(int32_t *w, int16_t *copy, int32_t *A, int32_t *V, int32_t n, int32_t Ms,
-                                             int32_t vm, int32_t Wd, uint32_t *px, int32_t MU, int32_t SR)
+                                             int32_t vm, int32_t Wd, uint32_t *px, int32_t MU, int32_t SR, int32_t COPY)
 {
     uint32_t x = *px, nsat = 0;
     int32_t i;
@@ -418,7 +418,14 @@ static inline uint32_t sgd_apply_s32_wd_body(int32_t *w, int16_t *copy, int32_t 
             v = d > 0 ? INT32_MIN : INT32_MAX;
         }
         w[i] = v;
-        if (copy) copy[i] = tt_narrow_s16(v);
+        if (COPY) {
+#if TT_HAVE_DSP /* round(v / 2^16) = QADD(v, 2^15) >> 16 (the saturation is the clamp at 32767) */
+            const int32_t c = tt_qadd(v, 1 << 15) >> 16;
+            copy[i] = (int16_t)(c < -TT_S16_MAX ? -TT_S16_MAX : c);
+#else
+            copy[i] = tt_narrow_s16(v);
+#endif
+        }
     }
     *px = x;
     return nsat;
@@ -441,10 +448,18 @@ static int32_t sgd_apply_s32_wd(const tt_sgd_step *u, int32_t *w, int16_t *copy,
     Mu = mu ? (uint32_t)mu << (32 - mk) : 0;
     Ms = Mu >> 31 ? (int32_t)(Mu & 0x7fffffffu) + INT32_MIN : (int32_t)Mu;
     vm = -(int32_t)(Mu >> 31);
-    if (mu) nsat = o->sr ? sgd_apply_s32_wd_body(w, copy, A, V, n, Ms, vm, Wd, &x, 1, 1)
-                         : sgd_apply_s32_wd_body(w, copy, A, V, n, Ms, vm, Wd, &x, 1, 0);
-    else nsat = o->sr ? sgd_apply_s32_wd_body(w, copy, A, V, n, 0, 0, Wd, &x, 0, 1)
-                      : sgd_apply_s32_wd_body(w, copy, A, V, n, 0, 0, Wd, &x, 0, 0);
+#define TT_WD(M, S, C) nsat = sgd_apply_s32_wd_body(w, copy, A, V, n, Ms, vm, Wd, &x, M, S, C)
+    switch ((mu ? 4 : 0) | (o->sr ? 2 : 0) | (copy ? 1 : 0)) {
+    case 0: TT_WD(0, 0, 0); break;
+    case 1: TT_WD(0, 0, 1); break;
+    case 2: TT_WD(0, 1, 0); break;
+    case 3: TT_WD(0, 1, 1); break;
+    case 4: TT_WD(1, 0, 0); break;
+    case 5: TT_WD(1, 0, 1); break;
+    case 6: TT_WD(1, 1, 0); break;
+    default: TT_WD(1, 1, 1); break;
+    }
+#undef TT_WD
     if (o->sr) *u->prng = x;
     u->stats->saturated += nsat;
     return 1;
@@ -815,6 +830,12 @@ void tt_sgd_dense_accumulate_s32(const tt_sgd_step *u, const tt_sgd_dense_accum_
                 if (tt_bitwidth_u64(up) + 7 + t <= 30) {
                     const int32_t pt = pn * ((int32_t)1 << t);
                     for (j = 0; j < K; j++) A[j] = tt_qadd(A[j], pt * (int32_t)x[j]);
+                } else if (t <= 30) { /* A + (p x) T by one SMLAL, T = 2^t an int32 */
+                    const int32_t T = (int32_t)1 << t;
+                    for (j = 0; j < K; j++) {
+                        const int64_t r = (int64_t)A[j] + (int64_t)(pn * (int32_t)x[j]) * T;
+                        A[j] = (int32_t)r == r ? (int32_t)r : r < 0 ? INT32_MIN : INT32_MAX;
+                    }
                 } else {
                     for (j = 0; j < K; j++) A[j] = tt_sat_s32((int64_t)A[j] + (int64_t)(pn * (int32_t)x[j]) * ((int64_t)1 << t));
                 }
