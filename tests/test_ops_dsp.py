@@ -730,7 +730,7 @@ def dense_acc_case(draw):
         w = np.where(rng.random((N, K)) < 0.8, rng.integers(-16384, 16384, (N, K)), rng.choice(W_EDGES, (N, K))).astype(np.int16)
     b = big(draw(st.sampled_from([10, 31])), N)
     m_t = draw(st.sampled_from([0, 1, 26214, 32767]) | st.integers(0, 32767))
-    s = draw(st.integers(-3, 33))  # ew + k - (ee + ex) - G
+    s = draw(st.integers(-3, 33) | st.integers(-34, -4))  # ew + k - (ee + ex) - G (left shifts: int32 masters)
     sb = draw(st.integers(-16, 33))
     mk = draw(st.integers(1, 31))
     mu = draw(st.integers(1, 2**mk - 1) | st.sampled_from([2 ** (mk - 1), 2 ** (mk - 1) - 1]))
@@ -917,3 +917,61 @@ def test_dense_accumulate_equals_reference(clib, dsplib, case, sr):
         lib.tt_sgd_dense_accumulate_s32(u, p, c_i8(ffi, e), ee, c_i8(ffi, x), ex)
         assert np.array_equal(A2, Ar), f"first difference at {np.argwhere(A2 != Ar)[0]}"
         assert np.array_equal(bA2, bAr) and prng[0] == prng_r[0]
+
+
+@st.composite
+def apply_s32_copy_case(draw):
+    """The end-of-batch apply of an int32 master with its int16 copy (tt_sgd_apply_accumulated_s32_copy):
+    drawn n (odd sizes), accumulators and velocities up to the int32 limits, masters anywhere in int32
+    or at its limits, momentum on or off (multipliers on both sides of 2^(mu_k - 1)), decay multipliers
+    and shifts on both sides of the 32-bit path's wd_k - G in [1, 32] with wd_m 2^(32 - s) < 2^31,
+    stochastic rounding on or off, batch 1 or 4."""
+    n = draw(st.sampled_from([1, 2, 3, 7, 64, 131]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    big = lambda b: rng.integers(-(2**b), 2**b, n, endpoint=True).clip(-(2**31), 2**31 - 1).astype(np.int32)  # noqa: E731
+    A, V = big(draw(st.sampled_from([0, 14, 26, 31]))), big(draw(st.sampled_from([0, 14, 26, 31])))
+    edge = np.array([-(2**31), -(2**31) + 1, -(2**31) + 200, 2**31 - 200, 2**31 - 1, 0, -1, 32767, -32768], np.int64)
+    w = np.where(rng.random(n) < 0.5, rng.integers(-(2**31), 2**31, n), rng.choice(edge, n)).astype(np.int32)
+    mk = draw(st.integers(1, 31))
+    mu = draw(st.just(0) | st.integers(1, 2**mk - 1) | st.sampled_from([2 ** (mk - 1), 2 ** (mk - 1) - 1]))
+    wk = draw(st.integers(0, 45))
+    wm = draw(st.sampled_from([0, 1, 26844, 32767]) | st.integers(0, 32767))
+    return A, V, w, (mu, mk), (wm, wk), draw(st.integers(0, 1)), draw(st.sampled_from([1, 1, 1, 4]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(apply_s32_copy_case())
+def test_apply_accumulated_s32_copy_equals_reference(clib, dsplib, case):
+    """tt_sgd_apply_accumulated_s32_copy (the 32-bit SMMULR decay path with momentum and stochastic
+    rounding, fused with the copy's refresh; the generic paths otherwise) on the DSP and portable
+    builds == apply_accumulated_ref then tt_sgd_refresh_copy's rule: masters, copy, accumulators,
+    velocities, saturations, PRNG state; and == tt_sgd_apply_accumulated_s32 + tt_sgd_refresh_copy."""
+    from tinytrain.graph.optim import IntSGD, apply_accumulated_ref
+
+    A, V, w, mu, wd, sr, batch = case
+    ib = (16384, 16) if batch > 1 else (0, 0)
+    opt = IntSGD(m=983, k=20, mu_m=mu[0], mu_k=mu[1], wd_m=wd[0], wd_k=wd[1], ib_m=ib[0], ib_k=ib[1],
+                 batch_size=batch, schedule=0, gamma_q15=32768, step_size=1, total_steps=1,
+                 cosine=np.zeros(65, np.int32), sr=bool(sr), master=True)
+    Ar, Vr, wr, prng_r = A.copy(), V.copy(), w.copy(), [987654321]
+    nr = apply_accumulated_ref(wr, Ar, Vr if mu[0] else None, opt, prng_r)
+    want_copy = np.clip(((wr.astype(np.int64) >> 15) + 1) >> 1, -32767, 32767).astype(np.int16)
+    for ffi, lib in (dsplib, clib):
+        for fused in (True, False):
+            A2, V2, w2, cp = A.copy(), V.copy(), w.copy(), np.full(w.size, 7, np.int16)
+            cos = ffi.new("int32_t[65]")
+            o = ffi.new("tt_sgd *", {"m": 983, "k": 20, "mu_m": mu[0], "mu_k": mu[1], "wd_m": wd[0], "wd_k": wd[1],
+                                     "ib_m": ib[0], "ib_k": ib[1], "batch_size": batch, "sr": sr, "cosine": cos})
+            prng, st_c = ffi.new("uint32_t *", 987654321), ffi.new("tt_stats *")
+            u = ffi.new("tt_sgd_step *", {"cfg": o, "m_t": 983, "prng": prng, "stats": st_c})
+            Vp = c_i32(ffi, V2) if mu[0] else ffi.NULL
+            if fused:
+                lib.tt_sgd_apply_accumulated_s32_copy(u, c_i32(ffi, w2), c_i16(ffi, cp), c_i32(ffi, A2), Vp, w.size)
+            else:
+                lib.tt_sgd_apply_accumulated_s32(u, c_i32(ffi, w2), c_i32(ffi, A2), Vp, w.size)
+                lib.tt_sgd_refresh_copy(c_i32(ffi, w2), c_i16(ffi, cp), w.size)
+            assert np.array_equal(w2, wr), f"first difference at {np.argwhere(w2 != wr)[0]}"
+            assert np.array_equal(cp, want_copy) and np.array_equal(A2, Ar)
+            assert st_c.saturated == nr and prng[0] == prng_r[0]
+            if mu[0]:
+                assert np.array_equal(V2, Vr)

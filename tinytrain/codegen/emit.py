@@ -201,16 +201,15 @@ class Emitter:
 
     def _fuses_dense_accum(self, li) -> bool:
         """Accumulate mode: a Dense layer's per-sample accumulate forms its gradient as it goes
-        (tt_sgd_dense_accumulate_s32) when no learning tensor is pruned or blocked, without
-        stochastic rounding (with it the C takes row chunks through tt_sgd_accumulate_s32, which on
-        M4 cost more than the gradient buffer they save: "all" 157k instructions per step against
-        153k); the end-of-batch apply stays where it is."""
+        (tt_sgd_dense_accumulate_s32) when no learning tensor is pruned or blocked (with stochastic
+        rounding too: the draws in the same order, one per weight); the end-of-batch apply stays
+        where it is."""
         m = self.model
         keys = [(li, pi) for pi in (0, 1) if m.learns(li, pi)]
         # not beside a tensor that applies at its backward (_fuses_apply: its apply is skipped at the
         # end of the batch, so an accumulate alone would never be applied; int8 momentum weights
         # with an int32-velocity bias at batch 1 are such a layer)
-        return (m.layer_learns(li) and not m.masks and not m.blocked(li, 0) and not m.opt.sr
+        return (m.layer_learns(li) and not m.masks and not m.blocked(li, 0)
                 and all(k in m.accum and not self._fuses_apply(k) for k in keys))
 
     def _fuses_dense_acc(self, li) -> bool:
@@ -496,9 +495,14 @@ uint32_t {P}_saturations(void);
                     w, t = self._update_target(li, pi)
                     vel = f"{pn}_vel" if key in m.velocity else "0"
                     vw = _VEL_SUFFIX[m.velocity[key].dtype] if key in m.velocity else ""  # int16/int8 momentum
-                    out.append(f"        tt_sgd_apply_accumulated_{t}{vw}(&sgd, {w}, {pn}_acc, {vel}, {p.data.size});")
-                    if key in m.master:
-                        out.append("        " + self._refresh(li, pi))
+                    refresh = self._refresh(li, pi) if key in m.master else ""
+                    if t == "s32" and not vw and refresh == f"tt_sgd_refresh_copy({pn}_master, {pn}, {p.data.size});":
+                        # the apply and the copy's refresh in one pass (same bits as the two calls)
+                        out.append(f"        tt_sgd_apply_accumulated_s32_copy(&sgd, {w}, {pn}, {pn}_acc, {vel}, {p.data.size});")
+                    else:
+                        out.append(f"        tt_sgd_apply_accumulated_{t}{vw}(&sgd, {w}, {pn}_acc, {vel}, {p.data.size});")
+                        if refresh:
+                            out.append("        " + refresh)
                     out += self._prune_apply(key, "        ")
             out += self._prune_step("        ")
             out.append(f"        {meta}[1] += 1;")

@@ -60,6 +60,11 @@ void tt_sgd_apply_accumulated_s16(const tt_sgd_step *u, int16_t *w, int32_t *A, 
 void tt_sgd_apply_accumulated_s32(const tt_sgd_step *u, int32_t *w, int32_t *A, int32_t *V,
                                   int32_t n);
 
+/** tt_sgd_apply_accumulated_s32 then tt_sgd_refresh_copy(w, copy, n), same bits, in one pass where
+ *  a fast path applies (an int32 master and its int16 compute copy). */
+void tt_sgd_apply_accumulated_s32_copy(const tt_sgd_step *u, int32_t *w, int16_t *copy, int32_t *A, int32_t *V,
+                                       int32_t n);
+
 /** Accumulate mode with batch size 1 and no stochastic rounding: tt_sgd_accumulate_s32 and
  *  tt_sgd_apply_accumulated_s16 of one tensor in one pass, same bits (the generated step calls it
  *  at the tensor's backward: no draw or later read depends on when the update happens). */

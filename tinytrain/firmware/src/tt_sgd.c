@@ -24,6 +24,12 @@ static inline int32_t tt_smmulr(int32_t a, int32_t b)
 {
     return (int32_t)(((int64_t)a * b + ((int64_t)1 << 31)) >> 32);
 }
+
+/* c + SMMULR(a, b) mod 2^32 (tt_dsp.h's SMMLAR). */
+static inline int32_t tt_smmlar(int32_t a, int32_t b, int32_t c)
+{
+    return (int32_t)((uint32_t)c + (uint32_t)tt_smmulr(a, b));
+}
 #endif
 
 /* shift(v, s): round (or stochastically round, one PRNG draw) right shift for s > 0,
@@ -372,7 +378,94 @@ static int32_t sgd_apply_fast(const tt_sgd_step *u, int16_t *w16, int32_t *w32, 
     return 1;
 }
 
-static void sgd_apply_accumulated(const tt_sgd_step *u, int16_t *w16, int32_t *w32, int32_t *A,
+/* One specialisation of sgd_apply_s32_wd (MU, SR constants after inlining). The decay term
+ * round(w wd_m / 2^s) is SMMULR(w, Wd), Wd = wd_m 2^(32 - s) (exact: the same floor of
+ * w wd_m 2^(32 - s) + 2^31); the step of uu = vv + decay (an int64 in the reference:
+ * |decay| < 2^31) is floor((uu + R) / 2^8) with R = 2^7, or r mod 2^8 under stochastic rounding,
+ * taken as (vv >> 8) + (decay >> 8) + ((vv mod 2^8 + decay mod 2^8 + R) >> 8) in 32 bits
+ * (|d| < 2^24); w - d saturates to int32 (the wrapped difference's sign, as sgd_mom_s32), and the
+ * copy (or NULL) is refreshed as tt_sgd_refresh_copy. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline uint32_t sgd_apply_s32_wd_body(int32_t *w, int16_t *copy, int32_t *A, int32_t *V, int32_t n, int32_t Ms,
+                                             int32_t vm, int32_t Wd, uint32_t *px, int32_t MU, int32_t SR, int32_t COPY)
+{
+    uint32_t x = *px, nsat = 0;
+    int32_t i;
+    for (i = 0; i < n; i++) {
+        const int32_t wi = w[i], dec = tt_smmulr(wi, Wd);
+        int32_t uu = A[i], d, v;
+        uint32_t R = 1u << (TT_SGD_GUARD_BITS - 1), r;
+        A[i] = 0;
+        if (MU) {
+            const int32_t vi = V[i];
+            uu = tt_qadd(tt_smmulr(vi, Ms) + (vi & vm), uu);
+            V[i] = uu;
+        }
+        if (SR) {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            R = x & 255u;
+        }
+        d = (uu >> TT_SGD_GUARD_BITS) + (dec >> TT_SGD_GUARD_BITS) +
+            (int32_t)((((uint32_t)uu & 255u) + ((uint32_t)dec & 255u) + R) >> TT_SGD_GUARD_BITS);
+        r = (uint32_t)wi - (uint32_t)d;
+        v = (int32_t)r;
+        if ((((uint32_t)wi ^ (uint32_t)d) & ((uint32_t)wi ^ r)) >> 31) {
+            nsat++;
+            v = d > 0 ? INT32_MIN : INT32_MAX;
+        }
+        w[i] = v;
+        if (COPY) {
+#if TT_HAVE_DSP /* round(v / 2^16) = QADD(v, 2^15) >> 16 (the saturation is the clamp at 32767) */
+            const int32_t c = tt_qadd(v, 1 << 15) >> 16;
+            copy[i] = (int16_t)(c < -TT_S16_MAX ? -TT_S16_MAX : c);
+#else
+            copy[i] = tt_narrow_s16(v);
+#endif
+        }
+    }
+    *px = x;
+    return nsat;
+}
+
+/* sgd_apply_accumulated (+ the copy's refresh) of an int32 tensor at batch size 1 with weight
+ * decay whose shift s = wd_k - G is in [1, 32] and wd_m 2^(32 - s) < 2^31, and momentum off or
+ * with 0 < mu_m < 2^mu_k, mu_k in [1, 31] (its multiplier as sgd_apply_body's); returns 0 for any
+ * other configuration. Same steps, one draw per element under stochastic rounding. */
+static int32_t sgd_apply_s32_wd(const tt_sgd_step *u, int32_t *w, int16_t *copy, int32_t *A, int32_t *V, int32_t n)
+{
+    const tt_sgd *o = u->cfg;
+    const int32_t mu = o->mu_m, mk = o->mu_k, wm = o->wd_m, ws = o->wd_k - TT_SGD_GUARD_BITS;
+    uint32_t Mu, x = *u->prng, nsat;
+    int32_t Ms, vm, Wd;
+    if (o->batch_size != 1 || wm <= 0 || ws < 1 || ws > 32 || ((int64_t)wm << (32 - ws)) > INT32_MAX ||
+        (mu && (mu < 0 || mk < 1 || mk > 31 || (int64_t)mu >= ((int64_t)1 << mk))))
+        return 0;
+    Wd = (int32_t)((int64_t)wm << (32 - ws));
+    Mu = mu ? (uint32_t)mu << (32 - mk) : 0;
+    Ms = Mu >> 31 ? (int32_t)(Mu & 0x7fffffffu) + INT32_MIN : (int32_t)Mu;
+    vm = -(int32_t)(Mu >> 31);
+#define TT_WD(M, S, C) nsat = sgd_apply_s32_wd_body(w, copy, A, V, n, Ms, vm, Wd, &x, M, S, C)
+    switch ((mu ? 4 : 0) | (o->sr ? 2 : 0) | (copy ? 1 : 0)) {
+    case 0: TT_WD(0, 0, 0); break;
+    case 1: TT_WD(0, 0, 1); break;
+    case 2: TT_WD(0, 1, 0); break;
+    case 3: TT_WD(0, 1, 1); break;
+    case 4: TT_WD(1, 0, 0); break;
+    case 5: TT_WD(1, 0, 1); break;
+    case 6: TT_WD(1, 1, 0); break;
+    default: TT_WD(1, 1, 1); break;
+    }
+#undef TT_WD
+    if (o->sr) *u->prng = x;
+    u->stats->saturated += nsat;
+    return 1;
+}
+
+static void sgd_apply_accumulated(const tt_sgd_step *u, int16_t *w16, int32_t *w32, int16_t *copy, int32_t *A,
                                   int32_t *V, int32_t n)
 {
     const tt_sgd *o = u->cfg;
@@ -381,7 +474,11 @@ static void sgd_apply_accumulated(const tt_sgd_step *u, int16_t *w16, int32_t *w
     const int64_t lo = w16 ? -TT_S16_MAX : INT32_MIN, hi = w16 ? TT_S16_MAX : INT32_MAX;
     sgd_fuse f = {0, 0, 0, 0, 0, 0};
     int32_t i;
-    if (sgd_apply_fast(u, w16, w32, A, V, n, &f)) return;
+    if (w32 && sgd_apply_s32_wd(u, w32, copy, A, V, n)) return;
+    if (sgd_apply_fast(u, w16, w32, A, V, n, &f)) {
+        if (copy) tt_sgd_refresh_copy(w32, copy, n);
+        return;
+    }
     for (i = 0; i < n; i++) {
         int64_t u = A[i], wi, v, nv;
         if (o->batch_size > 1) u = tt_rshift_round_s64(u * o->ib_m, o->ib_k);
@@ -402,19 +499,97 @@ static void sgd_apply_accumulated(const tt_sgd_step *u, int16_t *w16, int32_t *w
         if (nv != v) st->saturated++;
         if (w16) w16[i] = (int16_t)nv; else w32[i] = (int32_t)nv;
     }
+    if (copy) tt_sgd_refresh_copy(w32, copy, n);
 }
 
 void tt_sgd_apply_accumulated_s16(const tt_sgd_step *u, int16_t *w, int32_t *A, int32_t *V,
                                   int32_t n)
 {
-    sgd_apply_accumulated(u, w, 0, A, V, n);
+    sgd_apply_accumulated(u, w, 0, 0, A, V, n);
 }
 
 void tt_sgd_apply_accumulated_s32(const tt_sgd_step *u, int32_t *w, int32_t *A, int32_t *V,
                                   int32_t n)
 {
-    sgd_apply_accumulated(u, 0, w, A, V, n);
+    sgd_apply_accumulated(u, 0, w, 0, A, V, n);
 }
+
+void tt_sgd_apply_accumulated_s32_copy(const tt_sgd_step *u, int32_t *w, int16_t *copy, int32_t *A, int32_t *V,
+                                       int32_t n)
+{
+    sgd_apply_accumulated(u, 0, w, copy, A, V, n);
+}
+
+/* vv = sat32(round(V mu / 2^mk) + sat32(A + round(m_t g / 2^s))) of one element: the step is
+ * SMMULR(g 2^c1, M) with M = m_t 2^(32 - s - c1) (exact when g 2^c1 fits int32: for every g when
+ * c1 = 0, else its caller has bounded |g|), round(V mu / 2^mk) is SMMULR(V, Ms)
+ * (+ V when VM: Ms = mu 2^(32 - mk) - 2^32, by SMMLAR), as in sgd_apply_body. */
+static inline int32_t sgd_mom_vv(int32_t g, int32_t a, int32_t v, int32_t M, int32_t c1, int32_t Ms, int32_t VM)
+{
+    return tt_qadd(VM ? tt_smmlar(v, Ms, v) : tt_smmulr(v, Ms), tt_qadd(a, tt_smmulr(c1 ? (int32_t)((uint32_t)g << c1) : g, M)));
+}
+
+/* Whether the momentum loops apply to this step's configuration (batch 1, 0 < mu_m < 2^mu_k
+ * with mu_k in [1, 31], no decay, no stochastic rounding, 0 <= m_t < 2^15), and their velocity
+ * multiplier: Ms = mu 2^(32 - mu_k) (- 2^32 when VM, i.e. when that is >= 2^31). */
+static int32_t sgd_mom_ok(const tt_sgd_step *u, int32_t *Ms, int32_t *VM)
+{
+    const tt_sgd *o = u->cfg;
+    uint32_t Mu;
+    if (o->wd_m || o->sr || o->batch_size != 1 || o->mu_m <= 0 || o->mu_k < 1 || o->mu_k > 31 ||
+        (int64_t)o->mu_m >= ((int64_t)1 << o->mu_k) || u->m_t < 0 || u->m_t >= 32768)
+        return 0;
+    Mu = (uint32_t)o->mu_m << (32 - o->mu_k);
+    *VM = (int32_t)(Mu >> 31);
+    *Ms = *VM ? (int32_t)(Mu & 0x7fffffffu) + INT32_MIN : (int32_t)Mu;
+    return 1;
+}
+
+/* sgd_mom_s16_body's rule on an int32 tensor (a bias, or an int32 master with its int16 copy when
+ * copy != NULL), one element at a time: w = sat32(w - round(vv / 2^8)) (round: (vv >> 8) + bit 7,
+ * no overflow), the saturation seen from the wrapped difference's sign (as tt_sgd_dense_bias). */
+static uint32_t sgd_mom_s32(int32_t *w, int16_t *copy, int32_t *A, int32_t *V, int32_t n,
+                            const int32_t *g, int32_t M, int32_t c1, int32_t Ms, int32_t VM)
+{
+    uint32_t nsat = 0;
+    int32_t i;
+    for (i = 0; i < n; i++) {
+        const int32_t vv = sgd_mom_vv(g[i], A[i], V[i], M, c1, Ms, VM);
+        const int32_t d = (vv >> TT_SGD_GUARD_BITS) + ((vv >> (TT_SGD_GUARD_BITS - 1)) & 1);
+        const uint32_t wi = (uint32_t)w[i], r = wi - (uint32_t)d;
+        int32_t v = (int32_t)r;
+        A[i] = 0;
+        V[i] = vv;
+        if (((wi ^ (uint32_t)d) & (wi ^ r)) >> 31) {
+            nsat++;
+            v = d > 0 ? INT32_MIN : INT32_MAX;
+        }
+        w[i] = v;
+        if (copy) copy[i] = tt_narrow_s16(v);
+    }
+    return nsat;
+}
+
+#if !TT_HAVE_DSP
+/* sgd_mom_s16_body's rule, one element at a time (the portable build's Dense momentum rows):
+ * w = w - round(vv / 2^8) ((vv >> 8) + bit 7: no overflow, |d| <= 2^23) saturating to
+ * [-32767, 32767]. */
+static inline uint32_t sgd_mom_s16(int16_t *w, int32_t *A, int32_t *V, int32_t n, const int32_t *g, int32_t M,
+                                   int32_t Ms, int32_t VM)
+{
+    uint32_t nsat = 0;
+    int32_t i;
+    for (i = 0; i < n; i++) {
+        const int32_t vv = sgd_mom_vv(g[i], A[i], V[i], M, 0, Ms, VM);
+        int32_t v = w[i] - ((vv >> TT_SGD_GUARD_BITS) + ((vv >> (TT_SGD_GUARD_BITS - 1)) & 1));
+        A[i] = 0;
+        V[i] = vv;
+        if ((uint32_t)(v + TT_S16_MAX) > 2u * TT_S16_MAX) { nsat++; v = v > 0 ? TT_S16_MAX : -TT_S16_MAX; }
+        w[i] = (int16_t)v;
+    }
+    return nsat;
+}
+#endif
 
 #if TT_HAVE_DSP
 /* One element of sgd_mom_s16_dsp, scalar: w - round(vv / 2^8) from t = sat32(vv + 2^7) (the
@@ -427,15 +602,6 @@ static inline uint32_t sgd_mom_w1(int16_t *w, int32_t wi, int32_t t)
     if (hit) v = v > 0 ? TT_S16_MAX : -TT_S16_MAX;
     *w = (int16_t)v;
     return hit;
-}
-
-/* vv = sat32(round(V mu / 2^mk) + sat32(A + round(m_t g / 2^s))) of one element: the step is
- * SMMULR(g 2^c1, M) with M = m_t 2^(32 - s - c1) (exact when g 2^c1 fits int32: for every g when
- * c1 = 0, else its caller has bounded |g|), round(V mu / 2^mk) is SMMULR(V, Ms)
- * (+ V when VM: Ms = mu 2^(32 - mk) - 2^32, by SMMLAR), as in sgd_apply_body. */
-static inline int32_t sgd_mom_vv(int32_t g, int32_t a, int32_t v, int32_t M, int32_t c1, int32_t Ms, int32_t VM)
-{
-    return tt_qadd(VM ? tt_smmlar(v, Ms, v) : tt_smmulr(v, Ms), tt_qadd(a, tt_smmulr(c1 ? (int32_t)((uint32_t)g << c1) : g, M)));
 }
 
 /* Two elements of sgd_mom_s16_body: g by LDRD (*gp advanced), A and V by LDRD, then A = 0 and
@@ -507,31 +673,6 @@ static inline uint32_t sgd_mom_s16_body(int16_t *w, int32_t *A, int32_t *V, int3
     return nsat;
 }
 
-/* sgd_mom_s16_body's rule on an int32 tensor (a bias, or an int32 master with its int16 copy when
- * copy != NULL), one element at a time: w = sat32(w - round(vv / 2^8)) (round: (vv >> 8) + bit 7,
- * no overflow), the saturation seen from the wrapped difference's sign (as tt_sgd_dense_bias). */
-static uint32_t sgd_mom_s32_dsp(int32_t *w, int16_t *copy, int32_t *A, int32_t *V, int32_t n, const int32_t *g,
-                                int32_t M, int32_t c1, int32_t Ms, int32_t VM)
-{
-    uint32_t nsat = 0;
-    int32_t i;
-    for (i = 0; i < n; i++) {
-        const int32_t vv = sgd_mom_vv(g[i], A[i], V[i], M, c1, Ms, VM);
-        const int32_t d = (vv >> TT_SGD_GUARD_BITS) + ((vv >> (TT_SGD_GUARD_BITS - 1)) & 1);
-        const uint32_t wi = (uint32_t)w[i], r = wi - (uint32_t)d;
-        int32_t v = (int32_t)r;
-        A[i] = 0;
-        V[i] = vv;
-        if (((wi ^ (uint32_t)d) & (wi ^ r)) >> 31) {
-            nsat++;
-            v = d > 0 ? INT32_MIN : INT32_MAX;
-        }
-        w[i] = v;
-        if (copy) copy[i] = tt_narrow_s16(v);
-    }
-    return nsat;
-}
-
 /* sgd_mom_s16_body with VM (mu 2^(32 - mk) >= 2^31) and c1 > 0 constants. */
 static uint32_t sgd_mom_s16_dsp(int16_t *w, int32_t *A, int32_t *V, int32_t n, const int32_t *g, int32_t M,
                                 int32_t c1, int32_t Ms, int32_t VM)
@@ -540,21 +681,7 @@ static uint32_t sgd_mom_s16_dsp(int16_t *w, int32_t *A, int32_t *V, int32_t n, c
     return VM ? sgd_mom_s16_body(w, A, V, n, g, M, 0, Ms, 1) : sgd_mom_s16_body(w, A, V, n, g, M, 0, Ms, 0);
 }
 
-/* Whether the momentum loops above apply to this step's configuration (batch 1, 0 < mu_m < 2^mu_k
- * with mu_k in [1, 31], no decay, no stochastic rounding, 0 <= m_t < 2^15), and their velocity
- * multiplier: Ms = mu 2^(32 - mu_k) (- 2^32 when VM, i.e. when that is >= 2^31). */
-static int32_t sgd_mom_ok(const tt_sgd_step *u, int32_t *Ms, int32_t *VM)
-{
-    const tt_sgd *o = u->cfg;
-    uint32_t Mu;
-    if (o->wd_m || o->sr || o->batch_size != 1 || o->mu_m <= 0 || o->mu_k < 1 || o->mu_k > 31 ||
-        (int64_t)o->mu_m >= ((int64_t)1 << o->mu_k) || u->m_t < 0 || u->m_t >= 32768)
-        return 0;
-    Mu = (uint32_t)o->mu_m << (32 - o->mu_k);
-    *VM = (int32_t)(Mu >> 31);
-    *Ms = *VM ? (int32_t)(Mu & 0x7fffffffu) + INT32_MIN : (int32_t)Mu;
-    return 1;
-}
+
 #endif
 
 /* accumulate + apply (+ refresh) of one tensor in one pass when the accumulate is
@@ -577,8 +704,8 @@ static void sgd_accumulate_apply(const tt_sgd_step *u, int16_t *w16, int32_t *w3
         if (c1) for (i = 0; i < n; i++) b |= (uint32_t)(g[i] ^ (g[i] >> 31));
         if (tt_bitwidth_u64(b) + c1 <= 31) {
             if (w16) u->stats->saturated += sgd_mom_s16_dsp(w16, A, V, n, g, M, c1, Ms, VM);
-            else if (VM) u->stats->saturated += sgd_mom_s32_dsp(w32, copy, A, V, n, g, M, c1, Ms, 1);
-            else u->stats->saturated += sgd_mom_s32_dsp(w32, copy, A, V, n, g, M, c1, Ms, 0);
+            else if (VM) u->stats->saturated += sgd_mom_s32(w32, copy, A, V, n, g, M, c1, Ms, 1);
+            else u->stats->saturated += sgd_mom_s32(w32, copy, A, V, n, g, M, c1, Ms, 0);
             return;
         }
     }
@@ -598,8 +725,7 @@ static void sgd_accumulate_apply(const tt_sgd_step *u, int16_t *w16, int32_t *w3
         }
     }
     tt_sgd_accumulate_s32(u, A, n, ew, g, eg);
-    sgd_apply_accumulated(u, w16, w32, A, V, n);
-    if (copy) tt_sgd_refresh_copy(w32, copy, n);
+    sgd_apply_accumulated(u, w16, w32, copy, A, V, n);
 }
 
 void tt_sgd_accumulate_apply_s16(const tt_sgd_step *u, int16_t *w, int32_t *A, int32_t *V, int32_t n,
@@ -620,17 +746,17 @@ void tt_sgd_accumulate_apply_s32(const tt_sgd_step *u, int32_t *w, int16_t *copy
 /* The Dense layer's sgd_accumulate_apply without a gradient buffer: weights w16 (or w32 with its
  * copy) row by row in chunks of the gradient g[n][k] = e[n] x[k], then the biases from e: the same
  * element rule on every element, so the same bits as the whole-tensor calls (no draws: batch 1, no
- * stochastic rounding). DSP, int16 weights, momentum: per chunk of inputs X = x 2^c and per row
- * An = m_t e[n] 2^(32 - s - c) (c = max(0, 23 - s): |An| < 2^31, |X| <= 2^31), the step
- * SMMULR(X, An) = round(m_t e x / 2^s) exactly (a left shift for s <= 0) in sgd_mom_s16_body. */
+ * stochastic rounding). Momentum (sgd_mom_ok), on every target: per chunk of inputs X = x 2^c and
+ * per row An = m_t e[n] 2^(32 - s - c) (c = max(0, 23 - s): |An| < 2^31, |X| <= 2^31), the step
+ * SMMULR(X, An) = round(m_t e x / 2^s) exactly (a left shift for s <= 0), in sgd_mom_s16_body
+ * (DSP, int16), sgd_mom_s16 (portable, int16) or sgd_mom_s32 (int32 master and its copy). */
 static void sgd_dense_acc(const tt_sgd_step *u, int16_t *w16, int32_t *w32, int16_t *copy, int32_t *A, int32_t *V,
                           int32_t ew, const int8_t *e, int32_t ee, const int8_t *x, int32_t ex, int32_t K, int32_t N)
 {
     int32_t g[TT_SGD_ACC_CHUNK], k0, n, j;
-#if TT_HAVE_DSP
     const int32_t s = ew + u->cfg->k - (ee + ex) - TT_SGD_GUARD_BITS;
     int32_t Ms, VM;
-    if (w16 && V && s >= -1 && s <= 31 && sgd_mom_ok(u, &Ms, &VM)) {
+    if (V && s >= -1 && s <= 31 && sgd_mom_ok(u, &Ms, &VM)) {
         uint32_t nsat = 0;
         int32_t sh;
         for (k0 = 0; k0 < K; k0 += TT_SGD_ACC_CHUNK) {
@@ -638,13 +764,22 @@ static void sgd_dense_acc(const tt_sgd_step *u, int16_t *w16, int32_t *w32, int1
             sh = tt_sgd_widen_x(x + k0, len, s, g);
             for (n = 0; n < N; n++) {
                 const int32_t o = n * K + k0, An = tt_sgd_row_mult(u->m_t, e[n], sh);
-                nsat += sgd_mom_s16_dsp(w16 + o, A + o, V + o, len, g, An, 0, Ms, VM);
+                if (w16) {
+#if TT_HAVE_DSP
+                    nsat += sgd_mom_s16_dsp(w16 + o, A + o, V + o, len, g, An, 0, Ms, VM);
+#else
+                    nsat += VM ? sgd_mom_s16(w16 + o, A + o, V + o, len, g, An, Ms, 1)
+                               : sgd_mom_s16(w16 + o, A + o, V + o, len, g, An, Ms, 0);
+#endif
+                } else {
+                    nsat += VM ? sgd_mom_s32(w32 + o, copy ? copy + o : 0, A + o, V + o, len, g, An, 0, Ms, 1)
+                               : sgd_mom_s32(w32 + o, copy ? copy + o : 0, A + o, V + o, len, g, An, 0, Ms, 0);
+                }
             }
         }
         u->stats->saturated += nsat;
         return;
     }
-#endif
     for (n = 0; n < N; n++) {
         for (k0 = 0; k0 < K; k0 += TT_SGD_ACC_CHUNK) {
             const int32_t len = K - k0 < TT_SGD_ACC_CHUNK ? K - k0 : TT_SGD_ACC_CHUNK, o = n * K + k0;
@@ -669,34 +804,83 @@ static void sgd_dense_acc_bias(const tt_sgd_step *u, int32_t *b, int32_t *A, int
 
 /* The per-sample accumulate of a Dense layer without a gradient buffer: tt_sgd_accumulate_s32 of
  * the weights' gradient e[n] x[k] (row-major, rows in chunks: the same draws in the same order)
- * then of the biases' e[n]. DSP without stochastic rounding: A = QADD(A, SMMULR(X, A_n)) with the
- * widened inputs and row multipliers of sgd_dense_acc. */
+ * then of the biases' e[n]. For 0 <= m_t < 2^15, on every target: s in [-32, 0] (no draws), the
+ * exact left shift row by row; s in [1, 31], A = QADD(A, SMMULR(X, A_n)) with the widened inputs
+ * and row multipliers of sgd_dense_acc (X A_n = m_t e x 2^(32 - s); SMMULR is one SMULL and a
+ * carry on Cortex-M3), and under stochastic rounding (one draw per weight) the high word of
+ * X A_n + (r << (32 - s)), as tt_sgd_accumulate_fast's (floor((m_t g + (r mod 2^s)) / 2^s),
+ * tt_rshift_stoch_s64). */
 void tt_sgd_dense_accumulate_s32(const tt_sgd_step *u, const tt_sgd_dense_accum_params *p, const int8_t *e,
                                  int32_t ee, const int8_t *x, int32_t ex)
 {
     const int32_t K = p->K, N = p->N;
     int32_t g[TT_SGD_ACC_CHUNK], k0, n, j;
     if (p->wa) {
-#if TT_HAVE_DSP
         const int32_t s = p->ew + u->cfg->k - (ee + ex) - TT_SGD_GUARD_BITS;
-        if (!u->cfg->sr && u->m_t >= 0 && u->m_t < 32768 && s >= -1 && s <= 31) {
-            int32_t sh;
-                        for (k0 = 0; k0 < K; k0 += TT_SGD_ACC_CHUNK) {
-                const int32_t len = K - k0 < TT_SGD_ACC_CHUNK ? K - k0 : TT_SGD_ACC_CHUNK;
-                sh = tt_sgd_widen_x(x + k0, len, s, g);
-                for (n = 0; n < N; n++) {
-                    const int32_t An = tt_sgd_row_mult(u->m_t, e[n], sh);
-                    int32_t *A = p->wa + n * K + k0;
-                    for (j = 0; j < len; j++) A[j] = tt_qadd(A[j], tt_smmulr(g[j], An));
+        if (u->m_t >= 0 && u->m_t < 32768 && s <= 0 && s >= -32) {
+            /* left shifts (an int32 master's accumulators; no draws): A = sat32(A + p x 2^t), t = -s,
+             * p = m_t e[n] (|p x| < 2^29: exact in int64, no saturation in shift); in 32 bits by QADD
+             * when the row's |p| 2^(7 + t) < 2^31 */
+            const int32_t t = -s;
+            for (n = 0; n < N; n++) {
+                const int32_t pn = u->m_t * (int32_t)e[n];
+                const uint32_t up = (uint32_t)(pn < 0 ? -pn : pn);
+                int32_t *A = p->wa + n * K;
+                if (pn == 0) continue;
+                if (tt_bitwidth_u64(up) + 7 + t <= 30) {
+                    const int32_t pt = pn * ((int32_t)1 << t);
+                    for (j = 0; j < K; j++) A[j] = tt_qadd(A[j], pt * (int32_t)x[j]);
+                } else if (t <= 30) { /* A + (p x) T by one SMLAL, T = 2^t an int32 */
+                    const int32_t T = (int32_t)1 << t;
+                    for (j = 0; j < K; j++) {
+                        const int64_t r = (int64_t)A[j] + (int64_t)(pn * (int32_t)x[j]) * T;
+                        A[j] = (int32_t)r == r ? (int32_t)r : r < 0 ? INT32_MIN : INT32_MAX;
+                    }
+                } else {
+                    for (j = 0; j < K; j++) A[j] = tt_sat_s32((int64_t)A[j] + (int64_t)(pn * (int32_t)x[j]) * ((int64_t)1 << t));
                 }
             }
-        } else
-#endif
-        for (n = 0; n < N; n++) {
-            for (k0 = 0; k0 < K; k0 += TT_SGD_ACC_CHUNK) {
-                const int32_t len = K - k0 < TT_SGD_ACC_CHUNK ? K - k0 : TT_SGD_ACC_CHUNK;
-                for (j = 0; j < len; j++) g[j] = (int32_t)e[n] * (int32_t)x[k0 + j];
-                tt_sgd_accumulate_s32(u, p->wa + n * K + k0, len, p->ew, g, ee + ex);
+        } else if (u->m_t >= 0 && u->m_t < 32768 && s >= 1 && s <= 31) {
+            const int32_t sr = u->cfg->sr, sl = 32 - s;
+            uint32_t r = *u->prng;
+            int32_t sh;
+            if (!sr) {
+                for (k0 = 0; k0 < K; k0 += TT_SGD_ACC_CHUNK) {
+                    const int32_t len = K - k0 < TT_SGD_ACC_CHUNK ? K - k0 : TT_SGD_ACC_CHUNK;
+                    sh = tt_sgd_widen_x(x + k0, len, s, g);
+                    for (n = 0; n < N; n++) {
+                        const int32_t An = tt_sgd_row_mult(u->m_t, e[n], sh);
+                        int32_t *A = p->wa + n * K + k0;
+                        for (j = 0; j < len; j++) A[j] = tt_qadd(A[j], tt_smmulr(g[j], An));
+                    }
+                }
+            } else {
+                /* rows outer (the draws are row-major): a row of more than one chunk widens
+                 * its chunks again */
+                sh = tt_sgd_widen_x(x, K < TT_SGD_ACC_CHUNK ? K : TT_SGD_ACC_CHUNK, s, g);
+                for (n = 0; n < N; n++) {
+                    for (k0 = 0; k0 < K; k0 += TT_SGD_ACC_CHUNK) {
+                        const int32_t len = K - k0 < TT_SGD_ACC_CHUNK ? K - k0 : TT_SGD_ACC_CHUNK;
+                        const int32_t An = tt_sgd_row_mult(u->m_t, e[n], sh);
+                        int32_t *A = p->wa + n * K + k0;
+                        if (K > TT_SGD_ACC_CHUNK) tt_sgd_widen_x(x + k0, len, s, g);
+                        for (j = 0; j < len; j++) {
+                            r ^= r << 13;
+                            r ^= r >> 17;
+                            r ^= r << 5;
+                            A[j] = tt_qadd(A[j], tt_mulhi_add(g[j], An, r << sl));
+                        }
+                    }
+                }
+                *u->prng = r;
+            }
+        } else {
+            for (n = 0; n < N; n++) {
+                for (k0 = 0; k0 < K; k0 += TT_SGD_ACC_CHUNK) {
+                    const int32_t len = K - k0 < TT_SGD_ACC_CHUNK ? K - k0 : TT_SGD_ACC_CHUNK;
+                    for (j = 0; j < len; j++) g[j] = (int32_t)e[n] * (int32_t)x[k0 + j];
+                    tt_sgd_accumulate_s32(u, p->wa + n * K + k0, len, p->ew, g, ee + ex);
+                }
             }
         }
     }

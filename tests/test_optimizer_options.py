@@ -1,0 +1,73 @@
+"""Every optimizer option's Dense paths end to end (issue 13): drawn option combinations (momentum,
+weight decay, stochastic rounding, int32 master weights, batch sizes, learning rates, int16/int8
+velocities) on MLPs of drawn, odd widths (inputs past one 64-wide chunk too), the reference, the
+numba simulator and the generated C (host, portable build) compared after every step; on QEMU the
+Cortex-M4 (DSP paths: SMMULR rows, the SR accumulate, the fused master apply) and the Cortex-M3
+(portable paths) verified against the simulator at every step."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tinytrain.graph.layers import Dense, ReLU
+from tinytrain.graph.model import Sequential
+from tinytrain.graph.optim import SGD
+
+from .conftest import examples
+from .test_boards_qemu import needs_qemu
+from .test_exactness import _data, three_way
+
+
+@st.composite
+def options(draw):
+    """Drawn optimizer options (at least one of momentum, decay, rounding, master on) and a
+    velocity width."""
+    mu, wd = draw(st.sampled_from([0.9, 0.0, 0.5])), draw(st.sampled_from([1e-3, 0.0, 1e-4, 3e-2]))
+    sr, master = draw(st.booleans()), draw(st.booleans())
+    sr = sr or not (mu or wd or master)
+    opt = SGD(lr=draw(st.sampled_from([0.005, 0.05, 0.2, 0.7])), momentum=mu, weight_decay=wd,
+              stochastic_rounding=sr, master_weights=master, batch_size=draw(st.sampled_from([1, 1, 2, 4])))
+    vel = draw(st.sampled_from(["int32", "int32", "int16", "int8"])) if mu and not master else "int32"
+    return opt, ({} if vel == "int32" else {"momentum": vel})
+
+
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.large_base_example])
+@given(options(), st.sampled_from([1, 5, 12, 67, 130]), st.lists(st.integers(1, 19), min_size=0, max_size=2),
+       st.integers(2, 9), st.integers(0, 2**16))
+def test_dense_option_paths_reference_sim_c_equal(opt_pol, n_in, hidden, n_cls, seed):
+    opt, policy = opt_pol
+    layers = []
+    for h in hidden:
+        layers += [Dense(h), ReLU()]
+    m = Sequential([*layers, Dense(n_cls)], input_shape=(n_in,), input_exp=-7, optimizer=opt, seed=seed,
+                   precision=policy or None)
+    x, y = _data(6, (n_in,), n_cls, seed)
+    three_way(m, x, y)
+
+
+CASES = [  # (options, velocity policy): the bench's combinations and drawn-looking mixes
+    (dict(momentum=0.9, weight_decay=1e-3, stochastic_rounding=True, master_weights=True), {}),
+    (dict(momentum=0.9), {}),
+    (dict(batch_size=4, stochastic_rounding=True, weight_decay=1e-4), {}),
+    (dict(weight_decay=3e-2, master_weights=True, lr=0.2), {}),
+    (dict(momentum=0.5, stochastic_rounding=True, batch_size=2), {"momentum": "int16"}),
+]
+
+
+@pytest.mark.qemu
+@needs_qemu
+@pytest.mark.parametrize("board", ["mps2_an386", "mps2_an385"])
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_dense_option_paths_bit_exact_on_qemu(board, case):
+    """A 64-17-13-10 MLP on digits (the bench's model; 130-input variant for the two-chunk rows)
+    under each option mix: every step's state hash on the Cortex-M4 and M3 == the simulator's."""
+    from tinytrain import data
+    from tinytrain.verify import verify
+
+    kw, policy = CASES[case]
+    ds = data.load("digits")
+    m = Sequential([Dense(17), ReLU(), Dense(13), ReLU(), Dense(10)], dataset=ds, seed=case,
+                   optimizer=SGD(**{"lr": 0.05, **kw}), precision=policy or None)
+    r = verify(m, ds, 12, board=board, json=True)
+    assert r["steps"] == 12 and r["mismatches"] == 0, r["first_mismatch"]
