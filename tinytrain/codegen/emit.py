@@ -191,9 +191,11 @@ class Emitter:
     def fused(self, li) -> bool:
         """Dense layers in direct mode update without a gradient buffer (tt_sgd_dense_direct), and so do
         those whose every learning tensor takes the fused accumulate-apply at its backward
-        (tt_sgd_dense_accumulate_apply: momentum at batch size 1, int16 weights or an int32 master)."""
+        (tt_sgd_dense_accumulate_apply: momentum at batch size 1, int16 weights or an int32 master).
+        An int16 bias (policy "bias": "int16") is updated unfused, by the per-tensor s16 store:
+        the fused kernels hold an int32 bias."""
         m = self.model
-        if m.layers[li].kind != "dense":
+        if m.layers[li].kind != "dense" or m.layers[li].params[1].data.dtype != np.int32:
             return False
         if not m.opt.accumulate:
             return True
