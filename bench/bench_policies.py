@@ -35,7 +35,7 @@ from tinytrain.lab.workloads import WORKLOADS  # noqa: E402
 from tinytrain.verify import verify  # noqa: E402
 
 POLICIES = ["int16", "int16-master32", "int8", "int8-master16", "int8-master32", "int4-row-master16",
-            "int4-block32-master16"]
+            "int4-block32-master16", "int16-bias16", "int8-bias16"]
 #: rows whose optimizer differs from the workload's recipe, by name: (precision policy,
 #: momentum). The recipes train without momentum; these rows use momentum 0.9 at a tenth of the
 #: recipe's learning rate (the same step in the long run), so int8 momentum has a baseline with

@@ -112,14 +112,11 @@ def scratch_words(layer) -> int:
     op = OPS.get(layer.kind)
     if op is not None and op.composite:
         return max([layer.in_size] + [scratch_words(l) for l in layer.inner])
-    return _kernel_scratch_words(layer) + bias16_words(layer)
-
-
-def _kernel_scratch_words(layer) -> int:
-    op = OPS.get(layer.kind)
     if op is not None and op.scratch is not None:
-        return int(op.scratch(layer))
-    return max(layer.in_size, layer.out_size)
+        own = int(op.scratch(layer))
+    else:
+        own = max(layer.in_size, layer.out_size)
+    return max(own, layer.out_size + bias16_words(layer)) if bias16(layer) else own
 
 
 def bias16(layer):
@@ -129,8 +126,10 @@ def bias16(layer):
 
 def bias16_words(layer) -> int:
     """int64 scratch words holding an int16 bias widened to int32 for the C kernels, whose params
-    hold an int32 bias: the forward widens it (tt_widen_s16_s32) just past the words its kernel
-    uses, so the kernels are those of an int32 bias and the sum is the same."""
+    hold an int32 bias: the forward widens it (tt_widen_s16_s32) just past the out_size words
+    the forward kernels of dense and conv layers use (their accumulators; the backward's larger
+    use comes after the forward has read the bias), so the kernels are those of an int32 bias
+    and the sum is the same."""
     b = bias16(layer)
     return (b[1].data.size + 1) // 2 if b else 0
 
@@ -261,7 +260,7 @@ def _fill(layer, names: Names, li, offset, tensors, train=True) -> dict:
         m[b.name] = names.buf(li, f"{prefix}{b.name}")
     b16 = bias16(layer) if t == "c" else None
     if b16:  # the C kernels read the widened copy (bias16_words)
-        m[_base(b16[1].name, prefix)] = f"((int32_t *)({names.scratch(None)} + {_kernel_scratch_words(layer)}))"
+        m[_base(b16[1].name, prefix)] = f"((int32_t *)({names.scratch(None)} + {layer.out_size}))"
         m["_widen"] = f"tt_widen_s16_s32({names.param(li, offset + b16[0])}, {b16[1].data.size}, {m[_base(b16[1].name, prefix)]})"
     m["wv"] = weight_variant(layer)
     m["scratch"] = _Scratch(names, args)

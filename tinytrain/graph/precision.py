@@ -218,6 +218,8 @@ PRESETS = {
     "int8-master32": Precision(weights="int8", master="int32"),
     "int4-row-master16": Precision(weights="int4", master="int16", exponent="row"),
     "int4-block32-master16": Precision(weights="int4", master="int16", exponent="block32"),
+    "int16-bias16": Precision(bias="int16"),
+    "int8-bias16": Precision(weights="int8", bias="int16"),
 }
 
 
