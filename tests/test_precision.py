@@ -428,3 +428,30 @@ def test_int16_bias_in_c_is_widened_into_the_scratch_not_a_buffer():
                                                          input_exp=-6), "tt_model").plan()}
     assert plan["tt_model_l0_b"] == 64 and base["tt_model_l0_b"] == 128
     assert plan["tt_model_scratch"] == base["tt_model_scratch"] == 8 * 64
+
+
+@pytest.mark.qemu
+@pytest.mark.skipif(bool(_qemu_missing()), reason="QEMU, arm-none-eabi-gcc or PlatformIO missing")
+@settings(max_examples=examples(3), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_int16_bias_trains_bit_exact_on_the_cortex_m4(data):
+    """Drawn MLPs on digits with int16 biases (global or one layer), int16/int8 weights, masters,
+    momentum, SR and batch sizes on QEMU mps2_an386 (DSP build): every step's state hash verified
+    against the simulator."""
+    from tinytrain import data as tdata
+    from tinytrain.verify import verify
+
+    ds = tdata.load("digits")
+    layers = [Dense(data.draw(st.integers(4, 24))), ReLU(), Dense(10)]
+    if data.draw(st.booleans()):
+        layers[data.draw(st.sampled_from([0, 2]))].precision = {"bias": "int32"}
+    policy = {"bias": "int16", **data.draw(st.sampled_from([{}, {"weights": "int8"}, {"master": "int32"},
+                                                            {"weights": "int8", "master": "int16", "momentum": "int8"}]))}
+    opt = SGD(lr=0.02, momentum=data.draw(st.sampled_from([0.0, 0.9])), batch_size=data.draw(st.sampled_from([1, 2])),
+              stochastic_rounding=data.draw(st.booleans()))
+    if policy.get("momentum") == "int8" and not opt.momentum:
+        opt = replace(opt, momentum=0.9)
+    m = Sequential(layers, dataset=ds, seed=data.draw(st.integers(0, 100)), optimizer=opt, precision=policy)
+    r = verify(m, ds, 30, board="mps2_an386", json=True)
+    assert r["steps"] == 30 and r["mismatches"] == 0, (m.summary(), r["first_mismatch"])
