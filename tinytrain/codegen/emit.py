@@ -725,8 +725,9 @@ uint32_t {P}_saturations(void);
             sp = self.names.decl(li, "sgd_acc", "tt_sgd_dense_accum_params", fields)
             return out + [f"    tt_sgd_dense_accumulate_s32(&sgd, {sp}, {e}, de, {x}, {ex});"]
         # an int16 bias (policy "bias": "int16"): the fused kernels hold an int32 one, so it is NULL
-        # there and updated after the weights (the reference's order) by the s16 store, from its
-        # gradient e widened into the scratch (free after the input error): no gradient buffer
+        # there and updated after the weights (the reference's order) as an int16 store: direct,
+        # tt_sgd_dense_bias_s16; with momentum, from its gradient e widened into the scratch (free
+        # after the input error). No gradient buffer either way
         b16 = ub and b.data.dtype == np.int16
         bn = self.names.param(li, 1) if ub and not b16 else 0
         g16 = [f"    tt_widen_s8_s32({e}, {N}, (int32_t *)SCRATCH);"] if b16 else []
@@ -756,7 +757,7 @@ uint32_t {P}_saturations(void);
         if refresh:
             out.append("    " + self._refresh(li, 0, rows_of=e if m.blocked(li, 0) and not m.opt.wd_m else None))
         if b16:
-            out += g16 + [f"    tt_sgd_update_direct_s16(&sgd, {self.names.param(li, 1)}, {N}, {b.exp}, (int32_t *)SCRATCH, de);"]
+            out.append(f"    tt_sgd_dense_bias_s16(&sgd, {self.names.param(li, 1)}, {b.exp}, {e}, de, {N});")
         return out
 
     def _forward_lines(self, li, train):

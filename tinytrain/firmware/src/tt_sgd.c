@@ -1557,3 +1557,10 @@ void tt_sgd_dense_bias_s32(const tt_sgd_step *u, int32_t *b, int32_t eb, const i
 {
     tt_sgd_dense_bias(u, b, eb, e, ee, N);
 }
+
+void tt_sgd_dense_bias_s16(const tt_sgd_step *u, int16_t *b, int32_t eb, const int8_t *e, int32_t ee, int32_t N)
+{
+    static const int8_t one = 1;
+    const tt_sgd_dense_s16_params q = {.K = 1, .N = N, .w = b, .ew = eb, .b = 0, .eb = 0};
+    tt_sgd_dense_direct_s16(u, &q, e, ee, &one, 0);
+}
