@@ -35,7 +35,7 @@ from tinytrain.lab.workloads import WORKLOADS  # noqa: E402
 from tinytrain.verify import verify  # noqa: E402
 
 POLICIES = ["int16", "int16-master32", "int8", "int8-master16", "int8-master32", "int4-row-master16",
-            "int4-block32-master16"]
+            "int4-block32-master16", "int16-bias16", "int8-bias16"]
 #: rows whose optimizer differs from the workload's recipe, by name: (precision policy,
 #: momentum). The recipes train without momentum; these rows use momentum 0.9 at a tenth of the
 #: recipe's learning rate (the same step in the long run), so int8 momentum has a baseline with
@@ -106,24 +106,36 @@ def table(res: dict, boards) -> str:
     return markdown_table(head, rows)
 
 
+def _versus(r: dict, base: dict) -> str:
+    """A row against its baseline row: accuracy, training RAM, M4 instructions and flash."""
+    r4, b4 = r["boards"]["mps2_an386"], base["boards"]["mps2_an386"]
+    return (f"{r['policy']} {r['accuracy_mean'] - base['accuracy_mean']:+.2f} points, training RAM "
+            f"{r4['training_ram']:,} B vs {b4['training_ram']:,} B, {r4['instructions_per_sample']:,.0f} vs "
+            f"{b4['instructions_per_sample']:,.0f} M4 instructions/sample, flash {r4['flash_total']:,} B vs "
+            f"{b4['flash_total']:,} B")
+
+
+def _pairs_line(rows: dict, pairs, title: str) -> str:
+    """Rows (row, baseline) measured on the M4, against their baselines."""
+    fits = lambda p: p in rows and rows[p]["boards"].get("mps2_an386", {}).get("fits")  # noqa: E731
+    out = [_versus(rows[p], rows[b]) for p, b in pairs if fits(p) and fits(b)]
+    return f"{title}: " + "; ".join(out) + "." if out else ""
+
+
 def _momentum_line(rows: dict) -> str:
-    """The narrow momentum rows against int32 momentum: accuracy, training RAM, M4 instructions."""
-    base = rows.get("int16+momentum")
-    if base is None:
-        return ""
-    b4 = base["boards"].get("mps2_an386", {})
-    out = []
-    for p in ("momentum-int16", "momentum-int8"):
-        if p in rows and b4.get("fits") and rows[p]["boards"].get("mps2_an386", {}).get("fits"):
-            r4 = rows[p]["boards"]["mps2_an386"]
-            out.append(f"{p} {rows[p]['accuracy_mean'] - base['accuracy_mean']:+.2f} points, training RAM "
-                       f"{r4['training_ram']:,} B vs {b4['training_ram']:,} B, {r4['instructions_per_sample']:,.0f} vs "
-                       f"{b4['instructions_per_sample']:,.0f} M4 instructions/sample")
-    return ("Against int32 momentum (int16+momentum): " + "; ".join(out) + ".") if out else ""
+    """The narrow momentum rows against int32 momentum."""
+    return _pairs_line(rows, [(p, "int16+momentum") for p in ("momentum-int16", "momentum-int8")],
+                       "Against int32 momentum (int16+momentum)")
+
+
+def _bias_line(rows: dict) -> str:
+    """int16 biases against the same weights with int32 biases."""
+    return _pairs_line(rows, [("int16-bias16", "int16"), ("int8-bias16", "int8")], "int16 biases against int32 biases")
 
 
 def targets(res: dict) -> str:
-    return " ".join(t for t in (_targets(res), _momentum_line({r["policy"]: r for r in res["rows"]})) if t)
+    rows = {r["policy"]: r for r in res["rows"]}
+    return " ".join(t for t in (_targets(res), _momentum_line(rows), _bias_line(rows)) if t)
 
 
 def _targets(res: dict) -> str:

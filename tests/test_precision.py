@@ -1,8 +1,8 @@
 """Precision policies (graph/precision.py): parsing, what a policy builds, conversion, files, and
 reference = numba = C every step on drawn graphs x policies x optimizer options.
 
-The policy keys beyond weights/master/rounding accept only their one implemented value; the
-others are refused with an error that says so (tested here and in test_bad_input.py)."""
+The activations and errors keys accept only their one implemented value (int8); int16 is refused
+with an error that says so (tested here and in test_bad_input.py)."""
 from __future__ import annotations
 
 import copy
@@ -30,7 +30,9 @@ from .test_exactness import _data, any_graph, any_optimizer, three_way
 
 POLICIES = list(PRESETS) + [{"momentum": "int16"}, {"weights": "int8", "momentum": "int16"},
                              {"weights": "int8", "master": "int16", "momentum": "int16"},
-                             {"momentum": "int8"}, {"weights": "int8", "master": "int16", "momentum": "int8"}]
+                             {"momentum": "int8"}, {"weights": "int8", "master": "int16", "momentum": "int8"},
+                             {"bias": "int16", "momentum": "int16"}, {"bias": "int16", "master": "int32"},
+                             {"weights": "int8", "master": "int16", "bias": "int16", "momentum": "int8"}]
 
 
 # ------------------------------------------------------------------------------ parsing
@@ -91,6 +93,9 @@ def test_policy_builds_its_widths(name):
                 assert p.exp == q.exp + (0 if pol.blocked else 16 - pol.weight_bits)
                 lim = np.iinfo(p.data.dtype).max
                 assert -lim <= int(p.data.min()) and int(p.data.max()) <= lim
+            elif p.role == "bias" and pol.bias == "int16":  # at the exponent of the layer's int16 weights
+                w16 = next(r for r in l.params if r.role == "weight").exp - (0 if pol.blocked else 16 - pol.weight_bits)
+                assert p.data.dtype == np.int16 and q.data.dtype == np.int32 and p.exp == w16 == q.exp + 8
             else:
                 assert p.data.dtype == q.data.dtype and p.exp == q.exp
     weights = [(li, pi) for li, l in enumerate(m.layers) for pi, p in enumerate(l.params) if p.role == "weight"]
@@ -197,7 +202,8 @@ def flat_model(draw):
         if l.params and draw(st.integers(0, 3)) == 0:
             l.precision = draw(st.sampled_from([{"weights": "int16"}, {"weights": "int8", "master": "int16"},
                                                 {"master": "int32"}, {"weights": "int8"}, {"momentum": "int16"},
-                                                {"momentum": "int8"}]))
+                                                {"momentum": "int8"}, {"bias": "int16"},
+                                                {"bias": "int32", "weights": "int8", "master": "int16"}]))
     return (n_in,), layers, n_cls
 
 
@@ -366,3 +372,86 @@ def test_policies_train_bit_exact_on_qemu_boards(policy, board):
     m = build_model("digits-mlp", ds, precision=policy, **({"momentum": 0.9, "batch_size": 2} if board == "mps2_an386" else {}))
     r = verify(m, ds, 80, board=board, json=True)
     assert r["steps"] == 80 and r["mismatches"] == 0, r["first_mismatch"]
+
+
+# ------------------------------------------------------------------------------ int16 biases
+def test_int16_bias_builds_saves_and_loads(tmp_path):
+    """"bias": "int16", global or per layer: int16 biases at the int16 weights' exponent, no master
+    (the master is the weights'), int16/int8 momentum as an int16 store; .tt round trip; a
+    default-policy file (int32 biases) loads as it was."""
+    l0 = Dense(6)
+    l0.precision = {"bias": "int16"}
+    opt = SGD(lr=0.05, momentum=0.9, batch_size=2)
+    m = Sequential([l0, ReLU(), Dense(3)], input_shape=(9,), input_exp=-7, optimizer=opt, seed=1,
+                   precision={"master": "int32", "momentum": "int16"})
+    assert [p.data.dtype.name for l in m.layers for p in l.params] == ["int16", "int16", "int16", "int32"]
+    assert sorted(m.master) == [(0, 0), (2, 0)] and m.velocity[(0, 1)].dtype == np.int16
+    x, y = _data(10, (9,), 3, 4)
+    Simulator(m).train(x, y, np.arange(10))
+    assert m.layers[0].params[1].data.any()
+    tio.save(m, tmp_path / "m.tt")
+    c, _ = tio.load(tmp_path / "m.tt")
+    assert c.schema() == m.schema() and c.state_hash() == m.state_hash()
+    assert c.layers[0].params[1].data.dtype == np.int16 and (c.layers[0].params[1].data == m.layers[0].params[1].data).all()
+    old = Sequential([Dense(6), ReLU(), Dense(3)], input_shape=(9,), input_exp=-7, seed=1)
+    tio.save(old, tmp_path / "old.tt")
+    assert tio.load(tmp_path / "old.tt")[0].layers[0].params[1].data.dtype == np.int32
+
+
+def test_int16_bias_saturates_symmetrically_on_every_path():
+    """An int16 bias saturates to 32767 like an int16 weight (the same symmetric clip): bias 0 of
+    the last layer starts next to the limit and every label is class 0, so every error pushes it
+    up; reference = numba = C every step, and the saturations are counted."""
+    m = Sequential([Dense(4), ReLU(), Dense(3)], input_shape=(5,), input_exp=-7, optimizer=SGD(lr=0.5), seed=3,
+                   precision="int16-bias16")
+    m.layers[2].params[1].data[:] = [32760, 0, 0]
+    x, _ = _data(8, (5,), 3, 9)
+    three_way(m, x, np.zeros(8, np.int32), epochs=2)
+    assert m.layers[2].params[1].data[0] == 32767 and m.stats[1] > 0
+
+
+def test_int16_bias_in_c_is_widened_into_the_scratch_not_a_buffer():
+    """The C forward widens an int16 bias into the scratch past its kernel's words: the kernels are
+    the int32-bias ones, and W1's biases cost 2 B per element and no new buffer."""
+    from tinytrain.codegen.emit import Emitter
+    from tinytrain.graph.optable import scratch_words
+
+    m = Sequential([Dense(32), ReLU(), Dense(10)], input_shape=(64,), input_exp=-6, precision="int16-bias16")
+    src = generate(m).source
+    assert ".b = ((int32_t *)(SCRATCH + 32))" in src and "tt_widen_s16_s32(tt_model_l0_b, 32, ((int32_t *)(SCRATCH + 32)))" in src
+    assert "static int16_t tt_model_l0_b[32]" in src
+    assert scratch_words(m.layers[0]) == 64 and scratch_words(m.layers[2]) == 32  # 32 + 16 words, 10 + 5
+    wide = Sequential([Dense(4), ReLU(), Dense(60)], input_shape=(5,), input_exp=-6, precision="int16-bias16")
+    assert scratch_words(wide.layers[2]) == 60 + 30
+    plan = {t.name: t.bytes for t in Emitter(m, "tt_model").plan()}
+    base = {t.name: t.bytes for t in Emitter(Sequential([Dense(32), ReLU(), Dense(10)], input_shape=(64,),
+                                                         input_exp=-6), "tt_model").plan()}
+    assert plan["tt_model_l0_b"] == 64 and base["tt_model_l0_b"] == 128
+    assert plan["tt_model_scratch"] == base["tt_model_scratch"] == 8 * 64
+
+
+@pytest.mark.qemu
+@pytest.mark.skipif(bool(_qemu_missing()), reason="QEMU, arm-none-eabi-gcc or PlatformIO missing")
+@settings(max_examples=examples(3), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_int16_bias_trains_bit_exact_on_the_cortex_m4(data):
+    """Drawn MLPs on digits with int16 biases (global or one layer), int16/int8 weights, masters,
+    momentum, SR and batch sizes on QEMU mps2_an386 (DSP build): every step's state hash verified
+    against the simulator."""
+    from tinytrain import data as tdata
+    from tinytrain.verify import verify
+
+    ds = tdata.load("digits")
+    layers = [Dense(data.draw(st.integers(4, 24))), ReLU(), Dense(10)]
+    if data.draw(st.booleans()):
+        layers[data.draw(st.sampled_from([0, 2]))].precision = {"bias": "int32"}
+    policy = {"bias": "int16", **data.draw(st.sampled_from([{}, {"weights": "int8"}, {"master": "int32"},
+                                                            {"weights": "int8", "master": "int16", "momentum": "int8"}]))}
+    opt = SGD(lr=0.02, momentum=data.draw(st.sampled_from([0.0, 0.9])), batch_size=data.draw(st.sampled_from([1, 2])),
+              stochastic_rounding=data.draw(st.booleans()))
+    if policy.get("momentum") == "int8" and not opt.momentum:
+        opt = replace(opt, momentum=0.9)
+    m = Sequential(layers, dataset=ds, seed=data.draw(st.integers(0, 100)), optimizer=opt, precision=policy)
+    r = verify(m, ds, 30, board="mps2_an386", json=True)
+    assert r["steps"] == 30 and r["mismatches"] == 0, (m.summary(), r["first_mismatch"])

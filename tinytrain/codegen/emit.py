@@ -728,20 +728,31 @@ uint32_t {P}_saturations(void);
                       "ew": ews, "ba": f"{self.names.param(li, 1)}_acc" if (li, 1) in m.accum else 0, "eb": ebs}
             sp = self.names.decl(li, "sgd_acc", "tt_sgd_dense_accum_params", fields)
             return out + [f"    tt_sgd_dense_accumulate_s32(&sgd, {sp}, {e}, de, {x}, {ex});"]
+        # an int16 bias (policy "bias": "int16"): the fused kernels hold an int32 one, so it is NULL
+        # there and updated after the weights (the reference's order) as an int16 store: direct,
+        # tt_sgd_dense_bias_s16; with momentum, from its gradient e widened into the scratch (free
+        # after the input error). No gradient buffer either way
+        b16 = ub and b.data.dtype == np.int16
+        bn = self.names.param(li, 1) if ub and not b16 else 0
+        g16 = [f"    tt_widen_s8_s32({e}, {N}, (int32_t *)SCRATCH);"] if b16 else []
         if m.opt.accumulate:  # momentum at batch 1: accumulate and apply at the backward (_fuses_apply)
             def slot(pi, d, suffix):  # a learning tensor's accumulator / velocity, else NULL
-                return f"{self.names.param(li, pi)}_{suffix}" if (li, pi) in d and m.learns(li, pi) else 0
+                return f"{self.names.param(li, pi)}_{suffix}" if (li, pi) in d and m.learns(li, pi) and not (pi and b16) else 0
 
             fields = {"K": K, "N": N, "w": pw if uw else 0, "ew": ews, "wa": slot(0, m.accum, "acc"),
-                      "wv": slot(0, m.velocity, "vel"), "b": self.names.param(li, 1) if ub else 0, "eb": b.exp,
+                      "wv": slot(0, m.velocity, "vel"), "b": bn, "eb": b.exp,
                       "ba": slot(1, m.accum, "acc"), "bv": slot(1, m.velocity, "vel")}
             if t == "s32":
                 fields["copy"] = self.names.param(li, 0) if uw else 0
             sp = self.names.decl(li, "sgd", f"tt_sgd_dense_acc_{t}_params", fields)
             out.append(f"    tt_sgd_dense_accumulate_apply_{t}(&sgd, {sp}, {e}, de, {x}, {ex});")
+            if b16:
+                pb = self.names.param(li, 1)
+                out += g16 + [f"    tt_sgd_accumulate_apply_s16(&sgd, {pb}, {pb}_acc, {pb + '_vel' if (li, 1) in m.velocity else 0}, "
+                              f"{N}, {b.exp}, (int32_t *)SCRATCH, de);"]
             return out
         # a frozen tensor is NULL (frozen weights are const, in flash)
-        fields = {"K": K, "N": N, "w": pw if uw else 0, "ew": ews, "b": self.names.param(li, 1) if ub else 0, "eb": b.exp}
+        fields = {"K": K, "N": N, "w": pw if uw else 0, "ew": ews, "b": bn, "eb": b.exp}
         refresh = (li, 0) in m.master and uw
         if refresh and self._refresh(li, 0).startswith("tt_sgd_refresh_copy("):
             fields["copy"], refresh = self.names.param(li, 0), False  # the update narrows into the copy itself
@@ -749,6 +760,8 @@ uint32_t {P}_saturations(void);
         out.append(f"    tt_sgd_dense_direct_{t}(&sgd, {sp}, {e}, de, {x}, {ex});")
         if refresh:
             out.append("    " + self._refresh(li, 0, rows_of=e if m.blocked(li, 0) and not m.opt.wd_m else None))
+        if b16:
+            out.append(f"    tt_sgd_dense_bias_s16(&sgd, {self.names.param(li, 1)}, {b.exp}, {e}, de, {N});")
         return out
 
     def _forward_lines(self, li, train):

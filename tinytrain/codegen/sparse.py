@@ -166,6 +166,9 @@ def _why_not(model, key) -> str | None:
     if key in model.master and model.master[key].dtype != np.int32:
         return (f"layer {li} (dense): sparse storage needs an int32 master (the policy gives {model.master[key].dtype}): "
                 "use storage \"auto\" (keeps this layer dense)")
+    if l.params[1].data.dtype != np.int32:
+        return (f"layer {li} (dense): sparse storage needs an int32 bias (the policy gives {l.params[1].data.dtype}): "
+                "use storage \"auto\" (keeps this layer dense) or drop \"bias\": \"int16\"")
     v = model.velocity.get(key)
     if v is not None and v.dtype == np.int8:
         return (f"layer {li} (dense): sparse storage has no kernel for int8 momentum: use momentum \"int32\", "

@@ -24,7 +24,7 @@ class _ConvBase(Layer):
     def _params_init(self, rng, fan_in, wshape, n_out):
         bound = math.sqrt(6.0 / fan_in)
         w, ew = self._weights(rng, bound, wshape)
-        return [Param("w", w, ew, "weight"), Param("b", np.zeros(n_out, np.int32), self._bias_exp(ew), "bias")]
+        return [Param("w", w, ew, "weight"), self._bias(n_out, self._ew16(ew))]
 
 
 @register

@@ -38,6 +38,10 @@ class Param:
         return self.role in ("weight", "bias")
 
 
+#: bits an int16 bias sits above the exponent of the layer's int16 weights
+BIAS16_ABOVE = 0
+
+
 def _weight_exp(bound: float, bits: int = 16) -> int:
     """Fixed exponent of a ``bits``-wide weight tensor leaving 4x headroom above the init bound
     (range >= 4 * bound)."""
@@ -94,10 +98,18 @@ class Layer:
         ew = _weight_exp(bound, self.policy.weight_bits)
         return _quantize(rng.uniform(-bound, bound, shape), ew, self.policy.weight_dtype), ew
 
-    def _bias_exp(self, ew: int) -> int:
-        """The int32 bias sits 8 bits below the weights' int16 exponent, whatever their width
-        (a policy changes the weights, not the bias)."""
-        return ew - 8 - (16 - self.policy.weight_bits)
+    def _bias(self, n: int, ew16: int) -> Param:
+        """The zero bias of ``n`` outputs, given the exponent ``ew16`` the layer's weights have
+        as int16 (whatever their width). An int32 bias sits 8 bits below it. An int16 bias
+        (policy ``"bias": "int16"``) sits at it: the rule of the weights (4x headroom above the
+        initialisation bound), so its range is the int16 weights' range and its step their step."""
+        if self.policy.bias == "int16":
+            return Param("b", np.zeros(n, np.int16), ew16 + BIAS16_ABOVE, "bias")
+        return Param("b", np.zeros(n, np.int32), ew16 - 8, "bias")
+
+    def _ew16(self, ew: int) -> int:
+        """The int16 exponent of weights at ``ew`` in the policy's width."""
+        return ew - (16 - self.policy.weight_bits)
 
     def build(self, in_shape, rng: np.random.Generator):
         self.in_shape = tuple(in_shape)
@@ -176,10 +188,9 @@ class Dense(Layer):
             ew = _weight_exp(bound)
             w16 = _quantize(rng.uniform(-bound, bound, (self.units, K)), ew, np.int16)
             q, s = r_wblock.narrow(w16, self.policy.block_len(K), self.policy.weight_bits)
-            return [Param("w", q, ew, "weight"), Param("b", np.zeros(self.units, np.int32), ew - 8, "bias"),
-                    Param("w_exp", s, 0, "state")]
+            return [Param("w", q, ew, "weight"), self._bias(self.units, ew), Param("w_exp", s, 0, "state")]
         w, ew = self._weights(rng, bound, (self.units, K))
-        return [Param("w", w, ew, "weight"), Param("b", np.zeros(self.units, np.int32), self._bias_exp(ew), "bias")]
+        return [Param("w", w, ew, "weight"), self._bias(self.units, self._ew16(ew))]
 
     def macs(self):
         return self.units * self.in_shape[0]

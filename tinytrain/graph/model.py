@@ -151,9 +151,10 @@ class Sequential:
 
     def _master_bits(self, li, pi) -> int:
         """Width of the master copy of parameter pi of layer li (0: none): the policy's master, or
-        int32 for ``optimizer.master_weights``; only a copy wider than the parameter counts."""
+        int32 for ``optimizer.master_weights``; only a copy wider than the parameter counts. A
+        bias (int16 under ``"bias": "int16"``) has none: the master is the weights'."""
         p = self.layers[li].params[pi]
-        if p.data.dtype not in (np.int8, np.int16):
+        if p.data.dtype not in (np.int8, np.int16) or p.role == "bias":
             return 0
         pol = self.param_policy(li, pi)
         bits = MASTER_BITS[pol.master] if pol.master != "none" else (32 if self.opt.master else 0)

@@ -107,12 +107,31 @@ def op_for(layer) -> Op:
 
 
 def scratch_words(layer) -> int:
+    """int64 words of scratch a layer's kernels use, and after them (C) the widened copy of an
+    int16 bias (bias16_words)."""
     op = OPS.get(layer.kind)
     if op is not None and op.composite:
         return max([layer.in_size] + [scratch_words(l) for l in layer.inner])
     if op is not None and op.scratch is not None:
-        return int(op.scratch(layer))
-    return max(layer.in_size, layer.out_size)
+        own = int(op.scratch(layer))
+    else:
+        own = max(layer.in_size, layer.out_size)
+    return max(own, layer.out_size + bias16_words(layer)) if bias16(layer) else own
+
+
+def bias16(layer):
+    """(index, Param) of a layer's int16 bias (policy "bias": "int16"), or None."""
+    return next(((j, p) for j, p in enumerate(layer.params) if p.role == "bias" and p.data.dtype == np.int16), None)
+
+
+def bias16_words(layer) -> int:
+    """int64 scratch words holding an int16 bias widened to int32 for the C kernels, whose params
+    hold an int32 bias: the forward widens it (tt_widen_s16_s32) just past the out_size words
+    the forward kernels of dense and conv layers use (their accumulators; the backward's larger
+    use comes after the forward has read the bias), so the kernels are those of an int32 bias
+    and the sum is the same."""
+    b = bias16(layer)
+    return (b[1].data.size + 1) // 2 if b else 0
 
 
 def buffers(layer, backward=True, target="nb") -> list[tuple[str, tuple, type, str]]:
@@ -239,6 +258,10 @@ def _fill(layer, names: Names, li, offset, tensors, train=True) -> dict:
         m[f"ge_{name}"] = names.grad_exp(li, offset + j)
     for b in op.buffers:
         m[b.name] = names.buf(li, f"{prefix}{b.name}")
+    b16 = bias16(layer) if t == "c" else None
+    if b16:  # the C kernels read the widened copy (bias16_words)
+        m[_base(b16[1].name, prefix)] = f"((int32_t *)({names.scratch(None)} + {layer.out_size}))"
+        m["_widen"] = f"tt_widen_s16_s32({names.param(li, offset + b16[0])}, {b16[1].data.size}, {m[_base(b16[1].name, prefix)]})"
     m["wv"] = weight_variant(layer)
     m["scratch"] = _Scratch(names, args)
     m["stats"] = names.stats
@@ -279,7 +302,7 @@ def forward_lines(layer, names: Names, li, x, ex, y, ey, train=True, offset=0, p
     call = op.fwd
     if not train and op.fwd_eval is not None and (op.fwd_eval.nb if names.target == "nb" else op.fwd_eval.c):
         call = op.fwd_eval  # an empty spelling: that target predicts with the training call
-    return [names.stmt(f"{ey} = {_call(call, names, m)}")]
+    return ([names.stmt(m["_widen"])] if "_widen" in m else []) + [names.stmt(f"{ey} = {_call(call, names, m)}")]
 
 
 def backward_lines(layer, names: Names, li, x, ex, y, e, ee, dx=None, edx=None, offset=0, prefix="",

@@ -35,13 +35,20 @@ or a preset name (:data:`PRESETS`). Keys and what tinytrain does with them:
 ``momentum`` ``int32``, ``int16`` or ``int8`` (graph/model.py; int8 has its own exponent and is
 stored with stochastic rounding, graph/optim.py). Also part of the policy, with the one value
 implemented today (others are refused with an error that says so): ``activations`` and
-``errors`` ``int8``, ``bias`` ``int32``.
+``errors`` ``int8``.
+
+``bias``     the biases of dense and conv layers: ``int32`` (the default, 8 bits below the
+             exponent of the layer's int16 weights) or ``int16`` (at that exponent: the
+             weights' rule, 4x headroom above the initialisation bound). Added to the
+             accumulator as an int32 is (C widens it first); the optimizer updates it as an
+             int16 store (saturating to +-32767; stochastic rounding and int16/int8 momentum
+             as for int16 weights). A bias has no master copy: ``master`` is the weights'.
 
 ``loss_scale`` ``dynamic`` (per-step error exponents, the default), ``global`` (a loss-scale
 exponent with GradScaler's growth, backoff and skipped steps) or ``static`` (a fixed exponent):
 graph/loss_scale.py. Model-wide: a layer cannot override it.
 
-Biases, batch-norm parameters and running statistics keep their formats under every policy.
+Batch-norm parameters and running statistics keep their formats under every policy.
 A policy that leaves everything at its default changes nothing: the schema, the generated C and
 the state hash of such a model are those of a model without a policy.
 """
@@ -77,7 +84,6 @@ FIELDS = {
 NOT_YET = {
     ("activations", "int16"): "only int8 activations are implemented; leave activations out",
     ("errors", "int16"): "only int8 errors are implemented; leave errors out",
-    ("bias", "int16"): "only int32 biases are implemented; leave bias out",
 }
 
 
@@ -212,6 +218,8 @@ PRESETS = {
     "int8-master32": Precision(weights="int8", master="int32"),
     "int4-row-master16": Precision(weights="int4", master="int16", exponent="row"),
     "int4-block32-master16": Precision(weights="int4", master="int16", exponent="block32"),
+    "int16-bias16": Precision(bias="int16"),
+    "int8-bias16": Precision(weights="int8", bias="int16"),
 }
 
 

@@ -131,6 +131,19 @@ static inline int32_t tt_align_s32(int32_t v, int32_t e_from, int32_t e_to)
     return (int32_t)tt_align(v, e_from, e_to);
 }
 
+/** An int16 tensor (a bias under the policy "bias": "int16") as int32, exactly: the kernels
+ *  whose params hold an int32 bias read the copy (the generated forward widens it first). */
+static inline void tt_widen_s16_s32(const int16_t *v, int32_t n, int32_t *out)
+{
+    for (int32_t i = 0; i < n; i++) out[i] = v[i];
+}
+
+/** An int8 error as int32: the gradient of a bias (at the error's exponent). */
+static inline void tt_widen_s8_s32(const int8_t *v, int32_t n, int32_t *out)
+{
+    for (int32_t i = 0; i < n; i++) out[i] = v[i];
+}
+
 /** Requantize n int64 values to int8 with a shared dynamic exponent; returns the shift. */
 int32_t tt_requant_s8_from_s64(const int64_t *acc, int32_t n, int8_t *y, tt_stats *st);
 /** Same, given max_abs = max |acc[i]| (a kernel that tracked it while accumulating). */

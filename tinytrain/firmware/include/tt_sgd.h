@@ -210,6 +210,10 @@ void tt_sgd_refresh_copy_s16_s8(const int16_t *master, int8_t *w8, int32_t n);
 /** The bias part of tt_sgd_dense_direct_s16 / _s32: b[N] at eb, gradient e[n] at exponent ee
  *  (for kernels forming the weight part themselves: tt_sparse.h). */
 void tt_sgd_dense_bias_s32(const tt_sgd_step *u, int32_t *b, int32_t eb, const int8_t *e, int32_t ee, int32_t N);
+/** The direct-mode update of an int16 bias b[N] at eb (policy "bias": "int16") from its gradient
+ *  e[n] at ee: the int16 weight update of a Dense layer with one input x = 1 at exponent 0 (the
+ *  gradient e[n] * 1 at ee), so the same element rule, fast paths and PRNG order. */
+void tt_sgd_dense_bias_s16(const tt_sgd_step *u, int16_t *b, int32_t eb, const int8_t *e, int32_t ee, int32_t N);
 
 #ifdef __cplusplus
 }

@@ -1741,3 +1741,28 @@ void tt_sgd_dense_bias_s32(const tt_sgd_step *u, int32_t *b, int32_t eb, const i
 {
     tt_sgd_dense_bias(u, b, eb, e, ee, N);
 }
+
+void tt_sgd_dense_bias_s16(const tt_sgd_step *u, int16_t *b, int32_t eb, const int8_t *e, int32_t ee, int32_t N)
+{
+    static const int8_t one = 1;
+    const tt_sgd_dense_s16_params q = {.K = 1, .N = N, .w = b, .ew = eb, .b = 0, .eb = 0};
+    const int32_t m_t = u->m_t, s = eb + u->cfg->k - ee;
+    if (TT_SGD_FAST(u->cfg, m_t) && s >= 1 && s <= 31) {
+        /* |m_t * e| < 2^22: the rounded shift is (p + 2^(s-1)) >> s, and b - d fits int32 */
+        const int32_t half = (int32_t)1 << (s - 1);
+        int32_t n;
+        for (n = 0; n < N; n++) {
+            const int32_t p = m_t * (int32_t)e[n];
+            int32_t v;
+            if (p == 0) continue;
+            v = (int32_t)b[n] - ((p + half) >> s);
+            if (v > TT_S16_MAX || v < -TT_S16_MAX) {
+                u->stats->saturated++;
+                v = v > 0 ? TT_S16_MAX : -TT_S16_MAX;
+            }
+            b[n] = (int16_t)v;
+        }
+        return;
+    }
+    tt_sgd_dense_direct_s16(u, &q, e, ee, &one, 0);
+}
