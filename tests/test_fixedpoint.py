@@ -125,6 +125,34 @@ def test_requant_s8_from_s64_edges(clib):
                 assert stc.saturated == sum(abs(v) > 127 for v in r)
 
 
+def test_requant_s8_from_s32_edges(clib):
+    """The int32 requantization (the sparse Dense kernels' sums) == exact rounding (ties up) and
+    clamp to +-127, saturations counted, with the maximum |v| at every power of two +-{0,1,2} up
+    to 2^31 (INT32_MIN: the one value past the int32 fast case), at 255 * 2^q +-{0,1,2} (the edge
+    of the no-clamp case), every value a tie, a tie +-1 or drawn."""
+    from .oputil import c_i8, c_i32
+    ffi, lib = clib
+    rng = np.random.default_rng(8)
+    for m0 in [2**p for p in range(0, 32)] + [255 * 2**q for q in range(0, 24)]:
+        for d in (-2, -1, 0, 1, 2):
+            m = m0 + d
+            if m < 0 or m > 2**31:
+                continue
+            s = fp.requant_shift(m, 8)
+            ties = [k * 2**s + (2 ** (s - 1) if s else 0) + e for k in range(-130, 130) for e in (-1, 0, 1)]
+            vals = [m, *(v for v in ties if abs(v) <= m), *rng.integers(-m, m + 1, 64).tolist()]
+            for sign in (1, -1):
+                acc = np.array([v for v in (sign * v for v in vals) if -(2**31) <= v < 2**31], np.int32)
+                y = np.zeros(len(acc), np.int8)
+                stc = ffi.new("tt_stats *")
+                got = lib.tt_requant_s8_from_s32(c_i32(ffi, acc), len(acc), c_i8(ffi, y), stc)
+                r = [exact_round_half_up(int(v), fp.requant_shift(int(np.abs(acc.astype(np.int64)).max()), 8))
+                     for v in acc]
+                assert got == fp.requant_shift(int(np.abs(acc.astype(np.int64)).max()), 8)
+                assert y.tolist() == [max(-127, min(127, v)) for v in r]
+                assert stc.saturated == sum(abs(v) > 127 for v in r)
+
+
 def test_div_trunc(clib):
     ffi, lib = clib
     rng = np.random.default_rng(1)

@@ -88,6 +88,91 @@ def test_sparse_training_reference_sim_c_equal(data):
     three_way(ref, x, y, epochs=1)
 
 
+def _frozen_pruned(data, s, storage="auto"):
+    """A drawn MLP pruned to s while every layer trains (one-shot at step 0, the schedule over),
+    then given a drawn partial training (last:k, bias, a list of layers: what a device does with
+    a host-pretrained model), with_precision carrying the state: the frozen layers keep their
+    zeros and lose their masks. Returns (model, x, y, {frozen Dense layer: its nonzero weights})."""
+    from dataclasses import replace
+
+    from tinytrain.graph.convert import with_precision
+
+    shape, layers, n_cls = data.draw(mlps())
+    probe = Sequential(copy.deepcopy(layers), input_shape=shape, input_exp=-7)
+    opt = data.draw(any_optimizer(probe.layers))
+    train = opt.train if opt.train != "all" else "bias"
+    m = Sequential(layers, input_shape=shape, input_exp=data.draw(st.integers(-9, 0)),
+                   optimizer=replace(opt, train="all"), seed=data.draw(st.integers(0, 1000)),
+                   prune={"schedule": "one_shot", "final_sparsity": s, "begin_step": 0, "storage": storage})
+    x, y = _data(data.draw(st.integers(4, 7)), shape, n_cls, data.draw(st.integers(0, 2**16)))
+    _past_schedule(m, x, y)
+    f = with_precision(m, None, edit=lambda cfg: cfg["optimizer"].update(train=train))
+    frozen = {li: int(np.count_nonzero(l.params[0].data)) for li, l in enumerate(f.layers)
+              if l.kind == "dense" and not f.learns(li, 0)}
+    return f, x, y, frozen
+
+
+@settings(max_examples=examples(3), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_frozen_pruned_layers_packed_reference_sim_c_equal(data):
+    """Drawn MLPs x sparsities x optimizer options x partial trainings x storage: a pruned layer
+    that no longer trains is packed by its zeros in flash (no mask in the state) and the C with
+    its sparse forward and input error equals the reference and the numba simulator every step;
+    its packed array holds the nonzero weights only; "dense" keeps it dense."""
+    s = data.draw(st.sampled_from([0.5, 0.8, 0.9, 0.99]))
+    storage = data.draw(st.sampled_from(["auto", "rows", "bitmap", "dense"]))
+    f, x, y, frozen = _frozen_pruned(data, s, storage)
+    from tinytrain.codegen.emit import Emitter
+
+    em, emitter = generate(f), Emitter(f)
+    packed = emitter.sparse.frozen
+    assert all(f"tt_model_l{li}_w[{p.nnz}]" in em.source for (li, _), p in packed.items() if p.nnz)
+    if storage == "dense":
+        assert not packed
+    else:
+        for li, nnz in frozen.items():
+            renders = li < f.first_learning or emitter.fused(li)  # forward only, or the fused Dense update
+            if s >= 0.8 and (li, 0) not in f.master and renders:  # packing saves bytes at 80 %: it must be chosen
+                assert (li, 0) in packed and packed[(li, 0)].nnz == nnz, (li, nnz, packed)
+                assert storage == "auto" or packed[(li, 0)].fmt == storage
+    three_way(f, x, y, epochs=1)
+
+
+def test_frozen_packed_state_reads_dense_and_is_read_only(monkeypatch):
+    """A pruned layer frozen by "last:1": the C blob is the reference's (its weights read
+    densely from the packed flash array), a write of the same bytes is accepted, a changed kept
+    weight or a nonzero written over a zero is refused (-1, the state unchanged); the parameter
+    flash of the generated C falls by the zeros, less the rows code."""
+    from tinytrain.codegen.host import HostModel
+    from tinytrain.graph.convert import with_precision
+    from tinytrain.verify import state_layout
+
+    m = Sequential([Dense(40), ReLU(), Dense(4)], input_shape=(37,), input_exp=-7, optimizer=SGD(lr=0.05), seed=2,
+                   prune={"schedule": "one_shot", "final_sparsity": 0.8, "begin_step": 0})
+    x, y = _data(6, (37,), 4, 3)
+    _past_schedule(m, x, y)
+    f = with_precision(m, None, edit=lambda cfg: cfg["optimizer"].update(train="last:1"))
+    assert f.prune_table.keys == [(2, 0)] and (0, 0) not in f.masks  # the frozen layer has no mask
+    packed = S.frozen(f)
+    assert {k: (p.fmt, p.nnz) for k, p in packed.items()} == {(0, 0): ("rows", 296)}
+    hm = HostModel(f)
+    blob = state_blob(f)
+    assert hm.read_state() == blob and hm.write_state(blob) == 0 and hm.state_hash() == f.state_hash()
+    w = next(s for s in state_layout(f) if (s.layer, s.param) == (0, "w"))
+    flat = f.layers[0].params[0].data.reshape(-1)
+    for i in (int(np.flatnonzero(flat)[0]), int(np.flatnonzero(flat == 0)[0])):
+        bad = bytearray(blob)
+        bad[w.offset + 2 * i] ^= 1
+        assert hm.write_state(bytes(bad)) == -1, i
+        assert hm.read_state() == blob
+    assert hm.get_tensor(0) == f.layers[0].params[0].data.tobytes()
+    from tinytrain.codegen.memory import flash_parameters
+    now = flash_parameters(generate(f))
+    monkeypatch.setattr(S, "frozen", lambda *a, **k: {})  # the layout before frozen layers were packed
+    assert now == flash_parameters(generate(f)) - 2 * (1480 - 296) + S.row_code(packed[(0, 0)].kept).nbytes
+
+
 @pytest.mark.parametrize("opt, fmt", [(SGD(lr=0.2, momentum=0.9, batch_size=3, stochastic_rounding=True), "rows"),
                                       (SGD(lr=0.05, master_weights=True, stochastic_rounding=True, weight_decay=1e-3),
                                        "bitmap")],
@@ -297,6 +382,27 @@ def test_sparse_drawn_bit_exact_on_the_microbit(data):
     ds = Dataset("drawn", x, y.astype(np.int32), x, y.astype(np.int32), shape, n_cls, -7, (-1.0, 1.0), fx, fx)
     r = verify(m, ds, 12, board="microbit", json=True)
     assert r["mismatches"] == 0 and r["first_mismatch"] is None and r["steps"] == 12
+
+
+@pytest.mark.qemu
+@settings(max_examples=examples(1), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_frozen_pruned_drawn_bit_exact_in_qemu(data):
+    """A drawn MLP pruned, then partly frozen (the frozen layers packed in flash by their zeros),
+    verified for 12 steps on the QEMU Cortex-M4 (DSP paths) and Cortex-M0: 0 mismatches."""
+    if shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None:
+        pytest.skip("qemu-system-arm / arm-none-eabi-gcc missing")
+    from tinytrain.data import Dataset
+    from tinytrain.verify import verify
+
+    f, x, y, frozen = _frozen_pruned(data, data.draw(st.sampled_from([0.8, 0.9])))
+    shape, n_cls = f.input_shape, f.layers[-1].out_size
+    fx = x.astype(np.float32) / 128
+    ds = Dataset("drawn", x, y.astype(np.int32), x, y.astype(np.int32), shape, n_cls, f.input_exp, (-1.0, 1.0), fx, fx)
+    for board in ("mps2_an386", "microbit"):
+        r = verify(f, ds, 12, board=board, json=True)
+        assert r["mismatches"] == 0 and r["first_mismatch"] is None and r["steps"] == 12, board
 
 
 @pytest.mark.qemu

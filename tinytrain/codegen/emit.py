@@ -144,7 +144,10 @@ class Emitter:
         if not prefix.isidentifier():
             raise CodegenError(f"prefix {prefix!r} is not a valid C identifier")
         self.model, self.prefix = model, prefix
-        self.sparse = S.Renderer(self, S.choose(model, storage, CodegenError))
+        pruned = S.choose(model, storage, CodegenError)
+        self.sparse = S.Renderer(self, pruned)  # what fused() reads, before the frozen weights are chosen
+        self.sparse = S.Renderer(self, pruned, S.frozen(model, storage,
+                                                        lambda li: li < model.first_learning or self.fused(li)))
         self.decls: dict[str, str] = {}  # symbol -> its static const declaration (decl)
         for i, l in enumerate(model.layers):
             if not _has_c(l):
@@ -583,7 +586,7 @@ uint32_t {P}_saturations(void);
         ps = self.sym("prune")
         table = [f"/** pruned tensors, unit by unit (the schedule's columns) */",
                  f"static const tt_prune_tensor {ps}[{len(tab.keys)}] = {{", *rows, "};"]
-        if self.sparse.sparse:  # the schedule has no event left: no table of it
+        if self.sparse.pruned:  # the schedule has no event left: no table of it
             return table
         out = [*table, c_array("uint32_t", f"{ps}_steps", tab.steps, const=True)]
         n_el = sum(not tab.structured(u) for u in range(len(tab.units)))  # the structured units come last
@@ -627,7 +630,7 @@ uint32_t {P}_saturations(void);
 
     def _prune_step(self, ind) -> list[str]:
         """Before the step counter moves past update t: that step's pruning event, if any."""
-        if self.model.prune_table is None or self.sparse.sparse:  # packed: no event is left
+        if self.model.prune_table is None or self.sparse.pruned:  # packed: no event is left
             return []
         ps, tab = self.sym("prune"), self.model.prune_table
         n_el = sum(not tab.structured(u) for u in range(len(tab.units)))

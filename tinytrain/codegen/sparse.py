@@ -256,6 +256,40 @@ def choose(model, storage: str | None = None, error=ValueError) -> dict:
     return out
 
 
+def frozen(model, storage: str | None = None, packable=lambda li: True) -> dict:
+    """(layer, 0) -> Packed for the frozen Dense weights of a pruning model stored sparse in flash.
+
+    A layer that does not train (``train``: "last:k", "bias") keeps its weights as constants in
+    flash and has no mask in the state (the schedule covers what learns); when the model prunes
+    (a prune object on the model or the layer) and its storage is not "dense", a frozen Dense
+    int16 weight tensor is packed by its zeros -- each zero skipped is exact, 0 * x adds nothing
+    -- in the format the storage names when it holds the tensor, else the first that does
+    (FORMATS: blocks when the zeros are whole 1 x 4 blocks, else rows, else bitmap), when that
+    takes fewer bytes than the dense tensor. packable(li):
+    the emitter can render the layer's backward around packed weights (forward only, or the
+    fused Dense update of its bias)."""
+    out = {}
+    for li, l in enumerate(model.layers):
+        cfg = P.layer_prune(l) or model.prune
+        if cfg is None or l.kind != "dense" or model.learns(li, 0) or not packable(li):
+            continue
+        how = storage or getattr(cfg, "storage", None) or "auto"
+        if how == "dense":
+            continue
+        w = l.params[0].data
+        if w.dtype != np.int16 or w.ndim != 2 or (li, 0) in model.master:
+            continue
+        N, K = w.shape
+        kept = w != 0
+        holds = {"blocks": K <= BLOCKS_MAX_K and N <= ROWS_MAX_N and whole_blocks(kept),
+                 "rows": K <= ROWS_MAX_K and N <= ROWS_MAX_N, "bitmap": True}
+        fmt = how if how in FORMATS and holds[how] else next(f for f in FORMATS if holds[f])
+        pk = Packed(P.pack(~kept.reshape(-1)), (N, K), fmt)
+        if pk.nnz * w.itemsize + pk.device.nbytes < w.nbytes:
+            out[(li, 0)] = pk
+    return out
+
+
 def check_storage(model, error=ValueError) -> None:
     """Before training: a storage the model file asks for that codegen will refuse whatever the
     training does (the tensor's format, dtype or momentum, not the schedule) is refused now."""
@@ -287,6 +321,8 @@ def span(t) -> str:
         return (f"    {{(void *){t.name}, {4 * ((rows * cols + 31) // 32)}u, 1, {mask}, 0u, {rows}u, {cols}u, "
                 f"{code}{blocks}}},")
     size = {"int16_t": 2, "int32_t": 4}[t.ctype]
+    if t.role == "frozen":  # in flash: read-only (a write must give the values it holds)
+        return f"    {{(void *){t.name}, {t.dense * size}u, 1, {mask}, {size}u, {rows}u, {cols}u, {code}{blocks}}},"
     return f"    {{{t.name}, {t.dense * size}u, 0, {mask}, {size}u, {rows}u, {cols}u, {code}{blocks}}},"
 
 
@@ -297,6 +333,10 @@ def plan(sparse: dict, tensors, sym) -> None:
     byname = {t.name: t for t in tensors}
     for (li, pi), pk in sparse.items():
         base = sym(f"l{li}_w")
+        if base + "_mask" not in byname:  # frozen weights (frozen()): no mask in the state, the code in flash
+            w = byname[base]
+            tensors.append(type(w)(base + "_mask", "uint32_t", int(pk.device.size), "frozen", li, None))
+            byname[base + "_mask"] = tensors[-1]
         for suffix in ("", "_master", "_acc", "_vel"):
             t = byname.get(base + suffix)
             if t is None:
@@ -342,9 +382,11 @@ class Renderer:
              "apply": ("tt_sparse_sgd_apply_accumulated_{t}{v16}", "tt_sparse_rows_sgd_apply_accumulated_{t}{v16}")}
     STRUCTS = ("sgd_params", "params", "layout")
 
-    def __init__(self, em, sparse: dict):
-        self.em, self.sparse = em, sparse
-        self.layers = {li for li, _ in sparse}
+    def __init__(self, em, sparse: dict, frozen: dict | None = None):
+        """sparse: the pruned tensors packed (choose); frozen: the frozen weights packed (frozen())."""
+        self.pruned, self.frozen = sparse, frozen or {}
+        self.em, self.sparse = em, {**sparse, **self.frozen}
+        self.layers = {li for li, _ in self.sparse}
 
     def _pn(self, li):
         return self.em.sym(f"l{li}_w")
@@ -386,6 +428,8 @@ class Renderer:
         em, m = self.em, self.em.model
         out = [f"    ee = {self._fn(li, 'bwd')}(&CTX, {self.params(li)}, {e}, de, {dx});"] if dx else []
         l = m.layers[li]
+        if (li, 0) in self.frozen:  # the weights in flash: the fused Dense update of what learns (its bias)
+            return out + em._fused_dense(li, l, x, ex, e, None)
         w, b = l.params
         ub = m.learns(li, 1)
         if not m.opt.accumulate:

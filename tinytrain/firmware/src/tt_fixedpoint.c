@@ -77,37 +77,43 @@ static int32_t tt_bitwidth_u32(uint32_t v)
 #endif
 }
 
+/* The requantization of acc[0..n) when max_abs = max |acc[i]| <= INT32_MAX (acc[i] read as int32):
+ * then s <= 24 and the int32 rounding shift gives tt_rshift_round_s64's bits, |r| <= 128, so the
+ * clamp only ever moves +-128 to +-127; s = 0 means |v| <= 127. Sets s (the shift) and returns
+ * from the enclosing function. One body for the int64 and the int32 accumulators. */
+#define TT_REQUANT_S8_FITS_S32(acc, n, max_abs, y, st)                                             \
+    do {                                                                                          \
+        const int32_t b_ = tt_bitwidth_u32((uint32_t)(max_abs)) - 7;                              \
+        int32_t i_;                                                                               \
+        const int32_t s_ = b_ > 0 ? b_ : 0;                                                       \
+        if (s_ == 0) {                                                                            \
+            for (i_ = 0; i_ < (n); i_++) (y)[i_] = (int8_t)(acc)[i_];                             \
+            return 0;                                                                             \
+        }                                                                                         \
+        if ((max_abs) < (uint32_t)255 << (s_ - 1)) {                                              \
+            /* then every |r| <= 127: r = floor((v + 2^(s-1)) / 2^s) reaches +-128 only for       \
+             * v >= 255 2^(s-1) or v < -255 2^(s-1), so no clamp is needed (the usual case) */    \
+            for (i_ = 0; i_ < (n); i_++) (y)[i_] = (int8_t)((((int32_t)(acc)[i_] >> (s_ - 1)) + 1) >> 1); \
+            return s_;                                                                            \
+        }                                                                                         \
+        for (i_ = 0; i_ < (n); i_++) {                                                            \
+            /* round(v / 2^s) with ties toward +inf as ((v >> (s - 1)) + 1) >> 1: with            \
+             * t = v >> (s - 1), (t >> 1) + (t & 1) = (t + 1) >> 1, and t + 1 cannot overflow */  \
+            const int32_t r_ = (((int32_t)(acc)[i_] >> (s_ - 1)) + 1) >> 1;                       \
+            (y)[i_] = (int8_t)r_;                                                                 \
+            if ((uint32_t)(r_ + TT_S8_MAX) > 2u * TT_S8_MAX) {                                    \
+                (st)->saturated++;                                                                \
+                (y)[i_] = r_ > 0 ? TT_S8_MAX : -TT_S8_MAX;                                        \
+            }                                                                                     \
+        }                                                                                         \
+        return s_;                                                                                \
+    } while (0)
+
 int32_t tt_requant_s8_from_s64_max(const int64_t *acc, int32_t n, uint64_t max_abs, int8_t *y,
                                    tt_stats *st)
 {
     int32_t i, s;
-    if (max_abs <= (uint64_t)INT32_MAX) {
-        /* every value fits int32 and s <= 24: the int32 rounding shift gives the same bits, and
-         * then |r| <= 128, so the clamp only ever moves +-128 to +-127; s = 0 means |v| <= 127 */
-        const int32_t b = tt_bitwidth_u32((uint32_t)max_abs) - 7;
-        s = b > 0 ? b : 0;
-        if (s == 0) {
-            for (i = 0; i < n; i++) y[i] = (int8_t)acc[i];
-            return 0;
-        }
-        if (max_abs < (uint64_t)255 << (s - 1)) {
-            /* then every |r| <= 127: r = floor((v + 2^(s-1)) / 2^s) reaches +-128 only for
-             * v >= 255 2^(s-1) or v < -255 2^(s-1), so no clamp is needed (the usual case) */
-            for (i = 0; i < n; i++) y[i] = (int8_t)((((int32_t)acc[i] >> (s - 1)) + 1) >> 1);
-            return s;
-        }
-        for (i = 0; i < n; i++) {
-            /* round(v / 2^s) with ties toward +inf as ((v >> (s - 1)) + 1) >> 1: with
-             * t = v >> (s - 1), (t >> 1) + (t & 1) = (t + 1) >> 1, and t + 1 cannot overflow */
-            const int32_t r = (((int32_t)acc[i] >> (s - 1)) + 1) >> 1;
-            y[i] = (int8_t)r;
-            if ((uint32_t)(r + TT_S8_MAX) > 2u * TT_S8_MAX) {
-                st->saturated++;
-                y[i] = r > 0 ? TT_S8_MAX : -TT_S8_MAX;
-            }
-        }
-        return s;
-    }
+    if (max_abs <= (uint64_t)INT32_MAX) TT_REQUANT_S8_FITS_S32(acc, n, max_abs, y, st);
     s = tt_requant_shift(max_abs, 8);
     for (i = 0; i < n; i++) {
         int64_t r = tt_rshift_round_s64(acc[i], s);
@@ -125,6 +131,7 @@ int32_t tt_requant_s8_from_s32(const int32_t *acc, int32_t n, int8_t *y, tt_stat
         uint32_t a = acc[i] < 0 ? 0u - (uint32_t)acc[i] : (uint32_t)acc[i];
         if (a > m) m = a;
     }
+    if (m <= (uint32_t)INT32_MAX) TT_REQUANT_S8_FITS_S32(acc, n, m, y, st); /* all but an INT32_MIN */
     s = tt_requant_shift(m, 8);
     for (i = 0; i < n; i++) {
         int32_t r = tt_rshift_round_s32(acc[i], s);

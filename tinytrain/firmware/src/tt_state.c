@@ -119,7 +119,8 @@ static uint8_t tt_state_view(const tt_span *s, uint32_t pos, int *pruned)
 }
 
 /* Bytes [off, off + k) of a sparse span's view to dst, or (write) from src: 0, or -1 when src
- * differs from the view where it cannot be written (the mask; a pruned element's zeros). */
+ * differs from the view where it cannot be written (the mask; a pruned element's zeros; every
+ * byte of a read-only span: frozen weights packed in flash). */
 static int tt_state_sparse_io(const tt_span *s, uint32_t off, uint8_t *dst, const uint8_t *src,
                               uint32_t k, int write)
 {
@@ -129,7 +130,7 @@ static int tt_state_sparse_io(const tt_span *s, uint32_t off, uint8_t *dst, cons
         const uint8_t v = tt_state_view(s, off + j, &pruned);
         if (!write) {
             dst[j] = v;
-        } else if (s->elem == 0 || pruned) {
+        } else if (s->elem == 0 || pruned || s->ro) { /* the mask, a pruned zero, a frozen value in flash */
             if (src[j] != v) return -1;
         } else {
             const uint32_t i = (off + j) / s->elem;
