@@ -83,56 +83,39 @@ static inline void tt_ld_s16x4(const int16_t *p, uint32_t *lo, uint32_t *hi)
 }
 #endif
 
-/* Eight int16 at p (4-byte aligned) as four pairs w[0] = p[0..1] .. w[3] = p[6..7]: two LDRDs
- * on the target, the second at an immediate offset (no address arithmetic). */
+/* Store two pairs at *p (4-byte aligned), lo at p[0..1] and hi at p[2..3], then *p += 4: one
+ * STRD with writeback on the target. */
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
-static inline void tt_ld_s16x8(const int16_t *p, uint32_t *w)
-{
-    uint32_t a, b, c, d;
-    __asm__("ldrd %0, %1, [%4]\n\tldrd %2, %3, [%4, #8]" : "=&r"(a), "=&r"(b), "=r"(c), "=r"(d)
-            : "r"(p), "m"(*(const int16_t(*)[8])p));
-    w[0] = a; w[1] = b; w[2] = c; w[3] = d;
-}
-
-/* Store four pairs at *p (4-byte aligned), then *p += 8: two STRDs with writeback. */
-static inline void tt_st_s16x8_next(int16_t **p, uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3)
+static inline void tt_st_s16x4_next(int16_t **p, uint32_t lo, uint32_t hi)
 {
     int16_t *q = *p;
-    __asm__("strd %2, %3, [%0], #8\n\tstrd %4, %5, [%0], #8" : "+r"(q), "=m"(*(int16_t(*)[8])q)
-            : "r"(w0), "r"(w1), "r"(w2), "r"(w3));
+    __asm__("strd %2, %3, [%0], #8" : "+r"(q), "=m"(*(int16_t(*)[4])q) : "r"(lo), "r"(hi));
     *p = q;
 }
 
-/* Four words at *p (4-byte aligned) into v[0..3], then *p += 4: two LDRDs with writeback. */
-static inline void tt_ld_u32x4_next(const uint32_t **p, uint32_t *v)
+/* Two words at *p (4-byte aligned), then *p += 2: one LDRD with writeback. */
+static inline void tt_ld_u32x2_next(const uint32_t **p, uint32_t *a, uint32_t *b)
 {
     const uint32_t *q = *p;
-    uint32_t a, b, c, d;
-    __asm__("ldrd %0, %1, [%4], #8\n\tldrd %2, %3, [%4], #8" : "=&r"(a), "=&r"(b), "=&r"(c), "=&r"(d), "+r"(q)
-            : "m"(*(const uint32_t(*)[4])q));
+    uint32_t x, y;
+    __asm__("ldrd %0, %1, [%2], #8" : "=r"(x), "=r"(y), "+r"(q) : "m"(*(const uint32_t(*)[2])q));
     *p = q;
-    v[0] = a; v[1] = b; v[2] = c; v[3] = d;
+    *a = x;
+    *b = y;
 }
 #else
-static inline void tt_ld_s16x8(const int16_t *p, uint32_t *w)
+static inline void tt_st_s16x4_next(int16_t **p, uint32_t lo, uint32_t hi)
 {
-    int32_t j;
-    for (j = 0; j < 4; j++) w[j] = tt_ld_s16x2(p + 2 * j);
-}
-
-static inline void tt_st_s16x8_next(int16_t **p, uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3)
-{
-    tt_st_s16x2(*p, w0);
-    tt_st_s16x2(*p + 2, w1);
-    tt_st_s16x2(*p + 4, w2);
-    tt_st_s16x2(*p + 6, w3);
-    *p += 8;
-}
-
-static inline void tt_ld_u32x4_next(const uint32_t **p, uint32_t *v)
-{
-    memcpy(v, *p, 16);
+    tt_st_s16x2(*p, lo);
+    tt_st_s16x2(*p + 2, hi);
     *p += 4;
+}
+
+static inline void tt_ld_u32x2_next(const uint32_t **p, uint32_t *a, uint32_t *b)
+{
+    *a = (*p)[0];
+    *b = (*p)[1];
+    *p += 2;
 }
 #endif
 

@@ -805,6 +805,20 @@ static void tt_sgd_pairs_redo_s16(int16_t *row, const uint32_t *xx, int32_t np, 
     }
 }
 
+/* Four weights of an aligned row at *row, inputs xx[0..1] at *xx: w -= D lane-wise (wrapping)
+ * with the guard raised on the old pairs, then *row += 4, *xx += 2 (LDRD, STRD with writeback). */
+TT_SGD_INLINE void tt_sgd_quad_s16(int16_t **row, const uint32_t **xx, int32_t A)
+{
+    uint32_t W0, W1, X0, X1;
+    tt_ld_s16x4(*row, &W0, &W1);
+    tt_ld_u32x2_next(xx, &X0, &X1);
+    X0 = tt_step_s16x2(A, X0);
+    X1 = tt_step_s16x2(A, X1);
+    tt_guard_s16x2_15(W0);
+    tt_guard_s16x2_15(W1);
+    tt_st_s16x4_next(row, (uint32_t)__ssub16((int32_t)W0, (int32_t)X0), (uint32_t)__ssub16((int32_t)W1, (int32_t)X1));
+}
+
 /* w[2j..2j+1] -= D_j for j < np (lane-wise, wrapping), eight weights per loop turn (LDRD/STRD
  * when the row is 4-byte aligned: AL, a constant after inlining), guarded by SSAT16 #15 on the
  * old pairs: with |d| <= 16383 an old lane in [-16384, 16383] gives w - d in [-32767, 32766], no
@@ -821,19 +835,8 @@ TT_SGD_INLINE void tt_sgd_row_fast_s16(int16_t *row, const uint32_t *xx, int32_t
          * all with writeback or an immediate offset, so a turn has no pointer arithmetic; the
          * inputs of a block are found from its place (x + 2 (xx - xx0)) only when it is redone */
         while (xx != end) {
-            uint32_t W[4], X[4], D0, D1, D2, D3;
-            tt_ld_s16x8(row, W);
-            tt_ld_u32x4_next(&xx, X);
-            D0 = tt_step_s16x2(A, X[0]); D1 = tt_step_s16x2(A, X[1]);
-            D2 = tt_step_s16x2(A, X[2]); D3 = tt_step_s16x2(A, X[3]);
-            tt_guard_s16x2_15(W[0]);
-            tt_guard_s16x2_15(W[1]);
-            tt_guard_s16x2_15(W[2]);
-            tt_guard_s16x2_15(W[3]);
-            tt_st_s16x8_next(&row, (uint32_t)__ssub16((int32_t)W[0], (int32_t)D0),
-                             (uint32_t)__ssub16((int32_t)W[1], (int32_t)D1),
-                             (uint32_t)__ssub16((int32_t)W[2], (int32_t)D2),
-                             (uint32_t)__ssub16((int32_t)W[3], (int32_t)D3));
+            tt_sgd_quad_s16(&row, &xx, A);
+            tt_sgd_quad_s16(&row, &xx, A);
             if (tt_guard_hit()) tt_sgd_pairs_redo_s16(row - 8, xx - 4, 4, A, a, x + 2 * (xx - 4 - xx0), s, st);
         }
     } else {
