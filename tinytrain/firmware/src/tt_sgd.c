@@ -870,17 +870,9 @@ TT_SGD_INLINE void tt_sgd_row_fast_s16(int16_t *row, const uint32_t *xx, int32_t
     }
 }
 
-/* Rows n of w16[N][K] with a_n = m_t * e[n] != 0: w -= round(a_n x[k] / 2^s), two weights per
- * step. With c = min(8, 32 - s), xx = x 2^c (int16 lanes) and A = a 2^(32 - s - c):
- *   SMLAWB(A, xx, 2^15) = floor(a x 2^(16 - s)) + 2^15, whose high half is
- *   floor((a x 2^(16 - s) + 2^15) / 2^16) = floor((a x + 2^(s - 1)) / 2^s) = d exactly.
- * A row goes this way only if |A| < 2^31 and (|a| * 128) >> s <= 16382 (|a| <= amax), so
- * |d| <= floor((|a| * 128 + 2^(s-1)) / 2^s) <= ((|a| * 128) >> s) + 1 <= 16383 fits a lane.
- * A row is done by tt_sgd_row_fast_s16 (exact where the old weights are in [-16384, 16383], its
- * guard), whose blocks of eight weights that hit the guard are restored and redone exactly
- * (tt_sgd_pairs_redo_s16); rows failing the bound take the scalar path. */
-/* The rows of one chunk (len inputs x at k0 = row - w16 row start, widened xx) with the row
- * alignment AL a constant after inlining (no per-row test of it). */
+/* The N rows of one chunk of tt_sgd_dense_rows_s16 (len inputs x, widened to xx; row: the chunk's
+ * first weight in row 0, rows K apart) with the row alignment AL a constant after inlining (no
+ * per-row test of it). */
 TT_SGD_INLINE void tt_sgd_chunk_s16(const int8_t *e, const int8_t *x, const uint32_t *xx, int32_t len,
                                     int32_t K, int32_t N, int16_t *row, int32_t m_t, int32_t s, int32_t sh,
                                     int32_t amax, int32_t AL, tt_stats *st)
@@ -902,6 +894,15 @@ TT_SGD_INLINE void tt_sgd_chunk_s16(const int8_t *e, const int8_t *x, const uint
     }
 }
 
+/* Rows n of w16[N][K] with a_n = m_t * e[n] != 0: w -= round(a_n x[k] / 2^s), two weights per
+ * step. With c = min(8, 32 - s), xx = x 2^c (int16 lanes) and A = a 2^(32 - s - c):
+ *   SMLAWB(A, xx, 2^15) = floor(a x 2^(16 - s)) + 2^15, whose high half is
+ *   floor((a x 2^(16 - s) + 2^15) / 2^16) = floor((a x + 2^(s - 1)) / 2^s) = d exactly.
+ * A row goes this way only if |A| < 2^31 and (|a| * 128) >> s <= 16382 (|a| <= amax), so
+ * |d| <= floor((|a| * 128 + 2^(s-1)) / 2^s) <= ((|a| * 128) >> s) + 1 <= 16383 fits a lane.
+ * A row is done by tt_sgd_row_fast_s16 (exact where the old weights are in [-16384, 16383], its
+ * guard), whose blocks of eight weights that hit the guard are restored and redone exactly
+ * (tt_sgd_pairs_redo_s16); rows failing the bound take the scalar path. */
 static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, int32_t N,
                                   int16_t *w16, int32_t m_t, int32_t s, tt_stats *st)
 {
