@@ -6,7 +6,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 pytestmark = [pytest.mark.qemu,
@@ -14,9 +14,10 @@ pytestmark = [pytest.mark.qemu,
                                  reason="QEMU or arm-none-eabi-gcc missing")]
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(h1=st.sampled_from([1, 3, 5, 8, 13, 33, 64]), h2=st.sampled_from([2, 7, 9, 31, 66]),
        lr=st.sampled_from([0.01, 0.05, 0.5, 1.0]), seed=st.integers(0, 3))
+@example(h1=33, h2=7, lr=1.0, seed=0)  # odd K in layers 2 and 3 (unaligned rows), the largest rate
 def test_dense_mlp_shapes_train_bit_exact_on_m4(tmp_path_factory, h1, h2, lr, seed):
     """64-h1-h2-10 MLPs (odd and even widths: K and N not multiples of 2 or 4, rows not 4-byte
     aligned when K is odd; a large learning rate drives weights to the int16 limits, where the
