@@ -766,15 +766,21 @@ static inline void tt_sgd_s16_one(int16_t *w, int32_t p, int32_t s, tt_stats *st
 #endif
 #define TT_SGD_CHUNK 64 /* x widened to int16 pairs this many at a time (stack: 2 bytes each) */
 
-/* w[0..1] = W - D lane-wise, wrapping; raises the guard (Q flag) iff a lane's exact v = w - d is
+/* For S = W - D lane-wise (wrapping): raises the guard (Q flag) iff a lane's exact v = w - d is
  * outside [-32767, 32767], i.e. iff the scalar rule would saturate there: SSAT16 #15 on
  * SHSUB16(W, D) = floor(v / 2) flags exactly v outside [-32768, 32767]; for the other lanes
  * S = v, and SSAT16 #15 on SHSUB16(S, 1) = floor((v - 1) / 2) flags exactly v = -32768. */
+static inline void tt_sgd_guard_s16x2(uint32_t W, uint32_t D, uint32_t S)
+{
+    tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)W, (int32_t)D));
+    tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)S, 0x00010001));
+}
+
+/* w[0..1] = W - D lane-wise, wrapping, under tt_sgd_guard_s16x2. */
 static inline void tt_sgd_s16x2(int16_t *w, uint32_t W, uint32_t D)
 {
     const uint32_t S = (uint32_t)__ssub16((int32_t)W, (int32_t)D);
-    tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)W, (int32_t)D));
-    tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)S, 0x00010001));
+    tt_sgd_guard_s16x2(W, D, S);
     tt_st_s16x2(w, S);
 }
 
@@ -786,18 +792,20 @@ static void tt_sgd_row_undo_s16(int16_t *row, const uint32_t *xx, int32_t np, in
         tt_st_s16x2(row + 2 * j, (uint32_t)__sadd16((int32_t)tt_ld_s16x2(row + 2 * j), (int32_t)tt_step_s16x2(A, xx[j])));
 }
 
-/* np pairs at row (inputs x, widened xx) whose fast pass hit its guard: undo them, redo them with
- * the exact saturation guard of tt_sgd_s16x2 (a hit there: some w - d outside [-32767, 32767],
- * i.e. a saturation, or an old -32768), and on a hit there undo again and take the scalar rule.
- * Leaves the Q flag clear. */
+/* np pairs at row (inputs x, widened xx) whose fast pass hit its guard: they hold S = w - d (mod
+ * 2^16), which is what tt_sgd_s16x2 stores, so only its exact saturation guard is run, on the old
+ * w = S + d (SADD16, exact) and S (no undo, no second store); on a hit there (some w - d outside
+ * [-32767, 32767], i.e. a saturation, or an old -32768) the pairs are undone and take the scalar
+ * rule. Leaves the Q flag clear. */
 static void tt_sgd_pairs_redo_s16(int16_t *row, const uint32_t *xx, int32_t np, int32_t A, int32_t a,
                                   const int8_t *x, int32_t s, tt_stats *st)
 {
     int32_t j;
-    tt_sgd_row_undo_s16(row, xx, np, A);
     tt_guard_clear();
-    for (j = 0; j < np; j++)
-        tt_sgd_s16x2(row + 2 * j, tt_ld_s16x2(row + 2 * j), tt_step_s16x2(A, xx[j]));
+    for (j = 0; j < np; j++) {
+        const uint32_t S = tt_ld_s16x2(row + 2 * j), D = tt_step_s16x2(A, xx[j]);
+        tt_sgd_guard_s16x2((uint32_t)__sadd16((int32_t)S, (int32_t)D), D, S);
+    }
     if (tt_guard_hit()) {
         tt_sgd_row_undo_s16(row, xx, np, A);
         for (j = 0; j < 2 * np; j++) tt_sgd_s16_one(row + j, a * (int32_t)x[j], s, st);
