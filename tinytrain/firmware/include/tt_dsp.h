@@ -83,6 +83,42 @@ static inline void tt_ld_s16x4(const int16_t *p, uint32_t *lo, uint32_t *hi)
 }
 #endif
 
+/* Store two pairs at *p (4-byte aligned), lo at p[0..1] and hi at p[2..3], then *p += 4: one
+ * STRD with writeback on the target. */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+static inline void tt_st_s16x4_next(int16_t **p, uint32_t lo, uint32_t hi)
+{
+    int16_t *q = *p;
+    __asm__("strd %2, %3, [%0], #8" : "+r"(q), "=m"(*(int16_t(*)[4])q) : "r"(lo), "r"(hi));
+    *p = q;
+}
+
+/* Two words at *p (4-byte aligned), then *p += 2: one LDRD with writeback. */
+static inline void tt_ld_u32x2_next(const uint32_t **p, uint32_t *a, uint32_t *b)
+{
+    const uint32_t *q = *p;
+    uint32_t x, y;
+    __asm__("ldrd %0, %1, [%2], #8" : "=r"(x), "=r"(y), "+r"(q) : "m"(*(const uint32_t(*)[2])q));
+    *p = q;
+    *a = x;
+    *b = y;
+}
+#else
+static inline void tt_st_s16x4_next(int16_t **p, uint32_t lo, uint32_t hi)
+{
+    tt_st_s16x2(*p, lo);
+    tt_st_s16x2(*p + 2, hi);
+    *p += 4;
+}
+
+static inline void tt_ld_u32x2_next(const uint32_t **p, uint32_t *a, uint32_t *b)
+{
+    *a = (*p)[0];
+    *b = (*p)[1];
+    *p += 2;
+}
+#endif
+
 /* Store two pairs at p (4-byte aligned): lo at p[0..1], hi at p[2..3]; one STRD on the target. */
 #if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
 static inline void tt_st_s16x4(int16_t *p, uint32_t lo, uint32_t hi)

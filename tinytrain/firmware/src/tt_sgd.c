@@ -950,15 +950,21 @@ static inline void tt_sgd_s16_one(int16_t *w, int32_t p, int32_t s, tt_stats *st
 #endif
 #define TT_SGD_CHUNK 64 /* x widened to int16 pairs this many at a time (stack: 2 bytes each) */
 
-/* w[0..1] = W - D lane-wise, wrapping; raises the guard (Q flag) iff a lane's exact v = w - d is
+/* For S = W - D lane-wise (wrapping): raises the guard (Q flag) iff a lane's exact v = w - d is
  * outside [-32767, 32767], i.e. iff the scalar rule would saturate there: SSAT16 #15 on
  * SHSUB16(W, D) = floor(v / 2) flags exactly v outside [-32768, 32767]; for the other lanes
  * S = v, and SSAT16 #15 on SHSUB16(S, 1) = floor((v - 1) / 2) flags exactly v = -32768. */
+static inline void tt_sgd_guard_s16x2(uint32_t W, uint32_t D, uint32_t S)
+{
+    tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)W, (int32_t)D));
+    tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)S, 0x00010001));
+}
+
+/* w[0..1] = W - D lane-wise, wrapping, under tt_sgd_guard_s16x2. */
 static inline void tt_sgd_s16x2(int16_t *w, uint32_t W, uint32_t D)
 {
     const uint32_t S = (uint32_t)__ssub16((int32_t)W, (int32_t)D);
-    tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)W, (int32_t)D));
-    tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)S, 0x00010001));
+    tt_sgd_guard_s16x2(W, D, S);
     tt_st_s16x2(w, S);
 }
 
@@ -970,23 +976,39 @@ static void tt_sgd_row_undo_s16(int16_t *row, const uint32_t *xx, int32_t np, in
         tt_st_s16x2(row + 2 * j, (uint32_t)__sadd16((int32_t)tt_ld_s16x2(row + 2 * j), (int32_t)tt_step_s16x2(A, xx[j])));
 }
 
-/* np pairs at row (inputs x, widened xx) whose fast pass hit its guard: undo them, redo them with
- * the exact saturation guard of tt_sgd_s16x2 (a hit there: some w - d outside [-32767, 32767],
- * i.e. a saturation, or an old -32768), and on a hit there undo again and take the scalar rule.
- * Leaves the Q flag clear. */
+/* np pairs at row (inputs x, widened xx) whose fast pass hit its guard: they hold S = w - d (mod
+ * 2^16), which is what tt_sgd_s16x2 stores, so only its exact saturation guard is run, on the old
+ * w = S + d (SADD16, exact) and S (no undo, no second store); on a hit there (some w - d outside
+ * [-32767, 32767], i.e. a saturation, or an old -32768) the pairs are undone and take the scalar
+ * rule. Leaves the Q flag clear. */
 static void tt_sgd_pairs_redo_s16(int16_t *row, const uint32_t *xx, int32_t np, int32_t A, int32_t a,
                                   const int8_t *x, int32_t s, tt_stats *st)
 {
     int32_t j;
-    tt_sgd_row_undo_s16(row, xx, np, A);
     tt_guard_clear();
-    for (j = 0; j < np; j++)
-        tt_sgd_s16x2(row + 2 * j, tt_ld_s16x2(row + 2 * j), tt_step_s16x2(A, xx[j]));
+    for (j = 0; j < np; j++) {
+        const uint32_t S = tt_ld_s16x2(row + 2 * j), D = tt_step_s16x2(A, xx[j]);
+        tt_sgd_guard_s16x2((uint32_t)__sadd16((int32_t)S, (int32_t)D), D, S);
+    }
     if (tt_guard_hit()) {
         tt_sgd_row_undo_s16(row, xx, np, A);
         for (j = 0; j < 2 * np; j++) tt_sgd_s16_one(row + j, a * (int32_t)x[j], s, st);
         tt_guard_clear();
     }
+}
+
+/* Four weights of an aligned row at *row, inputs xx[0..1] at *xx: w -= D lane-wise (wrapping)
+ * with the guard raised on the old pairs, then *row += 4, *xx += 2 (LDRD, STRD with writeback). */
+TT_SGD_INLINE void tt_sgd_quad_s16(int16_t **row, const uint32_t **xx, int32_t A)
+{
+    uint32_t W0, W1, X0, X1;
+    tt_ld_s16x4(*row, &W0, &W1);
+    tt_ld_u32x2_next(xx, &X0, &X1);
+    X0 = tt_step_s16x2(A, X0);
+    X1 = tt_step_s16x2(A, X1);
+    tt_guard_s16x2_15(W0);
+    tt_guard_s16x2_15(W1);
+    tt_st_s16x4_next(row, (uint32_t)__ssub16((int32_t)W0, (int32_t)X0), (uint32_t)__ssub16((int32_t)W1, (int32_t)X1));
 }
 
 /* w[2j..2j+1] -= D_j for j < np (lane-wise, wrapping), eight weights per loop turn (LDRD/STRD
@@ -999,17 +1021,20 @@ static void tt_sgd_pairs_redo_s16(int16_t *row, const uint32_t *xx, int32_t np, 
 TT_SGD_INLINE void tt_sgd_row_fast_s16(int16_t *row, const uint32_t *xx, int32_t np, int32_t A, int32_t AL,
                                        int32_t a, const int8_t *x, int32_t s, tt_stats *st)
 {
-    const uint32_t *end = xx + (np & ~3);
-    for (; xx != end; xx += 4, row += 8, x += 8) {
-        uint32_t W0, W1, W2, W3;
-        if (AL) {
-            tt_ld_s16x4(row, &W0, &W1);
-            tt_ld_s16x4(row + 4, &W2, &W3);
-        } else {
-            W0 = tt_ld_s16x2(row); W1 = tt_ld_s16x2(row + 2);
-            W2 = tt_ld_s16x2(row + 4); W3 = tt_ld_s16x2(row + 6);
+    const uint32_t *xx0 = xx, *end = xx + (np & ~3);
+    if (AL) {
+        /* aligned rows: the weights and the widened inputs by LDRD and the weights back by STRD,
+         * all with writeback or an immediate offset, so a turn has no pointer arithmetic; the
+         * inputs of a block are found from its place (x + 2 (xx - xx0)) only when it is redone */
+        while (xx != end) {
+            tt_sgd_quad_s16(&row, &xx, A);
+            tt_sgd_quad_s16(&row, &xx, A);
+            if (tt_guard_hit()) tt_sgd_pairs_redo_s16(row - 8, xx - 4, 4, A, a, x + 2 * (xx - 4 - xx0), s, st);
         }
-        {
+    } else {
+        for (; xx != end; xx += 4, row += 8) {
+            uint32_t W0 = tt_ld_s16x2(row), W1 = tt_ld_s16x2(row + 2);
+            uint32_t W2 = tt_ld_s16x2(row + 4), W3 = tt_ld_s16x2(row + 6);
             const uint32_t D0 = tt_step_s16x2(A, xx[0]), D1 = tt_step_s16x2(A, xx[1]);
             const uint32_t D2 = tt_step_s16x2(A, xx[2]), D3 = tt_step_s16x2(A, xx[3]);
             tt_guard_s16x2_15(W0);
@@ -1020,15 +1045,10 @@ TT_SGD_INLINE void tt_sgd_row_fast_s16(int16_t *row, const uint32_t *xx, int32_t
             W1 = (uint32_t)__ssub16((int32_t)W1, (int32_t)D1);
             W2 = (uint32_t)__ssub16((int32_t)W2, (int32_t)D2);
             W3 = (uint32_t)__ssub16((int32_t)W3, (int32_t)D3);
-        }
-        if (AL) {
-            tt_st_s16x4(row, W0, W1);
-            tt_st_s16x4(row + 4, W2, W3);
-        } else {
             tt_st_s16x2(row, W0); tt_st_s16x2(row + 2, W1);
             tt_st_s16x2(row + 4, W2); tt_st_s16x2(row + 6, W3);
+            if (tt_guard_hit()) tt_sgd_pairs_redo_s16(row, xx, 4, A, a, x + 2 * (xx - xx0), s, st);
         }
-        if (tt_guard_hit()) tt_sgd_pairs_redo_s16(row, xx, 4, A, a, x, s, st);
     }
     if (np & 3) {
         const int32_t t = np & 3;
@@ -1038,7 +1058,31 @@ TT_SGD_INLINE void tt_sgd_row_fast_s16(int16_t *row, const uint32_t *xx, int32_t
             tt_guard_s16x2_15(W0);
             tt_st_s16x2(row + 2 * j, (uint32_t)__ssub16((int32_t)W0, (int32_t)tt_step_s16x2(A, xx[j])));
         }
-        if (tt_guard_hit()) tt_sgd_pairs_redo_s16(row, xx, t, A, a, x, s, st);
+        if (tt_guard_hit()) tt_sgd_pairs_redo_s16(row, xx, t, A, a, x + 2 * (xx - xx0), s, st);
+    }
+}
+
+/* The N rows of one chunk of tt_sgd_dense_rows_s16 (len inputs x, widened to xx; row: the chunk's
+ * first weight in row 0, rows K apart) with the row alignment AL a constant after inlining (no
+ * per-row test of it). */
+TT_SGD_INLINE void tt_sgd_chunk_s16(const int8_t *e, const int8_t *x, const uint32_t *xx, int32_t len,
+                                    int32_t K, int32_t N, int16_t *row, int32_t m_t, int32_t s, int32_t sh,
+                                    int32_t amax, int32_t AL, tt_stats *st)
+{
+    const int8_t *end = e + N;
+    const int32_t np = len / 2;
+    int32_t j;
+    for (; e != end; e++, row += K) {
+        const int32_t a = m_t * (int32_t)*e, ua = a < 0 ? -a : a;
+        if (a == 0) continue;
+        if (ua > amax) {
+            for (j = 0; j < len; j++) tt_sgd_s16_one(row + j, a * (int32_t)x[j], s, st);
+            continue;
+        }
+        tt_guard_clear();
+        /* A = a 2^sh: |A| <= INT32_MAX by amax */
+        tt_sgd_row_fast_s16(row, xx, np, a * ((int32_t)1 << sh), AL, a, x, s, st);
+        if (len & 1) tt_sgd_s16_one(row + len - 1, a * (int32_t)x[len - 1], s, st);
     }
 }
 
@@ -1060,25 +1104,12 @@ static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, i
     const int32_t amax = (int32_t)(lim1 < lim2 ? lim1 : lim2);
     const int32_t aligned = ((uintptr_t)w16 & 3u) == 0 && (K & 1) == 0; /* every row, every chunk */
     uint32_t xx[TT_SGD_CHUNK / 2];
-    int32_t k0, n, j;
+    int32_t k0;
     for (k0 = 0; k0 < K; k0 += TT_SGD_CHUNK) {
-        const int32_t len = K - k0 < TT_SGD_CHUNK ? K - k0 : TT_SGD_CHUNK, np = len / 2;
-        tt_widen_s8(x + k0, 2 * np, c, xx);
-        for (n = 0; n < N; n++) {
-            const int32_t a = m_t * (int32_t)e[n], ua = a < 0 ? -a : a;
-            int16_t *row = w16 + n * K + k0;
-            int32_t A;
-            if (a == 0) continue;
-            if (ua > amax) {
-                for (j = 0; j < len; j++) tt_sgd_s16_one(row + j, a * (int32_t)x[k0 + j], s, st);
-                continue;
-            }
-            A = a * ((int32_t)1 << sh); /* |A| <= INT32_MAX by amax */
-            tt_guard_clear();
-            if (aligned) tt_sgd_row_fast_s16(row, xx, np, A, 1, a, x + k0, s, st);
-            else tt_sgd_row_fast_s16(row, xx, np, A, 0, a, x + k0, s, st);
-            if (len & 1) tt_sgd_s16_one(row + len - 1, a * (int32_t)x[k0 + len - 1], s, st);
-        }
+        const int32_t len = K - k0 < TT_SGD_CHUNK ? K - k0 : TT_SGD_CHUNK;
+        tt_widen_s8(x + k0, len & ~1, c, xx);
+        if (aligned) tt_sgd_chunk_s16(e, x + k0, xx, len, K, N, w16 + k0, m_t, s, sh, amax, 1, st);
+        else tt_sgd_chunk_s16(e, x + k0, xx, len, K, N, w16 + k0, m_t, s, sh, amax, 0, st);
     }
 }
 #else
