@@ -42,3 +42,22 @@ def test_device_cost_reports_a_model_too_big_for_the_board(w1):
     assert c["instructions_per_sample"] is None
     small = device_cost(m, "microbit", instructions=False)
     assert small["fits"] and small["instructions_per_sample"] is None
+
+
+def test_a_model_the_estimate_fits_but_the_link_does_not_is_reported_not_raised(w1, monkeypatch):
+    """The RAM estimate (the linked static RAM plus gcc's stack estimate) can fit while the link,
+    which reserves the port's fixed stack, overflows (a W3 variant on the micro:bit did by 64 B and
+    `sensitivity --board microbit` died with an internal error): the link decides, and the point
+    is reported as not fitting, with the linker's own words."""
+    from tinytrain import verify
+    from tinytrain.device.pio_project import FitError
+
+    m, ds = w1
+
+    def overflowing(*a, **k):
+        raise FitError("build for microbit failed (pio run ...): region `RAM' overflowed by 64 bytes: "
+                       "the firmware does not fit microbit; use a smaller model")
+    monkeypatch.setattr(verify, "verify", overflowing)
+    c = device_cost(m, "microbit", ds, steps=2)
+    assert not c["fits"] and c["instructions_per_sample"] is None
+    assert c["why"] == "the linked firmware does not fit microbit: region `RAM' overflowed by 64 bytes"

@@ -27,7 +27,7 @@ from tinytrain.resources import FIRMWARE_INCLUDE
 from tinytrain.device.boards import PORTS_DIR, Board, default_board, get_board, load_boards
 from tinytrain.device.toolchain import ToolchainError, core_lock, find_pio, pio_core_dir, pio_env, setup as toolchain_setup
 
-__all__ = ["BuildError", "write_project", "build", "elf_path", "platform_installed"]
+__all__ = ["BuildError", "FitError", "write_project", "build", "elf_path", "platform_installed"]
 
 SRC_SUFFIXES = {".c", ".h", ".cpp", ".hpp", ".S", ".s", ".inc"}
 WARN_FLAGS = ["-Wall", "-Wextra", "-Werror"]
@@ -35,6 +35,10 @@ WARN_FLAGS = ["-Wall", "-Wextra", "-Werror"]
 
 class BuildError(RuntimeError):
     """``pio run`` failed; the message holds the compiler's error lines."""
+
+
+class FitError(BuildError):
+    """The link found the firmware larger than the board's RAM or flash (``overflowed``)."""
 
 
 def _as_boards(boards) -> list[Board]:
@@ -168,7 +172,7 @@ def build(out_dir: str | Path, board: str | Board | None = None, *, verbose: boo
         raise BuildError(f"pio run for {b.name} did not finish in {timeout:.0f} s") from None
     log = proc.stdout + proc.stderr
     if proc.returncode != 0:
-        raise BuildError(_explain_failure(b, cmd, log))
+        raise (FitError if _OVERFLOW.search(log) else BuildError)(_explain_failure(b, cmd, log))
     elf = elf_path(out, b)
     if not elf.is_file():
         raise BuildError(f"pio run succeeded but {elf} is missing:\n{log[-2000:]}")
