@@ -10,9 +10,11 @@ both cores used. Each case runs the documented command on a model saved by `tiny
 * ``w1`` / ``w3``: ``tinytrain sensitivity --model M.tt --json`` (accuracy of every variant on the
   test split, numba);
 * ``w1-board`` / ``w3-board``: the same with ``--board microbit``: every distinct variant also
-  built (PlatformIO) and run 20 verified steps on the QEMU micro:bit, each call with an empty
-  PlatformIO object cache of its own (PLATFORMIO_BUILD_CACHE_DIR), so it compiles the runtime as
-  a first sweep on a machine does.
+  built (PlatformIO) and run 20 verified steps on the QEMU micro:bit.
+
+Every call starts from an empty tinytrain cache (``TINYTRAIN_CACHE``: no built firmware, link
+sizes or generated simulators; the datasets are linked in) and an empty PlatformIO object cache
+(PLATFORMIO_BUILD_CACHE_DIR), so it does all its work as a first sweep on a machine does.
 
 The cases alternate within each round (the machine may be shared: the load average before each
 call is reported). Each call is a new process, so it pays Python's start-up and numba's cache
@@ -74,11 +76,14 @@ def main(argv=None) -> int:
             cmd = _cli() + ["sensitivity", "--model", str(models[wl]), "--jobs", "2", "--json"]
             if case.endswith("-board"):
                 cmd += ["--board", "microbit"]
-            with tempfile.TemporaryDirectory(prefix="tt-pio-objects-", dir=work) as objects:
+            with tempfile.TemporaryDirectory(prefix="tt-cache-", dir=work) as cache:
+                objects = Path(cache) / "pio-objects"
+                for f in Path(env.get("TINYTRAIN_CACHE", Path.home() / ".cache" / "tinytrain")).glob("*.npz"):
+                    (Path(cache) / f.name).symlink_to(f)  # datasets only: no firmware, link or simulator cache
                 loads[case].append(round(os.getloadavg()[0], 2))
                 t0 = time.perf_counter()
                 res = subprocess.run(cmd, check=True, capture_output=True, text=True,
-                                     env={**env, "PLATFORMIO_BUILD_CACHE_DIR": objects})
+                                     env={**env, "TINYTRAIN_CACHE": cache, "PLATFORMIO_BUILD_CACHE_DIR": str(objects)})
                 times[case].append(time.perf_counter() - t0)
             body = _result(json.loads(res.stdout))
             if case not in first:
@@ -100,8 +105,8 @@ def main(argv=None) -> int:
     body = ("## Sensitivity sweep time\n\n"
             f"`python bench/bench_sensitivity.py --rounds {args.rounds}`: `tinytrain sensitivity --model M.tt --jobs 2 "
             "--json` (default levels 0..0.9 and weight-width policies) timed from process start, cases alternating, "
-            f"{args.rounds} rounds; `-board`: with `--board microbit` (every variant built and verified 20 steps on QEMU, "
-            "an empty PlatformIO object cache per call). Every round's result equals the first's, QEMU instruction "
+            f"{args.rounds} rounds; `-board`: with `--board microbit` (every variant built and verified 20 steps on QEMU); "
+            "every call from empty tinytrain and PlatformIO caches (datasets linked in). Every round's result equals the first's, QEMU instruction "
             "counts included. Target (issue 12): W1 ≤ 30 s, "
             f"W3 ≤ 3 min. {report.machine_line(m)}\n\n"
             + report.markdown_table(["case", "wall: median (range)", "target", "", "load average before calls"],
