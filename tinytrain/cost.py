@@ -16,8 +16,6 @@ scratch); ``ram_total`` adds the protocol, the load shadow (when the board keeps
 """
 from __future__ import annotations
 
-import re
-
 from tinytrain.codegen.memory import breakdown
 
 TRAINING_RAM = ("parameters", "optimizer state", "activations", "scratch")
@@ -88,13 +86,13 @@ def device_cost(model, board: str, dataset=None, steps: int = 20, *, instruction
         return out
     if dataset is None:
         raise ValueError("device_cost(instructions=True) needs the dataset to train on")
-    from tinytrain.device.pio_project import FitError
+    from tinytrain.device.pio_project import OVERFLOW, FitError
     from tinytrain.verify import verify
 
     try:
         res = verify(model, dataset, steps, board=b.name, json=True, build_dir=build_dir)
     except FitError as exc:  # the estimate above fitted, the link does not: the link decides
-        over = re.search(r"region `\w+' overflowed by \d+ bytes", str(exc))
+        over = OVERFLOW.search(str(exc))
         out.update(fits=False, why=f"the linked firmware does not fit {b.name}: "
                                    f"{over.group(0) if over else str(exc).splitlines()[0]}")
         return out

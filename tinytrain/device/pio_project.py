@@ -129,7 +129,7 @@ def elf_path(out_dir: str | Path, board: str | Board) -> Path:
 
 
 _ERROR_LINE = re.compile(r"(error|Error|undefined reference|multiple definition|No such file|\*\*\*)")
-_OVERFLOW = re.compile(r"region `\w+' overflowed by \d+ bytes")  # GNU ld, when RAM or flash is short
+OVERFLOW = re.compile(r"region `\w+' overflowed by \d+ bytes")  # GNU ld, when RAM or flash is short
 _NETWORK_HINT = re.compile(
     r"(HTTPClientError|ConnectionError|Could not resolve|Name or service not known|"
     r"Max retries exceeded|InternetConnectionError|Temporary failure in name resolution|"
@@ -172,7 +172,7 @@ def build(out_dir: str | Path, board: str | Board | None = None, *, verbose: boo
         raise BuildError(f"pio run for {b.name} did not finish in {timeout:.0f} s") from None
     log = proc.stdout + proc.stderr
     if proc.returncode != 0:
-        raise (FitError if _OVERFLOW.search(log) else BuildError)(_explain_failure(b, cmd, log))
+        raise (FitError if OVERFLOW.search(log) else BuildError)(_explain_failure(b, cmd, log))
     elf = elf_path(out, b)
     if not elf.is_file():
         raise BuildError(f"pio run succeeded but {elf} is missing:\n{log[-2000:]}")
@@ -190,7 +190,7 @@ def _explain_failure(b: Board, cmd: list[str], log: str) -> str:
     head = f"build for {b.name} failed ({' '.join(cmd)})"
     if not b.is_emulated and _NETWORK_HINT.search(log):
         return _missing_platform(b, head, "could not be downloaded")
-    over = _OVERFLOW.search(log)
+    over = OVERFLOW.search(log)
     if over:  # the linker's own line says what is short; "ld returned 1" alone does not
         return (f"{head}: {over.group(0)}: the firmware does not fit {b.name}; use a smaller model, "
                 "a partial update (train: last:K) or a board with more memory")
