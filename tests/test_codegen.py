@@ -3,6 +3,7 @@ and determinism of the emitted files, integer-only proof on Cortex-M, memory rep
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -176,6 +177,44 @@ def test_memory_report_matches_linked_sections():
     # the model's own .data + .bss is exactly the static RAM the report plans
     assert objs["model_ram"] == rep.ram_static
     assert rep.stack_estimate > 0 and rep.flash_code > 0
+
+
+@needs_arm
+def test_link_reuses_the_runtime_objects_and_gives_the_same_sizes(tmp_path, monkeypatch):
+    """link_firmware compiles the runtime and the port once per board (they do not depend on the
+    model) and a second model's link compiles only its own two files; the figures are those of a
+    link that compiles everything."""
+    import subprocess
+
+    from tinytrain.device.boards import get_board
+    from tinytrain.codegen.device import device_source
+
+    monkeypatch.setenv("TINYTRAIN_CACHE", str(tmp_path / "cache"))
+    calls = []
+    real = subprocess.run
+
+    def run(cmd, *a, **k):
+        calls.append([str(c) for c in cmd])
+        return real(cmd, *a, **k)
+
+    monkeypatch.setattr(memory.subprocess, "run", run)
+    b = get_board("microbit")
+    models = [_w1(), Sequential([Dense(9), ReLU(), Dense(10)], input_shape=(64,), input_exp=-6, seed=3)]
+    sizes = []
+    for i, m in enumerate(models):
+        calls.clear()
+        em = generate(m)
+        sizes.append(memory.link_firmware(em, device_source(m, em, True, False), b))
+        compiled = sorted(Path(c[c.index("-c") + 1]).name for c in calls if "-c" in c)
+        if i == 1:
+            assert compiled == ["tt_model.c", "tt_model_device.c"]
+        else:
+            assert len(compiled) > 10  # the runtime too, into the object cache
+    memory._LINK_CACHE.clear()
+    monkeypatch.setenv("TINYTRAIN_CACHE", str(tmp_path / "cold"))  # no link figures, no objects
+    em = generate(models[1])
+    assert memory.link_firmware(em, device_source(models[1], em, True, False), b) == sizes[1]
+    assert sizes[0] != sizes[1]
 
 
 def test_fits_check_names_what_to_shrink():

@@ -324,6 +324,42 @@ def flash_parameters(em: Emitted) -> int:
 _LINK_CACHE: dict = {}
 
 
+def _object_dir(root: Path, flags, runtime_sources, board) -> Path:
+    """Where link_firmware keeps the runtime's and the port's objects (and their -fstack-usage
+    files) between links: they do not depend on the model, only on the runtime and port files, the
+    flags and the compiler, so a sweep over many variants compiles them once per board, not once
+    per variant (the generated model and its glue are compiled every time)."""
+    import hashlib
+
+    h = hashlib.sha256(("\0".join([ARM_CC, _cc_version(), *flags])).encode())
+    for f in [*runtime_sources, *sorted(cbuild.FIRMWARE_INCLUDE.glob("*.h")), *sorted(board.port_dir.glob("*")),
+              *sorted((board.port_dir.parent / "common").glob("*"))]:
+        h.update(str(Path(f).name).encode() + b"\0" + Path(f).read_bytes())
+    return root / "objects" / f"{board.cpu}-{h.hexdigest()[:20]}"
+
+
+_CC_VERSION: list = []
+
+
+def _cc_version() -> str:
+    if not _CC_VERSION:
+        r = subprocess.run([ARM_CC, "--version"], capture_output=True, text=True)
+        _CC_VERSION.append(r.stdout.splitlines()[0] if r.stdout else "")
+    return _CC_VERSION[0]
+
+
+def _keep(src: Path, dst: Path) -> None:
+    """Copy src to dst atomically (another process may be writing the same object); a cache,
+    so an unwritable one is skipped."""
+    try:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dst.with_name(f"{dst.name}.{os.getpid()}.{id(src)}.tmp")
+        shutil.copyfile(src, tmp)
+        os.replace(tmp, dst)
+    except OSError:
+        pass
+
+
 def link_firmware(em: Emitted, glue: str, board) -> dict:
     """Compile and link the firmware as the PlatformIO build does (same flags, --gc-sections,
     newlib-nano, the port's linker script), without PlatformIO. Returns firmware_sizes-style
@@ -359,11 +395,20 @@ def link_firmware(em: Emitted, glue: str, board) -> dict:
         flags = ["-std=c99", "-O2", "-ffunction-sections", "-fdata-sections", "-fstack-usage",
                  *CPU_FLAGS[board.cpu], f"-DTT_BOARD_{board.pio_board.upper()}=1",
                  f'-DTT_BOARD_NAME="{board.name}"', f"-I{cbuild.FIRMWARE_INCLUDE}", f"-I{d}"]
+        runtime = _object_dir(cache.parent.parent, flags[:-1], srcs[2:], board)  # not -I of this folder
+
         def cc(s):
             o = d / (Path(s).stem + ".o")
+            kept = runtime / o.name if s not in srcs[:2] else None
+            if kept is not None and kept.is_file() and kept.with_suffix(".su").is_file():
+                shutil.copyfile(kept.with_suffix(".su"), o.with_suffix(".su"))  # for stack_estimate
+                return str(kept)
             r = subprocess.run([ARM_CC, *flags, "-c", str(s), "-o", str(o)], capture_output=True, text=True, cwd=d)
             if r.returncode:
                 raise cbuild.BuildError(f"{ARM_CC} failed on {s}:\n{r.stderr}")
+            if kept is not None:
+                _keep(o.with_suffix(".su"), kept.with_suffix(".su"))
+                _keep(o, kept)  # last: an object is only used beside its .su
             return str(o)
 
         from concurrent.futures import ThreadPoolExecutor
