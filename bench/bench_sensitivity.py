@@ -10,11 +10,12 @@ both cores used. Each case runs the documented command on a model saved by `tiny
 * ``w1`` / ``w3``: ``tinytrain sensitivity --model M.tt --json`` (accuracy of every variant on the
   test split, numba);
 * ``w1-board`` / ``w3-board``: the same with ``--board microbit``: every distinct variant also
-  built (PlatformIO) and run 20 verified steps on the QEMU micro:bit.
+  linked (without PlatformIO: sweep.Costs) and run 20 verified steps on the QEMU micro:bit.
 
 Every call starts from an empty tinytrain cache (``TINYTRAIN_CACHE``: no built firmware, link
-sizes or generated simulators; the datasets are linked in) and an empty PlatformIO object cache
-(PLATFORMIO_BUILD_CACHE_DIR), so it does all its work as a first sweep on a machine does.
+sizes, runtime objects or generated simulators; the datasets are linked in) and an empty
+PlatformIO object cache (PLATFORMIO_BUILD_CACHE_DIR), so it does all its work as a first sweep
+on a machine does.
 
 The cases alternate within each round (the machine may be shared: the load average before each
 call is reported). Each call is a new process, so it pays Python's start-up and numba's cache

@@ -8,13 +8,13 @@ faster on this 2-core machine with both cores than with one. Each sweep is timed
 ``jobs``/``workers`` 1 and N alternating, every call doing its work afresh:
 
 * sensitivity: ``tinytrain.sensitivity.sensitivity`` on a W1 (digits-mlp) model trained 2 epochs,
-  levels 0.5 and 0.9, policies int16 and int8, ``board="microbit"``: every distinct variant built
-  (PlatformIO) and run 20 verified steps on QEMU, which is where a sweep's time goes (without a
+  levels 0.5 and 0.9, policies int16 and int8, ``board="microbit"``: every distinct variant linked
+  (without PlatformIO, sweep.Costs) and run 20 verified steps on QEMU, which is where a sweep's time goes (without a
   board, the numba evaluations of a W1 or W3 sweep take well under a second once compiled);
-  every call runs PlatformIO and QEMU for each variant, with an empty object cache of its own
-  (PLATFORMIO_BUILD_CACHE_DIR, sweep.object_cache): a call compiles the runtime once and each
-  variant its model files, as a first sweep does, instead of taking everything from the
-  warm-up's cache (a rerun of the same sweep: faster, but no fresh work to time);
+  every call links and runs QEMU for each variant, with empty link caches of its own
+  (``_fresh_objects``): a call compiles the runtime once and each variant its model files, as a
+  first sweep does, instead of taking everything from the warm-up's cache (a rerun of the same
+  sweep: faster, but no fresh work to time);
 * seeds: W3's integer training (bench_accuracy.run_tinytrain: 20 epochs, numba Simulator) for
   seeds 0-3, mapped by ``tinytrain.sweep.run_tasks`` as the multi-seed benchmarks do;
 * federated: ``tinytrain.federated.api.federate`` with 400 simulated W1 clients, 2 rounds, int8
@@ -43,6 +43,7 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 
 for _v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
     os.environ[_v] = "1"
@@ -63,20 +64,31 @@ def _seed_task(seed):
 
 
 def _fresh_objects(fn):
-    """fn(jobs) with an empty PlatformIO object cache of its own (removed after the call)."""
+    """fn(jobs) with empty link caches of its own: a TINYTRAIN_CACHE holding only the datasets and
+    the compiled simulators (no link figures, ELFs or runtime objects) and no in-process link
+    figures, so every call compiles the runtime once and each variant its model files, as a first
+    sweep does (removed after the call)."""
     import tempfile
 
+    from tinytrain.codegen import memory
+
     def call(j):
-        old = os.environ.get("PLATFORMIO_BUILD_CACHE_DIR")
-        with tempfile.TemporaryDirectory(prefix="tt-pio-objects-") as d:
-            os.environ["PLATFORMIO_BUILD_CACHE_DIR"] = d
+        old = os.environ.get("TINYTRAIN_CACHE")
+        root = Path(old) if old else Path.home() / ".cache" / "tinytrain"
+        with tempfile.TemporaryDirectory(prefix="tt-cache-") as d:
+            for f in [*root.glob("*.npz"), root / "sim"]:
+                if f.exists():
+                    (Path(d) / f.name).symlink_to(f)
+            os.environ["TINYTRAIN_CACHE"] = d
+            memory._LINK_CACHE.clear()
             try:
                 return fn(j)
             finally:
+                memory._LINK_CACHE.clear()
                 if old is None:
-                    os.environ.pop("PLATFORMIO_BUILD_CACHE_DIR", None)
+                    os.environ.pop("TINYTRAIN_CACHE", None)
                 else:
-                    os.environ["PLATFORMIO_BUILD_CACHE_DIR"] = old
+                    os.environ["TINYTRAIN_CACHE"] = old
     return call
 
 

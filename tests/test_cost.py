@@ -61,3 +61,61 @@ def test_a_model_the_estimate_fits_but_the_link_does_not_is_reported_not_raised(
     c = device_cost(m, "microbit", ds, steps=2)
     assert not c["fits"] and c["instructions_per_sample"] is None
     assert c["why"] == "the linked firmware does not fit microbit: region `RAM' overflowed by 64 bytes"
+
+
+_VARIANTS = ("dense", "pruned", "int8", "int4-row-master16", "cnn")
+
+
+def _variant(kind, w1):
+    from tinytrain.sensitivity import pruned, with_layer_policy
+
+    m, ds = w1
+    if kind == "pruned":
+        return pruned(m, (0, 0), 0.5), ds
+    if kind in ("int8", "int4-row-master16"):
+        return with_layer_policy(m, 2, kind), ds
+    if kind == "cnn":
+        wl = WORKLOADS["w3"]
+        d3 = wl.load()
+        return integer_model(wl, d3, 0, {}), d3
+    return m, ds
+
+
+@pytest.mark.qemu
+@needs_qemu
+@pytest.mark.parametrize("board,kind", [("microbit", "dense"), ("microbit", "pruned"), ("mps2_an386", "int8"),
+                                        ("mps2_an386", "pruned"), ("microbit", "int4-row-master16"),
+                                        ("mps2_an385", "cnn")])
+def test_the_direct_link_measures_what_the_platformio_build_does(w1, tmp_path, board, kind):
+    """Sweeps run the size link's ELF (build="direct", no PlatformIO): the same code in another
+    order in flash, so the exact QEMU counts, the RAM and the flash equal the pio-built firmware's."""
+    m, ds = _variant(kind, w1)
+    direct = device_cost(m, board, ds, steps=3, build_dir=tmp_path / "d", build="direct")
+    pio = device_cost(m, board, ds, steps=3, build_dir=tmp_path / "p")
+    assert direct["instructions_per_sample"] is not None
+    assert direct == pio
+    assert (tmp_path / "d" / "firmware.elf").is_file()
+
+
+def test_the_direct_link_reports_an_overflow_with_the_linkers_line(w1, monkeypatch, tmp_path):
+    from tinytrain import verify
+    from tinytrain.codegen import memory
+
+    m, ds = w1
+    real = memory.link_firmware
+
+    def overflowing(em, glue, board, keep=None):
+        out = dict(real(em, glue, board))
+        if keep is not None:  # the firmware's own link (the sizes link is the estimate's)
+            out["overflow"] = "region `RAM' overflowed by 12 bytes"
+        return out
+
+    def no_qemu(*a, **k):
+        raise AssertionError("a firmware that does not link must not run")
+    monkeypatch.setattr(memory, "link_firmware", overflowing)
+    monkeypatch.setattr(verify, "verify", no_qemu)
+    c = device_cost(m, "microbit", ds, steps=2, build_dir=tmp_path, build="direct")
+    assert not c["fits"] and c["instructions_per_sample"] is None
+    assert c["why"] == "the linked firmware does not fit microbit: region `RAM' overflowed by 12 bytes"
+    with pytest.raises(ValueError, match="build='cmake'"):
+        device_cost(m, "microbit", ds, build="cmake")

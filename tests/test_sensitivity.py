@@ -1,7 +1,7 @@
 """`tinytrain sensitivity` with weight bits and device cost (the pruning levels alone are in
 tests/test_prune.py): each policy row equals evaluating the converted model directly, the
 variants the board would run, the work shared by processes, and a QEMU micro:bit run."""
-import json
+from pathlib import Path
 
 import numpy as np
 
@@ -108,63 +108,46 @@ def test_a_policy_a_layer_cannot_take_is_reported_not_fatal(capsys):
 
 @pytest.mark.qemu
 @needs_qemu
-def test_sweep_builds_take_the_runtime_from_the_object_cache_and_give_the_same_firmware(w1, tmp_path, monkeypatch):
-    """sweep.Costs builds through PlatformIO's object cache: a second variant adds only its own
-    few files to it (generated model, glue, the link), taking the ~25 runtime objects from it,
-    and its measurement and flash image are those of a build with an empty cache."""
+def test_sweep_links_take_the_runtime_from_the_object_cache_and_give_the_same_firmware(w1, tmp_path, monkeypatch):
+    """sweep.Costs links each variant without PlatformIO: a second variant compiles only its own
+    two files (generated model, glue), taking the ~25 runtime and port objects from the link's
+    object cache, and its measurement and flash image are those of a link with empty caches."""
     import subprocess
 
-    from tinytrain import sweep
+    from tinytrain.codegen import memory
     from tinytrain.sweep import Costs, config_key
 
     m, ds = w1
     v = S.pruned(m, (2, 0), 0.5)
-    objects = tmp_path / "objects"
-    monkeypatch.delenv("PLATFORMIO_BUILD_CACHE_DIR", raising=False)  # Costs passes object_cache() on
-    monkeypatch.setattr(sweep, "object_cache", lambda: objects)
+    monkeypatch.setenv("TINYTRAIN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(memory, "_LINK_CACHE", {})
+    objects = tmp_path / "cache" / "objects"
 
     def entries():
         return sum(1 for p in objects.rglob("*") if p.is_file())
     Costs("microbit", ds, 2, tmp_path / "sweep")(m)
     first = entries()
+    compiled = []
+    real = subprocess.run
+
+    def run(cmd, *a, **k):
+        if "-c" in cmd:
+            compiled.append(Path(cmd[cmd.index("-c") + 1]).name)
+        return real(cmd, *a, **k)
+    monkeypatch.setattr(memory.subprocess, "run", run)
     warm = Costs("microbit", ds, 2, tmp_path / "sweep")(v)
-    added = entries() - first
-    assert first > 20 and 0 < added <= 6, (first, added)
-    monkeypatch.setattr(sweep, "object_cache", lambda: tmp_path / "empty")
-    cold = Costs("microbit", ds, 2, tmp_path / "cold")(v)
-    keys = ("ram_total", "flash_total", "training_ram", "fits", "steps")
-    assert {k: warm[k] for k in keys} == {k: cold[k] for k in keys} and warm["steps"] == 2
+    assert first > 20 and entries() == first
+    assert sorted(set(compiled)) == ["tt_model.c", "tt_model_device.c"]
+    monkeypatch.setenv("TINYTRAIN_CACHE", str(tmp_path / "cold"))
+    monkeypatch.setattr(memory, "_LINK_CACHE", {})
+    cold = Costs("microbit", ds, 2, tmp_path / "cold-sweep")(v)
+    assert warm == cold and warm["steps"] == 2
 
     def image(root):
         elf, = root.rglob("firmware.elf")
         subprocess.run(["arm-none-eabi-objcopy", "-O", "binary", str(elf), str(elf.with_suffix(".bin"))], check=True)
         return elf.with_suffix(".bin").read_bytes()
-    assert image(tmp_path / "sweep" / config_key(v)) == image(tmp_path / "cold")
-
-
-def _ready_in(path):
-    from tinytrain.sweep import _ready
-
-    return str(_ready(path))
-
-
-def test_object_cache_config_is_written_once_when_sweep_workers_start_together(tmp_path, monkeypatch):
-    """An object cache folder that exists but is empty (a fresh PLATFORMIO_BUILD_CACHE_DIR) had no
-    SCons config: two builds starting together both wrote it with open(.., "x") and the second
-    died with FileExistsError. object_cache() writes it first, safely from many processes at once."""
-    import concurrent.futures as cf
-
-    from tinytrain import sweep
-
-    d = tmp_path / "objects"
-    d.mkdir()
-    with cf.ProcessPoolExecutor(4) as ex:
-        got = list(ex.map(_ready_in, [d] * 16))
-    assert got == [str(d)] * 16
-    assert json.loads((d / "config").read_text()) == {"prefix_len": 2}
-    assert sorted(p.name for p in d.iterdir()) == ["config"]  # no temporaries left
-    monkeypatch.setenv("PLATFORMIO_BUILD_CACHE_DIR", str(tmp_path / "new" / "objects"))
-    assert (sweep.object_cache() / "config").is_file()
+    assert image(tmp_path / "sweep" / config_key(v)) == image(tmp_path / "cold-sweep")
 
 
 def _square(x):

@@ -59,11 +59,17 @@ def training_ram(bd) -> int:
 
 
 def device_cost(model, board: str, dataset=None, steps: int = 20, *, instructions: bool = True,
-                build_dir=None) -> dict:
+                build_dir=None, build: str = "platformio") -> dict:
     """RAM/flash of `model` on `board`, and (instructions=True, needs `dataset` and an emulated
     board) the mean QEMU instructions per training sample over `steps` verified steps.
     build_dir: build the firmware there (default: the firmware cache shared across runs).
+    build: "platformio" (``pio run``, as ``tinytrain build``) or "direct": the ELF of the size link
+    (:func:`tinytrain.codegen.memory.link_firmware`: the same sources, compiler, flags and linker
+    script without PlatformIO's ~1.5 CPU-s per build; its functions lie in another order), which
+    sweeps use; tests check both measure the same instructions.
     The model is not changed (verification trains copies)."""
+    if build not in ("platformio", "direct"):
+        raise ValueError(f"build={build!r}: use 'platformio' or 'direct'")
     from tinytrain.device.boards import get_board
 
     b = get_board(board)
@@ -89,14 +95,45 @@ def device_cost(model, board: str, dataset=None, steps: int = 20, *, instruction
     from tinytrain.device.pio_project import OVERFLOW, FitError
     from tinytrain.verify import verify
 
-    try:
-        res = verify(model, dataset, steps, board=b.name, json=True, build_dir=build_dir)
-    except FitError as exc:  # the estimate above fitted, the link does not: the link decides
-        over = OVERFLOW.search(str(exc))
-        out.update(fits=False, why=f"the linked firmware does not fit {b.name}: "
-                                   f"{over.group(0) if over else str(exc).splitlines()[0]}")
+    if build == "direct":
+        elf, over = _direct_firmware(model, b, build_dir)
+    else:
+        elf, over = None, None
+    if over is None:
+        try:
+            res = verify(model, dataset, steps, board=b.name, json=True, build_dir=build_dir, elf=elf)
+        except FitError as exc:
+            m = OVERFLOW.search(str(exc))
+            over = m.group(0) if m else str(exc).splitlines()[0]
+    if over is not None:  # the estimate above fitted, the link does not: the link decides
+        out.update(fits=False, why=f"the linked firmware does not fit {b.name}: {over}")
         return out
     if res["mismatches"]:
         raise CostError(f"{b.name} disagrees with the simulator: {res['first_mismatch']}")
     out.update(instructions_per_sample=res["instructions_per_step"], steps=res["steps"])
     return out
+
+
+def _direct_firmware(model, b, build_dir):
+    """(ELF path, None) of `model`'s training firmware linked without PlatformIO, as
+    ``tinytrain build`` would make it (the same shadow choice, no update codec), or (None, the
+    linker's overflow line)."""
+    import tempfile
+    from pathlib import Path
+
+    from tinytrain.codegen.device import device_source
+    from tinytrain.codegen.emit import generate
+    from tinytrain.codegen.memory import link_firmware
+    from tinytrain.codegen.project import choose_shadow
+
+    d = Path(build_dir) if build_dir is not None else Path(tempfile.mkdtemp(prefix="tt-direct-"))
+    d.mkdir(parents=True, exist_ok=True)
+    em = generate(model, "tt_model")
+    try:
+        shadow = choose_shadow(model, b.name)
+    except MemoryError as exc:
+        return None, str(exc)
+    sz = link_firmware(em, device_source(model, em, shadow, False), b, keep=d / "firmware.elf")
+    if sz.get("overflow"):
+        return None, sz["overflow"]
+    return d / "firmware.elf", None

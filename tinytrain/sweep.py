@@ -4,14 +4,14 @@ variants in one run, and a process pool over them.
 * :func:`config_key` names a variant by what the board would run: its schema, its training state
   and its configuration. Two variants with the same key are the same build and the same QEMU
   run, so a sweep measures each key once (the cache lives for one run: a rerun measures again).
-* :class:`Costs` measures a model on a board with :func:`tinytrain.cost.device_cost`, building
+* :class:`Costs` measures a model on a board with :func:`tinytrain.cost.device_cost`, linking
   its firmware in a folder of this run (never the firmware cache shared across runs): every
-  variant is built and run on the board. The build's derived files go through PlatformIO's
-  build cache (SCons ``CacheDir``, :func:`object_cache`): a file is reused only for the same
-  sources, headers and command line, so a new variant compiles its generated model and links,
-  taking the ~25 runtime objects, which every variant compiles alike, from the cache (W1 on the
-  micro:bit: a ``pio run`` of 1.0 CPU seconds instead of 6); a variant built before (a rerun)
-  takes its ELF from it too. QEMU runs every variant each time.
+  variant is linked and run on the board. It links without PlatformIO (``build="direct"``: the
+  size link's ELF, the same code as ``pio run`` makes in another order in flash; tests check the
+  two measure the same), and the runtime's and the port's objects, which every variant compiles
+  alike, come from the link's object cache (tinytrain.codegen.memory.link_firmware), so a new
+  variant compiles its generated model and glue and links (W1 on the micro:bit: ~0.3 s instead of
+  a ``pio run`` of 1.5 CPU seconds after a first one of 6). QEMU runs every variant each time.
 * :func:`run_tasks` maps a picklable top-level function over tasks, serially (``jobs=1``) or in
   ``jobs`` processes (forked where the OS can: they inherit the loaded modules; with ``weights``
   the heaviest dispatched first), in task order, and records each task's CPU seconds (its process
@@ -20,12 +20,10 @@ variants in one run, and a process pool over them.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
 import resource
-import tempfile
 import time
 from pathlib import Path
 
@@ -37,53 +35,9 @@ def config_key(model) -> str:
     return h.hexdigest()[:16]
 
 
-def object_cache() -> Path:
-    """PlatformIO's build cache for sweep builds: ``$PLATFORMIO_BUILD_CACHE_DIR`` if set, else
-    ``pio-objects`` in tinytrain's cache folder (``$TINYTRAIN_CACHE``, ~/.cache/tinytrain)."""
-    from tinytrain.data import cache_dir
-
-    env = os.environ.get("PLATFORMIO_BUILD_CACHE_DIR")
-    return _ready(Path(env) if env else cache_dir() / "pio-objects")
-
-
-def _ready(path: Path) -> Path:
-    """The cache folder with SCons's ``config`` already in it. SCons creates a missing cache folder
-    atomically, but into a folder that exists without ``config`` (an empty one made beforehand) it
-    writes ``config`` with open(.., "x"): the second of two builds starting together then fails with
-    FileExistsError. Written here once, through a unique temporary and a hard link, before any build."""
-    cfg = path / "config"
-    if cfg.is_file():
-        return path
-    path.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path, prefix=".config-")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump({"prefix_len": 2}, f)  # SCons CacheDir's CACHE_PREFIX_LEN
-        try:
-            os.link(tmp, cfg)
-        except FileExistsError:
-            pass  # another process got there first, with the same content
-    finally:
-        os.unlink(tmp)
-    return path
-
-
-@contextlib.contextmanager
-def _environ(name: str, value: str):
-    old = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
-
-
 class Costs:
-    """device_cost(model) on one board, firmware built under ``root`` (one folder per key),
-    objects through :func:`object_cache`."""
+    """device_cost(model) on one board, firmware linked under ``root`` (one folder per key) without
+    PlatformIO (``build="direct"``: the size link's ELF runs in QEMU)."""
 
     def __init__(self, board: str, dataset, steps: int, root):
         self.board, self.dataset, self.steps, self.root = board, dataset, int(steps), Path(root)
@@ -92,8 +46,8 @@ class Costs:
         from tinytrain.cost import device_cost
 
         d = self.root / config_key(model)
-        with _environ("PLATFORMIO_BUILD_CACHE_DIR", str(object_cache())):  # pio_env() passes it on
-            return device_cost(model, self.board, self.dataset, self.steps, instructions=instructions, build_dir=d)
+        return device_cost(model, self.board, self.dataset, self.steps, instructions=instructions, build_dir=d,
+                           build="direct")
 
 
 def cpu_seconds() -> float:
@@ -131,7 +85,7 @@ def run_tasks(fn, tasks: list, jobs: int = 1, progress=None, weights=None, first
     shared). ``progress`` (a tqdm bar) advances once per finished task. ``weights``: a rough
     cost per task; with jobs > 1 the heaviest are dispatched first (:func:`dispatch_order`),
     which changes no result. ``first``: a task whose work the others as heavy reuse (a sweep's
-    first firmware build compiles the runtime into PlatformIO's object cache): they are held until
+    first firmware link compiles the runtime into the link's object cache): they are held until
     it is done (:func:`dispatch_waves`), so that two processes do not both compile the runtime."""
     jobs = max(1, min(int(jobs), len(tasks) or 1))
     t0 = time.monotonic()

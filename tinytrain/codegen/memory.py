@@ -322,6 +322,15 @@ def flash_parameters(em: Emitted) -> int:
 
 
 _LINK_CACHE: dict = {}
+_LINK_VERSION = "2\0"  # bumped when the cached link figures change meaning (2: ``overflow``)
+_ELVES: list = []
+
+
+def _elves() -> Path:
+    """This process's folder of linked ELFs (removed at exit)."""
+    if not _ELVES:
+        _ELVES.append(tempfile.TemporaryDirectory(prefix="tt-elves-"))
+    return Path(_ELVES[0].name)
 
 
 def _object_dir(root: Path, flags, runtime_sources, board) -> Path:
@@ -360,31 +369,40 @@ def _keep(src: Path, dst: Path) -> None:
         pass
 
 
-def link_firmware(em: Emitted, glue: str, board) -> dict:
-    """Compile and link the firmware as the PlatformIO build does (same flags, --gc-sections,
-    newlib-nano, the port's linker script), without PlatformIO. Returns firmware_sizes-style
-    figures plus the -fstack-usage stack estimate. Cached per (sources, board) in the process.
-    Arduino ports: linked without the Arduino core (its code is not counted)."""
+def link_firmware(em: Emitted, glue: str, board, keep=None) -> dict:
+    """Compile and link the firmware as the PlatformIO build does (same sources, compiler, code
+    flags -O2 -ffunction-sections -fdata-sections, --gc-sections, newlib-nano, the port's linker
+    script), without PlatformIO. Returns firmware_sizes-style figures plus the -fstack-usage stack
+    estimate and ``overflow``: the linker's "region ... overflowed by N bytes" line, or None.
+    Cached per (sources, board) in the process and in TINYTRAIN_CACHE. Arduino ports: linked
+    without the Arduino core (its code is not counted).
+    keep: a path to write the linked ELF to (bare-metal ports), a firmware that runs: it differs
+    from PlatformIO's only by the order of the functions in flash and the debug sections
+    (device_cost(build="direct"), which sweeps use, runs it in QEMU)."""
     import hashlib
 
     from tinytrain.resources import FIRMWARE_SRC as SRC
 
     import json
 
-    h = hashlib.sha256((em.source + glue + board.name + " ".join(CPU_FLAGS[board.cpu])).encode())
+    h = hashlib.sha256((_LINK_VERSION + em.source + glue + board.name + " ".join(CPU_FLAGS[board.cpu])).encode())
     for f in [*sorted(SRC.glob("tt_*.c")), *sorted(cbuild.FIRMWARE_INCLUDE.glob("*.h")),
               *sorted(board.port_dir.glob("*")), *sorted((board.port_dir.parent / "common").glob("*"))]:
         h.update(f.read_bytes())  # everything compiled into the link below
     key = h.hexdigest()[:20]
     cache = Path(os.environ.get("TINYTRAIN_CACHE", Path.home() / ".cache" / "tinytrain")) / "link" / f"{key}.json"
-    if key in _LINK_CACHE:
+    if keep is not None and board.port == "arduino":
+        raise ValueError(f"link_firmware(keep=...): {board.name}'s link leaves out the Arduino core; build it with PlatformIO")
+    linked = _elves().joinpath(f"{key}.elf")
+    if key in _LINK_CACHE and (keep is None or linked.is_file()):
+        if keep is not None:
+            shutil.copyfile(linked, keep)
         return _LINK_CACHE[key]
-    if cache.is_file() and not os.environ.get("TINYTRAIN_KEEP_LINK"):
+    if keep is None and cache.is_file() and not os.environ.get("TINYTRAIN_KEEP_LINK"):
         _LINK_CACHE[key] = json.loads(cache.read_text())
         return _LINK_CACHE[key]
     d = Path(tempfile.mkdtemp(prefix="tt-link-"))
     try:
-        keep = d / "firmware.elf"
         (d / f"{em.prefix}.c").write_text(em.source)
         (d / f"{em.prefix}.h").write_text(em.header)
         (d / f"{em.prefix}_device.c").write_text(glue)
@@ -428,8 +446,16 @@ def link_firmware(em: Emitted, glue: str, board) -> dict:
             raise cbuild.BuildError(f"linking the firmware failed:\n{r.stderr}")
 
         out = dict(firmware_sizes(elf))
+        from tinytrain.device.pio_project import OVERFLOW
+
+        over = OVERFLOW.search(r.stderr)
+        out["overflow"] = over.group(0) if over else None
         if os.environ.get("TINYTRAIN_KEEP_LINK"):
-            shutil.copy(keep, os.environ["TINYTRAIN_KEEP_LINK"])
+            shutil.copy(elf, os.environ["TINYTRAIN_KEEP_LINK"])
+        if bare:  # this process's links, for keep= (a sweep asks for its variant's ELF right after)
+            shutil.copyfile(elf, linked)
+            if keep is not None:
+                shutil.copyfile(elf, keep)
         out["stack"] = stack_estimate(d, em.prefix)
     finally:
         shutil.rmtree(d, ignore_errors=True)
