@@ -217,6 +217,38 @@ def test_link_reuses_the_runtime_objects_and_gives_the_same_sizes(tmp_path, monk
     assert sizes[0] != sizes[1]
 
 
+@needs_arm
+def test_models_that_differ_only_in_the_header_get_their_own_firmware(tmp_path, monkeypatch):
+    """Row and block32 exponents of a 32-wide layer emit the same source, but their schemas (in
+    the header) differ: the link and firmware caches must tell them apart, else the board runs the
+    other model's firmware and verification stops with a schema mismatch (it did, in
+    `sensitivity --board microbit`)."""
+    from tinytrain import verify as V
+    from tinytrain.codegen.device import device_source
+    from tinytrain.device.boards import get_board
+    from tinytrain.lab.precision import integer_model
+    from tinytrain.lab.workloads import WORKLOADS
+    from tinytrain.sensitivity import with_layer_policy
+
+    monkeypatch.setenv("TINYTRAIN_CACHE", str(tmp_path / "cache"))
+    wl = WORKLOADS["w1"]
+    m = integer_model(wl, wl.load(), 0, {})
+    a, b = with_layer_policy(m, 2, "int4-row-master16"), with_layer_policy(m, 2, "int4-block32-master16")
+    ea, eb = generate(a), generate(b)
+    assert ea.source == eb.source and ea.header != eb.header and a.schema_hash() != b.schema_hash()
+    board = get_board("microbit")
+    images = []
+    for mm, em in ((a, ea), (b, eb)):
+        memory.link_firmware(em, device_source(mm, em, True, False), board, keep=tmp_path / "fw.elf")
+        images.append((tmp_path / "fw.elf").read_bytes())
+    assert images[0] != images[1]
+    dirs = []
+    monkeypatch.setattr("tinytrain.codegen.project.build_firmware", lambda model, brd, out, *x, **k: dirs.append(out))
+    for mm in (a, b):
+        V.build_cached(mm, "microbit")
+    assert len(set(dirs)) == 2
+
+
 def test_fits_check_names_what_to_shrink():
     from tinytrain.device.boards import get_board
     big = Sequential([Dense(512), ReLU(), Dense(10)], input_shape=(64,), input_exp=-6, seed=0)

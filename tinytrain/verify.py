@@ -184,7 +184,7 @@ def build_cached(model, board: str, out_dir=None, prefix="tt_model", fedcodec: b
         fedcodec = choose_fedcodec(model, board, prefix, choose_shadow(model, board, prefix))
     if out_dir is None:
         em = generate(model, prefix)
-        out_dir = _fw_dir(board, em.source + device_source(model, em, fedcodec=bool(fedcodec))
+        out_dir = _fw_dir(board, em.header + em.source + device_source(model, em, fedcodec=bool(fedcodec))
                           + "\n".join(build_flags))
         elf = elf_path(out_dir, board)
         if elf.is_file():

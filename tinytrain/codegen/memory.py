@@ -385,7 +385,7 @@ def link_firmware(em: Emitted, glue: str, board, keep=None) -> dict:
 
     import json
 
-    h = hashlib.sha256((_LINK_VERSION + em.source + glue + board.name + " ".join(CPU_FLAGS[board.cpu])).encode())
+    h = hashlib.sha256((_LINK_VERSION + em.header + em.source + glue + board.name + " ".join(CPU_FLAGS[board.cpu])).encode())
     for f in [*sorted(SRC.glob("tt_*.c")), *sorted(cbuild.FIRMWARE_INCLUDE.glob("*.h")),
               *sorted(board.port_dir.glob("*")), *sorted((board.port_dir.parent / "common").glob("*"))]:
         h.update(f.read_bytes())  # everything compiled into the link below
