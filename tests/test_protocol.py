@@ -1007,3 +1007,28 @@ def test_socket_serial_keeps_what_the_peer_sent_at_connect():
     finally:
         th.join(10)
         srv.close()
+
+
+def test_a_socket_link_closes_without_pyserials_pause(monkeypatch):
+    """pyserial's socket:// close() sleeps 0.3 s for quick reconnects; a sweep closes one QEMU UART
+    per variant. DeviceLink's close shuts the socket (the peer sees the end) and does not sleep."""
+    import socket
+    import time
+
+    from tinytrain.device.protocol import DeviceLink
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    link = DeviceLink(f"socket://127.0.0.1:{srv.getsockname()[1]}", hello=False)
+    peer, _ = srv.accept()
+
+    def no_sleep(s):
+        raise AssertionError(f"slept {s} s")
+    monkeypatch.setattr(time, "sleep", no_sleep)
+    link.close()
+    monkeypatch.undo()
+    peer.settimeout(5)
+    assert peer.recv(1) == b""  # closed from the other side
+    assert not link._ser.is_open
+    link.close()  # twice is harmless
+    peer.close()
+    srv.close()

@@ -86,6 +86,9 @@ def open_socket_serial(url: str, timeout: float):
         ser.open()
     finally:
         del ser.reset_input_buffer
+    from tinytrain.device.protocol import close_without_pause
+
+    close_without_pause(ser)
     return ser
 
 
