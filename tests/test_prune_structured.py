@@ -370,3 +370,37 @@ def test_shrunk_model_bit_exact_in_qemu(tmp_path, board):
     Simulator(m).train(ds.x_train, ds.y_train, list(range(60)))
     r = verify(shrink(m), ds, 30, board=board)
     assert r["mismatches"] == 0 and r["steps"] == 30
+
+
+def test_device_commands_shrink_a_finished_structured_pruning(tmp_path, capsys):
+    """codegen (as build, verify and flash: they load through the same function) emits the shrunk
+    layers of a model whose structured pruning is over, says so on stderr, and --keep-masks keeps
+    the full layers and their unit table; a schedule still running keeps them too."""
+    from tinytrain import cli, data
+    from tinytrain.graph import io as tio
+    from tinytrain.graph.convert import for_device
+    from tinytrain.graph.models import build_model
+
+    ds = data.load("digits-image")
+    done, running = tmp_path / "done.tt", tmp_path / "running.tt"
+    for out, begin in ((done, 0), (running, 10**6)):
+        m = build_model("digits-cnn", ds, prune={"schedule": "one_shot", "final_sparsity": 0.25, "begin_step": begin,
+                                                 "structure": "channels"})
+        Simulator(m).train(ds.x_train, ds.y_train, list(range(20)))
+        tio.save(m, out, {"dataset": "digits-image"})
+    m, _ = tio.load(done)
+    small, changed = for_device(m)
+    assert changed == [(0, "conv2d", 8, 6), (4, "conv2d", 16, 12)]
+    assert list(Simulator(m).predict(ds.x_test)) == list(Simulator(small).predict(ds.x_test))
+    assert for_device(tio.load(running)[0])[1] == []
+    assert cli.main(["codegen", "--model", str(done), "--out", str(tmp_path / "g")]) == 0
+    err = capsys.readouterr().err
+    assert "shrunk the structured-pruned layers for the device: layer 0 (conv2d) 8 -> 6, layer 4 (conv2d) 16 -> 12" in err
+    src = (tmp_path / "g" / "tt_model.c").read_text()
+    assert "tt_prune_group_step(" not in src and "tt_model_prune_groups" not in src
+    assert cli.main(["codegen", "--model", str(done), "--out", str(tmp_path / "k"), "--keep-masks"]) == 0
+    assert "shrunk" not in capsys.readouterr().err
+    assert "tt_model_prune_groups" in (tmp_path / "k" / "tt_model.c").read_text()
+    assert cli.main(["codegen", "--model", str(running), "--out", str(tmp_path / "r")]) == 0
+    assert "shrunk" not in capsys.readouterr().err
+    assert "tt_prune_group_step(" in (tmp_path / "r" / "tt_model.c").read_text()

@@ -52,6 +52,9 @@ def _model_args(p, steps=False):
     from tinytrain.cli import add_precision_arg
 
     add_precision_arg(p)
+    p.add_argument("--keep-masks", action="store_true",
+                   help="a model whose structured pruning is over is shrunk for the device (its pruned "
+                   "units deleted, as tinytrain shrink); this keeps the full layers and their masks")
 
 
 def _retries(text: str) -> int:
@@ -86,10 +89,23 @@ def add_link_args(p, timeout_default: str, retries_default: str | None = None) -
 
 
 def _load_model(args):
-    """(model, dataset) from --model and --data (tinytrain.cli.load_model_args)."""
-    from tinytrain.cli import load_model_args
+    """(model, dataset) from --model and --data (tinytrain.cli.load_model_args); a model whose
+    structured pruning is over comes shrunk (tinytrain.graph.convert.for_device: the device gets
+    the smaller layers, not the full ones and their masks) unless --keep-masks."""
+    import sys
 
-    return load_model_args(args)
+    from tinytrain.cli import load_model_args
+    from tinytrain.graph.convert import for_device
+
+    model, ds = load_model_args(args)
+    if getattr(args, "keep_masks", False):
+        return model, ds
+    model, changed = for_device(model)
+    if changed and not getattr(args, "json", False):
+        print("shrunk the structured-pruned layers for the device: " +
+              ", ".join(f"layer {li} ({kind}) {a} -> {b}" for li, kind, a, b in changed) +
+              " (--keep-masks keeps the full layers and their masks)", file=sys.stderr)
+    return model, ds
 
 
 def _out_dir(path) -> None:

@@ -91,6 +91,25 @@ def with_precision(model, precision, *, edit=None):
     return new
 
 
+def for_device(model):
+    """(the model the device should train, what changed): `model` shrunk (:func:`shrink`) when all
+    its pruning is structured and its schedule is over, so the generated C has the smaller layers
+    and no masks; else `model` itself. What changed: one (layer, kind, units before, units after)
+    per shrunk layer (empty if nothing was shrunk). The shrunk model computes the masked model's
+    logits bit for bit and trains from the same state (see shrink)."""
+    tab = model.prune_table
+    if tab is None or not any(tab.structured(u) for u in range(len(tab.units))):
+        return model, []
+    try:
+        small = shrink(model)
+    except ShrinkError:  # a schedule still running, single weights or blocks: the masks stay
+        return model, []
+    changed = [(li, lo.kind, *(int(x.params[0].data.shape[0]) for x in (lo, ln)))
+               for li, (lo, ln) in enumerate(zip(model.layers, small.layers))
+               if lo.params and lo.kind in ("dense", "conv2d", "conv1d") and lo.params[0].data.shape[0] != ln.params[0].data.shape[0]]
+    return small, changed
+
+
 class ShrinkError(ValueError):
     """A model shrink cannot convert (the message says why and what to do)."""
 
