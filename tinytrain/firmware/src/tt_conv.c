@@ -130,8 +130,10 @@ static inline void conv_col_q(const int8_t *xr, int32_t rs, int32_t KH, int32_t 
 #if TT_HAVE_DSP
 #if defined(__GNUC__)
 #define TT_CONV_INLINE static inline __attribute__((always_inline))
+#define TT_CONV_NOINLINE static __attribute__((noinline))
 #else
 #define TT_CONV_INLINE static inline
+#define TT_CONV_NOINLINE static
 #endif
 /* Short columns (KH*KW*Cin <= 2 * TT_CONV_SHORT_PAIRS, e.g. conv1 with one input channel: 9)
  * take the forward with the whole column in registers, as NP int16 pairs, against weights
@@ -199,6 +201,160 @@ static void conv2d_fwd_short(const int8_t *xq, int32_t Wp, const int16_t *w, int
             }
         }
 }
+
+/* Rows of three values (KW * Cin == 3, e.g. conv1 with one input channel and a 3-wide kernel),
+ * KH <= 3: one LDR of four bytes per window row, split by SXTB16 into the even pair (x0, x2) and
+ * the odd (x1, x3); the column is those KH even pairs, then the odd pairs two rows to a word
+ * (PKHBT: (x1 of row 0, x1 of row 1), (x1 of row 2, x3 of row 2)), weights in the same order with
+ * 0 against every x3. TT_CONV_R3_WORDS(KH) words: 2, 3, 5. */
+#define TT_CONV_R3_WORDS(KH) ((KH) + ((KH) + 1) / 2)
+
+/* wk = bias, then the NW weight words of a KH-row R3 column (the order above) for the kernel
+ * block r (KH * 3 values, kh-major). */
+static uint32_t *conv_r3_weights(const int16_t *r, int32_t KH, int32_t bias, uint32_t *wk)
+{
+    int32_t kh;
+    *wk++ = (uint32_t)bias;
+    for (kh = 0; kh < KH; kh++) *wk++ = (uint16_t)r[3 * kh] | (uint32_t)(uint16_t)r[3 * kh + 2] << 16;
+    for (kh = 0; kh < KH; kh += 2)
+        *wk++ = (uint16_t)r[3 * kh + 1] | (kh + 1 < KH ? (uint32_t)(uint16_t)r[3 * kh + 4] << 16 : 0u);
+    return wk;
+}
+
+/* acc[p * Cout] = bias + w . column p for the P columns at col (NW words each, a constant after
+ * inlining): one output channel over all positions, its weights in registers; *m ORs every |acc|. */
+TT_CONV_INLINE void conv_r3_chan(const uint32_t *col, int32_t NW, int32_t P, const uint32_t *wk,
+                                 int32_t Cout, int32_t *acc, uint32_t *m)
+{
+    const int32_t bias = (int32_t)wk[0], W0 = (int32_t)wk[1], W1 = (int32_t)wk[2];
+    const int32_t W2 = NW > 2 ? (int32_t)wk[3] : 0, W3 = NW > 3 ? (int32_t)wk[4] : 0;
+    const int32_t W4 = NW > 4 ? (int32_t)wk[5] : 0;
+    const uint32_t *end = col + P * NW;
+    uint32_t o = *m;
+    do {
+        uint32_t c0, c1, c2 = 0, c3 = 0;
+        int32_t s, t;
+        tt_ld_u32x2_next(&col, &c0, &c1);
+        if (NW > 3) tt_ld_u32x2_next(&col, &c2, &c3);
+        else if (NW > 2) c2 = *col++;
+        s = __smlad(W0, (int32_t)c0, bias);
+        s = __smlad(W1, (int32_t)c1, s);
+        if (NW > 2) s = __smlad(W2, (int32_t)c2, s);
+        if (NW > 3) s = __smlad(W3, (int32_t)c3, s);
+        if (NW > 4) s = __smlad(W4, (int32_t)*col++, s);
+        *acc = s;
+        acc += Cout;
+        t = s >> 31;
+        o |= (uint32_t)((s ^ t) - t);
+    } while (col != end);
+    *m = o;
+}
+
+/* The P columns of the R3 forward into col (NW words each), from the padded input xq (read up to
+ * one byte past the last window row, which xq holds); KH a constant after inlining. */
+TT_CONV_INLINE void conv_r3_cols(const int8_t *xq, int32_t rs, int32_t KH, int32_t xs, int32_t ys,
+                                 int32_t OH, int32_t OW, uint32_t *cp)
+{
+    int32_t oh, ow;
+    for (oh = 0; oh < OH; oh++) {
+        const int8_t *xr = xq + oh * ys;
+        for (ow = 0; ow < OW; ow++, xr += xs) {
+            const uint32_t r0 = tt_ld_s8x4(xr), o0 = (uint32_t)__sxtb16((int32_t)(r0 >> 8));
+            cp[0] = (uint32_t)__sxtb16((int32_t)r0);
+            if (KH == 1) {
+                cp[1] = o0;
+                cp += 2;
+            } else {
+                const uint32_t r1 = tt_ld_s8x4(xr + rs), o1 = (uint32_t)__sxtb16((int32_t)(r1 >> 8));
+                cp[1] = (uint32_t)__sxtb16((int32_t)r1);
+                if (KH == 2) {
+                    cp[2] = tt_pack_lo(o0, o1);
+                    cp += 3;
+                } else {
+                    const uint32_t r2 = tt_ld_s8x4(xr + 2 * rs);
+                    cp[2] = (uint32_t)__sxtb16((int32_t)r2);
+                    cp[3] = tt_pack_lo(o0, o1);
+                    cp[4] = (uint32_t)__sxtb16((int32_t)(r2 >> 8));
+                    cp += 5;
+                }
+            }
+        }
+    }
+}
+
+/* One variant per KH (and so per column length NW), each small enough for its loop's values to
+ * stay in registers. */
+#define TT_CONV_R3_VARIANT(KH)                                                                     \
+    TT_CONV_NOINLINE void conv_r3_cols_##KH(const int8_t *xq, int32_t rs, int32_t xs, int32_t ys,  \
+                                            int32_t OH, int32_t OW, uint32_t *cp)                  \
+    {                                                                                              \
+        conv_r3_cols(xq, rs, KH, xs, ys, OH, OW, cp);                                              \
+    }                                                                                              \
+    TT_CONV_NOINLINE void conv_r3_chan_##KH(const uint32_t *col, int32_t P, const uint32_t *wk,   \
+                                            int32_t Cout, int32_t *acc, uint32_t *m)               \
+    {                                                                                              \
+        conv_r3_chan(col, TT_CONV_R3_WORDS(KH), P, wk, Cout, acc, m);                              \
+    }
+TT_CONV_R3_VARIANT(1)
+TT_CONV_R3_VARIANT(2)
+TT_CONV_R3_VARIANT(3)
+
+/* The R3 forward: int32 sums into acc32[P][Cout], the P columns built once into col. bias holds
+ * the aligned biases; it may lie in the scratch that col and acc32 overwrite: it is read (into
+ * wk) before either is written. */
+static void conv2d_fwd_r3(const int8_t *xq, int32_t Wp, int32_t Cin, const int16_t *w, int32_t Cout,
+                          int32_t KH, int32_t sh, int32_t sw, int32_t OH, int32_t OW,
+                          const int64_t *bias, int32_t *acc32, uint32_t *col, uint32_t *m)
+{
+    const int32_t NW = TT_CONV_R3_WORDS(KH), rs = Wp * Cin, P = OH * OW;
+    uint32_t wk[TT_CONV_SHORT_WORDS], *wp = wk;
+    int32_t co;
+    for (co = 0; co < Cout; co++) wp = conv_r3_weights(w + co * 3 * KH, KH, (int32_t)bias[co], wp);
+    if (KH == 1) conv_r3_cols_1(xq, rs, sw * Cin, sh * rs, OH, OW, col);
+    else if (KH == 2) conv_r3_cols_2(xq, rs, sw * Cin, sh * rs, OH, OW, col);
+    else conv_r3_cols_3(xq, rs, sw * Cin, sh * rs, OH, OW, col);
+    for (co = 0; co < Cout; co++) {
+        const uint32_t *wc = wk + co * (NW + 1);
+        if (KH == 1) conv_r3_chan_1(col, P, wc, Cout, acc32 + co, m);
+        else if (KH == 2) conv_r3_chan_2(col, P, wc, Cout, acc32 + co, m);
+        else conv_r3_chan_3(col, P, wc, Cout, acc32 + co, m);
+    }
+}
+
+/* y = requant of the int32 sums acc[0..n), m the OR of their |acc| (the bit width of the
+ * largest, so the shift s of tt_requant_s8_from_s32_max), four values a step: t = v >> (s - 1)
+ * lies in [-256, 255] (|v| < 2^(s+7)), so PKHBT packs two as int16 lanes and SHADD16 with 1 gives
+ * (t + 1) >> 1 in both, that function's rounding. Its result r is in [-128, 128]; only r = +-128,
+ * whose byte is 0x80 (and no other r's), needs its clamp and saturation count: a byte-wise zero
+ * test of the stored words ^ 0x80808080 collects them, and then that function redoes y. */
+static int32_t conv_requant_s32(const int32_t *acc, int32_t n, uint32_t m, int8_t *y, tt_stats *st)
+{
+    const int32_t s = m ? 32 - __builtin_clz(m) - 7 : 0;
+    const int32_t *ap = acc; /* 8-byte aligned: the scratch */
+    uint32_t bad = 0;
+    int32_t i;
+    if (s <= 0 || m > (uint32_t)INT32_MAX) return tt_requant_s8_from_s32_max(acc, n, m, y, st);
+    for (i = 0; i + 4 <= n; i += 4) {
+        int32_t a0, a1, a2, a3;
+        uint32_t e, o, v, z;
+        tt_ld_s32x2_next(&ap, &a0, &a1);
+        tt_ld_s32x2_next(&ap, &a2, &a3);
+        e = tt_pack_lo((uint32_t)(a0 >> (s - 1)), (uint32_t)(a2 >> (s - 1)));
+        o = tt_pack_lo((uint32_t)(a1 >> (s - 1)), (uint32_t)(a3 >> (s - 1)));
+        v = ((uint32_t)__shadd16((int32_t)e, 0x00010001) & 0x00FF00FFu) |
+            ((uint32_t)__shadd16((int32_t)o, 0x00010001) & 0x00FF00FFu) << 8;
+        z = v ^ 0x80808080u;
+        bad |= (z - 0x01010101u) & ~z;
+        tt_st_s8x4(y + i, v);
+    }
+    for (; i < n; i++) {
+        const int32_t r = ((acc[i] >> (s - 1)) + 1) >> 1;
+        y[i] = (int8_t)r;
+        bad |= r == 128 || r == -128 ? 0x80u : 0u;
+    }
+    if (bad & 0x80808080u) return tt_requant_s8_from_s32_max(acc, n, m, y, st);
+    return s;
+}
 #endif
 
 /* The forward in int32 through an im2col column per output position (KH*KW*Cin <=
@@ -221,6 +377,16 @@ static int32_t conv2d_fwd_s32(const int8_t *x, int32_t ex, const int16_t *w, int
     /* the windows read from a zero-padded copy when it fits: no bound tests per position */
     if (padded) conv_pad_s8(x, H, W, Cin, pt, pl, Hp, Wp, xq);
 #if TT_HAVE_DSP
+    /* R3 rows: the int32 sums and then the columns in the scratch (4 (Cout + NW) <= 8 Cout bytes
+     * a position), the input copy one byte longer for the last row's four-byte load */
+    if (padded && KW * Cin == 3 && KH <= 3 && TT_CONV_R3_WORDS(KH) <= Cout && Hp * Wp * Cin < TT_CONV_XQ_MAX &&
+        Cout * (TT_CONV_R3_WORDS(KH) + 1) <= TT_CONV_SHORT_WORDS) {
+        int32_t *acc32 = (int32_t *)(void *)scratch;
+        uint32_t *cols = (uint32_t *)(void *)(acc32 + OH * OW * Cout);
+        xq[Hp * Wp * Cin] = 0;
+        conv2d_fwd_r3(xq, Wp, Cin, w, Cout, KH, sh, sw, OH, OW, bias, acc32, cols, &m);
+        return ea + conv_requant_s32(acc32, OH * OW * Cout, m, y, st);
+    }
     if (padded && L <= 2 * TT_CONV_SHORT_PAIRS && Cout * ((L + 1) / 2 + 1) <= TT_CONV_SHORT_WORDS) {
         conv2d_fwd_short(xq, Wp, w, Cin, Cout, KH, KW, sh, sw, OH, OW, bias, scratch, &m);
         return ea + tt_requant_s8_from_s64_max(scratch, OH * OW * Cout, m, y, st);
