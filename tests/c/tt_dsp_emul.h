@@ -76,6 +76,13 @@ static inline int32_t __sadd16(int32_t a, int32_t b)
     return (int32_t)(lo | (hi << 16));
 }
 
+/** SXTAB16: a plus bytes 0 and 2 of b sign-extended, lane-wise modulo 2^16. */
+static inline int32_t __sxtab16(int32_t a, int32_t b)
+{
+    return __sadd16(a, __sxtb16(b));
+}
+
+
 /** SHADD16: lane-wise floor((a + b) / 2), exact (no wrap). */
 static inline int32_t __shadd16(int32_t a, int32_t b)
 {

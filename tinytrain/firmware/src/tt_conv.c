@@ -222,7 +222,8 @@ static uint32_t *conv_r3_weights(const int16_t *r, int32_t KH, int32_t bias, uin
 }
 
 /* acc[p * Cout] = bias + w . column p for the P columns at col (NW words each, a constant after
- * inlining): one output channel over all positions, its weights in registers; *m ORs every |acc|. */
+ * inlining): one output channel over all positions, its weights in registers; *m ORs every
+ * acc ^ (acc >> 31) (one instruction: |acc| - 1 for a negative acc). */
 TT_CONV_INLINE void conv_r3_chan(const uint32_t *col, int32_t NW, int32_t P, const uint32_t *wk,
                                  int32_t Cout, int32_t *acc, uint32_t *m)
 {
@@ -233,7 +234,7 @@ TT_CONV_INLINE void conv_r3_chan(const uint32_t *col, int32_t NW, int32_t P, con
     uint32_t o = *m;
     do {
         uint32_t c0, c1, c2 = 0, c3 = 0;
-        int32_t s, t;
+        int32_t s;
         tt_ld_u32x2_next(&col, &c0, &c1);
         if (NW > 3) tt_ld_u32x2_next(&col, &c2, &c3);
         else if (NW > 2) c2 = *col++;
@@ -244,8 +245,7 @@ TT_CONV_INLINE void conv_r3_chan(const uint32_t *col, int32_t NW, int32_t P, con
         if (NW > 4) s = __smlad(W4, (int32_t)*col++, s);
         *acc = s;
         acc += Cout;
-        t = s >> 31;
-        o |= (uint32_t)((s ^ t) - t);
+        o |= (uint32_t)(s ^ (s >> 31)); /* |s|, or |s| - 1 for s < 0: see conv_requant_s32 */
     } while (col != end);
     *m = o;
 }
@@ -321,19 +321,21 @@ static void conv2d_fwd_r3(const int8_t *xq, int32_t Wp, int32_t Cin, const int16
     }
 }
 
-/* y = requant of the int32 sums acc[0..n), m the OR of their |acc| (the bit width of the
- * largest, so the shift s of tt_requant_s8_from_s32_max), four values a step: t = v >> (s - 1)
- * lies in [-256, 255] (|v| < 2^(s+7)), so PKHBT packs two as int16 lanes and SHADD16 with 1 gives
- * (t + 1) >> 1 in both, that function's rounding. Its result r is in [-128, 128]; only r = +-128,
- * whose byte is 0x80 (and no other r's), needs its clamp and saturation count: a byte-wise zero
- * test of the stored words ^ 0x80808080 collects them, and then that function redoes y. */
+/* y = requant of the int32 sums acc[0..n) as tt_requant_s8_from_s32, given m, the OR of every
+ * acc ^ (acc >> 31). Its bit width b is that of max |acc| unless some acc = -2^b (then one more),
+ * so the shift s = b - 7 is the exact one or one short. Four values a step: t = v >> (s - 1) lies
+ * in [-256, 255] (v > -2^b, as any v <= -2^b would set a bit >= b of m), so PKHBT packs two as
+ * int16 lanes and SHADD16 with 1 gives (t + 1) >> 1 in both, that function's rounding. Its result
+ * r is in [-128, 128]; r = +-128, whose byte is 0x80 (and no other r's), needs a clamp, and any
+ * acc = -2^b gives r = -128: a byte-wise zero test of the stored words ^ 0x80808080 collects
+ * them, and then tt_requant_s8_from_s32 redoes y from the exact maximum. */
 static int32_t conv_requant_s32(const int32_t *acc, int32_t n, uint32_t m, int8_t *y, tt_stats *st)
 {
     const int32_t s = m ? 32 - __builtin_clz(m) - 7 : 0;
     const int32_t *ap = acc; /* 8-byte aligned: the scratch */
     uint32_t bad = 0;
     int32_t i;
-    if (s <= 0 || m > (uint32_t)INT32_MAX) return tt_requant_s8_from_s32_max(acc, n, m, y, st);
+    if (s <= 0 || m > (uint32_t)INT32_MAX) return tt_requant_s8_from_s32(acc, n, y, st);
     for (i = 0; i + 4 <= n; i += 4) {
         int32_t a0, a1, a2, a3;
         uint32_t e, o, v, z;
@@ -352,7 +354,7 @@ static int32_t conv_requant_s32(const int32_t *acc, int32_t n, uint32_t m, int8_
         y[i] = (int8_t)r;
         bad |= r == 128 || r == -128 ? 0x80u : 0u;
     }
-    if (bad & 0x80808080u) return tt_requant_s8_from_s32_max(acc, n, m, y, st);
+    if (bad & 0x80808080u) return tt_requant_s8_from_s32(acc, n, y, st);
     return s;
 }
 #endif
@@ -556,6 +558,51 @@ static int32_t conv2d_grad_dsp(const int8_t *e, const int8_t *x, int32_t H, int3
 }
 #endif
 
+#if TT_HAVE_DSP
+/* The bias-gradient sums of NW words of four channels (a constant after inlining) from the word
+ * at e + c, over P positions Cout bytes apart: SXTAB16 adds bytes 0 and 2 (and, shifted, 1 and
+ * 3) of each word into int16 lanes, exact while P * 128 <= 32767. */
+TT_CONV_INLINE void conv_grad_b_words(const int8_t *e, int32_t P, int32_t Cout, int32_t NW, int32_t *gb)
+{
+    uint32_t ev0 = 0, od0 = 0, ev1 = 0, od1 = 0;
+    const int8_t *end = e + P * Cout;
+    do {
+        const uint32_t w0 = tt_ld_s8x4(e);
+        ev0 = (uint32_t)__sxtab16((int32_t)ev0, (int32_t)w0);
+        od0 = (uint32_t)__sxtab16((int32_t)od0, (int32_t)(w0 >> 8));
+        if (NW > 1) {
+            const uint32_t w1 = tt_ld_s8x4(e + 4);
+            ev1 = (uint32_t)__sxtab16((int32_t)ev1, (int32_t)w1);
+            od1 = (uint32_t)__sxtab16((int32_t)od1, (int32_t)(w1 >> 8));
+        }
+        e += Cout;
+    } while (e != end);
+    gb[0] = (int16_t)ev0; gb[1] = (int16_t)od0; gb[2] = (int16_t)(ev0 >> 16); gb[3] = (int16_t)(od0 >> 16);
+    if (NW > 1) {
+        gb[4] = (int16_t)ev1; gb[5] = (int16_t)od1; gb[6] = (int16_t)(ev1 >> 16); gb[7] = (int16_t)(od1 >> 16);
+    }
+}
+#endif
+
+/* gb[co] = sum over the P positions of e[p][co] (int32; DSP: eight or four channels a pass in
+ * int16 lanes when P <= 255, the rest scalar). */
+static void conv_grad_b(const int8_t *e, int32_t P, int32_t Cout, int32_t *gb)
+{
+    int32_t p, co = 0;
+#if TT_HAVE_DSP
+    if (P >= 1 && P <= 255) {
+        for (; co + 8 <= Cout; co += 8) conv_grad_b_words(e + co, P, Cout, 2, gb + co);
+        for (; co + 4 <= Cout; co += 4) conv_grad_b_words(e + co, P, Cout, 1, gb + co);
+    }
+#endif
+    {
+        const int32_t c0 = co;
+        for (; co < Cout; co++) gb[co] = 0;
+        for (p = 0; p < P; p++)
+            for (co = c0; co < Cout; co++) gb[co] += e[p * Cout + co];
+    }
+}
+
 /* The weight gradient gathered tap by tap: each gw element is one sum over the output
  * positions, its accumulators in registers (blocks of 2 output x 4 input channels, or 4 x 1
  * when Cin < 4). int32 sums, exact as in conv2d_grad's scatter. Output channels [co0, co1)
@@ -568,12 +615,8 @@ static void conv2d_grad_gather(const int8_t *e, const int8_t *x, int32_t H, int3
     const int32_t L = KH * KW * Cin;
 #define TT_GB(NO, NI) conv_grad_block(e, x, W, Cin, Cout, sh, sw, pt, pl, OW, kh, kw, oh0, oh1, ow0, \
                                       ow1, co, ci, L, NO, NI, gw + (co - co0) * L + (kh * KW + kw) * Cin + ci)
-    int32_t kh, kw, co, ci, p, oh0, oh1, ow0, ow1;
-    if (gb) {
-        for (co = 0; co < Cout; co++) gb[co] = 0;
-        for (p = 0; p < OH * OW; p++)
-            for (co = 0; co < Cout; co++) gb[co] += e[p * Cout + co];
-    }
+    int32_t kh, kw, co, ci, oh0, oh1, ow0, ow1;
+    if (gb) conv_grad_b(e, OH * OW, Cout, gb);
 #if TT_HAVE_DSP
     if (conv2d_grad_dsp(e, x, H, W, Cin, Cout, KH, KW, sh, sw, pt, pl, OH, OW, co0, co1, gw)) return;
 #endif
@@ -1004,13 +1047,6 @@ void tt_conv1d_grad_s32(const tt_conv1d_params *p, const int8_t *e, const int8_t
  * the channel range, the biases apart; one entry per params struct (int16 and int8 weights) */
 #include "tt_conv_wgrad.h"
 
-static void conv_grad_b(const int8_t *e, int32_t P, int32_t Cout, int32_t *gb)
-{
-    int32_t p, co;
-    for (co = 0; co < Cout; co++) gb[co] = 0;
-    for (p = 0; p < P; p++)
-        for (co = 0; co < Cout; co++) gb[co] += e[p * Cout + co];
-}
 
 void tt_conv2d_grad_w_chan_s32(const tt_conv_params *p, const int8_t *e, const int8_t *x,
                                int32_t co, int32_t nco, int32_t *gw)
