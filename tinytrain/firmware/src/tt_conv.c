@@ -527,18 +527,34 @@ static int32_t conv2d_grad_dsp(const int8_t *e, const int8_t *x, int32_t H, int3
     iw0 = pl > 0 ? 0 : -pl;
     iw1 = W < Wp - pl ? W : Wp - pl;
     memset(xt, 0, sizeof(int16_t) * (size_t)(Cin * HW));
-    for (ih = ih0; ih < ih1; ih++)
-        for (iw = iw0; iw < iw1; iw++) {
-            const int8_t *xs = x + (ih * W + iw) * Cin;
-            int16_t *xd = xt + (ih + pt) * Wp + iw + pl;
-            for (ci = 0; ci < Cin; ci++, xd += HW) *xd = xs[ci];
+    for (ih = ih0; ih < ih1; ih++) {
+        const int8_t *xs = x + (ih * W + iw0) * Cin;
+        int16_t *xd = xt + (ih + pt) * Wp + iw0 + pl;
+        if (Cin == 1) {
+            for (iw = iw0; iw < iw1; iw++) *xd++ = *xs++;
+            continue;
         }
+        for (iw = iw0; iw < iw1; iw++, xd++)
+            for (ci = 0; ci < Cin; ci++) xd[ci * HW] = *xs++;
+    }
     for (oh = 0; oh < OH; oh++)
         for (k = 0; k < OWp; k++) {
             const int8_t *e0 = e + (oh * OW + 2 * k) * Cout + co0;
             const int32_t two = 2 * k + 1 < OW;
-            for (c = 0; c < nco; c++)
-                et[(oh * OWp + k) * nco + c] = (uint16_t)(int16_t)e0[c] | (two ? (uint32_t)(uint16_t)(int16_t)e0[Cout + c] << 16 : 0u);
+            uint32_t *ed = et + (oh * OWp + k) * nco;
+            /* four channels a step: SXTB16 splits the position pair's words into their even and
+             * odd channels, PKHBT / PKHTB pair each channel across the two positions */
+            for (c = 0; c + 4 <= nco; c += 4, ed += 4) {
+                const uint32_t a = tt_ld_s8x4(e0 + c), b = two ? tt_ld_s8x4(e0 + Cout + c) : 0u;
+                const uint32_t ae = (uint32_t)__sxtb16((int32_t)a), ao = (uint32_t)__sxtb16((int32_t)(a >> 8));
+                const uint32_t be = (uint32_t)__sxtb16((int32_t)b), bo = (uint32_t)__sxtb16((int32_t)(b >> 8));
+                ed[0] = tt_pack_lo(ae, be);
+                ed[1] = tt_pack_lo(ao, bo);
+                ed[2] = tt_pack_hi(ae, be);
+                ed[3] = tt_pack_hi(ao, bo);
+            }
+            for (; c < nco; c++)
+                *ed++ = (uint16_t)(int16_t)e0[c] | (two ? (uint32_t)(uint16_t)(int16_t)e0[Cout + c] << 16 : 0u);
         }
 #define TT_WG(NO, NK) conv_wg_row(et + c, xt + kh * Wp + kw, nco, OH, OWp, sh, Hp, Wp, Cin, NO, NK, \
                                   gw + c * L + (kh * KW + kw) * Cin, gw + (c + (NO) - 1) * L + (kh * KW + kw) * Cin)
