@@ -534,8 +534,19 @@ static int32_t conv2d_grad_dsp(const int8_t *e, const int8_t *x, int32_t H, int3
             for (iw = iw0; iw < iw1; iw++) *xd++ = *xs++;
             continue;
         }
-        for (iw = iw0; iw < iw1; iw++, xd++)
-            for (ci = 0; ci < Cin; ci++) xd[ci * HW] = *xs++;
+        for (iw = iw0; iw < iw1; iw++, xd++) {
+            int16_t *xc = xd;
+            /* four channels a step: one LDR, SXTB16 for the even and the odd ones */
+            for (ci = 0; ci + 4 <= Cin; ci += 4, xs += 4, xc += 4 * HW) {
+                const uint32_t v = tt_ld_s8x4(xs), ev = (uint32_t)__sxtb16((int32_t)v);
+                const uint32_t od = (uint32_t)__sxtb16((int32_t)(v >> 8));
+                xc[0] = (int16_t)ev;
+                xc[HW] = (int16_t)od;
+                xc[2 * HW] = (int16_t)(ev >> 16);
+                xc[3 * HW] = (int16_t)(od >> 16);
+            }
+            for (; ci < Cin; ci++, xc += HW) *xc = *xs++;
+        }
     }
     for (oh = 0; oh < OH; oh++)
         for (k = 0; k < OWp; k++) {
