@@ -470,7 +470,7 @@ static inline void conv_grad_block(const int8_t *e, const int8_t *x, int32_t W, 
  * sh * Wp - 2 * OWp at the end of an output row. */
 TT_CONV_INLINE void conv_wg_row(const uint32_t *et, const int16_t *xt, int32_t nco, int32_t OH,
                                 int32_t OWp, int32_t sh, int32_t Hp, int32_t Wp, int32_t Cin,
-                                int32_t NO, int32_t NK, int32_t *g0, int32_t *g1)
+                                int32_t NO, int32_t NK, int32_t P2, int32_t *g0, int32_t *g1)
 {
     const int32_t jump = sh * Wp - 2 * OWp;
     int32_t ci, oh;
@@ -478,25 +478,41 @@ TT_CONV_INLINE void conv_wg_row(const uint32_t *et, const int16_t *xt, int32_t n
         const uint32_t *ep = et;
         const int16_t *xp = xt + ci * Hp * Wp;
         int32_t a00 = 0, a01 = 0, a02 = 0, a10 = 0, a11 = 0, a12 = 0;
-        for (oh = 0; oh < OH; oh++, xp += jump) {
-            const uint32_t *end = ep + OWp * nco;
+/* the sums of the position pair at ep + eo, xp + xo */
+#define TT_WG_PAIR(eo, xo)                                                                         \
+        do {                                                                                       \
+            const int32_t E0 = (int32_t)ep[eo], X0 = (int32_t)tt_ld_s16x2(xp + (xo));              \
+            const int32_t X1 = NK > 1 ? (int32_t)tt_ld_s16x2(xp + (xo) + 1) : 0;                   \
+            const int32_t X2 = NK > 2 ? (int32_t)tt_ld_s16x2(xp + (xo) + 2) : 0;                   \
+            a00 = __smlad(E0, X0, a00);                                                            \
+            if (NK > 1) a01 = __smlad(E0, X1, a01);                                                \
+            if (NK > 2) a02 = __smlad(E0, X2, a02);                                                \
+            if (NO > 1) {                                                                          \
+                const int32_t E1 = (int32_t)ep[(eo) + 1];                                          \
+                a10 = __smlad(E1, X0, a10);                                                        \
+                if (NK > 1) a11 = __smlad(E1, X1, a11);                                            \
+                if (NK > 2) a12 = __smlad(E1, X2, a12);                                            \
+            }                                                                                      \
+        } while (0)
+        if (P2) { /* OWp == 2 and nco == 2: the row's two pairs unrolled, constant offsets */
+            const int16_t *xe = xp + OH * (jump + 4);
             do {
-                const int32_t E0 = (int32_t)ep[0], X0 = (int32_t)tt_ld_s16x2(xp);
-                const int32_t X1 = NK > 1 ? (int32_t)tt_ld_s16x2(xp + 1) : 0;
-                const int32_t X2 = NK > 2 ? (int32_t)tt_ld_s16x2(xp + 2) : 0;
-                a00 = __smlad(E0, X0, a00);
-                if (NK > 1) a01 = __smlad(E0, X1, a01);
-                if (NK > 2) a02 = __smlad(E0, X2, a02);
-                if (NO > 1) {
-                    const int32_t E1 = (int32_t)ep[1];
-                    a10 = __smlad(E1, X0, a10);
-                    if (NK > 1) a11 = __smlad(E1, X1, a11);
-                    if (NK > 2) a12 = __smlad(E1, X2, a12);
-                }
-                ep += nco;
-                xp += 2;
-            } while (ep != end);
+                TT_WG_PAIR(0, 0);
+                TT_WG_PAIR(2, 2);
+                ep += 4;
+                xp += jump + 4;
+            } while (xp != xe);
+        } else {
+            for (oh = 0; oh < OH; oh++, xp += jump) {
+                const uint32_t *end = ep + OWp * nco;
+                do {
+                    TT_WG_PAIR(0, 0);
+                    ep += nco;
+                    xp += 2;
+                } while (ep != end);
+            }
         }
+#undef TT_WG_PAIR
         g0[ci] = a00;
         if (NK > 1) g0[Cin + ci] = a01;
         if (NK > 2) g0[2 * Cin + ci] = a02;
@@ -567,20 +583,23 @@ static int32_t conv2d_grad_dsp(const int8_t *e, const int8_t *x, int32_t H, int3
             for (; c < nco; c++)
                 *ed++ = (uint16_t)(int16_t)e0[c] | (two ? (uint32_t)(uint16_t)(int16_t)e0[Cout + c] << 16 : 0u);
         }
-#define TT_WG(NO, NK) conv_wg_row(et + c, xt + kh * Wp + kw, nco, OH, OWp, sh, Hp, Wp, Cin, NO, NK, \
+#define TT_WG_P(NO, NK, P2) conv_wg_row(et + c, xt + kh * Wp + kw, nco, OH, OWp, sh, Hp, Wp, Cin, NO, NK, P2, \
                                   gw + c * L + (kh * KW + kw) * Cin, gw + (c + (NO) - 1) * L + (kh * KW + kw) * Cin)
+#define TT_WG(NO, NK) TT_WG_P(NO, NK, 0)
     for (c = 0; c < nco; c += 2)
         for (kw = 0; kw < KW; kw += nk) {
             nk = KW - kw < 3 ? KW - kw : 3;
             for (kh = 0; kh < KH; kh++) {
                 if (c + 2 <= nco) {
-                    if (nk == 3) TT_WG(2, 3); else if (nk == 2) TT_WG(2, 2); else TT_WG(2, 1);
+                    if (nk == 3 && OWp == 2 && nco == 2) TT_WG_P(2, 3, 1); /* W3's conv2 */
+                    else if (nk == 3) TT_WG(2, 3); else if (nk == 2) TT_WG(2, 2); else TT_WG(2, 1);
                 } else {
                     if (nk == 3) TT_WG(1, 3); else if (nk == 2) TT_WG(1, 2); else TT_WG(1, 1);
                 }
             }
         }
 #undef TT_WG
+#undef TT_WG_P
     return 1;
 }
 #endif
