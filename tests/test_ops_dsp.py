@@ -299,23 +299,33 @@ def test_numba_update_direct_stochastic_shift_beyond_63_bits(s):
 
 
 @st.composite
-def conv_dsp_case(draw):
+def conv_dsp_case(draw, rows3=False, pairs2=False):
     """Conv2d cases for the int32 paths: channel counts across the register blocks (4 output rows,
     2 x 4 and 4 x 1 gradient blocks, 4-wide input-gradient blocks) and their tails, Cin = 1 (W3's
-    conv1), strides and paddings, and columns past TT_CONV_COL_MAX (the int64 path)."""
+    conv1), strides and paddings, and columns past TT_CONV_COL_MAX (the int64 path). rows3: only
+    windows of KH <= 3 rows of KW * Cin = 3 values (the forward's R3 path, W3's conv1 among them),
+    and Cout up to 17 on either side of its Cout >= words bound. pairs2: 3-wide kernels at
+    stride_w 1 over 3 or 4 output columns (two position pairs a row: the weight gradient's
+    unrolled rows, W3's conv2), two output channels or more."""
     from tinytrain.ops import conv2d as r2
 
     H, W = draw(st.integers(1, 9)), draw(st.integers(1, 9))
     KH, KW = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    if rows3:
+        KH, (KW, Cin) = draw(st.integers(1, 3)), draw(st.sampled_from([(3, 1), (3, 1), (1, 3)]))
     stride = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
     padding = draw(st.sampled_from(["valid", "same", (1, 0, 2, 1), (0, 2, 0, 0)]))
+    if pairs2:
+        KW, stride = 3, (stride[0], 1)
+        padding, W = draw(st.sampled_from([("same", 3), ("same", 4), ("valid", 5), ("valid", 6)]))
     try:
         OH, OW, _, pads = r2.geometry(H, W, KH, KW, stride, padding)
     except ValueError:
         from hypothesis import assume
         assume(False)
-    Cin = draw(st.sampled_from([1, 1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 29]))
-    Cout = draw(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 9, 16, 17]))
+    if not rows3:
+        Cin = draw(st.sampled_from([1, 1, 2, 3, 4, 5, 7, 8, 9, 16, 17, 29]))
+    Cout = draw(st.sampled_from([2, 3, 4, 16] if pairs2 else [1, 2, 3, 4, 5, 7, 8, 9, 16, 17]))
     mode = draw(st.sampled_from(["drawn", "extreme"]))
     if mode == "drawn":
         x = draw_array(draw, (H, W, Cin), np.int8, -127, 127)
@@ -353,11 +363,23 @@ def test_conv2d_dsp_equals_portable_and_reference(clib, dsplib, c):
     """Forward, input gradient and weight gradient of the DSP build (SMLAD rows, the short-column
     forward, SMLAD input-gradient and weight-gradient blocks) == the portable build == the numpy reference, outputs, exponents and
     saturation counts, with guard words around every buffer."""
+    _check_conv2d_dsp(clib, dsplib, c)
+
+
+def _check_conv2d_dsp(clib, dsplib, c):
     from tinytrain.ops import conv2d as r2
 
     ref = conv_run_ref(r2, c, stride=c["stride"], padding=c["padding"])
     conv_assert_same(ref, _conv2d_c(clib, c), "portable")
     conv_assert_same(ref, _conv2d_c(dsplib, c), "DSP")
+
+
+@settings(max_examples=150, deadline=None)
+@given(conv_dsp_case(rows3=True))
+def test_conv2d_rows3_dsp_equals_portable_and_reference(clib, dsplib, c):
+    """The R3 forward (rows of three values, conv1's shape; its int32 sums and the four-a-step
+    requantization) equals the portable path and the reference on drawn shapes and extremes."""
+    _check_conv2d_dsp(clib, dsplib, c)
 
 
 def _grad_w_chan(lib, c, co, nco):
@@ -384,7 +406,23 @@ def test_conv2d_grad_by_channel_dsp_equals_portable_and_reference(clib, dsplib, 
 
     Cout = c["w"].shape[0]
     co = data.draw(st.integers(0, Cout - 1))
-    nco = data.draw(st.integers(1, Cout - co))
+    _check_grad_by_channel(clib, dsplib, c, co, data.draw(st.integers(1, Cout - co)))
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(conv_dsp_case(pairs2=True), st.data())
+def test_conv2d_grad_two_pair_rows_dsp_equals_portable_and_reference(clib, dsplib, c, data):
+    """The weight gradient's unrolled rows (two position pairs a row, two channels a call, as W3's
+    conv2 takes it), the whole tensor and channel ranges, == the portable build == the reference."""
+    Cout = c["w"].shape[0]
+    _check_conv2d_dsp(clib, dsplib, c)
+    co = data.draw(st.integers(0, Cout - 2))
+    _check_grad_by_channel(clib, dsplib, c, co, 2)
+
+
+def _check_grad_by_channel(clib, dsplib, c, co, nco):
+    from tinytrain.ops import conv2d as r2
+
     ref = conv_run_ref(r2, c, stride=c["stride"], padding=c["padding"])[6][co:co + nco]
     for who, lib in (("portable", clib), ("DSP", dsplib)):
         got = _grad_w_chan(lib, c, co, nco)

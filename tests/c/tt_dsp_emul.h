@@ -76,6 +76,22 @@ static inline int32_t __sadd16(int32_t a, int32_t b)
     return (int32_t)(lo | (hi << 16));
 }
 
+/** SXTAB16: a plus bytes 0 and 2 of b sign-extended, lane-wise modulo 2^16. */
+static inline int32_t __sxtab16(int32_t a, int32_t b)
+{
+    return __sadd16(a, __sxtb16(b));
+}
+
+
+/** SHADD16: lane-wise floor((a + b) / 2), exact (no wrap). */
+static inline int32_t __shadd16(int32_t a, int32_t b)
+{
+    const int32_t sl = tt_emul_lo(a) + tt_emul_lo(b), sh = tt_emul_hi(a) + tt_emul_hi(b);
+    const uint32_t lo = (uint32_t)(sl >= 0 ? sl / 2 : -((-sl + 1) / 2)) & 0xFFFFu;
+    const uint32_t hi = (uint32_t)(sh >= 0 ? sh / 2 : -((-sh + 1) / 2)) & 0xFFFFu;
+    return (int32_t)(lo | (hi << 16));
+}
+
 /** SHSUB16: lane-wise floor((a - b) / 2), exact (no wrap). */
 static inline int32_t __shsub16(int32_t a, int32_t b)
 {

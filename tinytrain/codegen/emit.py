@@ -186,10 +186,21 @@ class Emitter:
         w = self.model.layers[li].params[0].data
         return int(w.size // w.shape[0])
 
-    def chan_group(self, li) -> int:
-        """Output channels per gradient block: tt_conv.c (conv2d_grad_gather) keeps 2 (4 when Cin < 4) output
+    def _chan_block(self, li) -> int:
+        """Output channels per register block: tt_conv.c (conv2d_grad_gather) keeps 2 (4 when Cin < 4) output
         channels' sums in registers and shares each loaded input among them."""
         return min(self.model.layers[li].params[0].data.shape[0], 2 if self.model.layers[li].params[0].data.shape[-1] >= 4 else 4)
+
+    def chan_group(self, li) -> int:
+        """Output channels per gradient call: whole register blocks, as many as the shared gradient
+        buffer holds anyway (its size is set by the layer needing the most with one block each:
+        W3's conv1 takes all 8 channels in one call, in the 144 words conv2's 2 x 72 need; each call
+        rebuilds the kernel's padded input and error copies)."""
+        if not hasattr(self, "_grad0_words"):
+            self._grad0_words = max([self._chan_block(i) * self.chan_size(i) for i, l in enumerate(self.model.layers)
+                                     if self.model.layer_learns(i) and not self.fused(i) and self.by_channel(i)] or [0])
+        blk, cout = self._chan_block(li), self.model.layers[li].params[0].data.shape[0]
+        return max(blk, min(cout, self._grad0_words // self.chan_size(li) // blk * blk))
 
     def fused(self, li) -> bool:
         """Dense layers in direct mode update without a gradient buffer (tt_sgd_dense_direct), and so do

@@ -151,6 +151,10 @@ int32_t tt_requant_s8_from_s64_max(const int64_t *acc, int32_t n, uint64_t max_a
                                    tt_stats *st);
 /** Same for int32 accumulators. */
 int32_t tt_requant_s8_from_s32(const int32_t *acc, int32_t n, int8_t *y, tt_stats *st);
+/** Same for int32 accumulators, given max_abs >= max |acc[i]| with the same bit width (e.g. the
+ *  OR of every |acc[i]|). */
+int32_t tt_requant_s8_from_s32_max(const int32_t *acc, int32_t n, uint32_t max_abs, int8_t *y,
+                                   tt_stats *st);
 
 /** Integer division truncating toward zero (C99 semantics); b != 0. */
 static inline int32_t tt_div_trunc_s32(int32_t a, int32_t b) { return a / b; }

@@ -130,8 +130,10 @@ static inline void conv_col_q(const int8_t *xr, int32_t rs, int32_t KH, int32_t 
 #if TT_HAVE_DSP
 #if defined(__GNUC__)
 #define TT_CONV_INLINE static inline __attribute__((always_inline))
+#define TT_CONV_NOINLINE static __attribute__((noinline))
 #else
 #define TT_CONV_INLINE static inline
+#define TT_CONV_NOINLINE static
 #endif
 /* Short columns (KH*KW*Cin <= 2 * TT_CONV_SHORT_PAIRS, e.g. conv1 with one input channel: 9)
  * take the forward with the whole column in registers, as NP int16 pairs, against weights
@@ -199,6 +201,162 @@ static void conv2d_fwd_short(const int8_t *xq, int32_t Wp, const int16_t *w, int
             }
         }
 }
+
+/* Rows of three values (KW * Cin == 3, e.g. conv1 with one input channel and a 3-wide kernel),
+ * KH <= 3: one LDR of four bytes per window row, split by SXTB16 into the even pair (x0, x2) and
+ * the odd (x1, x3); the column is those KH even pairs, then the odd pairs two rows to a word
+ * (PKHBT: (x1 of row 0, x1 of row 1), (x1 of row 2, x3 of row 2)), weights in the same order with
+ * 0 against every x3. TT_CONV_R3_WORDS(KH) words: 2, 3, 5. */
+#define TT_CONV_R3_WORDS(KH) ((KH) + ((KH) + 1) / 2)
+
+/* wk = bias, then the NW weight words of a KH-row R3 column (the order above) for the kernel
+ * block r (KH * 3 values, kh-major). */
+static uint32_t *conv_r3_weights(const int16_t *r, int32_t KH, int32_t bias, uint32_t *wk)
+{
+    int32_t kh;
+    *wk++ = (uint32_t)bias;
+    for (kh = 0; kh < KH; kh++) *wk++ = (uint16_t)r[3 * kh] | (uint32_t)(uint16_t)r[3 * kh + 2] << 16;
+    for (kh = 0; kh < KH; kh += 2)
+        *wk++ = (uint16_t)r[3 * kh + 1] | (kh + 1 < KH ? (uint32_t)(uint16_t)r[3 * kh + 4] << 16 : 0u);
+    return wk;
+}
+
+/* acc[p * Cout] = bias + w . column p for the P columns at col (NW words each, a constant after
+ * inlining): one output channel over all positions, its weights in registers; *m ORs every
+ * acc ^ (acc >> 31) (one instruction: |acc| - 1 for a negative acc). */
+TT_CONV_INLINE void conv_r3_chan(const uint32_t *col, int32_t NW, int32_t P, const uint32_t *wk,
+                                 int32_t Cout, int32_t *acc, uint32_t *m)
+{
+    const int32_t bias = (int32_t)wk[0], W0 = (int32_t)wk[1], W1 = (int32_t)wk[2];
+    const int32_t W2 = NW > 2 ? (int32_t)wk[3] : 0, W3 = NW > 3 ? (int32_t)wk[4] : 0;
+    const int32_t W4 = NW > 4 ? (int32_t)wk[5] : 0;
+    const uint32_t *end = col + P * NW;
+    uint32_t o = *m;
+    do {
+        uint32_t c0, c1, c2 = 0, c3 = 0;
+        int32_t s;
+        tt_ld_u32x2_next(&col, &c0, &c1);
+        if (NW > 3) tt_ld_u32x2_next(&col, &c2, &c3);
+        else if (NW > 2) c2 = *col++;
+        s = __smlad(W0, (int32_t)c0, bias);
+        s = __smlad(W1, (int32_t)c1, s);
+        if (NW > 2) s = __smlad(W2, (int32_t)c2, s);
+        if (NW > 3) s = __smlad(W3, (int32_t)c3, s);
+        if (NW > 4) s = __smlad(W4, (int32_t)*col++, s);
+        *acc = s;
+        acc += Cout;
+        o |= (uint32_t)(s ^ (s >> 31)); /* |s|, or |s| - 1 for s < 0: see conv_requant_s32 */
+    } while (col != end);
+    *m = o;
+}
+
+/* The P columns of the R3 forward into col (NW words each), from the padded input xq (read up to
+ * one byte past the last window row, which xq holds); KH a constant after inlining. */
+TT_CONV_INLINE void conv_r3_cols(const int8_t *xq, int32_t rs, int32_t KH, int32_t xs, int32_t ys,
+                                 int32_t OH, int32_t OW, uint32_t *cp)
+{
+    int32_t oh, ow;
+    for (oh = 0; oh < OH; oh++) {
+        const int8_t *xr = xq + oh * ys;
+        for (ow = 0; ow < OW; ow++, xr += xs) {
+            const uint32_t r0 = tt_ld_s8x4(xr), o0 = (uint32_t)__sxtb16((int32_t)(r0 >> 8));
+            cp[0] = (uint32_t)__sxtb16((int32_t)r0);
+            if (KH == 1) {
+                cp[1] = o0;
+                cp += 2;
+            } else {
+                const uint32_t r1 = tt_ld_s8x4(xr + rs), o1 = (uint32_t)__sxtb16((int32_t)(r1 >> 8));
+                cp[1] = (uint32_t)__sxtb16((int32_t)r1);
+                if (KH == 2) {
+                    cp[2] = tt_pack_lo(o0, o1);
+                    cp += 3;
+                } else {
+                    const uint32_t r2 = tt_ld_s8x4(xr + 2 * rs);
+                    cp[2] = (uint32_t)__sxtb16((int32_t)r2);
+                    cp[3] = tt_pack_lo(o0, o1);
+                    cp[4] = (uint32_t)__sxtb16((int32_t)(r2 >> 8));
+                    cp += 5;
+                }
+            }
+        }
+    }
+}
+
+/* One variant per KH (and so per column length NW), each small enough for its loop's values to
+ * stay in registers. */
+#define TT_CONV_R3_VARIANT(KH)                                                                     \
+    TT_CONV_NOINLINE void conv_r3_cols_##KH(const int8_t *xq, int32_t rs, int32_t xs, int32_t ys,  \
+                                            int32_t OH, int32_t OW, uint32_t *cp)                  \
+    {                                                                                              \
+        conv_r3_cols(xq, rs, KH, xs, ys, OH, OW, cp);                                              \
+    }                                                                                              \
+    TT_CONV_NOINLINE void conv_r3_chan_##KH(const uint32_t *col, int32_t P, const uint32_t *wk,   \
+                                            int32_t Cout, int32_t *acc, uint32_t *m)               \
+    {                                                                                              \
+        conv_r3_chan(col, TT_CONV_R3_WORDS(KH), P, wk, Cout, acc, m);                              \
+    }
+TT_CONV_R3_VARIANT(1)
+TT_CONV_R3_VARIANT(2)
+TT_CONV_R3_VARIANT(3)
+
+/* The R3 forward: int32 sums into acc32[P][Cout], the P columns built once into col. bias holds
+ * the aligned biases; it may lie in the scratch that col and acc32 overwrite: it is read (into
+ * wk) before either is written. */
+static void conv2d_fwd_r3(const int8_t *xq, int32_t Wp, int32_t Cin, const int16_t *w, int32_t Cout,
+                          int32_t KH, int32_t sh, int32_t sw, int32_t OH, int32_t OW,
+                          const int64_t *bias, int32_t *acc32, uint32_t *col, uint32_t *m)
+{
+    const int32_t NW = TT_CONV_R3_WORDS(KH), rs = Wp * Cin, P = OH * OW;
+    uint32_t wk[TT_CONV_SHORT_WORDS], *wp = wk;
+    int32_t co;
+    for (co = 0; co < Cout; co++) wp = conv_r3_weights(w + co * 3 * KH, KH, (int32_t)bias[co], wp);
+    if (KH == 1) conv_r3_cols_1(xq, rs, sw * Cin, sh * rs, OH, OW, col);
+    else if (KH == 2) conv_r3_cols_2(xq, rs, sw * Cin, sh * rs, OH, OW, col);
+    else conv_r3_cols_3(xq, rs, sw * Cin, sh * rs, OH, OW, col);
+    for (co = 0; co < Cout; co++) {
+        const uint32_t *wc = wk + co * (NW + 1);
+        if (KH == 1) conv_r3_chan_1(col, P, wc, Cout, acc32 + co, m);
+        else if (KH == 2) conv_r3_chan_2(col, P, wc, Cout, acc32 + co, m);
+        else conv_r3_chan_3(col, P, wc, Cout, acc32 + co, m);
+    }
+}
+
+/* y = requant of the int32 sums acc[0..n) as tt_requant_s8_from_s32, given m, the OR of every
+ * acc ^ (acc >> 31). Its bit width b is that of max |acc| unless some acc = -2^b (then one more),
+ * so the shift s = b - 7 is the exact one or one short. Four values a step: t = v >> (s - 1) lies
+ * in [-256, 255] (v > -2^b, as any v <= -2^b would set a bit >= b of m), so PKHBT packs two as
+ * int16 lanes and SHADD16 with 1 gives (t + 1) >> 1 in both, that function's rounding. Its result
+ * r is in [-128, 128]; r = +-128, whose byte is 0x80 (and no other r's), needs a clamp, and any
+ * acc = -2^b gives r = -128: a byte-wise zero test of the stored words ^ 0x80808080 collects
+ * them, and then tt_requant_s8_from_s32 redoes y from the exact maximum. */
+static int32_t conv_requant_s32(const int32_t *acc, int32_t n, uint32_t m, int8_t *y, tt_stats *st)
+{
+    const int32_t s = m ? 32 - __builtin_clz(m) - 7 : 0;
+    const int32_t *ap = acc; /* 8-byte aligned: the scratch */
+    uint32_t bad = 0;
+    int32_t i;
+    if (s <= 0 || m > (uint32_t)INT32_MAX) return tt_requant_s8_from_s32(acc, n, y, st);
+    for (i = 0; i + 4 <= n; i += 4) {
+        int32_t a0, a1, a2, a3;
+        uint32_t e, o, v, z;
+        tt_ld_s32x2_next(&ap, &a0, &a1);
+        tt_ld_s32x2_next(&ap, &a2, &a3);
+        e = tt_pack_lo((uint32_t)(a0 >> (s - 1)), (uint32_t)(a2 >> (s - 1)));
+        o = tt_pack_lo((uint32_t)(a1 >> (s - 1)), (uint32_t)(a3 >> (s - 1)));
+        v = ((uint32_t)__shadd16((int32_t)e, 0x00010001) & 0x00FF00FFu) |
+            ((uint32_t)__shadd16((int32_t)o, 0x00010001) & 0x00FF00FFu) << 8;
+        z = v ^ 0x80808080u;
+        bad |= (z - 0x01010101u) & ~z;
+        tt_st_s8x4(y + i, v);
+    }
+    for (; i < n; i++) {
+        const int32_t r = ((acc[i] >> (s - 1)) + 1) >> 1;
+        y[i] = (int8_t)r;
+        bad |= r == 128 || r == -128 ? 0x80u : 0u;
+    }
+    if (bad & 0x80808080u) return tt_requant_s8_from_s32(acc, n, y, st);
+    return s;
+}
 #endif
 
 /* The forward in int32 through an im2col column per output position (KH*KW*Cin <=
@@ -221,6 +379,16 @@ static int32_t conv2d_fwd_s32(const int8_t *x, int32_t ex, const int16_t *w, int
     /* the windows read from a zero-padded copy when it fits: no bound tests per position */
     if (padded) conv_pad_s8(x, H, W, Cin, pt, pl, Hp, Wp, xq);
 #if TT_HAVE_DSP
+    /* R3 rows: the int32 sums and then the columns in the scratch (4 (Cout + NW) <= 8 Cout bytes
+     * a position), the input copy one byte longer for the last row's four-byte load */
+    if (padded && KW * Cin == 3 && KH <= 3 && TT_CONV_R3_WORDS(KH) <= Cout && Hp * Wp * Cin < TT_CONV_XQ_MAX &&
+        Cout * (TT_CONV_R3_WORDS(KH) + 1) <= TT_CONV_SHORT_WORDS) {
+        int32_t *acc32 = (int32_t *)(void *)scratch;
+        uint32_t *cols = (uint32_t *)(void *)(acc32 + OH * OW * Cout);
+        xq[Hp * Wp * Cin] = 0;
+        conv2d_fwd_r3(xq, Wp, Cin, w, Cout, KH, sh, sw, OH, OW, bias, acc32, cols, &m);
+        return ea + conv_requant_s32(acc32, OH * OW * Cout, m, y, st);
+    }
     if (padded && L <= 2 * TT_CONV_SHORT_PAIRS && Cout * ((L + 1) / 2 + 1) <= TT_CONV_SHORT_WORDS) {
         conv2d_fwd_short(xq, Wp, w, Cin, Cout, KH, KW, sh, sw, OH, OW, bias, scratch, &m);
         return ea + tt_requant_s8_from_s64_max(scratch, OH * OW * Cout, m, y, st);
@@ -302,7 +470,7 @@ static inline void conv_grad_block(const int8_t *e, const int8_t *x, int32_t W, 
  * sh * Wp - 2 * OWp at the end of an output row. */
 TT_CONV_INLINE void conv_wg_row(const uint32_t *et, const int16_t *xt, int32_t nco, int32_t OH,
                                 int32_t OWp, int32_t sh, int32_t Hp, int32_t Wp, int32_t Cin,
-                                int32_t NO, int32_t NK, int32_t *g0, int32_t *g1)
+                                int32_t NO, int32_t NK, int32_t P2, int32_t *g0, int32_t *g1)
 {
     const int32_t jump = sh * Wp - 2 * OWp;
     int32_t ci, oh;
@@ -310,25 +478,41 @@ TT_CONV_INLINE void conv_wg_row(const uint32_t *et, const int16_t *xt, int32_t n
         const uint32_t *ep = et;
         const int16_t *xp = xt + ci * Hp * Wp;
         int32_t a00 = 0, a01 = 0, a02 = 0, a10 = 0, a11 = 0, a12 = 0;
-        for (oh = 0; oh < OH; oh++, xp += jump) {
-            const uint32_t *end = ep + OWp * nco;
+/* the sums of the position pair at ep + eo, xp + xo */
+#define TT_WG_PAIR(eo, xo)                                                                         \
+        do {                                                                                       \
+            const int32_t E0 = (int32_t)ep[eo], X0 = (int32_t)tt_ld_s16x2(xp + (xo));              \
+            const int32_t X1 = NK > 1 ? (int32_t)tt_ld_s16x2(xp + (xo) + 1) : 0;                   \
+            const int32_t X2 = NK > 2 ? (int32_t)tt_ld_s16x2(xp + (xo) + 2) : 0;                   \
+            a00 = __smlad(E0, X0, a00);                                                            \
+            if (NK > 1) a01 = __smlad(E0, X1, a01);                                                \
+            if (NK > 2) a02 = __smlad(E0, X2, a02);                                                \
+            if (NO > 1) {                                                                          \
+                const int32_t E1 = (int32_t)ep[(eo) + 1];                                          \
+                a10 = __smlad(E1, X0, a10);                                                        \
+                if (NK > 1) a11 = __smlad(E1, X1, a11);                                            \
+                if (NK > 2) a12 = __smlad(E1, X2, a12);                                            \
+            }                                                                                      \
+        } while (0)
+        if (P2) { /* OWp == 2 and nco == 2: the row's two pairs unrolled, constant offsets */
+            const int16_t *xe = xp + OH * (jump + 4);
             do {
-                const int32_t E0 = (int32_t)ep[0], X0 = (int32_t)tt_ld_s16x2(xp);
-                const int32_t X1 = NK > 1 ? (int32_t)tt_ld_s16x2(xp + 1) : 0;
-                const int32_t X2 = NK > 2 ? (int32_t)tt_ld_s16x2(xp + 2) : 0;
-                a00 = __smlad(E0, X0, a00);
-                if (NK > 1) a01 = __smlad(E0, X1, a01);
-                if (NK > 2) a02 = __smlad(E0, X2, a02);
-                if (NO > 1) {
-                    const int32_t E1 = (int32_t)ep[1];
-                    a10 = __smlad(E1, X0, a10);
-                    if (NK > 1) a11 = __smlad(E1, X1, a11);
-                    if (NK > 2) a12 = __smlad(E1, X2, a12);
-                }
-                ep += nco;
-                xp += 2;
-            } while (ep != end);
+                TT_WG_PAIR(0, 0);
+                TT_WG_PAIR(2, 2);
+                ep += 4;
+                xp += jump + 4;
+            } while (xp != xe);
+        } else {
+            for (oh = 0; oh < OH; oh++, xp += jump) {
+                const uint32_t *end = ep + OWp * nco;
+                do {
+                    TT_WG_PAIR(0, 0);
+                    ep += nco;
+                    xp += 2;
+                } while (ep != end);
+            }
         }
+#undef TT_WG_PAIR
         g0[ci] = a00;
         if (NK > 1) g0[Cin + ci] = a01;
         if (NK > 2) g0[2 * Cin + ci] = a02;
@@ -359,36 +543,111 @@ static int32_t conv2d_grad_dsp(const int8_t *e, const int8_t *x, int32_t H, int3
     iw0 = pl > 0 ? 0 : -pl;
     iw1 = W < Wp - pl ? W : Wp - pl;
     memset(xt, 0, sizeof(int16_t) * (size_t)(Cin * HW));
-    for (ih = ih0; ih < ih1; ih++)
-        for (iw = iw0; iw < iw1; iw++) {
-            const int8_t *xs = x + (ih * W + iw) * Cin;
-            int16_t *xd = xt + (ih + pt) * Wp + iw + pl;
-            for (ci = 0; ci < Cin; ci++, xd += HW) *xd = xs[ci];
+    for (ih = ih0; ih < ih1; ih++) {
+        const int8_t *xs = x + (ih * W + iw0) * Cin;
+        int16_t *xd = xt + (ih + pt) * Wp + iw0 + pl;
+        if (Cin == 1) {
+            for (iw = iw0; iw < iw1; iw++) *xd++ = *xs++;
+            continue;
         }
+        for (iw = iw0; iw < iw1; iw++, xd++) {
+            int16_t *xc = xd;
+            /* four channels a step: one LDR, SXTB16 for the even and the odd ones */
+            for (ci = 0; ci + 4 <= Cin; ci += 4, xs += 4, xc += 4 * HW) {
+                const uint32_t v = tt_ld_s8x4(xs), ev = (uint32_t)__sxtb16((int32_t)v);
+                const uint32_t od = (uint32_t)__sxtb16((int32_t)(v >> 8));
+                xc[0] = (int16_t)ev;
+                xc[HW] = (int16_t)od;
+                xc[2 * HW] = (int16_t)(ev >> 16);
+                xc[3 * HW] = (int16_t)(od >> 16);
+            }
+            for (; ci < Cin; ci++, xc += HW) *xc = *xs++;
+        }
+    }
     for (oh = 0; oh < OH; oh++)
         for (k = 0; k < OWp; k++) {
             const int8_t *e0 = e + (oh * OW + 2 * k) * Cout + co0;
             const int32_t two = 2 * k + 1 < OW;
-            for (c = 0; c < nco; c++)
-                et[(oh * OWp + k) * nco + c] = (uint16_t)(int16_t)e0[c] | (two ? (uint32_t)(uint16_t)(int16_t)e0[Cout + c] << 16 : 0u);
+            uint32_t *ed = et + (oh * OWp + k) * nco;
+            /* four channels a step: SXTB16 splits the position pair's words into their even and
+             * odd channels, PKHBT / PKHTB pair each channel across the two positions */
+            for (c = 0; c + 4 <= nco; c += 4, ed += 4) {
+                const uint32_t a = tt_ld_s8x4(e0 + c), b = two ? tt_ld_s8x4(e0 + Cout + c) : 0u;
+                const uint32_t ae = (uint32_t)__sxtb16((int32_t)a), ao = (uint32_t)__sxtb16((int32_t)(a >> 8));
+                const uint32_t be = (uint32_t)__sxtb16((int32_t)b), bo = (uint32_t)__sxtb16((int32_t)(b >> 8));
+                ed[0] = tt_pack_lo(ae, be);
+                ed[1] = tt_pack_lo(ao, bo);
+                ed[2] = tt_pack_hi(ae, be);
+                ed[3] = tt_pack_hi(ao, bo);
+            }
+            for (; c < nco; c++)
+                *ed++ = (uint16_t)(int16_t)e0[c] | (two ? (uint32_t)(uint16_t)(int16_t)e0[Cout + c] << 16 : 0u);
         }
-#define TT_WG(NO, NK) conv_wg_row(et + c, xt + kh * Wp + kw, nco, OH, OWp, sh, Hp, Wp, Cin, NO, NK, \
+#define TT_WG_P(NO, NK, P2) conv_wg_row(et + c, xt + kh * Wp + kw, nco, OH, OWp, sh, Hp, Wp, Cin, NO, NK, P2, \
                                   gw + c * L + (kh * KW + kw) * Cin, gw + (c + (NO) - 1) * L + (kh * KW + kw) * Cin)
+#define TT_WG(NO, NK) TT_WG_P(NO, NK, 0)
     for (c = 0; c < nco; c += 2)
         for (kw = 0; kw < KW; kw += nk) {
             nk = KW - kw < 3 ? KW - kw : 3;
             for (kh = 0; kh < KH; kh++) {
                 if (c + 2 <= nco) {
-                    if (nk == 3) TT_WG(2, 3); else if (nk == 2) TT_WG(2, 2); else TT_WG(2, 1);
+                    if (nk == 3 && OWp == 2 && nco == 2) TT_WG_P(2, 3, 1); /* W3's conv2 */
+                    else if (nk == 3) TT_WG(2, 3); else if (nk == 2) TT_WG(2, 2); else TT_WG(2, 1);
                 } else {
                     if (nk == 3) TT_WG(1, 3); else if (nk == 2) TT_WG(1, 2); else TT_WG(1, 1);
                 }
             }
         }
 #undef TT_WG
+#undef TT_WG_P
     return 1;
 }
 #endif
+
+#if TT_HAVE_DSP
+/* The bias-gradient sums of NW words of four channels (a constant after inlining) from the word
+ * at e + c, over P positions Cout bytes apart: SXTAB16 adds bytes 0 and 2 (and, shifted, 1 and
+ * 3) of each word into int16 lanes, exact while P * 128 <= 32767. */
+TT_CONV_INLINE void conv_grad_b_words(const int8_t *e, int32_t P, int32_t Cout, int32_t NW, int32_t *gb)
+{
+    uint32_t ev0 = 0, od0 = 0, ev1 = 0, od1 = 0;
+    const int8_t *end = e + P * Cout;
+    do {
+        const uint32_t w0 = tt_ld_s8x4(e);
+        ev0 = (uint32_t)__sxtab16((int32_t)ev0, (int32_t)w0);
+        od0 = (uint32_t)__sxtab16((int32_t)od0, (int32_t)(w0 >> 8));
+        if (NW > 1) {
+            const uint32_t w1 = tt_ld_s8x4(e + 4);
+            ev1 = (uint32_t)__sxtab16((int32_t)ev1, (int32_t)w1);
+            od1 = (uint32_t)__sxtab16((int32_t)od1, (int32_t)(w1 >> 8));
+        }
+        e += Cout;
+    } while (e != end);
+    gb[0] = (int16_t)ev0; gb[1] = (int16_t)od0; gb[2] = (int16_t)(ev0 >> 16); gb[3] = (int16_t)(od0 >> 16);
+    if (NW > 1) {
+        gb[4] = (int16_t)ev1; gb[5] = (int16_t)od1; gb[6] = (int16_t)(ev1 >> 16); gb[7] = (int16_t)(od1 >> 16);
+    }
+}
+#endif
+
+/* gb[co] = sum over the P positions of e[p][co] (int32; DSP: eight or four channels a pass in
+ * int16 lanes when P <= 255, the rest scalar). */
+static void conv_grad_b(const int8_t *e, int32_t P, int32_t Cout, int32_t *gb)
+{
+    int32_t p, co = 0;
+#if TT_HAVE_DSP
+    if (P >= 1 && P <= 255) {
+        for (; co + 8 <= Cout; co += 8) conv_grad_b_words(e + co, P, Cout, 2, gb + co);
+        for (; co + 4 <= Cout; co += 4) conv_grad_b_words(e + co, P, Cout, 1, gb + co);
+    }
+#endif
+    {
+        const int32_t c0 = co;
+        for (; co < Cout; co++) gb[co] = 0;
+        for (p = 0; p < P; p++)
+            for (co = c0; co < Cout; co++) gb[co] += e[p * Cout + co];
+    }
+}
 
 /* The weight gradient gathered tap by tap: each gw element is one sum over the output
  * positions, its accumulators in registers (blocks of 2 output x 4 input channels, or 4 x 1
@@ -402,12 +661,8 @@ static void conv2d_grad_gather(const int8_t *e, const int8_t *x, int32_t H, int3
     const int32_t L = KH * KW * Cin;
 #define TT_GB(NO, NI) conv_grad_block(e, x, W, Cin, Cout, sh, sw, pt, pl, OW, kh, kw, oh0, oh1, ow0, \
                                       ow1, co, ci, L, NO, NI, gw + (co - co0) * L + (kh * KW + kw) * Cin + ci)
-    int32_t kh, kw, co, ci, p, oh0, oh1, ow0, ow1;
-    if (gb) {
-        for (co = 0; co < Cout; co++) gb[co] = 0;
-        for (p = 0; p < OH * OW; p++)
-            for (co = 0; co < Cout; co++) gb[co] += e[p * Cout + co];
-    }
+    int32_t kh, kw, co, ci, oh0, oh1, ow0, ow1;
+    if (gb) conv_grad_b(e, OH * OW, Cout, gb);
 #if TT_HAVE_DSP
     if (conv2d_grad_dsp(e, x, H, W, Cin, Cout, KH, KW, sh, sw, pt, pl, OH, OW, co0, co1, gw)) return;
 #endif
@@ -838,13 +1093,6 @@ void tt_conv1d_grad_s32(const tt_conv1d_params *p, const int8_t *e, const int8_t
  * the channel range, the biases apart; one entry per params struct (int16 and int8 weights) */
 #include "tt_conv_wgrad.h"
 
-static void conv_grad_b(const int8_t *e, int32_t P, int32_t Cout, int32_t *gb)
-{
-    int32_t p, co;
-    for (co = 0; co < Cout; co++) gb[co] = 0;
-    for (p = 0; p < P; p++)
-        for (co = 0; co < Cout; co++) gb[co] += e[p * Cout + co];
-}
 
 void tt_conv2d_grad_w_chan_s32(const tt_conv_params *p, const int8_t *e, const int8_t *x,
                                int32_t co, int32_t nco, int32_t *gw)

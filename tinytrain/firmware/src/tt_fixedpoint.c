@@ -123,22 +123,29 @@ int32_t tt_requant_s8_from_s64_max(const int64_t *acc, int32_t n, uint64_t max_a
     return s;
 }
 
-int32_t tt_requant_s8_from_s32(const int32_t *acc, int32_t n, int8_t *y, tt_stats *st)
+int32_t tt_requant_s8_from_s32_max(const int32_t *acc, int32_t n, uint32_t max_abs, int8_t *y,
+                                   tt_stats *st)
 {
-    uint32_t m = 0;
     int32_t i, s;
-    for (i = 0; i < n; i++) {
-        uint32_t a = acc[i] < 0 ? 0u - (uint32_t)acc[i] : (uint32_t)acc[i];
-        if (a > m) m = a;
-    }
-    if (m <= (uint32_t)INT32_MAX) TT_REQUANT_S8_FITS_S32(acc, n, m, y, st); /* all but an INT32_MIN */
-    s = tt_requant_shift(m, 8);
+    if (max_abs <= (uint32_t)INT32_MAX) TT_REQUANT_S8_FITS_S32(acc, n, max_abs, y, st); /* all but an INT32_MIN */
+    s = tt_requant_shift(max_abs, 8);
     for (i = 0; i < n; i++) {
         int32_t r = tt_rshift_round_s32(acc[i], s);
         if (r > TT_S8_MAX || r < -TT_S8_MAX) st->saturated++;
         y[i] = tt_sat_s8(r);
     }
     return s;
+}
+
+int32_t tt_requant_s8_from_s32(const int32_t *acc, int32_t n, int8_t *y, tt_stats *st)
+{
+    uint32_t m = 0;
+    int32_t i;
+    for (i = 0; i < n; i++) {
+        uint32_t a = acc[i] < 0 ? 0u - (uint32_t)acc[i] : (uint32_t)acc[i];
+        if (a > m) m = a;
+    }
+    return tt_requant_s8_from_s32_max(acc, n, m, y, st);
 }
 
 uint32_t tt_isqrt_u32(uint32_t x)
