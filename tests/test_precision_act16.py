@@ -163,6 +163,75 @@ def test_elementwise_s16_c_equals_the_reference(clib, data):
     assert np.array_equal(d, rleaky.backward(e, 0, y, s)[0])
 
 
+@pytest.fixture(scope="session")
+def altlib():
+    """(ffi, lib) of tt_act16.c with its other paths: the DSP forward (SMLALD, emulated
+    intrinsics) and the update's two-product form of the Cortex-M0 (TT_A16_SPLIT_MUL), UBSan on."""
+    from pathlib import Path
+
+    from tinytrain.device import cbuild
+
+    from .conftest import runtime_cdef
+
+    here = Path(__file__).parent
+    srcs = cbuild.runtime_sources(["tt_fixedpoint", "tt_dense", "tt_sgd", "tt_act16"])
+    return cbuild.compile_shared([*srcs, here / "c" / "tt_test_shim.c"], runtime_cdef(), include_dirs=[here / "c"],
+                                 extra_flags=["-DTT_HAVE_DSP=1", "-DTT_A16_SPLIT_MUL=1"], sanitize=True,
+                                 name="ttrt_a16alt")
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(dense_case())
+def test_dense_s16_dsp_forward_equals_the_reference(altlib, case):
+    ffi, lib = altlib
+    x, e, w, b, ex, ew, eb = case
+    N, K = w.shape
+    y_ref, ey_ref, _ = rdense.forward(x, ex, w, ew, b, eb)
+    ctx, _ = c_ctx(ffi, scratch := np.zeros(max(K, N), np.int64))
+    p = ffi.new("tt_dense_params *", {"K": K, "N": N, "w": c_i16(ffi, w), "ew": ew, "b": c_i32(ffi, b), "eb": eb})
+    y = np.zeros(N, np.int16)
+    assert lib.tt_dense_fwd_s16(ctx, p, c_i16(ffi, x), ex, c_i16(ffi, y)) == ey_ref and np.array_equal(y, y_ref)
+    del scratch
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(st.data())
+def test_fused_update_equals_the_rule_on_both_multiplies(clib, altlib, data):
+    """tt_dense_update_direct_s16_a16 (one SMULL, or two int32 products) == the reference rule
+    w = sat(w - rshift_round(m_t e x, s)) in Python ints, for every shift it takes (it declines,
+    returning 0 and writing nothing, outside [17, 62], with stochastic rounding or weight decay)."""
+    from tinytrain.fixedpoint import rshift_round
+
+    K, N = data.draw(st.integers(1, 20)), data.draw(st.integers(1, 6))
+    x = draw_array(data.draw, (K,), np.int16, -32767, 32767)
+    e = draw_array(data.draw, (N,), np.int16, -32767, 32767)
+    w0 = draw_array(data.draw, (N, K), np.int16, -32767, 32767)
+    m_t, k = data.draw(st.integers(0, 32767)), data.draw(st.integers(0, 60))
+    ew, ee, ex = data.draw(st.integers(-20, 0)), data.draw(st.integers(-40, 0)), data.draw(st.integers(-20, 0))
+    sr, wd = data.draw(st.sampled_from([(0, 0), (0, 0), (1, 0), (0, 5)]))
+    s = ew + k - ee - ex
+    taken = not sr and not wd and 17 <= s <= 62
+    want = w0.copy()
+    if taken:
+        for n in range(N):
+            for j in range(K):
+                v = int(w0[n, j]) - rshift_round(m_t * int(e[n]) * int(x[j]), s)
+                want[n, j] = max(-32767, min(32767, v))
+    for ffi, lib in (clib, altlib):
+        w = w0.copy()
+        st_ = ffi.new("tt_stats *")
+        cfg = ffi.new("tt_sgd *", {"k": k, "sr": sr, "wd_m": wd, "wd_k": 3})
+        prng = ffi.new("uint32_t *", 1)
+        u = ffi.new("tt_sgd_step *", {"cfg": cfg, "m_t": m_t, "prng": prng, "stats": st_})
+        p = ffi.new("tt_sgd_dense_s16_params *", {"K": K, "N": N, "w": c_i16(ffi, w), "ew": ew})
+        assert lib.tt_dense_update_direct_s16_a16(u, p, c_i16(ffi, e), ee, c_i16(ffi, x), ex) == int(taken)
+        assert np.array_equal(w, want), (s, np.argwhere(w != want)[:1])
+        if taken:
+            moved = [max(-32767, min(32767, v)) != v for v in
+                     (int(w0[n, j]) - rshift_round(m_t * int(e[n]) * int(x[j]), s) for n in range(N) for j in range(K))]
+            assert st_.saturated == sum(moved)
+
+
 # ------------------------------------------------- reference = numba = C, drawn models and options
 @st.composite
 def a16_model(draw):

@@ -757,10 +757,17 @@ uint32_t {P}_saturations(void);
                 upd = lambda off, n, ge, w=w, t=t: f"tt_sgd_update_direct_{t}(&sgd, {w}{off}, {n}, {ews}, {g}, {ge});"
             if pi == 0:
                 skip = not opt.sr and (opt.accumulate or not opt.wd_m)
-                out += [f"    for (int32_t n = 0; n < {N}; n++) {{",
+                rows = [f"    for (int32_t n = 0; n < {N}; n++) {{",
                         *([f"        if ({e}[n] == 0) continue;"] if skip else []),
                         f"        tt_dense_grad_row_s32_s16({x}, {K}, {e}[n], {g});",
                         f"        {upd(f' + n * {K}', K, f'de + e{li}')}", "    }"]
+                if not opt.accumulate and not opt.sr and not opt.wd_m and key not in m.master:
+                    # the fused kernel where its shift allows (it says so), else the rows above
+                    sp = self.names.decl(li, "sgd", "tt_sgd_dense_s16_params",
+                                         {"K": K, "N": N, "w": self.names.param(li, 0), "ew": ews, "b": 0, "eb": 0})
+                    rows = [f"    if (!tt_dense_update_direct_s16_a16(&sgd, {sp}, {e}, de, {x}, e{li})) {{",
+                            *["    " + r for r in rows], "    }"]
+                out += rows
             else:
                 out += [f"    tt_widen_s16_s32({e}, {N}, {g});", f"    {upd('', N, 'de')}"]
             if key in m.master and not opt.accumulate:

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include "tt_fixedpoint.h"
 #include "tt_dense.h"
+#include "tt_sgd.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -36,6 +37,17 @@ void tt_dense_grad_s32_s16(const tt_dense_params *p, const int16_t *e, const int
  *  updates (or accumulates) that row of the weights with the SGD kernels (tt_sgd.h): the same
  *  elements in the same order as the whole tensor, with K int32 of scratch instead of N K. */
 void tt_dense_grad_row_s32_s16(const int16_t *x, int32_t K, int32_t en, int32_t *g);
+
+/** Direct-mode update of int16 weights p->w[N][K] (exponent p->ew) from int16 e[N] (ee) and
+ *  x[K] (ex): w[n][k] = sat(w - rshift_round(m_t e[n] x[k], s)), s = ew + k - ee - ex, without
+ *  a gradient buffer, the same bits as each row's gradient (tt_dense_grad_row_s32_s16) through
+ *  tt_sgd_update_direct_s16. For round to nearest without weight decay and s in [17, 62]:
+ *  m_t e x (|.| < 2^45) in two int32 products (no 64-bit multiply, also on Cortex-M0), a shift
+ *  and the rounding bit per weight; rows with e[n] == 0 and inputs x[k] == 0 are skipped. Returns 0 (nothing
+ *  written) for any other configuration: the caller then takes the row-by-row path. p->b is
+ *  not read (the bias is the caller's). */
+int32_t tt_dense_update_direct_s16_a16(const tt_sgd_step *u, const tt_sgd_dense_s16_params *p,
+                                       const int16_t *e, int32_t ee, const int16_t *x, int32_t ex);
 
 /** ReLU on int16: y = max(x, 0); dx = y > 0 ? e : 0. y may alias x, dx may alias e. */
 int32_t tt_relu_fwd_s16(const int16_t *x, int32_t ex, int32_t n, int16_t *y, tt_stats *st);

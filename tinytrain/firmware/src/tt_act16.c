@@ -1,5 +1,7 @@
-/** int16 activations and errors: portable scalar kernels (tt_act16.h). */
+/** int16 activations and errors (tt_act16.h): portable scalar kernels; the dense forward has a
+ *  Cortex-M DSP path (SMLALD, TT_HAVE_DSP) with the same bits. */
 #include "tt_act16.h"
+#include "tt_dsp.h"
 
 #define TT_LOG2E_Q15 47274
 #define TT_T_MIN (-16 * 256 - 1)
@@ -34,7 +36,16 @@ int32_t tt_dense_fwd_s16(const tt_ctx *ctx, const tt_dense_params *p, const int1
     for (int32_t n = 0; n < p->N; n++) {
         const int16_t *w = p->w + (int64_t)n * K;
         int64_t a = tt_align(p->b[n], p->eb, ea);
-        for (int32_t k = 0; k < K; k++) a += (int32_t)x[k] * w[k];
+        int32_t k = 0;
+#if TT_HAVE_DSP
+        /* SMLALD: two int16 products into the 64-bit sum per instruction, the same sum */
+        for (; k + 4 <= K; k += 4) {
+            a = __smlald((int32_t)tt_ld_s16x2(x + k), (int32_t)tt_ld_s16x2(w + k), a);
+            a = __smlald((int32_t)tt_ld_s16x2(x + k + 2), (int32_t)tt_ld_s16x2(w + k + 2), a);
+        }
+        for (; k + 2 <= K; k += 2) a = __smlald((int32_t)tt_ld_s16x2(x + k), (int32_t)tt_ld_s16x2(w + k), a);
+#endif
+        for (; k < K; k++) a += (int32_t)x[k] * w[k];
         acc[n] = a;
     }
     return ea + tt_requant_s16_from_s64(acc, p->N, y, ctx->stats);
@@ -68,6 +79,67 @@ void tt_dense_grad_s32_s16(const tt_dense_params *p, const int16_t *e, const int
         tt_dense_grad_row_s32_s16(x, p->K, e[n], gw + (int64_t)n * p->K);
         gb[n] = e[n];
     }
+}
+
+/* Cores without a 32 x 32 -> 64 multiply (ARMv6-M: Cortex-M0/M0+) form m_t e x from two int32
+ * products; the others from one SMULL. The same bits. */
+#ifndef TT_A16_SPLIT_MUL
+#if defined(__ARM_ARCH_6M__)
+#define TT_A16_SPLIT_MUL 1
+#else
+#define TT_A16_SPLIT_MUL 0
+#endif
+#endif
+
+/* One row: w[k] = sat(w[k] - rshift_round(A x[k], t + 1)), rshift_round(v, s) = ((v >> (s - 1))
+ * + 1) >> 1 with floor shifts, h = v >> t in int32 (|v| < 2^45, t >= 14). mode 0: A = Ah 2^16 + Al
+ * (Al in [0, 2^16)), |Ah x| < 2^29, |Al x| < 2^31 and, for t >= 16, v >> t = (Ah x + ((Al x) >> 16))
+ * >> (t - 16), where |.| < 2^30 makes a shift of 31 give what any larger one does; mode 1 (t >= 32):
+ * the high word of the product; mode 2 (t in [14, 31]): its two words. x[k] == 0 leaves w[k] as it
+ * is (ReLU outputs and the digits' background: about half). */
+static inline void tt_a16_row(int16_t *w, const int16_t *x, int32_t K, int32_t A, int32_t t, int mode,
+                              uint32_t *nsat)
+{
+    const int32_t Ah = A >> 16, Al = A & 0xFFFF, r = t - 16 < 31 ? t - 16 : 31;
+    for (int32_t k = 0; k < K; k++) {
+        const int32_t xk = x[k];
+        int32_t h, v;
+        if (!xk) continue;
+        if (mode == 0) {
+            h = (Ah * xk + ((Al * xk) >> 16)) >> r;
+        } else {
+            const int64_t p = (int64_t)A * xk;
+            h = mode == 1 ? (int32_t)(p >> 32) >> (t - 32) : (int32_t)(((uint32_t)p >> t) | ((uint32_t)(p >> 32) << (32 - t)));
+        }
+        v = w[k] - ((h + 1) >> 1);
+        if ((uint32_t)(v + TT_S16_MAX) > 2u * TT_S16_MAX) { /* beyond +-32767: rare */
+            v = v < 0 ? -TT_S16_MAX : TT_S16_MAX;
+            (*nsat)++;
+        }
+        w[k] = (int16_t)v;
+    }
+}
+
+int32_t tt_dense_update_direct_s16_a16(const tt_sgd_step *u, const tt_sgd_dense_s16_params *p,
+                                       const int16_t *e, int32_t ee, const int16_t *x, int32_t ex)
+{
+    const tt_sgd *o = u->cfg;
+    const int32_t K = p->K, s = p->ew + o->k - ee - ex, t = s - 1;
+    uint32_t nsat = 0;
+    if (o->sr || o->wd_m || s < 17 || s > 62) return 0;
+    for (int32_t n = 0; n < p->N; n++) {
+        const int32_t A = u->m_t * e[n]; /* |A| < 2^15 * 2^15 */
+        int16_t *w = p->w + (int64_t)n * K;
+        if (A == 0) continue;
+#if TT_A16_SPLIT_MUL
+        tt_a16_row(w, x, K, A, t, 0, &nsat);
+#else
+        if (t >= 32) tt_a16_row(w, x, K, A, t, 1, &nsat);
+        else tt_a16_row(w, x, K, A, t, 2, &nsat);
+#endif
+    }
+    u->stats->saturated += nsat;
+    return 1;
 }
 
 int32_t tt_relu_fwd_s16(const int16_t *x, int32_t ex, int32_t n, int16_t *y, tt_stats *st)
@@ -150,7 +222,12 @@ int32_t tt_softmax_ce_s16(const tt_ctx *ctx, const int16_t *z, int32_t ez, int32
         g[i] = tt_exp2_neg_q15((int32_t)t);
         S += g[i];
     }
-    for (i = 0; i < N; i++) g[i] = (g[i] << 15) / S; /* operands >= 0: truncation == floor */
+    if (S < ((int64_t)1 << 32)) {
+        /* g[i] <= 2^15, so g[i] << 15 <= 2^30 and S < 2^32: the same quotient in uint32 */
+        for (i = 0; i < N; i++) g[i] = (uint32_t)(g[i] << 15) / (uint32_t)S;
+    } else {
+        for (i = 0; i < N; i++) g[i] = (g[i] << 15) / S; /* operands >= 0: truncation == floor */
+    }
     pc = g[label];
     g[label] -= 32768;
     out->ee = -15 + tt_requant_s16_from_s64(g, N, out->e, ctx->stats);
