@@ -38,7 +38,7 @@ def test_the_preset_is_both_keys():
 @pytest.mark.parametrize("spec, match", [
     ({"activations": "int16"}, 'give "activations" and "errors" the same value'),
     ({"errors": "int16"}, 'give "activations" and "errors" the same value'),
-    ({**A16, "weights": "int8"}, 'implemented with int16 weights only, and weights is \'int8\''),
+    ({**A16, "weights": "int8"}, 'implemented with int16 weights only, and weights is "int8"'),
     ({**A16, "loss_scale": "global"}, "takes the loss head's error at its dynamic exponent"),
 ])
 def test_bad_int16_policies_name_the_field(spec, match):

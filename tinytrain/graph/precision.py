@@ -168,11 +168,11 @@ class Precision:
                                  "stalls a decaying slot a few steps from 0): use rounding \"auto\" or \"stochastic\", or "
                                  "momentum \"int16\"")
         if self.activations != self.errors:
-            raise PrecisionError(f"{where}: activations = {self.activations!r} with errors = {self.errors!r}: the "
+            raise PrecisionError(f"{where}: activations = \"{self.activations}\" with errors = \"{self.errors}\": the "
                                  "kernels take both at one width: give \"activations\" and \"errors\" the same value")
         if self.a16 and self.weights != "int16":
             raise PrecisionError(f"{where}: activations = \"int16\" is implemented with int16 weights only, and weights "
-                                 f"is {self.weights!r}: use \"weights\": \"int16\" (master int32 is allowed), or int8 activations")
+                                 f"is \"{self.weights}\": use \"weights\": \"int16\" (master int32 is allowed), or int8 activations")
         if self.a16 and self.loss_scale != "dynamic":
             raise PrecisionError(f"{where}: activations = \"int16\" takes the loss head's error at its dynamic exponent: "
                                  "drop loss_scale (or use \"dynamic\"), or use int8 activations")
