@@ -25,6 +25,7 @@ from tinytrain.ops import softmax_ce as rsm
 from .conftest import examples
 from .oputil import c_ctx, c_i16, c_i32, draw_array
 from .test_exactness import _data, any_optimizer, three_way
+from .test_precision import _qemu_missing
 
 A16 = {"activations": "int16", "errors": "int16"}
 
@@ -62,6 +63,23 @@ def test_layers_without_int16_kernels_are_refused_with_the_fix():
 
 
 # ----------------------------------------------------------------------------- the kernels
+@pytest.fixture(scope="session")
+def altlib():
+    """(ffi, lib) of tt_act16.c with its other paths: the DSP forward (SMLALD, emulated
+    intrinsics) and the update's two-product form of the Cortex-M0 (TT_A16_SPLIT_MUL), UBSan on."""
+    from pathlib import Path
+
+    from tinytrain.device import cbuild
+
+    from .conftest import runtime_cdef
+
+    here = Path(__file__).parent
+    srcs = cbuild.runtime_sources(["tt_fixedpoint", "tt_dense", "tt_sgd", "tt_act16"])
+    return cbuild.compile_shared([*srcs, here / "c" / "tt_test_shim.c"], runtime_cdef(), include_dirs=[here / "c"],
+                                 extra_flags=["-DTT_HAVE_DSP=1", "-DTT_A16_SPLIT_MUL=1"], sanitize=True,
+                                 name="ttrt_a16alt")
+
+
 @st.composite
 def dense_case(draw):
     K, N = draw(st.integers(1, 40)), draw(st.integers(1, 12))
@@ -74,26 +92,27 @@ def dense_case(draw):
 
 @settings(max_examples=examples(120), deadline=None)
 @given(dense_case())
-def test_dense_s16_c_and_numba_equal_the_reference(clib, case):
-    """int64 sums of int16 x int16 products (K 32767^2 >= 2^31), requantized to +-32767."""
+def test_dense_s16_c_and_numba_equal_the_reference(clib, altlib, case):
+    """int64 sums of int16 x int16 products (K 32767^2 >= 2^31), requantized to +-32767; the C
+    portable and with the DSP forward (SMLALD)."""
     from tinytrain.kernels.dense import dense_bwd, dense_fwd, dense_grad
 
-    ffi, lib = clib
     x, e, w, b, ex, ew, eb = case
     N, K = w.shape
     y_ref, ey_ref, ns_ref = rdense.forward(x, ex, w, ew, b, eb)
     dx_ref, edx_ref, nsb_ref, grads = rdense.backward(e, 0, x, ex, w, ew)
     assert y_ref.dtype == np.int16 and np.abs(y_ref.astype(np.int32)).max() <= 32767
-    scratch = np.zeros(max(K, N), np.int64)
-    ctx, stc = c_ctx(ffi, scratch)
-    p = ffi.new("tt_dense_params *", {"K": K, "N": N, "w": c_i16(ffi, w), "ew": ew, "b": c_i32(ffi, b), "eb": eb})
-    y, dx = np.zeros(N, np.int16), np.zeros(K, np.int16)
-    assert lib.tt_dense_fwd_s16(ctx, p, c_i16(ffi, x), ex, c_i16(ffi, y)) == ey_ref and np.array_equal(y, y_ref)
-    assert lib.tt_dense_bwd_s16(ctx, p, c_i16(ffi, e), 0, c_i16(ffi, dx)) == edx_ref and np.array_equal(dx, dx_ref)
-    assert stc.saturated == ns_ref + nsb_ref
-    gw, gb = np.zeros((N, K), np.int32), np.zeros(N, np.int32)
-    lib.tt_dense_grad_s32_s16(p, c_i16(ffi, e), c_i16(ffi, x), c_i32(ffi, gw), c_i32(ffi, gb))
-    assert np.array_equal(gw, grads[0][0]) and np.array_equal(gb, grads[1][0])
+    for ffi, lib in (clib, altlib):
+        scratch = np.zeros(max(K, N), np.int64)
+        ctx, stc = c_ctx(ffi, scratch)
+        p = ffi.new("tt_dense_params *", {"K": K, "N": N, "w": c_i16(ffi, w), "ew": ew, "b": c_i32(ffi, b), "eb": eb})
+        y, dx = np.zeros(N, np.int16), np.zeros(K, np.int16)
+        assert lib.tt_dense_fwd_s16(ctx, p, c_i16(ffi, x), ex, c_i16(ffi, y)) == ey_ref and np.array_equal(y, y_ref)
+        assert lib.tt_dense_bwd_s16(ctx, p, c_i16(ffi, e), 0, c_i16(ffi, dx)) == edx_ref and np.array_equal(dx, dx_ref)
+        assert stc.saturated == ns_ref + nsb_ref
+        gw, gb = np.zeros((N, K), np.int32), np.zeros(N, np.int32)
+        lib.tt_dense_grad_s32_s16(p, c_i16(ffi, e), c_i16(ffi, x), c_i32(ffi, gw), c_i32(ffi, gb))
+        assert np.array_equal(gw, grads[0][0]) and np.array_equal(gb, grads[1][0])
     stats = np.zeros(4, np.int64)
     yn, dn = np.zeros(N, np.int16), np.zeros(K, np.int16)
     assert dense_fwd(x, ex, w, ew, b, eb, np.zeros(N, np.int64), yn, stats) == ey_ref and np.array_equal(yn, y_ref)
@@ -161,37 +180,6 @@ def test_elementwise_s16_c_equals_the_reference(clib, data):
     assert y.tolist() == exact
     lib.tt_leaky_relu_bwd_s16(c_i16(ffi, e), 0, c_i16(ffi, y), n, s, c_i16(ffi, d), st_)
     assert np.array_equal(d, rleaky.backward(e, 0, y, s)[0])
-
-
-@pytest.fixture(scope="session")
-def altlib():
-    """(ffi, lib) of tt_act16.c with its other paths: the DSP forward (SMLALD, emulated
-    intrinsics) and the update's two-product form of the Cortex-M0 (TT_A16_SPLIT_MUL), UBSan on."""
-    from pathlib import Path
-
-    from tinytrain.device import cbuild
-
-    from .conftest import runtime_cdef
-
-    here = Path(__file__).parent
-    srcs = cbuild.runtime_sources(["tt_fixedpoint", "tt_dense", "tt_sgd", "tt_act16"])
-    return cbuild.compile_shared([*srcs, here / "c" / "tt_test_shim.c"], runtime_cdef(), include_dirs=[here / "c"],
-                                 extra_flags=["-DTT_HAVE_DSP=1", "-DTT_A16_SPLIT_MUL=1"], sanitize=True,
-                                 name="ttrt_a16alt")
-
-
-@settings(max_examples=examples(60), deadline=None)
-@given(dense_case())
-def test_dense_s16_dsp_forward_equals_the_reference(altlib, case):
-    ffi, lib = altlib
-    x, e, w, b, ex, ew, eb = case
-    N, K = w.shape
-    y_ref, ey_ref, _ = rdense.forward(x, ex, w, ew, b, eb)
-    ctx, _ = c_ctx(ffi, scratch := np.zeros(max(K, N), np.int64))
-    p = ffi.new("tt_dense_params *", {"K": K, "N": N, "w": c_i16(ffi, w), "ew": ew, "b": c_i32(ffi, b), "eb": eb})
-    y = np.zeros(N, np.int16)
-    assert lib.tt_dense_fwd_s16(ctx, p, c_i16(ffi, x), ex, c_i16(ffi, y)) == ey_ref and np.array_equal(y, y_ref)
-    del scratch
 
 
 @settings(max_examples=examples(150), deadline=None)
@@ -299,17 +287,6 @@ def test_the_memory_plan_holds_int16_activations_and_errors():
 
 
 # ------------------------------------------------------------------------------ QEMU boards
-def _qemu_missing():
-    import shutil
-
-    missing = [t for t in ("qemu-system-arm", "arm-none-eabi-gcc") if shutil.which(t) is None]
-    try:
-        import platformio  # noqa: F401
-    except ImportError:
-        missing.append("platformio")
-    return missing
-
-
 @pytest.mark.qemu
 @pytest.mark.skipif(bool(_qemu_missing()), reason="QEMU, arm-none-eabi-gcc or PlatformIO missing")
 @settings(max_examples=examples(3), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
@@ -333,3 +310,17 @@ def test_int16_activations_train_bit_exact_on_qemu_boards(data):
     board = data.draw(st.sampled_from(["mps2_an386", "microbit"]))
     r = verify(m, ds, 30, board=board, json=True)
     assert r["steps"] == 30 and r["mismatches"] == 0, (board, m.summary(), r["first_mismatch"])
+
+
+def test_the_fixed_point_report_shows_int16_tensors_and_int64_sums():
+    from tinytrain import data as tdata
+    from tinytrain.fixedpoint_report import fixed_point_report
+    from tinytrain.graph.models import build_model
+
+    ds = tdata.load("digits")
+    r = fixed_point_report(build_model("digits-mlp", ds, precision="int16-act16"), ds, 30)
+    acts = [L[k] for L in r["layers"] for k in ("activation", "input_error") if L[k] and "dtype" in L[k]]
+    assert acts and all(a["dtype"] == "int16" and a["max_abs"] <= 32767 and a["headroom_bits"] >= 0 for a in acts)
+    assert max(a["max_abs"] for a in acts) > 127  # the values use the int16 range
+    dense = r["layers"][0]["accumulators"]
+    assert [(a["what"], a["width"]) for a in dense][:2] == [("forward sum", 64), ("input-error sum", 64)]
