@@ -35,7 +35,7 @@ from tinytrain.lab.workloads import WORKLOADS  # noqa: E402
 from tinytrain.verify import verify  # noqa: E402
 
 POLICIES = ["int16", "int16-master32", "int8", "int8-master16", "int8-master32", "int4-row-master16",
-            "int4-block32-master16", "int16-bias16", "int8-bias16"]
+            "int4-block32-master16", "int16-bias16", "int8-bias16", "int16-act16"]
 #: rows whose optimizer differs from the workload's recipe, by name: (precision policy,
 #: momentum). The recipes train without momentum; these rows use momentum 0.9 at a tenth of the
 #: recipe's learning rate (the same step in the long run), so int8 momentum has a baseline with
@@ -133,9 +133,14 @@ def _bias_line(rows: dict) -> str:
     return _pairs_line(rows, [("int16-bias16", "int16"), ("int8-bias16", "int8")], "int16 biases against int32 biases")
 
 
+def _act16_line(rows: dict) -> str:
+    """int16 activations and errors against int8 ones (both with int16 weights)."""
+    return _pairs_line(rows, [("int16-act16", "int16")], "int16 activations and errors against int8 ones")
+
+
 def targets(res: dict) -> str:
     rows = {r["policy"]: r for r in res["rows"]}
-    return " ".join(t for t in (_targets(res), _momentum_line(rows), _bias_line(rows)) if t)
+    return " ".join(t for t in (_targets(res), _momentum_line(rows), _bias_line(rows), _act16_line(rows)) if t)
 
 
 def _targets(res: dict) -> str:

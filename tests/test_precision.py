@@ -1,8 +1,7 @@
 """Precision policies (graph/precision.py): parsing, what a policy builds, conversion, files, and
 reference = numba = C every step on drawn graphs x policies x optimizer options.
 
-The activations and errors keys accept only their one implemented value (int8); int16 is refused
-with an error that says so (tested here and in test_bad_input.py)."""
+int16 activations and errors (preset int16-act16) take MLP graphs only: tests/test_precision_act16.py."""
 from __future__ import annotations
 
 import copy
@@ -28,7 +27,9 @@ from tinytrain.sim.simulator import Simulator
 from .conftest import examples
 from .test_exactness import _data, any_graph, any_optimizer, three_way
 
-POLICIES = list(PRESETS) + [{"momentum": "int16"}, {"weights": "int8", "momentum": "int16"},
+#: the presets of any graph (int16-act16, for MLPs: tests/test_precision_act16.py)
+GRAPH_PRESETS = [n for n, p in PRESETS.items() if not p.a16]
+POLICIES = GRAPH_PRESETS + [{"momentum": "int16"}, {"weights": "int8", "momentum": "int16"},
                              {"weights": "int8", "master": "int16", "momentum": "int16"},
                              {"momentum": "int8"}, {"weights": "int8", "master": "int16", "momentum": "int8"},
                              {"bias": "int16", "momentum": "int16"}, {"bias": "int16", "master": "int32"},
@@ -48,7 +49,7 @@ def test_presets_and_objects_parse_to_the_same_policy():
     ({"weights": "int7"}, 'weights = "int7" must be one of'),
     ({"weights": "int4"}, "int4 weights need a finer exponent than one per tensor"),
     ({"momentum": "int8", "master": "int32"}, 'momentum = "int8" has no int8 store to follow'),
-    ({"activations": "int16"}, "not implemented yet"),
+    ({"activations": "int16"}, 'give "activations" and "errors" the same value'),
     ({"exponent": "block32"}, "is for int8 or int4 weights"),
     ({"master": "int16"}, "not wider than the int16 weights"),
     ({"weights": "int8", "rounding": "nearest"}, "cannot train with rounding"),
@@ -79,7 +80,7 @@ def test_rounding_is_one_for_the_model():
 
 
 # -------------------------------------------------------------------------- what it builds
-@pytest.mark.parametrize("name", list(PRESETS))
+@pytest.mark.parametrize("name", GRAPH_PRESETS)
 def test_policy_builds_its_widths(name):
     pol = PRESETS[name]
     m = Sequential([Dense(6), ReLU(), Residual([Dense(6)]), Dense(3)], input_shape=(9,), input_exp=-7, precision=name)

@@ -38,10 +38,13 @@ class _Tensor:
     def __init__(self, size):
         self.size, self.exps, self.max_abs, self.sat, self.steps = size, Counter(), 0, 0, 0
 
+    bits = 8  # the tensor's width: int8, or int16 under "activations": "int16"
+
     def add(self, a, e, nsat):
         self.sat += int(nsat)  # a backward that produces no input error may still saturate inside
         if a is None:
             return
+        self.bits = 8 * np.asarray(a).dtype.itemsize
         self.exps[int(e)] += 1
         self.max_abs = max(self.max_abs, int(np.abs(np.asarray(a, np.int64)).max(initial=0)))
         self.steps += 1
@@ -50,8 +53,8 @@ class _Tensor:
         if not self.steps:
             return {"saturations": self.sat} if self.sat else None
         common = self.exps.most_common(1)[0][0]
-        return {"dtype": "int8", "exp_range": [min(self.exps), max(self.exps)], "qformat": qformat(8, common),
-                "max_abs": self.max_abs, "headroom_bits": 7 - _bitwidth(self.max_abs), "saturations": self.sat,
+        return {"dtype": f"int{self.bits}", "exp_range": [min(self.exps), max(self.exps)], "qformat": qformat(self.bits, common),
+                "max_abs": self.max_abs, "headroom_bits": self.bits - 1 - _bitwidth(self.max_abs), "saturations": self.sat,
                 "saturation_fraction": self.sat / (self.size * self.steps)}
 
 
@@ -187,7 +190,7 @@ def format_report(r: dict) -> str:
                 name = ""
                 continue
             fmt = t["qformat"] if t["exp_range"][0] == t["exp_range"][1] else f"{t['qformat']}*"
-            rows.append(f"{name:<28} {what:<14} {'int8':<6} {fmt:<9} {t['max_abs']:<18} {t['headroom_bits']:>8} "
+            rows.append(f"{name:<28} {what:<14} {t['dtype']:<6} {fmt:<9} {t['max_abs']:<18} {t['headroom_bits']:>8} "
                         f"{t['saturations']:>10} {'-':>10}")
             name = ""
         for a in L["accumulators"]:

@@ -39,8 +39,9 @@ from tinytrain.sweep import Costs, config_key, run_tasks
 from tinytrain.train import TrainError, prepare_inputs
 
 DEFAULT_LEVELS = tuple(round(0.1 * i, 1) for i in range(10))
-#: weight-bit levels by default: the presets that narrow (an int32 master only widens)
-DEFAULT_POLICIES = tuple(n for n, p in PRESETS.items() if p.master != "int32")
+#: weight-bit levels by default: the presets that narrow (an int32 master only widens; int16
+#: activations widen, and are model-wide, not a layer's)
+DEFAULT_POLICIES = tuple(n for n, p in PRESETS.items() if p.master != "int32" and not p.a16)
 #: device figures whose change is reported
 DEVICE_FIELDS = ("ram_total", "flash_total", "training_ram", "instructions_per_sample")
 

@@ -17,6 +17,12 @@ static inline int32_t __smlad(int32_t a, int32_t b, int32_t c)
     return tt_emul_wrap((int64_t)c + (int64_t)tt_emul_lo(a) * tt_emul_lo(b) + (int64_t)tt_emul_hi(a) * tt_emul_hi(b));
 }
 
+/** SMLALD: c + lo(a) lo(b) + hi(a) hi(b) in 64 bits (modulo 2^64; no overflow for the sums that use it). */
+static inline int64_t __smlald(int32_t a, int32_t b, int64_t c)
+{
+    return (int64_t)((uint64_t)c + (uint64_t)((int64_t)tt_emul_lo(a) * tt_emul_lo(b) + (int64_t)tt_emul_hi(a) * tt_emul_hi(b)));
+}
+
 /** SMLABB: c + lo(a) lo(b); SMLABT: c + lo(a) hi(b), modulo 2^32. */
 static inline int32_t __smlabb(int32_t a, int32_t b, int32_t c) { return tt_emul_wrap((int64_t)c + (int64_t)tt_emul_lo(a) * tt_emul_lo(b)); }
 static inline int32_t __smlabt(int32_t a, int32_t b, int32_t c) { return tt_emul_wrap((int64_t)c + (int64_t)tt_emul_lo(a) * tt_emul_hi(b)); }

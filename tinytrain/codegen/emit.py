@@ -209,6 +209,8 @@ class Emitter:
         m = self.model
         if m.layers[li].kind != "dense":
             return False
+        if self.a16:  # int16 activations: row by row through the SGD kernels (_dense_a16)
+            return True
         if not m.opt.accumulate:
             return True
         return self._fuses_dense_acc(li) or self._fuses_dense_accum(li)
@@ -233,6 +235,15 @@ class Emitter:
         if (li, 1) in m.master or ((li, 0) in m.master and not self._refresh(li, 0).startswith("tt_sgd_refresh_copy(")):
             return False
         return all(self._fuses_apply((li, pi)) for pi in (0, 1) if m.learns(li, pi))
+
+    @property
+    def a16(self) -> bool:
+        """int16 activations and errors (precision "activations": "int16", graph/act16.py)."""
+        return self.model.precision.a16
+
+    @property
+    def act_ctype(self) -> str:
+        return "int16_t" if self.a16 else "int8_t"
 
     @property
     def first_backward(self) -> int:
@@ -283,14 +294,16 @@ class Emitter:
         if m.loss_scale.enabled:  # [E, clean steps, overflow steps] (graph/loss_scale.py)
             T.append(Tensor(self.sym("scaler"), "int32_t", 3, "meta", -1, m.scaler.astype(np.int32)))
             order.append(self.sym("scaler"))
+        if self.a16:  # the int8 input widened to int16 (tt_widen_s8_s16), kept for layer 0's gradient
+            T.append(Tensor(self.sym("xin"), "int16_t", int(np.prod(m.input_shape)), "activation", -1))
         for li, l in enumerate(m.layers):
-            T.append(Tensor(self.sym(f"a{li}"), "int8_t", l.out_size, "activation", li))
+            T.append(Tensor(self.sym(f"a{li}"), self.act_ctype, l.out_size, "activation", li))
             backward = li >= self.first_backward
             for name, shape, dtype, role in optable.buffers(l, backward, target="c"):
                 T.append(Tensor(self.names.buf(li, name), CTYPE[np.dtype(dtype)], int(np.prod(shape)), role, li))
         emax = max(l.out_size for l in m.layers)
-        T.append(Tensor(self.sym("err0"), "int8_t", emax, "error"))
-        T.append(Tensor(self.sym("err1"), "int8_t", emax, "error"))
+        T.append(Tensor(self.sym("err0"), self.act_ctype, emax, "error"))
+        T.append(Tensor(self.sym("err1"), self.act_ctype, emax, "error"))
         gmax = [0] * self.n_ge
         for li, l in enumerate(m.layers):
             if not m.layer_learns(li):
@@ -432,17 +445,18 @@ uint32_t {P}_saturations(void);
                f"    const tt_sgd_step sgd = {{.cfg = &{self.sym('opt')}, .m_t = tt_sgd_lr_mult(&{self.sym('opt')}, {self.sym('meta')}[1]), "
                f".prng = &{self.sym('meta')}[0], .stats = &STATS}};",
                "    tt_loss_out loss = {" + f".e = {{}}}};",
-               f"    e0 = {m.input_exp};"]
+               f"    e0 = {m.input_exp};", *self._widen_input()]
         for li, l in enumerate(m.layers):
             out.append(f"    /* layer {li}: {l!r} {l.in_shape} -> {l.out_shape} */")
             out += ["    " + s for s in self._forward_lines(li, train=True)]
         zl = self.sym(f"a{L - 1}")
         errs = [self.sym("err0"), self.sym("err1")]
         if m.loss == "softmax_ce":
-            out.append(f"    pred = tt_softmax_ce_s8(&CTX, {zl}, e{L}, label, {m.output_shape[0]}, &loss);")
+            out.append(f"    pred = tt_softmax_ce_{'s16' if self.a16 else 's8'}(&CTX, {zl}, e{L}, label, {m.output_shape[0]}, &loss);")
         else:
             raise CodegenError("MSE models are not emitted to C yet")
-        out[out.index("    tt_loss_out loss = {.e = {}};")] = f"    tt_loss_out loss = {{.e = {errs[(L - 1) % 2]}}};"
+        out[out.index("    tt_loss_out loss = {.e = {}};")] = (f"    tt_loss{'_s16' if self.a16 else ''}_out loss = "
+                                                              f"{{.e = {errs[(L - 1) % 2]}}};")
         out.append("    *loss_q16 = loss.loss_q16;")
         out += self._loss_scale_lines()
         out.append("    de = ee = loss.ee;")
@@ -671,7 +685,7 @@ uint32_t {P}_saturations(void);
         whose order the move would change), an int32 velocity, no pruning mask, not a per-channel
         conv update. Nothing later in the step reads the tensor, so the result is the same."""
         m, opt = self.model, self.model.opt
-        return (opt.accumulate and opt.batch_size == 1 and not opt.sr and key in m.accum and not m.masks
+        return (opt.accumulate and opt.batch_size == 1 and not opt.sr and key in m.accum and not m.masks and not self.a16
                 and m.velocity.get(key, np.zeros(0, np.int32)).dtype == np.int32 and not self.by_channel(key[0])
                 and self._update_target(*key)[1] in ("s16", "s32"))
 
@@ -721,12 +735,62 @@ uint32_t {P}_saturations(void);
 
     def _io(self, li):
         """(input, its exponent, output, its exponent) of layer li in the generated step."""
-        return "x" if li == 0 else self.sym(f"a{li - 1}"), f"e{li}", self.sym(f"a{li}"), f"e{li + 1}"
+        x = self.sym("xin") if self.a16 else "x"
+        return x if li == 0 else self.sym(f"a{li - 1}"), f"e{li}", self.sym(f"a{li}"), f"e{li + 1}"
+
+    def _widen_input(self) -> list[str]:
+        """int16 activations: the step's int8 input widened at its exponent into xin."""
+        return [f"    tt_widen_s8_s16(x, {int(np.prod(self.model.input_shape))}, {self.sym('xin')});"] if self.a16 else []
+
+    def _dense_a16(self, li, l, x, e, dx):
+        """Dense with int16 activations and errors: its input error (the row's bwd), then each
+        learning tensor's update (direct) or accumulation, one weight row at a time: the row's
+        gradient e[n] x (int32, |.| < 2^30) formed in the scratch (free after the input error)
+        and passed to the SGD kernels, in the reference's order (weights row-major, then the
+        bias from e widened to int32). A row with e[n] == 0 is skipped where it changes nothing
+        and draws nothing (no stochastic rounding; in direct mode no weight decay)."""
+        m, opt = self.model, self.model.opt
+        K, N = l.in_shape[0], l.units
+        out = []
+        if dx:
+            out += ["    " + s for s in optable.backward_lines(l, self.names, li, x, f"e{li}", self.sym(f"a{li}"), e, "de", dx, "ee",
+                                                               grads=False)]
+        g = "(int32_t *)SCRATCH"
+        for pi, p in enumerate(l.params[:2]):
+            key = (li, pi)
+            if not m.learns(li, pi):
+                continue
+            ews = m.master_exp(key) if key in m.master else p.exp
+            if opt.accumulate:
+                upd = lambda off, n, ge: f"tt_sgd_accumulate_s32(&sgd, {self.names.param(li, pi)}_acc{off}, {n}, {ews}, {g}, {ge});"
+            else:
+                w, t = self._update_target(li, pi)
+                upd = lambda off, n, ge, w=w, t=t: f"tt_sgd_update_direct_{t}(&sgd, {w}{off}, {n}, {ews}, {g}, {ge});"
+            if pi == 0:
+                skip = not opt.sr and (opt.accumulate or not opt.wd_m)
+                rows = [f"    for (int32_t n = 0; n < {N}; n++) {{",
+                        *([f"        if ({e}[n] == 0) continue;"] if skip else []),
+                        f"        tt_dense_grad_row_s32_s16({x}, {K}, {e}[n], {g});",
+                        f"        {upd(f' + n * {K}', K, f'de + e{li}')}", "    }"]
+                if not opt.accumulate and not opt.sr and not opt.wd_m and key not in m.master:
+                    # the fused kernel where its shift allows (it says so), else the rows above
+                    sp = self.names.decl(li, "sgd", "tt_sgd_dense_s16_params",
+                                         {"K": K, "N": N, "w": self.names.param(li, 0), "ew": ews, "b": 0, "eb": 0})
+                    rows = [f"    if (!tt_dense_update_direct_s16_a16(&sgd, {sp}, {e}, de, {x}, e{li})) {{",
+                            *["    " + r for r in rows], "    }"]
+                out += rows
+            else:
+                out += [f"    tt_widen_s16_s32({e}, {N}, {g});", f"    {upd('', N, 'de')}"]
+            if key in m.master and not opt.accumulate:
+                out.append("    " + self._refresh(li, pi))
+        return out
 
     def _fused_dense(self, li, l, x, ex, e, dx):
         """Dense in direct mode: its input error (the op table's bwd call), then one fused
         kernel forming and applying the weight and bias updates (no gradient buffer)."""
         m = self.model
+        if self.a16:
+            return self._dense_a16(li, l, x, e, dx)
         out = []
         K, N = l.in_shape[0], l.units
         if dx:
@@ -786,11 +850,12 @@ uint32_t {P}_saturations(void);
     def _emit_predict(self):
         m, P = self.model, self.prefix
         L = len(m.layers)
-        out = ["", f"int32_t {P}_predict(const int8_t *x)", "{", "    " + self._lvars(backward=False), f"    e0 = {m.input_exp};"]
+        out = ["", f"int32_t {P}_predict(const int8_t *x)", "{", "    " + self._lvars(backward=False), f"    e0 = {m.input_exp};",
+               *self._widen_input()]
         for li, l in enumerate(m.layers):
             out += ["    " + s for s in self._forward_lines(li, train=False)]
         out.append(f"    (void)e{L};")
-        out += [f"    return tt_argmax_s8({self.sym(f'a{L - 1}')}, {m.layers[-1].out_size});", "}"]
+        out += [f"    return tt_argmax_{'s16' if self.a16 else 's8'}({self.sym(f'a{L - 1}')}, {m.layers[-1].out_size});", "}"]
         return out
 
     def _emit_state_api(self):

@@ -53,8 +53,9 @@ MAX_PRODUCT = 127 * 32767
 
 
 def max_product(layer) -> int:
-    """Largest |int8 activation or error * weight| of a layer under its precision policy."""
-    return 127 * int(np.iinfo(layer.policy.weight_dtype).max)
+    """Largest |activation or error * weight| of a layer under its precision policy (int8 or
+    int16 activations and errors)."""
+    return int(np.iinfo(layer.policy.act_dtype).max) * int(np.iinfo(layer.policy.weight_dtype).max)
 
 
 def _quantize(v: np.ndarray, exp: int, dtype) -> np.ndarray:

@@ -22,6 +22,7 @@ from tinytrain.graph.fields import is_int
 from tinytrain.graph.layers import Layer, ModelError, layer_config, layer_from_config
 from tinytrain.graph.precision import DTYPES, MASTER_BITS, Precision, PrecisionError
 from tinytrain.graph import conv, norm, residual, wblock  # noqa: F401  (register the layer types, the rows)
+from tinytrain.graph import act16
 from tinytrain.ops import mse as r_mse
 from tinytrain.ops import softmax_ce as r_ce
 from tinytrain.graph.optim import SGD, IntSGD
@@ -85,6 +86,10 @@ class Sequential:
             if isinstance(l.precision, dict) and "loss_scale" in l.precision:
                 raise ModelError(f"layer {i} ({l.kind}) precision: loss_scale is one scale for the whole model: "
                                  "move it to the model's \"precision\" object")
+            for key in ("activations", "errors"):
+                if isinstance(l.precision, dict) and l.precision.get(key, getattr(self.precision, key)) != getattr(self.precision, key):
+                    raise ModelError(f"layer {i} ({l.kind}) precision: {key} is one width for the whole model: "
+                                     "move it to the model's \"precision\" object")
         self.layers = list(layers)
         self.input_shape = tuple(int(v) for v in input_shape)
         self.input_exp = int(input_exp)
@@ -115,6 +120,8 @@ class Sequential:
                 self.prune is not None or any(getattr(l, "prune", None) for l in [*self.layers, *self._leaf_layers()])):
             raise ModelError("prune: pruning is not implemented for weights with exponent \"row\" or \"block32\": "
                              "drop prune or use \"exponent\": \"tensor\"")
+        if self.precision.a16 and (why := act16.check(self)):
+            raise ModelError(why)
         if data_input_exp is not None:
             self.data_input_exp = data_input_exp
         self._init_training_state()
@@ -346,8 +353,14 @@ class Sequential:
             raise ModelError(f"label {label} out of range for {self.n_classes} classes")
 
     # ------------------------------------------------------ reference step
+    @property
+    def act_dtype(self):
+        """dtype of the activations and errors (precision "activations"): int8 or int16."""
+        return self.precision.act_dtype
+
     def ref_forward(self, x, train=False):
-        a, ea, saved = x, self.input_exp, []
+        # int16 activations: the int8 input widened at its exponent (exact)
+        a, ea, saved = np.asarray(x).astype(self.act_dtype), self.input_exp, []
         for l in self.layers:
             a, ea, nsat, s = l.ref_forward(a, ea, train)
             self.stats[0] += nsat

@@ -100,6 +100,8 @@ def op_for(layer) -> Op:
     pol = getattr(layer, "policy", None)
     if pol is not None and pol.blocked and f"{layer.kind}:blocked" in OPS:
         return OPS[f"{layer.kind}:blocked"]  # block-exponent weights (graph/wblock.py)
+    if pol is not None and pol.a16 and f"{layer.kind}:a16" in OPS:
+        return OPS[f"{layer.kind}:a16"]  # int16 activations and errors (graph/act16.py)
     try:
         return OPS[layer.kind]
     except KeyError:

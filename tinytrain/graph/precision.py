@@ -33,9 +33,15 @@ or a preset name (:data:`PRESETS`). Keys and what tinytrain does with them:
              ``stochastic_rounding`` (the PRNG is the optimizer's; it is one for the model).
 
 ``momentum`` ``int32``, ``int16`` or ``int8`` (graph/model.py; int8 has its own exponent and is
-stored with stochastic rounding, graph/optim.py). Also part of the policy, with the one value
-implemented today (others are refused with an error that says so): ``activations`` and
-``errors`` ``int8``.
+stored with stochastic rounding, graph/optim.py).
+
+``activations``, ``errors`` ``int8`` (the default) or ``int16``: the activations kept for
+             backward and the errors passed down, each with its per-step dynamic exponent
+             (requantized from a wide accumulator to the symmetric range +-127 or +-32767).
+             Model-wide, and int16 for both together (``A16``): the input is widened to int16
+             at its exponent, every layer has an int16 twin (dense, relu, leaky_relu, flatten;
+             others are refused naming the fix), the softmax head reads int16 logits in 64-bit
+             integers. Needs int16 weights and the ``dynamic`` loss scale.
 
 ``bias``     the biases of dense and conv layers: ``int32`` (the default, 8 bits below the
              exponent of the layer's int16 weights) or ``int16`` (at that exponent: the
@@ -81,10 +87,9 @@ FIELDS = {
 }
 
 #: values the issue tracker names that tinytrain does not implement yet: (key, value) -> advice
-NOT_YET = {
-    ("activations", "int16"): "only int8 activations are implemented; leave activations out",
-    ("errors", "int16"): "only int8 errors are implemented; leave errors out",
-}
+NOT_YET: dict = {}
+#: bits of an activation / error tensor per policy value
+ACT_BITS = {"int8": 8, "int16": 16}
 
 
 class PrecisionError(ValueError):
@@ -162,6 +167,15 @@ class Precision:
             raise PrecisionError(f"{where}: momentum = \"int8\" stores its slot with stochastic rounding (round-to-nearest "
                                  "stalls a decaying slot a few steps from 0): use rounding \"auto\" or \"stochastic\", or "
                                  "momentum \"int16\"")
+        if self.activations != self.errors:
+            raise PrecisionError(f"{where}: activations = \"{self.activations}\" with errors = \"{self.errors}\": the "
+                                 "kernels take both at one width: give \"activations\" and \"errors\" the same value")
+        if self.a16 and self.weights != "int16":
+            raise PrecisionError(f"{where}: activations = \"int16\" is implemented with int16 weights only, and weights "
+                                 f"is \"{self.weights}\": use \"weights\": \"int16\" (master int32 is allowed), or int8 activations")
+        if self.a16 and self.loss_scale != "dynamic":
+            raise PrecisionError(f"{where}: activations = \"int16\" takes the loss head's error at its dynamic exponent: "
+                                 "drop loss_scale (or use \"dynamic\"), or use int8 activations")
         if self.weights == "int8" and self.master == "none" and self.rounding == "nearest":
             raise PrecisionError(f"{where}: int8 weights without a master copy cannot train with rounding = \"nearest\" "
                                  "(updates below half a step are all lost): use rounding \"stochastic\" (or \"auto\") "
@@ -203,6 +217,20 @@ class Precision:
         return K if self.exponent == "row" else min(BLOCK_LEN[self.exponent], K)
 
     @property
+    def a16(self) -> bool:
+        """Whether activations and errors are int16 (graph/act16.py)."""
+        return self.activations == "int16"
+
+    @property
+    def act_bits(self) -> int:
+        """Bits of the activation and error tensors (8 or 16)."""
+        return ACT_BITS[self.activations]
+
+    @property
+    def act_dtype(self):
+        return DTYPES[self.activations]
+
+    @property
     def needs_stochastic(self) -> bool:
         return self.weights == "int8" and self.master == "none"
 
@@ -220,6 +248,7 @@ PRESETS = {
     "int4-block32-master16": Precision(weights="int4", master="int16", exponent="block32"),
     "int16-bias16": Precision(bias="int16"),
     "int8-bias16": Precision(weights="int8", bias="int16"),
+    "int16-act16": Precision(activations="int16", errors="int16"),
 }
 
 

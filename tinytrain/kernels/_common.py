@@ -48,7 +48,11 @@ def align(v, e_from, e_to):
 
 @njit(cache=True)
 def requant_s8(acc, y, stats):
-    """acc: int64 array (flat), y: int8 array (flat) -> shift s; stats[0] += saturations."""
+    """acc: int64 array (flat), y: int8 array (flat) -> shift s; stats[0] += saturations.
+    An int16 y (int16 activations and errors) takes the same rule at 16 bits (+-32767): the
+    width is the output's (ops/_common.requant)."""
+    bits = y.itemsize * 8
+    qmax = (1 << (bits - 1)) - 1
     m = np.int64(0)
     for i in range(acc.size):
         a = acc[i]
@@ -56,14 +60,14 @@ def requant_s8(acc, y, stats):
             a = -a
         if a > m:
             m = a
-    s = requant_shift(m, 8)
+    s = requant_shift(m, bits)
     for i in range(acc.size):
         r = rshift_round(acc[i], s)
-        if r > 127:
-            r = 127
+        if r > qmax:
+            r = qmax
             stats[0] += 1
-        elif r < -127:
-            r = -127
+        elif r < -qmax:
+            r = -qmax
             stats[0] += 1
         y[i] = r
     return s

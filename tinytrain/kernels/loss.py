@@ -33,7 +33,7 @@ def log2_q16(x):
 
 @njit(cache=True)
 def softmax_ce(z, ez, label, g, e, stats):
-    """z (N,) int8 logits; g (N,) int64 scratch; e (N,) int8 error out.
+    """z (N,) int8 (or int16) logits; g (N,) int64 scratch; e (N,) int8 (int16) error out.
     Returns (ee, loss_q16, pred)."""
     N = z.size
     zmax = z[0]
@@ -49,7 +49,8 @@ def softmax_ce(z, ez, label, g, e, stats):
     for i in range(N):
         d = np.int64(z[i]) - zmax
         v = d * LOG2E_Q15
-        t = (rshift_round(v, sh) if sh <= 31 else np.int64(0)) if sh >= 0 else v << (-sh)  # |v| < 2^24
+        # |v| < 2^24 (int8 logits) or 2^32 (int16): a shift of 62 or more rounds v to 0, as 62 does
+        t = rshift_round(v, sh if sh < 62 else 62) if sh >= 0 else v << (-sh)
         if t < T_MIN:
             t = T_MIN
         p = exp2_neg_q15(t)

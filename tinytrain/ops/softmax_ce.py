@@ -9,13 +9,17 @@ Given logits z (N,) int8 at exponent ez and a label c:
   e, ee = requant_s8(g, -15)                             (error fed to backward)
   loss_q16 = (15 << 16) - log2_q16(max(p_c, 1))          (-log2 p_c in Q16; report only)
 Prediction is argmax(z), the first index on ties.
+
+int16 logits (precision ``"activations": "int16"``): the same rule, d_i in [-65534, 0], so
+|d_i * LOG2E_Q15| < 2^32 is formed in int64 (C: tt_softmax_ce_s16), and e is requant(g, -15, 16):
+|g| <= 32768 gives s <= 1, so the error keeps the Q15 gradient to within one rounding.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from tinytrain.fixedpoint import LOG2E_Q15, exp2_neg_q15, log2_q16, shift_round
-from tinytrain.ops._common import requant_s8
+from tinytrain.ops._common import act_bits, requant
 
 T_MIN = -16 * 256 - 1  # below this exp2_neg_q15 is 0
 
@@ -34,7 +38,7 @@ def forward_backward(z, ez, label):
     p = probabilities(z, ez)
     g = p.astype(np.int64)
     g[label] -= 32768
-    e, ee, nsat = requant_s8(g, -15)
+    e, ee, nsat = requant(g, -15, act_bits(z))
     loss_q16 = (15 << 16) - log2_q16(max(int(p[label]), 1))
     return e, ee, nsat, loss_q16, int(np.argmax(z))
 

@@ -363,8 +363,8 @@ class Simulator:
         self.VEL = tuple(m.velocity.get(k, dummy32) for k in train_keys) or (dummy32,)
         self.G = tuple(np.zeros(m.layers[li].params[pi].data.shape, np.int32) for li, pi in train_keys) or (dummy32,)
         self.GD = tuple(np.zeros(p.shape, np.int32) for p in self.P) or (dummy32,)  # grads of frozen params
-        self.A = tuple(np.zeros(l.out_size, np.int8) for l in m.layers)
-        self.D = tuple(np.zeros(l.out_size, np.int8) for l in m.layers)
+        self.A = tuple(np.zeros(l.out_size, m.act_dtype) for l in m.layers)  # int8, or int16 (graph/act16.py)
+        self.D = tuple(np.zeros(l.out_size, m.act_dtype) for l in m.layers)
         bufs = [np.zeros(shape, dt) for l in m.layers for _, shape, dt, _ in optable.buffers(l)]
         self.B = tuple(bufs) or (np.zeros(1, np.int32),)
         width = max([int(np.prod(m.input_shape))] + [l.out_size for l in m.layers] + [l.in_size for l in m.layers]
@@ -384,7 +384,7 @@ class Simulator:
     def train(self, X, Y, order, T=None):
         """Train on samples X[order] in that order. X: (n, *input_shape) int8. Returns an
         (len(order), 2) int64 array of (loss_q16, prediction)."""
-        Xf = np.ascontiguousarray(X.reshape(X.shape[0], -1))
+        Xf = np.ascontiguousarray(X.reshape(X.shape[0], -1)).astype(self.model.act_dtype, copy=False)
         out = np.zeros((len(order), 2), np.int64)
         Yv = np.asarray(Y if Y is not None else np.zeros(len(X), np.int32), dtype=np.int32)
         Tv = np.zeros((1, 1), np.int8) if T is None else np.ascontiguousarray(T.reshape(T.shape[0], -1)).astype(np.int8)
@@ -395,9 +395,9 @@ class Simulator:
         return out
 
     def predict(self, X):
-        Xf = np.ascontiguousarray(X.reshape(X.shape[0], -1))
+        Xf = np.ascontiguousarray(X.reshape(X.shape[0], -1)).astype(self.model.act_dtype, copy=False)
         preds = np.zeros(len(X), np.int64)
-        outs = np.zeros((len(X), self.model.layers[-1].out_size), np.int8)
+        outs = np.zeros((len(X), self.model.layers[-1].out_size), self.model.act_dtype)
         oexp = np.zeros(len(X), np.int64)
         self.mod.predict_run(Xf, self.P, self.A, self.B, self.S64, self.I32, self.model.stats, preds, outs, oexp)
         return preds if self.model.loss == "softmax_ce" else (outs, oexp)

@@ -1,0 +1,326 @@
+"""int16 activations and errors (precision "activations": "int16", "errors": "int16";
+graph/act16.py): the policy's checks, the kernels (reference = numba = C) on drawn int16 values,
+whole models trained by the reference, numba and C side by side on drawn graphs x policies x
+optimizer options, the .tt round trip and the memory plan, and QEMU Cortex-M4 / Cortex-M0."""
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from tinytrain.graph import io as tio
+from tinytrain.graph.conv import Conv2d
+from tinytrain.graph.layers import Dense, Flatten, LeakyReLU, ModelError, ReLU
+from tinytrain.graph.model import Sequential
+from tinytrain.graph.optim import SGD
+from tinytrain.graph.precision import PRESETS, Precision, PrecisionError
+from tinytrain.ops import dense as rdense
+from tinytrain.ops import leaky_relu as rleaky
+from tinytrain.ops import softmax_ce as rsm
+
+from .conftest import examples
+from .oputil import c_ctx, c_i16, c_i32, draw_array
+from .test_exactness import _data, any_optimizer, three_way
+from .test_precision import _qemu_missing
+
+A16 = {"activations": "int16", "errors": "int16"}
+
+
+# ------------------------------------------------------------------------------ the policy
+def test_the_preset_is_both_keys():
+    assert PRESETS["int16-act16"] == Precision.parse(A16) and PRESETS["int16-act16"].a16
+    assert Precision.parse(A16).to_dict() == A16 and PRESETS["int16-act16"].act_bits == 16
+
+
+@pytest.mark.parametrize("spec, match", [
+    ({"activations": "int16"}, 'give "activations" and "errors" the same value'),
+    ({"errors": "int16"}, 'give "activations" and "errors" the same value'),
+    ({**A16, "weights": "int8"}, 'implemented with int16 weights only, and weights is "int8"'),
+    ({**A16, "loss_scale": "global"}, "takes the loss head's error at its dynamic exponent"),
+])
+def test_bad_int16_policies_name_the_field(spec, match):
+    with pytest.raises(PrecisionError, match=match):
+        Precision.parse(spec)
+
+
+def test_layers_without_int16_kernels_are_refused_with_the_fix():
+    with pytest.raises(ModelError, match=r'layer 0 \(conv2d\): precision activations = "int16" is implemented for '
+                                         r'dense, flatten, leaky_relu, relu layers only: use "activations": "int8"'):
+        Sequential([Conv2d(2, 3), Flatten(), Dense(3)], input_shape=(4, 4, 1), precision=A16)
+    with pytest.raises(ModelError, match="implemented with the softmax_ce head only"):
+        Sequential([Dense(3)], input_shape=(4,), loss="mse", precision=A16)
+    with pytest.raises(ModelError, match="pruning is not implemented with int16 activations"):
+        Sequential([Dense(3)], input_shape=(4,), n_classes=3, precision=A16,
+                   prune={"schedule": "one_shot", "final_sparsity": 0.5})
+    l = Dense(3)
+    l.precision = A16
+    with pytest.raises(ModelError, match=r"layer 0 \(dense\) precision: activations is one width for the whole model"):
+        Sequential([l], input_shape=(4,), n_classes=3)
+
+
+# ----------------------------------------------------------------------------- the kernels
+@pytest.fixture(scope="session")
+def altlib():
+    """(ffi, lib) of tt_act16.c with its other paths: the DSP forward (SMLALD, emulated
+    intrinsics) and the update's two-product form of the Cortex-M0 (TT_A16_SPLIT_MUL), UBSan on."""
+    from pathlib import Path
+
+    from tinytrain.device import cbuild
+
+    from .conftest import runtime_cdef
+
+    here = Path(__file__).parent
+    srcs = cbuild.runtime_sources(["tt_fixedpoint", "tt_dense", "tt_sgd", "tt_act16"])
+    return cbuild.compile_shared([*srcs, here / "c" / "tt_test_shim.c"], runtime_cdef(), include_dirs=[here / "c"],
+                                 extra_flags=["-DTT_HAVE_DSP=1", "-DTT_A16_SPLIT_MUL=1"], sanitize=True,
+                                 name="ttrt_a16alt")
+
+
+@st.composite
+def dense_case(draw):
+    K, N = draw(st.integers(1, 40)), draw(st.integers(1, 12))
+    x = draw_array(draw, (K,), np.int16, -32767, 32767)
+    e = draw_array(draw, (N,), np.int16, -32767, 32767)
+    w = draw_array(draw, (N, K), np.int16, -32767, 32767)
+    b = draw_array(draw, (N,), np.int32, -2**31 + 1, 2**31 - 1)
+    return x, e, w, b, draw(st.integers(-20, 0)), draw(st.integers(-16, -8)), draw(st.integers(-30, -10))
+
+
+@settings(max_examples=examples(120), deadline=None)
+@given(dense_case())
+def test_dense_s16_c_and_numba_equal_the_reference(clib, altlib, case):
+    """int64 sums of int16 x int16 products (K 32767^2 >= 2^31), requantized to +-32767; the C
+    portable and with the DSP forward (SMLALD)."""
+    from tinytrain.kernels.dense import dense_bwd, dense_fwd, dense_grad
+
+    x, e, w, b, ex, ew, eb = case
+    N, K = w.shape
+    y_ref, ey_ref, ns_ref = rdense.forward(x, ex, w, ew, b, eb)
+    dx_ref, edx_ref, nsb_ref, grads = rdense.backward(e, 0, x, ex, w, ew)
+    assert y_ref.dtype == np.int16 and np.abs(y_ref.astype(np.int32)).max() <= 32767
+    for ffi, lib in (clib, altlib):
+        scratch = np.zeros(max(K, N), np.int64)
+        ctx, stc = c_ctx(ffi, scratch)
+        p = ffi.new("tt_dense_params *", {"K": K, "N": N, "w": c_i16(ffi, w), "ew": ew, "b": c_i32(ffi, b), "eb": eb})
+        y, dx = np.zeros(N, np.int16), np.zeros(K, np.int16)
+        assert lib.tt_dense_fwd_s16(ctx, p, c_i16(ffi, x), ex, c_i16(ffi, y)) == ey_ref and np.array_equal(y, y_ref)
+        assert lib.tt_dense_bwd_s16(ctx, p, c_i16(ffi, e), 0, c_i16(ffi, dx)) == edx_ref and np.array_equal(dx, dx_ref)
+        assert stc.saturated == ns_ref + nsb_ref
+        gw, gb = np.zeros((N, K), np.int32), np.zeros(N, np.int32)
+        lib.tt_dense_grad_s32_s16(p, c_i16(ffi, e), c_i16(ffi, x), c_i32(ffi, gw), c_i32(ffi, gb))
+        assert np.array_equal(gw, grads[0][0]) and np.array_equal(gb, grads[1][0])
+    stats = np.zeros(4, np.int64)
+    yn, dn = np.zeros(N, np.int16), np.zeros(K, np.int16)
+    assert dense_fwd(x, ex, w, ew, b, eb, np.zeros(N, np.int64), yn, stats) == ey_ref and np.array_equal(yn, y_ref)
+    assert dense_bwd(e, 0, w, ew, np.zeros(K, np.int64), dn, stats) == edx_ref and np.array_equal(dn, dx_ref)
+    gwn, gbn = np.zeros((N, K), np.int32), np.zeros(N, np.int32)
+    dense_grad(e, x, gwn, gbn)
+    assert np.array_equal(gwn, gw) and np.array_equal(gbn, gb) and stats[0] == ns_ref + nsb_ref
+
+
+@settings(max_examples=examples(100), deadline=None)
+@given(st.data())
+def test_softmax_ce_s16_c_and_numba_equal_the_reference(clib, data):
+    """int16 logits over their whole range (|d LOG2E_Q15| up to 2^32) and exponents putting the
+    shift 7 - ez below 0, in [0, 31], at 32..62 and beyond."""
+    from tinytrain.kernels.loss import softmax_ce
+
+    ffi, lib = clib
+    N = data.draw(st.integers(1, 30))
+    z = draw_array(data.draw, (N,), np.int16, -32767, 32767)
+    ez, label = data.draw(st.integers(-80, 14)), data.draw(st.integers(0, N - 1))
+    e_ref, ee_ref, ns_ref, loss_ref, pred_ref = rsm.forward_backward(z, ez, label)
+    assert e_ref.dtype == np.int16
+    scratch = np.zeros(N, np.int64)
+    ctx, stc = c_ctx(ffi, scratch)
+    e = np.zeros(N, np.int16)
+    out = ffi.new("tt_loss_s16_out *", {"e": c_i16(ffi, e)})
+    assert lib.tt_softmax_ce_s16(ctx, c_i16(ffi, z), ez, label, N, out) == pred_ref
+    assert (out.ee, out.loss_q16, stc.saturated) == (ee_ref, loss_ref, ns_ref) and np.array_equal(e, e_ref)
+    e_nb, stats = np.zeros(N, np.int16), np.zeros(4, np.int64)
+    assert softmax_ce(z, ez, label, np.zeros(N, np.int64), e_nb, stats) == (ee_ref, loss_ref, pred_ref)
+    assert np.array_equal(e_nb, e_ref) and stats[0] == ns_ref
+
+
+def test_softmax_ce_s16_wide_differences_need_64_bits():
+    """(z_i - max z) LOG2E_Q15 beyond 2^31 at a shift of 32: the reference's Python ints, the C's
+    int64 and numba agree (a 32-bit product or numba's old 'shift > 31 is 0' would not)."""
+    z, ez = np.array([32767, -32767, 0], np.int16), -25
+    assert abs(-65534 * 47274) > 2**31
+    e_ref, ee, _, loss, _ = rsm.forward_backward(z, ez, 1)
+    from tinytrain.kernels.loss import softmax_ce
+
+    e_nb = np.zeros(3, np.int16)
+    assert softmax_ce(z, ez, 1, np.zeros(3, np.int64), e_nb, np.zeros(4, np.int64))[:2] == (ee, loss)
+    assert np.array_equal(e_nb, e_ref)
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(st.data())
+def test_elementwise_s16_c_equals_the_reference(clib, data):
+    ffi, lib = clib
+    n = data.draw(st.integers(1, 50))
+    x = draw_array(data.draw, (n,), np.int16, -32767, 32767)
+    e = draw_array(data.draw, (n,), np.int16, -32767, 32767)
+    s = data.draw(st.integers(1, 255))
+    _, st_ = c_ctx(ffi)
+    y, d = np.zeros(n, np.int16), np.zeros(n, np.int16)
+    lib.tt_relu_fwd_s16(c_i16(ffi, x), 0, n, c_i16(ffi, y), st_)
+    assert np.array_equal(y, np.maximum(x, 0))
+    lib.tt_relu_bwd_s16(c_i16(ffi, e), 0, c_i16(ffi, y), n, c_i16(ffi, d), st_)
+    assert np.array_equal(d, np.where(y > 0, e, 0))
+    y_ref = rleaky.forward(x, 0, s)[0]
+    lib.tt_leaky_relu_fwd_s16(c_i16(ffi, x), 0, n, s, c_i16(ffi, y), st_)
+    assert y_ref.dtype == np.int16 and np.array_equal(y, y_ref)
+    exact = [v if v > 0 else (v * s + 128) // 256 for v in x.tolist()]  # Python ints: floor division
+    assert y.tolist() == exact
+    lib.tt_leaky_relu_bwd_s16(c_i16(ffi, e), 0, c_i16(ffi, y), n, s, c_i16(ffi, d), st_)
+    assert np.array_equal(d, rleaky.backward(e, 0, y, s)[0])
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(st.data())
+def test_fused_update_equals_the_rule_on_both_multiplies(clib, altlib, data):
+    """tt_dense_update_direct_s16_a16 (one SMULL, or two int32 products) == the reference rule
+    w = sat(w - rshift_round(m_t e x, s)) in Python ints, for every shift it takes (it declines,
+    returning 0 and writing nothing, outside [17, 62], with stochastic rounding or weight decay)."""
+    from tinytrain.fixedpoint import rshift_round
+
+    K, N = data.draw(st.integers(1, 20)), data.draw(st.integers(1, 6))
+    x = draw_array(data.draw, (K,), np.int16, -32767, 32767)
+    e = draw_array(data.draw, (N,), np.int16, -32767, 32767)
+    w0 = draw_array(data.draw, (N, K), np.int16, -32767, 32767)
+    m_t, k = data.draw(st.integers(0, 32767)), data.draw(st.integers(0, 60))
+    ew, ee, ex = data.draw(st.integers(-20, 0)), data.draw(st.integers(-40, 0)), data.draw(st.integers(-20, 0))
+    sr, wd = data.draw(st.sampled_from([(0, 0), (0, 0), (1, 0), (0, 5)]))
+    s = ew + k - ee - ex
+    taken = not sr and not wd and 17 <= s <= 62
+    want = w0.copy()
+    if taken:
+        for n in range(N):
+            for j in range(K):
+                v = int(w0[n, j]) - rshift_round(m_t * int(e[n]) * int(x[j]), s)
+                want[n, j] = max(-32767, min(32767, v))
+    for ffi, lib in (clib, altlib):
+        w = w0.copy()
+        st_ = ffi.new("tt_stats *")
+        cfg = ffi.new("tt_sgd *", {"k": k, "sr": sr, "wd_m": wd, "wd_k": 3})
+        prng = ffi.new("uint32_t *", 1)
+        u = ffi.new("tt_sgd_step *", {"cfg": cfg, "m_t": m_t, "prng": prng, "stats": st_})
+        p = ffi.new("tt_sgd_dense_s16_params *", {"K": K, "N": N, "w": c_i16(ffi, w), "ew": ew})
+        assert lib.tt_dense_update_direct_s16_a16(u, p, c_i16(ffi, e), ee, c_i16(ffi, x), ex) == int(taken)
+        assert np.array_equal(w, want), (s, np.argwhere(w != want)[:1])
+        if taken:
+            moved = [max(-32767, min(32767, v)) != v for v in
+                     (int(w0[n, j]) - rshift_round(m_t * int(e[n]) * int(x[j]), s) for n in range(N) for j in range(K))]
+            assert st_.saturated == sum(moved)
+
+
+# ------------------------------------------------- reference = numba = C, drawn models and options
+@st.composite
+def a16_model(draw):
+    n_in = draw(st.integers(3, 12))
+    flat = draw(st.booleans())
+    layers = [Flatten()] if flat else []
+    for _ in range(draw(st.integers(0, 2))):
+        layers.append(Dense(draw(st.integers(2, 12))))
+        layers.append(draw(st.sampled_from([ReLU, lambda: LeakyReLU(0.1)]))())
+    n_cls = draw(st.integers(2, 5))
+    layers.append(Dense(n_cls))
+    shape = (n_in, 2) if flat else (n_in,)
+    policy = {**A16, **draw(st.sampled_from([{}, {"master": "int32"}, {"bias": "int16"}, {"momentum": "int16"},
+                                             {"momentum": "int8"}]))}
+    return shape, layers, n_cls, policy
+
+
+@settings(max_examples=examples(8), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_any_int16_policy_any_optimizer_reference_sim_c_equal(data):
+    shape, layers, n_cls, policy = data.draw(a16_model())
+    probe = Sequential(copy.deepcopy(layers), input_shape=shape, input_exp=-7, n_classes=n_cls, precision=policy)
+    opt = data.draw(any_optimizer(probe.layers))
+    if policy.get("momentum") == "int8":  # an int32 master keeps int32 momentum: refused with it
+        opt = replace(opt, master_weights=False)
+    ref = Sequential(layers, input_shape=shape, input_exp=data.draw(st.integers(-9, 0)), n_classes=n_cls,
+                     optimizer=opt, seed=data.draw(st.integers(0, 1000)), precision=policy)
+    x, y = _data(data.draw(st.integers(4, 9)), shape, n_cls, data.draw(st.integers(0, 2**16)))
+    three_way(ref, x, y)
+
+
+# -------------------------------------------------------------------- files and memory
+def test_the_policy_survives_a_tt_round_trip_and_old_files_load(tmp_path):
+    from tinytrain.sim.simulator import Simulator
+
+    m = Sequential([Dense(6), ReLU(), Dense(3)], input_shape=(9,), input_exp=-7, seed=1, precision="int16-act16")
+    x, y = _data(10, (9,), 3, 4)
+    Simulator(m).train(x, y, np.arange(10))
+    tio.save(m, tmp_path / "m.tt")
+    c, _ = tio.load(tmp_path / "m.tt")
+    assert c.precision.a16 and c.schema() == m.schema() and c.state_hash() == m.state_hash()
+    Simulator(c).train(x, y, np.arange(10))
+    Simulator(m).train(x, y, np.arange(10))
+    assert c.state_hash() == m.state_hash()
+    old = Sequential([Dense(6), ReLU(), Dense(3)], input_shape=(9,), input_exp=-7, seed=1)
+    tio.save(old, tmp_path / "old.tt")
+    assert not tio.load(tmp_path / "old.tt")[0].precision.a16
+
+
+def test_the_memory_plan_holds_int16_activations_and_errors():
+    """W1's shape: the activations, the error ping-pong and the widened input are int16; no
+    gradient buffer (the dense update goes row by row through the scratch)."""
+    from tinytrain.codegen.emit import Emitter, generate
+
+    mk = lambda p: Sequential([Dense(32), ReLU(), Dense(10)], input_shape=(64,), input_exp=-6, precision=p)  # noqa: E731
+    a16 = {t.name: (t.ctype, t.bytes, t.role) for t in Emitter(mk("int16-act16"), "tt_model").plan()}
+    a8 = {t.name: (t.ctype, t.bytes, t.role) for t in Emitter(mk(None), "tt_model").plan()}
+    assert a16["tt_model_a0"] == ("int16_t", 64, "activation") and a8["tt_model_a0"] == ("int8_t", 32, "activation")
+    assert a16["tt_model_err0"] == ("int16_t", 64, "error") and a16["tt_model_xin"] == ("int16_t", 128, "activation")
+    assert not any(r == "grad" for _, _, r in a16.values())
+    src = generate(mk("int16-act16")).source
+    assert "tt_widen_s8_s16(x, 64, tt_model_xin);" in src and "tt_softmax_ce_s16(&CTX" in src
+    assert "tt_dense_grad_row_s32_s16(tt_model_xin, 64, tt_model_err0[n], (int32_t *)SCRATCH);" in src
+
+
+# ------------------------------------------------------------------------------ QEMU boards
+@pytest.mark.qemu
+@pytest.mark.skipif(bool(_qemu_missing()), reason="QEMU, arm-none-eabi-gcc or PlatformIO missing")
+@settings(max_examples=examples(3), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_int16_activations_train_bit_exact_on_qemu_boards(data):
+    """Drawn MLPs on digits with int16 activations and errors, masters, int16 biases, momentum,
+    SR and batch sizes, on QEMU mps2_an386 (Cortex-M4, DSP build) or microbit (Cortex-M0):
+    every step's state hash verified against the simulator."""
+    from tinytrain import data as tdata
+    from tinytrain.verify import verify
+
+    ds = tdata.load("digits")
+    layers = [Dense(data.draw(st.integers(4, 24))), data.draw(st.sampled_from([ReLU, lambda: LeakyReLU(0.1)]))(), Dense(10)]
+    policy = {**A16, **data.draw(st.sampled_from([{}, {"master": "int32"}, {"bias": "int16"}, {"momentum": "int8"}]))}
+    opt = SGD(lr=0.02, momentum=data.draw(st.sampled_from([0.0, 0.9])), batch_size=data.draw(st.sampled_from([1, 2])),
+              stochastic_rounding=data.draw(st.booleans()), weight_decay=data.draw(st.sampled_from([0.0, 1e-3])))
+    if policy.get("momentum") == "int8" and not opt.momentum:
+        opt = replace(opt, momentum=0.9)
+    m = Sequential(layers, dataset=ds, seed=data.draw(st.integers(0, 100)), optimizer=opt, precision=policy)
+    board = data.draw(st.sampled_from(["mps2_an386", "microbit"]))
+    r = verify(m, ds, 30, board=board, json=True)
+    assert r["steps"] == 30 and r["mismatches"] == 0, (board, m.summary(), r["first_mismatch"])
+
+
+def test_the_fixed_point_report_shows_int16_tensors_and_int64_sums():
+    from tinytrain import data as tdata
+    from tinytrain.fixedpoint_report import fixed_point_report
+    from tinytrain.graph.models import build_model
+
+    ds = tdata.load("digits")
+    r = fixed_point_report(build_model("digits-mlp", ds, precision="int16-act16"), ds, 30)
+    acts = [L[k] for L in r["layers"] for k in ("activation", "input_error") if L[k] and "dtype" in L[k]]
+    assert acts and all(a["dtype"] == "int16" and a["max_abs"] <= 32767 and a["headroom_bits"] >= 0 for a in acts)
+    assert max(a["max_abs"] for a in acts) > 127  # the values use the int16 range
+    dense = r["layers"][0]["accumulators"]
+    assert [(a["what"], a["width"]) for a in dense][:2] == [("forward sum", 64), ("input-error sum", 64)]
