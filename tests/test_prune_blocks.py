@@ -208,3 +208,16 @@ def test_emitted_blocks_c():
     assert "tt_sparse_blocks_sgd_direct_s16(&sgd, &tt_model_l0_sparse_sgd, " in step
     assert "static const tt_sparse_rows_params tt_model_l0_sparse = {" in src
     assert f"{{tt_model_l0_w, 240u, 0, 0, 2u, 12u, 10u, tt_model_l0_w_mask, 1u}}," in src
+
+
+def test_blocks_of_a_four_input_layer_stored_by_blocks():
+    """A layer of 4 inputs pruned by 1 x 4 blocks: each block is a whole row, the group has the
+    shape of neuron pruning, but the bias is not masked: it is stored by blocks (once refused
+    as "structured pruning removes whole units"), three-way equal (a hypothesis draw found it)."""
+    m = Sequential([Dense(3)], input_shape=(4,), input_exp=-7, optimizer=SGD(lr=0.05), seed=2,
+                   prune={"schedule": "one_shot", "final_sparsity": 0.67, "begin_step": 0, "structure": "blocks",
+                          "storage": "sparse"})
+    x, y = _data(6, (4,), 3, 5)
+    _past_schedule(m, x, y)
+    assert {p.fmt for p in S.choose(m).values()} == {"blocks"}
+    three_way(m, x, y, epochs=1)

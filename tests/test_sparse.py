@@ -233,6 +233,39 @@ def test_dsp_path_equals_reference(tmp_path, fmt):
         assert all((op in dis) == dsp for op in ops), cpu
 
 
+@pytest.mark.parametrize("d", [-2, 0, 5, 33], ids=lambda d: f"bias-shift-{d}")
+def test_rows_kernel_edges_exact(d):
+    """The rows kernels at their edges, portable and DSP (tt_dsp_emul.h) builds against the
+    reference every step: kept weights drawn from {-32767, 32766, 32767} under a large lr, so
+    the fused update's store-then-clamp saturates both ways;
+    layer 0's bias exponent set so that the forward's bias shift d = ex + ew - eb is below 1, 0,
+    inside [1, 31] (the plain rounding shift) or above 31 (tt_align_s32's other paths)."""
+    from tinytrain.codegen.host import HostModel
+
+    from .conftest import HERE
+
+    m = Sequential([Dense(40), ReLU(), Dense(4)], input_shape=(37,), input_exp=-7, optimizer=SGD(lr=1.0), seed=5,
+                   prune={"schedule": "one_shot", "final_sparsity": 0.8, "begin_step": 0, "storage": "rows"})
+    x, y = _data(8, (37,), 4, 11)
+    _past_schedule(m, x, y)
+    rng = np.random.default_rng(d + 7)
+    for li in (0, 2):
+        w = m.layers[li].params[0]
+        kept = ~P.unpack(m.masks[(li, 0)], w.data.size).reshape(w.data.shape)
+        edge = rng.choice(np.array([-32767, 32766, 32767], np.int16), w.data.shape)
+        w.data[kept] = edge[kept]
+    w0, b0 = m.layers[0].params
+    b0.exp = -7 + w0.exp - d
+    b0.data[:] = rng.integers(-2**30, 2**30, b0.data.shape)
+    assert S.choose(m)[(0, 0)].fmt == "rows"
+    for flags in ([], ["-DTT_HAVE_DSP=1", f"-I{HERE / 'c'}"]):
+        hm, ref = HostModel(m.copy(), sanitize=True, extra_flags=flags), m.copy()
+        for i in range(len(x)):
+            assert hm.train_step(x[i], y[i]) == tuple(int(v) for v in ref.ref_train_step(x[i], y[i])), (flags, i)
+            assert hm.state_hash() == ref.state_hash(), (flags, i)
+        assert ref.stats[1] > 0  # weight saturations: the clamp was reached
+
+
 def test_row_code():
     """The rows format's code (tt_sparse_rows.h): two gaps a byte, low nibble first, a lone gap
     alone, 0x00 for each 15 of a gap over 15; per row (bytes, kept) first."""

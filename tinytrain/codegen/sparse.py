@@ -156,7 +156,9 @@ def _why_not(model, key) -> str | None:
     l = model.layers[li]
     tab = model.prune_table
     g = tab.groups[tab.keys.index(key)]
-    if g is not None and g[1] == g[4]:  # neurons, channels: its bias and batch-norm slots are masked too
+    # neurons, channels: its bias (and batch-norm slots) are masked too; not the group's shape, which
+    # 1 x 4 blocks of a 4-input layer share with neurons
+    if g is not None and (li, 1) in tab.keys:
         return f"layer {li} ({l.kind}): structured pruning removes whole units: shrink the model instead (tinytrain shrink)"
     if l.kind != "dense" or l.params[pi].name != "w":
         return f"layer {li} ({l.kind}): sparse storage covers Dense weights only so far: use storage \"auto\" (keeps it dense)"

@@ -40,35 +40,40 @@ int32_t tt_sparse_rows_columns(const uint8_t *code, int32_t N, int32_t n, int32_
     return m;
 }
 
-int32_t tt_sparse_rows_fwd_s8(const tt_ctx *ctx, const tt_sparse_rows_params *p, const int8_t *x,
-                              int32_t ex, int8_t *y)
-{
-    const int32_t N = p->N, eb = p->eb, ea = ex + p->ew, d = ea - eb;
-    const uint8_t *s = p->code + 2 * N;
-    const int16_t *w = p->w;
-    int32_t *acc = (int32_t *)(void *)ctx->scratch; /* K <= TT_DENSE_S32_MAX_K: every sum fits int32 */
-    int32_t n;
-    if (d >= 1 && d <= 31) /* the common case, a plain rounding shift, said apart (as tt_dense.c) */
-        for (n = 0; n < N; n++) acc[n] = tt_rshift_round_s32(p->b[n], d);
-    else
-        for (n = 0; n < N; n++) acc[n] = tt_align_s32(p->b[n], eb, ea);
-    for (n = 0; n < N; n++) {
-        const uint8_t *end = s + p->code[2 * n];
-        int32_t a = acc[n], c = -1;
-        while (s < end) {
-            const uint32_t b = *s++, hi = b >> 4;
-            if (hi) { /* two kept weights: one SMLAD */
-                const int32_t c0 = c + (int32_t)(b & 15u);
-                c = c0 + (int32_t)hi;
-#if TT_HAVE_DSP
-                a = __smlad((int32_t)tt_pack_lo((uint32_t)(int32_t)x[c0], (uint32_t)(int32_t)x[c]),
-                            (int32_t)tt_ld_s16x2(w), a);
+#if defined(__GNUC__)
+#define TT_ROWS_INLINE static inline __attribute__((always_inline))
 #else
-                a += (int32_t)x[c0] * (int32_t)w[0] + (int32_t)x[c] * (int32_t)w[1];
+#define TT_ROWS_INLINE static inline
+#endif
+
+/* The forward's sums acc[n] = b[n] aligned + the row's kept products; plain: the bias shift d is
+ * in [1, 31] (a plain rounding shift, as tt_dense.c), a constant in each (inlined) call so that
+ * the row loop has no test of it. */
+TT_ROWS_INLINE void tt_rows_fwd_sums(const tt_sparse_rows_params *p, const int8_t *x, int32_t ea, int32_t plain,
+                                     int32_t *acc)
+{
+    const int32_t N = p->N, eb = p->eb, d = ea - eb;
+    const uint8_t *rows = p->code, *s = p->code + 2 * N;
+    const int16_t *w = p->w;
+    const int32_t *bias = p->b;
+    int32_t n;
+    for (n = 0; n < N; n++, rows += 2) { /* the bias in the sum's register, then the row's code */
+        const uint8_t *end = s + rows[0];
+        int32_t c = -1;
+        int32_t a = plain ? tt_rshift_round_s32(bias[n], d) : tt_align_s32(bias[n], eb, ea);
+        while (s < end) {
+            const uint32_t b = *s++;
+            c += (int32_t)(b & 15u);
+            if (b >= 16u) { /* two kept weights: one SMLAD */
+                const int32_t x0 = x[c];
+                c += (int32_t)(b >> 4);
+#if TT_HAVE_DSP
+                a = __smlad((int32_t)tt_pack_lo((uint32_t)x0, (uint32_t)(int32_t)x[c]), (int32_t)tt_ld_s16x2(w), a);
+#else
+                a += x0 * (int32_t)w[0] + (int32_t)x[c] * (int32_t)w[1];
 #endif
                 w += 2;
             } else if (b) {
-                c += (int32_t)b;
                 a += (int32_t)x[c] * (int32_t)*w++;
             } else {
                 c += 15;
@@ -76,7 +81,16 @@ int32_t tt_sparse_rows_fwd_s8(const tt_ctx *ctx, const tt_sparse_rows_params *p,
         }
         acc[n] = a;
     }
-    return ea + tt_requant_s8_from_s32(acc, N, y, ctx->stats);
+}
+
+int32_t tt_sparse_rows_fwd_s8(const tt_ctx *ctx, const tt_sparse_rows_params *p, const int8_t *x,
+                              int32_t ex, int8_t *y)
+{
+    const int32_t ea = ex + p->ew, d = ea - p->eb;
+    int32_t *acc = (int32_t *)(void *)ctx->scratch; /* K <= TT_DENSE_S32_MAX_K: every sum fits int32 */
+    if (d >= 1 && d <= 31) tt_rows_fwd_sums(p, x, ea, 1, acc);
+    else tt_rows_fwd_sums(p, x, ea, 0, acc);
+    return ea + tt_requant_s8_from_s32(acc, p->N, y, ctx->stats);
 }
 
 int32_t tt_sparse_rows_bwd_s8(const tt_ctx *ctx, const tt_sparse_rows_params *p, const int8_t *e,
@@ -183,6 +197,18 @@ static void tt_rows_walk_all(const tt_rows_walk *t, const int8_t *e, const int8_
     }
 }
 
+/* The input at the decoded column: on the Cortex-M4 a pointer one past it (LDRSB with an
+ * immediate offset), on the Cortex-M0 (register offsets only) the column as an index. */
+#if TT_HAVE_DSP
+#define TT_ROWS_AT_START const int8_t *xc_ = x
+#define TT_ROWS_AT_STEP(g) (xc_ += (g))
+#define TT_ROWS_AT ((int32_t)xc_[-1])
+#else
+#define TT_ROWS_AT_START int32_t c_ = -1
+#define TT_ROWS_AT_STEP(g) (c_ += (int32_t)(g))
+#define TT_ROWS_AT ((int32_t)x[c_])
+#endif
+
 /* w -= round(m_t e[n] x[k] / 2^s) on the kept weights, s in [1, 31], 0 <= m_t < 2^15 (no
  * stochastic rounding, no decay), saturating to [-32767, 32767] and counted: the step of
  * tt_sparse.c's tt_sparse_cols_fast_s16 (portable: (q >> s) + ((q >> (s - 1)) & 1) of q = A_n x;
@@ -212,13 +238,13 @@ static int32_t tt_rows_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s
             const int32_t a = u->m_t * (int32_t)e[n];
             if (a > (INT32_MAX >> sh) || a < -(INT32_MAX >> sh)) return 0;
         }
-    for (n = 0; n < N; n++) {
-        const uint8_t *end = st + code[2 * n];
+    for (n = 0; n < N; n++, code += 2) {
+        const uint8_t *end = st + code[0];
         const int32_t an = u->m_t * (int32_t)e[n] * (1 << sh);
-        int32_t c = -1;
+        TT_ROWS_AT_START;
         if (an == 0) { /* every step is 0: pass the row */
             st = end;
-            w += code[2 * n + 1];
+            w += code[1];
             continue;
         }
 #if TT_HAVE_DSP
@@ -229,17 +255,29 @@ static int32_t tt_rows_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s
 #define TT_ROWS_FAST(X)                                                  \
     do {                                                                 \
         const int32_t X_ = (X);                                          \
-        if (X_ != 0) {                                                   \
-            int32_t v_ = (int32_t)*w - TT_ROWS_STEP(X_);                 \
+        if (X_ != 0) { /* stored, then clamped if it left the range */  \
+            const int32_t v_ = (int32_t)*w - TT_ROWS_STEP(X_);           \
+            *w = (int16_t)v_;                                            \
             if ((uint32_t)(v_ + M) > lim) {                              \
                 nsat++;                                                  \
-                v_ = v_ > 0 ? TT_S16_MAX : -TT_S16_MAX;                  \
+                *w = v_ > 0 ? TT_S16_MAX : -TT_S16_MAX;                  \
             }                                                            \
-            *w = (int16_t)v_;                                            \
         }                                                                \
         w++;                                                             \
     } while (0)
-        TT_ROWS_EACH(st, end, c, TT_ROWS_FAST((int32_t)x[c]))
+        while (st < end) {
+            const uint32_t b = *st++;
+            TT_ROWS_AT_STEP(b & 15u);
+            if (b >= 16u) {
+                TT_ROWS_FAST(TT_ROWS_AT);
+                TT_ROWS_AT_STEP(b >> 4);
+                TT_ROWS_FAST(TT_ROWS_AT);
+            } else if (b) {
+                TT_ROWS_FAST(TT_ROWS_AT);
+            } else {
+                TT_ROWS_AT_STEP(15);
+            }
+        }
 #undef TT_ROWS_FAST
 #undef TT_ROWS_STEP
     }
