@@ -80,6 +80,12 @@ int32_t tt_sgd_lr_mult(const tt_sgd *o, uint32_t t)
 static int32_t tt_sgd_plain_s16(int16_t *w, int32_t n, const int32_t *g, int32_t m_t, int32_t s,
                                 tt_stats *st);
 
+/* The extra shift xs (0 or 1) of a stochastic step by s >= 1 of |p| < 2^29, taken as a shift by
+ * ss = min(s, 31) and then xs = (s > 31): for s > 31, rshift_stoch_s64(p, 31, r) is -1, 0 or 1 and
+ * tt_sgd_shift's further floor by 2^(s - 31) of it equals one more arithmetic shift by 1. (The
+ * rounded shift needs no xs: by ss = 31 it is already 0 = rshift_round(p, s) for every s >= 31.) */
+#define TT_SGD_XS(s) ((s) > 31)
+
 /* The widened inputs of the DSP Dense paths: X[j] = x[j] 2^c with c = max(0, 23 - s) (|X| <= 2^31
  * for s >= -1); returns sh = 32 - s - c, the shift of the row multiplier tt_sgd_row_mult, so that
  * SMMULR(X, A) = round(m_t e x / 2^s) exactly (X A = m_t e x 2^(32 - s)). */
@@ -1312,20 +1318,21 @@ static uint32_t tt_sgd_dense_rows_wd_s16_dsp(const int8_t *e, const int8_t *x, i
     return sat;
 }
 
-/* Stochastic rounding without decay on int16 weights w[N][K] (0 <= m_t < 2^15, s in [1, 31]), every
+/* Stochastic rounding without decay on int16 weights w[N][K] (0 <= m_t < 2^15, s >= 1 taken as
+ * ss = min(s, 31) and xs: TT_SGD_XS), every
  * row, one draw per weight in row-major order: w - floor((m_t e x + (r mod 2^s)) / 2^s), saturating
  * to [-32767, 32767] (counted). With X and A as in tt_sgd_rows_s32_body (X A = m_t e x 2^(32 - s))
  * the step is the high word of X A + (r mod 2^s) 2^(32 - s) = X A + (r << (32 - s) mod 2^32), one
- * SMLAL (tt_mulhi_add), exactly tt_rshift_stoch_s64. */
+ * SMLAL (tt_mulhi_add), exactly tt_rshift_stoch_s64 (for s = ss). */
 static uint32_t tt_sgd_dense_rows_sr_s16_dsp(const int8_t *e, const int8_t *x, int32_t K, int32_t N, int16_t *w16,
                                              int32_t m_t, int32_t s, uint32_t *prng)
 {
-    const int32_t sl = 32 - s;
+    const int32_t xs = TT_SGD_XS(s), ss = s - xs * (s - 31), sl = 32 - ss;
     int32_t X[TT_SGD_CHUNK], k0, n, j, sh;
     uint32_t sat = 0, r = *prng;
     for (k0 = 0; k0 < K; k0 += TT_SGD_CHUNK) {
         const int32_t len = K - k0 < TT_SGD_CHUNK ? K - k0 : TT_SGD_CHUNK;
-        sh = tt_sgd_widen_x(x + k0, len, s, X);
+        sh = tt_sgd_widen_x(x + k0, len, ss, X);
         for (n = 0; n < N; n++) {
             const int32_t A = tt_sgd_row_mult(m_t, e[n], sh);
             int16_t *w = w16 + n * K + k0;
@@ -1334,7 +1341,7 @@ static uint32_t tt_sgd_dense_rows_sr_s16_dsp(const int8_t *e, const int8_t *x, i
                 r ^= r << 13;
                 r ^= r >> 17;
                 r ^= r << 5;
-                v = w[j] - tt_mulhi_add(X[j], A, r << sl);
+                v = w[j] - (tt_mulhi_add(X[j], A, r << sl) >> xs);
                 if ((uint32_t)(v + TT_S16_MAX) > 2u * TT_S16_MAX) { sat++; v = v > 0 ? TT_S16_MAX : -TT_S16_MAX; }
                 w[j] = (int16_t)v;
             }
@@ -1375,16 +1382,17 @@ static void tt_sgd_dense_weights(const tt_sgd_step *u, int16_t *w16, int32_t *w3
 
 /* One specialisation of tt_sgd_dense_rows_opt (W32, SR, WD constants after inlining): rows n of
  * w[N][K] (w16, or w32 with its int16 copy when copy != NULL), every row, element rule of
- * tt_sgd_apply1 with p = m_t e[n] x[k], |p| < 2^29 and s in [1, 31]: the rounded shift
- * (p >> s) + bit s-1, or the stochastic one (p >> s) + (((p & M) + (r & M)) >> s), M = 2^s - 1
- * (each masked term < 2^31, the sum < 2^32), is exact in 32 bits; the decay term
+ * tt_sgd_apply1 with p = m_t e[n] x[k], |p| < 2^29 and s >= 1, ss = min(s, 31): the rounded shift
+ * (p >> ss) + bit ss-1, or the stochastic one ((p >> ss) + (((p & M) + (r & M)) >> ss)) >> xs,
+ * M = 2^ss - 1 (each masked term < 2^31, the sum < 2^32; xs: TT_SGD_XS), is exact in 32 bits; the decay term
  * rshift_round(w wd_m, wd_k) is 32-bit for int16 w (|w wd_m| <= 2^30, so 0 for wd_k >= 31) and
  * 64-bit for int32 w. One draw per weight, row-major. */
 static inline uint32_t sgd_rows_body(const int8_t *e, const int8_t *x, int32_t K, int32_t N, int16_t *w16,
                                      int32_t *w32, int16_t *copy, int32_t m_t, int32_t s, int32_t wm,
                                      int32_t wk, uint32_t *px, int32_t W32, int32_t SR, int32_t WD)
 {
-    const uint32_t M = ((uint32_t)1 << s) - 1u;
+    const int32_t xs = TT_SGD_XS(s), ss = s - xs * (s - 31);
+    const uint32_t M = ((uint32_t)1 << ss) - 1u;
     uint32_t r = *px, sat = 0;
     int32_t n, k;
     for (n = 0; n < N; n++) {
@@ -1396,9 +1404,9 @@ static inline uint32_t sgd_rows_body(const int8_t *e, const int8_t *x, int32_t K
                 r ^= r << 13;
                 r ^= r >> 17;
                 r ^= r << 5;
-                d = (p >> s) + (int32_t)((((uint32_t)p & M) + (r & M)) >> s);
+                d = ((p >> ss) + (int32_t)((((uint32_t)p & M) + (r & M)) >> ss)) >> xs;
             } else {
-                d = (p >> s) + ((p >> (s - 1)) & 1);
+                d = (p >> ss) + ((p >> (ss - 1)) & 1);
             }
             if (W32) {
                 const int32_t wi = w32[o + k];
@@ -1437,12 +1445,13 @@ static int32_t tt_sgd_dense_rows_opt(const tt_sgd_step *u, int16_t *w16, int32_t
     const tt_sgd *o = u->cfg;
     const int32_t m_t = u->m_t, wm = o->wd_m, wk = o->wd_k;
     uint32_t r = *u->prng, sat = 0;
-    if (m_t < 0 || m_t >= 32768 || s < 1 || s > 31 || wm < 0 || wm >= 32768 || wk < 0 || wk > 62) return 0;
+    const int32_t ss = s < 31 ? s : 31; /* the rounded shifts by s >= 31 are 0, as by 31 */
+    if (m_t < 0 || m_t >= 32768 || s < 1 || wm < 0 || wm >= 32768 || wk < 0 || wk > 62) return 0;
     if (!o->sr && !wm) {
         int32_t n, k;
         if (w16) return 0; /* tt_sgd_dense_rows_s16 */
 #if TT_HAVE_DSP
-        u->stats->saturated += tt_sgd_dense_rows_s32_dsp(e, x, K, N, w32, copy, m_t, s);
+        u->stats->saturated += tt_sgd_dense_rows_s32_dsp(e, x, K, N, w32, copy, m_t, ss);
         return 1;
 #endif
         for (n = 0; n < N; n++) {
@@ -1450,7 +1459,7 @@ static int32_t tt_sgd_dense_rows_opt(const tt_sgd_step *u, int16_t *w16, int32_t
                 if (copy) for (k = 0; k < K; k++) copy[n * K + k] = tt_narrow_s16(w32[n * K + k]);
                 continue;
             }
-            sat += sgd_rows_body(e + n, x, K, 1, 0, w32 + n * K, copy ? copy + n * K : 0, m_t, s, 0, 0, &r, 1, 0, 0);
+            sat += sgd_rows_body(e + n, x, K, 1, 0, w32 + n * K, copy ? copy + n * K : 0, m_t, ss, 0, 0, &r, 1, 0, 0);
         }
         u->stats->saturated += sat;
         return 1;
@@ -1461,7 +1470,7 @@ static int32_t tt_sgd_dense_rows_opt(const tt_sgd_step *u, int16_t *w16, int32_t
         return 1;
     }
     if (w16 && !o->sr && wk >= 16) {
-        u->stats->saturated += tt_sgd_dense_rows_wd_s16_dsp(e, x, K, N, w16, m_t, s, wm, wk);
+        u->stats->saturated += tt_sgd_dense_rows_wd_s16_dsp(e, x, K, N, w16, m_t, ss, wm, wk);
         return 1;
     }
 #endif
@@ -1689,15 +1698,17 @@ void tt_sgd_apply_accumulated_s16_v8(const tt_sgd_step *u, int16_t *w, int32_t *
     sgd_apply_accumulated_narrow(u, 0, w, A, 0, 0, V, n);
 }
 
-/* Stochastic rounding without decay, 0 <= m_t < 32768 and s in [1, 31] (the int8-weight case
- * the policy makes the default): p = m_t e x has |p| < 2^15 * 127 * 127 < 2^29, so
- * rshift_stoch_s64(p, s, r) = (p >> s) + (((p & M) + (r & M)) >> s) with M = 2^s - 1 is exact in
- * 32 bits (each masked term < 2^31, their sum < 2^32); one draw per weight in row-major order,
+/* Stochastic rounding without decay, 0 <= m_t < 32768 and s >= 1 (the int8-weight case the
+ * policy makes the default; a trained model's small errors give s > 31): p = m_t e x has
+ * |p| < 2^15 * 127 * 127 < 2^29, so with ss = min(s, 31) and xs (TT_SGD_XS)
+ * tt_sgd_shift(p, s) = ((p >> ss) + (((p & M) + (r & M)) >> ss)) >> xs with M = 2^ss - 1 is exact
+ * in 32 bits (each masked term < 2^31, their sum < 2^32); one draw per weight in row-major order,
  * rows with e[n] = 0 included (their steps are 0, but the draws are made). */
 static void tt_sgd_dense_rows_s8_sr(const tt_sgd_step *u, const int8_t *e, const int8_t *x,
                                     int32_t K, int32_t N, int8_t *w, int32_t s)
 {
-    const uint32_t M = ((uint32_t)1 << s) - 1u;
+    const int32_t xs = TT_SGD_XS(s), ss = s - xs * (s - 31);
+    const uint32_t M = ((uint32_t)1 << ss) - 1u;
     uint32_t r = *u->prng, sat = 0;
     int32_t n, k;
     for (n = 0; n < N; n++) {
@@ -1714,7 +1725,7 @@ static void tt_sgd_dense_rows_s8_sr(const tt_sgd_step *u, const int8_t *e, const
             const int32_t p = a * (int32_t)x[k];
             int32_t v;
             r = tt_prng_next(&r);
-            v = (int32_t)row[k] - ((p >> s) + (int32_t)((((uint32_t)p & M) + (r & M)) >> s));
+            v = (int32_t)row[k] - (((p >> ss) + (int32_t)((((uint32_t)p & M) + (r & M)) >> ss)) >> xs);
             if (v > TT_S8_MAX) { v = TT_S8_MAX; sat++; }
             else if (v < -TT_S8_MAX) { v = -TT_S8_MAX; sat++; }
             row[k] = (int8_t)v;
@@ -1729,7 +1740,7 @@ void tt_sgd_dense_direct_s8(const tt_sgd_step *u, const tt_sgd_dense_s8_params *
 {
     const tt_sgd *o = u->cfg;
     const int32_t s = p->ew + o->k - (ee + ex);
-    if (p->w && o->sr && !o->wd_m && u->m_t >= 0 && u->m_t < 32768 && s >= 1 && s <= 31) {
+    if (p->w && o->sr && !o->wd_m && u->m_t >= 0 && u->m_t < 32768 && s >= 1) {
         tt_sgd_dense_rows_s8_sr(u, e, x, p->K, p->N, p->w, s);
     } else if (p->w) {
         const int32_t K = p->K, can_skip = TT_SGD_CAN_SKIP(o);
