@@ -1698,41 +1698,68 @@ void tt_sgd_apply_accumulated_s16_v8(const tt_sgd_step *u, int16_t *w, int32_t *
     sgd_apply_accumulated_narrow(u, 0, w, A, 0, 0, V, n);
 }
 
-/* Stochastic rounding without decay, 0 <= m_t < 32768 and s >= 1 (the int8-weight case the
- * policy makes the default; a trained model's small errors give s > 31): p = m_t e x has
- * |p| < 2^15 * 127 * 127 < 2^29, so with ss = min(s, 31) and xs (TT_SGD_XS)
- * tt_sgd_shift(p, s) = ((p >> ss) + (((p & M) + (r & M)) >> ss)) >> xs with M = 2^ss - 1 is exact
- * in 32 bits (each masked term < 2^31, their sum < 2^32); one draw per weight in row-major order,
- * rows with e[n] = 0 included (their steps are 0, but the draws are made). */
-static void tt_sgd_dense_rows_s8_sr(const tt_sgd_step *u, const int8_t *e, const int8_t *x,
-                                    int32_t K, int32_t N, int8_t *w, int32_t s)
+/* The stochastic step tt_sgd_shift(p, s) = floor(floor((p + (r mod 2^ss)) / 2^ss) / 2^(s - ss)),
+ * ss = min(s, 31), of |p| < 2^29 in 32 bits, by the class c of s (a constant after inlining):
+ * c = 0 (1 <= s <= 30): p + (r mod 2^s) fits int32 (|p| < 2^29, r mod 2^s < 2^30);
+ * c = 1 (s = 31): t = p + (r mod 2^31) lies in (-2^29, 2^31 + 2^29), so its floor by 2^31 is bit 31
+ * of t mod 2^32 with p's sign (1 for p >= 0, -1 for p < 0, else 0);
+ * c = 2 (s >= 32): that -1, 0 or 1 floored once more by 2^(s - 31) is -1 only when p < 0 and
+ * t < 0, i.e. bit 31 of p & (t mod 2^32). */
+#define TT_SGD_SCLASS(s) ((s) <= 30 ? 0 : (s) == 31 ? 1 : 2)
+static inline int32_t tt_sgd_stoch29(int32_t p, uint32_t r, int32_t s, uint32_t M, int32_t c)
 {
-    const int32_t xs = TT_SGD_XS(s), ss = s - xs * (s - 31);
-    const uint32_t M = ((uint32_t)1 << ss) - 1u;
-    uint32_t r = *u->prng, sat = 0;
-    int32_t n, k;
+    uint32_t t;
+    if (c == 0) return (p + (int32_t)(r & M)) >> s;
+    t = (uint32_t)p + (r & 0x7fffffffu);
+    if (c == 1) {
+        const int32_t sg = p >> 31;
+        return (int32_t)((t >> 31) ^ (uint32_t)sg) - sg;
+    }
+    return (int32_t)((uint32_t)p & t) >> 31;
+}
+
+/* One class C (TT_SGD_SCLASS) of tt_sgd_dense_rows_s8_sr. */
+static inline uint32_t sgd_rows_s8_sr_body(int32_t m_t, const int8_t *e, const int8_t *x, int32_t K,
+                                           int32_t N, int8_t *w, int32_t s, uint32_t *px, int32_t C)
+{
+    const uint32_t M = C == 0 ? ((uint32_t)1 << s) - 1u : 0;
+    uint32_t r = *px, sat = 0;
+    int32_t n;
     for (n = 0; n < N; n++) {
-        const int32_t a = u->m_t * (int32_t)e[n];
-        int8_t *row = w + n * K;
-        if (a == 0) { /* every step is (0 + (r & M)) >> s = 0: only the draws, and an old -128 */
-            for (k = 0; k < K; k++) {
+        const int32_t a = m_t * (int32_t)e[n];
+        int8_t *wp = w + n * K, *const end = wp + K;
+        const int8_t *xp = x;
+        if (a == 0) { /* every step is floor((0 + (r & M)) / 2^s) = 0: only the draws, and an old -128 */
+            for (; wp != end; wp++) {
                 r = tt_prng_next(&r);
-                if (row[k] == -128) { row[k] = -TT_S8_MAX; sat++; }
+                if (*wp == -128) { *wp = -TT_S8_MAX; sat++; }
             }
             continue;
         }
-        for (k = 0; k < K; k++) {
-            const int32_t p = a * (int32_t)x[k];
+        for (; wp != end; wp++, xp++) { /* pointers, not indices: M0 keeps them in its 8 low registers */
             int32_t v;
             r = tt_prng_next(&r);
-            v = (int32_t)row[k] - (((p >> ss) + (int32_t)((((uint32_t)p & M) + (r & M)) >> ss)) >> xs);
-            if (v > TT_S8_MAX) { v = TT_S8_MAX; sat++; }
-            else if (v < -TT_S8_MAX) { v = -TT_S8_MAX; sat++; }
-            row[k] = (int8_t)v;
+            v = (int32_t)*wp - tt_sgd_stoch29(a * (int32_t)*xp, r, s, M, C);
+            if ((uint32_t)(v + TT_S8_MAX) > 2u * TT_S8_MAX) { v = v > 0 ? TT_S8_MAX : -TT_S8_MAX; sat++; }
+            *wp = (int8_t)v;
         }
     }
-    *u->prng = r;
-    u->stats->saturated += sat;
+    *px = r;
+    return sat;
+}
+
+/* Stochastic rounding without decay, 0 <= m_t < 32768 and s >= 1 (the int8-weight case the
+ * policy makes the default; a trained model's small errors give s > 31): p = m_t e x has
+ * |p| < 2^15 * 127 * 127 < 2^29, so the step is tt_sgd_stoch29's, exact in 32 bits; one draw per
+ * weight in row-major order, rows with e[n] = 0 included (their steps are 0, but the draws are
+ * made). */
+static void tt_sgd_dense_rows_s8_sr(const tt_sgd_step *u, const int8_t *e, const int8_t *x,
+                                    int32_t K, int32_t N, int8_t *w, int32_t s)
+{
+    const int32_t c = TT_SGD_SCLASS(s);
+    u->stats->saturated += c == 0 ? sgd_rows_s8_sr_body(u->m_t, e, x, K, N, w, s, u->prng, 0)
+                         : c == 1 ? sgd_rows_s8_sr_body(u->m_t, e, x, K, N, w, s, u->prng, 1)
+                                  : sgd_rows_s8_sr_body(u->m_t, e, x, K, N, w, s, u->prng, 2);
 }
 
 void tt_sgd_dense_direct_s8(const tt_sgd_step *u, const tt_sgd_dense_s8_params *p,
