@@ -1258,11 +1258,23 @@ static inline uint32_t tt_sgd_rows_s32_body(const int8_t *e, const int8_t *x, in
     return sat;
 }
 
+/* w = w - d saturating to [-32767, 32767] (|d| < 2^30); returns 1 on a saturation. */
+static inline uint32_t tt_sgd_sub1_s16(int16_t *w, int32_t d)
+{
+    int32_t v = *w - d;
+    const uint32_t hit = (uint32_t)(v + TT_S16_MAX) > 2u * TT_S16_MAX;
+    if (hit) v = v > 0 ? TT_S16_MAX : -TT_S16_MAX;
+    *w = (int16_t)v;
+    return hit;
+}
+
 /* Plain SGD with weight decay on int16 weights w[N][K] (0 <= m_t < 2^15, s in [1, 31], 0 <= wd_m
  * < 2^15, wd_k >= 16), every row: w - round(m_t e x / 2^s) - round(w wd_m / 2^wd_k), saturating to
  * [-32767, 32767] (counted). The step is SMMULR(X, A) as in tt_sgd_rows_s32_body; the decay is
  * SMMULR(w, Wd) with Wd = wd_m 2^(32 - wd_k) < 2^31 for wd_k <= 30, exactly the rounded shift, and
- * 0 for wd_k >= 31 (|w wd_m| < 2^30). One element at a time: no guard, no draws. */
+ * 0 for wd_k >= 31 (|w wd_m| < 2^30). Four weights per turn, d = step + decay, under the Q-flag
+ * guard of tt_sgd_dense_rows_sr4_s16_dsp (d and the old weights in [-16384, 16383]: w - d by
+ * SSUB16, exact), four that hit it by the scalar rule; no draws. */
 static uint32_t tt_sgd_dense_rows_wd_s16_dsp(const int8_t *e, const int8_t *x, int32_t K, int32_t N, int16_t *w16,
                                              int32_t m_t, int32_t s, int32_t wm, int32_t wk)
 {
@@ -1275,21 +1287,29 @@ static uint32_t tt_sgd_dense_rows_wd_s16_dsp(const int8_t *e, const int8_t *x, i
         for (n = 0; n < N; n++) {
             const int32_t A = tt_sgd_row_mult(m_t, e[n], sh);
             int16_t *w = w16 + n * K + k0;
-            for (j = 0; j + 2 <= len; j += 2) { /* two per turn: the loop's own steps halved */
-                const int32_t w0 = w[j], w1 = w[j + 1];
-                int32_t v0 = w0 - tt_smmulr(X[j], A) - tt_smmulr(w0, Wd);
-                int32_t v1 = w1 - tt_smmulr(X[j + 1], A) - tt_smmulr(w1, Wd);
-                if ((uint32_t)(v0 + TT_S16_MAX) > 2u * TT_S16_MAX) { sat++; v0 = v0 > 0 ? TT_S16_MAX : -TT_S16_MAX; }
-                if ((uint32_t)(v1 + TT_S16_MAX) > 2u * TT_S16_MAX) { sat++; v1 = v1 > 0 ? TT_S16_MAX : -TT_S16_MAX; }
-                w[j] = (int16_t)v0;
-                w[j + 1] = (int16_t)v1;
+            tt_guard_clear();
+            for (j = 0; j + 4 <= len; j += 4) { /* four per turn: d = step + decay, w - d by SSUB16 */
+                const uint32_t W0 = tt_ld_s16x2(w + j), W1 = tt_ld_s16x2(w + j + 2);
+                const int32_t w0 = (int16_t)(W0 & 0xFFFFu), w1 = (int32_t)W0 >> 16;
+                const int32_t w2 = (int16_t)(W1 & 0xFFFFu), w3 = (int32_t)W1 >> 16;
+                const int32_t d0 = tt_smmulr(X[j], A) + tt_smmulr(w0, Wd), d1 = tt_smmulr(X[j + 1], A) + tt_smmulr(w1, Wd);
+                const int32_t d2 = tt_smmulr(X[j + 2], A) + tt_smmulr(w2, Wd), d3 = tt_smmulr(X[j + 3], A) + tt_smmulr(w3, Wd);
+                tt_guard_s32_15(d0);
+                tt_guard_s32_15(d1);
+                tt_guard_s32_15(d2);
+                tt_guard_s32_15(d3);
+                tt_guard_s16x2_15(W0);
+                tt_guard_s16x2_15(W1);
+                if (tt_guard_hit()) { /* the scalar rule from the exact d and old weights */
+                    sat += tt_sgd_sub1_s16(w + j, d0) + tt_sgd_sub1_s16(w + j + 1, d1) +
+                           tt_sgd_sub1_s16(w + j + 2, d2) + tt_sgd_sub1_s16(w + j + 3, d3);
+                    tt_guard_clear();
+                } else {
+                    tt_st_s16x2(w + j, (uint32_t)__ssub16((int32_t)W0, (int32_t)tt_pack_lo((uint32_t)d0, (uint32_t)d1)));
+                    tt_st_s16x2(w + j + 2, (uint32_t)__ssub16((int32_t)W1, (int32_t)tt_pack_lo((uint32_t)d2, (uint32_t)d3)));
+                }
             }
-            if (j < len) {
-                const int32_t wi = w[j];
-                int32_t v = wi - tt_smmulr(X[j], A) - tt_smmulr(wi, Wd);
-                if ((uint32_t)(v + TT_S16_MAX) > 2u * TT_S16_MAX) { sat++; v = v > 0 ? TT_S16_MAX : -TT_S16_MAX; }
-                w[j] = (int16_t)v;
-            }
+            for (; j < len; j++) sat += tt_sgd_sub1_s16(w + j, tt_smmulr(X[j], A) + tt_smmulr(w[j], Wd));
         }
     }
     return sat;
@@ -1324,16 +1344,6 @@ static uint32_t tt_sgd_dense_rows_sr_s16_dsp(const int8_t *e, const int8_t *x, i
     }
     *prng = r;
     return sat;
-}
-
-/* w = w - d saturating to [-32767, 32767] (|d| < 2^30); returns 1 on a saturation. */
-static inline uint32_t tt_sgd_sub1_s16(int16_t *w, int32_t d)
-{
-    int32_t v = *w - d;
-    const uint32_t hit = (uint32_t)(v + TT_S16_MAX) > 2u * TT_S16_MAX;
-    if (hit) v = v > 0 ? TT_S16_MAX : -TT_S16_MAX;
-    *w = (int16_t)v;
-    return hit;
 }
 
 /* One row of tt_sgd_dense_rows_sr4_s16_dsp (GS: guard the steps too, a constant after inlining);
