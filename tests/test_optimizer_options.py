@@ -52,22 +52,59 @@ CASES = [  # (options, velocity policy): the bench's combinations and drawn-look
     (dict(batch_size=4, stochastic_rounding=True, weight_decay=1e-4), {}),
     (dict(weight_decay=3e-2, master_weights=True, lr=0.2), {}),
     (dict(momentum=0.5, stochastic_rounding=True, batch_size=2), {"momentum": "int16"}),
+    (dict(stochastic_rounding=True), {}),  # the four-per-turn SR rows (M4), shift classes (M0)
+    (dict(weight_decay=1e-3), {}),  # the four-per-turn decay rows (M4)
+    (dict(weight_decay=3e-2, stochastic_rounding=True, lr=0.2), {}),
+    (dict(stochastic_rounding=True), {"weights": "int8"}),  # int8 SR rows by shift class
 ]
 
 
 @pytest.mark.qemu
 @needs_qemu
-@pytest.mark.parametrize("board", ["mps2_an386", "mps2_an385"])
+@pytest.mark.parametrize("board", ["mps2_an386", "mps2_an385", "microbit"])
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_dense_option_paths_bit_exact_on_qemu(board, case):
     """A 64-17-13-10 MLP on digits (the bench's model; 130-input variant for the two-chunk rows)
-    under each option mix: every step's state hash on the Cortex-M4 and M3 == the simulator's."""
+    under each option mix: every step's state hash on the Cortex-M4, M3 and M0 == the simulator's."""
     from tinytrain import data
     from tinytrain.verify import verify
 
     kw, policy = CASES[case]
+    if board == "microbit" and kw.get("momentum") and not policy:
+        pytest.skip("int32 momentum and its accumulators need 17-23 KB of RAM: the micro:bit has 16 KB")
     ds = data.load("digits")
     m = Sequential([Dense(17), ReLU(), Dense(13), ReLU(), Dense(10)], dataset=ds, seed=case,
                    optimizer=SGD(**{"lr": 0.05, **kw}), precision=policy or None)
     r = verify(m, ds, 12, board=board, json=True)
     assert r["steps"] == 12 and r["mismatches"] == 0, r["first_mismatch"]
+
+
+@pytest.mark.qemu
+@needs_qemu
+@pytest.mark.parametrize("board", ["microbit", "mps2_an386", "mps2_an385"])
+@pytest.mark.parametrize("policy", ["int8", "int16"])
+def test_trained_model_stochastic_rounding_bit_exact_on_qemu(board, policy):
+    """W1 trained 20 epochs on the host, then fine-tuned with stochastic rounding (int8 weights: the
+    policy's default) on the board: its small errors put the update shift past 31, the class the
+    32-bit SR rows once left for the int64 element rule (~230 instructions per weight on the M0).
+    Every step's state hash == the simulator's."""
+    import numpy as np
+
+    from tinytrain import data
+    from tinytrain.graph.convert import with_precision
+    from tinytrain.graph.models import build_model
+    from tinytrain.sim.simulator import Simulator
+    from tinytrain.verify import verify
+
+    ds = data.load("digits")
+    m = build_model("digits-mlp", ds, stochastic_rounding=True)
+    sim = Simulator(m)
+    for epoch in range(20):
+        sim.train(ds.x_train, ds.y_train, np.random.default_rng(epoch).permutation(len(ds.y_train)))
+    if policy == "int8":
+        m = with_precision(m, "int8")
+    assert m.opt.sr
+    r = verify(m, ds, 12, board=board, json=True)
+    assert r["steps"] == 12 and r["mismatches"] == 0, r["first_mismatch"]
+    if (board, policy) == ("microbit", "int8"):  # QEMU's count is exact: 570k per step on the int64 rule
+        assert r["instructions_per_step"] < 150_000, r["instructions_per_step"]

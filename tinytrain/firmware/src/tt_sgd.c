@@ -80,6 +80,26 @@ int32_t tt_sgd_lr_mult(const tt_sgd *o, uint32_t t)
 static int32_t tt_sgd_plain_s16(int16_t *w, int32_t n, const int32_t *g, int32_t m_t, int32_t s,
                                 tt_stats *st);
 
+/* The extra shift xs (0 or 1) of a stochastic step by s >= 1 of |p| < 2^29, taken as a shift by
+ * ss = min(s, 31) and then xs = (s > 31): for s > 31, rshift_stoch_s64(p, 31, r) is -1, 0 or 1 and
+ * tt_sgd_shift's further floor by 2^(s - 31) of it equals one more arithmetic shift by 1. (The
+ * rounded shift needs no xs: by ss = 31 it is already 0 = rshift_round(p, s) for every s >= 31.) */
+#define TT_SGD_XS(s) ((s) > 31)
+
+/* Runs BODY(a, b, c) with the three option flags of key = 4a + 2b + c as constants: one call per
+ * combination, so that each inlined body is its own loop without the options' branches. */
+#define TT_SGD_SPECIALISE3(key, BODY) \
+    switch (key) { \
+    case 0: BODY(0, 0, 0); break; \
+    case 1: BODY(0, 0, 1); break; \
+    case 2: BODY(0, 1, 0); break; \
+    case 3: BODY(0, 1, 1); break; \
+    case 4: BODY(1, 0, 0); break; \
+    case 5: BODY(1, 0, 1); break; \
+    case 6: BODY(1, 1, 0); break; \
+    default: BODY(1, 1, 1); break; \
+    }
+
 /* The widened inputs of the DSP Dense paths: X[j] = x[j] 2^c with c = max(0, 23 - s) (|X| <= 2^31
  * for s >= -1); returns sh = 32 - s - c, the shift of the row multiplier tt_sgd_row_mult, so that
  * SMMULR(X, A) = round(m_t e x / 2^s) exactly (X A = m_t e x 2^(32 - s)). */
@@ -135,6 +155,19 @@ void tt_sgd_update_direct_s32(const tt_sgd_step *u, int32_t *w, int32_t n, int32
     sgd_update_direct(u, 0, w, n, ew, g, eg);
 }
 
+/* A = QADD(A, floor((g M + (r << sl mod 2^32)) / 2^32)) with one xorshift32 draw r per element
+ * from state r0, in order; returns the last state (the stochastic accumulate of
+ * tt_sgd_accumulate_fast and tt_sgd_dense_accumulate_s32: sl = 32 - s). */
+static inline uint32_t sgd_acc_sr(int32_t *A, int32_t n, const int32_t *g, int32_t M, int32_t sl, uint32_t r)
+{
+    int32_t i;
+    for (i = 0; i < n; i++) {
+        r = tt_prng_next(&r);
+        A[i] = tt_qadd(A[i], tt_mulhi_add(g[i], M, r << sl));
+    }
+    return r;
+}
+
 /* Accumulate for s in [1, 31] with m_t >= 2^(s-1) (small shifts): when a first pass bounds
  * |g| <= 2^b with m_t 2^b / 2^s < 2^30, every step floor((m_t g + R) / 2^s) (R = 2^(s-1), or
  * r mod 2^s under stochastic rounding) fits int32 and is taken from the words of the 64-bit sum;
@@ -151,9 +184,7 @@ static int32_t tt_sgd_accumulate_small_s(int32_t *A, int32_t n, const int32_t *g
     if (sr) {
         for (i = 0; i < n; i++) {
             uint64_t t;
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
+            x = tt_prng_next(&x);
             t = (uint64_t)((int64_t)g[i] * m_t + (int64_t)(x & mask));
             A[i] = tt_qadd(A[i], (int32_t)(((uint32_t)t >> s) | ((uint32_t)(t >> 32) << sl)));
         }
@@ -190,15 +221,7 @@ static int32_t tt_sgd_accumulate_fast(int32_t *A, int32_t n, const int32_t *g, i
     if (((int64_t)m_t << (32 - s)) > INT32_MAX) return tt_sgd_accumulate_small_s(A, n, g, m_t, s, sr, prng);
     M = (int32_t)((int64_t)m_t << (32 - s));
     if (sr) {
-        const int32_t sl = 32 - s;
-        uint32_t x = *prng;
-        for (i = 0; i < n; i++) {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            A[i] = tt_qadd(A[i], tt_mulhi_add(g[i], M, x << sl));
-        }
-        *prng = x;
+        *prng = sgd_acc_sr(A, n, g, M, 32 - s, *prng);
     } else {
         for (i = 0; i < n; i++) A[i] = tt_qadd(A[i], tt_mulhi_add(g[i], M, 0x80000000u));
     }
@@ -284,9 +307,7 @@ static inline uint32_t sgd_apply_body(int16_t *w16, int32_t *w32, int32_t *A, in
             const int32_t u32 = (int32_t)uu;
             int32_t d32;
             if (SR) {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
+                x = tt_prng_next(&x);
                 d32 = (u32 >> TT_SGD_GUARD_BITS) + (int32_t)((((uint32_t)u32 & 255u) + (x & 255u)) >> TT_SGD_GUARD_BITS);
             } else {
                 d32 = (u32 >> TT_SGD_GUARD_BITS) + ((u32 >> (TT_SGD_GUARD_BITS - 1)) & 1);
@@ -299,9 +320,7 @@ static inline uint32_t sgd_apply_body(int16_t *w16, int32_t *w32, int32_t *A, in
             }
             d = d32;
         } else if (SR) {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
+            x = tt_prng_next(&x);
             d = (uu + (int64_t)(x & 255u)) >> TT_SGD_GUARD_BITS;
         } else {
             d = (uu + (1 << (TT_SGD_GUARD_BITS - 1))) >> TT_SGD_GUARD_BITS;
@@ -339,40 +358,20 @@ static int32_t sgd_apply_fast(const tt_sgd_step *u, int16_t *w16, int32_t *w32, 
     if (f->g) { /* the fused per-sample step: batch size 1, no draws */
 #define TT_FUSED(W, M, D) nsat = sgd_apply_body(w16, w32, A, V, n, mu, mk, wm, ws, &x, f, W, M, D, 0, 1)
         if (o->sr || o->batch_size != 1) return 0;
-        switch ((w16 ? 4 : 0) | (mu ? 2 : 0) | (wm ? 1 : 0)) {
-        case 0: TT_FUSED(0, 0, 0); break;
-        case 1: TT_FUSED(0, 0, 1); break;
-        case 2: TT_FUSED(0, 1, 0); break;
-        case 3: TT_FUSED(0, 1, 1); break;
-        case 4: TT_FUSED(1, 0, 0); break;
-        case 5: TT_FUSED(1, 0, 1); break;
-        case 6: TT_FUSED(1, 1, 0); break;
-        default: TT_FUSED(1, 1, 1); break;
-        }
+        TT_SGD_SPECIALISE3((w16 ? 4 : 0) | (mu ? 2 : 0) | (wm ? 1 : 0), TT_FUSED)
 #undef TT_FUSED
         u->stats->saturated += nsat;
         return 1;
     }
-#define TT_APPLY(W, M, D, S) nsat = sgd_apply_body(w16, w32, A, V, n, mu, mk, wm, ws, &x, f, W, M, D, S, 0)
-    switch ((w16 ? 8 : 0) | (mu ? 4 : 0) | (wm ? 2 : 0) | (o->sr ? 1 : 0)) {
-    case 0: TT_APPLY(0, 0, 0, 0); break;
-    case 1: TT_APPLY(0, 0, 0, 1); break;
-    case 2: TT_APPLY(0, 0, 1, 0); break;
-    case 3: TT_APPLY(0, 0, 1, 1); break;
-    case 4: TT_APPLY(0, 1, 0, 0); break;
-    case 5: TT_APPLY(0, 1, 0, 1); break;
-    case 6: TT_APPLY(0, 1, 1, 0); break;
-    case 7: TT_APPLY(0, 1, 1, 1); break;
-    case 8: TT_APPLY(1, 0, 0, 0); break;
-    case 9: TT_APPLY(1, 0, 0, 1); break;
-    case 10: TT_APPLY(1, 0, 1, 0); break;
-    case 11: TT_APPLY(1, 0, 1, 1); break;
-    case 12: TT_APPLY(1, 1, 0, 0); break;
-    case 13: TT_APPLY(1, 1, 0, 1); break;
-    case 14: TT_APPLY(1, 1, 1, 0); break;
-    default: TT_APPLY(1, 1, 1, 1); break;
+#define TT_APPLY16(M, D, S) nsat = sgd_apply_body(w16, w32, A, V, n, mu, mk, wm, ws, &x, f, 1, M, D, S, 0)
+#define TT_APPLY32(M, D, S) nsat = sgd_apply_body(w16, w32, A, V, n, mu, mk, wm, ws, &x, f, 0, M, D, S, 0)
+    if (w16) {
+        TT_SGD_SPECIALISE3((mu ? 4 : 0) | (wm ? 2 : 0) | (o->sr ? 1 : 0), TT_APPLY16)
+    } else {
+        TT_SGD_SPECIALISE3((mu ? 4 : 0) | (wm ? 2 : 0) | (o->sr ? 1 : 0), TT_APPLY32)
     }
-#undef TT_APPLY
+#undef TT_APPLY16
+#undef TT_APPLY32
     if (o->sr) *u->prng = x;
     u->stats->saturated += nsat;
     return 1;
@@ -404,9 +403,7 @@ static inline uint32_t sgd_apply_s32_wd_body(int32_t *w, int16_t *copy, int32_t 
             V[i] = uu;
         }
         if (SR) {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
+            x = tt_prng_next(&x);
             R = x & 255u;
         }
         d = (uu >> TT_SGD_GUARD_BITS) + (dec >> TT_SGD_GUARD_BITS) +
@@ -449,16 +446,7 @@ static int32_t sgd_apply_s32_wd(const tt_sgd_step *u, int32_t *w, int16_t *copy,
     Ms = Mu >> 31 ? (int32_t)(Mu & 0x7fffffffu) + INT32_MIN : (int32_t)Mu;
     vm = -(int32_t)(Mu >> 31);
 #define TT_WD(M, S, C) nsat = sgd_apply_s32_wd_body(w, copy, A, V, n, Ms, vm, Wd, &x, M, S, C)
-    switch ((mu ? 4 : 0) | (o->sr ? 2 : 0) | (copy ? 1 : 0)) {
-    case 0: TT_WD(0, 0, 0); break;
-    case 1: TT_WD(0, 0, 1); break;
-    case 2: TT_WD(0, 1, 0); break;
-    case 3: TT_WD(0, 1, 1); break;
-    case 4: TT_WD(1, 0, 0); break;
-    case 5: TT_WD(1, 0, 1); break;
-    case 6: TT_WD(1, 1, 0); break;
-    default: TT_WD(1, 1, 1); break;
-    }
+    TT_SGD_SPECIALISE3((mu ? 4 : 0) | (o->sr ? 2 : 0) | (copy ? 1 : 0), TT_WD)
 #undef TT_WD
     if (o->sr) *u->prng = x;
     u->stats->saturated += nsat;
@@ -864,12 +852,7 @@ void tt_sgd_dense_accumulate_s32(const tt_sgd_step *u, const tt_sgd_dense_accum_
                         const int32_t An = tt_sgd_row_mult(u->m_t, e[n], sh);
                         int32_t *A = p->wa + n * K + k0;
                         if (K > TT_SGD_ACC_CHUNK) tt_sgd_widen_x(x + k0, len, s, g);
-                        for (j = 0; j < len; j++) {
-                            r ^= r << 13;
-                            r ^= r >> 17;
-                            r ^= r << 5;
-                            A[j] = tt_qadd(A[j], tt_mulhi_add(g[j], An, r << sl));
-                        }
+                        r = sgd_acc_sr(A, len, g, An, sl, r);
                     }
                 }
                 *u->prng = r;
@@ -1275,11 +1258,23 @@ static inline uint32_t tt_sgd_rows_s32_body(const int8_t *e, const int8_t *x, in
     return sat;
 }
 
+/* w = w - d saturating to [-32767, 32767] (|d| < 2^30); returns 1 on a saturation. */
+static inline uint32_t tt_sgd_sub1_s16(int16_t *w, int32_t d)
+{
+    int32_t v = *w - d;
+    const uint32_t hit = (uint32_t)(v + TT_S16_MAX) > 2u * TT_S16_MAX;
+    if (hit) v = v > 0 ? TT_S16_MAX : -TT_S16_MAX;
+    *w = (int16_t)v;
+    return hit;
+}
+
 /* Plain SGD with weight decay on int16 weights w[N][K] (0 <= m_t < 2^15, s in [1, 31], 0 <= wd_m
  * < 2^15, wd_k >= 16), every row: w - round(m_t e x / 2^s) - round(w wd_m / 2^wd_k), saturating to
  * [-32767, 32767] (counted). The step is SMMULR(X, A) as in tt_sgd_rows_s32_body; the decay is
  * SMMULR(w, Wd) with Wd = wd_m 2^(32 - wd_k) < 2^31 for wd_k <= 30, exactly the rounded shift, and
- * 0 for wd_k >= 31 (|w wd_m| < 2^30). One element at a time: no guard, no draws. */
+ * 0 for wd_k >= 31 (|w wd_m| < 2^30). Four weights per turn, d = step + decay, under the Q-flag
+ * guard of tt_sgd_dense_rows_sr4_s16_dsp (d and the old weights in [-16384, 16383]: w - d by
+ * SSUB16, exact), four that hit it by the scalar rule; no draws. */
 static uint32_t tt_sgd_dense_rows_wd_s16_dsp(const int8_t *e, const int8_t *x, int32_t K, int32_t N, int16_t *w16,
                                              int32_t m_t, int32_t s, int32_t wm, int32_t wk)
 {
@@ -1292,53 +1287,132 @@ static uint32_t tt_sgd_dense_rows_wd_s16_dsp(const int8_t *e, const int8_t *x, i
         for (n = 0; n < N; n++) {
             const int32_t A = tt_sgd_row_mult(m_t, e[n], sh);
             int16_t *w = w16 + n * K + k0;
-            for (j = 0; j + 2 <= len; j += 2) { /* two per turn: the loop's own steps halved */
-                const int32_t w0 = w[j], w1 = w[j + 1];
-                int32_t v0 = w0 - tt_smmulr(X[j], A) - tt_smmulr(w0, Wd);
-                int32_t v1 = w1 - tt_smmulr(X[j + 1], A) - tt_smmulr(w1, Wd);
-                if ((uint32_t)(v0 + TT_S16_MAX) > 2u * TT_S16_MAX) { sat++; v0 = v0 > 0 ? TT_S16_MAX : -TT_S16_MAX; }
-                if ((uint32_t)(v1 + TT_S16_MAX) > 2u * TT_S16_MAX) { sat++; v1 = v1 > 0 ? TT_S16_MAX : -TT_S16_MAX; }
-                w[j] = (int16_t)v0;
-                w[j + 1] = (int16_t)v1;
+            tt_guard_clear();
+            for (j = 0; j + 4 <= len; j += 4) { /* four per turn: d = step + decay, w - d by SSUB16 */
+                const uint32_t W0 = tt_ld_s16x2(w + j), W1 = tt_ld_s16x2(w + j + 2);
+                const int32_t w0 = (int16_t)(W0 & 0xFFFFu), w1 = (int32_t)W0 >> 16;
+                const int32_t w2 = (int16_t)(W1 & 0xFFFFu), w3 = (int32_t)W1 >> 16;
+                const int32_t d0 = tt_smmulr(X[j], A) + tt_smmulr(w0, Wd), d1 = tt_smmulr(X[j + 1], A) + tt_smmulr(w1, Wd);
+                const int32_t d2 = tt_smmulr(X[j + 2], A) + tt_smmulr(w2, Wd), d3 = tt_smmulr(X[j + 3], A) + tt_smmulr(w3, Wd);
+                tt_guard_s32_15(d0);
+                tt_guard_s32_15(d1);
+                tt_guard_s32_15(d2);
+                tt_guard_s32_15(d3);
+                tt_guard_s16x2_15(W0);
+                tt_guard_s16x2_15(W1);
+                if (tt_guard_hit()) { /* the scalar rule from the exact d and old weights */
+                    sat += tt_sgd_sub1_s16(w + j, d0) + tt_sgd_sub1_s16(w + j + 1, d1) +
+                           tt_sgd_sub1_s16(w + j + 2, d2) + tt_sgd_sub1_s16(w + j + 3, d3);
+                    tt_guard_clear();
+                } else {
+                    tt_st_s16x2(w + j, (uint32_t)__ssub16((int32_t)W0, (int32_t)tt_pack_lo((uint32_t)d0, (uint32_t)d1)));
+                    tt_st_s16x2(w + j + 2, (uint32_t)__ssub16((int32_t)W1, (int32_t)tt_pack_lo((uint32_t)d2, (uint32_t)d3)));
+                }
             }
-            if (j < len) {
-                const int32_t wi = w[j];
-                int32_t v = wi - tt_smmulr(X[j], A) - tt_smmulr(wi, Wd);
-                if ((uint32_t)(v + TT_S16_MAX) > 2u * TT_S16_MAX) { sat++; v = v > 0 ? TT_S16_MAX : -TT_S16_MAX; }
-                w[j] = (int16_t)v;
-            }
+            for (; j < len; j++) sat += tt_sgd_sub1_s16(w + j, tt_smmulr(X[j], A) + tt_smmulr(w[j], Wd));
         }
     }
     return sat;
 }
 
-/* Stochastic rounding without decay on int16 weights w[N][K] (0 <= m_t < 2^15, s in [1, 31]), every
+/* Stochastic rounding without decay on int16 weights w[N][K] (0 <= m_t < 2^15, s >= 1 taken as
+ * ss = min(s, 31) and xs: TT_SGD_XS), every
  * row, one draw per weight in row-major order: w - floor((m_t e x + (r mod 2^s)) / 2^s), saturating
  * to [-32767, 32767] (counted). With X and A as in tt_sgd_rows_s32_body (X A = m_t e x 2^(32 - s))
  * the step is the high word of X A + (r mod 2^s) 2^(32 - s) = X A + (r << (32 - s) mod 2^32), one
- * SMLAL (tt_mulhi_add), exactly tt_rshift_stoch_s64. */
+ * SMLAL (tt_mulhi_add), exactly tt_rshift_stoch_s64 (for s = ss). */
 static uint32_t tt_sgd_dense_rows_sr_s16_dsp(const int8_t *e, const int8_t *x, int32_t K, int32_t N, int16_t *w16,
                                              int32_t m_t, int32_t s, uint32_t *prng)
 {
-    const int32_t sl = 32 - s;
+    const int32_t xs = TT_SGD_XS(s), ss = s - xs * (s - 31), sl = 32 - ss;
     int32_t X[TT_SGD_CHUNK], k0, n, j, sh;
     uint32_t sat = 0, r = *prng;
     for (k0 = 0; k0 < K; k0 += TT_SGD_CHUNK) {
         const int32_t len = K - k0 < TT_SGD_CHUNK ? K - k0 : TT_SGD_CHUNK;
-        sh = tt_sgd_widen_x(x + k0, len, s, X);
+        sh = tt_sgd_widen_x(x + k0, len, ss, X);
         for (n = 0; n < N; n++) {
             const int32_t A = tt_sgd_row_mult(m_t, e[n], sh);
             int16_t *w = w16 + n * K + k0;
             for (j = 0; j < len; j++) {
                 int32_t v;
-                r ^= r << 13;
-                r ^= r >> 17;
-                r ^= r << 5;
-                v = w[j] - tt_mulhi_add(X[j], A, r << sl);
+                r = tt_prng_next(&r);
+                v = w[j] - (tt_mulhi_add(X[j], A, r << sl) >> xs);
                 if ((uint32_t)(v + TT_S16_MAX) > 2u * TT_S16_MAX) { sat++; v = v > 0 ? TT_S16_MAX : -TT_S16_MAX; }
                 w[j] = (int16_t)v;
             }
         }
+    }
+    *prng = r;
+    return sat;
+}
+
+/* One row of tt_sgd_dense_rows_sr4_s16_dsp (GS: guard the steps too, a constant after inlining);
+ * returns the saturations, *pr the PRNG state after the row's draws. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline uint32_t sgd_sr4_row(int16_t *w, const int8_t *xp, int32_t K, int32_t a, uint32_t M, int32_t s,
+                                   uint32_t *pr, int32_t GS)
+{
+    int16_t *const end4 = w + (K & ~3), *const end = w + K;
+    uint32_t r = *pr, sat = 0;
+    tt_guard_clear();
+    for (; w != end4; w += 4, xp += 4) {
+        int32_t d0, d1, d2, d3;
+        uint32_t W0, W1;
+        r = tt_prng_next(&r);
+        d0 = (a * xp[0] + (int32_t)(r & M)) >> s;
+        r = tt_prng_next(&r);
+        d1 = (a * xp[1] + (int32_t)(r & M)) >> s;
+        r = tt_prng_next(&r);
+        d2 = (a * xp[2] + (int32_t)(r & M)) >> s;
+        r = tt_prng_next(&r);
+        d3 = (a * xp[3] + (int32_t)(r & M)) >> s;
+        W0 = tt_ld_s16x2(w);
+        W1 = tt_ld_s16x2(w + 2);
+        if (GS) {
+            tt_guard_s32_15(d0);
+            tt_guard_s32_15(d1);
+            tt_guard_s32_15(d2);
+            tt_guard_s32_15(d3);
+        }
+        tt_guard_s16x2_15(W0);
+        tt_guard_s16x2_15(W1);
+        if (tt_guard_hit()) {
+            sat += tt_sgd_sub1_s16(w, d0) + tt_sgd_sub1_s16(w + 1, d1) + tt_sgd_sub1_s16(w + 2, d2) +
+                   tt_sgd_sub1_s16(w + 3, d3);
+            tt_guard_clear();
+        } else {
+            tt_st_s16x2(w, (uint32_t)__ssub16((int32_t)W0, (int32_t)tt_pack_lo((uint32_t)d0, (uint32_t)d1)));
+            tt_st_s16x2(w + 2, (uint32_t)__ssub16((int32_t)W1, (int32_t)tt_pack_lo((uint32_t)d2, (uint32_t)d3)));
+        }
+    }
+    for (; w != end; w++, xp++) {
+        r = tt_prng_next(&r);
+        sat += tt_sgd_sub1_s16(w, (a * *xp + (int32_t)(r & M)) >> s);
+    }
+    *pr = r;
+    return sat;
+}
+
+/* tt_sgd_dense_rows_sr_s16_dsp for s <= 30, any K: the step (m_t e x + (r & M)) >> s of
+ * tt_sgd_stoch29's class 0 by one AND and one MLA, four weights per turn under the Q-flag guard
+ * (old weights by SSAT16 #15 in [-16384, 16383] and the steps too: then w - d by SSUB16 is in
+ * [-32767, 32767], exact and unsaturated); four that hit it are redone by the scalar rule from
+ * their exact steps and old weights. A row whose steps are bounded by (|a| 128 + M) >> s <= 16383
+ * (a = m_t e[n], |x| <= 128) skips the steps' guard. Same draws, same order. */
+static uint32_t tt_sgd_dense_rows_sr4_s16_dsp(const int8_t *e, const int8_t *x, int32_t K, int32_t N, int16_t *w16,
+                                              int32_t m_t, int32_t s, uint32_t *prng)
+{
+    const uint32_t M = ((uint32_t)1 << s) - 1u;
+    uint32_t r = *prng, sat = 0;
+    int32_t n;
+    for (n = 0; n < N; n++) {
+        const int32_t a = m_t * (int32_t)e[n], ua = a < 0 ? -a : a;
+        if ((int32_t)(((uint32_t)ua * 128u + M) >> s) <= 16383) /* |ua 128| < 2^29, M < 2^30 */
+            sat += sgd_sr4_row(w16 + n * K, x, K, a, M, s, &r, 0);
+        else
+            sat += sgd_sr4_row(w16 + n * K, x, K, a, M, s, &r, 1);
     }
     *prng = r;
     return sat;
@@ -1375,16 +1449,17 @@ static void tt_sgd_dense_weights(const tt_sgd_step *u, int16_t *w16, int32_t *w3
 
 /* One specialisation of tt_sgd_dense_rows_opt (W32, SR, WD constants after inlining): rows n of
  * w[N][K] (w16, or w32 with its int16 copy when copy != NULL), every row, element rule of
- * tt_sgd_apply1 with p = m_t e[n] x[k], |p| < 2^29 and s in [1, 31]: the rounded shift
- * (p >> s) + bit s-1, or the stochastic one (p >> s) + (((p & M) + (r & M)) >> s), M = 2^s - 1
- * (each masked term < 2^31, the sum < 2^32), is exact in 32 bits; the decay term
+ * tt_sgd_apply1 with p = m_t e[n] x[k], |p| < 2^29 and s >= 1, ss = min(s, 31): the rounded shift
+ * (p >> ss) + bit ss-1, or the stochastic one ((p >> ss) + (((p & M) + (r & M)) >> ss)) >> xs,
+ * M = 2^ss - 1 (each masked term < 2^31, the sum < 2^32; xs: TT_SGD_XS), is exact in 32 bits; the decay term
  * rshift_round(w wd_m, wd_k) is 32-bit for int16 w (|w wd_m| <= 2^30, so 0 for wd_k >= 31) and
  * 64-bit for int32 w. One draw per weight, row-major. */
 static inline uint32_t sgd_rows_body(const int8_t *e, const int8_t *x, int32_t K, int32_t N, int16_t *w16,
                                      int32_t *w32, int16_t *copy, int32_t m_t, int32_t s, int32_t wm,
                                      int32_t wk, uint32_t *px, int32_t W32, int32_t SR, int32_t WD)
 {
-    const uint32_t M = ((uint32_t)1 << s) - 1u;
+    const int32_t xs = TT_SGD_XS(s), ss = s - xs * (s - 31);
+    const uint32_t M = ((uint32_t)1 << ss) - 1u;
     uint32_t r = *px, sat = 0;
     int32_t n, k;
     for (n = 0; n < N; n++) {
@@ -1393,12 +1468,10 @@ static inline uint32_t sgd_rows_body(const int8_t *e, const int8_t *x, int32_t K
             const int32_t p = a * (int32_t)x[k];
             int32_t d;
             if (SR) {
-                r ^= r << 13;
-                r ^= r >> 17;
-                r ^= r << 5;
-                d = (p >> s) + (int32_t)((((uint32_t)p & M) + (r & M)) >> s);
+                r = tt_prng_next(&r);
+                d = ((p >> ss) + (int32_t)((((uint32_t)p & M) + (r & M)) >> ss)) >> xs;
             } else {
-                d = (p >> s) + ((p >> (s - 1)) & 1);
+                d = (p >> ss) + ((p >> (ss - 1)) & 1);
             }
             if (W32) {
                 const int32_t wi = w32[o + k];
@@ -1437,12 +1510,13 @@ static int32_t tt_sgd_dense_rows_opt(const tt_sgd_step *u, int16_t *w16, int32_t
     const tt_sgd *o = u->cfg;
     const int32_t m_t = u->m_t, wm = o->wd_m, wk = o->wd_k;
     uint32_t r = *u->prng, sat = 0;
-    if (m_t < 0 || m_t >= 32768 || s < 1 || s > 31 || wm < 0 || wm >= 32768 || wk < 0 || wk > 62) return 0;
+    const int32_t ss = s < 31 ? s : 31; /* the rounded shifts by s >= 31 are 0, as by 31 */
+    if (m_t < 0 || m_t >= 32768 || s < 1 || wm < 0 || wm >= 32768 || wk < 0 || wk > 62) return 0;
     if (!o->sr && !wm) {
         int32_t n, k;
         if (w16) return 0; /* tt_sgd_dense_rows_s16 */
 #if TT_HAVE_DSP
-        u->stats->saturated += tt_sgd_dense_rows_s32_dsp(e, x, K, N, w32, copy, m_t, s);
+        u->stats->saturated += tt_sgd_dense_rows_s32_dsp(e, x, K, N, w32, copy, m_t, ss);
         return 1;
 #endif
         for (n = 0; n < N; n++) {
@@ -1450,30 +1524,27 @@ static int32_t tt_sgd_dense_rows_opt(const tt_sgd_step *u, int16_t *w16, int32_t
                 if (copy) for (k = 0; k < K; k++) copy[n * K + k] = tt_narrow_s16(w32[n * K + k]);
                 continue;
             }
-            sat += sgd_rows_body(e + n, x, K, 1, 0, w32 + n * K, copy ? copy + n * K : 0, m_t, s, 0, 0, &r, 1, 0, 0);
+            sat += sgd_rows_body(e + n, x, K, 1, 0, w32 + n * K, copy ? copy + n * K : 0, m_t, ss, 0, 0, &r, 1, 0, 0);
         }
         u->stats->saturated += sat;
         return 1;
     }
 #if TT_HAVE_DSP
+    if (w16 && o->sr && !wm && s <= 30) {
+        u->stats->saturated += tt_sgd_dense_rows_sr4_s16_dsp(e, x, K, N, w16, m_t, s, u->prng);
+        return 1;
+    }
     if (w16 && o->sr && !wm && K <= TT_SGD_CHUNK) {
         u->stats->saturated += tt_sgd_dense_rows_sr_s16_dsp(e, x, K, N, w16, m_t, s, u->prng);
         return 1;
     }
     if (w16 && !o->sr && wk >= 16) {
-        u->stats->saturated += tt_sgd_dense_rows_wd_s16_dsp(e, x, K, N, w16, m_t, s, wm, wk);
+        u->stats->saturated += tt_sgd_dense_rows_wd_s16_dsp(e, x, K, N, w16, m_t, ss, wm, wk);
         return 1;
     }
 #endif
 #define TT_ROWS(W, S, D) sat = sgd_rows_body(e, x, K, N, w16, w32, copy, m_t, s, wm, wk, &r, W, S, D)
-    switch ((w32 ? 4 : 0) | (o->sr ? 2 : 0) | (wm ? 1 : 0)) {
-    case 1: TT_ROWS(0, 0, 1); break;
-    case 2: TT_ROWS(0, 1, 0); break;
-    case 3: TT_ROWS(0, 1, 1); break;
-    case 5: TT_ROWS(1, 0, 1); break;
-    case 6: TT_ROWS(1, 1, 0); break;
-    default: TT_ROWS(1, 1, 1); break;
-    }
+    TT_SGD_SPECIALISE3((w32 ? 4 : 0) | (o->sr ? 2 : 0) | (wm ? 1 : 0), TT_ROWS) /* 0, 4: returned above */
 #undef TT_ROWS
     *u->prng = r;
     u->stats->saturated += sat;
@@ -1572,9 +1643,7 @@ void tt_sgd_update_direct_s8(const tt_sgd_step *u, int8_t *w, int32_t n, int32_t
 static inline int32_t sgd_stoch8(int32_t v, uint32_t *x)
 {
     uint32_t r = *x;
-    r ^= r << 13;
-    r ^= r >> 17;
-    r ^= r << 5;
+    r = tt_prng_next(&r);
     *x = r;
     return (v >> 8) + (int32_t)((((uint32_t)v & 255u) + (r & 255u)) >> 8);
 }
@@ -1689,39 +1758,68 @@ void tt_sgd_apply_accumulated_s16_v8(const tt_sgd_step *u, int16_t *w, int32_t *
     sgd_apply_accumulated_narrow(u, 0, w, A, 0, 0, V, n);
 }
 
-/* Stochastic rounding without decay, 0 <= m_t < 32768 and s in [1, 31] (the int8-weight case
- * the policy makes the default): p = m_t e x has |p| < 2^15 * 127 * 127 < 2^29, so
- * rshift_stoch_s64(p, s, r) = (p >> s) + (((p & M) + (r & M)) >> s) with M = 2^s - 1 is exact in
- * 32 bits (each masked term < 2^31, their sum < 2^32); one draw per weight in row-major order,
- * rows with e[n] = 0 included (their steps are 0, but the draws are made). */
-static void tt_sgd_dense_rows_s8_sr(const tt_sgd_step *u, const int8_t *e, const int8_t *x,
-                                    int32_t K, int32_t N, int8_t *w, int32_t s)
+/* The stochastic step tt_sgd_shift(p, s) = floor(floor((p + (r mod 2^ss)) / 2^ss) / 2^(s - ss)),
+ * ss = min(s, 31), of |p| < 2^29 in 32 bits, by the class c of s (a constant after inlining):
+ * c = 0 (1 <= s <= 30): p + (r mod 2^s) fits int32 (|p| < 2^29, r mod 2^s < 2^30);
+ * c = 1 (s = 31): t = p + (r mod 2^31) lies in (-2^29, 2^31 + 2^29), so its floor by 2^31 is bit 31
+ * of t mod 2^32 with p's sign (1 for p >= 0, -1 for p < 0, else 0);
+ * c = 2 (s >= 32): that -1, 0 or 1 floored once more by 2^(s - 31) is -1 only when p < 0 and
+ * t < 0, i.e. bit 31 of p & (t mod 2^32). */
+#define TT_SGD_SCLASS(s) ((s) <= 30 ? 0 : (s) == 31 ? 1 : 2)
+static inline int32_t tt_sgd_stoch29(int32_t p, uint32_t r, int32_t s, uint32_t M, int32_t c)
 {
-    const uint32_t M = ((uint32_t)1 << s) - 1u;
-    uint32_t r = *u->prng, sat = 0;
-    int32_t n, k;
+    uint32_t t;
+    if (c == 0) return (p + (int32_t)(r & M)) >> s;
+    t = (uint32_t)p + (r & 0x7fffffffu);
+    if (c == 1) {
+        const int32_t sg = p >> 31;
+        return (int32_t)((t >> 31) ^ (uint32_t)sg) - sg;
+    }
+    return (int32_t)((uint32_t)p & t) >> 31;
+}
+
+/* One class C (TT_SGD_SCLASS) of tt_sgd_dense_rows_s8_sr. */
+static inline uint32_t sgd_rows_s8_sr_body(int32_t m_t, const int8_t *e, const int8_t *x, int32_t K,
+                                           int32_t N, int8_t *w, int32_t s, uint32_t *px, int32_t C)
+{
+    const uint32_t M = C == 0 ? ((uint32_t)1 << s) - 1u : 0;
+    uint32_t r = *px, sat = 0;
+    int32_t n;
     for (n = 0; n < N; n++) {
-        const int32_t a = u->m_t * (int32_t)e[n];
-        int8_t *row = w + n * K;
-        if (a == 0) { /* every step is (0 + (r & M)) >> s = 0: only the draws, and an old -128 */
-            for (k = 0; k < K; k++) {
+        const int32_t a = m_t * (int32_t)e[n];
+        int8_t *wp = w + n * K, *const end = wp + K;
+        const int8_t *xp = x;
+        if (a == 0) { /* every step is floor((0 + (r & M)) / 2^s) = 0: only the draws, and an old -128 */
+            for (; wp != end; wp++) {
                 r = tt_prng_next(&r);
-                if (row[k] == -128) { row[k] = -TT_S8_MAX; sat++; }
+                if (*wp == -128) { *wp = -TT_S8_MAX; sat++; }
             }
             continue;
         }
-        for (k = 0; k < K; k++) {
-            const int32_t p = a * (int32_t)x[k];
+        for (; wp != end; wp++, xp++) { /* pointers, not indices: M0 keeps them in its 8 low registers */
             int32_t v;
             r = tt_prng_next(&r);
-            v = (int32_t)row[k] - ((p >> s) + (int32_t)((((uint32_t)p & M) + (r & M)) >> s));
-            if (v > TT_S8_MAX) { v = TT_S8_MAX; sat++; }
-            else if (v < -TT_S8_MAX) { v = -TT_S8_MAX; sat++; }
-            row[k] = (int8_t)v;
+            v = (int32_t)*wp - tt_sgd_stoch29(a * (int32_t)*xp, r, s, M, C);
+            if ((uint32_t)(v + TT_S8_MAX) > 2u * TT_S8_MAX) { v = v > 0 ? TT_S8_MAX : -TT_S8_MAX; sat++; }
+            *wp = (int8_t)v;
         }
     }
-    *u->prng = r;
-    u->stats->saturated += sat;
+    *px = r;
+    return sat;
+}
+
+/* Stochastic rounding without decay, 0 <= m_t < 32768 and s >= 1 (the int8-weight case the
+ * policy makes the default; a trained model's small errors give s > 31): p = m_t e x has
+ * |p| < 2^15 * 127 * 127 < 2^29, so the step is tt_sgd_stoch29's, exact in 32 bits; one draw per
+ * weight in row-major order, rows with e[n] = 0 included (their steps are 0, but the draws are
+ * made). */
+static void tt_sgd_dense_rows_s8_sr(const tt_sgd_step *u, const int8_t *e, const int8_t *x,
+                                    int32_t K, int32_t N, int8_t *w, int32_t s)
+{
+    const int32_t c = TT_SGD_SCLASS(s);
+    u->stats->saturated += c == 0 ? sgd_rows_s8_sr_body(u->m_t, e, x, K, N, w, s, u->prng, 0)
+                         : c == 1 ? sgd_rows_s8_sr_body(u->m_t, e, x, K, N, w, s, u->prng, 1)
+                                  : sgd_rows_s8_sr_body(u->m_t, e, x, K, N, w, s, u->prng, 2);
 }
 
 void tt_sgd_dense_direct_s8(const tt_sgd_step *u, const tt_sgd_dense_s8_params *p,
@@ -1729,7 +1827,7 @@ void tt_sgd_dense_direct_s8(const tt_sgd_step *u, const tt_sgd_dense_s8_params *
 {
     const tt_sgd *o = u->cfg;
     const int32_t s = p->ew + o->k - (ee + ex);
-    if (p->w && o->sr && !o->wd_m && u->m_t >= 0 && u->m_t < 32768 && s >= 1 && s <= 31) {
+    if (p->w && o->sr && !o->wd_m && u->m_t >= 0 && u->m_t < 32768 && s >= 1) {
         tt_sgd_dense_rows_s8_sr(u, e, x, p->K, p->N, p->w, s);
     } else if (p->w) {
         const int32_t K = p->K, can_skip = TT_SGD_CAN_SKIP(o);
