@@ -96,7 +96,7 @@ def main(argv=None) -> int:
     m = report.machine()
     res = {c: {"seconds": times[c], "median_s": float(np.median(times[c])), "target_s": TARGETS[c.split("-")[0]],
                "load_before": loads[c]} for c in args.only}
-    report.write_json("sensitivity", {"rounds": args.rounds, "cases": res, "machine": m})
+    report.write_json("sensitivity.json", {"rounds": args.rounds, "cases": res, "machine": m})
     rows = []
     for c in args.only:
         t, tgt = times[c], TARGETS[c.split("-")[0]]

@@ -173,7 +173,7 @@ def main(argv=None) -> int:
               f"load {min(loads):.1f}-{max(loads):.1f}  CPU {med[1]:.2f} s / {med[args.jobs]:.2f} s "
               f"(parent {np.median(own[args.jobs]):.2f} s), cores busy {busy[1]:.2f} / {busy[args.jobs]:.2f}", flush=True)
     m = report.machine()
-    report.write_json("sweeps", {"rounds": args.rounds, "jobs": args.jobs, "target": TARGET, "sweeps": res,
+    report.write_json("sweeps.json", {"rounds": args.rounds, "jobs": args.jobs, "target": TARGET, "sweeps": res,
                                  "machine": m})
     rows = []
     for name, r in res.items():
