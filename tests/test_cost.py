@@ -97,6 +97,18 @@ def test_the_direct_link_measures_what_the_platformio_build_does(w1, tmp_path, b
     assert (tmp_path / "d" / "firmware.elf").is_file()
 
 
+@pytest.mark.qemu
+@needs_qemu
+@pytest.mark.parametrize("board,kind", [("microbit", "int8"), ("mps2_an386", "pruned"), ("mps2_an385", "cnn")])
+def test_the_reference_checker_measures_what_the_simulator_checker_does(w1, tmp_path, board, kind):
+    """Sweeps check each step against the numpy reference instead of compiling a simulator per
+    variant: the same exact counts, RAM and flash."""
+    m, ds = _variant(kind, w1)
+    ref = device_cost(m, board, ds, steps=3, build_dir=tmp_path, build="direct", checker="reference")
+    assert ref["instructions_per_sample"] is not None
+    assert ref == device_cost(m, board, ds, steps=3, build_dir=tmp_path, build="direct")
+
+
 def test_the_direct_link_reports_an_overflow_with_the_linkers_line(w1, monkeypatch, tmp_path):
     from tinytrain import verify
     from tinytrain.codegen import memory

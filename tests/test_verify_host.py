@@ -51,6 +51,28 @@ def test_corrupted_parameter_is_caught_and_located(ds):
     assert fm["hash_expected"] != fm["hash_device"]
 
 
+@pytest.mark.parametrize("opt", [{}, {"stochastic_rounding": True, "batch_size": 3, "momentum": 0.9},
+                                 {"master_weights": True, "weight_decay": 1e-3}])
+def test_the_reference_as_checker_sees_what_the_simulator_sees(ds, opt):
+    """checker="reference" (what sweeps use: no simulator compiled) compares the C with the numpy
+    reference every step: the same steps and final state as with the simulator, and a flipped
+    byte is caught at the same step and located in the same tensor and element."""
+    m = w1(ds, **opt)
+    a = verify(m, ds, 30, board="host", seed=1, checker="reference")
+    b = verify(m, ds, 30, board="host", seed=1)
+    assert a["mismatches"] == b["mismatches"] == 0, (a["first_mismatch"], b["first_mismatch"])
+    assert a["steps"] == b["steps"] == 30
+    s = slot(m, 0, "w")
+    ra = verify(m, ds, 30, board="host", corrupt=(11, s.offset + 2 * 100 + 1), checker="reference")
+    rb = verify(m, ds, 30, board="host", corrupt=(11, s.offset + 2 * 100 + 1))
+    fa, fb = ra["first_mismatch"], rb["first_mismatch"]
+    assert ra["steps"] == rb["steps"] == 12 and fa["parties"] == ["reference", "host"]
+    assert {k: fa[k] for k in ("step", "layer", "param", "index", "expected", "device", "hash_expected")} == \
+        {k: fb[k] for k in ("step", "layer", "param", "index", "expected", "device", "hash_expected")}
+    with pytest.raises(ValueError, match="checker"):
+        verify(m, ds, 1, board="host", checker="numba")
+
+
 def test_locate_names_meta_and_sizes(ds):
     m = w1(ds)
     blob = bytearray(state_blob(m))

@@ -264,6 +264,9 @@ def _verify_args(p):
     p.add_argument("--reference", action="store_true", help="also run the numpy reference (the "
                    "specification) as a third party and compare it with the simulator every step "
                    "(~100x slower than the simulator)")
+    p.add_argument("--checker", choices=("simulator", "reference"), default="simulator",
+                   help="what the target is compared with every step: the numba simulator (default) or the "
+                   "numpy reference alone (no simulator to compile: quicker for a few steps of a new model)")
     p.add_argument("--json", action="store_true", help="print only a JSON object with the result on "
                    "stdout (human lines go to stderr)")
     add_link_args(p, "2 s with --port, 10 s for an emulated board")
@@ -286,12 +289,12 @@ def _verify_run(args) -> int:
     with progress_bar(total=args.steps, desc="verify", unit="step", json=args.json) as bar:
         r = verify(model, ds, args.steps, board=args.board or ("host" if args.port is None else None),
                    port=args.port, seed=args.seed, progress=lambda k, n: bar.update(k - bar.n),
-                   reference=args.reference, retries=args.retries, timeout=args.timeout)
+                   reference=args.reference, retries=args.retries, timeout=args.timeout, checker=args.checker)
     # --json: stdout is the JSON object only; the human lines go to stderr
     out = sys.stderr if args.json else sys.stdout
     fm = r["first_mismatch"]
     if fm is None:
-        print(f"{r['board']}: {r['steps']} steps, state hash equal to the simulator after every step"
+        print(f"{r['board']}: {r['steps']} steps, state hash equal to the {args.checker} after every step"
               + (" (and the simulator's to the numpy reference)" if r["reference"] else ""), file=out)
     else:
         want, got = fm["parties"]

@@ -59,7 +59,7 @@ def training_ram(bd) -> int:
 
 
 def device_cost(model, board: str, dataset=None, steps: int = 20, *, instructions: bool = True,
-                build_dir=None, build: str = "platformio") -> dict:
+                build_dir=None, build: str = "platformio", checker: str = "simulator") -> dict:
     """RAM/flash of `model` on `board`, and (instructions=True, needs `dataset` and an emulated
     board) the mean QEMU instructions per training sample over `steps` verified steps.
     build_dir: build the firmware there (default: the firmware cache shared across runs).
@@ -67,6 +67,8 @@ def device_cost(model, board: str, dataset=None, steps: int = 20, *, instruction
     (:func:`tinytrain.codegen.memory.link_firmware`: the same sources, compiler, flags and linker
     script without PlatformIO's ~1.5 CPU-s per build; its functions lie in another order), which
     sweeps use; tests check both measure the same instructions.
+    checker: what each step is compared with (:func:`tinytrain.verify.verify`): the numba
+    simulator or the numpy reference, which sweeps use (no simulator to compile per variant).
     The model is not changed (verification trains copies)."""
     if build not in ("platformio", "direct"):
         raise ValueError(f"build={build!r}: use 'platformio' or 'direct'")
@@ -101,7 +103,8 @@ def device_cost(model, board: str, dataset=None, steps: int = 20, *, instruction
         elf, over = None, None
     if over is None:
         try:
-            res = verify(model, dataset, steps, board=b.name, json=True, build_dir=build_dir, elf=elf)
+            res = verify(model, dataset, steps, board=b.name, json=True, build_dir=build_dir, elf=elf,
+                         checker=checker)
         except FitError as exc:
             m = OVERFLOW.search(str(exc))
             over = m.group(0) if m else str(exc).splitlines()[0]

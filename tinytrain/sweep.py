@@ -11,7 +11,10 @@ variants in one run, and a process pool over them.
   two measure the same), and the runtime's and the port's objects, which every variant compiles
   alike, come from the link's object cache (tinytrain.codegen.memory.link_firmware), so a new
   variant compiles its generated model and glue and links (W1 on the micro:bit: ~0.3 s instead of
-  a ``pio run`` of 1.5 CPU seconds after a first one of 6). QEMU runs every variant each time.
+  a ``pio run`` of 1.5 CPU seconds after a first one of 6). QEMU runs every variant each time,
+  every step compared with the numpy reference (``checker="reference"``): a variant's own numba
+  training simulator would cost ~4 CPU-s to compile (W1) for 20 steps the reference takes in
+  well under a second.
 * :func:`run_tasks` maps a picklable top-level function over tasks, serially (``jobs=1``) or in
   ``jobs`` processes (forked where the OS can: they inherit the loaded modules; with ``weights``
   the heaviest dispatched first), in task order, and records each task's CPU seconds (its process
@@ -37,7 +40,8 @@ def config_key(model) -> str:
 
 class Costs:
     """device_cost(model) on one board, firmware linked under ``root`` (one folder per key) without
-    PlatformIO (``build="direct"``: the size link's ELF runs in QEMU)."""
+    PlatformIO (``build="direct"``: the size link's ELF runs in QEMU), checked against the
+    reference."""
 
     def __init__(self, board: str, dataset, steps: int, root):
         self.board, self.dataset, self.steps, self.root = board, dataset, int(steps), Path(root)
@@ -47,7 +51,7 @@ class Costs:
 
         d = self.root / config_key(model)
         return device_cost(model, self.board, self.dataset, self.steps, instructions=instructions, build_dir=d,
-                           build="direct")
+                           build="direct", checker="reference")
 
 
 def cpu_seconds() -> float:

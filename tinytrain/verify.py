@@ -198,7 +198,7 @@ def build_cached(model, board: str, out_dir=None, prefix="tt_model", fedcodec: b
 def verify(model, dataset, steps: int, *, board: str | None = "host", port=None, json: bool = False,
            seed: int = 0, corrupt=None, elf=None, build_dir=None, emulator=None, link=None,
            progress=None, reference: bool = False, retries: int | None = None,
-           timeout: float | None = None) -> dict:
+           timeout: float | None = None, checker: str = "simulator") -> dict:
     """Train the simulator and the target on the same `steps` samples; compare after each step.
 
     board: "host" (generated C via cffi), an emulated board name (built and booted in QEMU), or
@@ -225,10 +225,21 @@ def verify(model, dataset, steps: int, *, board: str | None = "host", port=None,
     ["reference", "simulator"] ("expected" is the reference's value); otherwise the parties are
     ["simulator", board] and "expected" is the simulator's. The reference is ~100x slower than
     the simulator: a few hundred steps of W1 take seconds.
+    checker: the host party the target is compared with: "simulator" (the numba simulator,
+    default) or "reference" (the numpy reference alone, the specification: no simulator is
+    compiled, which is what a short check of a model nobody trained before spends its time on:
+    ~4 CPU-s for W1's training kernels, against ~10 ms a W1 step for the reference; sweeps
+    measure each variant this way). With "reference" the parties are ["reference", board] and a
+    mismatch names the tensor and index but not the first differing operation.
     """
     from tinytrain.device.boards import get_board
     from tinytrain.sim.simulator import Simulator
 
+    if checker not in ("simulator", "reference"):
+        raise ValueError(f"checker={checker!r}: use 'simulator' or 'reference'")
+    if checker == "reference" and reference:
+        raise ValueError("--reference adds the numpy reference beside the simulator; with --checker reference "
+                         "it is already what the target is compared with: drop --reference")
     t0 = time.monotonic()
     sim_model = copy.deepcopy(model)
     dev_model = copy.deepcopy(model)
@@ -280,20 +291,24 @@ def verify(model, dataset, steps: int, *, board: str | None = "host", port=None,
         except BaseException:
             emu.stop()
             raise
-    sim = Simulator(sim_model)
+    sim = Simulator(sim_model) if checker == "simulator" else None
+    host = "simulator" if sim is not None else "reference"
     cycles = []
     corrupt = tuple(corrupt) if corrupt is not None else None
     try:
         h0 = target.state_hash()
         if h0 != sim_model.state_hash():
-            result["first_mismatch"] = _mismatch(sim_model, target, -1, None, None, sim)
+            result["first_mismatch"] = _mismatch(sim_model, target, -1, None, None, sim, party=host)
             result["mismatches"] = 1
             order = order[:0]
         for k, i in enumerate(order):
-            out = sim.train(X, Y, np.array([i], dtype=np.int64))
+            if sim is not None:
+                loss_host = int(sim.train(X, Y, np.array([i], dtype=np.int64))[0][0])
+            else:
+                loss_host = int(sim_model.ref_train_step(X[i], int(Y[i]))[0])
             if ref_model is not None:
                 loss_ref, _ = ref_model.ref_train_step(X[i], int(Y[i]))
-                h_ref, loss_sim = ref_model.state_hash(), int(out[0][0])
+                h_ref, loss_sim = ref_model.state_hash(), loss_host
                 if h_ref != sim_model.state_hash() or int(loss_ref) != loss_sim:
                     result["steps"], result["mismatches"] = k, 1
                     result["first_mismatch"] = _ref_mismatch(ref_model, sim_model, k, int(i),
@@ -306,11 +321,11 @@ def verify(model, dataset, steps: int, *, board: str | None = "host", port=None,
                 target.corrupt(int(corrupt[1]), int(corrupt[2]) if len(corrupt) > 2 else 0x01)
                 h_dev = target.state_hash()
             result["steps"] = k + 1
-            h_sim, loss_sim = sim_model.state_hash(), int(out[0][0])
+            h_sim, loss_sim = sim_model.state_hash(), loss_host
             if h_dev != h_sim or loss_dev != loss_sim:
                 result["mismatches"] = 1
                 result["first_mismatch"] = _mismatch(sim_model, target, k, int(i), (loss_sim, loss_dev), sim,
-                                                     h_sim, h_dev)
+                                                     h_sim, h_dev, party=host)
                 break
             if progress is not None and not json:
                 progress(k + 1, len(order))
@@ -360,14 +375,16 @@ def _ref_mismatch(ref_model, sim_model, step, sample, losses) -> dict:
             "loss_expected": losses[0], "loss_device": losses[1]}
 
 
-def _mismatch(model, target, step, sample, losses, sim, h_sim=None, h_dev=None) -> dict:
+def _mismatch(model, target, step, sample, losses, sim, h_sim=None, h_dev=None, party="simulator") -> dict:
     got = target.read_state()
     where = locate(model, state_blob(model), got) or {"tensor": None, "note": "state blobs equal (hash or loss differs)"}
-    where = {"step": step, "sample": sample, **where, "parties": ["simulator", getattr(target, "board", None) or "device"]}
+    where = {"step": step, "sample": sample, **where, "parties": [party, getattr(target, "board", None) or "device"]}
     if h_sim is not None:
         where["hash_expected"], where["hash_device"] = f"0x{h_sim:08x}", f"0x{h_dev:08x}"
     if losses is not None:
         where["loss_expected"], where["loss_device"] = losses
+    if sim is None:  # the reference keeps no activations between calls
+        return where
     # the activations of this step (kept for backward on both sides): first differing op
     try:
         for li, l in enumerate(model.layers):
