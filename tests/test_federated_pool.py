@@ -31,17 +31,34 @@ def test_workers_equal_one_process(w1, codec, down):
 
 
 
-def test_replies_in_many_chunks_equal_one_process(w1):
-    """Shards of 200 devices reply in 16 chunks, not one (the coordinator decodes while the
-    workers train); chunks of 4 devices and uneven shards give the one-process federation."""
-    from tinytrain.federated.pool import CHUNK, MIN_CHUNK, reply_chunk
+@pytest.mark.parametrize("codec", ["int8", "signmv"])
+def test_updates_checked_in_the_workers_drop_what_the_coordinator_drops(w1, codec):
+    """Each worker checks its devices' updates and sends partial sums: injected faults, a corrupted
+    and a tampered update (only the hash catches it) in both shards are dropped with the same
+    reasons, and the global model, bytes and accuracies equal one process's (FedAvg, and the
+    sign vote's sums)."""
+    from tinytrain.federated import FaultyDevice, FedConfig, Federation, make_devices
+    from tinytrain.federated.pool import SimPool
 
-    assert reply_chunk(200) == 13 and reply_chunk(1) == MIN_CHUNK and reply_chunk(10 ** 6) == CHUNK
     model, ds = w1
-    kw = dict(simulated=41, rounds=2, partition="dirichlet:0.5", local_steps=12, compress="int8")
-    one = federate(model, ds, **kw)
-    two = federate(model, ds, workers=2, **kw)  # shards of 21 and 20 devices, chunks of 4
-    assert {k: two[k] for k in SAME} == {k: one[k] for k in SAME}
+    cfg = FedConfig(rounds=3, local_steps=12, compress=codec, partition="dirichlet:0.5", quorum=0.5)
+    plan = {(1, 0): "tamper", (2, 6): "corrupt", (2, 1): "timeout", (3, 8): "reset", (3, 2): "tamper"}
+
+    def run(workers):
+        devs = [FaultyDevice(d, plan) for d in make_devices(model, ds, cfg, simulated=9)]
+        fed = Federation(model, ds, SimPool(devs, workers).proxies if workers > 1 else devs, cfg)
+        try:
+            fed.run()
+            return fed.history, fed.state_hash()
+        finally:
+            fed.close()
+
+    (one, h1), (two, h2) = run(1), run(2)
+    assert h1 == h2
+    keys = ("accepted", "dropped", "samples", "bytes_up", "bytes_down", "accuracy", "state_hash")
+    assert [{k: e[k] for k in keys} for e in two] == [{k: e[k] for k in keys} for e in one]
+    assert [len(e["dropped"]) for e in one] == [1, 2, 2]
+    assert {d["reason"] for e in one for d in e["dropped"]} == {"corrupt", "timeout", "reset"}
 
 
 def test_workers_resume_equals_uninterrupted(w1, tmp_path):

@@ -32,7 +32,23 @@ from tinytrain.federated.devices import DeviceFault
 from tinytrain.federated.fedavg import set_store, store_tensors
 from tinytrain.federated.server import ServerMomentum, aggregator, server_opt
 
-__all__ = ["FedConfig", "Federation", "QuorumError", "DevicesUnreachable"]
+__all__ = ["FedConfig", "Federation", "QuorumError", "DevicesUnreachable", "take_update"]
+
+
+def take_update(agg, device: int, reply, schema, glob, rnd: int):
+    """Step 3 for one device: check its reply (bytes, or the DeviceFault it raised) against the
+    broadcast `glob` of round `rnd` and add it to `agg`. Returns (bytes up, the device's
+    optimizer step or None, None or the drop record {"device", "reason", "detail"})."""
+    if isinstance(reply, DeviceFault):
+        return 0, None, {"device": device, "reason": reply.kind, "detail": str(reply)}
+    try:
+        u = decode_update(reply, schema, glob, rnd)
+        if u.device != device:
+            raise CorruptUpdate(f"update names device {u.device}, came from {device}")
+    except CorruptUpdate as e:
+        return len(reply), None, {"device": device, "reason": "corrupt", "detail": str(e)}
+    agg.add_update(u)
+    return len(reply), u.step, None
 
 
 class QuorumError(RuntimeError):
@@ -189,43 +205,39 @@ class Federation:
             except DeviceFault as e:
                 return sent, e
 
-        if self.group is not None:
-            # simulated devices in worker processes (pool.SimPool): their replies stream in,
-            # shard by shard, and are verified here while the workers go on training
-            by_id = {d.id: d for d in self.devices}
-            stream = ((by_id[i], (sent, reply)) for i, sent, reply in
-                      self.group.exchange(full, delta, self.synced))
-        elif len(self.devices) > 1 and all(getattr(d, "parallel", False) for d in self.devices):
-            # boards train at the same time (each one its own link); simulated devices share
-            # one simulator and run one after another
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(max_workers=min(32, len(self.devices))) as pool:
-                stream = list(zip(self.devices, pool.map(exchange, self.devices)))
-        else:
-            stream = ((d, exchange(d)) for d in self.devices)
+        check = (self.schema, glob, r)
         replies = {}
-        for dev, (sent, reply) in stream:
-            replies[dev.id] = (sent, reply)
+        if self.group is not None:
+            # simulated devices in worker processes (pool.SimPool): each worker checks and adds
+            # up its own devices' updates (take_update, as below) and sends its partial sums
+            outcomes = self.group.run_round(full, delta, self.synced, check, agg)
+        else:
+            if len(self.devices) > 1 and all(getattr(d, "parallel", False) for d in self.devices):
+                # boards train at the same time (each one its own link); simulated devices share
+                # one simulator and run one after another
+                from concurrent.futures import ThreadPoolExecutor
+
+                with ThreadPoolExecutor(max_workers=min(32, len(self.devices))) as pool:
+                    stream = list(zip(self.devices, pool.map(exchange, self.devices)))
+            else:
+                stream = ((d, exchange(d)) for d in self.devices)
+            outcomes = []
+            for dev, (sent, reply) in stream:
+                replies[dev.id] = (sent, reply)
+                outcomes.append((dev.id, sent, *take_update(agg, dev.id, reply, *check)))
+        by_id = {d.id: d for d in self.devices}
+        for did, sent, nup, step, drop in outcomes:
             down += sent
-            try:
-                if isinstance(reply, DeviceFault):
-                    raise reply
-                up += len(reply)
-                u = decode_update(reply, self.schema, glob, r)
-                if u.device != dev.id:
-                    raise CorruptUpdate(f"update names device {u.device}, came from {dev.id}")
-                agg.add_update(u)
-                accepted.append(dev)
-                steps.append(u.step)
-            except DeviceFault as e:
-                dropped.append({"device": dev.id, "reason": e.kind, "detail": str(e)})
-            except CorruptUpdate as e:
-                dropped.append({"device": dev.id, "reason": "corrupt", "detail": str(e)})
+            up += nup
+            if drop is None:
+                accepted.append(by_id[did])
+                steps.append(step)
+            else:
+                dropped.append(drop)
         accepted.sort(key=lambda d: d.id)  # worker shards may answer out of order
         dropped.sort(key=lambda d: d["device"])
         faults = [(dev, replies[dev.id][1]) for dev in self.devices
-                  if getattr(replies[dev.id][1], "at_connect", False)]
+                  if getattr(replies.get(dev.id, (0, None))[1], "at_connect", False)]
         if not self.reached and len(faults) == len(self.devices):
             raise DevicesUnreachable(_unreachable(faults))
         self.reached = True

@@ -88,12 +88,21 @@ class Aggregator:
         n = int(n)
         if n <= 0:
             raise ValueError(f"an update must count at least one sample, got {n}")
-        if self.N + n >= 2**31:
-            raise OverflowError("more than 2^31 - 1 samples in one round: the int64 sum could overflow")
+        self._count(n, 1)
         for s, t in zip(self.S, tensors):
             s += np.asarray(t, np.int64) * n
+
+    def merge(self, other: "Aggregator") -> None:
+        """Add another aggregation's sums (a worker's share of the round's devices)."""
+        self._count(other.N, other.count)
+        for s, t in zip(self.S, other.S):
+            s += t
+
+    def _count(self, n: int, count: int) -> None:
+        if self.N + n >= 2**31:
+            raise OverflowError("more than 2^31 - 1 samples in one round: the int64 sum could overflow")
         self.N += n
-        self.count += 1
+        self.count += count
 
     def result(self) -> list[np.ndarray]:
         if self.N == 0:

@@ -6,16 +6,16 @@ the (already built) simulated devices and is from then on the only holder of the
 error-feedback residuals, pending residuals, the replica of the last broadcast. The parent
 keeps one ``PoolDevice`` proxy per device (id, kind, sample count) for the round engine.
 
-Per round the engine sends each worker the global message(s) once and gets back, shard by
-shard, each device's update bytes (or its fault), which it verifies and aggregates itself
-as for in-process devices - so the coordinator still checks every update (CRC-32, hash) and
-the global model is the same, bit for bit: each device's round depends only on the global
-message and its own state, and integer FedAvg is an exact integer sum (the order in which
-updates are added cannot change it). Workers send their replies in chunks
-(:func:`reply_chunk`: about ``CHUNKS`` a round, at most ``CHUNK`` devices each), so the
-coordinator decodes while they still train: its decoding is a sixth to a quarter of a W1
-federation's CPU time (10,000 and 400 clients), and with one chunk per shard (400 clients
-on 2 workers did that) it all waited for the workers' last device and they for it.
+Per round the engine sends each worker the global message(s), the broadcast they decode to and
+an empty aggregation once; each worker trains its devices, checks every update as the
+coordinator does in one process (engine.take_update: CRC-32, hash, round, length, device id)
+and adds the valid ones to its aggregation, then returns one outcome per device (bytes, step,
+or why it was dropped) and its partial sums, which the coordinator merges
+(fedavg.Aggregator.merge, server.MajorityVote.merge). The global model is the same, bit for bit:
+each device's round depends only on the global message and its own state, and integer FedAvg
+(and the vote) is an exact integer sum, which no order of additions changes. Checking in the
+workers is the point: in the coordinator, decoding was a sixth to a quarter of a W1
+federation's CPU time (10,000 and 400 clients), a serial part beside the workers.
 
 Fork, not spawn: the children inherit the compiled simulator, the training arrays and the
 partitions without pickling or recompiling (Linux; elsewhere ``workers=1`` is used).
@@ -31,16 +31,6 @@ import numpy as np
 from tinytrain.federated.devices import DeviceFault
 
 __all__ = ["SimPool", "PoolDevice", "can_fork"]
-
-CHUNK = 256  # devices per reply message at most
-CHUNKS = 16  # reply messages per worker and round, for shards of up to CHUNKS * CHUNK devices
-MIN_CHUNK = 4  # devices per reply message at least (each message is pickled and wakes the coordinator)
-
-
-def reply_chunk(shard: int) -> int:
-    """Devices per reply message for a worker holding `shard` devices."""
-    return max(MIN_CHUNK, min(CHUNK, -(-shard // CHUNKS)))
-
 
 def can_fork() -> bool:
     return "fork" in mp.get_all_start_methods()
@@ -62,23 +52,21 @@ class PoolDevice:
 
 def _serve(conn, devices) -> None:
     """Worker loop: commands from the coordinator, replies on the same pipe."""
-    chunk = reply_chunk(len(devices))
+    from tinytrain.federated.engine import take_update
+
     while True:
         cmd, *args = conn.recv()
         if cmd == "round":
-            full, delta, synced = args
+            full, delta, synced, check, agg = args
             out = []
             for d in devices:
                 msg = delta if (delta is not None and d.id in synced) else full
                 try:
-                    out.append((d.id, len(msg), d.run_round(msg)))
+                    reply = d.run_round(msg)
                 except DeviceFault as e:
-                    out.append((d.id, len(msg), ("fault", e.kind, str(e))))
-                if len(out) == chunk:
-                    conn.send(out)
-                    out = []
-            conn.send(out)
-            conn.send(None)  # end of this worker's replies
+                    reply = e
+                out.append((d.id, len(msg), *take_update(agg, d.id, reply, *check)))
+            conn.send((out, agg))
         elif cmd == "ack":
             rnd, ids = args
             for d in devices:
@@ -121,21 +109,18 @@ class SimPool:
         self.proxies = [PoolDevice(d, self) for d in devices]
         self.pid = os.getpid()
 
-    def exchange(self, full: bytes, delta: bytes | None, synced):
-        """Yield (device id, bytes sent, update bytes or DeviceFault) as workers deliver them."""
+    def run_round(self, full: bytes, delta: bytes | None, synced, check, agg) -> list:
+        """Every device's round: [(device id, bytes sent, bytes up, step or None, drop record or
+        None)] (engine.take_update's outcome) in device order; the valid updates are merged into
+        `agg`. check: (schema, broadcast, round) to check the updates against."""
         for c in self.conns:
-            c.send(("round", full, delta, frozenset(synced)))
-        open_ = list(self.conns)
-        while open_:
-            for c in wait(open_):
-                chunk = c.recv()
-                if chunk is None:
-                    open_.remove(c)
-                    continue
-                for did, sent, reply in chunk:
-                    if isinstance(reply, tuple):
-                        reply = DeviceFault(reply[1], reply[2])
-                    yield did, sent, reply
+            c.send(("round", full, delta, frozenset(synced), check, agg))
+        out = []
+        for c in self.conns:  # shards are contiguous: worker order is device order
+            part, sums = c.recv()
+            out += part
+            agg.merge(sums)
+        return out
 
     def _all(self, *cmd):
         for c in self.conns:

@@ -133,6 +133,17 @@ class MajorityVote:
         self.N += n
         self.count += 1
 
+    def merge(self, other: "MajorityVote") -> None:
+        """Add another vote's sums (a worker's share of the round's devices)."""
+        if self.N + other.N >= 2**31:
+            raise OverflowError("more than 2^31 - 1 samples in one round: the int64 sum could overflow")
+        for i in range(len(self.like)):
+            self.vote[i] += other.vote[i]
+            self.ns[i] += other.ns[i]
+            self.ss[i] += other.ss[i]
+        self.N += other.N
+        self.count += other.count
+
     def result(self) -> list[np.ndarray]:
         if self.N == 0:
             raise ValueError("no updates to aggregate")
