@@ -181,6 +181,37 @@ def test_codegen_decides_the_shadow_before_writing(capsys, tmp_path):
     assert not re.search(r"^\s+shadow\s", text, re.M)
 
 
+@needs_arm
+def test_the_fit_judged_on_the_link_scripts_stack_reserve_agrees_with_the_linker(digits):
+    """The micro:bit's link script sets 2 KiB aside for the stack, more than gcc's estimate for an
+    MLP (~1.1 KB): a model whose static RAM plus the estimate fits 16 KB can still overflow the
+    link. fits() and the fit checks judge static RAM plus the reserve, so on both sides of the
+    boundary they say what the linker says; the estimate-based total stays the reported figure."""
+    from tinytrain.codegen.device import device_source
+    from tinytrain.codegen.emit import generate
+    from tinytrain.codegen.memory import breakdown, link_firmware, stack_reserve
+    from tinytrain.codegen.project import memory_report
+    from tinytrain.device.boards import get_board, load_boards
+
+    b = get_board("microbit")
+    assert stack_reserve(b) == 0x800 and stack_reserve(get_board("mps2_an386")) == 0x10000
+    assert all(stack_reserve(x) is None for x in load_boards().values() if x.port == "arduino")
+    seen = set()
+    for h in (80, 84, 92):
+        m = tt.Sequential([tt.Dense(h), tt.ReLU(), tt.Dense(10)], dataset=digits)
+        bd = breakdown(m, "microbit", shadow=False)
+        em = generate(m, "tt_model")
+        over = link_firmware(em, device_source(m, em, False, False), b).get("overflow")
+        assert bd.ram_needed == bd.ram_static + max(bd.ram["stack"], 2048)
+        assert bd.fits()["ram"] == (over is None), (h, bd.ram_total, bd.ram_needed, over)
+        seen.add((bd.ram_total <= b.ram, over is None))
+        if over is not None:
+            with pytest.raises(MemoryError, match="2048 B of stack its link script reserves"):
+                memory_report(m, "microbit", shadow=False)
+            assert "RAM linked" in bd.table()
+    assert seen == {(True, True), (True, False), (False, False)}  # 84: the total fits, the link does not
+
+
 def test_boards_lists_the_registry(capsys):
     from tinytrain.device.boards import load_boards
 

@@ -746,7 +746,7 @@ def _breakdown_of(mem: dict):
 
     d = mem["breakdown"]
     return Breakdown(d["board"], d["ram"], d["flash"], d["ram_limit"], d["flash_limit"], d["stack_source"],
-                     d["flash_source"], d["layers"], d["stack_measured"], d["linked"])
+                     d["flash_source"], d["layers"], d["stack_measured"], d["linked"], d.get("stack_reserved"))
 
 
 # -------------------------------------------------------------------------- boards

@@ -320,7 +320,7 @@ def _verify_run(args) -> int:
 #: exit status of a verification that found a difference (1 stays an internal error)
 MISMATCH_EXIT = 3
 _BD_FIELDS = ("board", "ram", "flash", "ram_limit", "flash_limit", "stack_source", "flash_source",
-              "layers", "stack_measured", "linked")
+              "layers", "stack_measured", "linked", "stack_reserved")
 
 
 COMMANDS["verify"] = ("train simulator and target side by side, compare state hashes every step",

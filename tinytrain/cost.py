@@ -80,13 +80,15 @@ def device_cost(model, board: str, dataset=None, steps: int = 20, *, instruction
            "training_ram": training_ram(bd), "ram_total": bd.ram_total, "flash_total": bd.flash_total,
            "ram": dict(bd.ram), "flash": dict(bd.flash), "fits": True, "why": None, "shadow": True,
            "instructions_per_sample": None, "steps": 0}
-    if bd.ram_total > b.ram:  # the firmware drops the load shadow first (codegen does the same)
+    if not bd.fits()["ram"]:  # the firmware drops the load shadow first (codegen does the same)
         bare = breakdown(model, b.name, shadow=False)
         out.update(ram_total=bare.ram_total, ram=dict(bare.ram), flash_total=bare.flash_total,
                    flash=dict(bare.flash), shadow=False)
-        if bare.ram_total > b.ram:
-            out.update(fits=False, why=f"needs {bare.ram_total} B of RAM, {b.name} has {b.ram} B "
-                                       f"({bare.ram_total - b.ram} B over)")
+        if not bare.fits()["ram"]:
+            need = bare.ram_needed
+            out.update(fits=False, why=f"needs {need} B of RAM, {b.name} has {b.ram} B ({need - b.ram} B over"
+                                       + (f"; its link script reserves {bare.stack_reserved} B of stack)"
+                                          if need > bare.ram_total else ")"))
     if out["fits"] and out["flash_total"] is not None and out["flash_total"] > b.flash:
         out.update(fits=False, why=f"needs {out['flash_total']} B of flash, {b.name} has {b.flash} B "
                                    f"({out['flash_total'] - b.flash} B over)")

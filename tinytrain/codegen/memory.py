@@ -232,10 +232,18 @@ class Breakdown:
     layers: list = field(default_factory=list)
     stack_measured: int | None = None
     linked: dict | None = None
+    stack_reserved: int | None = None
 
     @property
     def ram_static(self) -> int:
         return sum(v for k, v in self.ram.items() if k != "stack")
+
+    @property
+    def ram_needed(self) -> int:
+        """What the link takes from the board's RAM: the static RAM and the stack the port's link
+        script reserves when that is more than the estimate (the micro:bit's 2 KiB); what fits()
+        and the fit checks compare with the board, so they agree with the linker."""
+        return self.ram_static + max(self.ram["stack"], self.stack_reserved or 0)
 
     @property
     def ram_total(self) -> int:
@@ -246,7 +254,7 @@ class Breakdown:
         return None if self.flash["code"] is None else sum(self.flash.values())
 
     def fits(self) -> dict:
-        return {"ram": self.ram_total <= self.ram_limit,
+        return {"ram": self.ram_needed <= self.ram_limit,
                 "flash": None if self.flash_total is None else self.flash_total <= self.flash_limit}
 
     def as_dict(self) -> dict:
@@ -255,7 +263,7 @@ class Breakdown:
                 "flash_total": self.flash_total, "flash_limit": self.flash_limit,
                 "stack_source": self.stack_source, "stack_measured": self.stack_measured,
                 "flash_source": self.flash_source, "fits": self.fits(), "layers": self.layers,
-                "linked": self.linked}
+                "linked": self.linked, "stack_reserved": self.stack_reserved, "ram_needed": self.ram_needed}
 
     def table(self) -> str:
         def pct(v, lim):
@@ -269,6 +277,10 @@ class Breakdown:
                 lines.append(f"  {role:18s} {self.ram[role]:8d}{note}")
         lines.append(f"  {'RAM total':18s} {self.ram_total:8d}  {pct(self.ram_total, self.ram_limit)} of "
                      f"{self.ram_limit} B (static {self.ram_static} B + stack)")
+        if self.ram_needed > self.ram_total:
+            lines.append(f"  {'RAM linked':18s} {self.ram_needed:8d}  {pct(self.ram_needed, self.ram_limit)} of "
+                         f"{self.ram_limit} B: the link script reserves {self.stack_reserved} B of stack, more "
+                         "than the estimate; the fit is judged on this")
         if self.stack_measured is not None:
             lines.append(f"  {'stack measured':18s} {self.stack_measured:8d}  (peak on the device; "
                          f"reserve {self.ram['stack']} B)")
@@ -508,14 +520,29 @@ def breakdown(model, board=None, prefix: str = "tt_model", *, shadow: bool = Tru
 
         linked = firmware_sizes(elf) or None
     return Breakdown(b.name, ram, flash, int(b.ram), int(b.flash), stack_source, flash_source,
-                     _layer_rows(model, em), stack_measured, linked)
+                     _layer_rows(model, em), stack_measured, linked, stack_reserve(b))
+
+
+def stack_reserve(board) -> int | None:
+    """The stack the board's link script sets aside (``__stack_size``; the link fails when static
+    RAM and it do not fit), or None (an Arduino core's link, no such reserve)."""
+    if board.port == "arduino":
+        return None
+    try:
+        text = (board.port_dir / board.ldscript).read_text()
+    except (OSError, KeyError, ValueError):
+        return None
+    m = re.search(r"__stack_size\s*=\s*(0x[0-9a-fA-F]+|\d+)\s*;", text)
+    return int(m.group(1), 0) if m else None
 
 
 def check_breakdown_fits(bd: Breakdown) -> None:
     """MemoryError naming the largest parts if the firmware does not fit its board."""
     parts = []
-    if bd.ram_total > bd.ram_limit:
-        parts.append(f"{bd.ram_total} bytes of RAM to train but {bd.board} has {bd.ram_limit}")
+    if bd.ram_needed > bd.ram_limit:
+        parts.append(f"{bd.ram_needed} bytes of RAM to train but {bd.board} has {bd.ram_limit}"
+                     + (f" (static {bd.ram_static} B and the {bd.stack_reserved} B of stack its link script reserves)"
+                        if bd.ram_needed > bd.ram_total else ""))
     if bd.flash_total is not None and bd.flash_total > bd.flash_limit:
         parts.append(f"{bd.flash_total} bytes of flash but {bd.board} has {bd.flash_limit}")
     if not parts:
