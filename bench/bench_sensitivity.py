@@ -10,7 +10,8 @@ both cores used. Each case runs the documented command on a model saved by `tiny
 * ``w1`` / ``w3``: ``tinytrain sensitivity --model M.tt --json`` (accuracy of every variant on the
   test split, numba);
 * ``w1-board`` / ``w3-board``: the same with ``--board microbit``: every distinct variant also
-  linked (without PlatformIO: sweep.Costs) and run 20 verified steps on the QEMU micro:bit.
+  linked (without PlatformIO: sweep.Costs) and run 20 steps on the QEMU micro:bit, each step
+  checked against the numpy reference (no simulator compiled per variant).
 
 Every call starts from an empty tinytrain cache (``TINYTRAIN_CACHE``: no built firmware, link
 sizes, runtime objects or generated simulators; the datasets are linked in) and an empty

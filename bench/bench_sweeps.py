@@ -9,7 +9,7 @@ faster on this 2-core machine with both cores than with one. Each sweep is timed
 
 * sensitivity: ``tinytrain.sensitivity.sensitivity`` on a W1 (digits-mlp) model trained 2 epochs,
   levels 0.5 and 0.9, policies int16 and int8, ``board="microbit"``: every distinct variant linked
-  (without PlatformIO, sweep.Costs) and run 20 verified steps on QEMU, which is where a sweep's time goes (without a
+  (without PlatformIO, sweep.Costs) and run 20 steps on QEMU checked against the numpy reference, which is where a sweep's time goes (without a
   board, the numba evaluations of a W1 or W3 sweep take well under a second once compiled);
   every call links and runs QEMU for each variant, with empty link caches of its own
   (``_fresh_objects``): a call compiles the runtime once and each variant its model files, as a
