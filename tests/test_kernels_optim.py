@@ -13,7 +13,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tinytrain.graph.optim import SGD, accumulate_ref, sat_range, update_direct_ref
+from tinytrain.graph.optim import SGD, _shift, accumulate_ref, sat_range, update_direct_ref
 from tinytrain.kernels import optim as nb
 from tinytrain.kernels.optim import CHUNK
 
@@ -136,3 +136,22 @@ def test_dense_accumulate_equals_the_gradient_then_accumulate(N, K, seed, zero_r
     nb.dense_accumulate(An, e, x, ew, eg, opt.k, m_t, sr, meta, stats)
     assert np.array_equal(An, Ar)
     assert stats[2] == stats_r[2] and meta[0] == p[0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(s=st.integers(32, 62), frac=st.integers(-2**20, 2**20).filter(lambda f: f != 0), seed=st.integers(1, 2**32 - 1))
+def test_stochastic_shift_past_31_bits_is_unbiased(s, frac, seed):
+    """A stochastic step by s > 31 (the draw has 31 usable bits) keeps the step's expected value:
+    v = frac 2^(s - 21), a step of frac / 2^21 (|step| <= 1/2, the small updates of int8 weights),
+    averages to it over 4,096 draws within 5 standard deviations of a Bernoulli step, in the
+    reference and numba alike (same draws). The old order (draw at 31 bits, then floor by
+    2^(s - 31)) gave -1 for every negative step and 0 for every positive one."""
+    n = 4096
+    v = np.full(n, frac * 2**(s - 21), np.int64)
+    prng = [seed]
+    d = _shift(v, s, True, prng)
+    p = abs(frac) / 2**21
+    assert abs(d.mean() - frac / 2**21) <= 5 * np.sqrt(p * (1 - p) / n) + 1 / n, (d.mean(), frac / 2**21)
+    meta = np.array([seed, 0, 0, 0], np.int64)
+    got = np.array([nb._shift1(np.int64(x), s, True, meta) for x in v[:64]])
+    assert np.array_equal(got, d[:64])

@@ -1,7 +1,7 @@
 """The fused Dense update (tt_sgd_dense_direct_s8 / _s16 / _s32, gradient e[n] x[k] formed on the
 fly) under every element rule: drawn stochastic rounding, weight decay, learning-rate multipliers
 (both sides of the 32-bit fast paths' 2^15) and shifts from left shifts to far past 31 (a trained
-model's small errors give s > 31, where the stochastic step is -1 or 0), on int8, int16 and int32
+model's small errors give s > 31, where the stochastic step floors p by 2^(s - 31) first), on int8, int16 and int32
 (with and without the int16 copy) weights and int32 biases. The portable build, the DSP build
 (emulated intrinsics, UBSan) and the reference (update_direct_ref on the gradient buffer, then
 the copy's refresh) must agree on every weight, the saturation count and the PRNG state."""
@@ -108,7 +108,8 @@ def test_fused_dense_update_every_rule_portable_dsp_reference(clib, dsplib, case
 @pytest.mark.parametrize("sr,wd", [(True, 0.0), (True, 1e-3), (False, 1e-3), (False, 0.0)])
 def test_fused_dense_update_at_the_shift_edges(clib, dsplib, wt, s, sr, wd):  # noqa: F811
     """Full-range errors and inputs at the largest multipliers the 32-bit paths take (|p| near
-    2^29), where the stochastic step by s >= 31 is +1 for some draws (s = 31) and never for s > 31."""
+    2^29), where the stochastic step by s >= 31 is -1, 0 or +1, and for s > 31 comes from p floored by
+    2^(s - 31) first."""
     rng = np.random.default_rng(s * 7 + len(wt))
     K, N = 67, 6
     x = rng.integers(-128, 128, K).astype(np.int8)

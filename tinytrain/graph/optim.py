@@ -16,7 +16,11 @@ from an int32 gradient ``g`` at exponent ``eg``; lr_t = m_t * 2^-k:
 * direct mode (batch 1, no momentum):
     s = ew_store + k - eg;  d = shift(m_t * g, s)     (int64; shift = rshift_round, or
     rshift_stoch with one PRNG draw per element in row-major order when stochastic rounding is
-    on; a negative s is a saturating left shift)
+    on; a negative s is a saturating left shift). The draw holds 31 usable bits, so a stochastic
+    shift by s > 31 is rshift_stoch(v >> (s - 31), 31, r): the floor by 2^(s - 31) comes first
+    and costs a bias below 2^-31 of a step. (The other order, the draw first and the floor
+    after, rounds every negative step to -1 and every positive one to 0: int8 weights without
+    a master drifted by it, docs/precision.md "Stochastic rounding of small steps".)
     if weight decay: d += rshift_round(w * wd_m, wd_k)       (int64)
     w = sat(w - d)
 * accumulate mode (batch > 1 or momentum), with G = 8 guard bits, A int32 per element:
@@ -194,10 +198,10 @@ def _shift(v: np.ndarray, s: int, sr: bool, prng: list):
     flat = v.reshape(-1)
     out = np.empty_like(flat)
     st = prng[0]
-    ss = min(s, 31)
+    ss, xs = min(s, 31), min(max(s - 31, 0), 63)
     for i in range(flat.size):
         st = prng_next(st)
-        out[i] = rshift_stoch(int(flat[i]), ss, st) >> (s - ss) if s > 31 else rshift_stoch(int(flat[i]), ss, st)
+        out[i] = rshift_stoch(int(flat[i]) >> xs, ss, st)
     prng[0] = st
     return out.reshape(v.shape)
 

@@ -34,11 +34,10 @@ def _shift1(v, s, sr, meta):
     st = _xorshift(meta[0])
     meta[0] = st
     ss = s if s < 31 else 31
+    if s > 31:  # floor(v / 2^(s - 31)) first, then the 31-bit draw (graph/optim.py _shift); a
+        v >>= s - 31 if s - 31 < 63 else 63  # shift of 64 or more is undefined in LLVM (as in C)
     m = (np.int64(1) << ss) - 1
-    r = (v >> ss) + (((v & m) + (st & m)) >> ss)
-    if s > 31:  # floor(r / 2^(s - ss)); |r| < 2^63, so a shift of 63 or more is r >> 63 (0 or -1),
-        r >>= s - ss if s - ss < 63 else 63  # and 64 or more is undefined in LLVM (as in C)
-    return r
+    return (v >> ss) + (((v & m) + (st & m)) >> ss)
 
 
 @njit(cache=True, inline="always")

@@ -33,7 +33,8 @@ static inline int32_t tt_smmlar(int32_t a, int32_t b, int32_t c)
 #endif
 
 /* shift(v, s): round (or stochastically round, one PRNG draw) right shift for s > 0,
- * saturating left shift by min(-s, 40) for s < 0. */
+ * saturating left shift by min(-s, 40) for s < 0. The stochastic shift by s > 31 floors v by
+ * 2^(s - 31) first and then rounds the 31 bits the draw covers (graph/optim.py _shift). */
 static int64_t tt_sgd_shift(int64_t v, int32_t s, int32_t sr, uint32_t *prng)
 {
     if (s <= 0) {
@@ -47,12 +48,9 @@ static int64_t tt_sgd_shift(int64_t v, int32_t s, int32_t sr, uint32_t *prng)
     if (!sr) return tt_rshift_round_s64(v, s < 62 ? s : 62);
     {
         const uint32_t r = tt_prng_next(prng);
-        const int32_t ss = s < 31 ? s : 31;
-        int64_t out = tt_rshift_stoch_s64(v, ss, r);
-        /* floor(out / 2^(s - ss)); a shift by 64 or more is undefined in C, and for
-         * s - ss >= 63 the floor is out >> 63 (0 or -1) since |out| < 2^63 */
-        if (s > 31) out >>= (s - ss < 63 ? s - ss : 63);
-        return out;
+        /* a shift by 64 or more is undefined in C; by 63 it is already v's floor (0 or -1) */
+        if (s > 31) v >>= (s - 31 < 63 ? s - 31 : 63);
+        return tt_rshift_stoch_s64(v, s < 31 ? s : 31, r);
     }
 }
 
@@ -80,11 +78,11 @@ int32_t tt_sgd_lr_mult(const tt_sgd *o, uint32_t t)
 static int32_t tt_sgd_plain_s16(int16_t *w, int32_t n, const int32_t *g, int32_t m_t, int32_t s,
                                 tt_stats *st);
 
-/* The extra shift xs (0 or 1) of a stochastic step by s >= 1 of |p| < 2^29, taken as a shift by
- * ss = min(s, 31) and then xs = (s > 31): for s > 31, rshift_stoch_s64(p, 31, r) is -1, 0 or 1 and
- * tt_sgd_shift's further floor by 2^(s - 31) of it equals one more arithmetic shift by 1. (The
- * rounded shift needs no xs: by ss = 31 it is already 0 = rshift_round(p, s) for every s >= 31.) */
-#define TT_SGD_XS(s) ((s) > 31)
+/* The floor shift xs that comes first in a stochastic step by s >= 1 of an int32 p (tt_sgd_shift):
+ * s - 31 for s > 31 (capped at 31, where p >> 31 is already p's floor, 0 or -1), else 0; the
+ * stochastic shift of p >> xs is then by ss = min(s, 31). (The rounded shift needs no xs: for
+ * |p| < 2^29 by ss = 31 it is already 0 = rshift_round(p, s) for every s >= 31.) */
+#define TT_SGD_XS(s) ((s) > 31 ? ((s) - 31 < 31 ? (s) - 31 : 31) : 0)
 
 /* Runs BODY(a, b, c) with the three option flags of key = 4a + 2b + c as constants: one call per
  * combination, so that each inlined body is its own loop without the options' branches. */
@@ -1315,8 +1313,8 @@ static uint32_t tt_sgd_dense_rows_wd_s16_dsp(const int8_t *e, const int8_t *x, i
     return sat;
 }
 
-/* Stochastic rounding without decay on int16 weights w[N][K] (0 <= m_t < 2^15, s >= 1 taken as
- * ss = min(s, 31) and xs: TT_SGD_XS), every
+/* Stochastic rounding without decay on int16 weights w[N][K] (0 <= m_t < 2^15, 1 <= s <= 31; a
+ * larger s floors p first, TT_SGD_XS, which the product below cannot: sgd_rows_body takes it), every
  * row, one draw per weight in row-major order: w - floor((m_t e x + (r mod 2^s)) / 2^s), saturating
  * to [-32767, 32767] (counted). With X and A as in tt_sgd_rows_s32_body (X A = m_t e x 2^(32 - s))
  * the step is the high word of X A + (r mod 2^s) 2^(32 - s) = X A + (r << (32 - s) mod 2^32), one
@@ -1324,19 +1322,19 @@ static uint32_t tt_sgd_dense_rows_wd_s16_dsp(const int8_t *e, const int8_t *x, i
 static uint32_t tt_sgd_dense_rows_sr_s16_dsp(const int8_t *e, const int8_t *x, int32_t K, int32_t N, int16_t *w16,
                                              int32_t m_t, int32_t s, uint32_t *prng)
 {
-    const int32_t xs = TT_SGD_XS(s), ss = s - xs * (s - 31), sl = 32 - ss;
+    const int32_t sl = 32 - s;
     int32_t X[TT_SGD_CHUNK], k0, n, j, sh;
     uint32_t sat = 0, r = *prng;
     for (k0 = 0; k0 < K; k0 += TT_SGD_CHUNK) {
         const int32_t len = K - k0 < TT_SGD_CHUNK ? K - k0 : TT_SGD_CHUNK;
-        sh = tt_sgd_widen_x(x + k0, len, ss, X);
+        sh = tt_sgd_widen_x(x + k0, len, s, X);
         for (n = 0; n < N; n++) {
             const int32_t A = tt_sgd_row_mult(m_t, e[n], sh);
             int16_t *w = w16 + n * K + k0;
             for (j = 0; j < len; j++) {
                 int32_t v;
                 r = tt_prng_next(&r);
-                v = w[j] - (tt_mulhi_add(X[j], A, r << sl) >> xs);
+                v = w[j] - tt_mulhi_add(X[j], A, r << sl);
                 if ((uint32_t)(v + TT_S16_MAX) > 2u * TT_S16_MAX) { sat++; v = v > 0 ? TT_S16_MAX : -TT_S16_MAX; }
                 w[j] = (int16_t)v;
             }
@@ -1450,7 +1448,7 @@ static void tt_sgd_dense_weights(const tt_sgd_step *u, int16_t *w16, int32_t *w3
 /* One specialisation of tt_sgd_dense_rows_opt (W32, SR, WD constants after inlining): rows n of
  * w[N][K] (w16, or w32 with its int16 copy when copy != NULL), every row, element rule of
  * tt_sgd_apply1 with p = m_t e[n] x[k], |p| < 2^29 and s >= 1, ss = min(s, 31): the rounded shift
- * (p >> ss) + bit ss-1, or the stochastic one ((p >> ss) + (((p & M) + (r & M)) >> ss)) >> xs,
+ * (p >> ss) + bit ss-1, or the stochastic one (q >> ss) + (((q & M) + (r & M)) >> ss) of q = p >> xs,
  * M = 2^ss - 1 (each masked term < 2^31, the sum < 2^32; xs: TT_SGD_XS), is exact in 32 bits; the decay term
  * rshift_round(w wd_m, wd_k) is 32-bit for int16 w (|w wd_m| <= 2^30, so 0 for wd_k >= 31) and
  * 64-bit for int32 w. One draw per weight, row-major. */
@@ -1458,7 +1456,7 @@ static inline uint32_t sgd_rows_body(const int8_t *e, const int8_t *x, int32_t K
                                      int32_t *w32, int16_t *copy, int32_t m_t, int32_t s, int32_t wm,
                                      int32_t wk, uint32_t *px, int32_t W32, int32_t SR, int32_t WD)
 {
-    const int32_t xs = TT_SGD_XS(s), ss = s - xs * (s - 31);
+    const int32_t xs = TT_SGD_XS(s), ss = s < 31 ? s : 31;
     const uint32_t M = ((uint32_t)1 << ss) - 1u;
     uint32_t r = *px, sat = 0;
     int32_t n, k;
@@ -1468,8 +1466,9 @@ static inline uint32_t sgd_rows_body(const int8_t *e, const int8_t *x, int32_t K
             const int32_t p = a * (int32_t)x[k];
             int32_t d;
             if (SR) {
+                const int32_t q = p >> xs;
                 r = tt_prng_next(&r);
-                d = ((p >> ss) + (int32_t)((((uint32_t)p & M) + (r & M)) >> ss)) >> xs;
+                d = (q >> ss) + (int32_t)((((uint32_t)q & M) + (r & M)) >> ss);
             } else {
                 d = (p >> ss) + ((p >> (ss - 1)) & 1);
             }
@@ -1534,7 +1533,7 @@ static int32_t tt_sgd_dense_rows_opt(const tt_sgd_step *u, int16_t *w16, int32_t
         u->stats->saturated += tt_sgd_dense_rows_sr4_s16_dsp(e, x, K, N, w16, m_t, s, u->prng);
         return 1;
     }
-    if (w16 && o->sr && !wm && K <= TT_SGD_CHUNK) {
+    if (w16 && o->sr && !wm && K <= TT_SGD_CHUNK && s <= 31) {
         u->stats->saturated += tt_sgd_dense_rows_sr_s16_dsp(e, x, K, N, w16, m_t, s, u->prng);
         return 1;
     }
@@ -1758,24 +1757,23 @@ void tt_sgd_apply_accumulated_s16_v8(const tt_sgd_step *u, int16_t *w, int32_t *
     sgd_apply_accumulated_narrow(u, 0, w, A, 0, 0, V, n);
 }
 
-/* The stochastic step tt_sgd_shift(p, s) = floor(floor((p + (r mod 2^ss)) / 2^ss) / 2^(s - ss)),
- * ss = min(s, 31), of |p| < 2^29 in 32 bits, by the class c of s (a constant after inlining):
+/* The stochastic step tt_sgd_shift(p, s) = floor((q + (r mod 2^ss)) / 2^ss), q = p >> xs
+ * (xs = TT_SGD_XS(s), 0 for s <= 31), ss = min(s, 31), of |p| < 2^29 in 32 bits, by the class c
+ * of s (a constant after inlining):
  * c = 0 (1 <= s <= 30): p + (r mod 2^s) fits int32 (|p| < 2^29, r mod 2^s < 2^30);
  * c = 1 (s = 31): t = p + (r mod 2^31) lies in (-2^29, 2^31 + 2^29), so its floor by 2^31 is bit 31
  * of t mod 2^32 with p's sign (1 for p >= 0, -1 for p < 0, else 0);
- * c = 2 (s >= 32): that -1, 0 or 1 floored once more by 2^(s - 31) is -1 only when p < 0 and
- * t < 0, i.e. bit 31 of p & (t mod 2^32). */
+ * c = 2 (s >= 32): class 1 of q (|q| <= |p|). */
 #define TT_SGD_SCLASS(s) ((s) <= 30 ? 0 : (s) == 31 ? 1 : 2)
 static inline int32_t tt_sgd_stoch29(int32_t p, uint32_t r, int32_t s, uint32_t M, int32_t c)
 {
     uint32_t t;
+    int32_t sg;
     if (c == 0) return (p + (int32_t)(r & M)) >> s;
+    if (c == 2) p >>= TT_SGD_XS(s);
     t = (uint32_t)p + (r & 0x7fffffffu);
-    if (c == 1) {
-        const int32_t sg = p >> 31;
-        return (int32_t)((t >> 31) ^ (uint32_t)sg) - sg;
-    }
-    return (int32_t)((uint32_t)p & t) >> 31;
+    sg = p >> 31;
+    return (int32_t)((t >> 31) ^ (uint32_t)sg) - sg;
 }
 
 /* One class C (TT_SGD_SCLASS) of tt_sgd_dense_rows_s8_sr. */
