@@ -249,6 +249,25 @@ static inline void tt_st_s32x2_next(int32_t **p, int32_t a, int32_t b)
     *p = q;
 }
 
+/* Two int32 at *p (4-byte aligned) by one LDRD into *a, *b, then both set to z by one STRD and
+ * *p += 2 (writeback): an accumulator pair read and cleared (early-clobber outputs: the pointer
+ * register survives the load, no copy of it). */
+static inline void tt_ld_clear_s32x2_next(int32_t **p, int32_t *a, int32_t *b, int32_t z)
+{
+    int32_t *q = *p, x, y;
+    __asm__("ldrd %0, %1, [%2]\n\tstrd %4, %4, [%2], #8"
+            : "=&r"(x), "=&r"(y), "+r"(q), "+m"(*(int32_t(*)[2])q) : "r"(z));
+    *p = q;
+    *a = x;
+    *b = y;
+}
+
+/* a, b to p[-2], p[-1] (4-byte aligned) by one STRD: the store after a tt_ld_s32x2_next of p. */
+static inline void tt_st_s32x2_prev(int32_t *p, int32_t a, int32_t b)
+{
+    __asm__("strd %1, %2, [%0, #-8]" : : "r"(p), "r"(a), "r"(b), "m"(*(int32_t(*)[2])(p - 2)));
+}
+
 static inline int tt_guard_hit(void)
 {
     uint32_t apsr;
@@ -292,6 +311,21 @@ static inline void tt_st_s32x2_next(int32_t **p, int32_t a, int32_t b)
     (*p)[0] = a;
     (*p)[1] = b;
     *p += 2;
+}
+
+static inline void tt_ld_clear_s32x2_next(int32_t **p, int32_t *a, int32_t *b, int32_t z)
+{
+    *a = (*p)[0];
+    *b = (*p)[1];
+    (*p)[0] = z;
+    (*p)[1] = z;
+    *p += 2;
+}
+
+static inline void tt_st_s32x2_prev(int32_t *p, int32_t a, int32_t b)
+{
+    p[-2] = a;
+    p[-1] = b;
 }
 
 /** (a * b + 2^31) >> 32 of the exact 64-bit product (SMMULR: most significant word, rounded). */

@@ -428,6 +428,11 @@ static inline uint32_t sgd_apply_s32_wd_body(int32_t *w, int16_t *copy, int32_t 
     return nsat;
 }
 
+#if TT_HAVE_DSP
+static uint32_t sgd_apply_s32_wd_dsp(int32_t *w, int16_t *copy, int32_t *A, int32_t *V, int32_t n, int32_t Ms,
+                                     int32_t vm, int32_t Wd, uint32_t *px, int32_t mu, int32_t sr);
+#endif
+
 /* sgd_apply_accumulated (+ the copy's refresh) of an int32 tensor at batch size 1 with weight
  * decay whose shift s = wd_k - G is in [1, 32] and wd_m 2^(32 - s) < 2^31, and momentum off or
  * with 0 < mu_m < 2^mu_k, mu_k in [1, 31] (its multiplier as sgd_apply_body's); returns 0 for any
@@ -445,9 +450,13 @@ static int32_t sgd_apply_s32_wd(const tt_sgd_step *u, int32_t *w, int16_t *copy,
     Mu = mu ? (uint32_t)mu << (32 - mk) : 0;
     Ms = Mu >> 31 ? (int32_t)(Mu & 0x7fffffffu) + INT32_MIN : (int32_t)Mu;
     vm = -(int32_t)(Mu >> 31);
+#if TT_HAVE_DSP
+    nsat = sgd_apply_s32_wd_dsp(w, copy, A, V, n, Ms, vm, Wd, &x, mu, o->sr);
+#else
 #define TT_WD(M, S, C) nsat = sgd_apply_s32_wd_body(w, copy, A, V, n, Ms, vm, Wd, &x, M, S, C)
     TT_SGD_SPECIALISE3((mu ? 4 : 0) | (o->sr ? 2 : 0) | (copy ? 1 : 0), TT_WD)
 #undef TT_WD
+#endif
     if (o->sr) *u->prng = x;
     u->stats->saturated += nsat;
     return 1;
@@ -592,24 +601,37 @@ static inline uint32_t sgd_mom_w1(int16_t *w, int32_t wi, int32_t t)
     return hit;
 }
 
-/* Two elements of sgd_mom_s16_body: g by LDRD (*gp advanced), A and V by LDRD, then A = 0 and
- * V = vv by STRD (*A, *V advanced); *t0, *t1 = sat32(vv + 2^7). */
+/* Four weights of sgd_mom_s16_body that hit its guard, by the scalar rule from their old values
+ * and the velocities vv[-4..-1] just stored (out of line: the loop keeps no register for it). */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static uint32_t sgd_mom_redo4(int16_t *w, const int32_t *vv)
+{
+    uint32_t nsat = 0;
+    int32_t j;
+    for (j = 0; j < 4; j++) nsat += sgd_mom_w1(w + j, w[j], tt_qadd(vv[j - 4], 1 << (TT_SGD_GUARD_BITS - 1)));
+    return nsat;
+}
+
+/* Two elements of sgd_mom_s16_body: g by LDRD (*gp advanced), A read and cleared by LDRD/STRD,
+ * V by LDRD, V = vv by STRD (*A, *V advanced); returns the pair's steps SSAT #15 of
+ * sat32(vv + 2^7) >> 8, packed (the Q flag set when one is outside [-16384, 16383]). */
 #if defined(__GNUC__)
 __attribute__((always_inline))
 #endif
-static inline void sgd_mom_pair(const int32_t **gp, int32_t **A, int32_t **V, int32_t *t0, int32_t *t1,
-                                int32_t M, int32_t c1, int32_t Ms, int32_t VM)
+static inline uint32_t sgd_mom_pair(const int32_t **gp, int32_t **A, int32_t **V, int32_t M, int32_t c1, int32_t Ms,
+                                    int32_t VM)
 {
     int32_t g0, g1, a0, a1, v0, v1;
     tt_ld_s32x2_next(gp, &g0, &g1);
-    tt_ld_s32x2(*A, &a0, &a1);
-    tt_ld_s32x2(*V, &v0, &v1);
+    tt_ld_clear_s32x2_next(A, &a0, &a1, 0);
+    tt_ld_s32x2_next((const int32_t **)V, &v0, &v1);
     v0 = sgd_mom_vv(g0, a0, v0, M, c1, Ms, VM);
     v1 = sgd_mom_vv(g1, a1, v1, M, c1, Ms, VM);
-    tt_st_s32x2_next(A, 0, 0);
-    tt_st_s32x2_next(V, v0, v1);
-    *t0 = tt_qadd(v0, 1 << (TT_SGD_GUARD_BITS - 1));
-    *t1 = tt_qadd(v1, 1 << (TT_SGD_GUARD_BITS - 1));
+    tt_st_s32x2_prev(*V, v0, v1);
+    return tt_pack_lo((uint32_t)tt_ssat15_asr8(tt_qadd(v0, 1 << (TT_SGD_GUARD_BITS - 1))),
+                      (uint32_t)tt_ssat15_asr8(tt_qadd(v1, 1 << (TT_SGD_GUARD_BITS - 1))));
 }
 
 /* The fused per-sample step of momentum SGD on int16 weights (batch 1, no decay, no stochastic
@@ -617,7 +639,9 @@ static inline void sgd_mom_pair(const int32_t **gp, int32_t **A, int32_t **V, in
  * LDRD/STRD, the weight pair updated by SSUB16 under the Q-flag guard of tt_sgd_row_fast_s16 (old
  * lanes in [-16384, 16383] by SSAT16, steps in [-16384, 16383] by SSAT #15 of t >> 8: then
  * w - d is in [-32767, 32767], no saturation, no -32768); four that hit the guard are redone by
- * the scalar rule from its old weights. n >= 0; A, V, g 4-byte aligned (int32 arrays). */
+ * the scalar rule from its old weights and the velocities just stored (t = sat32(vv + 2^7), read
+ * back: nothing of the four stays live across the guard). n >= 0; A, V, g 4-byte aligned, w any
+ * 2-byte alignment. */
 #if defined(__GNUC__)
 __attribute__((always_inline))
 #endif
@@ -630,21 +654,13 @@ static inline uint32_t sgd_mom_s16_body(int16_t *w, int32_t *A, int32_t *V, int3
     uint32_t nsat = 0;
     tt_guard_clear();
     while (w != end) {
-        int32_t t0, t1, t2, t3;
-        uint32_t W0, W1, D0, D1;
-        sgd_mom_pair(&gp, &A, &V, &t0, &t1, M, c1, Ms, VM);
-        sgd_mom_pair(&gp, &A, &V, &t2, &t3, M, c1, Ms, VM);
-        D0 = tt_pack_lo((uint32_t)tt_ssat15_asr8(t0), (uint32_t)tt_ssat15_asr8(t1));
-        D1 = tt_pack_lo((uint32_t)tt_ssat15_asr8(t2), (uint32_t)tt_ssat15_asr8(t3));
-        W0 = tt_ld_s16x2(w);
-        W1 = tt_ld_s16x2(w + 2);
+        const uint32_t D0 = sgd_mom_pair(&gp, &A, &V, M, c1, Ms, VM);
+        const uint32_t D1 = sgd_mom_pair(&gp, &A, &V, M, c1, Ms, VM);
+        const uint32_t W0 = tt_ld_s16x2(w), W1 = tt_ld_s16x2(w + 2); /* any 2-byte alignment */
         tt_guard_s16x2_15(W0);
         tt_guard_s16x2_15(W1);
         if (tt_guard_hit()) {
-            nsat += sgd_mom_w1(w, (int16_t)(W0 & 0xFFFFu), t0);
-            nsat += sgd_mom_w1(w + 1, (int16_t)(W0 >> 16), t1);
-            nsat += sgd_mom_w1(w + 2, (int16_t)(W1 & 0xFFFFu), t2);
-            nsat += sgd_mom_w1(w + 3, (int16_t)(W1 >> 16), t3);
+            nsat += sgd_mom_redo4(w, V);
             tt_guard_clear();
         } else {
             tt_st_s16x2(w, (uint32_t)__ssub16((int32_t)W0, (int32_t)D0));
@@ -1196,6 +1212,95 @@ static uint32_t tt_sgd_s32_redo(int32_t *w, int16_t *copy, const int32_t *old, c
         if (copy) copy[j] = tt_narrow_s16((int32_t)v);
     }
     return sat;
+}
+
+/* Two elements of sgd_apply_s32_wd_body per turn (DSP): w, A, V by LDRD/STRD; the step
+ * floor((uu + dec + R) / 2^8) as (uu >> 8) + (((uu mod 2^8) + dec + R) >> 8) (|dec| < 2^30: the
+ * inner sum fits int32; uu = 2^8 (uu >> 8) + uu mod 2^8), w = QSUB(w, d) (|d| < 2^24: the int32
+ * clamp of the wrapped rule), the copy's round(w / 2^16) = QADD(w, 2^15) >> 16 two at a time
+ * (PKHTB). The Q flag, clear on entry, is set by QSUB and the copy's QADD when they saturate, by
+ * the velocity's QADD when it does (harmless: nothing to redo), and by SSAT16 #15 of
+ * SHSUB16(copy, 1) when a copy lane is -32768; a hit redoes the pair by tt_sgd_s32_redo from its
+ * old weights and steps (the count is of weight saturations only). MU, VM (SMMLAR: mu 2^(32 - mk)
+ * >= 2^31), SR, COPY: constants after inlining; an odd last element by sgd_apply_s32_wd_body. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline uint32_t sgd_apply_s32_wd_pairs(int32_t *w, int16_t *copy, int32_t *A, int32_t *V, int32_t n, int32_t Ms,
+                                              int32_t Wd, uint32_t *px, int32_t MU, int32_t VM, int32_t SR, int32_t COPY)
+{
+    int32_t *const end = w + (n & ~1);
+    uint32_t x = *px, nsat = 0;
+    tt_guard_clear();
+    while (w != end) {
+        int32_t w0, w1, a0, a1, d0, d1, v0, v1;
+        uint32_t r0 = 1u << (TT_SGD_GUARD_BITS - 1), r1 = r0, c = 0;
+        tt_ld_s32x2(w, &w0, &w1);
+        tt_ld_s32x2(A, &a0, &a1);
+        tt_st_s32x2_next(&A, 0, 0);
+        if (MU) {
+            int32_t u0, u1;
+            tt_ld_s32x2(V, &u0, &u1);
+            a0 = tt_qadd(VM ? tt_smmlar(u0, Ms, u0) : tt_smmulr(u0, Ms), a0);
+            a1 = tt_qadd(VM ? tt_smmlar(u1, Ms, u1) : tt_smmulr(u1, Ms), a1);
+            tt_st_s32x2_next(&V, a0, a1);
+        }
+        if (SR) {
+            x = tt_prng_next(&x);
+            r0 = x & 255u;
+            x = tt_prng_next(&x);
+            r1 = x & 255u;
+        }
+        d0 = (a0 >> TT_SGD_GUARD_BITS) + ((tt_smmulr(w0, Wd) + (int32_t)((uint32_t)a0 & 255u) + (int32_t)r0) >> TT_SGD_GUARD_BITS);
+        d1 = (a1 >> TT_SGD_GUARD_BITS) + ((tt_smmulr(w1, Wd) + (int32_t)((uint32_t)a1 & 255u) + (int32_t)r1) >> TT_SGD_GUARD_BITS);
+        v0 = __qsub(w0, d0);
+        v1 = __qsub(w1, d1);
+        if (COPY) {
+            c = tt_pack_hi((uint32_t)tt_qadd(v0, 1 << 15), (uint32_t)tt_qadd(v1, 1 << 15));
+            tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)c, 0x00010001));
+        }
+        if (tt_guard_hit_after(v0, v1, (int32_t)c, (int32_t)c)) {
+            const int32_t old[2] = {w0, w1}, d[2] = {d0, d1};
+            nsat += tt_sgd_s32_redo(w, COPY ? copy : 0, old, d, 2);
+            tt_guard_clear();
+            w += 2;
+        } else {
+            tt_st_s32x2_next(&w, v0, v1);
+            if (COPY) tt_st_s16x2(copy, c);
+        }
+        if (COPY) copy += 2;
+    }
+    if (n & 1) {
+        const int32_t vm = VM ? -1 : 0;
+        nsat += sgd_apply_s32_wd_body(w, copy, A, V, 1, Ms, vm, Wd, &x, MU, SR, COPY);
+    }
+    *px = x;
+    return nsat;
+}
+
+/* sgd_apply_s32_wd's loops on DSP cores: one sgd_apply_s32_wd_pairs per combination. */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static uint32_t sgd_apply_s32_wd_dsp(int32_t *w, int16_t *copy, int32_t *A, int32_t *V, int32_t n, int32_t Ms,
+                                     int32_t vm, int32_t Wd, uint32_t *px, int32_t mu, int32_t sr)
+{
+    uint32_t nsat;
+#define TT_WD2(M, S, C) nsat = sgd_apply_s32_wd_pairs(w, copy, A, V, n, Ms, Wd, px, M, M, S, C)
+#define TT_WD2N(S, C) nsat = sgd_apply_s32_wd_pairs(w, copy, A, V, n, Ms, Wd, px, 1, 0, S, C)
+    if (mu && !vm) {
+        switch ((sr ? 2 : 0) | (copy ? 1 : 0)) {
+        case 0: TT_WD2N(0, 0); break;
+        case 1: TT_WD2N(0, 1); break;
+        case 2: TT_WD2N(1, 0); break;
+        default: TT_WD2N(1, 1); break;
+        }
+        return nsat;
+    }
+    TT_SGD_SPECIALISE3((mu ? 4 : 0) | (sr ? 2 : 0) | (copy ? 1 : 0), TT_WD2)
+#undef TT_WD2
+#undef TT_WD2N
+    return nsat;
 }
 
 /* Rows n of int32 weights w[N][K] with e[n] != 0 (plain SGD, 0 <= m_t < 2^15, s in [1, 31]): with
