@@ -806,6 +806,22 @@ static void sgd_dense_acc_bias(const tt_sgd_step *u, int32_t *b, int32_t *A, int
     }
 }
 
+#if TT_HAVE_DSP
+/* A[j] = QADD(A[j], p X[j]) for j < len (|p X| < 2^31: the caller's bound), two per turn by
+ * LDRD/STRD (A, X 4-byte aligned int32 arrays). */
+static inline void sgd_acc_qadd_row(int32_t *A, const int32_t *X, int32_t len, int32_t p)
+{
+    int32_t *const end = A + (len & ~1);
+    while (A != end) {
+        int32_t a0, a1, x0, x1;
+        tt_ld_s32x2_next(&X, &x0, &x1);
+        tt_ld_s32x2_next((const int32_t **)&A, &a0, &a1);
+        tt_st_s32x2_prev(A, tt_qadd(a0, p * x0), tt_qadd(a1, p * x1));
+    }
+    if (len & 1) *A = tt_qadd(*A, p * *X);
+}
+#endif
+
 /* The per-sample accumulate of a Dense layer without a gradient buffer: tt_sgd_accumulate_s32 of
  * the weights' gradient e[n] x[k] (row-major, rows in chunks: the same draws in the same order)
  * then of the biases' e[n]. For 0 <= m_t < 2^15, on every target: s in [-32, 0] (no draws), the
@@ -826,22 +842,33 @@ void tt_sgd_dense_accumulate_s32(const tt_sgd_step *u, const tt_sgd_dense_accum_
              * p = m_t e[n] (|p x| < 2^29: exact in int64, no saturation in shift); in 32 bits by QADD
              * when the row's |p| 2^(7 + t) < 2^31 */
             const int32_t t = -s;
-            for (n = 0; n < N; n++) {
-                const int32_t pn = u->m_t * (int32_t)e[n];
-                const uint32_t up = (uint32_t)(pn < 0 ? -pn : pn);
-                int32_t *A = p->wa + n * K;
-                if (pn == 0) continue;
-                if (tt_bitwidth_u64(up) + 7 + t <= 30) {
-                    const int32_t pt = pn * ((int32_t)1 << t);
-                    for (j = 0; j < K; j++) A[j] = tt_qadd(A[j], pt * (int32_t)x[j]);
-                } else if (t <= 30) { /* A + (p x) T by one SMLAL, T = 2^t an int32 */
-                    const int32_t T = (int32_t)1 << t;
-                    for (j = 0; j < K; j++) {
-                        const int64_t r = (int64_t)A[j] + (int64_t)(pn * (int32_t)x[j]) * T;
-                        A[j] = (int32_t)r == r ? (int32_t)r : r < 0 ? INT32_MIN : INT32_MAX;
+            for (k0 = 0; k0 < K; k0 += TT_SGD_ACC_CHUNK) { /* no draws: any order */
+                const int32_t len = K - k0 < TT_SGD_ACC_CHUNK ? K - k0 : TT_SGD_ACC_CHUNK;
+                const int8_t *xk = x + k0;
+#if TT_HAVE_DSP
+                for (j = 0; j < len; j++) g[j] = xk[j];
+#endif
+                for (n = 0; n < N; n++) {
+                    const int32_t pn = u->m_t * (int32_t)e[n];
+                    const uint32_t up = (uint32_t)(pn < 0 ? -pn : pn);
+                    int32_t *A = p->wa + n * K + k0;
+                    if (pn == 0) continue;
+                    if (tt_bitwidth_u64(up) + 7 + t <= 30) {
+                        const int32_t pt = pn * ((int32_t)1 << t);
+#if TT_HAVE_DSP
+                        sgd_acc_qadd_row(A, g, len, pt);
+#else
+                        for (j = 0; j < len; j++) A[j] = tt_qadd(A[j], pt * (int32_t)xk[j]);
+#endif
+                    } else if (t <= 30) { /* A + (p x) T by one SMLAL, T = 2^t an int32 */
+                        const int32_t T = (int32_t)1 << t;
+                        for (j = 0; j < len; j++) {
+                            const int64_t r = (int64_t)A[j] + (int64_t)(pn * (int32_t)xk[j]) * T;
+                            A[j] = (int32_t)r == r ? (int32_t)r : r < 0 ? INT32_MIN : INT32_MAX;
+                        }
+                    } else {
+                        for (j = 0; j < len; j++) A[j] = tt_sat_s32((int64_t)A[j] + (int64_t)(pn * (int32_t)xk[j]) * ((int64_t)1 << t));
                     }
-                } else {
-                    for (j = 0; j < K; j++) A[j] = tt_sat_s32((int64_t)A[j] + (int64_t)(pn * (int32_t)x[j]) * ((int64_t)1 << t));
                 }
             }
         } else if (u->m_t >= 0 && u->m_t < 32768 && s >= 1 && s <= 31) {
@@ -1235,15 +1262,14 @@ static inline uint32_t sgd_apply_s32_wd_pairs(int32_t *w, int16_t *copy, int32_t
     while (w != end) {
         int32_t w0, w1, a0, a1, d0, d1, v0, v1;
         uint32_t r0 = 1u << (TT_SGD_GUARD_BITS - 1), r1 = r0, c = 0;
-        tt_ld_s32x2(w, &w0, &w1);
-        tt_ld_s32x2(A, &a0, &a1);
-        tt_st_s32x2_next(&A, 0, 0);
+        tt_ld_s32x2_next((const int32_t **)&w, &w0, &w1);
+        tt_ld_clear_s32x2_next(&A, &a0, &a1, 0);
         if (MU) {
             int32_t u0, u1;
-            tt_ld_s32x2(V, &u0, &u1);
+            tt_ld_s32x2_next((const int32_t **)&V, &u0, &u1);
             a0 = tt_qadd(VM ? tt_smmlar(u0, Ms, u0) : tt_smmulr(u0, Ms), a0);
             a1 = tt_qadd(VM ? tt_smmlar(u1, Ms, u1) : tt_smmulr(u1, Ms), a1);
-            tt_st_s32x2_next(&V, a0, a1);
+            tt_st_s32x2_prev(V, a0, a1);
         }
         if (SR) {
             x = tt_prng_next(&x);
@@ -1261,11 +1287,10 @@ static inline uint32_t sgd_apply_s32_wd_pairs(int32_t *w, int16_t *copy, int32_t
         }
         if (tt_guard_hit_after(v0, v1, (int32_t)c, (int32_t)c)) {
             const int32_t old[2] = {w0, w1}, d[2] = {d0, d1};
-            nsat += tt_sgd_s32_redo(w, COPY ? copy : 0, old, d, 2);
+            nsat += tt_sgd_s32_redo(w - 2, COPY ? copy : 0, old, d, 2);
             tt_guard_clear();
-            w += 2;
         } else {
-            tt_st_s32x2_next(&w, v0, v1);
+            tt_st_s32x2_prev(w, v0, v1);
             if (COPY) tt_st_s16x2(copy, c);
         }
         if (COPY) copy += 2;
