@@ -265,7 +265,7 @@ static inline void tt_ld_clear_s32x2_next(int32_t **p, int32_t *a, int32_t *b, i
 /* a, b to p[-2], p[-1] (4-byte aligned) by one STRD: the store after a tt_ld_s32x2_next of p. */
 static inline void tt_st_s32x2_prev(int32_t *p, int32_t a, int32_t b)
 {
-    __asm__("strd %1, %2, [%0, #-8]" : : "r"(p), "r"(a), "r"(b), "m"(*(int32_t(*)[2])(p - 2)));
+    __asm__("strd %2, %3, [%1, #-8]" : "=m"(*(int32_t(*)[2])(p - 2)) : "r"(p), "r"(a), "r"(b));
 }
 
 static inline int tt_guard_hit(void)

@@ -635,32 +635,30 @@ static inline uint32_t sgd_mom_pair(const int32_t **gp, int32_t **A, int32_t **V
 }
 
 /* The fused per-sample step of momentum SGD on int16 weights (batch 1, no decay, no stochastic
- * rounding; sgd_apply_body's W16 MU ACC case, same bits) four elements per turn: g, A and V by
- * LDRD/STRD, the weight pair updated by SSUB16 under the Q-flag guard of tt_sgd_row_fast_s16 (old
- * lanes in [-16384, 16383] by SSAT16, steps in [-16384, 16383] by SSAT #15 of t >> 8: then
- * w - d is in [-32767, 32767], no saturation, no -32768); four that hit the guard are redone by
- * the scalar rule from its old weights and the velocities just stored (t = sat32(vv + 2^7), read
- * back: nothing of the four stays live across the guard). n >= 0; A, V, g 4-byte aligned, w any
- * 2-byte alignment. */
+ * rounding; sgd_apply_body's W16 MU ACC case, same bits) four elements per turn from *w to end:
+ * g, A and V by LDRD/STRD, the weight pair updated by SSUB16 under the Q-flag guard of
+ * tt_sgd_row_fast_s16 (old lanes in [-16384, 16383] by SSAT16, steps in [-16384, 16383] by SSAT
+ * #15 of t >> 8: then w - d is in [-32767, 32767], no saturation, no -32768); four that hit the
+ * guard are redone by the scalar rule from their old weights and the velocities just stored
+ * (t = sat32(vv + 2^7), read back: nothing of the four stays live across the guard). A stale Q
+ * flag only sends four to that exact redo. The pointers are advanced; A, V, g 4-byte aligned, w
+ * any 2-byte alignment. */
 #if defined(__GNUC__)
 __attribute__((always_inline))
 #endif
-static inline uint32_t sgd_mom_s16_body(int16_t *w, int32_t *A, int32_t *V, int32_t n, const int32_t *g, int32_t M,
-                                        int32_t c1, int32_t Ms, int32_t VM)
+static inline uint32_t sgd_mom_quads(int16_t **pw, int16_t *end, const int32_t **gp, int32_t **A, int32_t **V,
+                                     int32_t M, int32_t c1, int32_t Ms, int32_t VM)
 {
-    const int32_t *gp = g;
-    int16_t *const end = w + (n & ~3);
-    int32_t j;
+    int16_t *w = *pw;
     uint32_t nsat = 0;
-    tt_guard_clear();
     while (w != end) {
-        const uint32_t D0 = sgd_mom_pair(&gp, &A, &V, M, c1, Ms, VM);
-        const uint32_t D1 = sgd_mom_pair(&gp, &A, &V, M, c1, Ms, VM);
+        const uint32_t D0 = sgd_mom_pair(gp, A, V, M, c1, Ms, VM);
+        const uint32_t D1 = sgd_mom_pair(gp, A, V, M, c1, Ms, VM);
         const uint32_t W0 = tt_ld_s16x2(w), W1 = tt_ld_s16x2(w + 2); /* any 2-byte alignment */
         tt_guard_s16x2_15(W0);
         tt_guard_s16x2_15(W1);
         if (tt_guard_hit()) {
-            nsat += sgd_mom_redo4(w, V);
+            nsat += sgd_mom_redo4(w, *V);
             tt_guard_clear();
         } else {
             tt_st_s16x2(w, (uint32_t)__ssub16((int32_t)W0, (int32_t)D0));
@@ -668,13 +666,36 @@ static inline uint32_t sgd_mom_s16_body(int16_t *w, int32_t *A, int32_t *V, int3
         }
         w += 4;
     }
-    for (j = 0; j < (n & 3); j++) {
-        const int32_t v0 = sgd_mom_vv(gp[j], A[j], V[j], M, c1, Ms, VM);
+    *pw = w;
+    return nsat;
+}
+
+/* The last n elements (n < 4) of a momentum row by the scalar rule of sgd_mom_quads. */
+static inline uint32_t sgd_mom_tail(int16_t *w, int32_t *A, int32_t *V, int32_t n, const int32_t *g, int32_t M,
+                                    int32_t c1, int32_t Ms, int32_t VM)
+{
+    uint32_t nsat = 0;
+    int32_t j;
+    for (j = 0; j < n; j++) {
+        const int32_t v0 = sgd_mom_vv(g[j], A[j], V[j], M, c1, Ms, VM);
         A[j] = 0;
         V[j] = v0;
         nsat += sgd_mom_w1(w + j, w[j], tt_qadd(v0, 1 << (TT_SGD_GUARD_BITS - 1)));
     }
     return nsat;
+}
+
+/* sgd_mom_quads then sgd_mom_tail on n elements. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline uint32_t sgd_mom_s16_body(int16_t *w, int32_t *A, int32_t *V, int32_t n, const int32_t *g, int32_t M,
+                                        int32_t c1, int32_t Ms, int32_t VM)
+{
+    uint32_t nsat;
+    tt_guard_clear();
+    nsat = sgd_mom_quads(&w, w + (n & ~3), &g, &A, &V, M, c1, Ms, VM);
+    return nsat + sgd_mom_tail(w, A, V, n & 3, g, M, c1, Ms, VM);
 }
 
 /* sgd_mom_s16_body with VM (mu 2^(32 - mk) >= 2^31) and c1 > 0 constants. */
@@ -685,6 +706,43 @@ static uint32_t sgd_mom_s16_dsp(int16_t *w, int32_t *A, int32_t *V, int32_t n, c
     return VM ? sgd_mom_s16_body(w, A, V, n, g, M, 0, Ms, 1) : sgd_mom_s16_body(w, A, V, n, g, M, 0, Ms, 0);
 }
 
+
+/* The rows of one input chunk of sgd_dense_acc (int16 weights, momentum, DSP): row n's len
+ * weights at w + n K (A, V alike) by sgd_mom_quads and sgd_mom_tail with its multiplier
+ * An = m_t e[n] 2^sh (tt_sgd_row_mult) on the widened inputs X; one call for all N rows, the
+ * pointers carried from row to row (VM a constant). */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline uint32_t sgd_mom_rows_body(int16_t *w, int32_t *A, int32_t *V, int32_t K, int32_t N, int32_t len,
+                                         const int32_t *X, const int8_t *e, int32_t m_t, int32_t sh, int32_t Ms,
+                                         int32_t VM)
+{
+    const int8_t *const eend = e + N;
+    const int32_t t = len & 3, skip = K - len + t; /* from a row's last quad to the next row */
+    uint32_t nsat = 0;
+    tt_guard_clear();
+    for (; e != eend; e++) {
+        const int32_t M = tt_sgd_row_mult(m_t, *e, sh);
+        const int32_t *gp = X;
+        nsat += sgd_mom_quads(&w, w + (len & ~3), &gp, &A, &V, M, 0, Ms, VM);
+        if (t) nsat += sgd_mom_tail(w, A, V, t, gp, M, 0, Ms, VM);
+        w += skip;
+        A += skip;
+        V += skip;
+    }
+    return nsat;
+}
+
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static uint32_t sgd_mom_rows_s16_dsp(int16_t *w, int32_t *A, int32_t *V, int32_t K, int32_t N, int32_t len,
+                                     const int32_t *X, const int8_t *e, int32_t m_t, int32_t sh, int32_t Ms, int32_t VM)
+{
+    return VM ? sgd_mom_rows_body(w, A, V, K, N, len, X, e, m_t, sh, Ms, 1)
+              : sgd_mom_rows_body(w, A, V, K, N, len, X, e, m_t, sh, Ms, 0);
+}
 
 #endif
 
@@ -766,12 +824,16 @@ static void sgd_dense_acc(const tt_sgd_step *u, int16_t *w16, int32_t *w32, int1
         for (k0 = 0; k0 < K; k0 += TT_SGD_ACC_CHUNK) {
             const int32_t len = K - k0 < TT_SGD_ACC_CHUNK ? K - k0 : TT_SGD_ACC_CHUNK;
             sh = tt_sgd_widen_x(x + k0, len, s, g);
+#if TT_HAVE_DSP
+            if (w16) {
+                nsat += sgd_mom_rows_s16_dsp(w16 + k0, A + k0, V + k0, K, N, len, g, e, u->m_t, sh, Ms, VM);
+                continue;
+            }
+#endif
             for (n = 0; n < N; n++) {
                 const int32_t o = n * K + k0, An = tt_sgd_row_mult(u->m_t, e[n], sh);
                 if (w16) {
-#if TT_HAVE_DSP
-                    nsat += sgd_mom_s16_dsp(w16 + o, A + o, V + o, len, g, An, 0, Ms, VM);
-#else
+#if !TT_HAVE_DSP
                     nsat += VM ? sgd_mom_s16(w16 + o, A + o, V + o, len, g, An, Ms, 1)
                                : sgd_mom_s16(w16 + o, A + o, V + o, len, g, An, Ms, 0);
 #endif
@@ -794,11 +856,28 @@ static void sgd_dense_acc(const tt_sgd_step *u, int16_t *w16, int32_t *w32, int1
     }
 }
 
-/* The biases of a Dense accumulate-apply: gradient e[n] at ee, in chunks. */
+/* The biases of a Dense accumulate-apply: gradient e[n] at ee, in chunks. Momentum (sgd_mom_ok,
+ * s in [-8, 31]): sgd_dense_acc's momentum rule with the biases as one row whose inputs are e,
+ * widened to E = e 2^c with c = min(24, max(0, 23 - s)) (|E| <= 2^31), and whose multiplier is
+ * m_t 2^(32 - s - c) (< 2^31: 32 - s - c <= 16 and m_t < 2^15), so SMMULR(E, m_t 2^(32 - s - c))
+ * = round(m_t e / 2^s) exactly (a left shift for s <= 0); no per-chunk bound pass. */
 static void sgd_dense_acc_bias(const tt_sgd_step *u, int32_t *b, int32_t *A, int32_t *V, int32_t eb,
                                const int8_t *e, int32_t ee, int32_t N)
 {
-    int32_t g[TT_SGD_ACC_CHUNK], n0, j;
+    int32_t g[TT_SGD_ACC_CHUNK], n0, j, Ms, VM;
+    const int32_t s = eb + u->cfg->k - ee - TT_SGD_GUARD_BITS;
+    if (V && s >= -8 && s <= 31 && sgd_mom_ok(u, &Ms, &VM)) {
+        const int32_t c = s >= 23 ? 0 : s >= -1 ? 23 - s : 24, An = (int32_t)((uint32_t)u->m_t << (32 - s - c));
+        uint32_t nsat = 0;
+        for (n0 = 0; n0 < N; n0 += TT_SGD_ACC_CHUNK) {
+            const int32_t len = N - n0 < TT_SGD_ACC_CHUNK ? N - n0 : TT_SGD_ACC_CHUNK;
+            for (j = 0; j < len; j++) g[j] = (int32_t)((uint32_t)(int32_t)e[n0 + j] << c);
+            nsat += VM ? sgd_mom_s32(b + n0, 0, A + n0, V + n0, len, g, An, 0, Ms, 1)
+                       : sgd_mom_s32(b + n0, 0, A + n0, V + n0, len, g, An, 0, Ms, 0);
+        }
+        u->stats->saturated += nsat;
+        return;
+    }
     for (n0 = 0; n0 < N; n0 += TT_SGD_ACC_CHUNK) {
         const int32_t len = N - n0 < TT_SGD_ACC_CHUNK ? N - n0 : TT_SGD_ACC_CHUNK;
         for (j = 0; j < len; j++) g[j] = e[n0 + j];
@@ -1262,14 +1341,15 @@ static inline uint32_t sgd_apply_s32_wd_pairs(int32_t *w, int16_t *copy, int32_t
     while (w != end) {
         int32_t w0, w1, a0, a1, d0, d1, v0, v1;
         uint32_t r0 = 1u << (TT_SGD_GUARD_BITS - 1), r1 = r0, c = 0;
-        tt_ld_s32x2_next((const int32_t **)&w, &w0, &w1);
-        tt_ld_clear_s32x2_next(&A, &a0, &a1, 0);
+        tt_ld_s32x2(w, &w0, &w1);
+        tt_ld_s32x2(A, &a0, &a1);
+        tt_st_s32x2_next(&A, 0, 0);
         if (MU) {
             int32_t u0, u1;
-            tt_ld_s32x2_next((const int32_t **)&V, &u0, &u1);
+            tt_ld_s32x2(V, &u0, &u1);
             a0 = tt_qadd(VM ? tt_smmlar(u0, Ms, u0) : tt_smmulr(u0, Ms), a0);
             a1 = tt_qadd(VM ? tt_smmlar(u1, Ms, u1) : tt_smmulr(u1, Ms), a1);
-            tt_st_s32x2_prev(V, a0, a1);
+            tt_st_s32x2_next(&V, a0, a1);
         }
         if (SR) {
             x = tt_prng_next(&x);
@@ -1287,10 +1367,11 @@ static inline uint32_t sgd_apply_s32_wd_pairs(int32_t *w, int16_t *copy, int32_t
         }
         if (tt_guard_hit_after(v0, v1, (int32_t)c, (int32_t)c)) {
             const int32_t old[2] = {w0, w1}, d[2] = {d0, d1};
-            nsat += tt_sgd_s32_redo(w - 2, COPY ? copy : 0, old, d, 2);
+            nsat += tt_sgd_s32_redo(w, COPY ? copy : 0, old, d, 2);
             tt_guard_clear();
+            w += 2;
         } else {
-            tt_st_s32x2_prev(w, v0, v1);
+            tt_st_s32x2_next(&w, v0, v1);
             if (COPY) tt_st_s16x2(copy, c);
         }
         if (COPY) copy += 2;
