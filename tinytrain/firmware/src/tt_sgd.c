@@ -1790,6 +1790,27 @@ static inline void tt_sgd_dense_bias(const tt_sgd_step *u, int32_t *b, int32_t e
         }
         return;
     }
+    if (o->sr && !o->wd_m && m_t >= 0 && m_t < 32768 && s >= 1 && s <= 30) {
+        /* stochastic rounding, one draw per bias (e[n] = 0 too): floor((p + (r mod 2^s)) / 2^s) of
+         * p = m_t e (|p| < 2^22: the sum fits int32), b - d saturating as above */
+        const uint32_t M = ((uint32_t)1 << s) - 1u;
+        uint32_t r = *u->prng, nsat = 0;
+        for (n = 0; n < N; n++) {
+            const uint32_t bn = (uint32_t)b[n];
+            uint32_t d, v;
+            r = tt_prng_next(&r);
+            d = (uint32_t)((m_t * (int32_t)e[n] + (int32_t)(r & M)) >> s);
+            v = bn - d;
+            if (((bn ^ d) & (bn ^ v)) >> 31) {
+                nsat++;
+                v = (int32_t)d > 0 ? (uint32_t)INT32_MIN : (uint32_t)INT32_MAX;
+            }
+            b[n] = (int32_t)v;
+        }
+        *u->prng = r;
+        u->stats->saturated += nsat;
+        return;
+    }
     {
         static const int8_t one = 1;
         if (tt_sgd_dense_rows_opt(u, 0, b, 0, s, e, &one, 1, N)) return;
