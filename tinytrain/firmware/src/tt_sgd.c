@@ -12,6 +12,19 @@ static inline int32_t tt_qadd(int32_t a, int32_t b) { return __qadd(a, b); }
 static inline int32_t tt_qadd(int32_t a, int32_t b) { return tt_sat_s32((int64_t)a + b); }
 #endif
 
+/* *r = a - b wrapped to int32; returns 1 when the exact difference overflows int32 (GCC: SUBS
+ * and the V flag; otherwise the operands' and the result's signs). */
+static inline int tt_sub_overflows(int32_t a, int32_t b, int32_t *r)
+{
+#if defined(__GNUC__)
+    return __builtin_sub_overflow(a, b, r);
+#else
+    const uint32_t v = (uint32_t)a - (uint32_t)b;
+    *r = (int32_t)v;
+    return (int)((((uint32_t)a ^ (uint32_t)b) & ((uint32_t)a ^ v)) >> 31);
+#endif
+}
+
 /* The high word of g * M + R (R added as an unsigned low word): floor((g M + R) / 2^32). */
 static inline int32_t tt_mulhi_add(int32_t g, int32_t M, uint32_t R)
 {
@@ -1770,23 +1783,19 @@ static inline void tt_sgd_dense_bias(const tt_sgd_step *u, int32_t *b, int32_t e
     const int32_t m_t = u->m_t, s = eb + o->k - ee;
     int32_t n;
     if (TT_SGD_FAST(o, m_t) && s >= 1 && s <= 31) {
-        /* |m_t * e| < 2^22: the rounded shift is (p + 2^(s-1)) >> s without overflow; b - d
-         * wraps in uint32 and overflowed iff b and d differ in sign and the result's sign is
-         * not b's, then it saturates toward d's opposite sign (the int64 difference's clamp) */
+        /* |m_t * e| < 2^22: the rounded shift is (p + 2^(s-1)) >> s without overflow; when b - d
+         * overflows int32 it saturates toward d's opposite sign (the int64 difference's clamp) */
         const int32_t half = (int32_t)1 << (s - 1);
         for (n = 0; n < N; n++) {
             const int32_t p = m_t * (int32_t)e[n];
-            uint32_t bn, d, r;
+            int32_t d, r;
             if (p == 0) continue;
-            bn = (uint32_t)b[n];
-            d = (uint32_t)((p + half) >> s);
-            r = bn - d;
-            if (((bn ^ d) & (bn ^ r)) >> 31) {
+            d = (p + half) >> s;
+            if (tt_sub_overflows(b[n], d, &r)) {
                 u->stats->saturated++;
-                b[n] = (int32_t)d > 0 ? INT32_MIN : INT32_MAX;
-            } else {
-                b[n] = (int32_t)r;
+                r = d > 0 ? INT32_MIN : INT32_MAX;
             }
+            b[n] = r;
         }
         return;
     }
@@ -1796,16 +1805,14 @@ static inline void tt_sgd_dense_bias(const tt_sgd_step *u, int32_t *b, int32_t e
         const uint32_t M = ((uint32_t)1 << s) - 1u;
         uint32_t r = *u->prng, nsat = 0;
         for (n = 0; n < N; n++) {
-            const uint32_t bn = (uint32_t)b[n];
-            uint32_t d, v;
+            int32_t d, v;
             r = tt_prng_next(&r);
-            d = (uint32_t)((m_t * (int32_t)e[n] + (int32_t)(r & M)) >> s);
-            v = bn - d;
-            if (((bn ^ d) & (bn ^ v)) >> 31) {
+            d = (m_t * (int32_t)e[n] + (int32_t)(r & M)) >> s;
+            if (tt_sub_overflows(b[n], d, &v)) {
                 nsat++;
-                v = (int32_t)d > 0 ? (uint32_t)INT32_MIN : (uint32_t)INT32_MAX;
+                v = d > 0 ? INT32_MIN : INT32_MAX;
             }
-            b[n] = (int32_t)v;
+            b[n] = v;
         }
         *u->prng = r;
         u->stats->saturated += nsat;
