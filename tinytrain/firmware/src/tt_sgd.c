@@ -1025,9 +1025,30 @@ void tt_sgd_dense_accumulate_apply_s32(const tt_sgd_step *u, const tt_sgd_dense_
     if (p->b) sgd_dense_acc_bias(u, p->b, p->ba, p->bv, p->eb, e, ee, p->N);
 }
 
+#if TT_HAVE_DSP
+/* Two copy lanes of int32 masters m0, m1: round(m / 2^16) = QADD(m, 2^15) >> 16 (the saturation
+ * is the clamp at 32767) as the high halves (PKHTB), then a lane of -32768 to -32767 by QSUB16 and
+ * QADD16 of 1 (every other lane unchanged). QADD may set the Q flag: the callers read no guard. */
+static inline uint32_t tt_narrow_s16x2(int32_t m0, int32_t m1)
+{
+    const uint32_t c = tt_pack_hi((uint32_t)tt_qadd(m0, 1 << 15), (uint32_t)tt_qadd(m1, 1 << 15));
+    return (uint32_t)__qadd16(__qsub16((int32_t)c, 0x00010001), 0x00010001);
+}
+#endif
+
 void tt_sgd_refresh_copy(const int32_t *master, int16_t *w16, int32_t n)
 {
     int32_t i;
+#if TT_HAVE_DSP /* two per turn; master 4-byte aligned (int32), w16 any 2-byte alignment */
+    const int32_t *const end = master + (n & ~1);
+    while (master != end) {
+        int32_t m0, m1;
+        tt_ld_s32x2_next(&master, &m0, &m1);
+        tt_st_s16x2(w16, tt_narrow_s16x2(m0, m1));
+        w16 += 2;
+    }
+    n &= 1;
+#endif
     for (i = 0; i < n; i++) {
         /* round(m / 2^16) as ((m >> 15) + 1) >> 1 in int32, in [-32768, 32768] */
         const int32_t r = ((master[i] >> 15) + 1) >> 1;
@@ -1422,20 +1443,63 @@ static uint32_t sgd_apply_s32_wd_dsp(int32_t *w, int16_t *copy, int32_t *A, int3
     return nsat;
 }
 
+/* One row of tt_sgd_rows_s32_body: w = QSUB(w, SMMULR(X, A)) and the copy two per turn (LDRD,
+ * STRD with writeback) under the Q flag, a hit redone by tt_sgd_s32_redo; an odd last element by
+ * the scalar rule. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline uint32_t tt_sgd_row_s32_pairs(int32_t *w, int16_t *cp, const int32_t *X, int32_t len, int32_t A,
+                                            int32_t COPY)
+{
+    int32_t *const end = w + (len & ~1);
+    uint32_t sat = 0;
+    tt_guard_clear();
+    while (w != end) {
+        int32_t w0, w1, x0, x1, d0, d1, v0, v1;
+        uint32_t c = 0;
+        tt_ld_s32x2(w, &w0, &w1);
+        tt_ld_s32x2_next(&X, &x0, &x1);
+        d0 = tt_smmulr(x0, A);
+        d1 = tt_smmulr(x1, A);
+        v0 = __qsub(w0, d0);
+        v1 = __qsub(w1, d1);
+        if (COPY) {
+            c = tt_pack_hi((uint32_t)tt_qadd(v0, 1 << 15), (uint32_t)tt_qadd(v1, 1 << 15));
+            tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)c, 0x00010001));
+        }
+        if (tt_guard_hit_after(v0, v1, (int32_t)c, (int32_t)c)) {
+            const int32_t old[2] = {w0, w1}, d[2] = {d0, d1};
+            sat += tt_sgd_s32_redo(w, COPY ? cp : 0, old, d, 2);
+            tt_guard_clear();
+            w += 2;
+        } else {
+            tt_st_s32x2_next(&w, v0, v1);
+            if (COPY) tt_st_s16x2(cp, c);
+        }
+        if (COPY) cp += 2;
+    }
+    if (len & 1) {
+        const int32_t old1 = *w, d1 = tt_smmulr(*X, A);
+        sat += tt_sgd_s32_redo(w, COPY ? cp : 0, &old1, &d1, 1);
+    }
+    return sat;
+}
+
 /* Rows n of int32 weights w[N][K] with e[n] != 0 (plain SGD, 0 <= m_t < 2^15, s in [1, 31]): with
  * X = x 2^c (c = max(0, 23 - s)) and A = m_t e[n] 2^(32 - s - c) (|A| < 2^31), d = SMMULR(X, A) =
  * round(m_t e x / 2^s) exactly; w = QSUB(w, d) and the copy's round(w / 2^16) = QADD(w, 2^15) >> 16
- * two at a time (PKHTB), four weights per turn under the Q flag: QSUB and QADD set it when they
- * saturate, and SSAT16 #15 of SHSUB16(copy, 1) when a copy lane is -32768 (the symmetric clamp's
- * case); a hit redoes the four by the scalar rule from their old values. Rows with e[n] = 0 keep
- * their weights and refresh their copy. COPY: a constant after inlining. */
+ * two at a time (PKHTB), two weights per turn under the Q flag (tt_sgd_row_s32_pairs): QSUB and
+ * QADD set it when they saturate, and SSAT16 #15 of SHSUB16(copy, 1) when a copy lane is -32768
+ * (the symmetric clamp's case); a hit redoes the pair by the scalar rule from its old values. Rows
+ * with e[n] = 0 keep their weights and refresh their copy. COPY: a constant after inlining. */
 #if defined(__GNUC__)
 __attribute__((always_inline))
 #endif
 static inline uint32_t tt_sgd_rows_s32_body(const int8_t *e, const int8_t *x, int32_t K, int32_t N, int32_t *w32,
                                             int16_t *copy, int32_t m_t, int32_t s, int32_t COPY)
 {
-    int32_t X[TT_SGD_CHUNK], k0, n, j, sh;
+    int32_t X[TT_SGD_CHUNK], k0, n, sh;
     uint32_t sat = 0;
     for (k0 = 0; k0 < K; k0 += TT_SGD_CHUNK) {
         const int32_t len = K - k0 < TT_SGD_CHUNK ? K - k0 : TT_SGD_CHUNK;
@@ -1445,38 +1509,10 @@ static inline uint32_t tt_sgd_rows_s32_body(const int8_t *e, const int8_t *x, in
             int32_t *w = w32 + n * K + k0;
             int16_t *cp = COPY ? copy + n * K + k0 : 0;
             if (A == 0) {
-                if (COPY) for (j = 0; j < len; j++) cp[j] = tt_narrow_s16(w[j]);
+                if (COPY) tt_sgd_refresh_copy(w, cp, len);
                 continue;
             }
-            tt_guard_clear();
-            for (j = 0; j + 4 <= len; j += 4) {
-                int32_t old[4], d[4], v[4], i;
-                for (i = 0; i < 4; i++) {
-                    old[i] = w[j + i];
-                    d[i] = tt_smmulr(X[j + i], A);
-                    v[i] = __qsub(old[i], d[i]);
-                }
-                if (COPY) {
-                    const uint32_t c0 = tt_pack_hi((uint32_t)tt_qadd(v[0], 1 << 15), (uint32_t)tt_qadd(v[1], 1 << 15));
-                    const uint32_t c1 = tt_pack_hi((uint32_t)tt_qadd(v[2], 1 << 15), (uint32_t)tt_qadd(v[3], 1 << 15));
-                    tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)c0, 0x00010001));
-                    tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)c1, 0x00010001));
-                    if (!tt_guard_hit()) {
-                        tt_st_s16x2(cp + j, c0);
-                        tt_st_s16x2(cp + j + 2, c1);
-                    }
-                }
-                if (tt_guard_hit_after(v[0], v[1], v[2], v[3])) {
-                    sat += tt_sgd_s32_redo(w + j, COPY ? cp + j : 0, old, d, 4);
-                    tt_guard_clear();
-                } else {
-                    for (i = 0; i < 4; i++) w[j + i] = v[i];
-                }
-            }
-            for (; j < len; j++) {
-                const int32_t old1 = w[j], d1 = tt_smmulr(X[j], A);
-                sat += tt_sgd_s32_redo(w + j, COPY ? cp + j : 0, &old1, &d1, 1);
-            }
+            sat += tt_sgd_row_s32_pairs(w, cp, X, len, A, COPY);
         }
     }
     return sat;
