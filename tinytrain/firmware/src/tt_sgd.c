@@ -1354,6 +1354,35 @@ static uint32_t tt_sgd_s32_redo(int32_t *w, int16_t *copy, const int32_t *old, c
     return sat;
 }
 
+/* The int32 pair w0, w1 at *pw less the steps d0, d1: QSUB (the int32 clamp), the copy's two
+ * lanes QADD(v, 2^15) >> 16 (PKHTB) at cp when COPY, under the Q flag (clear on entry; set by a
+ * saturating QSUB or QADD, by an earlier saturating instruction of the caller's turn, and by
+ * SSAT16 #15 of SHSUB16(copy, 1) when a copy lane is -32768): a hit redoes the pair by
+ * tt_sgd_s32_redo from its old values and clears the flag. *pw += 2; returns the saturations. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline uint32_t tt_sgd_s32_pair_store(int32_t **pw, int16_t *cp, int32_t w0, int32_t w1, int32_t d0, int32_t d1,
+                                             int32_t COPY)
+{
+    const int32_t v0 = __qsub(w0, d0), v1 = __qsub(w1, d1);
+    uint32_t c = 0, sat = 0;
+    if (COPY) {
+        c = tt_pack_hi((uint32_t)tt_qadd(v0, 1 << 15), (uint32_t)tt_qadd(v1, 1 << 15));
+        tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)c, 0x00010001));
+    }
+    if (tt_guard_hit_after(v0, v1, (int32_t)c, (int32_t)c)) {
+        const int32_t old[2] = {w0, w1}, d[2] = {d0, d1};
+        sat = tt_sgd_s32_redo(*pw, COPY ? cp : 0, old, d, 2);
+        tt_guard_clear();
+        *pw += 2;
+    } else {
+        tt_st_s32x2_next(pw, v0, v1);
+        if (COPY) tt_st_s16x2(cp, c);
+    }
+    return sat;
+}
+
 /* Two elements of sgd_apply_s32_wd_body per turn (DSP): w, A, V by LDRD/STRD; the step
  * floor((uu + dec + R) / 2^8) as (uu >> 8) + (((uu mod 2^8) + dec + R) >> 8) (|dec| < 2^30: the
  * inner sum fits int32; uu = 2^8 (uu >> 8) + uu mod 2^8), w = QSUB(w, d) (|d| < 2^24: the int32
@@ -1373,8 +1402,8 @@ static inline uint32_t sgd_apply_s32_wd_pairs(int32_t *w, int16_t *copy, int32_t
     uint32_t x = *px, nsat = 0;
     tt_guard_clear();
     while (w != end) {
-        int32_t w0, w1, a0, a1, d0, d1, v0, v1;
-        uint32_t r0 = 1u << (TT_SGD_GUARD_BITS - 1), r1 = r0, c = 0;
+        int32_t w0, w1, a0, a1, d0, d1;
+        uint32_t r0 = 1u << (TT_SGD_GUARD_BITS - 1), r1 = r0;
         tt_ld_s32x2(w, &w0, &w1);
         tt_ld_s32x2(A, &a0, &a1);
         tt_st_s32x2_next(&A, 0, 0);
@@ -1393,21 +1422,7 @@ static inline uint32_t sgd_apply_s32_wd_pairs(int32_t *w, int16_t *copy, int32_t
         }
         d0 = (a0 >> TT_SGD_GUARD_BITS) + ((tt_smmulr(w0, Wd) + (int32_t)((uint32_t)a0 & 255u) + (int32_t)r0) >> TT_SGD_GUARD_BITS);
         d1 = (a1 >> TT_SGD_GUARD_BITS) + ((tt_smmulr(w1, Wd) + (int32_t)((uint32_t)a1 & 255u) + (int32_t)r1) >> TT_SGD_GUARD_BITS);
-        v0 = __qsub(w0, d0);
-        v1 = __qsub(w1, d1);
-        if (COPY) {
-            c = tt_pack_hi((uint32_t)tt_qadd(v0, 1 << 15), (uint32_t)tt_qadd(v1, 1 << 15));
-            tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)c, 0x00010001));
-        }
-        if (tt_guard_hit_after(v0, v1, (int32_t)c, (int32_t)c)) {
-            const int32_t old[2] = {w0, w1}, d[2] = {d0, d1};
-            nsat += tt_sgd_s32_redo(w, COPY ? copy : 0, old, d, 2);
-            tt_guard_clear();
-            w += 2;
-        } else {
-            tt_st_s32x2_next(&w, v0, v1);
-            if (COPY) tt_st_s16x2(copy, c);
-        }
+        nsat += tt_sgd_s32_pair_store(&w, copy, w0, w1, d0, d1, COPY);
         if (COPY) copy += 2;
     }
     if (n & 1) {
@@ -1456,27 +1471,12 @@ static inline uint32_t tt_sgd_row_s32_pairs(int32_t *w, int16_t *cp, const int32
     uint32_t sat = 0;
     tt_guard_clear();
     while (w != end) {
-        int32_t w0, w1, x0, x1, d0, d1, v0, v1;
-        uint32_t c = 0;
+        int32_t w0, w1, x0, x1, d0, d1;
         tt_ld_s32x2(w, &w0, &w1);
         tt_ld_s32x2_next(&X, &x0, &x1);
         d0 = tt_smmulr(x0, A);
         d1 = tt_smmulr(x1, A);
-        v0 = __qsub(w0, d0);
-        v1 = __qsub(w1, d1);
-        if (COPY) {
-            c = tt_pack_hi((uint32_t)tt_qadd(v0, 1 << 15), (uint32_t)tt_qadd(v1, 1 << 15));
-            tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)c, 0x00010001));
-        }
-        if (tt_guard_hit_after(v0, v1, (int32_t)c, (int32_t)c)) {
-            const int32_t old[2] = {w0, w1}, d[2] = {d0, d1};
-            sat += tt_sgd_s32_redo(w, COPY ? cp : 0, old, d, 2);
-            tt_guard_clear();
-            w += 2;
-        } else {
-            tt_st_s32x2_next(&w, v0, v1);
-            if (COPY) tt_st_s16x2(cp, c);
-        }
+        sat += tt_sgd_s32_pair_store(&w, cp, w0, w1, d0, d1, COPY);
         if (COPY) cp += 2;
     }
     if (len & 1) {
