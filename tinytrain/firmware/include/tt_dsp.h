@@ -7,7 +7,8 @@
  * host with -DTT_HAVE_DSP=1 and the plain C intrinsics of tests/c/tt_dsp_emul.h.
  *
  * Intrinsics used (ACLE, <arm_acle.h>): __smlad, __smlabb, __smlabt, __smlatt, __smlawb, __smlawt, __ssub16,
- * __sadd16, __shsub16, __sxtb16, __ssub8 with __sel (SEL reads the GE flags SSUB8 sets); PKHBT/PKHTB, SMMULR,
+ * __sadd16, __shsub16, __sxtb16, __qadd16, __qsub16, __qadd, __qsub, __ssub8 with __sel (SEL reads the GE flags
+ * SSUB8 sets); PKHBT/PKHTB, SMMULR,
  * SMMLAR, LDRD/STRD of int32 pairs and the Q-flag guard (SSAT16, SSAT, MRS/MSR APSR) by inline asm.
  * Packed int16 pairs are read and written with memcpy (one LDR/STR on ARMv7E-M, which allows
  * unaligned word access; no aliasing of int16_t arrays through uint32_t pointers).
