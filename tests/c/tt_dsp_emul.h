@@ -89,6 +89,24 @@ static inline int32_t __sxtab16(int32_t a, int32_t b)
 }
 
 
+static inline int32_t tt_emul_sat16(int32_t v) { return v > 32767 ? 32767 : v < -32768 ? -32768 : v; }
+
+/** QADD16: lane-wise sat_s16(a + b) (the Q flag is not touched). */
+static inline int32_t __qadd16(int32_t a, int32_t b)
+{
+    const uint32_t lo = (uint32_t)tt_emul_sat16(tt_emul_lo(a) + tt_emul_lo(b)) & 0xFFFFu;
+    const uint32_t hi = (uint32_t)tt_emul_sat16(tt_emul_hi(a) + tt_emul_hi(b)) & 0xFFFFu;
+    return (int32_t)(lo | (hi << 16));
+}
+
+/** QSUB16: lane-wise sat_s16(a - b) (the Q flag is not touched). */
+static inline int32_t __qsub16(int32_t a, int32_t b)
+{
+    const uint32_t lo = (uint32_t)tt_emul_sat16(tt_emul_lo(a) - tt_emul_lo(b)) & 0xFFFFu;
+    const uint32_t hi = (uint32_t)tt_emul_sat16(tt_emul_hi(a) - tt_emul_hi(b)) & 0xFFFFu;
+    return (int32_t)(lo | (hi << 16));
+}
+
 /** SHADD16: lane-wise floor((a + b) / 2), exact (no wrap). */
 static inline int32_t __shadd16(int32_t a, int32_t b)
 {

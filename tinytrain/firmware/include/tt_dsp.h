@@ -7,7 +7,8 @@
  * host with -DTT_HAVE_DSP=1 and the plain C intrinsics of tests/c/tt_dsp_emul.h.
  *
  * Intrinsics used (ACLE, <arm_acle.h>): __smlad, __smlabb, __smlabt, __smlatt, __smlawb, __smlawt, __ssub16,
- * __sadd16, __shsub16, __sxtb16, __ssub8 with __sel (SEL reads the GE flags SSUB8 sets); PKHBT/PKHTB, SMMULR,
+ * __sadd16, __shsub16, __sxtb16, __qadd16, __qsub16, __qadd, __qsub, __ssub8 with __sel (SEL reads the GE flags
+ * SSUB8 sets); PKHBT/PKHTB, SMMULR,
  * SMMLAR, LDRD/STRD of int32 pairs and the Q-flag guard (SSAT16, SSAT, MRS/MSR APSR) by inline asm.
  * Packed int16 pairs are read and written with memcpy (one LDR/STR on ARMv7E-M, which allows
  * unaligned word access; no aliasing of int16_t arrays through uint32_t pointers).
@@ -249,6 +250,25 @@ static inline void tt_st_s32x2_next(int32_t **p, int32_t a, int32_t b)
     *p = q;
 }
 
+/* Two int32 at *p (4-byte aligned) by one LDRD into *a, *b, then both set to z by one STRD and
+ * *p += 2 (writeback): an accumulator pair read and cleared (early-clobber outputs: the pointer
+ * register survives the load, no copy of it). */
+static inline void tt_ld_clear_s32x2_next(int32_t **p, int32_t *a, int32_t *b, int32_t z)
+{
+    int32_t *q = *p, x, y;
+    __asm__("ldrd %0, %1, [%2]\n\tstrd %4, %4, [%2], #8"
+            : "=&r"(x), "=&r"(y), "+r"(q), "+m"(*(int32_t(*)[2])q) : "r"(z));
+    *p = q;
+    *a = x;
+    *b = y;
+}
+
+/* a, b to p[-2], p[-1] (4-byte aligned) by one STRD: the store after a tt_ld_s32x2_next of p. */
+static inline void tt_st_s32x2_prev(int32_t *p, int32_t a, int32_t b)
+{
+    __asm__("strd %2, %3, [%1, #-8]" : "=m"(*(int32_t(*)[2])(p - 2)) : "r"(p), "r"(a), "r"(b));
+}
+
 static inline int tt_guard_hit(void)
 {
     uint32_t apsr;
@@ -292,6 +312,21 @@ static inline void tt_st_s32x2_next(int32_t **p, int32_t a, int32_t b)
     (*p)[0] = a;
     (*p)[1] = b;
     *p += 2;
+}
+
+static inline void tt_ld_clear_s32x2_next(int32_t **p, int32_t *a, int32_t *b, int32_t z)
+{
+    *a = (*p)[0];
+    *b = (*p)[1];
+    (*p)[0] = z;
+    (*p)[1] = z;
+    *p += 2;
+}
+
+static inline void tt_st_s32x2_prev(int32_t *p, int32_t a, int32_t b)
+{
+    p[-2] = a;
+    p[-1] = b;
 }
 
 /** (a * b + 2^31) >> 32 of the exact 64-bit product (SMMULR: most significant word, rounded). */

@@ -12,6 +12,19 @@ static inline int32_t tt_qadd(int32_t a, int32_t b) { return __qadd(a, b); }
 static inline int32_t tt_qadd(int32_t a, int32_t b) { return tt_sat_s32((int64_t)a + b); }
 #endif
 
+/* *r = a - b wrapped to int32; returns 1 when the exact difference overflows int32 (GCC: SUBS
+ * and the V flag; otherwise the operands' and the result's signs). */
+static inline int tt_sub_overflows(int32_t a, int32_t b, int32_t *r)
+{
+#if defined(__GNUC__)
+    return __builtin_sub_overflow(a, b, r);
+#else
+    const uint32_t v = (uint32_t)a - (uint32_t)b;
+    *r = (int32_t)v;
+    return (int)((((uint32_t)a ^ (uint32_t)b) & ((uint32_t)a ^ v)) >> 31);
+#endif
+}
+
 /* The high word of g * M + R (R added as an unsigned low word): floor((g M + R) / 2^32). */
 static inline int32_t tt_mulhi_add(int32_t g, int32_t M, uint32_t R)
 {
@@ -426,6 +439,11 @@ static inline uint32_t sgd_apply_s32_wd_body(int32_t *w, int16_t *copy, int32_t 
     return nsat;
 }
 
+#if TT_HAVE_DSP
+static uint32_t sgd_apply_s32_wd_dsp(int32_t *w, int16_t *copy, int32_t *A, int32_t *V, int32_t n, int32_t Ms,
+                                     int32_t vm, int32_t Wd, uint32_t *px, int32_t mu, int32_t sr);
+#endif
+
 /* sgd_apply_accumulated (+ the copy's refresh) of an int32 tensor at batch size 1 with weight
  * decay whose shift s = wd_k - G is in [1, 32] and wd_m 2^(32 - s) < 2^31, and momentum off or
  * with 0 < mu_m < 2^mu_k, mu_k in [1, 31] (its multiplier as sgd_apply_body's); returns 0 for any
@@ -443,9 +461,13 @@ static int32_t sgd_apply_s32_wd(const tt_sgd_step *u, int32_t *w, int16_t *copy,
     Mu = mu ? (uint32_t)mu << (32 - mk) : 0;
     Ms = Mu >> 31 ? (int32_t)(Mu & 0x7fffffffu) + INT32_MIN : (int32_t)Mu;
     vm = -(int32_t)(Mu >> 31);
+#if TT_HAVE_DSP
+    nsat = sgd_apply_s32_wd_dsp(w, copy, A, V, n, Ms, vm, Wd, &x, mu, o->sr);
+#else
 #define TT_WD(M, S, C) nsat = sgd_apply_s32_wd_body(w, copy, A, V, n, Ms, vm, Wd, &x, M, S, C)
     TT_SGD_SPECIALISE3((mu ? 4 : 0) | (o->sr ? 2 : 0) | (copy ? 1 : 0), TT_WD)
 #undef TT_WD
+#endif
     if (o->sr) *u->prng = x;
     u->stats->saturated += nsat;
     return 1;
@@ -590,59 +612,64 @@ static inline uint32_t sgd_mom_w1(int16_t *w, int32_t wi, int32_t t)
     return hit;
 }
 
-/* Two elements of sgd_mom_s16_body: g by LDRD (*gp advanced), A and V by LDRD, then A = 0 and
- * V = vv by STRD (*A, *V advanced); *t0, *t1 = sat32(vv + 2^7). */
+/* Four weights of sgd_mom_s16_body that hit its guard, by the scalar rule from their old values
+ * and the velocities vv[-4..-1] just stored (out of line: the loop keeps no register for it). */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static uint32_t sgd_mom_redo4(int16_t *w, const int32_t *vv)
+{
+    uint32_t nsat = 0;
+    int32_t j;
+    for (j = 0; j < 4; j++) nsat += sgd_mom_w1(w + j, w[j], tt_qadd(vv[j - 4], 1 << (TT_SGD_GUARD_BITS - 1)));
+    return nsat;
+}
+
+/* Two elements of sgd_mom_s16_body: g by LDRD (*gp advanced), A read and cleared by LDRD/STRD,
+ * V by LDRD, V = vv by STRD (*A, *V advanced); returns the pair's steps SSAT #15 of
+ * sat32(vv + 2^7) >> 8, packed (the Q flag set when one is outside [-16384, 16383]). */
 #if defined(__GNUC__)
 __attribute__((always_inline))
 #endif
-static inline void sgd_mom_pair(const int32_t **gp, int32_t **A, int32_t **V, int32_t *t0, int32_t *t1,
-                                int32_t M, int32_t c1, int32_t Ms, int32_t VM)
+static inline uint32_t sgd_mom_pair(const int32_t **gp, int32_t **A, int32_t **V, int32_t M, int32_t c1, int32_t Ms,
+                                    int32_t VM)
 {
     int32_t g0, g1, a0, a1, v0, v1;
     tt_ld_s32x2_next(gp, &g0, &g1);
-    tt_ld_s32x2(*A, &a0, &a1);
-    tt_ld_s32x2(*V, &v0, &v1);
+    tt_ld_clear_s32x2_next(A, &a0, &a1, 0);
+    tt_ld_s32x2_next((const int32_t **)V, &v0, &v1);
     v0 = sgd_mom_vv(g0, a0, v0, M, c1, Ms, VM);
     v1 = sgd_mom_vv(g1, a1, v1, M, c1, Ms, VM);
-    tt_st_s32x2_next(A, 0, 0);
-    tt_st_s32x2_next(V, v0, v1);
-    *t0 = tt_qadd(v0, 1 << (TT_SGD_GUARD_BITS - 1));
-    *t1 = tt_qadd(v1, 1 << (TT_SGD_GUARD_BITS - 1));
+    tt_st_s32x2_prev(*V, v0, v1);
+    return tt_pack_lo((uint32_t)tt_ssat15_asr8(tt_qadd(v0, 1 << (TT_SGD_GUARD_BITS - 1))),
+                      (uint32_t)tt_ssat15_asr8(tt_qadd(v1, 1 << (TT_SGD_GUARD_BITS - 1))));
 }
 
 /* The fused per-sample step of momentum SGD on int16 weights (batch 1, no decay, no stochastic
- * rounding; sgd_apply_body's W16 MU ACC case, same bits) four elements per turn: g, A and V by
- * LDRD/STRD, the weight pair updated by SSUB16 under the Q-flag guard of tt_sgd_row_fast_s16 (old
- * lanes in [-16384, 16383] by SSAT16, steps in [-16384, 16383] by SSAT #15 of t >> 8: then
- * w - d is in [-32767, 32767], no saturation, no -32768); four that hit the guard are redone by
- * the scalar rule from its old weights. n >= 0; A, V, g 4-byte aligned (int32 arrays). */
+ * rounding; sgd_apply_body's W16 MU ACC case, same bits) four elements per turn from *w to end:
+ * g, A and V by LDRD/STRD, the weight pair updated by SSUB16 under the Q-flag guard of
+ * tt_sgd_row_fast_s16 (old lanes in [-16384, 16383] by SSAT16, steps in [-16384, 16383] by SSAT
+ * #15 of t >> 8: then w - d is in [-32767, 32767], no saturation, no -32768); four that hit the
+ * guard are redone by the scalar rule from their old weights and the velocities just stored
+ * (t = sat32(vv + 2^7), read back: nothing of the four stays live across the guard). A stale Q
+ * flag only sends four to that exact redo. The pointers are advanced; A, V, g 4-byte aligned, w
+ * any 2-byte alignment. */
 #if defined(__GNUC__)
 __attribute__((always_inline))
 #endif
-static inline uint32_t sgd_mom_s16_body(int16_t *w, int32_t *A, int32_t *V, int32_t n, const int32_t *g, int32_t M,
-                                        int32_t c1, int32_t Ms, int32_t VM)
+static inline uint32_t sgd_mom_quads(int16_t **pw, int16_t *end, const int32_t **gp, int32_t **A, int32_t **V,
+                                     int32_t M, int32_t c1, int32_t Ms, int32_t VM)
 {
-    const int32_t *gp = g;
-    int16_t *const end = w + (n & ~3);
-    int32_t j;
+    int16_t *w = *pw;
     uint32_t nsat = 0;
-    tt_guard_clear();
     while (w != end) {
-        int32_t t0, t1, t2, t3;
-        uint32_t W0, W1, D0, D1;
-        sgd_mom_pair(&gp, &A, &V, &t0, &t1, M, c1, Ms, VM);
-        sgd_mom_pair(&gp, &A, &V, &t2, &t3, M, c1, Ms, VM);
-        D0 = tt_pack_lo((uint32_t)tt_ssat15_asr8(t0), (uint32_t)tt_ssat15_asr8(t1));
-        D1 = tt_pack_lo((uint32_t)tt_ssat15_asr8(t2), (uint32_t)tt_ssat15_asr8(t3));
-        W0 = tt_ld_s16x2(w);
-        W1 = tt_ld_s16x2(w + 2);
+        const uint32_t D0 = sgd_mom_pair(gp, A, V, M, c1, Ms, VM);
+        const uint32_t D1 = sgd_mom_pair(gp, A, V, M, c1, Ms, VM);
+        const uint32_t W0 = tt_ld_s16x2(w), W1 = tt_ld_s16x2(w + 2); /* any 2-byte alignment */
         tt_guard_s16x2_15(W0);
         tt_guard_s16x2_15(W1);
         if (tt_guard_hit()) {
-            nsat += sgd_mom_w1(w, (int16_t)(W0 & 0xFFFFu), t0);
-            nsat += sgd_mom_w1(w + 1, (int16_t)(W0 >> 16), t1);
-            nsat += sgd_mom_w1(w + 2, (int16_t)(W1 & 0xFFFFu), t2);
-            nsat += sgd_mom_w1(w + 3, (int16_t)(W1 >> 16), t3);
+            nsat += sgd_mom_redo4(w, *V);
             tt_guard_clear();
         } else {
             tt_st_s16x2(w, (uint32_t)__ssub16((int32_t)W0, (int32_t)D0));
@@ -650,13 +677,36 @@ static inline uint32_t sgd_mom_s16_body(int16_t *w, int32_t *A, int32_t *V, int3
         }
         w += 4;
     }
-    for (j = 0; j < (n & 3); j++) {
-        const int32_t v0 = sgd_mom_vv(gp[j], A[j], V[j], M, c1, Ms, VM);
+    *pw = w;
+    return nsat;
+}
+
+/* The last n elements (n < 4) of a momentum row by the scalar rule of sgd_mom_quads. */
+static inline uint32_t sgd_mom_tail(int16_t *w, int32_t *A, int32_t *V, int32_t n, const int32_t *g, int32_t M,
+                                    int32_t c1, int32_t Ms, int32_t VM)
+{
+    uint32_t nsat = 0;
+    int32_t j;
+    for (j = 0; j < n; j++) {
+        const int32_t v0 = sgd_mom_vv(g[j], A[j], V[j], M, c1, Ms, VM);
         A[j] = 0;
         V[j] = v0;
         nsat += sgd_mom_w1(w + j, w[j], tt_qadd(v0, 1 << (TT_SGD_GUARD_BITS - 1)));
     }
     return nsat;
+}
+
+/* sgd_mom_quads then sgd_mom_tail on n elements. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline uint32_t sgd_mom_s16_body(int16_t *w, int32_t *A, int32_t *V, int32_t n, const int32_t *g, int32_t M,
+                                        int32_t c1, int32_t Ms, int32_t VM)
+{
+    uint32_t nsat;
+    tt_guard_clear();
+    nsat = sgd_mom_quads(&w, w + (n & ~3), &g, &A, &V, M, c1, Ms, VM);
+    return nsat + sgd_mom_tail(w, A, V, n & 3, g, M, c1, Ms, VM);
 }
 
 /* sgd_mom_s16_body with VM (mu 2^(32 - mk) >= 2^31) and c1 > 0 constants. */
@@ -667,6 +717,43 @@ static uint32_t sgd_mom_s16_dsp(int16_t *w, int32_t *A, int32_t *V, int32_t n, c
     return VM ? sgd_mom_s16_body(w, A, V, n, g, M, 0, Ms, 1) : sgd_mom_s16_body(w, A, V, n, g, M, 0, Ms, 0);
 }
 
+
+/* The rows of one input chunk of sgd_dense_acc (int16 weights, momentum, DSP): row n's len
+ * weights at w + n K (A, V alike) by sgd_mom_quads and sgd_mom_tail with its multiplier
+ * An = m_t e[n] 2^sh (tt_sgd_row_mult) on the widened inputs X; one call for all N rows, the
+ * pointers carried from row to row (VM a constant). */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline uint32_t sgd_mom_rows_body(int16_t *w, int32_t *A, int32_t *V, int32_t K, int32_t N, int32_t len,
+                                         const int32_t *X, const int8_t *e, int32_t m_t, int32_t sh, int32_t Ms,
+                                         int32_t VM)
+{
+    const int8_t *const eend = e + N;
+    const int32_t t = len & 3, skip = K - len + t; /* from a row's last quad to the next row */
+    uint32_t nsat = 0;
+    tt_guard_clear();
+    for (; e != eend; e++) {
+        const int32_t M = tt_sgd_row_mult(m_t, *e, sh);
+        const int32_t *gp = X;
+        nsat += sgd_mom_quads(&w, w + (len & ~3), &gp, &A, &V, M, 0, Ms, VM);
+        if (t) nsat += sgd_mom_tail(w, A, V, t, gp, M, 0, Ms, VM);
+        w += skip;
+        A += skip;
+        V += skip;
+    }
+    return nsat;
+}
+
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static uint32_t sgd_mom_rows_s16_dsp(int16_t *w, int32_t *A, int32_t *V, int32_t K, int32_t N, int32_t len,
+                                     const int32_t *X, const int8_t *e, int32_t m_t, int32_t sh, int32_t Ms, int32_t VM)
+{
+    return VM ? sgd_mom_rows_body(w, A, V, K, N, len, X, e, m_t, sh, Ms, 1)
+              : sgd_mom_rows_body(w, A, V, K, N, len, X, e, m_t, sh, Ms, 0);
+}
 
 #endif
 
@@ -748,12 +835,16 @@ static void sgd_dense_acc(const tt_sgd_step *u, int16_t *w16, int32_t *w32, int1
         for (k0 = 0; k0 < K; k0 += TT_SGD_ACC_CHUNK) {
             const int32_t len = K - k0 < TT_SGD_ACC_CHUNK ? K - k0 : TT_SGD_ACC_CHUNK;
             sh = tt_sgd_widen_x(x + k0, len, s, g);
+#if TT_HAVE_DSP
+            if (w16) {
+                nsat += sgd_mom_rows_s16_dsp(w16 + k0, A + k0, V + k0, K, N, len, g, e, u->m_t, sh, Ms, VM);
+                continue;
+            }
+#endif
             for (n = 0; n < N; n++) {
                 const int32_t o = n * K + k0, An = tt_sgd_row_mult(u->m_t, e[n], sh);
                 if (w16) {
-#if TT_HAVE_DSP
-                    nsat += sgd_mom_s16_dsp(w16 + o, A + o, V + o, len, g, An, 0, Ms, VM);
-#else
+#if !TT_HAVE_DSP
                     nsat += VM ? sgd_mom_s16(w16 + o, A + o, V + o, len, g, An, Ms, 1)
                                : sgd_mom_s16(w16 + o, A + o, V + o, len, g, An, Ms, 0);
 #endif
@@ -776,17 +867,50 @@ static void sgd_dense_acc(const tt_sgd_step *u, int16_t *w16, int32_t *w32, int1
     }
 }
 
-/* The biases of a Dense accumulate-apply: gradient e[n] at ee, in chunks. */
+/* The biases of a Dense accumulate-apply: gradient e[n] at ee, in chunks. Momentum (sgd_mom_ok,
+ * s in [-8, 31]): sgd_dense_acc's momentum rule with the biases as one row whose inputs are e,
+ * widened to E = e 2^c with c = min(24, max(0, 23 - s)) (|E| <= 2^31), and whose multiplier is
+ * m_t 2^(32 - s - c) (< 2^31: 32 - s - c <= 16 and m_t < 2^15), so SMMULR(E, m_t 2^(32 - s - c))
+ * = round(m_t e / 2^s) exactly (a left shift for s <= 0); no per-chunk bound pass. */
 static void sgd_dense_acc_bias(const tt_sgd_step *u, int32_t *b, int32_t *A, int32_t *V, int32_t eb,
                                const int8_t *e, int32_t ee, int32_t N)
 {
-    int32_t g[TT_SGD_ACC_CHUNK], n0, j;
+    int32_t g[TT_SGD_ACC_CHUNK], n0, j, Ms, VM;
+    const int32_t s = eb + u->cfg->k - ee - TT_SGD_GUARD_BITS;
+    if (V && s >= -8 && s <= 31 && sgd_mom_ok(u, &Ms, &VM)) {
+        const int32_t c = s >= 23 ? 0 : s >= -1 ? 23 - s : 24, An = (int32_t)((uint32_t)u->m_t << (32 - s - c));
+        uint32_t nsat = 0;
+        for (n0 = 0; n0 < N; n0 += TT_SGD_ACC_CHUNK) {
+            const int32_t len = N - n0 < TT_SGD_ACC_CHUNK ? N - n0 : TT_SGD_ACC_CHUNK;
+            for (j = 0; j < len; j++) g[j] = (int32_t)((uint32_t)(int32_t)e[n0 + j] << c);
+            nsat += VM ? sgd_mom_s32(b + n0, 0, A + n0, V + n0, len, g, An, 0, Ms, 1)
+                       : sgd_mom_s32(b + n0, 0, A + n0, V + n0, len, g, An, 0, Ms, 0);
+        }
+        u->stats->saturated += nsat;
+        return;
+    }
     for (n0 = 0; n0 < N; n0 += TT_SGD_ACC_CHUNK) {
         const int32_t len = N - n0 < TT_SGD_ACC_CHUNK ? N - n0 : TT_SGD_ACC_CHUNK;
         for (j = 0; j < len; j++) g[j] = e[n0 + j];
         sgd_accumulate_apply(u, 0, b + n0, 0, A + n0, V ? V + n0 : 0, len, eb, g, ee);
     }
 }
+
+#if TT_HAVE_DSP
+/* A[j] = QADD(A[j], p X[j]) for j < len (|p X| < 2^31: the caller's bound), two per turn by
+ * LDRD/STRD (A, X 4-byte aligned int32 arrays). */
+static inline void sgd_acc_qadd_row(int32_t *A, const int32_t *X, int32_t len, int32_t p)
+{
+    int32_t *const end = A + (len & ~1);
+    while (A != end) {
+        int32_t a0, a1, x0, x1;
+        tt_ld_s32x2_next(&X, &x0, &x1);
+        tt_ld_s32x2_next((const int32_t **)&A, &a0, &a1);
+        tt_st_s32x2_prev(A, tt_qadd(a0, p * x0), tt_qadd(a1, p * x1));
+    }
+    if (len & 1) *A = tt_qadd(*A, p * *X);
+}
+#endif
 
 /* The per-sample accumulate of a Dense layer without a gradient buffer: tt_sgd_accumulate_s32 of
  * the weights' gradient e[n] x[k] (row-major, rows in chunks: the same draws in the same order)
@@ -808,22 +932,33 @@ void tt_sgd_dense_accumulate_s32(const tt_sgd_step *u, const tt_sgd_dense_accum_
              * p = m_t e[n] (|p x| < 2^29: exact in int64, no saturation in shift); in 32 bits by QADD
              * when the row's |p| 2^(7 + t) < 2^31 */
             const int32_t t = -s;
-            for (n = 0; n < N; n++) {
-                const int32_t pn = u->m_t * (int32_t)e[n];
-                const uint32_t up = (uint32_t)(pn < 0 ? -pn : pn);
-                int32_t *A = p->wa + n * K;
-                if (pn == 0) continue;
-                if (tt_bitwidth_u64(up) + 7 + t <= 30) {
-                    const int32_t pt = pn * ((int32_t)1 << t);
-                    for (j = 0; j < K; j++) A[j] = tt_qadd(A[j], pt * (int32_t)x[j]);
-                } else if (t <= 30) { /* A + (p x) T by one SMLAL, T = 2^t an int32 */
-                    const int32_t T = (int32_t)1 << t;
-                    for (j = 0; j < K; j++) {
-                        const int64_t r = (int64_t)A[j] + (int64_t)(pn * (int32_t)x[j]) * T;
-                        A[j] = (int32_t)r == r ? (int32_t)r : r < 0 ? INT32_MIN : INT32_MAX;
+            for (k0 = 0; k0 < K; k0 += TT_SGD_ACC_CHUNK) { /* no draws: any order */
+                const int32_t len = K - k0 < TT_SGD_ACC_CHUNK ? K - k0 : TT_SGD_ACC_CHUNK;
+                const int8_t *xk = x + k0;
+#if TT_HAVE_DSP
+                for (j = 0; j < len; j++) g[j] = xk[j];
+#endif
+                for (n = 0; n < N; n++) {
+                    const int32_t pn = u->m_t * (int32_t)e[n];
+                    const uint32_t up = (uint32_t)(pn < 0 ? -pn : pn);
+                    int32_t *A = p->wa + n * K + k0;
+                    if (pn == 0) continue;
+                    if (tt_bitwidth_u64(up) + 7 + t <= 30) {
+                        const int32_t pt = pn * ((int32_t)1 << t);
+#if TT_HAVE_DSP
+                        sgd_acc_qadd_row(A, g, len, pt);
+#else
+                        for (j = 0; j < len; j++) A[j] = tt_qadd(A[j], pt * (int32_t)xk[j]);
+#endif
+                    } else if (t <= 30) { /* A + (p x) T by one SMLAL, T = 2^t an int32 */
+                        const int32_t T = (int32_t)1 << t;
+                        for (j = 0; j < len; j++) {
+                            const int64_t r = (int64_t)A[j] + (int64_t)(pn * (int32_t)xk[j]) * T;
+                            A[j] = (int32_t)r == r ? (int32_t)r : r < 0 ? INT32_MIN : INT32_MAX;
+                        }
+                    } else {
+                        for (j = 0; j < len; j++) A[j] = tt_sat_s32((int64_t)A[j] + (int64_t)(pn * (int32_t)xk[j]) * ((int64_t)1 << t));
                     }
-                } else {
-                    for (j = 0; j < K; j++) A[j] = tt_sat_s32((int64_t)A[j] + (int64_t)(pn * (int32_t)x[j]) * ((int64_t)1 << t));
                 }
             }
         } else if (u->m_t >= 0 && u->m_t < 32768 && s >= 1 && s <= 31) {
@@ -888,9 +1023,30 @@ void tt_sgd_dense_accumulate_apply_s32(const tt_sgd_step *u, const tt_sgd_dense_
     if (p->b) sgd_dense_acc_bias(u, p->b, p->ba, p->bv, p->eb, e, ee, p->N);
 }
 
+#if TT_HAVE_DSP
+/* Two copy lanes of int32 masters m0, m1: round(m / 2^16) = QADD(m, 2^15) >> 16 (the saturation
+ * is the clamp at 32767) as the high halves (PKHTB), then a lane of -32768 to -32767 by QSUB16 and
+ * QADD16 of 1 (every other lane unchanged). QADD may set the Q flag: the callers read no guard. */
+static inline uint32_t tt_narrow_s16x2(int32_t m0, int32_t m1)
+{
+    const uint32_t c = tt_pack_hi((uint32_t)tt_qadd(m0, 1 << 15), (uint32_t)tt_qadd(m1, 1 << 15));
+    return (uint32_t)__qadd16(__qsub16((int32_t)c, 0x00010001), 0x00010001);
+}
+#endif
+
 void tt_sgd_refresh_copy(const int32_t *master, int16_t *w16, int32_t n)
 {
     int32_t i;
+#if TT_HAVE_DSP /* two per turn; master 4-byte aligned (int32), w16 any 2-byte alignment */
+    const int32_t *const end = master + (n & ~1);
+    while (master != end) {
+        int32_t m0, m1;
+        tt_ld_s32x2_next(&master, &m0, &m1);
+        tt_st_s16x2(w16, tt_narrow_s16x2(m0, m1));
+        w16 += 2;
+    }
+    n &= 1;
+#endif
     for (i = 0; i < n; i++) {
         /* round(m / 2^16) as ((m >> 15) + 1) >> 1 in int32, in [-32768, 32768] */
         const int32_t r = ((master[i] >> 15) + 1) >> 1;
@@ -1196,20 +1352,152 @@ static uint32_t tt_sgd_s32_redo(int32_t *w, int16_t *copy, const int32_t *old, c
     return sat;
 }
 
+/* The int32 pair w0, w1 at *pw less the steps d0, d1: QSUB (the int32 clamp), the copy's two
+ * lanes QADD(v, 2^15) >> 16 (PKHTB) at cp when COPY, under the Q flag (clear on entry; set by a
+ * saturating QSUB or QADD, by an earlier saturating instruction of the caller's turn, and by
+ * SSAT16 #15 of SHSUB16(copy, 1) when a copy lane is -32768): a hit redoes the pair by
+ * tt_sgd_s32_redo from its old values and clears the flag. *pw += 2; returns the saturations. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline uint32_t tt_sgd_s32_pair_store(int32_t **pw, int16_t *cp, int32_t w0, int32_t w1, int32_t d0, int32_t d1,
+                                             int32_t COPY)
+{
+    const int32_t v0 = __qsub(w0, d0), v1 = __qsub(w1, d1);
+    uint32_t c = 0, sat = 0;
+    if (COPY) {
+        c = tt_pack_hi((uint32_t)tt_qadd(v0, 1 << 15), (uint32_t)tt_qadd(v1, 1 << 15));
+        tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)c, 0x00010001));
+    }
+    if (tt_guard_hit_after(v0, v1, (int32_t)c, (int32_t)c)) {
+        const int32_t old[2] = {w0, w1}, d[2] = {d0, d1};
+        sat = tt_sgd_s32_redo(*pw, COPY ? cp : 0, old, d, 2);
+        tt_guard_clear();
+        *pw += 2;
+    } else {
+        tt_st_s32x2_next(pw, v0, v1);
+        if (COPY) tt_st_s16x2(cp, c);
+    }
+    return sat;
+}
+
+/* Two elements of sgd_apply_s32_wd_body per turn (DSP): w, A, V by LDRD/STRD; the step
+ * floor((uu + dec + R) / 2^8) as (uu >> 8) + (((uu mod 2^8) + dec + R) >> 8) (|dec| < 2^30: the
+ * inner sum fits int32; uu = 2^8 (uu >> 8) + uu mod 2^8), w = QSUB(w, d) (|d| < 2^24: the int32
+ * clamp of the wrapped rule), the copy's round(w / 2^16) = QADD(w, 2^15) >> 16 two at a time
+ * (PKHTB). The Q flag, clear on entry, is set by QSUB and the copy's QADD when they saturate, by
+ * the velocity's QADD when it does (harmless: nothing to redo), and by SSAT16 #15 of
+ * SHSUB16(copy, 1) when a copy lane is -32768; a hit redoes the pair by tt_sgd_s32_redo from its
+ * old weights and steps (the count is of weight saturations only). MU, VM (SMMLAR: mu 2^(32 - mk)
+ * >= 2^31), SR, COPY: constants after inlining; an odd last element by sgd_apply_s32_wd_body. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline uint32_t sgd_apply_s32_wd_pairs(int32_t *w, int16_t *copy, int32_t *A, int32_t *V, int32_t n, int32_t Ms,
+                                              int32_t Wd, uint32_t *px, int32_t MU, int32_t VM, int32_t SR, int32_t COPY)
+{
+    int32_t *const end = w + (n & ~1);
+    uint32_t x = *px, nsat = 0;
+    tt_guard_clear();
+    while (w != end) {
+        int32_t w0, w1, a0, a1, d0, d1;
+        uint32_t r0 = 1u << (TT_SGD_GUARD_BITS - 1), r1 = r0;
+        tt_ld_s32x2(w, &w0, &w1);
+        tt_ld_s32x2(A, &a0, &a1);
+        tt_st_s32x2_next(&A, 0, 0);
+        if (MU) {
+            int32_t u0, u1;
+            tt_ld_s32x2(V, &u0, &u1);
+            a0 = tt_qadd(VM ? tt_smmlar(u0, Ms, u0) : tt_smmulr(u0, Ms), a0);
+            a1 = tt_qadd(VM ? tt_smmlar(u1, Ms, u1) : tt_smmulr(u1, Ms), a1);
+            tt_st_s32x2_next(&V, a0, a1);
+        }
+        if (SR) {
+            x = tt_prng_next(&x);
+            r0 = x & 255u;
+            x = tt_prng_next(&x);
+            r1 = x & 255u;
+        }
+        d0 = (a0 >> TT_SGD_GUARD_BITS) + ((tt_smmulr(w0, Wd) + (int32_t)((uint32_t)a0 & 255u) + (int32_t)r0) >> TT_SGD_GUARD_BITS);
+        d1 = (a1 >> TT_SGD_GUARD_BITS) + ((tt_smmulr(w1, Wd) + (int32_t)((uint32_t)a1 & 255u) + (int32_t)r1) >> TT_SGD_GUARD_BITS);
+        nsat += tt_sgd_s32_pair_store(&w, copy, w0, w1, d0, d1, COPY);
+        if (COPY) copy += 2;
+    }
+    if (n & 1) {
+        const int32_t vm = VM ? -1 : 0;
+        nsat += sgd_apply_s32_wd_body(w, copy, A, V, 1, Ms, vm, Wd, &x, MU, SR, COPY);
+    }
+    *px = x;
+    return nsat;
+}
+
+/* sgd_apply_s32_wd's loops on DSP cores: one sgd_apply_s32_wd_pairs per combination. */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+static uint32_t sgd_apply_s32_wd_dsp(int32_t *w, int16_t *copy, int32_t *A, int32_t *V, int32_t n, int32_t Ms,
+                                     int32_t vm, int32_t Wd, uint32_t *px, int32_t mu, int32_t sr)
+{
+    uint32_t nsat;
+#define TT_WD2(M, S, C) nsat = sgd_apply_s32_wd_pairs(w, copy, A, V, n, Ms, Wd, px, M, M, S, C)
+#define TT_WD2N(S, C) nsat = sgd_apply_s32_wd_pairs(w, copy, A, V, n, Ms, Wd, px, 1, 0, S, C)
+    if (mu && !vm) {
+        switch ((sr ? 2 : 0) | (copy ? 1 : 0)) {
+        case 0: TT_WD2N(0, 0); break;
+        case 1: TT_WD2N(0, 1); break;
+        case 2: TT_WD2N(1, 0); break;
+        default: TT_WD2N(1, 1); break;
+        }
+        return nsat;
+    }
+    TT_SGD_SPECIALISE3((mu ? 4 : 0) | (sr ? 2 : 0) | (copy ? 1 : 0), TT_WD2)
+#undef TT_WD2
+#undef TT_WD2N
+    return nsat;
+}
+
+/* One row of tt_sgd_rows_s32_body: w = QSUB(w, SMMULR(X, A)) and the copy two per turn (LDRD,
+ * STRD with writeback) under the Q flag, a hit redone by tt_sgd_s32_redo; an odd last element by
+ * the scalar rule. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline uint32_t tt_sgd_row_s32_pairs(int32_t *w, int16_t *cp, const int32_t *X, int32_t len, int32_t A,
+                                            int32_t COPY)
+{
+    int32_t *const end = w + (len & ~1);
+    uint32_t sat = 0;
+    tt_guard_clear();
+    while (w != end) {
+        int32_t w0, w1, x0, x1, d0, d1;
+        tt_ld_s32x2(w, &w0, &w1);
+        tt_ld_s32x2_next(&X, &x0, &x1);
+        d0 = tt_smmulr(x0, A);
+        d1 = tt_smmulr(x1, A);
+        sat += tt_sgd_s32_pair_store(&w, cp, w0, w1, d0, d1, COPY);
+        if (COPY) cp += 2;
+    }
+    if (len & 1) {
+        const int32_t old1 = *w, d1 = tt_smmulr(*X, A);
+        sat += tt_sgd_s32_redo(w, COPY ? cp : 0, &old1, &d1, 1);
+    }
+    return sat;
+}
+
 /* Rows n of int32 weights w[N][K] with e[n] != 0 (plain SGD, 0 <= m_t < 2^15, s in [1, 31]): with
  * X = x 2^c (c = max(0, 23 - s)) and A = m_t e[n] 2^(32 - s - c) (|A| < 2^31), d = SMMULR(X, A) =
  * round(m_t e x / 2^s) exactly; w = QSUB(w, d) and the copy's round(w / 2^16) = QADD(w, 2^15) >> 16
- * two at a time (PKHTB), four weights per turn under the Q flag: QSUB and QADD set it when they
- * saturate, and SSAT16 #15 of SHSUB16(copy, 1) when a copy lane is -32768 (the symmetric clamp's
- * case); a hit redoes the four by the scalar rule from their old values. Rows with e[n] = 0 keep
- * their weights and refresh their copy. COPY: a constant after inlining. */
+ * two at a time (PKHTB), two weights per turn under the Q flag (tt_sgd_row_s32_pairs): QSUB and
+ * QADD set it when they saturate, and SSAT16 #15 of SHSUB16(copy, 1) when a copy lane is -32768
+ * (the symmetric clamp's case); a hit redoes the pair by the scalar rule from its old values. Rows
+ * with e[n] = 0 keep their weights and refresh their copy. COPY: a constant after inlining. */
 #if defined(__GNUC__)
 __attribute__((always_inline))
 #endif
 static inline uint32_t tt_sgd_rows_s32_body(const int8_t *e, const int8_t *x, int32_t K, int32_t N, int32_t *w32,
                                             int16_t *copy, int32_t m_t, int32_t s, int32_t COPY)
 {
-    int32_t X[TT_SGD_CHUNK], k0, n, j, sh;
+    int32_t X[TT_SGD_CHUNK], k0, n, sh;
     uint32_t sat = 0;
     for (k0 = 0; k0 < K; k0 += TT_SGD_CHUNK) {
         const int32_t len = K - k0 < TT_SGD_CHUNK ? K - k0 : TT_SGD_CHUNK;
@@ -1219,38 +1507,10 @@ static inline uint32_t tt_sgd_rows_s32_body(const int8_t *e, const int8_t *x, in
             int32_t *w = w32 + n * K + k0;
             int16_t *cp = COPY ? copy + n * K + k0 : 0;
             if (A == 0) {
-                if (COPY) for (j = 0; j < len; j++) cp[j] = tt_narrow_s16(w[j]);
+                if (COPY) tt_sgd_refresh_copy(w, cp, len);
                 continue;
             }
-            tt_guard_clear();
-            for (j = 0; j + 4 <= len; j += 4) {
-                int32_t old[4], d[4], v[4], i;
-                for (i = 0; i < 4; i++) {
-                    old[i] = w[j + i];
-                    d[i] = tt_smmulr(X[j + i], A);
-                    v[i] = __qsub(old[i], d[i]);
-                }
-                if (COPY) {
-                    const uint32_t c0 = tt_pack_hi((uint32_t)tt_qadd(v[0], 1 << 15), (uint32_t)tt_qadd(v[1], 1 << 15));
-                    const uint32_t c1 = tt_pack_hi((uint32_t)tt_qadd(v[2], 1 << 15), (uint32_t)tt_qadd(v[3], 1 << 15));
-                    tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)c0, 0x00010001));
-                    tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)c1, 0x00010001));
-                    if (!tt_guard_hit()) {
-                        tt_st_s16x2(cp + j, c0);
-                        tt_st_s16x2(cp + j + 2, c1);
-                    }
-                }
-                if (tt_guard_hit_after(v[0], v[1], v[2], v[3])) {
-                    sat += tt_sgd_s32_redo(w + j, COPY ? cp + j : 0, old, d, 4);
-                    tt_guard_clear();
-                } else {
-                    for (i = 0; i < 4; i++) w[j + i] = v[i];
-                }
-            }
-            for (; j < len; j++) {
-                const int32_t old1 = w[j], d1 = tt_smmulr(X[j], A);
-                sat += tt_sgd_s32_redo(w + j, COPY ? cp + j : 0, &old1, &d1, 1);
-            }
+            sat += tt_sgd_row_s32_pairs(w, cp, X, len, A, COPY);
         }
     }
     return sat;
@@ -1558,24 +1818,39 @@ static inline void tt_sgd_dense_bias(const tt_sgd_step *u, int32_t *b, int32_t e
     const int32_t m_t = u->m_t, s = eb + o->k - ee;
     int32_t n;
     if (TT_SGD_FAST(o, m_t) && s >= 1 && s <= 31) {
-        /* |m_t * e| < 2^22: the rounded shift is (p + 2^(s-1)) >> s without overflow; b - d
-         * wraps in uint32 and overflowed iff b and d differ in sign and the result's sign is
-         * not b's, then it saturates toward d's opposite sign (the int64 difference's clamp) */
+        /* |m_t * e| < 2^22: the rounded shift is (p + 2^(s-1)) >> s without overflow; when b - d
+         * overflows int32 it saturates toward d's opposite sign (the int64 difference's clamp) */
         const int32_t half = (int32_t)1 << (s - 1);
         for (n = 0; n < N; n++) {
             const int32_t p = m_t * (int32_t)e[n];
-            uint32_t bn, d, r;
+            int32_t d, r;
             if (p == 0) continue;
-            bn = (uint32_t)b[n];
-            d = (uint32_t)((p + half) >> s);
-            r = bn - d;
-            if (((bn ^ d) & (bn ^ r)) >> 31) {
+            d = (p + half) >> s;
+            if (tt_sub_overflows(b[n], d, &r)) {
                 u->stats->saturated++;
-                b[n] = (int32_t)d > 0 ? INT32_MIN : INT32_MAX;
-            } else {
-                b[n] = (int32_t)r;
+                r = d > 0 ? INT32_MIN : INT32_MAX;
             }
+            b[n] = r;
         }
+        return;
+    }
+    if (o->sr && !o->wd_m && m_t >= 0 && m_t < 32768 && s >= 1 && s <= 30) {
+        /* stochastic rounding, one draw per bias (e[n] = 0 too): floor((p + (r mod 2^s)) / 2^s) of
+         * p = m_t e (|p| < 2^22: the sum fits int32), b - d saturating as above */
+        const uint32_t M = ((uint32_t)1 << s) - 1u;
+        uint32_t r = *u->prng, nsat = 0;
+        for (n = 0; n < N; n++) {
+            int32_t d, v;
+            r = tt_prng_next(&r);
+            d = (m_t * (int32_t)e[n] + (int32_t)(r & M)) >> s;
+            if (tt_sub_overflows(b[n], d, &v)) {
+                nsat++;
+                v = d > 0 ? INT32_MIN : INT32_MAX;
+            }
+            b[n] = v;
+        }
+        *u->prng = r;
+        u->stats->saturated += nsat;
         return;
     }
     {
