@@ -63,8 +63,10 @@ static const uint8_t *tt_blocks_full_end(const uint8_t *s, const uint8_t *end, i
 #if TT_HAVE_DSP
 #if defined(__GNUC__)
 #define TT_BLOCKS_INLINE static inline __attribute__((always_inline))
+#define TT_BLOCKS_NOINLINE static __attribute__((noinline)) /* its own registers: the callers' loops stay lean */
 #else
 #define TT_BLOCKS_INLINE static inline
+#define TT_BLOCKS_NOINLINE static
 #endif
 
 /* The full blocks [s, end) of a row into a: per block its index byte, the widened input pair
@@ -85,6 +87,28 @@ TT_BLOCKS_INLINE const int16_t *tt_blocks_dot(const uint8_t *s, const uint8_t *e
     }
     *pa = a;
     return w;
+}
+
+/* The forward's rows when every block is full and every row 4-byte aligned, the biases on the
+ * sums' exponent by a plain rounding shift d in [1, 31]: acc[n] = round(b[n] / 2^d) + the row's
+ * blocks; returns the OR of every acc ^ (acc >> 31) (tt_requant_s8_from_s32_or). Pointer steps
+ * and few live values: the per-row cost is a handful of instructions. */
+TT_BLOCKS_NOINLINE uint32_t tt_blocks_fwd_full(const uint8_t *cnt, int32_t N, const uint32_t *xx, const int16_t *w,
+                                   const int32_t *b, int32_t d, int32_t *acc)
+{
+    const uint8_t *s = cnt + N, *const cend = cnt + N;
+    uint32_t m = 0;
+    const int32_t d1 = d - 1;
+    for (; cnt != cend; cnt++) {
+        const uint8_t *end = s + *cnt;
+        /* tt_rshift_round_s32(b, d), d >= 1: (b >> (d - 1)) + 1 cannot overflow */
+        int32_t a = ((*b++ >> d1) + 1) >> 1;
+        w = tt_blocks_dot(s, end, xx, w, &a, 1);
+        s = end;
+        *acc++ = a;
+        m |= (uint32_t)(a ^ (a >> 31));
+    }
+    return m;
 }
 
 /* acc[c .. c + 3] += en w[0..3] of the full blocks [s, end) of a row (acc 4-byte aligned: two
@@ -125,16 +149,8 @@ int32_t tt_sparse_blocks_fwd_s8(const tt_ctx *ctx, const tt_sparse_rows_params *
     uint32_t *xx = (uint32_t *)(void *)(acc + N); /* x[4j .. 4j + 3] as int16 pairs xx[2j], xx[2j + 1] */
     uint32_t m = 0;
     tt_widen_s8(x, K & ~3, 0, xx);
-    if ((K & 3) == 0 && ((uintptr_t)w & 3u) == 0) { /* every block full, every row aligned */
-        for (n = 0; n < N; n++) {
-            const uint8_t *end = s + p->code[n];
-            /* the bias on the sums' exponent; the common case a plain rounding shift (as tt_dense.c) */
-            int32_t a = plain ? tt_rshift_round_s32(p->b[n], d) : tt_align_s32(p->b[n], eb, ea);
-            w = tt_blocks_dot(s, end, xx, w, &a, 1);
-            s = end;
-            acc[n] = a;
-            m |= (uint32_t)(a ^ (a >> 31));
-        }
+    if ((K & 3) == 0 && ((uintptr_t)w & 3u) == 0 && plain) { /* every block full, every row aligned */
+        m = tt_blocks_fwd_full(p->code, N, xx, w, p->b, d, acc);
     } else {
         for (n = 0; n < N; n++) {
             const uint8_t *end = s + p->code[n], *full = end;
@@ -286,13 +302,17 @@ static uint32_t tt_blocks_row_s16(int16_t *w, const uint8_t *st, const uint8_t *
 }
 
 #if TT_HAVE_DSP
-/* tt_widen_s8(x, n, c, xx), n a multiple of 4; c = 8 (s <= 24, the usual case) in four
+/* tt_widen_s8(x, n, c, xx), n a multiple of 4; c = 8 in four
  * instructions per four inputs instead of eight: a lane x 2^8 is the byte x above a zero byte, so
  * the pairs are the bytes masked in place (v << 8 and v under 0xFF00FF00) and packed (PKHBT,
  * PKHTB); no sign extension, no spill to mask. */
 static inline void tt_blocks_widen(const int8_t *x, int32_t n, int32_t c, uint32_t *xx)
 {
     const int8_t *end = x + n;
+    if (c == 0) {
+        tt_widen_s8(x, n, 0, xx); /* the shift and mask fold away */
+        return;
+    }
     if (c != 8) {
         tt_widen_s8(x, n, c, xx);
         return;
@@ -366,6 +386,23 @@ TT_BLOCKS_INLINE uint32_t tt_blocks_row_update_s16(int16_t *w, const uint8_t *st
 }
 #endif
 
+#if TT_HAVE_DSP
+/* The update's constants for tt_blocks_row_update_full. */
+typedef struct tt_blocks_upd {
+    const int8_t *x;
+    const uint32_t *xx;
+    int32_t K, s, sh, amax;
+} tt_blocks_upd;
+
+/* tt_blocks_row_update_s16 on a row of full, 4-byte aligned blocks, out of line: the caller's row
+ * loop keeps its few values in registers. */
+TT_BLOCKS_NOINLINE uint32_t tt_blocks_row_update_full(const tt_blocks_upd *c, int16_t *w, const uint8_t *st,
+                                                      const uint8_t *end, int32_t a)
+{
+    return tt_blocks_row_update_s16(w, st, end, end, c->K, c->x, c->xx, a, c->s, c->sh, c->amax, 1);
+}
+#endif
+
 /* w -= round(m_t e[n] x[k] / 2^s) on the kept weights, row by row: rows whose error is 0 passed
  * whole; DSP: a row's full blocks two pairs each (tt_blocks_row_fast_s16; with c = min(8, 32 - s),
  * x widened to x 2^c once, A = a 2^(32 - s - c), when |A| < 2^31 and |d| <= 16383 as in
@@ -379,19 +416,23 @@ int32_t tt_sparse_blocks_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd
     uint32_t nsat = 0;
     int32_t n;
 #if TT_HAVE_DSP
-    const int32_t c = 32 - s < 8 ? 32 - s : 8, sh = 32 - s - c;
+    /* c = 8 as tt_sgd.c for s <= 22; for s >= 23 every |a| < 2^22 <= 2^(s - 1) gives an int32
+     * A = a 2^(32 - s) with x unscaled (c = 0), the plain widening */
+    const int32_t c = s >= 23 ? 0 : 8, sh = 32 - s - c;
     const int64_t lim1 = (int64_t)INT32_MAX >> sh, lim2 = (((int64_t)16383 << s) - 1) / 128;
     const int32_t amax = (int32_t)(lim1 < lim2 ? lim1 : lim2), m_t = u->m_t, tail = K & 3;
     const uint32_t last = tail ? (uint32_t)K / 4u : 256u;
     uint32_t *xx = (uint32_t *)(void *)p->work; /* K / 2 words */
     tt_blocks_widen(x, K & ~3, c, xx);
     if (tail == 0 && ((uintptr_t)w & 3u) == 0) { /* every block full, every row aligned */
-        for (n = 0; n < N; n++) {
-            const uint8_t *end = st + p->code[n];
-            const int32_t a = m_t * (int32_t)e[n];
-            if (a != 0) nsat += tt_blocks_row_update_s16(w, st, end, end, K, x, xx, a, s, sh, amax, 1);
-            w += 4 * (end - st);
-            st = end;
+        const tt_blocks_upd cfg = {x, xx, K, s, sh, amax};
+        const uint8_t *cnt = p->code, *const cend = p->code + N;
+        for (; cnt != cend; cnt++, e++) { /* a row with e[n] = 0 costs a few instructions */
+            const uint32_t k = *cnt;
+            const int32_t a = m_t * (int32_t)*e;
+            if (a != 0) nsat += tt_blocks_row_update_full(&cfg, w, st, st + k, a);
+            w += 4 * k;
+            st += k;
         }
     } else {
         for (n = 0; n < N; n++) {
