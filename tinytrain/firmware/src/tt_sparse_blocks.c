@@ -302,25 +302,23 @@ static uint32_t tt_blocks_row_s16(int16_t *w, const uint8_t *st, const uint8_t *
 }
 
 #if TT_HAVE_DSP
-/* tt_widen_s8(x, n, c, xx), n a multiple of 4; c = 8 in four
- * instructions per four inputs instead of eight: a lane x 2^8 is the byte x above a zero byte, so
- * the pairs are the bytes masked in place (v << 8 and v under 0xFF00FF00) and packed (PKHBT,
- * PKHTB); no sign extension, no spill to mask. */
-static inline void tt_blocks_widen(const int8_t *x, int32_t n, int32_t c, uint32_t *xx)
+/* tt_widen_s8(x, n, c, xx), n a multiple of 4: c = 0 (s >= 23) folds its shift and mask away;
+ * c = 8 in four instructions per four inputs instead of eight: a lane x 2^8 is the byte x above a
+ * zero byte, so the pairs are the bytes masked in place (v << 8 and v under 0xFF00FF00) and
+ * packed (PKHBT, PKHTB); no sign extension, no spill to mask. */
+static void tt_blocks_widen(const int8_t *x, int32_t n, int32_t c, uint32_t *xx)
 {
     const int8_t *end = x + n;
     if (c == 0) {
-        tt_widen_s8(x, n, 0, xx); /* the shift and mask fold away */
-        return;
-    }
-    if (c != 8) {
+        tt_widen_s8(x, n, 0, xx);
+    } else if (c == 8) {
+        for (; x != end; x += 4, xx += 2) {
+            const uint32_t v = tt_ld_s8x4(x), t = (v << 8) & 0xFF00FF00u, u = v & 0xFF00FF00u;
+            xx[0] = tt_pack_lo(t, u);
+            xx[1] = tt_pack_hi(t, u);
+        }
+    } else {
         tt_widen_s8(x, n, c, xx);
-        return;
-    }
-    for (; x != end; x += 4, xx += 2) {
-        const uint32_t v = tt_ld_s8x4(x), t = (v << 8) & 0xFF00FF00u, u = v & 0xFF00FF00u;
-        xx[0] = tt_pack_lo(t, u);
-        xx[1] = tt_pack_hi(t, u);
     }
 }
 
@@ -330,7 +328,10 @@ static inline void tt_blocks_widen(const int8_t *x, int32_t n, int32_t c, uint32
  * with SSUB16 (|d| <= 16383), the Q flag raised exactly when a lane's v = w - d is outside
  * [-32767, 32767] (a saturation, or an old -32768: tt_sgd.c's tt_sgd_s16x2 guard, SSAT16 #15 on
  * SHSUB16(W, D) and on SHSUB16(S, 1)); a lane whose input is 0 steps by 0, as the rule. The Q
- * flag, clear on entry, is read by the caller (tt_blocks_row_undo_s16 on a hit). */
+ * flag, clear on entry, is read by the caller (tt_blocks_row_undo_s16 on a hit). The cheaper
+ * guard of tt_sgd.c's row pass (SSAT16 on the old weights, exact for |w| < 2^14) would send most
+ * rows to the redo here: a pruned layer keeps its large weights (W1 80 %: a third of the kept
+ * weights above 2^14, nine blocks in ten with one). */
 TT_BLOCKS_INLINE void tt_blocks_row_fast_s16(int16_t *w, const uint8_t *st, const uint8_t *end, const uint32_t *xx,
                                              int32_t A, int32_t AL)
 {
@@ -394,12 +395,41 @@ typedef struct tt_blocks_upd {
     int32_t K, s, sh, amax;
 } tt_blocks_upd;
 
-/* tt_blocks_row_update_s16 on a row of full, 4-byte aligned blocks, out of line: the caller's row
- * loop keeps its few values in registers. */
-TT_BLOCKS_NOINLINE uint32_t tt_blocks_row_update_full(const tt_blocks_upd *c, int16_t *w, const uint8_t *st,
-                                                      const uint8_t *end, int32_t a)
+/* A row of tt_blocks_update_full whose fast pass hit the guard: undone, then the exact rule. */
+TT_BLOCKS_NOINLINE uint32_t tt_blocks_row_redo_s16(const tt_blocks_upd *c, int16_t *w, const uint8_t *st,
+                                                   const uint8_t *end, int32_t a)
 {
-    return tt_blocks_row_update_s16(w, st, end, end, c->K, c->x, c->xx, a, c->s, c->sh, c->amax, 1);
+    tt_blocks_row_undo_s16(w, st, end, c->xx, a * ((int32_t)1 << c->sh));
+    return tt_blocks_row_s16(w, st, end, c->K, c->x, a, c->s);
+}
+
+/* The update's rows (counts [cnt, cend), the block indices from cend on) when every block is full
+ * and every row 4-byte aligned: tt_blocks_row_update_s16 with the rare paths out of line, so a
+ * row with e[n] = 0 costs a few instructions and one with e[n] != 0 a few more than its blocks.
+ * Returns the saturations. */
+TT_BLOCKS_NOINLINE uint32_t tt_blocks_update_full(const tt_blocks_upd *c, const uint8_t *cnt, const uint8_t *cend,
+                                                  const int8_t *e, int16_t *w, int32_t m_t)
+{
+    const uint8_t *st = cend;
+    const uint32_t *xx = c->xx;
+    const int32_t sh = c->sh, amax = c->amax;
+    uint32_t nsat = 0;
+    for (; cnt != cend; cnt++, e++) {
+        const uint32_t k = *cnt;
+        const int32_t a = m_t * (int32_t)*e;
+        if (a != 0) {
+            if ((a < 0 ? -a : a) <= amax) {
+                tt_guard_clear();
+                tt_blocks_row_fast_s16(w, st, st + k, xx, a * ((int32_t)1 << sh), 1);
+                if (tt_guard_hit()) nsat += tt_blocks_row_redo_s16(c, w, st, st + k, a);
+            } else {
+                nsat += tt_blocks_row_s16(w, st, st + k, c->K, c->x, a, c->s);
+            }
+        }
+        w += 4 * k;
+        st += k;
+    }
+    return nsat;
 }
 #endif
 
@@ -426,14 +456,7 @@ int32_t tt_sparse_blocks_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd
     tt_blocks_widen(x, K & ~3, c, xx);
     if (tail == 0 && ((uintptr_t)w & 3u) == 0) { /* every block full, every row aligned */
         const tt_blocks_upd cfg = {x, xx, K, s, sh, amax};
-        const uint8_t *cnt = p->code, *const cend = p->code + N;
-        for (; cnt != cend; cnt++, e++) { /* a row with e[n] = 0 costs a few instructions */
-            const uint32_t k = *cnt;
-            const int32_t a = m_t * (int32_t)*e;
-            if (a != 0) nsat += tt_blocks_row_update_full(&cfg, w, st, st + k, a);
-            w += 4 * k;
-            st += k;
-        }
+        nsat += tt_blocks_update_full(&cfg, p->code, p->code + N, e, w, m_t);
     } else {
         for (n = 0; n < N; n++) {
             const uint8_t *end = st + p->code[n], *full = end;
