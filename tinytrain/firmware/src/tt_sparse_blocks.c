@@ -434,9 +434,9 @@ TT_BLOCKS_NOINLINE uint32_t tt_blocks_update_full(const tt_blocks_upd *c, const 
 #endif
 
 /* w -= round(m_t e[n] x[k] / 2^s) on the kept weights, row by row: rows whose error is 0 passed
- * whole; DSP: a row's full blocks two pairs each (tt_blocks_row_fast_s16; with c = min(8, 32 - s),
- * x widened to x 2^c once, A = a 2^(32 - s - c), when |A| < 2^31 and |d| <= 16383 as in
- * tt_sgd_dense_rows_s16), the rest by the exact rule (tt_blocks_row_s16). */
+ * whole; DSP: a row's full blocks two pairs each (tt_blocks_row_fast_s16; with c = 8 for s <= 22
+ * and 0 above, x widened to x 2^c once, A = a 2^(32 - s - c), when |A| < 2^31 and |d| <= 16383
+ * as in tt_sgd_dense_rows_s16), the rest by the exact rule (tt_blocks_row_s16). */
 int32_t tt_sparse_blocks_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p, int32_t s,
                                   const int8_t *e, const int8_t *x)
 {
