@@ -221,3 +221,76 @@ def test_blocks_of_a_four_input_layer_stored_by_blocks():
     _past_schedule(m, x, y)
     assert {p.fmt for p in S.choose(m).values()} == {"blocks"}
     three_way(m, x, y, epochs=1)
+
+
+@st.composite
+def blocks_dsp_cases(draw):
+    """A drawn MLP stored by blocks (any input size: short last blocks, rows of odd alignment), its
+    optimizer drawn, or plain SGD at batch 1 (the fused update's fast path) up to steps that
+    saturate weights (the guard's exact redo)."""
+    shape, layers, n_cls, opt, prune = draw(mlp_cases())
+    if draw(st.booleans()):
+        opt = SGD(lr=draw(st.sampled_from([0.05, 0.3, 1.0])))
+    return shape, layers, n_cls, opt, {**prune, "structure": "blocks", "storage": "blocks"}
+
+
+def _blocks_model(data):
+    """The model of a blocks_dsp_cases draw past its schedule, with its data (None: no dense weight learns)."""
+    shape, layers, n_cls, opt, prune = data.draw(blocks_dsp_cases())
+    try:
+        m = Sequential(layers, input_shape=shape, input_exp=data.draw(st.integers(-9, 0)), optimizer=opt,
+                       seed=data.draw(st.integers(0, 1000)), prune=prune)
+    except ModelError as exc:
+        assert "prune" in str(exc), exc
+        return None
+    x, y = _data(data.draw(st.integers(6, 12)), shape, n_cls, data.draw(st.integers(0, 2**16)))
+    _past_schedule(m, x, y)
+    assert {p.fmt for p in S.choose(m).values()} == {"blocks"}
+    return m, x, y
+
+
+@settings(max_examples=examples(4), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_blocks_dsp_path_drawn_equals_reference(data):
+    """The block kernels' Cortex-M4 paths (the forward's and input error's full-block loops, the
+    requantization from the OR of the sums, the fused update's guarded rows and their redo; built
+    for the host with tt_dsp_emul.h's intrinsics, UBSan) on drawn shapes, sparsities and options
+    equal the reference: outputs and state hash every step."""
+    from tinytrain.codegen.host import HostModel
+
+    from .conftest import HERE
+
+    case = _blocks_model(data)
+    if case is None:
+        return
+    m, x, y = case
+    hm = HostModel(m, sanitize=True, extra_flags=["-DTT_HAVE_DSP=1", f"-I{HERE / 'c'}"])
+    for i in range(len(x)):
+        assert hm.train_step(x[i], y[i]) == tuple(int(v) for v in m.ref_train_step(x[i], y[i])), i
+        assert hm.state_hash() == m.state_hash(), i
+
+
+@pytest.mark.qemu
+@settings(max_examples=examples(2), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_blocks_drawn_bit_exact_on_the_m4(data):
+    """The same drawn models stored by blocks, verified for 10 steps on the QEMU Cortex-M4
+    (mps2_an386: SMLAD, SMLAWB, LDRD/STRD, the Q-flag guard): 0 mismatches."""
+    import shutil
+
+    if shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None:
+        pytest.skip("qemu-system-arm / arm-none-eabi-gcc missing")
+    from tinytrain.data import Dataset
+    from tinytrain.verify import verify
+
+    case = _blocks_model(data)
+    if case is None:
+        return
+    m, x, y = case
+    shape, n_cls = m.input_shape, m.layers[-1].out_size
+    fx = x.astype(np.float32) / 128
+    ds = Dataset("drawn", x, y.astype(np.int32), x, y.astype(np.int32), shape, n_cls, m.input_exp, (-1.0, 1.0), fx, fx)
+    r = verify(m, ds, 10, board="mps2_an386", json=True)
+    assert r["mismatches"] == 0 and r["first_mismatch"] is None and r["steps"] == 10

@@ -155,6 +155,9 @@ int32_t tt_requant_s8_from_s32(const int32_t *acc, int32_t n, int8_t *y, tt_stat
  *  OR of every |acc[i]|). */
 int32_t tt_requant_s8_from_s32_max(const int32_t *acc, int32_t n, uint32_t max_abs, int8_t *y,
                                    tt_stats *st);
+/** Same, given m, the OR of every acc[i] ^ (acc[i] >> 31) (an int32 scratch, 4-byte aligned):
+ *  four values a step on the DSP, redone by tt_requant_s8_from_s32 when a result needs a clamp. */
+int32_t tt_requant_s8_from_s32_or(const int32_t *acc, int32_t n, uint32_t m, int8_t *y, tt_stats *st);
 
 /** Integer division truncating toward zero (C99 semantics); b != 0. */
 static inline int32_t tt_div_trunc_s32(int32_t a, int32_t b) { return a / b; }

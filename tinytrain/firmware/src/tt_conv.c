@@ -245,7 +245,7 @@ TT_CONV_INLINE void conv_r3_chan(const uint32_t *col, int32_t NW, int32_t P, con
         if (NW > 4) s = __smlad(W4, (int32_t)*col++, s);
         *acc = s;
         acc += Cout;
-        o |= (uint32_t)(s ^ (s >> 31)); /* |s|, or |s| - 1 for s < 0: see conv_requant_s32 */
+        o |= (uint32_t)(s ^ (s >> 31)); /* |s|, or |s| - 1 for s < 0: see tt_requant_s8_from_s32_or */
     } while (col != end);
     *m = o;
 }
@@ -321,42 +321,6 @@ static void conv2d_fwd_r3(const int8_t *xq, int32_t Wp, int32_t Cin, const int16
     }
 }
 
-/* y = requant of the int32 sums acc[0..n) as tt_requant_s8_from_s32, given m, the OR of every
- * acc ^ (acc >> 31). Its bit width b is that of max |acc| unless some acc = -2^b (then one more),
- * so the shift s = b - 7 is the exact one or one short. Four values a step: t = v >> (s - 1) lies
- * in [-256, 255] (v > -2^b, as any v <= -2^b would set a bit >= b of m), so PKHBT packs two as
- * int16 lanes and SHADD16 with 1 gives (t + 1) >> 1 in both, that function's rounding. Its result
- * r is in [-128, 128]; r = +-128, whose byte is 0x80 (and no other r's), needs a clamp, and any
- * acc = -2^b gives r = -128: a byte-wise zero test of the stored words ^ 0x80808080 collects
- * them, and then tt_requant_s8_from_s32 redoes y from the exact maximum. */
-static int32_t conv_requant_s32(const int32_t *acc, int32_t n, uint32_t m, int8_t *y, tt_stats *st)
-{
-    const int32_t s = m ? 32 - __builtin_clz(m) - 7 : 0;
-    const int32_t *ap = acc; /* 8-byte aligned: the scratch */
-    uint32_t bad = 0;
-    int32_t i;
-    if (s <= 0 || m > (uint32_t)INT32_MAX) return tt_requant_s8_from_s32(acc, n, y, st);
-    for (i = 0; i + 4 <= n; i += 4) {
-        int32_t a0, a1, a2, a3;
-        uint32_t e, o, v, z;
-        tt_ld_s32x2_next(&ap, &a0, &a1);
-        tt_ld_s32x2_next(&ap, &a2, &a3);
-        e = tt_pack_lo((uint32_t)(a0 >> (s - 1)), (uint32_t)(a2 >> (s - 1)));
-        o = tt_pack_lo((uint32_t)(a1 >> (s - 1)), (uint32_t)(a3 >> (s - 1)));
-        v = ((uint32_t)__shadd16((int32_t)e, 0x00010001) & 0x00FF00FFu) |
-            ((uint32_t)__shadd16((int32_t)o, 0x00010001) & 0x00FF00FFu) << 8;
-        z = v ^ 0x80808080u;
-        bad |= (z - 0x01010101u) & ~z;
-        tt_st_s8x4(y + i, v);
-    }
-    for (; i < n; i++) {
-        const int32_t r = ((acc[i] >> (s - 1)) + 1) >> 1;
-        y[i] = (int8_t)r;
-        bad |= r == 128 || r == -128 ? 0x80u : 0u;
-    }
-    if (bad & 0x80808080u) return tt_requant_s8_from_s32(acc, n, y, st);
-    return s;
-}
 #endif
 
 /* The forward in int32 through an im2col column per output position (KH*KW*Cin <=
@@ -387,7 +351,7 @@ static int32_t conv2d_fwd_s32(const int8_t *x, int32_t ex, const int16_t *w, int
         uint32_t *cols = (uint32_t *)(void *)(acc32 + OH * OW * Cout);
         xq[Hp * Wp * Cin] = 0;
         conv2d_fwd_r3(xq, Wp, Cin, w, Cout, KH, sh, sw, OH, OW, bias, acc32, cols, &m);
-        return ea + conv_requant_s32(acc32, OH * OW * Cout, m, y, st);
+        return ea + tt_requant_s8_from_s32_or(acc32, OH * OW * Cout, m, y, st);
     }
     if (padded && L <= 2 * TT_CONV_SHORT_PAIRS && Cout * ((L + 1) / 2 + 1) <= TT_CONV_SHORT_WORDS) {
         conv2d_fwd_short(xq, Wp, w, Cin, Cout, KH, KW, sh, sw, OH, OW, bias, scratch, &m);

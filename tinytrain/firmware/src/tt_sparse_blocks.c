@@ -50,6 +50,7 @@ int32_t tt_sparse_blocks_columns(const uint8_t *code, int32_t K, int32_t N, int3
     return m;
 }
 
+#if !TT_HAVE_DSP
 /* The kept blocks of a row [s, end) split: the full ones first, *tail the weights of the last one
  * when it is the short block of a K that 4 does not divide (0 else). */
 static const uint8_t *tt_blocks_full_end(const uint8_t *s, const uint8_t *end, int32_t K, int32_t *tail)
@@ -57,6 +58,82 @@ static const uint8_t *tt_blocks_full_end(const uint8_t *s, const uint8_t *end, i
     *tail = (K & 3) && end > s && end[-1] == (uint32_t)K / 4u ? K & 3 : 0;
     return *tail ? end - 1 : end;
 }
+#endif
+
+#if TT_HAVE_DSP
+#if defined(__GNUC__)
+#define TT_BLOCKS_INLINE static inline __attribute__((always_inline))
+#define TT_BLOCKS_NOINLINE static __attribute__((noinline)) /* its own registers: the callers' loops stay lean */
+#else
+#define TT_BLOCKS_INLINE static inline
+#define TT_BLOCKS_NOINLINE static
+#endif
+
+/* The full blocks [s, end) of a row into a: per block its index byte, the widened input pair
+ * xx[2j], xx[2j + 1] (one LDRD), the weights (one LDRD when the row is 4-byte aligned: AL, a
+ * constant after inlining, else two LDRs) and two SMLADs. Returns the weights past the blocks. */
+TT_BLOCKS_INLINE const int16_t *tt_blocks_dot(const uint8_t *s, const uint8_t *end, const uint32_t *xx,
+                                              const int16_t *w, int32_t *pa, int32_t AL)
+{
+    int32_t a = *pa;
+    for (; s != end; s++) {
+        int32_t X0, X1;
+        uint32_t W0, W1;
+        tt_ld_s32x2((const int32_t *)(const void *)(xx + 2u * *s), &X0, &X1);
+        if (AL) tt_ld_s16x4_next(&w, &W0, &W1);
+        else { W0 = tt_ld_s16x2(w); W1 = tt_ld_s16x2(w + 2); w += 4; }
+        a = __smlad(X0, (int32_t)W0, a);
+        a = __smlad(X1, (int32_t)W1, a);
+    }
+    *pa = a;
+    return w;
+}
+
+/* The forward's rows when every block is full and every row 4-byte aligned, the biases on the
+ * sums' exponent by a plain rounding shift d in [1, 31]: acc[n] = round(b[n] / 2^d) + the row's
+ * blocks; returns the OR of every acc ^ (acc >> 31) (tt_requant_s8_from_s32_or). Pointer steps
+ * and few live values: the per-row cost is a handful of instructions. */
+TT_BLOCKS_NOINLINE uint32_t tt_blocks_fwd_full(const uint8_t *cnt, int32_t N, const uint32_t *xx, const int16_t *w,
+                                   const int32_t *b, int32_t d, int32_t *acc)
+{
+    const uint8_t *s = cnt + N, *const cend = cnt + N;
+    uint32_t m = 0;
+    const int32_t d1 = d - 1;
+    for (; cnt != cend; cnt++) {
+        const uint8_t *end = s + *cnt;
+        /* tt_rshift_round_s32(b, d), d >= 1: (b >> (d - 1)) + 1 cannot overflow */
+        int32_t a = ((*b++ >> d1) + 1) >> 1;
+        w = tt_blocks_dot(s, end, xx, w, &a, 1);
+        s = end;
+        *acc++ = a;
+        m |= (uint32_t)(a ^ (a >> 31));
+    }
+    return m;
+}
+
+/* acc[c .. c + 3] += en w[0..3] of the full blocks [s, end) of a row (acc 4-byte aligned: two
+ * LDRDs, four SMLABB / SMLABT, two STRDs a block; the weights by LDRD when AL). Returns the
+ * weights past the blocks. */
+TT_BLOCKS_INLINE const int16_t *tt_blocks_scatter(const uint8_t *s, const uint8_t *end, int32_t *acc,
+                                                  const int16_t *w, int32_t en, int32_t AL)
+{
+    for (; s != end; s++) {
+        int32_t *q = acc + 4u * *s, a0, a1, a2, a3;
+        uint32_t W0, W1;
+        if (AL) tt_ld_s16x4_next(&w, &W0, &W1);
+        else { W0 = tt_ld_s16x2(w); W1 = tt_ld_s16x2(w + 2); w += 4; }
+        tt_ld_s32x2(q, &a0, &a1);
+        tt_ld_s32x2(q + 2, &a2, &a3);
+        a0 = __smlabb(en, (int32_t)W0, a0);
+        a1 = __smlabt(en, (int32_t)W0, a1);
+        a2 = __smlabb(en, (int32_t)W1, a2);
+        a3 = __smlabt(en, (int32_t)W1, a3);
+        tt_st_s32x2_next(&q, a0, a1);
+        tt_st_s32x2_next(&q, a2, a3);
+    }
+    return w;
+}
+#endif
 
 int32_t tt_sparse_blocks_fwd_s8(const tt_ctx *ctx, const tt_sparse_rows_params *p, const int8_t *x,
                                 int32_t ex, int8_t *y)
@@ -67,9 +144,29 @@ int32_t tt_sparse_blocks_fwd_s8(const tt_ctx *ctx, const tt_sparse_rows_params *
     int32_t *acc = (int32_t *)(void *)ctx->scratch; /* K <= TT_DENSE_S32_MAX_K: every sum fits int32 */
     int32_t n;
 #if TT_HAVE_DSP
+    const uint32_t last = (K & 3) ? (uint32_t)K / 4u : 256u; /* the short block's index (none: 256) */
+    const int32_t plain = d >= 1 && d <= 31;
     uint32_t *xx = (uint32_t *)(void *)(acc + N); /* x[4j .. 4j + 3] as int16 pairs xx[2j], xx[2j + 1] */
+    uint32_t m = 0;
     tt_widen_s8(x, K & ~3, 0, xx);
-#endif
+    if ((K & 3) == 0 && ((uintptr_t)w & 3u) == 0 && plain) { /* every block full, every row aligned */
+        m = tt_blocks_fwd_full(p->code, N, xx, w, p->b, d, acc);
+    } else {
+        for (n = 0; n < N; n++) {
+            const uint8_t *end = s + p->code[n], *full = end;
+            int32_t a = plain ? tt_rshift_round_s32(p->b[n], d) : tt_align_s32(p->b[n], eb, ea), i;
+            if (end != s && end[-1] == last) full--;
+            if (((uintptr_t)w & 3u) == 0) w = tt_blocks_dot(s, full, xx, w, &a, 1);
+            else w = tt_blocks_dot(s, full, xx, w, &a, 0);
+            if (full != end)
+                for (i = 0; i < (K & 3); i++) a += (int32_t)x[(K & ~3) + i] * (int32_t)*w++;
+            s = end;
+            acc[n] = a;
+            m |= (uint32_t)(a ^ (a >> 31));
+        }
+    }
+    return ea + tt_requant_s8_from_s32_or(acc, N, m, y, ctx->stats);
+#else
     if (d >= 1 && d <= 31) /* the common case, a plain rounding shift, said apart (as tt_dense.c) */
         for (n = 0; n < N; n++) acc[n] = tt_rshift_round_s32(p->b[n], d);
     else
@@ -79,14 +176,8 @@ int32_t tt_sparse_blocks_fwd_s8(const tt_ctx *ctx, const tt_sparse_rows_params *
         int32_t a = acc[n], tail, i;
         const uint8_t *full = tt_blocks_full_end(s, end, K, &tail);
         for (; s < full; s++) {
-#if TT_HAVE_DSP
-            const uint32_t *q = xx + 2u * *s;
-            a = __smlad((int32_t)q[0], (int32_t)tt_ld_s16x2(w), a);
-            a = __smlad((int32_t)q[1], (int32_t)tt_ld_s16x2(w + 2), a);
-#else
             const int8_t *q = x + 4u * *s;
             a += (int32_t)q[0] * w[0] + (int32_t)q[1] * w[1] + (int32_t)q[2] * w[2] + (int32_t)q[3] * w[3];
-#endif
             w += 4;
         }
         for (i = 0; i < tail; i++) a += (int32_t)x[(K & ~3) + i] * (int32_t)*w++;
@@ -94,6 +185,7 @@ int32_t tt_sparse_blocks_fwd_s8(const tt_ctx *ctx, const tt_sparse_rows_params *
         acc[n] = a;
     }
     return ea + tt_requant_s8_from_s32(acc, N, y, ctx->stats);
+#endif
 }
 
 int32_t tt_sparse_blocks_bwd_s8(const tt_ctx *ctx, const tt_sparse_rows_params *p, const int8_t *e,
@@ -104,6 +196,41 @@ int32_t tt_sparse_blocks_bwd_s8(const tt_ctx *ctx, const tt_sparse_rows_params *
     const int16_t *w = p->w;
     int32_t *acc = (int32_t *)(void *)ctx->scratch; /* N <= TT_DENSE_S32_MAX_N: every sum fits int32 */
     int32_t n, k;
+#if TT_HAVE_DSP
+    const uint32_t last = (K & 3) ? (uint32_t)K / 4u : 256u;
+    uint32_t m = 0;
+    for (k = 0; k + 2 <= K; k += 2) {
+        int32_t *q = acc + k;
+        tt_st_s32x2_next(&q, 0, 0);
+    }
+    if (K & 1) acc[K - 1] = 0;
+    if ((K & 3) == 0 && ((uintptr_t)w & 3u) == 0) { /* every block full, every row aligned */
+        for (n = 0; n < N; n++) {
+            const uint8_t *end = s + p->code[n];
+            const int32_t en = e[n];
+            if (en == 0) w += 4 * (end - s); /* adds nothing: pass the row */
+            else w = tt_blocks_scatter(s, end, acc, w, en, 1);
+            s = end;
+        }
+    } else {
+        for (n = 0; n < N; n++) {
+            const uint8_t *end = s + p->code[n], *full = end;
+            const int32_t en = e[n];
+            if (end != s && end[-1] == last) full--;
+            if (en == 0) { /* adds nothing: pass the row */
+                w += 4 * (full - s) + (full != end ? (K & 3) : 0);
+            } else {
+                if (((uintptr_t)w & 3u) == 0) w = tt_blocks_scatter(s, full, acc, w, en, 1);
+                else w = tt_blocks_scatter(s, full, acc, w, en, 0);
+                if (full != end)
+                    for (k = 0; k < (K & 3); k++) acc[(K & ~3) + k] += en * *w++;
+            }
+            s = end;
+        }
+    }
+    for (k = 0; k < K; k++) m |= (uint32_t)(acc[k] ^ (acc[k] >> 31));
+    return ee + p->ew + tt_requant_s8_from_s32_or(acc, K, m, dx, ctx->stats);
+#else
     for (k = 0; k < K; k++) acc[k] = 0;
     for (n = 0; n < N; n++) {
         const uint8_t *end = s + p->code[n];
@@ -128,6 +255,7 @@ int32_t tt_sparse_blocks_bwd_s8(const tt_ctx *ctx, const tt_sparse_rows_params *
         }
     }
     return ee + p->ew + tt_requant_s8_from_s32(acc, K, dx, ctx->stats);
+#endif
 }
 
 void tt_sparse_blocks_grad_s32(const tt_sparse_rows_params *p, const int8_t *e, const int8_t *x,
@@ -174,44 +302,141 @@ static uint32_t tt_blocks_row_s16(int16_t *w, const uint8_t *st, const uint8_t *
 }
 
 #if TT_HAVE_DSP
-/* The full blocks [st, end) of a row by pairs (the fused Dense update's step, tt_sgd.c): S = W - D
- * lane-wise with SSUB16 (|d| <= 16383), the Q flag raised exactly when a lane's v = w - d is
- * outside [-32767, 32767] (a saturation, or an old -32768: tt_sgd.c's tt_sgd_s16x2 guard, SSAT16
- * #15 on SHSUB16(W, D) and on SHSUB16(S, 1)); a lane whose input is 0 steps by 0, as the rule.
- * Returns 1 when the guard was hit: then the pairs are restored (SADD16 of the same steps) and
- * the caller takes the exact rule. */
-static int32_t tt_blocks_row_fast_s16(int16_t *w, const uint8_t *st, const uint8_t *end, const uint32_t *xx,
-                                      int32_t A)
+/* tt_widen_s8(x, n, c, xx), n a multiple of 4: c = 0 (s >= 23) folds its shift and mask away;
+ * c = 8 in four instructions per four inputs instead of eight: a lane x 2^8 is the byte x above a
+ * zero byte, so the pairs are the bytes masked in place (v << 8 and v under 0xFF00FF00) and
+ * packed (PKHBT, PKHTB); no sign extension, no spill to mask. */
+static void tt_blocks_widen(const int8_t *x, int32_t n, int32_t c, uint32_t *xx)
 {
-    const uint8_t *s0 = st;
-    int16_t *w0 = w;
-    tt_guard_clear();
-    for (; st < end; st++, w += 4) {
-        const uint32_t *q = xx + 2u * *st, W0 = tt_ld_s16x2(w), W1 = tt_ld_s16x2(w + 2);
-        const uint32_t D0 = tt_step_s16x2(A, q[0]), D1 = tt_step_s16x2(A, q[1]);
-        const uint32_t S0 = (uint32_t)__ssub16((int32_t)W0, (int32_t)D0), S1 = (uint32_t)__ssub16((int32_t)W1, (int32_t)D1);
+    const int8_t *end = x + n;
+    if (c == 0) {
+        tt_widen_s8(x, n, 0, xx);
+    } else if (c == 8) {
+        for (; x != end; x += 4, xx += 2) {
+            const uint32_t v = tt_ld_s8x4(x), t = (v << 8) & 0xFF00FF00u, u = v & 0xFF00FF00u;
+            xx[0] = tt_pack_lo(t, u);
+            xx[1] = tt_pack_hi(t, u);
+        }
+    } else {
+        tt_widen_s8(x, n, c, xx);
+    }
+}
+
+/* The full blocks [st, end) of a row by pairs (the fused Dense update's step, tt_sgd.c): per block
+ * its index byte, the widened input pairs (one LDRD), the weights (LDRD and STRD when AL, a
+ * constant after inlining), the steps D = (d_lo, d_hi) (tt_step_s16x2) and S = W - D lane-wise
+ * with SSUB16 (|d| <= 16383), the Q flag raised exactly when a lane's v = w - d is outside
+ * [-32767, 32767] (a saturation, or an old -32768: tt_sgd.c's tt_sgd_s16x2 guard, SSAT16 #15 on
+ * SHSUB16(W, D) and on SHSUB16(S, 1)); a lane whose input is 0 steps by 0, as the rule. The Q
+ * flag, clear on entry, is read by the caller (tt_blocks_row_undo_s16 on a hit). The cheaper
+ * guard of tt_sgd.c's row pass (SSAT16 on the old weights, exact for |w| < 2^14) would send most
+ * rows to the redo here: a pruned layer keeps its large weights (W1 80 %: a third of the kept
+ * weights above 2^14, nine blocks in ten with one). */
+TT_BLOCKS_INLINE void tt_blocks_row_fast_s16(int16_t *w, const uint8_t *st, const uint8_t *end, const uint32_t *xx,
+                                             int32_t A, int32_t AL)
+{
+    for (; st != end; st++) {
+        int32_t X0, X1;
+        uint32_t W0, W1, D0, D1, S0, S1;
+        tt_ld_s32x2((const int32_t *)(const void *)(xx + 2u * *st), &X0, &X1);
+        if (AL) tt_ld_s16x4(w, &W0, &W1);
+        else { W0 = tt_ld_s16x2(w); W1 = tt_ld_s16x2(w + 2); }
+        D0 = tt_step_s16x2(A, (uint32_t)X0);
+        D1 = tt_step_s16x2(A, (uint32_t)X1);
+        S0 = (uint32_t)__ssub16((int32_t)W0, (int32_t)D0);
+        S1 = (uint32_t)__ssub16((int32_t)W1, (int32_t)D1);
         tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)W0, (int32_t)D0));
         tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)W1, (int32_t)D1));
         tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)S0, 0x00010001));
         tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)S1, 0x00010001));
-        tt_st_s16x2(w, S0);
-        tt_st_s16x2(w + 2, S1);
+        if (AL) tt_st_s16x4_next(&w, S0, S1);
+        else { tt_st_s16x2(w, S0); tt_st_s16x2(w + 2, S1); w += 4; }
     }
-    if (!tt_guard_hit()) return 0;
-    for (st = s0, w = w0; st < end; st++, w += 4) {
+}
+
+/* Undo tt_blocks_row_fast_s16 on the blocks [st, end) of a row exactly: SADD16 of the stored
+ * w - d (mod 2^16) and the same steps. Leaves the Q flag clear. */
+static void tt_blocks_row_undo_s16(int16_t *w, const uint8_t *st, const uint8_t *end, const uint32_t *xx, int32_t A)
+{
+    for (; st < end; st++, w += 4) {
         const uint32_t *q = xx + 2u * *st;
         tt_st_s16x2(w, (uint32_t)__sadd16((int32_t)tt_ld_s16x2(w), (int32_t)tt_step_s16x2(A, q[0])));
         tt_st_s16x2(w + 2, (uint32_t)__sadd16((int32_t)tt_ld_s16x2(w + 2), (int32_t)tt_step_s16x2(A, q[1])));
     }
     tt_guard_clear();
-    return 1;
+}
+#endif
+
+#if TT_HAVE_DSP
+/* One row with a = m_t e[n] != 0 (its blocks [st, end), the full ones [st, full)): the full blocks
+ * by tt_blocks_row_fast_s16 when |a| <= amax (A = a 2^sh), the short one, and every block of a row
+ * whose pass hit the guard (undone first) or with a larger |a|, by the exact rule. Returns the
+ * saturations. */
+TT_BLOCKS_INLINE uint32_t tt_blocks_row_update_s16(int16_t *w, const uint8_t *st, const uint8_t *full,
+                                                   const uint8_t *end, int32_t K, const int8_t *x, const uint32_t *xx,
+                                                   int32_t a, int32_t s, int32_t sh, int32_t amax, int32_t AL)
+{
+    if ((a < 0 ? -a : a) <= amax) {
+        const int32_t A = a * ((int32_t)1 << sh);
+        tt_guard_clear();
+        tt_blocks_row_fast_s16(w, st, full, xx, A, AL);
+        if (!tt_guard_hit()) return full != end ? tt_blocks_row_s16(w + 4 * (full - st), full, end, K, x, a, s) : 0;
+        tt_blocks_row_undo_s16(w, st, full, xx, A);
+    }
+    return tt_blocks_row_s16(w, st, end, K, x, a, s);
+}
+#endif
+
+#if TT_HAVE_DSP
+/* The update's constants for tt_blocks_row_update_full. */
+typedef struct tt_blocks_upd {
+    const int8_t *x;
+    const uint32_t *xx;
+    int32_t K, s, sh, amax;
+} tt_blocks_upd;
+
+/* A row of tt_blocks_update_full whose fast pass hit the guard: undone, then the exact rule. */
+TT_BLOCKS_NOINLINE uint32_t tt_blocks_row_redo_s16(const tt_blocks_upd *c, int16_t *w, const uint8_t *st,
+                                                   const uint8_t *end, int32_t a)
+{
+    tt_blocks_row_undo_s16(w, st, end, c->xx, a * ((int32_t)1 << c->sh));
+    return tt_blocks_row_s16(w, st, end, c->K, c->x, a, c->s);
+}
+
+/* The update's rows (counts [cnt, cend), the block indices from cend on) when every block is full
+ * and every row 4-byte aligned: tt_blocks_row_update_s16 with the rare paths out of line, so a
+ * row with e[n] = 0 costs a few instructions and one with e[n] != 0 a few more than its blocks.
+ * Returns the saturations. */
+TT_BLOCKS_NOINLINE uint32_t tt_blocks_update_full(const tt_blocks_upd *c, const uint8_t *cnt, const uint8_t *cend,
+                                                  const int8_t *e, int16_t *w, int32_t m_t)
+{
+    const uint8_t *st = cend;
+    const uint32_t *xx = c->xx;
+    const int32_t sh = c->sh, amax = c->amax;
+    uint32_t nsat = 0;
+    for (; cnt != cend; cnt++, e++) {
+        const uint32_t k = *cnt;
+        const int32_t a = m_t * (int32_t)*e;
+        if (a != 0) {
+            if ((a < 0 ? -a : a) <= amax) {
+                tt_guard_clear();
+                tt_blocks_row_fast_s16(w, st, st + k, xx, a * ((int32_t)1 << sh), 1);
+                if (tt_guard_hit()) nsat += tt_blocks_row_redo_s16(c, w, st, st + k, a);
+            } else {
+                nsat += tt_blocks_row_s16(w, st, st + k, c->K, c->x, a, c->s);
+            }
+        }
+        w += 4 * k;
+        st += k;
+    }
+    return nsat;
 }
 #endif
 
 /* w -= round(m_t e[n] x[k] / 2^s) on the kept weights, row by row: rows whose error is 0 passed
- * whole; DSP: a row's full blocks two pairs each (tt_blocks_row_fast_s16; with c = min(8, 32 - s),
- * x widened to x 2^c once, A = a 2^(32 - s - c), when |A| < 2^31 and |d| <= 16383 as in
- * tt_sgd_dense_rows_s16), the rest by the exact rule (tt_blocks_row_s16). */
+ * whole; DSP: a row's full blocks two pairs each (tt_blocks_row_fast_s16; with c = 8 for s <= 22
+ * and 0 above, x widened to x 2^c once, A = a 2^(32 - s - c), when |A| < 2^31 and |d| <= 16383
+ * as in tt_sgd_dense_rows_s16), the rest by the exact rule (tt_blocks_row_s16). */
 int32_t tt_sparse_blocks_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p, int32_t s,
                                   const int8_t *e, const int8_t *x)
 {
@@ -221,30 +446,39 @@ int32_t tt_sparse_blocks_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd
     uint32_t nsat = 0;
     int32_t n;
 #if TT_HAVE_DSP
-    const int32_t c = 32 - s < 8 ? 32 - s : 8, sh = 32 - s - c;
+    /* c = 8 as tt_sgd.c for s <= 22; for s >= 23 every |a| < 2^22 <= 2^(s - 1) gives an int32
+     * A = a 2^(32 - s) with x unscaled (c = 0), the plain widening */
+    const int32_t c = s >= 23 ? 0 : 8, sh = 32 - s - c;
     const int64_t lim1 = (int64_t)INT32_MAX >> sh, lim2 = (((int64_t)16383 << s) - 1) / 128;
-    const int32_t amax = (int32_t)(lim1 < lim2 ? lim1 : lim2);
+    const int32_t amax = (int32_t)(lim1 < lim2 ? lim1 : lim2), m_t = u->m_t, tail = K & 3;
+    const uint32_t last = tail ? (uint32_t)K / 4u : 256u;
     uint32_t *xx = (uint32_t *)(void *)p->work; /* K / 2 words */
-    tt_widen_s8(x, K & ~3, c, xx);
-#endif
+    tt_blocks_widen(x, K & ~3, c, xx);
+    if (tail == 0 && ((uintptr_t)w & 3u) == 0) { /* every block full, every row aligned */
+        const tt_blocks_upd cfg = {x, xx, K, s, sh, amax};
+        nsat += tt_blocks_update_full(&cfg, p->code, p->code + N, e, w, m_t);
+    } else {
+        for (n = 0; n < N; n++) {
+            const uint8_t *end = st + p->code[n], *full = end;
+            const int32_t a = m_t * (int32_t)e[n];
+            if (end != st && end[-1] == last) full--;
+            if (a != 0) {
+                if (((uintptr_t)w & 3u) == 0) nsat += tt_blocks_row_update_s16(w, st, full, end, K, x, xx, a, s, sh, amax, 1);
+                else nsat += tt_blocks_row_update_s16(w, st, full, end, K, x, xx, a, s, sh, amax, 0);
+            }
+            w += 4 * (full - st) + (full != end ? tail : 0);
+            st = end;
+        }
+    }
+#else
     for (n = 0; n < N; n++) {
         const uint8_t *end = st + p->code[n];
         const int32_t a = u->m_t * (int32_t)e[n], m = tt_blocks_weights(st, end, K);
-        if (a != 0) {
-#if TT_HAVE_DSP
-            int32_t tail;
-            const uint8_t *full = tt_blocks_full_end(st, end, K, &tail);
-            if ((a < 0 ? -a : a) <= amax && !tt_blocks_row_fast_s16(w, st, full, xx, a * ((int32_t)1 << sh)))
-                nsat += tt_blocks_row_s16(w + (m - tail), full, end, K, x, a, s);
-            else
-                nsat += tt_blocks_row_s16(w, st, end, K, x, a, s);
-#else
-            nsat += tt_blocks_row_s16(w, st, end, K, x, a, s);
-#endif
-        }
+        if (a != 0) nsat += tt_blocks_row_s16(w, st, end, K, x, a, s);
         w += m;
         st = end;
     }
+#endif
     u->stats->saturated += nsat;
     return 1;
 }
