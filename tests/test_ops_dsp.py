@@ -447,38 +447,45 @@ def update_case(draw):
     if draw(st.booleans()):
         g[rng.integers(0, n)] = draw(st.sampled_from([-(2**31), 2**31 - 1, 0, 1, -1]))
     g = np.clip(g, -(2**31), 2**31 - 1).astype(np.int32)
-    if draw(st.booleans()):
+    wkind = draw(st.sampled_from(["edges", "uniform", "guarded"]))
+    if wkind == "edges":
         w = rng.choice(W_EDGES, n).astype(np.int16)
-    else:
+    elif wkind == "uniform":
         w = rng.integers(-32767, 32768, n).astype(np.int16)
+    else:  # mostly inside the DSP guard's [-16384, 16383], a few edges: blocks on both sides of it
+        w = np.where(rng.random(n) < 0.97, rng.integers(-16384, 16384, n), rng.choice(W_EDGES, n)).astype(np.int16)
     m_t = draw(st.sampled_from([0, 1, 255, 26214, 32767]) | st.integers(0, 32767))
     s = draw(st.integers(-2, 40))
     sr, wd = draw(st.sampled_from([(0, 0), (0, 0), (0, 0), (1, 0), (0, 1)]))
     return w, g, m_t, s, sr, wd
 
 
-def _update(lib, ffi, case, k=20):
+def _update(lib, ffi, case, k=20, offset=0):
+    """offset: the weights start that many int16 into a buffer (1: not 4-byte aligned, the DSP
+    path's word loads instead of LDRD/STRD)."""
     w, g, m_t, s, sr, wd = case
-    w = w.copy()
+    buf = np.zeros(w.size + offset, np.int16)
+    buf[offset:] = w
+    w = buf[offset:]
     cos = ffi.new("int32_t[65]")
     o = ffi.new("tt_sgd *", {"m": m_t, "k": k, "batch_size": 1, "sr": sr, "wd_m": 300 * wd, "wd_k": 20,
                              "cosine": cos})
     prng, st_c = ffi.new("uint32_t *", 12345), ffi.new("tt_stats *")
     u = ffi.new("tt_sgd_step *", {"cfg": o, "m_t": m_t, "prng": prng, "stats": st_c})
     ew, eg = s - k - 3, -3
-    lib.tt_sgd_update_direct_s16(u, c_i16(ffi, w), w.size, ew, c_i32(ffi, g), eg)
-    return w, st_c.saturated, prng[0]
+    lib.tt_sgd_update_direct_s16(u, c_i16(ffi, buf) + offset, w.size, ew, c_i32(ffi, g), eg)
+    return w.copy(), st_c.saturated, prng[0]
 
 
 @settings(max_examples=300, deadline=None)
-@given(update_case())
-def test_update_direct_s16_dsp_equals_portable_and_reference(clib, dsplib, case):
-    """tt_sgd_update_direct_s16 (its plain-SGD int32 fast path, DSP pairs with the saturation
-    guard, and the generic path for the other options) == the numpy reference: weights,
-    saturation count and PRNG state."""
+@given(update_case(), st.sampled_from([0, 1]))
+def test_update_direct_s16_dsp_equals_portable_and_reference(clib, dsplib, case, offset):
+    """tt_sgd_update_direct_s16 (its plain-SGD int32 fast path: DSP blocks of eight with the
+    saturation guard, aligned (LDRD/STRD) or not, and the generic path for the other options) ==
+    the numpy reference: weights, saturation count and PRNG state."""
     from tinytrain.graph.optim import IntSGD
 
-    wd_, nd, pd = _update(dsplib[1], dsplib[0], case)
+    wd_, nd, pd = _update(dsplib[1], dsplib[0], case, offset=offset)
     wp, np_, pp = _update(clib[1], clib[0], case)
     assert np.array_equal(wd_, wp), f"first difference at {np.argwhere(wd_ != wp)[0]}"
     assert nd == np_ and pd == pp
