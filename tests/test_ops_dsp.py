@@ -498,6 +498,43 @@ def test_update_direct_s16_dsp_equals_portable_and_reference(clib, dsplib, case,
     assert np.array_equal(wd_, wr) and nd == nr and pd == prng[0]
 
 
+W32_EDGES = np.array([-(2**31), -(2**31) + 1, -(2**31) + 2, -(2**30), -1, 0, 1, 2**30, 2**31 - 2, 2**31 - 1],
+                     np.int64)
+
+
+def _update32(lib, ffi, w, g, m_t, s, sr, wd, k=20):
+    w = w.copy()
+    cos = ffi.new("int32_t[65]")
+    o = ffi.new("tt_sgd *", {"m": m_t, "k": k, "batch_size": 1, "sr": sr, "wd_m": 300 * wd, "wd_k": 20,
+                             "cosine": cos})
+    prng, st_c = ffi.new("uint32_t *", 12345), ffi.new("tt_stats *")
+    u = ffi.new("tt_sgd_step *", {"cfg": o, "m_t": m_t, "prng": prng, "stats": st_c})
+    lib.tt_sgd_update_direct_s32(u, c_i32(ffi, w), w.size, s - k - 3, c_i32(ffi, g), -3)
+    return w, st_c.saturated, prng[0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(update_case(), st.booleans(), st.integers(0, 2**32 - 1))
+def test_update_direct_s32_equals_reference(clib, dsplib, case, edges, seed):
+    """tt_sgd_update_direct_s32 (a bias's, a batch-norm beta's: its plain-SGD SMMULR path, the
+    generic path for the other options and shifts) of the portable and the DSP builds == the numpy
+    reference, weights at and near the int32 limits included: weights, saturations, PRNG state."""
+    from tinytrain.graph.optim import IntSGD
+
+    w16, g, m_t, s, sr, wd = case
+    rng = np.random.default_rng(seed)
+    w = (rng.choice(W32_EDGES, w16.size) if edges else rng.integers(-(2**31), 2**31, w16.size)).astype(np.int32)
+    opt = IntSGD(m=m_t, k=20, mu_m=0, mu_k=0, wd_m=300 * wd, wd_k=20, ib_m=0, ib_k=0, batch_size=1,
+                 schedule=0, gamma_q15=32768, step_size=1, total_steps=1, cosine=np.zeros(65, np.int32),
+                 sr=bool(sr), master=False)
+    wr, prng = w.copy(), [12345]
+    nr = update_direct_ref(wr, s - 20 - 3, g, -3, opt, m_t, prng)
+    for who, (ffi, lib) in (("portable", clib), ("DSP", dsplib)):
+        wc, nc, pc = _update32(lib, ffi, w, g, m_t, s, sr, wd)
+        assert np.array_equal(wc, wr), f"{who}: first difference at {np.argwhere(wc != wr)[0]}"
+        assert nc == nr and pc == prng[0], who
+
+
 @st.composite
 def accum_case(draw):
     """Accumulate-mode updates (per sample, then at the end of the batch) with every option:

@@ -79,6 +79,8 @@ int32_t tt_sgd_lr_mult(const tt_sgd *o, uint32_t t)
 
 static int32_t tt_sgd_plain_s16(int16_t *w, int32_t n, const int32_t *g, int32_t m_t, int32_t s,
                                 tt_stats *st);
+static int32_t tt_sgd_plain_s32(int32_t *w, int32_t n, const int32_t *g, int32_t m_t, int32_t s,
+                                tt_stats *st);
 
 /* The extra shift xs (0 or 1) of a stochastic step by s >= 1 of |p| < 2^29, taken as a shift by
  * ss = min(s, 31) and then xs = (s > 31): for s > 31, rshift_stoch_s64(p, 31, r) is -1, 0 or 1 and
@@ -130,7 +132,7 @@ static void sgd_update_direct(const tt_sgd_step *u, int16_t *w16, int32_t *w32, 
     const int32_t s = ew + o->k - eg;
     const int64_t lo = w16 ? -TT_S16_MAX : INT32_MIN, hi = w16 ? TT_S16_MAX : INT32_MAX;
     int32_t i;
-    if (w16 && !o->sr && !o->wd_m && tt_sgd_plain_s16(w16, n, g, m_t, s, st))
+    if (!o->sr && !o->wd_m && (w16 ? tt_sgd_plain_s16(w16, n, g, m_t, s, st) : tt_sgd_plain_s32(w32, n, g, m_t, s, st)))
         return;
     for (i = 0; i < n; i++) {
         const int64_t wi = w16 ? w16[i] : w32[i];
@@ -1161,9 +1163,9 @@ TT_SGD_INLINE int32_t tt_sgd_plain_s16_dsp(int16_t *w, int32_t n, const int32_t 
 {
     int16_t *wp = w, *const end = w + (n & ~7);
     const int32_t *gp = g;
+    tt_guard_clear(); /* and again after a hit only: a turn without one leaves the flag clear */
     while (wp != end) {
         uint32_t W0, W1, W2, W3, R0, R1, R2, R3;
-        tt_guard_clear();
         if (AL) {
             tt_ld_s16x4(wp, &W0, &W1);
             tt_ld_s16x4(wp + 4, &W2, &W3);
@@ -1177,6 +1179,7 @@ TT_SGD_INLINE int32_t tt_sgd_plain_s16_dsp(int16_t *w, int32_t n, const int32_t 
             int32_t j;
             for (j = 0; j < 8; j++) tt_sgd_plain_one(wp + j, gp[j - 8], M, st);
             wp += 8;
+            tt_guard_clear();
         } else if (AL) {
             tt_st_s16x4_next(&wp, R0, R1);
             tt_st_s16x4_next(&wp, R2, R3);
@@ -1203,6 +1206,26 @@ static int32_t tt_sgd_plain_s16(int16_t *w, int32_t n, const int32_t *g, int32_t
     else i = tt_sgd_plain_s16_dsp(w, n, g, M, 0, st);
 #endif
     for (; i < n; i++) tt_sgd_plain_one(w + i, g[i], M, st);
+    return 1;
+}
+
+/* tt_sgd_plain_s16's rule on an int32 tensor (a bias, a batch-norm beta): w[i] = sat_s32(w[i] -
+ * d), d = SMMULR(g[i], M) the rounded shift (same bounds), saturations counted; returns 0 outside
+ * its range of s and m_t (the generic path then). */
+static int32_t tt_sgd_plain_s32(int32_t *w, int32_t n, const int32_t *g, int32_t m_t, int32_t s,
+                                tt_stats *st)
+{
+    int32_t i, M;
+    uint32_t cnt = 0;
+    if (s < 1 || s > 31 || m_t < 0 || ((int64_t)m_t << (32 - s)) > INT32_MAX) return 0;
+    M = (int32_t)((int64_t)m_t << (32 - s));
+    for (i = 0; i < n; i++) {
+        const int64_t v = (int64_t)w[i] - tt_smmulr(g[i], M);
+        const int32_t r = tt_sat_s32(v);
+        cnt += r != v;
+        w[i] = r;
+    }
+    st->saturated += cnt;
     return 1;
 }
 
