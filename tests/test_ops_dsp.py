@@ -514,14 +514,15 @@ def _update32(lib, ffi, w, g, m_t, s, sr, wd, k=20):
 
 
 @settings(max_examples=200, deadline=None)
-@given(update_case(), st.booleans(), st.integers(0, 2**32 - 1))
-def test_update_direct_s32_equals_reference(clib, dsplib, case, edges, seed):
-    """tt_sgd_update_direct_s32 (a bias's, a batch-norm beta's: its plain-SGD SMMULR path, the
-    generic path for the other options and shifts) of the portable and the DSP builds == the numpy
+@given(update_case(), st.booleans(), st.integers(0, 2**32 - 1), st.none() | st.integers(30, 70))
+def test_update_direct_s32_equals_reference(clib, dsplib, case, edges, seed, s_wide):
+    """tt_sgd_update_direct_s32 (a bias's, a batch-norm beta's: its plain-SGD SMMULR and SMULL-high
+    paths, the generic path for the other options and shifts) of the portable and the DSP builds == the numpy
     reference, weights at and near the int32 limits included: weights, saturations, PRNG state."""
     from tinytrain.graph.optim import IntSGD
 
     w16, g, m_t, s, sr, wd = case
+    s = s if s_wide is None else s_wide  # shifts of a bias's update reach past 32 (its SMULL-high path)
     rng = np.random.default_rng(seed)
     w = (rng.choice(W32_EDGES, w16.size) if edges else rng.integers(-(2**31), 2**31, w16.size)).astype(np.int32)
     opt = IntSGD(m=m_t, k=20, mu_m=0, mu_k=0, wd_m=300 * wd, wd_k=20, ib_m=0, ib_k=0, batch_size=1,

@@ -1210,20 +1210,34 @@ static int32_t tt_sgd_plain_s16(int16_t *w, int32_t n, const int32_t *g, int32_t
 }
 
 /* tt_sgd_plain_s16's rule on an int32 tensor (a bias, a batch-norm beta): w[i] = sat_s32(w[i] -
- * d), d = SMMULR(g[i], M) the rounded shift (same bounds), saturations counted; returns 0 outside
- * its range of s and m_t (the generic path then). */
+ * d), saturations counted, d = rshift_round(m_t g[i], s) for 0 <= m_t < 2^31: SMMULR(g[i], M) for
+ * s <= 31 (same bounds as tt_sgd_plain_s16; s = 32: M = m_t); for s in [33, 62], with v = m_t g =
+ * hi 2^32 + lo (|hi| < 2^30), v + 2^(s-1) = (hi + 2^(s-33)) 2^32 + lo and lo < 2^32 cannot carry
+ * into floor(. / 2^s), so d = (hi + 2^(s-33)) >> (s - 32) (no int32 overflow: 2^30 + 2^29).
+ * Returns 0 outside that range of s and m_t (the generic path then). */
 static int32_t tt_sgd_plain_s32(int32_t *w, int32_t n, const int32_t *g, int32_t m_t, int32_t s,
                                 tt_stats *st)
 {
-    int32_t i, M;
+    int32_t i;
     uint32_t cnt = 0;
-    if (s < 1 || s > 31 || m_t < 0 || ((int64_t)m_t << (32 - s)) > INT32_MAX) return 0;
-    M = (int32_t)((int64_t)m_t << (32 - s));
-    for (i = 0; i < n; i++) {
-        const int64_t v = (int64_t)w[i] - tt_smmulr(g[i], M);
-        const int32_t r = tt_sat_s32(v);
-        cnt += r != v;
-        w[i] = r;
+    if (s < 1 || s > 62 || m_t < 0 || (s < 32 && ((int64_t)m_t << (32 - s)) > INT32_MAX)) return 0;
+    if (s <= 32) {
+        const int32_t M = s == 32 ? m_t : (int32_t)((int64_t)m_t << (32 - s));
+        for (i = 0; i < n; i++) {
+            const int64_t v = (int64_t)w[i] - tt_smmulr(g[i], M);
+            const int32_t r = tt_sat_s32(v);
+            cnt += r != v;
+            w[i] = r;
+        }
+    } else {
+        const int32_t h = (int32_t)1 << (s - 33), sr = s - 32;
+        for (i = 0; i < n; i++) {
+            const int32_t hi = (int32_t)(((int64_t)g[i] * m_t) >> 32);
+            const int64_t v = (int64_t)w[i] - ((hi + h) >> sr);
+            const int32_t r = tt_sat_s32(v);
+            cnt += r != v;
+            w[i] = r;
+        }
     }
     st->saturated += cnt;
     return 1;
