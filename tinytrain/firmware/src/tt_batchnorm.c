@@ -188,13 +188,39 @@ BN_ALWAYS_INLINE void bn_out32_loop(const int8_t *x, int32_t n, int32_t C, const
     *nsat += cnt;
 }
 
+/* bn_out32_loop with MULR and FOLD when no output of the channel saturates (the caller's check at
+ * the two ends of its x range: the output is monotone in x), so the clamp and its count go; two
+ * positions a turn, indexed from two bases (no pointer steps per element). */
+static BN_NOINLINE void bn_out32_nosat(const int8_t *x, int32_t n, int32_t C, const bn_chan *k, int32_t g,
+                                       int32_t b, int32_t s, int8_t *y)
+{
+    uint32_t az = 0, bz = 0;
+    const int32_t inv = k->inv, bb = (int32_t)((uint32_t)b + ((uint32_t)1 << (s - 1)));
+    const int8_t *x1 = x + C;
+    int8_t *y1 = y + C;
+    int32_t i = 0;
+    const int32_t C2 = 2 * C;
+    (void)bn_mulr_consts(k, &az, &bz);
+    for (; i + C < n; i += C2) {
+        const int32_t h0 = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az - bz), inv);
+        const int32_t h1 = bn_mulhr((int32_t)((uint32_t)(int32_t)x1[i] * az - bz), inv);
+        y[i] = (int8_t)((int32_t)((uint32_t)g * (uint32_t)h0 + (uint32_t)bb) >> s);
+        y1[i] = (int8_t)((int32_t)((uint32_t)g * (uint32_t)h1 + (uint32_t)bb) >> s);
+    }
+    if (i < n) {
+        const int32_t h0 = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az - bz), inv);
+        y[i] = (int8_t)((int32_t)((uint32_t)g * (uint32_t)h0 + (uint32_t)bb) >> s);
+    }
+}
+
 /* Out of line: its loop keeps its constants in registers. */
 static BN_NOINLINE void bn_out32(const int8_t *x, int32_t n, int32_t C, const bn_chan *k, int32_t g, int32_t b, int32_t s,
-                                 int32_t fold, int8_t *y, uint32_t *nsat)
+                                 int32_t fold, int32_t nosat, int8_t *y, uint32_t *nsat)
 {
     uint32_t az, bz;
     const int32_t mulr = bn_mulr_consts(k, &az, &bz);
-    if (mulr && fold) bn_out32_loop(x, n, C, k, g, b, s, y, nsat, 1, 1);
+    if (mulr && fold && nosat) bn_out32_nosat(x, n, C, k, g, b, s, y);
+    else if (mulr && fold) bn_out32_loop(x, n, C, k, g, b, s, y, nsat, 1, 1);
     else if (mulr) bn_out32_loop(x, n, C, k, g, b, s, y, nsat, 1, 0);
     else if (fold) bn_out32_loop(x, n, C, k, g, b, s, y, nsat, 0, 1);
     else bn_out32_loop(x, n, C, k, g, b, s, y, nsat, 0, 0);
@@ -313,7 +339,10 @@ static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const i
         uint32_t sat = 0;
         const int32_t xl = bn_xhat_k(&k, lo, saved, C, c, &sat), xr = bn_xhat_k(&k, hi, saved, C, c, &sat);
         scratch[c] = b;
-        scratch[C + c] = sat;
+        /* a saturating channel is marked INT64_MIN (|acc| <= 2^46 otherwise); else the sums at
+         * its two ends, for the output pass's saturation check */
+        scratch[C + c] = sat ? INT64_MIN : (int64_t)g * xr + b;
+        scratch[2 * C + c] = (int64_t)g * xl + b;
         if (sat) {
             for (p = 0; p < P; p++) {
                 const int32_t xh = bn_xhat_k(&k, x[(int64_t)p * C + c], saved, C, c, &st->saturated);
@@ -333,9 +362,11 @@ static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const i
         const int64_t b = scratch[c];
         const int32_t g = gamma[c];
         /* m <= INT32_MAX: s <= 24; |b| <= 2^30 (tt_align clamps) */
-        if (m <= (uint64_t)INT32_MAX && s >= 1 && !scratch[C + c] && bn_fast32(&k)) {
+        if (m <= (uint64_t)INT32_MAX && s >= 1 && scratch[C + c] != INT64_MIN && bn_fast32(&k)) {
+            const int64_t rl = tt_rshift_round_s64(scratch[2 * C + c], s), rr = tt_rshift_round_s64(scratch[C + c], s);
+            const int32_t nosat = rl >= -TT_S8_MAX && rl <= TT_S8_MAX && rr >= -TT_S8_MAX && rr <= TT_S8_MAX;
             bn_out32(x + c, P * C, C, &k, g, (int32_t)b, s, m + ((uint64_t)1 << (s - 1)) <= (uint64_t)INT32_MAX,
-                     y + c, &st->saturated);
+                     nosat, y + c, &st->saturated);
             continue;
         }
         for (p = 0; p < P; p++) {
