@@ -513,6 +513,30 @@ static BN_NOINLINE void bn_bwd_out32(const int64_t *js, int32_t n, int32_t C, in
     *nsat += cnt;
 }
 
+/* floor(a * b / 2^32) + c (mod 2^32): SMMLA on DSP cores. */
+static inline int32_t bn_mulhi_add(int32_t a, int32_t b, int32_t c)
+{
+#if TT_HAVE_DSP && defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+    int32_t r;
+    __asm__("smmla %0, %1, %2, %3" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+#else
+    return (int32_t)((uint32_t)(int32_t)(((int64_t)a * b) >> 32) + (uint32_t)c);
+#endif
+}
+
+/* bn_bwd_out32 for s >= 33 when no dx of the channel saturates (the caller's check: with M the
+ * channel's max |km * J|, every |round(km * J / 2^s)| <= round(M / 2^s) <= 127): with v = km * J
+ * = hi 2^32 + lo, v + 2^(s-1) = (hi + 2^(s-33)) 2^32 + lo and lo cannot carry into floor(. / 2^s),
+ * so dx = (hi + 2^(s-33)) >> (s - 32): one SMMLA and a shift (|hi| < 2^(s-25): no overflow). */
+static BN_NOINLINE void bn_bwd_out32_nosat(const int64_t *js, int32_t n, int32_t C, int32_t km, int32_t s,
+                                           int8_t *dx)
+{
+    const int32_t h = (int32_t)1 << (s - 33), sr = s - 32;
+    int32_t i;
+    for (i = 0; i < n; i += C) dx[i] = (int8_t)(bn_mulhi_add(km, (int32_t)js[i], h) >> sr);
+}
+
 /* E_k of the backward (ops/batchnorm.py): the largest bitwidth(gamma * inv) - sh over channels
  * with gamma * inv != 0, minus KM_BITS; and channel c's km = round(gamma * inv * 2^-(sh + E_k)). */
 static int32_t bn_e_k(const int16_t *gamma, const int32_t *saved, int32_t C)
@@ -552,6 +576,7 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
     tt_stats *st = ctx->stats;
     const int32_t A = P, e_k = bn_e_k(gamma, saved, C);
     uint64_t m = 0, fits = 0; /* fits: bit c (c < 64) when channel c's J are int32 */
+    uint64_t mc[64];          /* max |km * J| of channel c < 64 */
     int32_t c, p, s;
     for (c = 0; c < C; c++) {
         const bn_chan k = bn_channel(A, saved, C, c);
@@ -592,12 +617,16 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
         bp->saved[3 * C + 1 + c] = se;
         bp->saved[4 * C + 1 + c] = tt_sat_s32(G);
         if (akm * mj > m) m = akm * mj; /* |km| <= 2^24, |J| <= 2^38 */
+        if (c < 64) mc[c] = akm * mj;
     }
     s = tt_requant_shift(m, 8);
     for (c = 0; c < C; c++) {
         const int64_t km = bn_km(gamma, saved, C, c, e_k);
         if (s >= 1 && c < 64 && ((fits >> c) & 1)) {
-            bn_bwd_out32(xs + c, n, C, (int32_t)km, s, dx + c, &st->saturated);
+            if (s >= 33 && tt_rshift_round_s64((int64_t)mc[c], s) <= TT_S8_MAX)
+                bn_bwd_out32_nosat(xs + c, n, C, (int32_t)km, s, dx + c);
+            else
+                bn_bwd_out32(xs + c, n, C, (int32_t)km, s, dx + c, &st->saturated);
             continue;
         }
         for (p = 0; p < P; p++) {
