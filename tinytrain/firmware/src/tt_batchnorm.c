@@ -363,8 +363,10 @@ static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const i
         const int32_t g = gamma[c];
         /* m <= INT32_MAX: s <= 24; |b| <= 2^30 (tt_align clamps) */
         if (m <= (uint64_t)INT32_MAX && s >= 1 && scratch[C + c] != INT64_MIN && bn_fast32(&k)) {
-            const int64_t rl = tt_rshift_round_s64(scratch[2 * C + c], s), rr = tt_rshift_round_s64(scratch[C + c], s);
-            const int32_t nosat = rl >= -TT_S8_MAX && rl <= TT_S8_MAX && rr >= -TT_S8_MAX && rr <= TT_S8_MAX;
+            /* both ends' sums fit int32 here (<= m) */
+            const int32_t rl = tt_rshift_round_s32((int32_t)scratch[2 * C + c], s);
+            const int32_t rr = tt_rshift_round_s32((int32_t)scratch[C + c], s);
+            const int32_t nosat = (uint32_t)(rl + TT_S8_MAX) <= 2u * TT_S8_MAX && (uint32_t)(rr + TT_S8_MAX) <= 2u * TT_S8_MAX;
             bn_out32(x + c, P * C, C, &k, g, (int32_t)b, s, m + ((uint64_t)1 << (s - 1)) <= (uint64_t)INT32_MAX,
                      nosat, y + c, &st->saturated);
             continue;
@@ -577,10 +579,12 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
     const int32_t A = P, e_k = bn_e_k(gamma, saved, C);
     uint64_t m = 0, fits = 0; /* fits: bit c (c < 64) when channel c's J are int32 */
     uint64_t mc[64];          /* max |km * J| of channel c < 64 */
+    int32_t kmc[64];          /* km of channel c < 64 (|km| <= 2^24) */
     int32_t c, p, s;
     for (c = 0; c < C; c++) {
         const bn_chan k = bn_channel(A, saved, C, c);
-        const uint64_t akm = tt_abs_u64(bn_km(gamma, saved, C, c, e_k));
+        const int64_t km = bn_km(gamma, saved, C, c, e_k);
+        const uint64_t akm = tt_abs_u64(km);
         uint32_t sat = 0;
         const int32_t lo = bn_xhat_k(&k, -128, saved, C, c, &sat), hi = bn_xhat_k(&k, 127, saved, C, c, &sat);
         const uint64_t xmax = tt_abs_u64(lo) > tt_abs_u64(hi) ? tt_abs_u64(lo) : tt_abs_u64(hi);
@@ -617,11 +621,11 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
         bp->saved[3 * C + 1 + c] = se;
         bp->saved[4 * C + 1 + c] = tt_sat_s32(G);
         if (akm * mj > m) m = akm * mj; /* |km| <= 2^24, |J| <= 2^38 */
-        if (c < 64) mc[c] = akm * mj;
+        if (c < 64) { mc[c] = akm * mj; kmc[c] = (int32_t)km; }
     }
     s = tt_requant_shift(m, 8);
     for (c = 0; c < C; c++) {
-        const int64_t km = bn_km(gamma, saved, C, c, e_k);
+        const int64_t km = c < 64 ? kmc[c] : bn_km(gamma, saved, C, c, e_k);
         if (s >= 1 && c < 64 && ((fits >> c) & 1)) {
             if (s >= 33 && tt_rshift_round_s64((int64_t)mc[c], s) <= TT_S8_MAX)
                 bn_bwd_out32_nosat(xs + c, n, C, (int32_t)km, s, dx + c);
