@@ -484,6 +484,32 @@ static BN_NOINLINE uint32_t bn_bwd_j32(const int8_t *e, int32_t n, int32_t C, in
     return mx;
 }
 
+/* bn_bwd_j32 by one rounded high-word multiply-accumulate per element: with |x_hat| * 2^k and
+ * |G| * 2^(20 - k) below 2^31 (the caller picks k), SMMULR(x_hat 2^k, -G 2^(20-k)) =
+ * floor((-x_hat G 2^20 + 2^31) / 2^32) = floor((-x_hat G + 2^(F-1)) / 2^F) exactly (F = 12), so
+ * J = SMMLAR(x_hat 2^k, -G 2^(20-k), A e 2^F - Se 2^F) (mod 2^32, exact as J fits int32;
+ * |Se| 2^F < 2^31). The same J and max |J| as bn_bwd_j32. */
+static BN_NOINLINE uint32_t bn_bwd_j32_mlar(const int8_t *e, int32_t n, int32_t C, int32_t A, int32_t se,
+                                            int32_t nGk, int32_t k, int64_t *xs)
+{
+    const uint32_t af = (uint32_t)A << BN_F, base = 0u - ((uint32_t)se << BN_F);
+    uint32_t mx = 0;
+    int32_t i;
+    for (i = 0; i < n; i += C) {
+        const int32_t t = (int32_t)((uint32_t)(int32_t)e[i] * af + base);
+        const int32_t xk = (int32_t)((uint32_t)(int32_t)xs[i] << k);
+#if TT_HAVE_DSP
+        const int32_t J = tt_smmlar(xk, nGk, t);
+#else
+        const int32_t J = (int32_t)((uint32_t)t + (uint32_t)bn_mulhr(xk, nGk));
+#endif
+        const uint32_t sg = (uint32_t)(J >> 31), a = ((uint32_t)J ^ sg) - sg;
+        xs[i] = J;
+        if (a > mx) mx = a;
+    }
+    return mx;
+}
+
 /* Backward pass 3 of one channel when every J fits int32: dx[i] = sat_s8(rshift_round(km * J, s))
  * for s >= 1 and |km * J| <= m with s = bitwidth(m) - 7, so t = floor(km * J / 2^(s-1)) fits
  * int32 (|t| <= 2^8) and is taken from the words of the product; r = (t + 1) >> 1. */
@@ -605,7 +631,12 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
         if (c < 64 && tt_abs_u64(G) <= (uint64_t)INT32_MAX && xmax < ((uint64_t)1 << 32) &&
             ((uint64_t)(128 * (int64_t)A + (se < 0 ? -se : se)) << BN_F) +
             ((xmax * tt_abs_u64(G)) >> BN_F) + 2 <= (uint64_t)INT32_MAX) {
-            mj = bn_bwd_j32(e + c, n, C, A, se, (int32_t)-G, xs + c);
+            /* k: x_hat 2^k and G 2^(20-k) both below 2^31 (xmax >= |x_hat|) */
+            const int32_t bx = tt_bitwidth_u64(xmax), k = bx >= 11 ? 31 - bx : 20;
+            if (bx <= 31 && tt_bitwidth_u64(tt_abs_u64(G)) + 20 - k <= 31)
+                mj = bn_bwd_j32_mlar(e + c, n, C, A, se, (int32_t)((uint32_t)(int32_t)-G << (20 - k)), k, xs + c);
+            else
+                mj = bn_bwd_j32(e + c, n, C, A, se, (int32_t)-G, xs + c);
             fits |= (uint64_t)1 << c;
         } else {
             for (p = 0; p < P; p++) {
