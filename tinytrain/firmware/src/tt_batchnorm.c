@@ -489,10 +489,10 @@ static BN_NOINLINE uint32_t bn_bwd_j32(const int8_t *e, int32_t n, int32_t C, in
  * floor((-x_hat G 2^20 + 2^31) / 2^32) = floor((-x_hat G + 2^(F-1)) / 2^F) exactly (F = 12), so
  * J = SMMLAR(x_hat 2^k, -G 2^(20-k), A e 2^F - Se 2^F) (mod 2^32, exact as J fits int32;
  * |Se| 2^F < 2^31). The same J and max |J| as bn_bwd_j32. */
-static BN_NOINLINE uint32_t bn_bwd_j32_mlar(const int8_t *e, int32_t n, int32_t C, int32_t A, int32_t se,
+static BN_NOINLINE uint32_t bn_bwd_j32_mlar(const int8_t *e, int32_t n, int32_t C, int32_t A, uint32_t base,
                                             int32_t nGk, int32_t k, int64_t *xs)
 {
-    const uint32_t af = (uint32_t)A << BN_F, base = 0u - ((uint32_t)se << BN_F);
+    const uint32_t af = (uint32_t)A << BN_F; /* base = -Se 2^F, formed by the caller: one MLA */
     uint32_t mx = 0;
     int32_t i;
     for (i = 0; i < n; i += C) {
@@ -634,7 +634,8 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
             /* k: x_hat 2^k and G 2^(20-k) both below 2^31 (xmax >= |x_hat|) */
             const int32_t bx = tt_bitwidth_u64(xmax), k = bx >= 11 ? 31 - bx : 20;
             if (bx <= 31 && tt_bitwidth_u64(tt_abs_u64(G)) + 20 - k <= 31)
-                mj = bn_bwd_j32_mlar(e + c, n, C, A, se, (int32_t)((uint32_t)(int32_t)-G << (20 - k)), k, xs + c);
+                mj = bn_bwd_j32_mlar(e + c, n, C, A, 0u - ((uint32_t)se << BN_F),
+                                     (int32_t)((uint32_t)(int32_t)-G << (20 - k)), k, xs + c);
             else
                 mj = bn_bwd_j32(e + c, n, C, A, se, (int32_t)-G, xs + c);
             fits |= (uint64_t)1 << c;
