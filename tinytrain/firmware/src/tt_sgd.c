@@ -1211,7 +1211,8 @@ static int32_t tt_sgd_plain_s16(int16_t *w, int32_t n, const int32_t *g, int32_t
 
 /* tt_sgd_plain_s16's rule on an int32 tensor (a bias, a batch-norm beta): w[i] = sat_s32(w[i] -
  * d), saturations counted, d = rshift_round(m_t g[i], s) for 0 <= m_t < 2^31: SMMULR(g[i], M) for
- * s <= 31 (same bounds as tt_sgd_plain_s16; s = 32: M = m_t); for s in [33, 62], with v = m_t g =
+ * s <= 31 (same bounds as tt_sgd_plain_s16; s = 32: M = m_t), in int64 when M would not fit
+ * int32 (a bias's step at a small shift); for s in [33, 62], with v = m_t g =
  * hi 2^32 + lo (|hi| < 2^30), v + 2^(s-1) = (hi + 2^(s-33)) 2^32 + lo and lo < 2^32 cannot carry
  * into floor(. / 2^s), so d = (hi + 2^(s-33)) >> (s - 32) (no int32 overflow: 2^30 + 2^29).
  * Returns 0 outside that range of s and m_t (the generic path then). */
@@ -1220,8 +1221,17 @@ static int32_t tt_sgd_plain_s32(int32_t *w, int32_t n, const int32_t *g, int32_t
 {
     int32_t i;
     uint32_t cnt = 0;
-    if (s < 1 || s > 62 || m_t < 0 || (s < 32 && ((int64_t)m_t << (32 - s)) > INT32_MAX)) return 0;
-    if (s <= 32) {
+    if (s < 1 || s > 62 || m_t < 0) return 0;
+    if (s < 32 && ((int64_t)m_t << (32 - s)) > INT32_MAX) {
+        /* a large m_t for this shift: the rounded step in int64, (v + 2^(s-1)) >> s (|v| < 2^62) */
+        const int64_t half = (int64_t)1 << (s - 1);
+        for (i = 0; i < n; i++) {
+            const int64_t v = (int64_t)w[i] - (((int64_t)g[i] * m_t + half) >> s);
+            const int32_t r = tt_sat_s32(v);
+            cnt += r != v;
+            w[i] = r;
+        }
+    } else if (s <= 32) {
         const int32_t M = s == 32 ? m_t : (int32_t)((int64_t)m_t << (32 - s));
         for (i = 0; i < n; i++) {
             const int64_t v = (int64_t)w[i] - tt_smmulr(g[i], M);
