@@ -339,9 +339,10 @@ static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const i
         uint32_t sat = 0;
         const int32_t xl = bn_xhat_k(&k, lo, saved, C, c, &sat), xr = bn_xhat_k(&k, hi, saved, C, c, &sat);
         scratch[c] = b;
-        /* a saturating channel is marked INT64_MIN (|acc| <= 2^46 otherwise); else the sums at
-         * its two ends, for the output pass's saturation check */
-        scratch[C + c] = sat ? INT64_MIN : (int64_t)g * xr + b;
+        /* a saturating channel is marked by its count << 56 (>= 2^56; |acc| < 2^47 otherwise: a
+         * computed mark, as a 64-bit constant would be stored through VFP registers in hard-float
+         * builds); else the sums at its two ends, for the output pass's saturation check */
+        scratch[C + c] = sat ? (int64_t)sat << 56 : (int64_t)g * xr + b;
         scratch[2 * C + c] = (int64_t)g * xl + b;
         if (sat) {
             for (p = 0; p < P; p++) {
@@ -362,7 +363,7 @@ static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const i
         const int64_t b = scratch[c];
         const int32_t g = gamma[c];
         /* m <= INT32_MAX: s <= 24; |b| <= 2^30 (tt_align clamps) */
-        if (m <= (uint64_t)INT32_MAX && s >= 1 && scratch[C + c] != INT64_MIN && bn_fast32(&k)) {
+        if (m <= (uint64_t)INT32_MAX && s >= 1 && scratch[C + c] < ((int64_t)1 << 56) && bn_fast32(&k)) {
             /* both ends' sums fit int32 here (<= m) */
             const int32_t rl = tt_rshift_round_s32((int32_t)scratch[2 * C + c], s);
             const int32_t rr = tt_rshift_round_s32((int32_t)scratch[C + c], s);
@@ -604,8 +605,11 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
     tt_stats *st = ctx->stats;
     const int32_t A = P, e_k = bn_e_k(gamma, saved, C);
     uint64_t m = 0, fits = 0; /* fits: bit c (c < 64) when channel c's J are int32 */
-    uint64_t mc[64];          /* max |km * J| of channel c < 64 */
-    int32_t kmc[64];          /* km of channel c < 64 (|km| <= 2^24) */
+    /* km and max |J| of channel c < 64 (|km| <= 2^24; max |J| < 2^31 where J fits int32, the
+     * only channels that read it): 32-bit words, as a 64-bit array would be copied through VFP
+     * registers in hard-float builds, which must stay VFP-free */
+    int32_t kmc[64];
+    uint32_t mjc[64];
     int32_t c, p, s;
     for (c = 0; c < C; c++) {
         const bn_chan k = bn_channel(A, saved, C, c);
@@ -653,13 +657,15 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
         bp->saved[3 * C + 1 + c] = se;
         bp->saved[4 * C + 1 + c] = tt_sat_s32(G);
         if (akm * mj > m) m = akm * mj; /* |km| <= 2^24, |J| <= 2^38 */
-        if (c < 64) { mc[c] = akm * mj; kmc[c] = (int32_t)km; }
+        if (c < 64) { kmc[c] = (int32_t)km; mjc[c] = (uint32_t)mj; }
     }
     s = tt_requant_shift(m, 8);
     for (c = 0; c < C; c++) {
         const int64_t km = c < 64 ? kmc[c] : bn_km(gamma, saved, C, c, e_k);
         if (s >= 1 && c < 64 && ((fits >> c) & 1)) {
-            if (s >= 33 && tt_rshift_round_s64((int64_t)mc[c], s) <= TT_S8_MAX)
+            /* the channel's max |km * J| (fits: mj < 2^31) */
+            const int64_t mcj = (int64_t)tt_abs_u64(km) * mjc[c];
+            if (s >= 33 && tt_rshift_round_s64(mcj, s) <= TT_S8_MAX)
                 bn_bwd_out32_nosat(xs + c, n, C, (int32_t)km, s, dx + c);
             else
                 bn_bwd_out32(xs + c, n, C, (int32_t)km, s, dx + c, &st->saturated);
