@@ -1128,6 +1128,24 @@ static inline void tt_sgd_plain_one(int16_t *w, int32_t g, int32_t M, tt_stats *
 }
 
 #if TT_HAVE_DSP
+/* The Q-flag guard of four int16 steps d0..d3 (SSAT #15: each in [-16384, 16383]) and of the two
+ * old weight pairs W0, W1 they are taken from (SSAT16 #15): no hit makes every w - d exact in
+ * [-32767, 32767], so the wrapping SSUB16 is the rule. */
+TT_SGD_INLINE void tt_sgd_guard4_steps(int32_t d0, int32_t d1, int32_t d2, int32_t d3)
+{
+    tt_guard_s32_15(d0);
+    tt_guard_s32_15(d1);
+    tt_guard_s32_15(d2);
+    tt_guard_s32_15(d3);
+}
+
+TT_SGD_INLINE void tt_sgd_guard4_s16(int32_t d0, int32_t d1, int32_t d2, int32_t d3, uint32_t W0, uint32_t W1)
+{
+    tt_sgd_guard4_steps(d0, d1, d2, d3);
+    tt_guard_s16x2_15(W0);
+    tt_guard_s16x2_15(W1);
+}
+
 /* Two weight pairs W0, W1 and their four gradients at *gp (LDRD with writeback): the step pairs
  * D = (d, d') packed by PKHBT, with the guard raised when a d is outside [-16384, 16383] (SSAT #15)
  * or an old lane outside [-16384, 16383] (SSAT16 #15 on W); returns W - D lane-wise (wrapping) in
@@ -1143,12 +1161,7 @@ TT_SGD_INLINE void tt_sgd_plain_quad(const int32_t **gp, int32_t M, uint32_t W0,
     d1 = tt_smmulr(g1, M);
     d2 = tt_smmulr(g2, M);
     d3 = tt_smmulr(g3, M);
-    tt_guard_s32_15(d0);
-    tt_guard_s32_15(d1);
-    tt_guard_s32_15(d2);
-    tt_guard_s32_15(d3);
-    tt_guard_s16x2_15(W0);
-    tt_guard_s16x2_15(W1);
+    tt_sgd_guard4_s16(d0, d1, d2, d3, W0, W1);
     *R0 = (uint32_t)__ssub16((int32_t)W0, (int32_t)tt_pack_lo((uint32_t)d0, (uint32_t)d1));
     *R1 = (uint32_t)__ssub16((int32_t)W1, (int32_t)tt_pack_lo((uint32_t)d2, (uint32_t)d3));
 }
@@ -1391,12 +1404,7 @@ static uint32_t tt_sgd_dense_rows_wd_s16_dsp(const int8_t *e, const int8_t *x, i
                 const int32_t w2 = (int16_t)(W1 & 0xFFFFu), w3 = (int32_t)W1 >> 16;
                 const int32_t d0 = tt_smmulr(X[j], A) + tt_smmulr(w0, Wd), d1 = tt_smmulr(X[j + 1], A) + tt_smmulr(w1, Wd);
                 const int32_t d2 = tt_smmulr(X[j + 2], A) + tt_smmulr(w2, Wd), d3 = tt_smmulr(X[j + 3], A) + tt_smmulr(w3, Wd);
-                tt_guard_s32_15(d0);
-                tt_guard_s32_15(d1);
-                tt_guard_s32_15(d2);
-                tt_guard_s32_15(d3);
-                tt_guard_s16x2_15(W0);
-                tt_guard_s16x2_15(W1);
+                tt_sgd_guard4_s16(d0, d1, d2, d3, W0, W1);
                 if (tt_guard_hit()) { /* the scalar rule from the exact d and old weights */
                     sat += tt_sgd_sub1_s16(w + j, d0) + tt_sgd_sub1_s16(w + j + 1, d1) +
                            tt_sgd_sub1_s16(w + j + 2, d2) + tt_sgd_sub1_s16(w + j + 3, d3);
@@ -1467,12 +1475,7 @@ static inline uint32_t sgd_sr4_row(int16_t *w, const int8_t *xp, int32_t K, int3
         d3 = (a * xp[3] + (int32_t)(r & M)) >> s;
         W0 = tt_ld_s16x2(w);
         W1 = tt_ld_s16x2(w + 2);
-        if (GS) {
-            tt_guard_s32_15(d0);
-            tt_guard_s32_15(d1);
-            tt_guard_s32_15(d2);
-            tt_guard_s32_15(d3);
-        }
+        if (GS) tt_sgd_guard4_steps(d0, d1, d2, d3);
         tt_guard_s16x2_15(W0);
         tt_guard_s16x2_15(W1);
         if (tt_guard_hit()) {
