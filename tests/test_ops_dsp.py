@@ -447,38 +447,45 @@ def update_case(draw):
     if draw(st.booleans()):
         g[rng.integers(0, n)] = draw(st.sampled_from([-(2**31), 2**31 - 1, 0, 1, -1]))
     g = np.clip(g, -(2**31), 2**31 - 1).astype(np.int32)
-    if draw(st.booleans()):
+    wkind = draw(st.sampled_from(["edges", "uniform", "guarded"]))
+    if wkind == "edges":
         w = rng.choice(W_EDGES, n).astype(np.int16)
-    else:
+    elif wkind == "uniform":
         w = rng.integers(-32767, 32768, n).astype(np.int16)
+    else:  # mostly inside the DSP guard's [-16384, 16383], a few edges: blocks on both sides of it
+        w = np.where(rng.random(n) < 0.97, rng.integers(-16384, 16384, n), rng.choice(W_EDGES, n)).astype(np.int16)
     m_t = draw(st.sampled_from([0, 1, 255, 26214, 32767]) | st.integers(0, 32767))
     s = draw(st.integers(-2, 40))
     sr, wd = draw(st.sampled_from([(0, 0), (0, 0), (0, 0), (1, 0), (0, 1)]))
     return w, g, m_t, s, sr, wd
 
 
-def _update(lib, ffi, case, k=20):
+def _update(lib, ffi, case, k=20, offset=0):
+    """offset: the weights start that many int16 into a buffer (1: not 4-byte aligned, the DSP
+    path's word loads instead of LDRD/STRD)."""
     w, g, m_t, s, sr, wd = case
-    w = w.copy()
+    buf = np.zeros(w.size + offset, np.int16)
+    buf[offset:] = w
+    w = buf[offset:]
     cos = ffi.new("int32_t[65]")
     o = ffi.new("tt_sgd *", {"m": m_t, "k": k, "batch_size": 1, "sr": sr, "wd_m": 300 * wd, "wd_k": 20,
                              "cosine": cos})
     prng, st_c = ffi.new("uint32_t *", 12345), ffi.new("tt_stats *")
     u = ffi.new("tt_sgd_step *", {"cfg": o, "m_t": m_t, "prng": prng, "stats": st_c})
     ew, eg = s - k - 3, -3
-    lib.tt_sgd_update_direct_s16(u, c_i16(ffi, w), w.size, ew, c_i32(ffi, g), eg)
-    return w, st_c.saturated, prng[0]
+    lib.tt_sgd_update_direct_s16(u, c_i16(ffi, buf) + offset, w.size, ew, c_i32(ffi, g), eg)
+    return w.copy(), st_c.saturated, prng[0]
 
 
 @settings(max_examples=300, deadline=None)
-@given(update_case())
-def test_update_direct_s16_dsp_equals_portable_and_reference(clib, dsplib, case):
-    """tt_sgd_update_direct_s16 (its plain-SGD int32 fast path, DSP pairs with the saturation
-    guard, and the generic path for the other options) == the numpy reference: weights,
-    saturation count and PRNG state."""
+@given(update_case(), st.sampled_from([0, 1]))
+def test_update_direct_s16_dsp_equals_portable_and_reference(clib, dsplib, case, offset):
+    """tt_sgd_update_direct_s16 (its plain-SGD int32 fast path: DSP blocks of eight with the
+    saturation guard, aligned (LDRD/STRD) or not, and the generic path for the other options) ==
+    the numpy reference: weights, saturation count and PRNG state."""
     from tinytrain.graph.optim import IntSGD
 
-    wd_, nd, pd = _update(dsplib[1], dsplib[0], case)
+    wd_, nd, pd = _update(dsplib[1], dsplib[0], case, offset=offset)
     wp, np_, pp = _update(clib[1], clib[0], case)
     assert np.array_equal(wd_, wp), f"first difference at {np.argwhere(wd_ != wp)[0]}"
     assert nd == np_ and pd == pp
@@ -489,6 +496,44 @@ def test_update_direct_s16_dsp_equals_portable_and_reference(clib, dsplib, case)
     wr, prng = w.copy(), [12345]
     nr = update_direct_ref(wr, s - 20 - 3, g, -3, opt, m_t, prng)
     assert np.array_equal(wd_, wr) and nd == nr and pd == prng[0]
+
+
+W32_EDGES = np.array([-(2**31), -(2**31) + 1, -(2**31) + 2, -(2**30), -1, 0, 1, 2**30, 2**31 - 2, 2**31 - 1],
+                     np.int64)
+
+
+def _update32(lib, ffi, w, g, m_t, s, sr, wd, k=20):
+    w = w.copy()
+    cos = ffi.new("int32_t[65]")
+    o = ffi.new("tt_sgd *", {"m": m_t, "k": k, "batch_size": 1, "sr": sr, "wd_m": 300 * wd, "wd_k": 20,
+                             "cosine": cos})
+    prng, st_c = ffi.new("uint32_t *", 12345), ffi.new("tt_stats *")
+    u = ffi.new("tt_sgd_step *", {"cfg": o, "m_t": m_t, "prng": prng, "stats": st_c})
+    lib.tt_sgd_update_direct_s32(u, c_i32(ffi, w), w.size, s - k - 3, c_i32(ffi, g), -3)
+    return w, st_c.saturated, prng[0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(update_case(), st.booleans(), st.integers(0, 2**32 - 1), st.none() | st.integers(30, 70))
+def test_update_direct_s32_equals_reference(clib, dsplib, case, edges, seed, s_wide):
+    """tt_sgd_update_direct_s32 (a bias's, a batch-norm beta's: its plain-SGD SMMULR and SMULL-high
+    paths, the generic path for the other options and shifts) of the portable and the DSP builds == the numpy
+    reference, weights at and near the int32 limits included: weights, saturations, PRNG state."""
+    from tinytrain.graph.optim import IntSGD
+
+    w16, g, m_t, s, sr, wd = case
+    s = s if s_wide is None else s_wide  # shifts of a bias's update reach past 32 (its SMULL-high path)
+    rng = np.random.default_rng(seed)
+    w = (rng.choice(W32_EDGES, w16.size) if edges else rng.integers(-(2**31), 2**31, w16.size)).astype(np.int32)
+    opt = IntSGD(m=m_t, k=20, mu_m=0, mu_k=0, wd_m=300 * wd, wd_k=20, ib_m=0, ib_k=0, batch_size=1,
+                 schedule=0, gamma_q15=32768, step_size=1, total_steps=1, cosine=np.zeros(65, np.int32),
+                 sr=bool(sr), master=False)
+    wr, prng = w.copy(), [12345]
+    nr = update_direct_ref(wr, s - 20 - 3, g, -3, opt, m_t, prng)
+    for who, (ffi, lib) in (("portable", clib), ("DSP", dsplib)):
+        wc, nc, pc = _update32(lib, ffi, w, g, m_t, s, sr, wd)
+        assert np.array_equal(wc, wr), f"{who}: first difference at {np.argwhere(wc != wr)[0]}"
+        assert nc == nr and pc == prng[0], who
 
 
 @st.composite

@@ -188,13 +188,39 @@ BN_ALWAYS_INLINE void bn_out32_loop(const int8_t *x, int32_t n, int32_t C, const
     *nsat += cnt;
 }
 
+/* bn_out32_loop with MULR and FOLD when no output of the channel saturates (the caller's check at
+ * the two ends of its x range: the output is monotone in x), so the clamp and its count go; two
+ * positions a turn, indexed from two bases (no pointer steps per element). */
+static BN_NOINLINE void bn_out32_nosat(const int8_t *x, int32_t n, int32_t C, const bn_chan *k, int32_t g,
+                                       int32_t b, int32_t s, int8_t *y)
+{
+    uint32_t az = 0, bz = 0;
+    const int32_t inv = k->inv, bb = (int32_t)((uint32_t)b + ((uint32_t)1 << (s - 1)));
+    const int8_t *x1 = x + C;
+    int8_t *y1 = y + C;
+    int32_t i = 0;
+    const int32_t C2 = 2 * C;
+    (void)bn_mulr_consts(k, &az, &bz);
+    for (; i + C < n; i += C2) {
+        const int32_t h0 = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az - bz), inv);
+        const int32_t h1 = bn_mulhr((int32_t)((uint32_t)(int32_t)x1[i] * az - bz), inv);
+        y[i] = (int8_t)((int32_t)((uint32_t)g * (uint32_t)h0 + (uint32_t)bb) >> s);
+        y1[i] = (int8_t)((int32_t)((uint32_t)g * (uint32_t)h1 + (uint32_t)bb) >> s);
+    }
+    if (i < n) {
+        const int32_t h0 = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az - bz), inv);
+        y[i] = (int8_t)((int32_t)((uint32_t)g * (uint32_t)h0 + (uint32_t)bb) >> s);
+    }
+}
+
 /* Out of line: its loop keeps its constants in registers. */
 static BN_NOINLINE void bn_out32(const int8_t *x, int32_t n, int32_t C, const bn_chan *k, int32_t g, int32_t b, int32_t s,
-                                 int32_t fold, int8_t *y, uint32_t *nsat)
+                                 int32_t fold, int32_t nosat, int8_t *y, uint32_t *nsat)
 {
     uint32_t az, bz;
     const int32_t mulr = bn_mulr_consts(k, &az, &bz);
-    if (mulr && fold) bn_out32_loop(x, n, C, k, g, b, s, y, nsat, 1, 1);
+    if (mulr && fold && nosat) bn_out32_nosat(x, n, C, k, g, b, s, y);
+    else if (mulr && fold) bn_out32_loop(x, n, C, k, g, b, s, y, nsat, 1, 1);
     else if (mulr) bn_out32_loop(x, n, C, k, g, b, s, y, nsat, 1, 0);
     else if (fold) bn_out32_loop(x, n, C, k, g, b, s, y, nsat, 0, 1);
     else bn_out32_loop(x, n, C, k, g, b, s, y, nsat, 0, 0);
@@ -313,7 +339,11 @@ static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const i
         uint32_t sat = 0;
         const int32_t xl = bn_xhat_k(&k, lo, saved, C, c, &sat), xr = bn_xhat_k(&k, hi, saved, C, c, &sat);
         scratch[c] = b;
-        scratch[C + c] = sat;
+        /* a saturating channel is marked by its count << 56 (>= 2^56; |acc| < 2^47 otherwise: a
+         * computed mark, as a 64-bit constant would be stored through VFP registers in hard-float
+         * builds); else the sums at its two ends, for the output pass's saturation check */
+        scratch[C + c] = sat ? (int64_t)sat << 56 : (int64_t)g * xr + b;
+        scratch[2 * C + c] = (int64_t)g * xl + b;
         if (sat) {
             for (p = 0; p < P; p++) {
                 const int32_t xh = bn_xhat_k(&k, x[(int64_t)p * C + c], saved, C, c, &st->saturated);
@@ -333,9 +363,13 @@ static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const i
         const int64_t b = scratch[c];
         const int32_t g = gamma[c];
         /* m <= INT32_MAX: s <= 24; |b| <= 2^30 (tt_align clamps) */
-        if (m <= (uint64_t)INT32_MAX && s >= 1 && !scratch[C + c] && bn_fast32(&k)) {
+        if (m <= (uint64_t)INT32_MAX && s >= 1 && scratch[C + c] < ((int64_t)1 << 56) && bn_fast32(&k)) {
+            /* both ends' sums fit int32 here (<= m) */
+            const int32_t rl = tt_rshift_round_s32((int32_t)scratch[2 * C + c], s);
+            const int32_t rr = tt_rshift_round_s32((int32_t)scratch[C + c], s);
+            const int32_t nosat = (uint32_t)(rl + TT_S8_MAX) <= 2u * TT_S8_MAX && (uint32_t)(rr + TT_S8_MAX) <= 2u * TT_S8_MAX;
             bn_out32(x + c, P * C, C, &k, g, (int32_t)b, s, m + ((uint64_t)1 << (s - 1)) <= (uint64_t)INT32_MAX,
-                     y + c, &st->saturated);
+                     nosat, y + c, &st->saturated);
             continue;
         }
         for (p = 0; p < P; p++) {
@@ -451,6 +485,32 @@ static BN_NOINLINE uint32_t bn_bwd_j32(const int8_t *e, int32_t n, int32_t C, in
     return mx;
 }
 
+/* bn_bwd_j32 by one rounded high-word multiply-accumulate per element: with |x_hat| * 2^k and
+ * |G| * 2^(20 - k) below 2^31 (the caller picks k), SMMULR(x_hat 2^k, -G 2^(20-k)) =
+ * floor((-x_hat G 2^20 + 2^31) / 2^32) = floor((-x_hat G + 2^(F-1)) / 2^F) exactly (F = 12), so
+ * J = SMMLAR(x_hat 2^k, -G 2^(20-k), A e 2^F - Se 2^F) (mod 2^32, exact as J fits int32;
+ * |Se| 2^F < 2^31). The same J and max |J| as bn_bwd_j32. */
+static BN_NOINLINE uint32_t bn_bwd_j32_mlar(const int8_t *e, int32_t n, int32_t C, int32_t A, uint32_t base,
+                                            int32_t nGk, int32_t k, int64_t *xs)
+{
+    const uint32_t af = (uint32_t)A << BN_F; /* base = -Se 2^F, formed by the caller: one MLA */
+    uint32_t mx = 0;
+    int32_t i;
+    for (i = 0; i < n; i += C) {
+        const int32_t t = (int32_t)((uint32_t)(int32_t)e[i] * af + base);
+        const int32_t xk = (int32_t)((uint32_t)(int32_t)xs[i] << k);
+#if TT_HAVE_DSP
+        const int32_t J = tt_smmlar(xk, nGk, t);
+#else
+        const int32_t J = (int32_t)((uint32_t)t + (uint32_t)bn_mulhr(xk, nGk));
+#endif
+        const uint32_t sg = (uint32_t)(J >> 31), a = ((uint32_t)J ^ sg) - sg;
+        xs[i] = J;
+        if (a > mx) mx = a;
+    }
+    return mx;
+}
+
 /* Backward pass 3 of one channel when every J fits int32: dx[i] = sat_s8(rshift_round(km * J, s))
  * for s >= 1 and |km * J| <= m with s = bitwidth(m) - 7, so t = floor(km * J / 2^(s-1)) fits
  * int32 (|t| <= 2^8) and is taken from the words of the product; r = (t + 1) >> 1. */
@@ -480,6 +540,30 @@ static BN_NOINLINE void bn_bwd_out32(const int64_t *js, int32_t n, int32_t C, in
     }
 #undef BN_OUT
     *nsat += cnt;
+}
+
+/* floor(a * b / 2^32) + c (mod 2^32): SMMLA on DSP cores. */
+static inline int32_t bn_mulhi_add(int32_t a, int32_t b, int32_t c)
+{
+#if TT_HAVE_DSP && defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+    int32_t r;
+    __asm__("smmla %0, %1, %2, %3" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+#else
+    return (int32_t)((uint32_t)(int32_t)(((int64_t)a * b) >> 32) + (uint32_t)c);
+#endif
+}
+
+/* bn_bwd_out32 for s >= 33 when no dx of the channel saturates (the caller's check: with M the
+ * channel's max |km * J|, every |round(km * J / 2^s)| <= round(M / 2^s) <= 127): with v = km * J
+ * = hi 2^32 + lo, v + 2^(s-1) = (hi + 2^(s-33)) 2^32 + lo and lo cannot carry into floor(. / 2^s),
+ * so dx = (hi + 2^(s-33)) >> (s - 32): one SMMLA and a shift (|hi| < 2^(s-25): no overflow). */
+static BN_NOINLINE void bn_bwd_out32_nosat(const int64_t *js, int32_t n, int32_t C, int32_t km, int32_t s,
+                                           int8_t *dx)
+{
+    const int32_t h = (int32_t)1 << (s - 33), sr = s - 32;
+    int32_t i;
+    for (i = 0; i < n; i += C) dx[i] = (int8_t)(bn_mulhi_add(km, (int32_t)js[i], h) >> sr);
 }
 
 /* E_k of the backward (ops/batchnorm.py): the largest bitwidth(gamma * inv) - sh over channels
@@ -521,10 +605,16 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
     tt_stats *st = ctx->stats;
     const int32_t A = P, e_k = bn_e_k(gamma, saved, C);
     uint64_t m = 0, fits = 0; /* fits: bit c (c < 64) when channel c's J are int32 */
+    /* km and max |J| of channel c < 64 (|km| <= 2^24; max |J| < 2^31 where J fits int32, the
+     * only channels that read it): 32-bit words, as a 64-bit array would be copied through VFP
+     * registers in hard-float builds, which must stay VFP-free */
+    int32_t kmc[64];
+    uint32_t mjc[64];
     int32_t c, p, s;
     for (c = 0; c < C; c++) {
         const bn_chan k = bn_channel(A, saved, C, c);
-        const uint64_t akm = tt_abs_u64(bn_km(gamma, saved, C, c, e_k));
+        const int64_t km = bn_km(gamma, saved, C, c, e_k);
+        const uint64_t akm = tt_abs_u64(km);
         uint32_t sat = 0;
         const int32_t lo = bn_xhat_k(&k, -128, saved, C, c, &sat), hi = bn_xhat_k(&k, 127, saved, C, c, &sat);
         const uint64_t xmax = tt_abs_u64(lo) > tt_abs_u64(hi) ? tt_abs_u64(lo) : tt_abs_u64(hi);
@@ -545,7 +635,13 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
         if (c < 64 && tt_abs_u64(G) <= (uint64_t)INT32_MAX && xmax < ((uint64_t)1 << 32) &&
             ((uint64_t)(128 * (int64_t)A + (se < 0 ? -se : se)) << BN_F) +
             ((xmax * tt_abs_u64(G)) >> BN_F) + 2 <= (uint64_t)INT32_MAX) {
-            mj = bn_bwd_j32(e + c, n, C, A, se, (int32_t)-G, xs + c);
+            /* k: x_hat 2^k and G 2^(20-k) both below 2^31 (xmax >= |x_hat|) */
+            const int32_t bx = tt_bitwidth_u64(xmax), k = bx >= 11 ? 31 - bx : 20;
+            if (bx <= 31 && tt_bitwidth_u64(tt_abs_u64(G)) + 20 - k <= 31)
+                mj = bn_bwd_j32_mlar(e + c, n, C, A, 0u - ((uint32_t)se << BN_F),
+                                     (int32_t)((uint32_t)(int32_t)-G << (20 - k)), k, xs + c);
+            else
+                mj = bn_bwd_j32(e + c, n, C, A, se, (int32_t)-G, xs + c);
             fits |= (uint64_t)1 << c;
         } else {
             for (p = 0; p < P; p++) {
@@ -561,12 +657,18 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
         bp->saved[3 * C + 1 + c] = se;
         bp->saved[4 * C + 1 + c] = tt_sat_s32(G);
         if (akm * mj > m) m = akm * mj; /* |km| <= 2^24, |J| <= 2^38 */
+        if (c < 64) { kmc[c] = (int32_t)km; mjc[c] = (uint32_t)mj; }
     }
     s = tt_requant_shift(m, 8);
     for (c = 0; c < C; c++) {
-        const int64_t km = bn_km(gamma, saved, C, c, e_k);
+        const int64_t km = c < 64 ? kmc[c] : bn_km(gamma, saved, C, c, e_k);
         if (s >= 1 && c < 64 && ((fits >> c) & 1)) {
-            bn_bwd_out32(xs + c, n, C, (int32_t)km, s, dx + c, &st->saturated);
+            /* the channel's max |km * J| (fits: mj < 2^31) */
+            const int64_t mcj = (int64_t)tt_abs_u64(km) * mjc[c];
+            if (s >= 33 && tt_rshift_round_s64(mcj, s) <= TT_S8_MAX)
+                bn_bwd_out32_nosat(xs + c, n, C, (int32_t)km, s, dx + c);
+            else
+                bn_bwd_out32(xs + c, n, C, (int32_t)km, s, dx + c, &st->saturated);
             continue;
         }
         for (p = 0; p < P; p++) {

@@ -90,6 +90,8 @@ int32_t tt_sgd_lr_mult(const tt_sgd *o, uint32_t t)
 
 static int32_t tt_sgd_plain_s16(int16_t *w, int32_t n, const int32_t *g, int32_t m_t, int32_t s,
                                 tt_stats *st);
+static int32_t tt_sgd_plain_s32(int32_t *w, int32_t n, const int32_t *g, int32_t m_t, int32_t s,
+                                tt_stats *st);
 
 /* The floor shift xs that comes first in a stochastic step by s >= 1 of an int32 p (tt_sgd_shift):
  * s - 31 for s > 31 (capped at 31, where p >> 31 is already p's floor, 0 or -1), else 0; the
@@ -141,7 +143,7 @@ static void sgd_update_direct(const tt_sgd_step *u, int16_t *w16, int32_t *w32, 
     const int32_t s = ew + o->k - eg;
     const int64_t lo = w16 ? -TT_S16_MAX : INT32_MIN, hi = w16 ? TT_S16_MAX : INT32_MAX;
     int32_t i;
-    if (w16 && !o->sr && !o->wd_m && tt_sgd_plain_s16(w16, n, g, m_t, s, st))
+    if (!o->sr && !o->wd_m && (w16 ? tt_sgd_plain_s16(w16, n, g, m_t, s, st) : tt_sgd_plain_s32(w32, n, g, m_t, s, st)))
         return;
     for (i = 0; i < n; i++) {
         const int64_t wi = w16 ? w16[i] : w32[i];
@@ -1268,45 +1270,153 @@ static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, i
  * 0 <= m_t < 2^(s-1): w[i] -= round(m_t g[i] / 2^s), saturating to [-32767, 32767] and counted,
  * as sgd_update_direct does (returns 1; 0 leaves the update to the generic path). With
  * M = m_t 2^(32 - s) (an int32 by the bound on m_t), d = (g M + 2^31) >> 32 (SMMULR) is
- * floor((g m_t + 2^(s-1)) / 2^s), the rounded shift, exactly for every int32 g, and |d| <= 2^30.
- * DSP: two weights per step as the fused Dense update (tt_sgd_s16x2 and its guard), the guard
- * also raised by SSAT #15 when a d does not fit a lane; a guard hit (a saturation, an old
- * -32768, or a large step) undoes the tensor exactly and redoes it one weight at a time. */
+ * floor((g m_t + 2^(s-1)) / 2^s), the rounded shift, exactly for every int32 g, and |d| <= 2^30. */
+static inline void tt_sgd_plain_one(int16_t *w, int32_t g, int32_t M, tt_stats *st)
+{
+    int32_t v = (int32_t)*w - tt_smmulr(g, M);
+    if ((uint32_t)(v + TT_S16_MAX) > 2u * TT_S16_MAX) {
+        st->saturated++;
+        v = v > 0 ? TT_S16_MAX : -TT_S16_MAX;
+    }
+    *w = (int16_t)v;
+}
+
+#if TT_HAVE_DSP
+/* The Q-flag guard of four int16 steps d0..d3 (SSAT #15: each in [-16384, 16383]) and of the two
+ * old weight pairs W0, W1 they are taken from (SSAT16 #15): no hit makes every w - d exact in
+ * [-32767, 32767], so the wrapping SSUB16 is the rule. */
+TT_SGD_INLINE void tt_sgd_guard4_steps(int32_t d0, int32_t d1, int32_t d2, int32_t d3)
+{
+    tt_guard_s32_15(d0);
+    tt_guard_s32_15(d1);
+    tt_guard_s32_15(d2);
+    tt_guard_s32_15(d3);
+}
+
+TT_SGD_INLINE void tt_sgd_guard4_s16(int32_t d0, int32_t d1, int32_t d2, int32_t d3, uint32_t W0, uint32_t W1)
+{
+    tt_sgd_guard4_steps(d0, d1, d2, d3);
+    tt_guard_s16x2_15(W0);
+    tt_guard_s16x2_15(W1);
+}
+
+/* Two weight pairs W0, W1 and their four gradients at *gp (LDRD with writeback): the step pairs
+ * D = (d, d') packed by PKHBT, with the guard raised when a d is outside [-16384, 16383] (SSAT #15)
+ * or an old lane outside [-16384, 16383] (SSAT16 #15 on W); returns W - D lane-wise (wrapping) in
+ * *R0, *R1. Without a guard hit every w - d is in [-32767, 32767]: no saturation, no -32768, so
+ * the wrapping SSUB16 is the exact rule. */
+TT_SGD_INLINE void tt_sgd_plain_quad(const int32_t **gp, int32_t M, uint32_t W0, uint32_t W1, uint32_t *R0,
+                                     uint32_t *R1)
+{
+    int32_t g0, g1, g2, g3, d0, d1, d2, d3;
+    tt_ld_s32x2_next(gp, &g0, &g1);
+    tt_ld_s32x2_next(gp, &g2, &g3);
+    d0 = tt_smmulr(g0, M);
+    d1 = tt_smmulr(g1, M);
+    d2 = tt_smmulr(g2, M);
+    d3 = tt_smmulr(g3, M);
+    tt_sgd_guard4_s16(d0, d1, d2, d3, W0, W1);
+    *R0 = (uint32_t)__ssub16((int32_t)W0, (int32_t)tt_pack_lo((uint32_t)d0, (uint32_t)d1));
+    *R1 = (uint32_t)__ssub16((int32_t)W1, (int32_t)tt_pack_lo((uint32_t)d2, (uint32_t)d3));
+}
+
+/* Eight weights a turn (tt_sgd_plain_quad twice; the weights by LDRD/STRD when w is 4-byte
+ * aligned: AL, a constant after inlining, else by word loads), the Q flag read once per turn
+ * before anything is stored: a hit (a saturation possible, an old weight outside [-16384, 16383]
+ * as trained ones may be, or a large step) sends just those eight to the exact scalar rule.
+ * Returns the number of weights done (a multiple of 8); the caller does the rest. */
+TT_SGD_INLINE int32_t tt_sgd_plain_s16_dsp(int16_t *w, int32_t n, const int32_t *g, int32_t M, int32_t AL,
+                                           tt_stats *st)
+{
+    int16_t *wp = w, *const end = w + (n & ~7);
+    const int32_t *gp = g;
+    tt_guard_clear(); /* and again after a hit only: a turn without one leaves the flag clear */
+    while (wp != end) {
+        uint32_t W0, W1, W2, W3, R0, R1, R2, R3;
+        if (AL) {
+            tt_ld_s16x4(wp, &W0, &W1);
+            tt_ld_s16x4(wp + 4, &W2, &W3);
+        } else {
+            W0 = tt_ld_s16x2(wp); W1 = tt_ld_s16x2(wp + 2);
+            W2 = tt_ld_s16x2(wp + 4); W3 = tt_ld_s16x2(wp + 6);
+        }
+        tt_sgd_plain_quad(&gp, M, W0, W1, &R0, &R1);
+        tt_sgd_plain_quad(&gp, M, W2, W3, &R2, &R3);
+        if (tt_guard_hit_after((int32_t)R0, (int32_t)R1, (int32_t)R2, (int32_t)R3)) {
+            int32_t j;
+            for (j = 0; j < 8; j++) tt_sgd_plain_one(wp + j, gp[j - 8], M, st);
+            wp += 8;
+            tt_guard_clear();
+        } else if (AL) {
+            tt_st_s16x4_next(&wp, R0, R1);
+            tt_st_s16x4_next(&wp, R2, R3);
+        } else {
+            tt_st_s16x2(wp, R0); tt_st_s16x2(wp + 2, R1);
+            tt_st_s16x2(wp + 4, R2); tt_st_s16x2(wp + 6, R3);
+            wp += 8;
+        }
+    }
+    return n & ~7;
+}
+#endif
+
+/* DSP: eight weights per turn by tt_sgd_plain_s16_dsp (about five instructions a weight), the
+ * tail and any guarded block of eight by the scalar rule. */
 static int32_t tt_sgd_plain_s16(int16_t *w, int32_t n, const int32_t *g, int32_t m_t, int32_t s,
                                 tt_stats *st)
 {
-    int32_t i, M;
+    int32_t i = 0, M;
     if (s < 1 || s > 31 || m_t < 0 || ((int64_t)m_t << (32 - s)) > INT32_MAX) return 0;
     M = (int32_t)((int64_t)m_t << (32 - s));
 #if TT_HAVE_DSP
-    tt_guard_clear();
-    for (i = 0; i + 2 <= n; i += 2) {
-        const int32_t d0 = tt_smmulr(g[i], M), d1 = tt_smmulr(g[i + 1], M);
-        tt_guard_s32_15(d0);
-        tt_guard_s32_15(d1);
-        tt_sgd_s16x2(w + i, tt_ld_s16x2(w + i), tt_pack_lo((uint32_t)d0, (uint32_t)d1));
-    }
-    if (!tt_guard_hit()) {
-        if (i < n) {
-            int32_t v = (int32_t)w[i] - tt_smmulr(g[i], M);
-            if ((uint32_t)(v + TT_S16_MAX) > 2u * TT_S16_MAX) { st->saturated++; v = v > 0 ? TT_S16_MAX : -TT_S16_MAX; }
-            w[i] = (int16_t)v;
-        }
-        return 1;
-    }
-    for (i = 0; i + 2 <= n; i += 2) { /* undo: w - d (mod 2^16) + d */
-        const int32_t d0 = tt_smmulr(g[i], M), d1 = tt_smmulr(g[i + 1], M);
-        tt_st_s16x2(w + i, (uint32_t)__sadd16((int32_t)tt_ld_s16x2(w + i), (int32_t)tt_pack_lo((uint32_t)d0, (uint32_t)d1)));
-    }
+    if (((uintptr_t)w & 3u) == 0) i = tt_sgd_plain_s16_dsp(w, n, g, M, 1, st);
+    else i = tt_sgd_plain_s16_dsp(w, n, g, M, 0, st);
 #endif
-    for (i = 0; i < n; i++) {
-        int32_t v = (int32_t)w[i] - tt_smmulr(g[i], M);
-        if ((uint32_t)(v + TT_S16_MAX) > 2u * TT_S16_MAX) {
-            st->saturated++;
-            v = v > 0 ? TT_S16_MAX : -TT_S16_MAX;
+    for (; i < n; i++) tt_sgd_plain_one(w + i, g[i], M, st);
+    return 1;
+}
+
+/* tt_sgd_plain_s16's rule on an int32 tensor (a bias, a batch-norm beta): w[i] = sat_s32(w[i] -
+ * d), saturations counted, d = rshift_round(m_t g[i], s) for 0 <= m_t < 2^31: SMMULR(g[i], M) for
+ * s <= 31 (same bounds as tt_sgd_plain_s16; s = 32: M = m_t), in int64 when M would not fit
+ * int32 (a bias's step at a small shift); for s in [33, 62], with v = m_t g =
+ * hi 2^32 + lo (|hi| < 2^30), v + 2^(s-1) = (hi + 2^(s-33)) 2^32 + lo and lo < 2^32 cannot carry
+ * into floor(. / 2^s), so d = (hi + 2^(s-33)) >> (s - 32) (no int32 overflow: 2^30 + 2^29).
+ * Returns 0 outside that range of s and m_t (the generic path then). */
+static int32_t tt_sgd_plain_s32(int32_t *w, int32_t n, const int32_t *g, int32_t m_t, int32_t s,
+                                tt_stats *st)
+{
+    int32_t i;
+    uint32_t cnt = 0;
+    if (s < 1 || s > 62 || m_t < 0) return 0;
+    if (s < 32 && ((int64_t)m_t << (32 - s)) > INT32_MAX) {
+        /* a large m_t for this shift: the rounded step in int64, (v + 2^(s-1)) >> s (|v| < 2^62) */
+        const int64_t half = (int64_t)1 << (s - 1);
+        for (i = 0; i < n; i++) {
+            const int64_t v = (int64_t)w[i] - (((int64_t)g[i] * m_t + half) >> s);
+            const int32_t r = tt_sat_s32(v);
+            cnt += r != v;
+            w[i] = r;
         }
-        w[i] = (int16_t)v;
+    } else if (s <= 32) {
+        const int32_t M = s == 32 ? m_t : (int32_t)((int64_t)m_t << (32 - s));
+        for (i = 0; i < n; i++) {
+            const int64_t v = (int64_t)w[i] - tt_smmulr(g[i], M);
+            const int32_t r = tt_sat_s32(v);
+            cnt += r != v;
+            w[i] = r;
+        }
+    } else {
+        const int32_t h = (int32_t)1 << (s - 33), sr = s - 32;
+        for (i = 0; i < n; i++) {
+            const int32_t hi = (int32_t)(((int64_t)g[i] * m_t) >> 32);
+            const int64_t v = (int64_t)w[i] - ((hi + h) >> sr);
+            const int32_t r = tt_sat_s32(v);
+            cnt += r != v;
+            w[i] = r;
+        }
     }
+    st->saturated += cnt;
     return 1;
 }
 
@@ -1552,12 +1662,7 @@ static uint32_t tt_sgd_dense_rows_wd_s16_dsp(const int8_t *e, const int8_t *x, i
                 const int32_t w2 = (int16_t)(W1 & 0xFFFFu), w3 = (int32_t)W1 >> 16;
                 const int32_t d0 = tt_smmulr(X[j], A) + tt_smmulr(w0, Wd), d1 = tt_smmulr(X[j + 1], A) + tt_smmulr(w1, Wd);
                 const int32_t d2 = tt_smmulr(X[j + 2], A) + tt_smmulr(w2, Wd), d3 = tt_smmulr(X[j + 3], A) + tt_smmulr(w3, Wd);
-                tt_guard_s32_15(d0);
-                tt_guard_s32_15(d1);
-                tt_guard_s32_15(d2);
-                tt_guard_s32_15(d3);
-                tt_guard_s16x2_15(W0);
-                tt_guard_s16x2_15(W1);
+                tt_sgd_guard4_s16(d0, d1, d2, d3, W0, W1);
                 if (tt_guard_hit()) { /* the scalar rule from the exact d and old weights */
                     sat += tt_sgd_sub1_s16(w + j, d0) + tt_sgd_sub1_s16(w + j + 1, d1) +
                            tt_sgd_sub1_s16(w + j + 2, d2) + tt_sgd_sub1_s16(w + j + 3, d3);
@@ -1628,12 +1733,7 @@ static inline uint32_t sgd_sr4_row(int16_t *w, const int8_t *xp, int32_t K, int3
         d3 = (a * xp[3] + (int32_t)(r & M)) >> s;
         W0 = tt_ld_s16x2(w);
         W1 = tt_ld_s16x2(w + 2);
-        if (GS) {
-            tt_guard_s32_15(d0);
-            tt_guard_s32_15(d1);
-            tt_guard_s32_15(d2);
-            tt_guard_s32_15(d3);
-        }
+        if (GS) tt_sgd_guard4_steps(d0, d1, d2, d3);
         tt_guard_s16x2_15(W0);
         tt_guard_s16x2_15(W1);
         if (tt_guard_hit()) {
