@@ -332,13 +332,13 @@ def test_emitted_sparse_c():
     assert "tt_sparse_rows_grad_s32(&tt_model_l2_sparse, tt_model_err0, tt_model_a1, tt_model_grad0, tt_model_grad1);" in step
     assert ("tt_sparse_rows_sgd_apply_accumulated_s16(&sgd, &tt_model_l0_layout, tt_model_l0_w, tt_model_l0_w_acc, "
             "tt_model_l0_w_vel);") in step
-    assert "{tt_model_l0_w, 240u, 0, 0, 2u, 12u, 10u, tt_model_l0_w_mask, 0u}," in src
-    assert "{(void *)tt_model_l0_w_mask, 16u, 1, 0, 0u, 12u, 10u, tt_model_l0_w_mask, 0u}," in src
+    assert "{tt_model_l0_w, 240u, 0, 0, 2u, 12u, 10u, tt_model_l0_w_mask, 0u, 2u}," in src
+    assert "{(void *)tt_model_l0_w_mask, 16u, 1, 0, 0u, 12u, 10u, tt_model_l0_w_mask, 0u, 0u}," in src
     bm = generate(m, storage="bitmap").source
     assert '#include "tt_sparse.h"' in bm and "tt_sparse_rows" not in bm
     assert "static const uint32_t tt_model_l0_w_mask[10] = {" in bm  # 10 inputs, one word per column
     assert "e1 = tt_sparse_dense_fwd_s8(&CTX, &tt_model_l0_sparse, x, e0, tt_model_a0);" in bm
-    assert "{tt_model_l0_w, 240u, 0, tt_model_l0_w_mask, 2u, 12u, 10u, 0, 0u}," in bm
+    assert "{tt_model_l0_w, 240u, 0, tt_model_l0_w_mask, 2u, 12u, 10u, 0, 0u, 2u}," in bm
     dense = generate(m, storage="dense").source
     assert "tt_sparse" not in dense and "tt_prune_apply(&tt_model_prune[0]);" in dense
     mm = copy.deepcopy(m)
