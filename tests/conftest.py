@@ -6,8 +6,17 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tinytrain.device import cbuild
+
+# HYPOTHESIS_PROFILE=thorough, for shaking out the exactness areas with several
+# --hypothesis-seed values: tests without their own max_examples draw 1000 examples, and those
+# counted by examples() below 10x theirs (times TINYTRAIN_EXAMPLES); tests that give a literal
+# max_examples keep it. The default profile changes nothing.
+THOROUGH = os.environ.get("HYPOTHESIS_PROFILE") == "thorough"
+settings.register_profile("thorough", max_examples=1000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 HERE = Path(__file__).parent
 
@@ -16,7 +25,7 @@ def examples(n: int) -> int:
     """Hypothesis examples of a test that compiles a simulator and a C model per example (the
     random-graph tests: ~5-10 s each): n by default, n * TINYTRAIN_EXAMPLES for a longer
     search (e.g. TINYTRAIN_EXAMPLES=10 overnight). The suite's default keeps them ~2-4 min."""
-    return n * max(1, int(os.environ.get("TINYTRAIN_EXAMPLES", "1")))
+    return n * max(1, int(os.environ.get("TINYTRAIN_EXAMPLES", "1"))) * (10 if THOROUGH else 1)
 SHIM_CDEF = """
 int64_t tt_t_rshift_round_s64(int64_t x, int32_t s);
 int32_t tt_t_rshift_round_s32(int32_t x, int32_t s);

@@ -51,6 +51,17 @@ def no_tool_on_path(tmp_path, monkeypatch):
     monkeypatch.delenv("CC", raising=False)
 
 
+def saved_with_minimum(tmp_path, monkeypatch):
+    """m.tt: W1 with one int16 weight at -32768 (outside the symmetric range; save does not check)."""
+    from tinytrain import data
+    from tinytrain.graph import io
+    from tinytrain.graph.models import build_model
+
+    m = build_model("digits-mlp", data.load("digits"), seed=0)
+    m.layers[2].params[0].data[3, 5] = -32768
+    io.save(m, tmp_path / "m.tt")
+
+
 def saved_model(name, model="digits-mlp"):
     def setup(tmp_path, monkeypatch):
         assert cli.main(["train", "--data", "digits", "--model", model, "--epochs", "0", "--out",
@@ -437,6 +448,9 @@ ROWS = [
       "to train but microbit has 16384", {}, None, id="codegen-does-not-fit-writes-nothing"),
     R(["codegen", "--model", "digits-mlp", "--board", "nosuch", "--out", "gen"], "unknown board 'nosuch'", {}, None,
       id="codegen-unknown-board"),
+    R(["codegen", "--model", "m.tt", "--out", "gen"], "tensor layer 2 dense w (param) holds -32768 at [3, 5], outside "
+      "the symmetric range [-32767, 32767] that tinytrain's arithmetic keeps; the file was not written by tinytrain or "
+      "was edited: clamp the values and save again", {}, saved_with_minimum, id="codegen-model-holding-int16-minimum"),
     R(["codegen", "--model", "digits-mlp", "--out", "gen", "--plot", "afile/m.png"], "afile is a file, not a directory",
       {"afile": "x"}, None, id="codegen-plot-under-a-file"),
     R(["build", "--model", "digits-cnn", "--precision", "int16-master32", "--board", "microbit", "--out", "fw"],

@@ -231,3 +231,32 @@ def test_w1_bit_exact_through_a_noisy_link(ds, firmware):
     assert r["mismatches"] == 0 and r["steps"] == 100, r["first_mismatch"]
     injected = sum(px.counts[d][k] for d in ("up", "down") for k in ("flip", "drop"))
     assert injected > 0 and r["retransmissions"] > 2
+
+
+def test_a_blob_holding_int16_minimum_is_refused_by_the_board(ds, firmware):
+    """LOAD_PARAMS of a blob with one int16 weight at -32768 (outside the symmetric range): the
+    commit's write_state refuses it (RANGE), the old state stays live and trains on bit-exact;
+    the same blob with -32767 there loads."""
+    from tinytrain.device.emulator import Emulator
+    from tinytrain.device.protocol import DeviceError, DeviceLink, ErrorCode
+
+    _, elf = firmware("mps2_an386")
+    m = w1(ds)
+    s = next(s for s in state_layout(m) if s.layer == 2 and s.param == "w")  # int16 (10, 32)
+    bad = bytearray(state_blob(m))
+    bad[s.offset + 2 * 37:s.offset + 2 * 38] = b"\x00\x80"
+    with Emulator("mps2_an386", elf) as emu:
+        link = DeviceLink(emu.url, timeout=5.0)
+        h0 = link.state_hash()
+        assert h0 == m.state_hash()
+        with pytest.raises(DeviceError) as exc:
+            link.load_params(bytes(bad))
+        assert exc.value.code == ErrorCode.RANGE
+        assert link.state_hash() == h0 and link.read_params() == state_blob(m)
+        sim = Simulator(m)
+        for i in range(5):
+            sim.train(ds.x_train, ds.y_train, np.array([i]))
+            assert link.train(ds.x_train[i], int(ds.y_train[i])).state_hash == m.state_hash()
+        bad[s.offset + 2 * 37:s.offset + 2 * 38] = b"\x01\x80"  # -32767: a valid state
+        assert link.load_params(bytes(bad)) == link.state_hash()
+        link.close()

@@ -25,6 +25,7 @@ from tinytrain.graph.norm import BatchNorm
 from tinytrain.graph.residual import Residual
 from tinytrain.graph.model import Sequential
 from tinytrain.graph.optim import SGD
+from tinytrain.graph.state import outside_symmetric
 from tinytrain.sim.simulator import Simulator
 
 from .conftest import examples
@@ -144,6 +145,8 @@ def three_way(ref: Sequential, x, y, epochs=2):
             assert a == b == c, f"epoch {epoch} step {i}: (loss, pred) {a} {b} {c}"
             # saturation and update-underflow counters (the C keeps one total, not compared)
             assert list(ref.stats) == list(fast.stats), f"epoch {epoch} step {i}: stats {ref.stats} {fast.stats}"
+            # nothing leaves the symmetric int8/int16 range (the C equals it: the hashes)
+            assert outside_symmetric(ref) is None, f"epoch {epoch} step {i}: {outside_symmetric(ref)}"
     assert [ref.ref_predict(v) for v in x] == list(sim.predict(x)) == [hm.predict(v) for v in x]
 
 

@@ -21,10 +21,12 @@ from tinytrain.codegen import sparse as S
 from tinytrain.codegen.emit import CodegenError, generate
 from tinytrain.graph import prune as P
 from tinytrain.graph.conv import Conv1d
-from tinytrain.graph.convert import ShrinkError, shrink
+from tinytrain.graph.convert import ShrinkError, for_device, shrink
 from tinytrain.graph.layers import Dense, Flatten, ModelError, ReLU
 from tinytrain.graph.model import Sequential
 from tinytrain.graph.optim import SGD
+from tinytrain.graph.prune_groups import pruned_units
+from tinytrain.graph.state import state_blob
 
 from .conftest import examples
 from .test_exactness import _data, any_graph, any_optimizer, three_way
@@ -207,7 +209,7 @@ def test_emitted_blocks_c():
     assert "e1 = tt_sparse_blocks_fwd_s8(&CTX, &tt_model_l0_sparse, x, e0, tt_model_a0);" in step
     assert "tt_sparse_blocks_sgd_direct_s16(&sgd, &tt_model_l0_sparse_sgd, " in step
     assert "static const tt_sparse_rows_params tt_model_l0_sparse = {" in src
-    assert f"{{tt_model_l0_w, 240u, 0, 0, 2u, 12u, 10u, tt_model_l0_w_mask, 1u}}," in src
+    assert f"{{tt_model_l0_w, 240u, 0, 0, 2u, 12u, 10u, tt_model_l0_w_mask, 1u, 2u}}," in src
 
 
 def test_blocks_of_a_four_input_layer_stored_by_blocks():
@@ -294,3 +296,55 @@ def test_blocks_drawn_bit_exact_on_the_m4(data):
     ds = Dataset("drawn", x, y.astype(np.int32), x, y.astype(np.int32), shape, n_cls, m.input_exp, (-1.0, 1.0), fx, fx)
     r = verify(m, ds, 10, board="mps2_an386", json=True)
     assert r["mismatches"] == 0 and r["first_mismatch"] is None and r["steps"] == 10
+
+
+def _shrink_changes_nothing(m, x):
+    """No pruned units, shrink refused naming the blocks, for_device gives the model itself:
+    the same state and the same predictions."""
+    assert pruned_units(m) == {}
+    with pytest.raises(ShrinkError, match="1 x 4 blocks"):
+        shrink(m)
+    before, preds = state_blob(m), [m.ref_predict(v) for v in x]
+    dev, changed = for_device(m)
+    assert changed == [] and dev.layers[0].params[0].data.shape == m.layers[0].params[0].data.shape
+    assert state_blob(dev) == before and [dev.ref_predict(v) for v in x] == preds
+    assert [l.params[0].data.shape for l in dev.layers if l.params] == [l.params[0].data.shape for l in m.layers if l.params]
+
+
+@settings(max_examples=examples(20), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_shrink_never_deletes_a_block_pruned_row(data):
+    """Blocks are not units of structured shrink. Drawn MLPs whose Dense layers have K in 1..9
+    inputs (one block a row or several, the last partial) pruned by 1 x 4 blocks to high
+    sparsities, so rows whose every block is pruned occur: shrink and for_device leave the
+    state and the predictions as they are. With K = 4 (one block a row) the table's group has
+    the shape of a neuron's, and a row whose block was pruned was deleted as a pruned neuron,
+    changing the model (its output was its bias, not zero)."""
+    k = data.draw(st.integers(1, 9))
+    layers = []
+    for _ in range(data.draw(st.integers(0, 2))):
+        layers += [Dense(data.draw(st.integers(1, 9))), ReLU()]
+    n_cls = data.draw(st.integers(2, 5))
+    layers.append(Dense(n_cls))
+    s = data.draw(st.sampled_from([0.5, 0.75, 0.9, 0.99]))
+    prune = {"schedule": data.draw(st.sampled_from(["one_shot", "polynomial"])), "final_sparsity": s,
+             "begin_step": 0, "structure": "blocks", "scope": data.draw(st.sampled_from(["layer", "global"]))}
+    if prune["schedule"] == "polynomial":
+        prune.update(end_step=2, frequency=1)
+    m = Sequential(layers, input_shape=(k,), input_exp=-7, optimizer=SGD(lr=0.05), seed=data.draw(st.integers(0, 99)),
+                   prune=prune)
+    x, y = _data(6, (k,), n_cls, data.draw(st.integers(0, 2**16)))
+    _past_schedule(m, x, y)
+    _shrink_changes_nothing(m, x)
+
+
+def test_shrink_of_a_four_input_layer_whose_rows_are_single_blocks():
+    """The regression: K = 4, every row one block, half of them pruned; the rows stay."""
+    m = Sequential([Dense(6)], input_shape=(4,), input_exp=-7, optimizer=SGD(lr=0.05), seed=2,
+                   prune={"schedule": "one_shot", "final_sparsity": 0.5, "begin_step": 0, "structure": "blocks"})
+    x, y = _data(6, (4,), 6, 5)
+    _past_schedule(m, x, y)
+    rows = P.unpack(m.masks[(0, 0)], 24).reshape(6, 4)
+    assert rows.all(axis=1).sum() == 3  # three rows whose only block is pruned
+    _shrink_changes_nothing(m, x)

@@ -133,10 +133,60 @@ def test_frozen_pruned_layers_packed_reference_sim_c_equal(data):
     else:
         for li, nnz in frozen.items():
             renders = li < f.first_learning or emitter.fused(li)  # forward only, or the fused Dense update
-            if s >= 0.8 and (li, 0) not in f.master and renders:  # packing saves bytes at 80 %: it must be chosen
-                assert (li, 0) in packed and packed[(li, 0)].nnz == nnz, (li, nnz, packed)
-                assert storage == "auto" or packed[(li, 0)].fmt == storage
+            if (li, 0) not in f.master and renders:  # packed exactly when its format makes it smaller
+                fmt, nbytes, dense = _packed_size(f.layers[li].params[0].data, storage)
+                assert ((li, 0) in packed) == (nbytes < dense), (li, fmt, nbytes, dense, packed)
+                if (li, 0) in packed:
+                    assert packed[(li, 0)].nnz == nnz and packed[(li, 0)].fmt == fmt, (li, nnz, packed)
     three_way(f, x, y, epochs=1)
+
+
+def _packed_size(w, storage):
+    """(format, bytes packed, bytes dense) of frozen int16 weights w, from the formats' layouts
+    (tt_sparse.h, tt_sparse_rows.h, tt_sparse_blocks.h), not from codegen: the kept values, two
+    bytes each, plus bitmap: one uint32 per input per 32 outputs; rows: two bytes a row and a
+    byte per two gaps of 1..15 (a 0 byte per 15 more); blocks: a byte a row and a byte per kept
+    block. The format: the storage's when it holds w, else the first of blocks, rows, bitmap."""
+    N, K = w.shape
+    kept = w != 0
+    B = -(-K // 4)
+    pad = np.zeros((N, 4 * B), bool)
+    pad[:, :K] = kept
+    per_block = pad.reshape(N, B, 4).sum(axis=2)
+    whole = ((per_block == 0) | (per_block == np.minimum(4, K - 4 * np.arange(B)))).all()
+
+    def row_bytes(cols):
+        gaps, n, i = np.diff(np.concatenate(([-1], cols))), 0, 0
+        while i < len(gaps):
+            n += (int(gaps[i]) - 1) // 15 + 1  # the zero bytes, then the byte holding its rest
+            i += 2 if i + 1 < len(gaps) and gaps[i + 1] <= 15 else 1  # the next gap shares it
+        return n
+
+    sizes = {"blocks": N + int((per_block > 0).sum()) if whole and K <= S.BLOCKS_MAX_K and N <= S.ROWS_MAX_N else None,
+             "rows": 2 * N + sum(row_bytes(np.flatnonzero(r)) for r in kept)
+             if K <= S.ROWS_MAX_K and N <= S.ROWS_MAX_N else None,
+             "bitmap": 4 * K * -(-N // 32)}
+    fmt = storage if sizes.get(storage) is not None else next(f for f in ("blocks", "rows", "bitmap") if sizes[f] is not None)
+    return fmt, 2 * int(kept.sum()) + sizes[fmt], 2 * N * K
+
+
+def test_frozen_bitmap_of_few_outputs_stays_dense():
+    """The draw that once failed the test above (sparsity 0.9, storage "bitmap", 52 inputs): a
+    frozen layer of 2 outputs costs 52 words of bitmap, as many bytes as its dense weights, so
+    packing it saves nothing and codegen keeps it dense; by rows it packs. Both train three-way equal."""
+    from tinytrain.codegen.emit import Emitter
+    from tinytrain.graph.convert import with_precision
+
+    for storage, is_packed in (("bitmap", False), ("rows", True)):
+        m = Sequential([Dense(2), ReLU(), Dense(3)], input_shape=(52,), input_exp=-7, optimizer=SGD(lr=0.05), seed=4,
+                       prune={"schedule": "one_shot", "final_sparsity": 0.9, "begin_step": 0, "storage": storage})
+        x, y = _data(5, (52,), 3, 7)
+        _past_schedule(m, x, y)
+        f = with_precision(m, None, edit=lambda cfg: cfg["optimizer"].update(train="last:1"))
+        fmt, nbytes, dense = _packed_size(f.layers[0].params[0].data, storage)
+        assert fmt == storage and (nbytes < dense) == is_packed and dense == 208
+        assert ((0, 0) in Emitter(f).sparse.frozen) == is_packed
+        three_way(f, x, y, epochs=1)
 
 
 def test_frozen_packed_state_reads_dense_and_is_read_only(monkeypatch):
@@ -332,13 +382,13 @@ def test_emitted_sparse_c():
     assert "tt_sparse_rows_grad_s32(&tt_model_l2_sparse, tt_model_err0, tt_model_a1, tt_model_grad0, tt_model_grad1);" in step
     assert ("tt_sparse_rows_sgd_apply_accumulated_s16(&sgd, &tt_model_l0_layout, tt_model_l0_w, tt_model_l0_w_acc, "
             "tt_model_l0_w_vel);") in step
-    assert "{tt_model_l0_w, 240u, 0, 0, 2u, 12u, 10u, tt_model_l0_w_mask, 0u}," in src
-    assert "{(void *)tt_model_l0_w_mask, 16u, 1, 0, 0u, 12u, 10u, tt_model_l0_w_mask, 0u}," in src
+    assert "{tt_model_l0_w, 240u, 0, 0, 2u, 12u, 10u, tt_model_l0_w_mask, 0u, 2u}," in src
+    assert "{(void *)tt_model_l0_w_mask, 16u, 1, 0, 0u, 12u, 10u, tt_model_l0_w_mask, 0u, 0u}," in src
     bm = generate(m, storage="bitmap").source
     assert '#include "tt_sparse.h"' in bm and "tt_sparse_rows" not in bm
     assert "static const uint32_t tt_model_l0_w_mask[10] = {" in bm  # 10 inputs, one word per column
     assert "e1 = tt_sparse_dense_fwd_s8(&CTX, &tt_model_l0_sparse, x, e0, tt_model_a0);" in bm
-    assert "{tt_model_l0_w, 240u, 0, tt_model_l0_w_mask, 2u, 12u, 10u, 0, 0u}," in bm
+    assert "{tt_model_l0_w, 240u, 0, tt_model_l0_w_mask, 2u, 12u, 10u, 0, 0u, 2u}," in bm
     dense = generate(m, storage="dense").source
     assert "tt_sparse" not in dense and "tt_prune_apply(&tt_model_prune[0]);" in dense
     mm = copy.deepcopy(m)

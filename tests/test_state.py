@@ -1,6 +1,7 @@
 """The runtime's state blob (tinytrain/firmware/src/tt_state.c) against a Python model of it:
 spans crossing boundaries, an empty span, out-of-range and overflowing ranges, writes over a
-read-only (flash) span with equal and with different bytes, tensors by id, reset. Built twice:
+read-only (flash) span with equal and with different bytes (all or nothing), -32768 into a
+symmetric int16 span (refused, whole or split over writes), tensors by id, reset. Built twice:
 with cffi and UBSan (random ranges), and as a standalone binary under ASan + UBSan that walks
 every range of the fixture (tests/c/tt_state_fixture.c, tt_state_harness.c)."""
 from __future__ import annotations
@@ -26,11 +27,12 @@ BLOB = b"".join(b for b, _ in SPANS)
 
 
 def model_write(blob: bytes, off: int, src: bytes):
-    """(rc, blob after) of tt_state_write: span by span, stopping at a read-only span that
-    src would change (the spans before it written)."""
+    """(rc, blob after) of tt_state_write: all or nothing, refused (nothing written) when src
+    would change a read-only span or leave -32768 in the symmetric int16 span (span 0; an
+    element split by the range keeps the byte it holds)."""
     n, out = len(src), bytearray(blob)
     if off > len(blob) or n > len(blob) - off:
-        return -1, bytes(out)
+        return -1, bytes(blob)
     start, i = 0, 0
     for data, ro in SPANS:
         if n == 0:
@@ -39,12 +41,14 @@ def model_write(blob: bytes, off: int, src: bytes):
             k = min(len(data) - off, n)
             a = start + off
             if ro and out[a:a + k] != src[i:i + k]:
-                return -1, bytes(out)
+                return -1, bytes(blob)
             out[a:a + k] = src[i:i + k]
             i, n, off = i + k, n - k, 0
         else:
             off -= len(data)
         start += len(data)
+    if -32768 in struct.unpack_from("<3h", out):
+        return -1, bytes(blob)
     return 0, bytes(out)
 
 
@@ -118,11 +122,36 @@ def test_read_only_span(state_lib):
     assert lib.tt_state_write(t, ro, bytes([5, 6, 7, 8, 9]), 5) == 0  # equal bytes: accepted
     assert lib.tt_state_write(t, ro + 1, bytes([6, 7]), 2) == 0
     assert lib.tt_state_write(t, ro + 4, bytes([8]), 1) == -1  # one byte differs: refused
-    # across it: the writable span before is written, the read-only one and those after not
+    # across it: nothing is written, not even the writable span before it
     src = b"\xaa" * ro + b"\x00" + b"\xbb" * 10
     assert lib.tt_state_write(t, 0, src, len(src)) == -1
-    assert _blob(ffi, lib, t) == b"\xaa" * ro + BLOB[ro:]
+    assert _blob(ffi, lib, t) == BLOB
     assert lib.tt_state_write(t, 0, BLOB, len(BLOB)) == 0 and _blob(ffi, lib, t) == BLOB
+
+
+@pytest.mark.parametrize("value", [-32768, -32767, 32767, -1, 0])
+@pytest.mark.parametrize("elem", [0, 1, 2])
+def test_symmetric_span_refuses_the_minimum_whole_or_split(state_lib, value, elem):
+    """-32768 into the symmetric int16 span, in one write, in one write with other spans, or
+    split over two writes either way round (each byte alone in range): refused, and nothing of
+    that write lands; any other value is written."""
+    ffi, lib, t = state_lib
+    assert lib.tt_state_write(t, 0, BLOB, len(BLOB)) == 0
+    two = struct.pack("<h", value)
+    bad = value == -32768
+    whole = bytearray(BLOB)
+    whole[2 * elem:2 * elem + 2] = two
+    assert lib.tt_state_write(t, 0, bytes(whole), len(BLOB)) == (-1 if bad else 0)
+    assert _blob(ffi, lib, t) == (BLOB if bad else bytes(whole))
+    for first in (0, 1):  # low byte first, then high, or the other way
+        assert lib.tt_state_write(t, 0, BLOB, len(BLOB)) == 0
+        a, b = 2 * elem + first, 2 * elem + 1 - first
+        assert lib.tt_state_write(t, a, two[first:first + 1], 1) == model_write(BLOB, a, two[first:first + 1])[0]
+        held = _blob(ffi, lib, t)
+        assert lib.tt_state_write(t, b, two[1 - first:2 - first], 1) == (-1 if bad else 0)
+        assert _blob(ffi, lib, t) == (held if bad else bytes(whole))
+        assert -32768 not in struct.unpack_from("<3h", _blob(ffi, lib, t))
+    assert lib.tt_state_write(t, 0, BLOB, len(BLOB)) == 0
 
 
 def test_out_of_range_writes_nothing(state_lib):

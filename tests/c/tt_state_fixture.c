@@ -1,8 +1,9 @@
 /* A fixed state table for tests/test_state.py: spans of several widths, an empty span and a
- * read-only (flash) span between writable ones, and a reset table that copies and zeroes. */
+ * read-only (flash) span between writable ones, a symmetric int16 span (a write must not leave
+ * -32768 in it), and a reset table that copies and zeroes. */
 #include "tt_state.h"
 
-static int16_t tts_a[3] = {1, -2, 3};                 /* 6 bytes */
+static int16_t tts_a[3] = {1, -2, 3};                 /* 6 bytes, symmetric int16 */
 static uint8_t tts_empty[1];                           /* a span of 0 bytes */
 static const int8_t tts_frozen[5] = {5, 6, 7, 8, 9};   /* read-only */
 static int32_t tts_c[2] = {0x01020304, -1};           /* 8 bytes */
@@ -10,11 +11,11 @@ static uint32_t tts_meta[1] = {42};                    /* 4 bytes */
 static const int16_t tts_a_init[3] = {10, 20, 30};
 
 static const tt_span tts_spans[5] = {
-    {tts_a, sizeof tts_a, 0, 0, 0u, 0u, 0u, 0, 0u},
-    {tts_empty, 0, 0, 0, 0u, 0u, 0u, 0, 0u},
-    {(void *)tts_frozen, sizeof tts_frozen, 1, 0, 0u, 0u, 0u, 0, 0u},
-    {tts_c, sizeof tts_c, 0, 0, 0u, 0u, 0u, 0, 0u},
-    {tts_meta, sizeof tts_meta, 0, 0, 0u, 0u, 0u, 0, 0u},
+    {tts_a, sizeof tts_a, 0, 0, 0u, 0u, 0u, 0, 0u, 2u},
+    {tts_empty, 0, 0, 0, 0u, 0u, 0u, 0, 0u, 0u},
+    {(void *)tts_frozen, sizeof tts_frozen, 1, 0, 0u, 0u, 0u, 0, 0u, 0u},
+    {tts_c, sizeof tts_c, 0, 0, 0u, 0u, 0u, 0, 0u, 0u},
+    {tts_meta, sizeof tts_meta, 0, 0, 0u, 0u, 0u, 0, 0u, 0u},
 };
 const tt_spans tts_state = {tts_spans, 5u};
 

@@ -33,7 +33,7 @@ int main(void)
             tt_state_read(&tts_state, 0, buf, size);
             printf("w= %u %u %d ", (unsigned)off, (unsigned)n, rc);
             hex(buf, size);
-            /* different bytes: refused at the read-only span, written before it */
+            /* different bytes: refused when they cover the read-only span (nothing written) */
             for (i = 0; i < n && off + i < size; i++) flip[i] = (uint8_t)~blob[off + i];
             rc = tt_state_write(&tts_state, off, flip, n);
             tt_state_read(&tts_state, 0, buf, size);

@@ -25,6 +25,7 @@ import numpy as np
 from tinytrain.codegen import sparse as S
 from tinytrain.graph import optable
 from tinytrain.graph.optable import Names
+from tinytrain.graph.state import outside_symmetric, symmetric_error
 from tinytrain.ops.wblock import pack_int4
 
 CTYPE = {np.dtype(np.int8): "int8_t", np.dtype(np.int16): "int16_t", np.dtype(np.int32): "int32_t",
@@ -872,7 +873,8 @@ uint32_t {P}_saturations(void);
             ro = int(t.role == "frozen")  # in flash: a write must leave it unchanged
             if t.mask:  # stored sparse: its dense view (tt_state.h)
                 return S.span(t)
-            return f"    {{{'(void *)' if ro else ''}{t.name}, sizeof({t.name}), {ro}, 0, 0u, 0u, 0u, 0, 0u}},"
+            sym = 0 if ro else S.SYM_BYTES.get(t.ctype, 0)  # int8/int16: a write must not give -128/-32768
+            return f"    {{{'(void *)' if ro else ''}{t.name}, sizeof({t.name}), {ro}, 0, 0u, 0u, 0u, 0, 0u, {sym}u}},"
 
         out = ["", "/* ---- the state blob (schema order), the inspectable tensors, what reset restores ---- */",
                f"static const tt_span {st}_spans[{len(state)}] = {{", *map(span, state), "};",
@@ -898,5 +900,10 @@ uint32_t {P}_saturations(void);
 def generate(model, prefix: str = "tt_model", storage: str | None = None) -> Emitted:
     """Emit C for ``model`` with its current training state as the initial state. ``storage``:
     how pruned layers are stored (tinytrain.codegen.sparse: "auto", "dense", "sparse"; None:
-    the prune object's ``storage``, else "auto")."""
+    the prune object's ``storage``, else "auto"). A state outside the symmetric int8/int16
+    range (graph/state.py outside_symmetric) is refused: the C would train it differently."""
+    bad = outside_symmetric(model)
+    if bad is not None:
+        raise CodegenError(f"{symmetric_error(bad)}: the C would not train it as the reference does; "
+                           "clamp it to the symmetric range (np.clip) before generating code")
     return Emitter(model, prefix, storage).emit()

@@ -314,6 +314,10 @@ def includes(sparse: dict) -> list[str]:
     return [f'#include "{hs[f]}"' for f in FORMATS[::-1] if any(p.fmt == f for p in sparse.values())]
 
 
+#: tt_span.sym of a writable tensor of this C type: int8/int16 values stay in the symmetric range
+SYM_BYTES = {"int8_t": 1, "int16_t": 2}
+
+
 def span(t) -> str:
     """The tt_span (tt_state.h) of a packed tensor or of its device mask / code: the dense view."""
     rows, cols = t.shape
@@ -321,11 +325,12 @@ def span(t) -> str:
     blocks = ", 1u" if t.fmt == "blocks" else ", 0u"
     if t.mask == t.name:  # the mask, shown row-major
         return (f"    {{(void *){t.name}, {4 * ((rows * cols + 31) // 32)}u, 1, {mask}, 0u, {rows}u, {cols}u, "
-                f"{code}{blocks}}},")
+                f"{code}{blocks}, 0u}},")
     size = {"int16_t": 2, "int32_t": 4}[t.ctype]
     if t.role == "frozen":  # in flash: read-only (a write must give the values it holds)
-        return f"    {{(void *){t.name}, {t.dense * size}u, 1, {mask}, {size}u, {rows}u, {cols}u, {code}{blocks}}},"
-    return f"    {{{t.name}, {t.dense * size}u, 0, {mask}, {size}u, {rows}u, {cols}u, {code}{blocks}}},"
+        return f"    {{(void *){t.name}, {t.dense * size}u, 1, {mask}, {size}u, {rows}u, {cols}u, {code}{blocks}, 0u}},"
+    return (f"    {{{t.name}, {t.dense * size}u, 0, {mask}, {size}u, {rows}u, {cols}u, {code}{blocks}, "
+            f"{SYM_BYTES.get(t.ctype, 0)}u}},")
 
 
 def plan(sparse: dict, tensors, sym) -> None:

@@ -135,7 +135,7 @@ def shrink(model):
     if tab is None or not any(tab.structured(u) for u in range(len(tab.units))):
         raise ShrinkError("shrink: the model has no structured pruning (a prune object with structure "
                           "\"neurons\" or \"channels\") to shrink")
-    if any(g is not None and g[1] != g[4] for g in tab.groups):
+    if any(pg.pruned_by_blocks(model, li) for li, _ in tab.keys):
         raise ShrinkError("shrink: the model prunes 1 x 4 blocks (structure \"blocks\"): they remove no whole unit, "
                           "so there is nothing to delete; codegen stores such layers sparse (storage \"blocks\")")
     if not all(tab.structured(u) for u in range(len(tab.units))):

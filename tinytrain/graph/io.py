@@ -38,6 +38,7 @@ import numpy as np
 
 from tinytrain import __version__
 from tinytrain import fixedpoint as fp
+from tinytrain.graph.state import outside_symmetric, symmetric_error
 
 MAGIC = b"\x89TTM\r\n\x1a\n"
 FORMAT_VERSION = 1
@@ -276,12 +277,10 @@ def from_bytes(buf: bytes, where: str = "<bytes>"):
         if start + int(t["nbytes"]) > len(body) or int(t["nbytes"]) != dst.nbytes:
             raise FileFormatError(f"{where}: tensor {name} lies outside the data section: the file is inconsistent")
         dst[...] = np.frombuffer(buf, dtype=dt, count=dst.size, offset=start).reshape(dst.shape)
-        if dst.dtype in (np.int8, np.int16) and dst.size and int(dst.min()) < -int(np.iinfo(dst.dtype).max):
-            # the contract keeps int8/int16 tensors symmetric: -128 / -32768 is never produced
-            lim = int(np.iinfo(dst.dtype).max)
-            raise FileFormatError(f"{where}: tensor {name} holds {-lim - 1}, outside the symmetric {dst.dtype} range "
-                                  f"[{-lim}, {lim}] that tinytrain's arithmetic assumes: the file was not written "
-                                  f"by tinytrain or was edited; clamp the values and save again")
+    bad = outside_symmetric(model)  # the contract keeps int8/int16 tensors symmetric
+    if bad is not None:
+        raise FileFormatError(f"{where}: {symmetric_error(bad)}; the file was not written by tinytrain or "
+                              "was edited: clamp the values and save again")
     if header.get("data_input_exp") is not None:
         model.data_input_exp = int(header["data_input_exp"])
     if model.state_hash() != header.get("state_hash"):

@@ -215,16 +215,26 @@ def select_unit(model, tab, u: int, k: int) -> list[np.ndarray]:
     return out
 
 
+def pruned_by_blocks(model, li) -> bool:
+    """Whether layer li is pruned by 1 x 4 blocks (structure "blocks"): its groups are blocks,
+    not units. Its table entry cannot tell: a row of K = 4 inputs is one block, the same
+    (units, elements per unit, row length) as a neuron of 4 inputs."""
+    cfg = P.layer_prune(model.layers[li]) or model.prune
+    return cfg is not None and cfg.structure == "blocks"
+
+
 def pruned_units(model) -> dict:
-    """Per layer index with pruned units: the bool (units,) of its pruned ones (from the mask
-    of its weights)."""
+    """Per layer index with pruned units (neurons, channels): the bool (units,) of its pruned
+    ones (from the mask of its weights). Layers pruned by blocks have none: a block removes no
+    output, even when it is a whole row (K <= 4) -- the row's output is then its bias."""
     tab = model.prune_table
     out = {}
     if tab is None:
         return out
     for j, (li, pi) in enumerate(tab.keys):
         g = tab.groups[j]
-        if g is not None and g[1] == g[4] and pi == 0 and model.layers[li].kind in P.STRUCTURES["neurons"] + P.STRUCTURES["channels"]:
+        if g is not None and pi == 0 and not pruned_by_blocks(model, li) \
+                and model.layers[li].kind in P.STRUCTURES["neurons"] + P.STRUCTURES["channels"]:
             n_units, inner = g[:2]
             out[li] = P.unpack(model.masks[(li, pi)], n_units * inner).reshape(n_units, inner)[:, 0].copy()
     return out

@@ -5,6 +5,7 @@ federated codec encodes). A model concept: it imports nothing above the model.
     slots = state_layout(model)          # [Slot(name, layer, kind, param, role, dtype, shape, offset, nbytes)]
     blob = state_blob(model)             # little-endian bytes, the C state blob's layout
     where = locate(model, blob, other)   # first differing tensor and index, or None
+    bad = outside_symmetric(model)       # an int8/int16 tensor holding -128/-32768, or None
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Slot", "state_layout", "state_blob", "locate"]
+__all__ = ["Slot", "state_layout", "state_blob", "locate", "outside_symmetric"]
 
 
 @dataclass(frozen=True)
@@ -83,3 +84,31 @@ def locate(model, expected: bytes, got: bytes) -> dict | None:
                     "expected": int(a[i]), "device": int(b[i]), "differing": int(diff.size),
                     "byte_offset": s.offset + i * dt.itemsize}
     return None
+
+
+def outside_symmetric(model) -> tuple[str, list, int] | None:
+    """(tensor name, index, value) of the first int8 or int16 tensor of the training state (or a
+    compute copy) holding -128 / -32768, else None. The contract keeps those tensors in the
+    symmetric range (graph/optim.py sat_range): no update, conversion or import produces the
+    minimum, and the C skips updates that round to zero (rows with a zero error) where the
+    reference would clamp an old -32768, so a state holding it is refused wherever one enters:
+    a .tt file, codegen (the initial state and the frozen weights in flash), the C's write_state
+    (LOAD_PARAMS, a federated broadcast)."""
+    named = [(s.name, a) for s, a in zip(state_layout(model), model.state_tensors())]
+    named += [(f"layer {li} {l.kind} {p.name} (compute copy)", p.data)
+              for li, l in enumerate(model.layers) for pi, p in enumerate(l.params) if (li, pi) in model.master]
+    for name, a in named:
+        a = np.asarray(a)
+        if a.dtype in (np.int8, np.int16) and a.size:
+            lo = int(np.iinfo(a.dtype).min)
+            hit = np.flatnonzero(a.reshape(-1) == lo)
+            if hit.size:
+                return name, [int(v) for v in np.unravel_index(int(hit[0]), a.shape)], lo
+    return None
+
+
+def symmetric_error(bad) -> str:
+    """The message part naming what outside_symmetric found."""
+    name, index, lo = bad
+    return (f"tensor {name} holds {lo} at {index}, outside the symmetric range [{lo + 1}, {-lo - 1}] "
+            "that tinytrain's arithmetic keeps")

@@ -23,7 +23,10 @@ extern "C" {
  *  row-major bitmap (ro: a write must give the same bits).
  *  code != NULL: the same for a tensor stored by rows (tt_sparse_rows.h: code gives the kept
  *  elements, packed at p in row-major order; mask is NULL); elem == 0: the mask (p == code).
- *  blocks != 0: code is a block code (tt_sparse_blocks.h), the kept elements packed the same way. */
+ *  blocks != 0: code is a block code (tt_sparse_blocks.h), the kept elements packed the same way.
+ *  sym = 1 or 2: the span holds int8 / int16 values (sym bytes each) kept in the symmetric range
+ *  [-127, 127] / [-32767, 32767]: a write that would leave -128 / -32768 in it is refused (the
+ *  kernels skip updates that round to zero, where the reference clamps the minimum). 0: no check. */
 typedef struct tt_span {
     void *p;
     uint32_t bytes;
@@ -33,6 +36,7 @@ typedef struct tt_span {
     uint32_t rows, cols;
     const uint8_t *code;
     uint32_t blocks;
+    uint32_t sym;
 } tt_span;
 
 /** A table of n spans: the state blob, or the inspectable tensors (by index). */
@@ -58,10 +62,10 @@ uint32_t tt_state_hash(const tt_spans *t);
  *  (nothing copied). n == 0 is valid for any off <= size. */
 int tt_state_read(const tt_spans *t, uint32_t off, uint8_t *dst, uint32_t n);
 
-/** Overwrite blob bytes [off, off + n) from src, span by span. 0 on success; -1 if the range is
- *  out of the blob (nothing written) or if src differs from a read-only span it covers, or has
- *  a nonzero byte for a pruned element of a sparse span (the spans before that one are written,
- *  that span up to the byte, those after it not). */
+/** Overwrite blob bytes [off, off + n) from src. 0 on success; -1, with nothing written, if the
+ *  range is out of the blob, if src differs from a read-only span it covers, has a nonzero byte
+ *  for a pruned element of a sparse span, or would leave -128 / -32768 in a symmetric span (an
+ *  element split by off or off + n is judged with the bytes the span holds). */
 int tt_state_write(const tt_spans *t, uint32_t off, const uint8_t *src, uint32_t n);
 
 /** Copy bytes [off, off + n) of span id to dst; *total receives the span's size when id is

@@ -118,21 +118,24 @@ static uint8_t tt_state_view(const tt_span *s, uint32_t pos, int *pruned)
     }
 }
 
-/* Bytes [off, off + k) of a sparse span's view to dst, or (write) from src: 0, or -1 when src
- * differs from the view where it cannot be written (the mask; a pruned element's zeros; every
- * byte of a read-only span: frozen weights packed in flash). */
+/* What tt_state_io does: read, check a write (store nothing), or store a checked write. */
+enum { TT_STATE_READ = 0, TT_STATE_CHECK = 1, TT_STATE_STORE = 2 };
+
+/* Bytes [off, off + k) of a sparse span's view to dst, or (check, store) from src: 0, or -1 when
+ * src differs from the view where it cannot be written (the mask; a pruned element's zeros;
+ * every byte of a read-only span: frozen weights packed in flash). */
 static int tt_state_sparse_io(const tt_span *s, uint32_t off, uint8_t *dst, const uint8_t *src,
-                              uint32_t k, int write)
+                              uint32_t k, int mode)
 {
     uint32_t j;
     for (j = 0; j < k; j++) {
         int pruned;
         const uint8_t v = tt_state_view(s, off + j, &pruned);
-        if (!write) {
+        if (mode == TT_STATE_READ) {
             dst[j] = v;
         } else if (s->elem == 0 || pruned || s->ro) { /* the mask, a pruned zero, a frozen value in flash */
             if (src[j] != v) return -1;
-        } else {
+        } else if (mode == TT_STATE_STORE) {
             const uint32_t i = (off + j) / s->elem;
             ((uint8_t *)s->p)[tt_state_rank(s, i / s->cols, i % s->cols) * s->elem + (off + j) % s->elem] = src[j];
         }
@@ -153,17 +156,38 @@ uint32_t tt_state_hash(const tt_spans *t)
         for (off = 0; off < s->bytes; off += 32u) { /* the view, 32 bytes at a time */
             uint8_t buf[32];
             const uint32_t k = s->bytes - off < 32u ? s->bytes - off : 32u;
-            (void)tt_state_sparse_io(s, off, buf, 0, k, 0);
+            (void)tt_state_sparse_io(s, off, buf, 0, k, TT_STATE_READ);
             crc = tt_crc32_update(crc, buf, k);
         }
     }
     return crc;
 }
 
-/* Walk the spans covering [off, off + n): copy to dst (write == 0), or from src (write != 0;
- * a read-only span must already hold src's bytes). */
+/* Whether writing src over bytes [off, off + k) of a symmetric span would leave its minimum
+ * (-128 / -32768) in an element: each element the range touches, its bytes from src where the
+ * range covers them, else as the span holds them (its view). */
+static int tt_state_sym_bad(const tt_span *s, uint32_t off, const uint8_t *src, uint32_t k)
+{
+    const uint32_t w = s->sym;
+    uint32_t i;
+    for (i = off / w; i * w < off + k; i++) {
+        uint8_t b[2];
+        uint32_t j;
+        for (j = 0; j < w; j++) {
+            const uint32_t pos = i * w + j;
+            int pruned;
+            b[j] = pos >= off && pos - off < k ? src[pos - off]
+                   : (s->mask || s->code) ? tt_state_view(s, pos, &pruned) : ((const uint8_t *)s->p)[pos];
+        }
+        if (b[w - 1u] == 0x80u && (w == 1u || b[0] == 0u)) return 1;
+    }
+    return 0;
+}
+
+/* Walk the spans covering [off, off + n): copy to dst (read), or check src (a read-only span
+ * must already hold src's bytes, a symmetric one must not receive its minimum), or store src. */
 static int tt_state_io(const tt_spans *t, uint32_t off, uint8_t *dst, const uint8_t *src,
-                       uint32_t n, int write)
+                       uint32_t n, int mode)
 {
     const uint32_t size = tt_state_size(t);
     uint32_t i;
@@ -172,15 +196,19 @@ static int tt_state_io(const tt_spans *t, uint32_t off, uint8_t *dst, const uint
         const tt_span *s = &t->span[i];
         if (off < s->bytes) {
             const uint32_t k = s->bytes - off < n ? s->bytes - off : n;
+            if (mode == TT_STATE_CHECK && s->sym && tt_state_sym_bad(s, off, src, k)) return -1;
             if (s->mask || s->code) {
-                if (tt_state_sparse_io(s, off, dst, src, k, write) != 0) return -1;
-                if (write) src += k; else dst += k;
-            } else if (!write) {
+                if (tt_state_sparse_io(s, off, dst, src, k, mode) != 0) return -1;
+                if (mode == TT_STATE_READ) dst += k; else src += k;
+            } else if (mode == TT_STATE_READ) {
                 memcpy(dst, (const uint8_t *)s->p + off, k);
                 dst += k;
             } else {
-                if (!s->ro) memcpy((uint8_t *)s->p + off, src, k);
-                else if (memcmp((const uint8_t *)s->p + off, src, k) != 0) return -1;
+                if (s->ro) {
+                    if (memcmp((const uint8_t *)s->p + off, src, k) != 0) return -1;
+                } else if (mode == TT_STATE_STORE) {
+                    memcpy((uint8_t *)s->p + off, src, k);
+                }
                 src += k;
             }
             n -= k;
@@ -194,12 +222,13 @@ static int tt_state_io(const tt_spans *t, uint32_t off, uint8_t *dst, const uint
 
 int tt_state_read(const tt_spans *t, uint32_t off, uint8_t *dst, uint32_t n)
 {
-    return tt_state_io(t, off, dst, 0, n, 0);
+    return tt_state_io(t, off, dst, 0, n, TT_STATE_READ);
 }
 
 int tt_state_write(const tt_spans *t, uint32_t off, const uint8_t *src, uint32_t n)
 {
-    return tt_state_io(t, off, 0, src, n, 1);
+    if (tt_state_io(t, off, 0, src, n, TT_STATE_CHECK) != 0) return -1; /* nothing written */
+    return tt_state_io(t, off, 0, src, n, TT_STATE_STORE);
 }
 
 int tt_state_get_tensor(const tt_spans *t, uint32_t id, uint32_t off, uint8_t *dst, uint32_t n,
@@ -208,7 +237,7 @@ int tt_state_get_tensor(const tt_spans *t, uint32_t id, uint32_t off, uint8_t *d
     if (id >= t->n) return -1;
     *total = t->span[id].bytes;
     if (off > *total || n > *total - off) return -1;
-    if (t->span[id].mask || t->span[id].code) return tt_state_sparse_io(&t->span[id], off, dst, 0, n, 0);
+    if (t->span[id].mask || t->span[id].code) return tt_state_sparse_io(&t->span[id], off, dst, 0, n, TT_STATE_READ);
     if (n) memcpy(dst, (const uint8_t *)t->span[id].p + off, n);
     return 0;
 }
