@@ -25,7 +25,8 @@ def test_conv_batchnorm_shapes_train_bit_exact_on_m4(tmp_path_factory, f1, f2, p
     large rate drives weights towards the int16 guard), 12 steps verified after each on
     mps2_an386."""
     from tinytrain import data
-    from tinytrain.codegen.project import build_firmware
+    from tinytrain.cost import _direct_firmware
+    from tinytrain.device.boards import get_board
     from tinytrain.graph import models
     from tinytrain.verify import verify
 
@@ -37,6 +38,8 @@ def test_conv_batchnorm_shapes_train_bit_exact_on_m4(tmp_path_factory, f1, f2, p
                        conv(f2), {"type": "batchnorm"}, {"type": "relu"}, {"type": "maxpool2d", "kernel": 2},
                        {"type": "flatten"}, {"type": "dense", "units": ds.n_classes}]}
     model = lambda: models.from_spec(spec, ds, seed=seed)  # noqa: E731
-    elf = build_firmware(model(), "mps2_an386", tmp_path_factory.mktemp("fw"))
-    r = verify(model(), ds, 12, board="mps2_an386", elf=elf)
+    # the size link's ELF (no PlatformIO; tests/test_cost.py checks it runs as the pio build does)
+    elf, over = _direct_firmware(model(), get_board("mps2_an386"), tmp_path_factory.mktemp("fw"))
+    assert over is None, over
+    r = verify(model(), ds, 12, board="mps2_an386", elf=elf, checker="reference")
     assert r["mismatches"] == 0 and r["first_mismatch"] is None and r["steps"] == 12

@@ -178,7 +178,7 @@ def test_codegen_and_load_refuse_the_minimum_naming_the_tensor(tmp_path_factory,
         tio.load(p)
 
 
-@settings(max_examples=examples(25), **SETTINGS)
+@settings(max_examples=examples(10), **SETTINGS)
 @given(st.data())
 def test_reference_and_simulator_clamp_a_held_minimum_alike(data):
     """A state handed over by a Python caller with minima in its int8/int16 tensors (the C
