@@ -21,6 +21,7 @@ Writes bench/results/device.json and the `device` section of BENCHMARKS.md.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 import tempfile
@@ -211,6 +212,27 @@ def measure_over_training(board: str, steps: int) -> list[dict]:
     return out
 
 
+def _earlier() -> dict:
+    path = Path(__file__).resolve().parent / "results" / "device.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _earlier_rows(ints, floats) -> list:
+    """A partial rerun (--workloads / --boards) keeps the earlier run's rows of the pairs it did not
+    measure, marked "(earlier run)" in the table and listed in kept_from_earlier_run, and their
+    float32 figures, instead of dropping them from the results."""
+    old = _earlier()
+    done = {(r["workload"], r["board"]) for r in ints}
+    kept = [r for r in old.get("integer", []) if (r.get("workload"), r.get("board")) not in done]
+    for wl, by_board in old.get("float32", {}).items():
+        for b, f in by_board.items():
+            floats.setdefault(wl, {}).setdefault(b, f)
+    return kept
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=200, help="verified training steps per run (>= 100)")
@@ -237,8 +259,9 @@ def main(argv=None):
             print(f"float32 {wl} {b}: {f.get('instructions_per_sample') or f.get('error')} instructions/sample, "
                   f"loss per sample first/last pass {f.get('loss_first_pass')}/{f.get('loss_last_pass')}, "
                   f"test {f.get('test_correct')}/{f.get('test_n')}", flush=True)
+    kept = [] if a.no_write else _earlier_rows(ints, floats)
     rows = []
-    for r in ints:
+    for r in ints + kept:
         b = get_board(r["board"])
         if "error" in r:
             rows.append([r["workload"], r["model"], f"{b.cpu} ({r['board']})", "error: " + r["error"][:120]] + [""] * 8)
@@ -249,7 +272,8 @@ def main(argv=None):
         r["float32_instructions_per_sample"] = fl
         r["ratio_to_float32"] = ips / fl if ips and fl else None
         rows.append([r["workload"], r["model"], f"{b.cpu} ({r['board']})",
-                     f"{_k(ips)}" + ("" if ok else f" (MISMATCH at step {r['first_mismatch'].get('step')})"),
+                     f"{_k(ips)}" + ("" if ok else f" (MISMATCH at step {r['first_mismatch'].get('step')})")
+                     + (" (earlier run)" if any(r is k for k in kept) else ""),
                      _k(r["macs_training"]), f"{ips / r['macs_training']:.2f}" if ips else "—",
                      _k(fl), f"{r['ratio_to_float32']:.3f}×" if r["ratio_to_float32"] else "—",
                      _k(r["ram_peak_bytes"]), _k(r["load_shadow_bytes"]), _k(r.get("ram_peak_without_shadow_bytes")),
@@ -259,7 +283,8 @@ def main(argv=None):
               "peak RAM B (static + stack)", "of which load shadow B", "peak RAM without shadow B", "flash B"]
     table = markdown_table(header, rows)
     print(table)
-    over = measure_over_training("mps2_an386", a.steps) if "w1" in a.workloads else []
+    earlier = _earlier() if not a.no_write else {}
+    over = measure_over_training("mps2_an386", a.steps) if "w1" in a.workloads else earlier.get("w1_over_training", [])
     over_table = markdown_table(
         ["W1 model trained on the host for", "instructions / sample on Cortex-M4 (next steps, verified)", "mismatches"],
         [[f"{o['epochs_trained']} epochs", _k(o["instructions_per_sample"]), str(o["mismatches"])] for o in over])
@@ -272,11 +297,14 @@ def main(argv=None):
         r = verify(models.build_model("digits-mlp", ds), ds, steps, board="mps2_an386", json=True)
         full = {"steps": r["steps"], "mismatches": r["mismatches"], "instructions_per_sample": r["instructions_per_step"]}
         print(f"w1 full 20-epoch training on mps2_an386: {full}", flush=True)
+    elif earlier.get("w1_full_training_m4"):  # not rerun: the earlier run's figure, marked
+        full = {**earlier["w1_full_training_m4"], "earlier_run": True}
     if a.no_write:
         return 0
     mach = machine()
     payload = {"benchmark": "device", "command": "python bench/bench_device.py " + " ".join(argv or sys.argv[1:]),
-               "steps": a.steps, "machine": mach, "integer": ints, "float32": floats, "w1_over_training": over, "w1_full_training_m4": full,
+               "steps": a.steps, "machine": mach, "integer": ints + kept, "float32": floats, "w1_over_training": over, "w1_full_training_m4": full,
+               "kept_from_earlier_run": [f"{r['workload']} {r['board']}" for r in kept],
                "seconds": round(time.monotonic() - t0, 1)}
     write_json("device.json", payload)
     body = f"""## Device cost: instructions, RAM and flash per training sample (QEMU, Cortex-M3/M4/M7)
@@ -306,7 +334,7 @@ from models trained on the host for 0, 1, 3 and 20 epochs:
 """ + (f"""
 Whole W1 training on Cortex-M4 (`--full-training`): 20 epochs = {full['steps']:,} steps, each verified
 against the simulator ({full['mismatches']} mismatches): **{full['instructions_per_sample']:,.0f} instructions
-per sample** on average.
+per sample** on average{" (an earlier run's figure: this run did not repeat it)" if full.get("earlier_run") else ""}.
 """ if full else "")
     update_section("device", body)
     print(f"wrote bench/results/device.json and BENCHMARKS.md (device) in {time.monotonic() - t0:.0f} s")
