@@ -277,7 +277,7 @@ class Breakdown:
                 lines.append(f"  {role:18s} {self.ram[role]:8d}{note}")
         lines.append(f"  {'RAM total':18s} {self.ram_total:8d}  {pct(self.ram_total, self.ram_limit)} of "
                      f"{self.ram_limit} B (static {self.ram_static} B + stack)")
-        if self.ram_needed > self.ram_total:
+        if self.ram_total < self.ram_needed > self.ram_limit:  # only where the reserve decides the fit
             lines.append(f"  {'RAM linked':18s} {self.ram_needed:8d}  {pct(self.ram_needed, self.ram_limit)} of "
                          f"{self.ram_limit} B: the link script reserves {self.stack_reserved} B of stack, more "
                          "than the estimate; the fit is judged on this")
