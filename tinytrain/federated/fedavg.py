@@ -71,6 +71,15 @@ def start_state(model, store, seed: int, rnd: int, device: int, step: int) -> No
     model.meta[2] = 0
 
 
+def add_count(agg, n: int, updates: int) -> None:
+    """Count `n` more samples (from `updates` updates) in an aggregation's N and count; the int64
+    sums stay exact while N < 2^31 (the largest term is an int32 value times N)."""
+    if agg.N + n >= 2**31:
+        raise OverflowError("more than 2^31 - 1 samples in one round: the int64 sum could overflow")
+    agg.N += n
+    agg.count += updates
+
+
 class Aggregator:
     """Streaming integer FedAvg: add (store, n) updates one by one, then result()."""
 
@@ -88,21 +97,15 @@ class Aggregator:
         n = int(n)
         if n <= 0:
             raise ValueError(f"an update must count at least one sample, got {n}")
-        self._count(n, 1)
+        add_count(self, n, 1)
         for s, t in zip(self.S, tensors):
             s += np.asarray(t, np.int64) * n
 
     def merge(self, other: "Aggregator") -> None:
         """Add another aggregation's sums (a worker's share of the round's devices)."""
-        self._count(other.N, other.count)
+        add_count(self, other.N, other.count)
         for s, t in zip(self.S, other.S):
             s += t
-
-    def _count(self, n: int, count: int) -> None:
-        if self.N + n >= 2**31:
-            raise OverflowError("more than 2^31 - 1 samples in one round: the int64 sum could overflow")
-        self.N += n
-        self.count += count
 
     def result(self) -> list[np.ndarray]:
         if self.N == 0:

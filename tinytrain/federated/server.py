@@ -28,6 +28,7 @@ import numpy as np
 
 from tinytrain import fixedpoint as fp
 from tinytrain.federated.codec import _sat
+from tinytrain.federated.fedavg import add_count
 
 __all__ = ["ServerOpt", "server_opt", "ServerMomentum", "MajorityVote", "aggregator", "MAX_BETA",
            "MAX_ETA"]
@@ -119,10 +120,9 @@ class MajorityVote:
         n = int(u.n_samples)
         if n <= 0:
             raise ValueError(f"an update must count at least one sample, got {n}")
-        if self.N + n >= 2**31:
-            raise OverflowError("more than 2^31 - 1 samples in one round: the int64 sum could overflow")
         if u.signs is None:
             raise ValueError(f"majority vote needs sign updates, got codec {u.codec}")
+        add_count(self, n, 1)
         for i, sq in enumerate(u.signs):
             if sq is None:
                 continue
@@ -130,19 +130,14 @@ class MajorityVote:
             self.vote[i] += q * n
             self.ns[i] += n
             self.ss[i] += n * int(s)
-        self.N += n
-        self.count += 1
 
     def merge(self, other: "MajorityVote") -> None:
         """Add another vote's sums (a worker's share of the round's devices)."""
-        if self.N + other.N >= 2**31:
-            raise OverflowError("more than 2^31 - 1 samples in one round: the int64 sum could overflow")
+        add_count(self, other.N, other.count)
         for i in range(len(self.like)):
             self.vote[i] += other.vote[i]
             self.ns[i] += other.ns[i]
             self.ss[i] += other.ss[i]
-        self.N += other.N
-        self.count += other.count
 
     def result(self) -> list[np.ndarray]:
         if self.N == 0:
