@@ -175,14 +175,6 @@ def vfp_instructions(disasm: str) -> list[str]:
     return sorted({m.group(1) for m in VFP_INSN.finditer(disasm)})
 
 
-def check_fits(rep: MemoryReport, board) -> None:
-    """Raise a clear error if the model's training RAM does not fit the board."""
-    if rep.ram_total <= board.ram:
-        return
-    raise MemoryError(_too_big(f"{rep.ram_total} bytes of RAM to train but {board.name} has {board.ram}",
-                               rep.by_role))
-
-
 def _too_big(need: str, ram_by_role: dict) -> str:
     """The one message for a model that does not fit: what it needs, its three largest RAM
     parts, and the ways to shrink it."""
