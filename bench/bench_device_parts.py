@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import collections
+import json
 import re
 import subprocess
 import sys
@@ -324,6 +325,39 @@ def _order(key):
     return (rank, idx if part == "forward" else 0, 0)
 
 
+def _section(r: dict, earlier: bool = False) -> str:
+    """One (workload, board) result as its markdown head and table."""
+    mark = " (an earlier run: this run did not repeat it)" if earlier else ""
+    if "error" in r:
+        return f"**{r['workload']} on {r['board']}** ({r['cpu']}){mark}: not built: {r['error']}\n"
+    ok = r["mismatches"] == 0
+    rows = [[p["part"], p["layer"] or "—", f"{p['instructions']:,}" if ok else "—",
+             f"{p['bound']:,.0f}" if p["bound"] else "—",
+             f"{p['instructions'] / p['bound']:.1f}×" if p["bound"] and ok else "—",
+             f"{p['cycles_estimated']:,}" if ok else "—"] for p in r["parts"]]
+    tot_b = sum(p["bound"] or 0 for p in r["parts"])
+    rows.append(["**total**", "", f"**{r['instructions_per_step_traced']:,}**", f"{tot_b:,.0f}",
+                 f"{r['instructions_per_step_traced'] / tot_b:.1f}×" if tot_b else "—",
+                 f"{r['cycles_per_step_estimated']:,}"])
+    t = markdown_table(["part", "layer", "instructions / step", "bound", "× bound",
+                        f"cycles / step (est., {'M4' if r['cpu'] != 'cortex-m0' else 'M0+'} table)"], rows)
+    head = (f"**{r['workload']} {r['model']} on {r['board']}** ({r['cpu']}){mark}: {r['steps']} steps traced, "
+            f"{r['mismatches']} mismatches; timer {r['instructions_per_step_timer']:,.0f} instructions/step")
+    return head + "\n\n" + t + "\n"
+
+
+def _earlier_results(done) -> list:
+    """A partial rerun (--workloads / --boards) keeps the earlier run's results of the pairs it
+    did not measure, marked in the section, instead of dropping them."""
+    path = Path(__file__).resolve().parent / "results" / "device_parts.json"
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    return [dict(r, earlier_run=True) for r in old.get("results", [])
+            if (r.get("workload"), r.get("board")) not in done]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
@@ -332,33 +366,19 @@ def main(argv=None):
     ap.add_argument("--no-write", action="store_true")
     a = ap.parse_args(argv)
     t0 = time.monotonic()
-    results, sections = [], []
+    results = []
     for wl in a.workloads:
         for b in a.boards:
             steps = a.steps or {"w1": 50, "w3": 4}[wl]
             r = measure(wl, b, steps)
             results.append(r)
-            if "error" in r:
-                print(f"{wl} {b}: {r['error']}", flush=True)
-                sections.append(f"**{wl} on {b}** ({r['cpu']}): not built: {r['error']}\n")
-                continue
-            ok = r["mismatches"] == 0
-            rows = [[p["part"], p["layer"] or "—", f"{p['instructions']:,}" if ok else "—",
-                     f"{p['bound']:,.0f}" if p["bound"] else "—",
-                     f"{p['instructions'] / p['bound']:.1f}×" if p["bound"] and ok else "—",
-                     f"{p['cycles_estimated']:,}" if ok else "—"] for p in r["parts"]]
-            tot_b = sum(p["bound"] or 0 for p in r["parts"])
-            rows.append(["**total**", "", f"**{r['instructions_per_step_traced']:,}**", f"{tot_b:,.0f}",
-                         f"{r['instructions_per_step_traced'] / tot_b:.1f}×" if tot_b else "—",
-                         f"{r['cycles_per_step_estimated']:,}"])
-            t = markdown_table(["part", "layer", "instructions / step", "bound", "× bound",
-                                f"cycles / step (est., {'M4' if r['cpu'] != 'cortex-m0' else 'M0+'} table)"], rows)
-            head = (f"**{wl} {r['model']} on {b}** ({r['cpu']}): {r['steps']} steps traced, "
-                    f"{r['mismatches']} mismatches; timer {r['instructions_per_step_timer']:,.0f} instructions/step")
-            print(head + "\n" + t, flush=True)
-            sections.append(head + "\n\n" + t + "\n")
+            print(_section(r), flush=True)
     if a.no_write:
         return 0
+    results += _earlier_results({(r["workload"], r["board"]) for r in results})
+    order = {(wl, b): i for i, (wl, b) in enumerate((w, b) for w in WORKLOADS for b in BOARDS)}
+    results.sort(key=lambda r: order.get((r["workload"], r["board"]), len(order)))
+    sections = [_section(r, r.get("earlier_run", False)) for r in results]
     mach = machine()
     write_json("device_parts.json", {"benchmark": "device_parts", "command": "python bench/bench_device_parts.py " +
                                      " ".join(argv or sys.argv[1:]), "machine": mach, "results": results,
