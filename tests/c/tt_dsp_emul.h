@@ -17,6 +17,12 @@ static inline int32_t __smlad(int32_t a, int32_t b, int32_t c)
     return tt_emul_wrap((int64_t)c + (int64_t)tt_emul_lo(a) * tt_emul_lo(b) + (int64_t)tt_emul_hi(a) * tt_emul_hi(b));
 }
 
+/** SMUAD: lo(a) lo(b) + hi(a) hi(b), modulo 2^32. */
+static inline int32_t __smuad(int32_t a, int32_t b)
+{
+    return tt_emul_wrap((int64_t)tt_emul_lo(a) * tt_emul_lo(b) + (int64_t)tt_emul_hi(a) * tt_emul_hi(b));
+}
+
 /** SMLALD: c + lo(a) lo(b) + hi(a) hi(b) in 64 bits (modulo 2^64; no overflow for the sums that use it). */
 static inline int64_t __smlald(int32_t a, int32_t b, int64_t c)
 {

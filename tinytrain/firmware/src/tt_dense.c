@@ -9,30 +9,28 @@
  * Both paths compute every partial sum exactly, so the order of summation does not matter. */
 
 #if TT_HAVE_DSP
-/* The row and chunk bodies below are specialised by constant arguments (rows per pass, aligned
+/* The row and block bodies below are specialised by constant arguments (rows per pass, aligned
  * loads): always inlined under GCC, where a plain inline hint is not always taken. */
 #if defined(__GNUC__)
 #define TT_DENSE_INLINE static inline __attribute__((always_inline))
 #else
 #define TT_DENSE_INLINE static inline
 #endif
+#if defined(__GNUC__)
+#define TT_DENSE_NOINLINE __attribute__((noinline))
+#else
+#define TT_DENSE_NOINLINE
+#endif
 
 /* x widened to int16 pairs in chunks of this many inputs (stack: TT_DENSE_CHUNK * 2 bytes) */
 #define TT_DENSE_CHUNK 64
 
-/* Store v into acc and raise *m to |v|. */
-static inline void tt_dense_put(int64_t *acc, int32_t v, uint32_t *m)
+/* Store v into acc and OR v ^ (v >> 31) (|v|, or |v| - 1 for v < 0) into *m: what
+ * tt_requant_s8_from_s32_or takes instead of the maximum (two instructions, no compare). */
+static inline void tt_dense_put(int32_t *acc, int32_t v, uint32_t *m)
 {
-    const uint32_t a = v < 0 ? 0u - (uint32_t)v : (uint32_t)v;
     *acc = v;
-    if (a > *m) *m = a;
-}
-
-/* align(b) from eb to ea in int32: the rounding shift when d = ea - eb is in [1, 31] (the common
- * case, said apart), else tt_align_s32. */
-static inline int32_t tt_dense_bias(int32_t b, int32_t eb, int32_t ea, int32_t d)
-{
-    return d >= 1 && d <= 31 ? tt_rshift_round_s32(b, d) : tt_align_s32(b, eb, ea);
+    *m |= (uint32_t)(v ^ (v >> 31));
 }
 
 /* Two weight pairs of a row at *p, then *p += 4: one LDRD when the rows are 4-byte aligned (AL,
@@ -48,26 +46,26 @@ TT_DENSE_INLINE void tt_dense_ld2(const int16_t **p, uint32_t *lo, uint32_t *hi,
     }
 }
 
-/* acc[i] (= align(b[i]) when b != NULL, the first chunk, else the running sum) + sum_j
- * row_i[2j..2j+1] . xx[j] + xo row_i[2 np] (the last term when xo_on) for the rows i < R (R = 4, 2
- * or 1, AL aligned rows: constants after inlining) at r, r + K, r + 2K, r + 3K, two input pairs
- * per loop turn; raises *m to each new |acc[i]|. */
+/* acc[i] (= b[i] rounded right by d in [1, 31] when b != NULL, the first chunk, else the running
+ * sum) + sum_j row_i[2j..2j+1] . xx[j] + xo row_i[2 np] (the last term when xo_on) for the rows
+ * i < R (R = 4, 2 or 1, AL aligned rows: constants after inlining) at r, r + K, r + 2K, r + 3K,
+ * two input pairs per loop turn; ORs each new acc[i] into *m (tt_dense_put). */
 TT_DENSE_INLINE void tt_dense_rows(const int16_t *r, int32_t K, const uint32_t *xx, int32_t np,
                                  int32_t xo_on, int32_t xo, int32_t R, int32_t AL, const int32_t *b,
-                                 int32_t eb, int32_t ea, int64_t *acc, uint32_t *m)
+                                 int32_t d, int32_t *acc, uint32_t *m)
 {
     const int16_t *r0 = r, *r1 = R > 1 ? r + K : r, *r2 = R > 2 ? r + 2 * K : r, *r3 = R > 2 ? r + 3 * K : r;
     const uint32_t *end = xx + (np & ~1);
-    const int32_t d = ea - eb;
     int32_t s0, s1 = 0, s2 = 0, s3 = 0;
+    uint32_t o;
     if (b) {
-        s0 = tt_dense_bias(b[0], eb, ea, d);
-        if (R > 1) s1 = tt_dense_bias(b[1], eb, ea, d);
-        if (R > 2) { s2 = tt_dense_bias(b[2], eb, ea, d); s3 = tt_dense_bias(b[3], eb, ea, d); }
+        s0 = tt_rshift_round_s32(b[0], d);
+        if (R > 1) s1 = tt_rshift_round_s32(b[1], d);
+        if (R > 2) { s2 = tt_rshift_round_s32(b[2], d); s3 = tt_rshift_round_s32(b[3], d); }
     } else {
-        s0 = (int32_t)acc[0];
-        if (R > 1) s1 = (int32_t)acc[1];
-        if (R > 2) { s2 = (int32_t)acc[2]; s3 = (int32_t)acc[3]; }
+        s0 = acc[0];
+        if (R > 1) s1 = acc[1];
+        if (R > 2) { s2 = acc[2]; s3 = acc[3]; }
     }
     for (; xx != end; xx += 2) {
         const int32_t X0 = (int32_t)xx[0], X1 = (int32_t)xx[1];
@@ -104,103 +102,135 @@ TT_DENSE_INLINE void tt_dense_rows(const int16_t *r, int32_t K, const uint32_t *
         if (R > 1) s1 += xo * (int32_t)r1[0];
         if (R > 2) { s2 += xo * (int32_t)r2[0]; s3 += xo * (int32_t)r3[0]; }
     }
-    tt_dense_put(acc, s0, m);
-    if (R > 1) tt_dense_put(acc + 1, s1, m);
-    if (R > 2) { tt_dense_put(acc + 2, s2, m); tt_dense_put(acc + 3, s3, m); }
+    o = *m;
+    tt_dense_put(acc, s0, &o);
+    if (R > 1) tt_dense_put(acc + 1, s1, &o);
+    if (R > 2) { tt_dense_put(acc + 2, s2, &o); tt_dense_put(acc + 3, s3, &o); }
+    *m = o;
 }
+
+/* One pass of tt_dense_rows per (R, AL) as a function of its own (not inlined: in one body with
+ * the chunk loop, GCC kept the loop's row pointers on the stack and reloaded them every pass). */
+#define TT_DENSE_ROWS_FN(name, R, AL)                                                               \
+    static TT_DENSE_NOINLINE void name(const int16_t *r, int32_t K, const uint32_t *xx, int32_t np,   \
+                                       int32_t xo_on, int32_t xo, const int32_t *b, int32_t d,        \
+                                       int32_t *acc, uint32_t *m)                                     \
+    {                                                                                                 \
+        tt_dense_rows(r, K, xx, np, xo_on, xo, R, AL, b, d, acc, m);                                  \
+    }
+TT_DENSE_ROWS_FN(tt_dense_rows4_al, 4, 1)
+TT_DENSE_ROWS_FN(tt_dense_rows2_al, 2, 1)
+TT_DENSE_ROWS_FN(tt_dense_rows1_al, 1, 1)
+TT_DENSE_ROWS_FN(tt_dense_rows4_un, 4, 0)
+TT_DENSE_ROWS_FN(tt_dense_rows2_un, 2, 0)
+TT_DENSE_ROWS_FN(tt_dense_rows1_un, 1, 0)
 
 /* One chunk of inputs (xx, np pairs, the odd last input xo when xo_on) over all N rows at r,
  * four rows per pass sharing the widened inputs, then two, then one; biases folded in when b. */
-TT_DENSE_INLINE uint32_t tt_dense_chunk(const int16_t *r, int32_t K, int32_t N, const uint32_t *xx,
-                                      int32_t np, int32_t xo_on, int32_t xo, int32_t AL,
-                                      const int32_t *b, int32_t eb, int32_t ea, int64_t *acc)
+static void tt_dense_chunk(const int16_t *r, int32_t K, int32_t N, const uint32_t *xx, int32_t np,
+                           int32_t xo_on, int32_t xo, int32_t AL, const int32_t *b, int32_t d,
+                           int32_t *acc, uint32_t *m)
 {
-    uint32_t m = 0;
+    const int32_t *bn = b;
     int32_t n;
-    for (n = 0; n + 4 <= N; n += 4, r += 4 * K)
-        tt_dense_rows(r, K, xx, np, xo_on, xo, 4, AL, b ? b + n : 0, eb, ea, acc + n, &m);
+    for (n = 0; n + 4 <= N; n += 4, r += 4 * K) {
+        if (AL) tt_dense_rows4_al(r, K, xx, np, xo_on, xo, bn, d, acc + n, m);
+        else tt_dense_rows4_un(r, K, xx, np, xo_on, xo, bn, d, acc + n, m);
+        if (bn) bn += 4;
+    }
     if (N - n >= 2) {
-        tt_dense_rows(r, K, xx, np, xo_on, xo, 2, AL, b ? b + n : 0, eb, ea, acc + n, &m);
+        if (AL) tt_dense_rows2_al(r, K, xx, np, xo_on, xo, bn, d, acc + n, m);
+        else tt_dense_rows2_un(r, K, xx, np, xo_on, xo, bn, d, acc + n, m);
+        if (bn) bn += 2;
         n += 2; r += 2 * K;
     }
-    if (n < N) tt_dense_rows(r, K, xx, np, xo_on, xo, 1, AL, b ? b + n : 0, eb, ea, acc + n, &m);
-    return m;
+    if (n < N) {
+        if (AL) tt_dense_rows1_al(r, K, xx, np, xo_on, xo, bn, d, acc + n, m);
+        else tt_dense_rows1_un(r, K, xx, np, xo_on, xo, bn, d, acc + n, m);
+    }
 }
 
 /* acc[n] = align(b[n]) + sum_k x[k] w[n][k] in int32 (SMLAD: two products per instruction, four
  * rows per pass sharing the widened inputs, then two, then one; weights by LDRD when every row
- * starts 4-byte aligned); returns max |acc[n]|. K >= 1 (as before: the maximum is taken from the
- * rows' sums). */
+ * starts 4-byte aligned); returns the OR of every acc[n] ^ (acc[n] >> 31). The bias shift d =
+ * ea - eb in [1, 31] (the usual case) is done in the rows' first chunk; any other is done first. */
 static uint32_t tt_dense_fwd_rows_s32(const int8_t *x, const int16_t *w, const int32_t *b,
-                                      int32_t eb, int32_t ea, int32_t K, int32_t N, int64_t *acc)
+                                      int32_t eb, int32_t ea, int32_t K, int32_t N, int32_t *acc)
 {
-    const int32_t aligned = ((uintptr_t)w & 3u) == 0 && (K & 1) == 0;
+    const int32_t aligned = ((uintptr_t)w & 3u) == 0 && (K & 1) == 0, d = ea - eb, plain = d >= 1 && d <= 31;
     uint32_t xx[TT_DENSE_CHUNK / 2], m = 0;
-    int32_t k0;
+    int32_t k0, n;
+    if (!plain)
+        for (n = 0; n < N; n++) acc[n] = tt_align_s32(b[n], eb, ea);
     for (k0 = 0; k0 < K; k0 += TT_DENSE_CHUNK) {
         const int32_t len = K - k0 < TT_DENSE_CHUNK ? K - k0 : TT_DENSE_CHUNK, np = len / 2;
         const int32_t xo_on = len & 1, xo = xo_on ? (int32_t)x[k0 + len - 1] : 0;
-        const int32_t *bb = k0 == 0 ? b : 0;
+        const int32_t *bb = k0 == 0 && plain ? b : 0;
         tt_widen_s8(x + k0, 2 * np, 0, xx);
-        /* the last chunk rewrites every acc[n]: its maximum is the one returned */
-        if (aligned) m = tt_dense_chunk(w + k0, K, N, xx, np, xo_on, xo, 1, bb, eb, ea, acc);
-        else m = tt_dense_chunk(w + k0, K, N, xx, np, xo_on, xo, 0, bb, eb, ea, acc);
+        m = 0; /* the last chunk rewrites every acc[n]: its OR is the one returned */
+        tt_dense_chunk(w + k0, K, N, xx, np, xo_on, xo, aligned, bb, d, acc, &m);
     }
     return m;
 }
 
-/* Four weights of a column block at p: one LDRD when aligned (AL, a constant after inlining). */
-TT_DENSE_INLINE void tt_dense_ld4(const int16_t *p, uint32_t *lo, uint32_t *hi, int32_t AL)
+/* acc[k] (+)= e0 w0[k] + e1 w1[k] for k < K4 (a multiple of 4) and two aligned rows w0, w1, E =
+ * (e0, e1) as int16 lanes (a single row: w1 = w0 and e1 = 0): four columns a turn, the rows' weight
+ * pairs turned into column pairs (w0[k], w1[k]) by PKHBT/PKHTB for one SMLAD per column (two
+ * products). FIRST (a constant after inlining): acc is not read, the sums start at 0; LAST: each
+ * final acc[k] is ORed into *m (tt_dense_put). */
+TT_DENSE_INLINE void tt_dense_bwd_pair(const int16_t *w0, const int16_t *w1, int32_t E, int32_t *acc,
+                                       int32_t K4, int32_t FIRST, int32_t LAST, uint32_t *m)
 {
-    if (AL) {
-        tt_ld_s16x4(p, lo, hi);
-    } else {
-        *lo = tt_ld_s16x2(p);
-        *hi = tt_ld_s16x2(p + 2);
-    }
-}
-
-/* acc[k..k+C) = sum_n e[n] w[n][k..k+C) for C = 8 or 4 columns (a constant after inlining),
- * SMLABB/SMLABT on weight pairs, rows with e[n] = 0 skipped (they add 0); raises *m. */
-TT_DENSE_INLINE void tt_dense_bwd_block(const int8_t *e, const int16_t *col, int32_t K, int32_t N,
-                                        int32_t C, int32_t AL, int64_t *acc, uint32_t *m)
-{
-    int32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0, n;
-    for (n = 0; n < N; n++, col += K) {
-        const int32_t en = e[n];
-        uint32_t w01, w23;
-        if (en == 0) continue;
-        tt_dense_ld4(col, &w01, &w23, AL);
-        s0 = __smlabb(en, (int32_t)w01, s0);
-        s1 = __smlabt(en, (int32_t)w01, s1);
-        s2 = __smlabb(en, (int32_t)w23, s2);
-        s3 = __smlabt(en, (int32_t)w23, s3);
-        if (C > 4) {
-            tt_dense_ld4(col + 4, &w01, &w23, AL);
-            s4 = __smlabb(en, (int32_t)w01, s4);
-            s5 = __smlabt(en, (int32_t)w01, s5);
-            s6 = __smlabb(en, (int32_t)w23, s6);
-            s7 = __smlabt(en, (int32_t)w23, s7);
+    int32_t *const end = acc + K4;
+    uint32_t o = LAST ? *m : 0;
+    while (acc != end) {
+        uint32_t a0, a1, b0, b1;
+        int32_t s0, s1, s2, s3;
+        tt_ld_s16x4_next(&w0, &a0, &a1);
+        tt_ld_s16x4_next(&w1, &b0, &b1);
+        if (FIRST) {
+            s0 = __smuad((int32_t)tt_pack_lo(a0, b0), E);
+            s1 = __smuad((int32_t)tt_pack_hi(a0, b0), E);
+            s2 = __smuad((int32_t)tt_pack_lo(a1, b1), E);
+            s3 = __smuad((int32_t)tt_pack_hi(a1, b1), E);
+        } else {
+            tt_ld_s32x2(acc, &s0, &s1);
+            tt_ld_s32x2(acc + 2, &s2, &s3);
+            s0 = __smlad((int32_t)tt_pack_lo(a0, b0), E, s0);
+            s1 = __smlad((int32_t)tt_pack_hi(a0, b0), E, s1);
+            s2 = __smlad((int32_t)tt_pack_lo(a1, b1), E, s2);
+            s3 = __smlad((int32_t)tt_pack_hi(a1, b1), E, s3);
         }
+        if (LAST) {
+            o |= (uint32_t)(s0 ^ (s0 >> 31)) | (uint32_t)(s1 ^ (s1 >> 31));
+            o |= (uint32_t)(s2 ^ (s2 >> 31)) | (uint32_t)(s3 ^ (s3 >> 31));
+        }
+        tt_st_s32x2_next(&acc, s0, s1);
+        tt_st_s32x2_next(&acc, s2, s3);
     }
-    tt_dense_put(acc, s0, m);
-    tt_dense_put(acc + 1, s1, m);
-    tt_dense_put(acc + 2, s2, m);
-    tt_dense_put(acc + 3, s3, m);
-    if (C > 4) {
-        tt_dense_put(acc + 4, s4, m);
-        tt_dense_put(acc + 5, s5, m);
-        tt_dense_put(acc + 6, s6, m);
-        tt_dense_put(acc + 7, s7, m);
-    }
+    if (LAST) *m = o;
 }
 
-/* acc[k] = sum_n e[n] w[n][k] in int32, eight columns per pass, then four, then one (weights by
- * LDRD when every row starts 4-byte aligned); returns max |acc[k]|. */
+/* tt_dense_bwd_pair per (FIRST, LAST), each a function of its own (a small register set). */
+#define TT_DENSE_PAIR_FN(name, FIRST, LAST)                                                          \
+    static TT_DENSE_NOINLINE void name(const int16_t *w0, const int16_t *w1, int32_t E, int32_t *acc, \
+                                       int32_t K4, uint32_t *m)                                      \
+    {                                                                                                \
+        tt_dense_bwd_pair(w0, w1, E, acc, K4, FIRST, LAST, m);                                       \
+    }
+TT_DENSE_PAIR_FN(tt_dense_bwd_pair_first, 1, 0)
+TT_DENSE_PAIR_FN(tt_dense_bwd_pair_mid, 0, 0)
+TT_DENSE_PAIR_FN(tt_dense_bwd_pair_last, 0, 1)
+TT_DENSE_PAIR_FN(tt_dense_bwd_pair_only, 1, 1)
+
+/* acc[k] = sum_n e[n] w[n][k] in int32: when every row starts 4-byte aligned, the columns below
+ * K4 = K & ~3 by tt_dense_bwd_pair over the rows two at a time (the odd last one alone), the other
+ * columns (and every column of unaligned rows) one at a time; returns the OR of every
+ * acc[k] ^ (acc[k] >> 31). */
 static uint32_t tt_dense_bwd_cols_s32(const int8_t *e, const int16_t *w, int32_t K, int32_t N,
-                                      int64_t *acc)
+                                      int32_t *acc)
 {
-    const int32_t aligned = ((uintptr_t)w & 3u) == 0 && (K & 1) == 0;
+    const int32_t K4 = ((uintptr_t)w & 3u) == 0 && (K & 1) == 0 ? K & ~3 : 0;
     uint32_t m = 0;
     int32_t k, n;
     if (N <= 0) { /* no rows: all sums 0 (said apart, else GCC may store the constant 0s with
@@ -208,16 +238,22 @@ static uint32_t tt_dense_bwd_cols_s32(const int8_t *e, const int16_t *w, int32_t
         memset(acc, 0, (size_t)K * sizeof *acc);
         return 0;
     }
-    for (k = 0; k + 8 <= K; k += 8) {
-        if (aligned) tt_dense_bwd_block(e, w + k, K, N, 8, 1, acc + k, &m);
-        else tt_dense_bwd_block(e, w + k, K, N, 8, 0, acc + k, &m);
+    if (K4) {
+        for (n = 0; n < N; n += 2) {
+            const int16_t *w0 = w + n * K, *w1 = n + 1 < N ? w0 + K : w0;
+            const int32_t E = (int32_t)(((uint32_t)(int32_t)e[n] & 0xFFFFu) |
+                                        (n + 1 < N ? (uint32_t)(int32_t)e[n + 1] << 16 : 0u));
+            if (n + 2 >= N) {
+                if (n == 0) tt_dense_bwd_pair_only(w0, w1, E, acc, K4, &m);
+                else tt_dense_bwd_pair_last(w0, w1, E, acc, K4, &m);
+            } else if (n == 0) {
+                tt_dense_bwd_pair_first(w0, w1, E, acc, K4, &m);
+            } else {
+                tt_dense_bwd_pair_mid(w0, w1, E, acc, K4, &m);
+            }
+        }
     }
-    if (k + 4 <= K) {
-        if (aligned) tt_dense_bwd_block(e, w + k, K, N, 4, 1, acc + k, &m);
-        else tt_dense_bwd_block(e, w + k, K, N, 4, 0, acc + k, &m);
-        k += 4;
-    }
-    for (; k < K; k++) {
+    for (k = K4; k < K; k++) {
         const int16_t *col = w + k;
         int32_t s0 = 0;
         for (n = 0; n < N; n++, col += K) s0 += (int32_t)e[n] * (int32_t)col[0];
@@ -225,11 +261,14 @@ static uint32_t tt_dense_bwd_cols_s32(const int8_t *e, const int16_t *w, int32_t
     }
     return m;
 }
+
+/* The int32 sums' requantization from the OR the kernels above return. */
+#define TT_DENSE_REQUANT tt_requant_s8_from_s32_or
 #else
 /* acc[n] = align(b[n]) + sum_k x[k] w[n][k] in int32, four products per loop turn;
  * returns max |acc[n]|. */
 static uint32_t tt_dense_fwd_rows_s32(const int8_t *x, const int16_t *w, const int32_t *b,
-                                      int32_t eb, int32_t ea, int32_t K, int32_t N, int64_t *acc)
+                                      int32_t eb, int32_t ea, int32_t K, int32_t N, int32_t *acc)
 {
     uint32_t m = 0;
     int32_t n, k;
@@ -250,9 +289,9 @@ static uint32_t tt_dense_fwd_rows_s32(const int8_t *x, const int16_t *w, const i
     return m;
 }
 
-/* acc[k] = sum_n e[n] w[n][k] in int32, column by column. */
+/* acc[k] = sum_n e[n] w[n][k] in int32, column by column; returns max |acc[k]|. */
 static uint32_t tt_dense_bwd_cols_s32(const int8_t *e, const int16_t *w, int32_t K, int32_t N,
-                                      int64_t *acc)
+                                      int32_t *acc)
 {
     uint32_t m = 0;
     int32_t n, k;
@@ -267,6 +306,9 @@ static uint32_t tt_dense_bwd_cols_s32(const int8_t *e, const int16_t *w, int32_t
     }
     return m;
 }
+
+/* The int32 sums' requantization from the maximum the kernels above return. */
+#define TT_DENSE_REQUANT tt_requant_s8_from_s32_max
 #endif
 
 int32_t tt_dense_fwd_s8(const tt_ctx *ctx, const tt_dense_params *p, const int8_t *x,
@@ -278,8 +320,9 @@ int32_t tt_dense_fwd_s8(const tt_ctx *ctx, const tt_dense_params *p, const int8_
     int64_t *scratch = ctx->scratch;
     int32_t n, k;
     if (K <= TT_DENSE_S32_MAX_K) {
-        const uint32_t m = tt_dense_fwd_rows_s32(x, w, b, eb, ea, K, N, scratch);
-        return ea + tt_requant_s8_from_s64_max(scratch, N, m, y, ctx->stats);
+        int32_t *acc = (int32_t *)(void *)scratch; /* int32 sums: the bound of tt_dense.h */
+        const uint32_t m = tt_dense_fwd_rows_s32(x, w, b, eb, ea, K, N, acc);
+        return ea + TT_DENSE_REQUANT(acc, N, m, y, ctx->stats);
     }
     for (n = 0; n < N; n++) {
         const int16_t *row = w + (int64_t)n * K;
@@ -298,8 +341,9 @@ int32_t tt_dense_bwd_s8(const tt_ctx *ctx, const tt_dense_params *p, const int8_
     int64_t *scratch = ctx->scratch;
     int32_t n, k;
     if (N <= TT_DENSE_S32_MAX_N) {
-        const uint32_t m = tt_dense_bwd_cols_s32(e, w, K, N, scratch);
-        return ee + ew + tt_requant_s8_from_s64_max(scratch, K, m, dx, ctx->stats);
+        int32_t *acc = (int32_t *)(void *)scratch;
+        const uint32_t m = tt_dense_bwd_cols_s32(e, w, K, N, acc);
+        return ee + ew + TT_DENSE_REQUANT(acc, K, m, dx, ctx->stats);
     }
     for (k = 0; k < K; k++) { /* column sums in int64 (also keeps 64-bit zero fills, which
                                  * GCC may do with VFP registers, out of hard-float builds) */
