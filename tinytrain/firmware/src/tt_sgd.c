@@ -1154,18 +1154,28 @@ TT_SGD_INLINE void tt_sgd_quad_s16(int16_t **row, const uint32_t **xx, int32_t A
  * when the row is 4-byte aligned: AL, a constant after inlining), guarded by SSAT16 #15 on the
  * old pairs: with |d| <= 16383 an old lane in [-16384, 16383] gives w - d in [-32767, 32766], no
  * saturation and no -32768, so the wrapping SSUB16 is the exact rule (one SSAT16 per pair instead
- * of tt_sgd_s16x2's three guard steps). The Q flag, clear on entry, is read after every eight
- * weights (and after the last pairs): a hit sends just those pairs to tt_sgd_pairs_redo_s16, so a
- * trained row with a few large weights pays for their blocks only. */
+ * of tt_sgd_s16x2's three guard steps). The Q flag, clear on entry, is read after every sixteen
+ * weights of an aligned row (eight otherwise, and after the last pairs): a hit sends just those
+ * pairs to tt_sgd_pairs_redo_s16, so a trained row with a few large weights pays for their blocks
+ * only. */
 TT_SGD_INLINE void tt_sgd_row_fast_s16(int16_t *row, const uint32_t *xx, int32_t np, int32_t A, int32_t AL,
                                        int32_t a, const int8_t *x, int32_t s, tt_stats *st)
 {
     const uint32_t *xx0 = xx, *end = xx + (np & ~3);
     if (AL) {
         /* aligned rows: the weights and the widened inputs by LDRD and the weights back by STRD,
-         * all with writeback or an immediate offset, so a turn has no pointer arithmetic; the
+         * all with writeback or an immediate offset, so a turn has no pointer arithmetic; sixteen
+         * weights a turn (the loop and the flag read once per 16), then a block of eight; the
          * inputs of a block are found from its place (x + 2 (xx - xx0)) only when it is redone */
-        while (xx != end) {
+        const uint32_t *end16 = xx + (np & ~7);
+        while (xx != end16) {
+            tt_sgd_quad_s16(&row, &xx, A);
+            tt_sgd_quad_s16(&row, &xx, A);
+            tt_sgd_quad_s16(&row, &xx, A);
+            tt_sgd_quad_s16(&row, &xx, A);
+            if (tt_guard_hit()) tt_sgd_pairs_redo_s16(row - 16, xx - 8, 8, A, a, x + 2 * (xx - 8 - xx0), s, st);
+        }
+        if (xx != end) {
             tt_sgd_quad_s16(&row, &xx, A);
             tt_sgd_quad_s16(&row, &xx, A);
             if (tt_guard_hit()) tt_sgd_pairs_redo_s16(row - 8, xx - 4, 4, A, a, x + 2 * (xx - 4 - xx0), s, st);
