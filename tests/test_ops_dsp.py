@@ -798,12 +798,14 @@ def dense_acc_case(draw):
     64 and the DSP loop's tails), N, inputs and errors over the whole int8 range, accumulators and
     velocities up to the int32 limits, int16 weights at the guard and int16 edges or int32 masters,
     m_t, shifts past both ends of the DSP path's range, momentum multipliers on both sides of
-    2^(mu_k - 1), frozen weights or biases."""
+    2^(mu_k - 1), frozen weights or biases, rows of zero error among the others."""
     K = draw(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 9, 63, 64, 65, 67, 130]))
     N = draw(st.integers(1, 6))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     x = draw_array(draw, (K,), np.int8, -128, 127)
     e = draw_array(draw, (N,), np.int8, -128, 127)
+    if draw(st.booleans()):  # rows of zero error (ReLU's) beside the others: the loop that reads no input
+        e = np.where(rng.random(N) < 0.5, 0, e).astype(np.int8)
     ab, vb = (draw(st.sampled_from([0, 14, 26, 31])) for _ in range(2))
     big = lambda b, shape: rng.integers(-(2**b), 2**b, shape, endpoint=True).clip(-(2**31), 2**31 - 1).astype(np.int32)  # noqa: E731
     A, V, bA, bV = big(ab, (N, K)), big(vb, (N, K)), big(ab, N), big(vb, N)

@@ -629,19 +629,26 @@ static uint32_t sgd_mom_redo4(int16_t *w, const int32_t *vv)
 
 /* Two elements of sgd_mom_s16_body: g by LDRD (*gp advanced), A read and cleared by LDRD/STRD,
  * V by LDRD, V = vv by STRD (*A, *V advanced); returns the pair's steps SSAT #15 of
- * sat32(vv + 2^7) >> 8, packed (the Q flag set when one is outside [-16384, 16383]). */
+ * sat32(vv + 2^7) >> 8, packed (the Q flag set when one is outside [-16384, 16383]). Z (a
+ * constant): the row's multiplier M is 0 (its error is 0), so the step SMMULR(g, 0) is 0 and
+ * vv = sat32(round(V mu / 2^mk) + A), the same bits without reading g. */
 #if defined(__GNUC__)
 __attribute__((always_inline))
 #endif
 static inline uint32_t sgd_mom_pair(const int32_t **gp, int32_t **A, int32_t **V, int32_t M, int32_t c1, int32_t Ms,
-                                    int32_t VM)
+                                    int32_t VM, int32_t Z)
 {
-    int32_t g0, g1, a0, a1, v0, v1;
-    tt_ld_s32x2_next(gp, &g0, &g1);
+    int32_t g0 = 0, g1 = 0, a0, a1, v0, v1;
+    if (!Z) tt_ld_s32x2_next(gp, &g0, &g1);
     tt_ld_clear_s32x2_next(A, &a0, &a1, 0);
     tt_ld_s32x2_next((const int32_t **)V, &v0, &v1);
-    v0 = sgd_mom_vv(g0, a0, v0, M, c1, Ms, VM);
-    v1 = sgd_mom_vv(g1, a1, v1, M, c1, Ms, VM);
+    if (Z) {
+        v0 = tt_qadd(VM ? tt_smmlar(v0, Ms, v0) : tt_smmulr(v0, Ms), a0);
+        v1 = tt_qadd(VM ? tt_smmlar(v1, Ms, v1) : tt_smmulr(v1, Ms), a1);
+    } else {
+        v0 = sgd_mom_vv(g0, a0, v0, M, c1, Ms, VM);
+        v1 = sgd_mom_vv(g1, a1, v1, M, c1, Ms, VM);
+    }
     tt_st_s32x2_prev(*V, v0, v1);
     return tt_pack_lo((uint32_t)tt_ssat15_asr8(tt_qadd(v0, 1 << (TT_SGD_GUARD_BITS - 1))),
                       (uint32_t)tt_ssat15_asr8(tt_qadd(v1, 1 << (TT_SGD_GUARD_BITS - 1))));
@@ -660,13 +667,13 @@ static inline uint32_t sgd_mom_pair(const int32_t **gp, int32_t **A, int32_t **V
 __attribute__((always_inline))
 #endif
 static inline uint32_t sgd_mom_quads(int16_t **pw, int16_t *end, const int32_t **gp, int32_t **A, int32_t **V,
-                                     int32_t M, int32_t c1, int32_t Ms, int32_t VM)
+                                     int32_t M, int32_t c1, int32_t Ms, int32_t VM, int32_t Z)
 {
     int16_t *w = *pw;
     uint32_t nsat = 0;
     while (w != end) {
-        const uint32_t D0 = sgd_mom_pair(gp, A, V, M, c1, Ms, VM);
-        const uint32_t D1 = sgd_mom_pair(gp, A, V, M, c1, Ms, VM);
+        const uint32_t D0 = sgd_mom_pair(gp, A, V, M, c1, Ms, VM, Z);
+        const uint32_t D1 = sgd_mom_pair(gp, A, V, M, c1, Ms, VM, Z);
         const uint32_t W0 = tt_ld_s16x2(w), W1 = tt_ld_s16x2(w + 2); /* any 2-byte alignment */
         tt_guard_s16x2_15(W0);
         tt_guard_s16x2_15(W1);
@@ -683,18 +690,28 @@ static inline uint32_t sgd_mom_quads(int16_t **pw, int16_t *end, const int32_t *
     return nsat;
 }
 
-/* The last n elements (n < 4) of a momentum row by the scalar rule of sgd_mom_quads. */
+/* Element j of a momentum row by the scalar rule of sgd_mom_quads. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline uint32_t sgd_mom_one(int16_t *w, int32_t *A, int32_t *V, int32_t j, const int32_t *g, int32_t M,
+                                   int32_t c1, int32_t Ms, int32_t VM)
+{
+    const int32_t v0 = sgd_mom_vv(g[j], A[j], V[j], M, c1, Ms, VM);
+    A[j] = 0;
+    V[j] = v0;
+    return sgd_mom_w1(w + j, w[j], tt_qadd(v0, 1 << (TT_SGD_GUARD_BITS - 1)));
+}
+
+/* The last n elements (n < 4) of a momentum row by the scalar rule of sgd_mom_quads (straight
+ * line: no loop to set up for the one or two a row of odd length leaves). */
 static inline uint32_t sgd_mom_tail(int16_t *w, int32_t *A, int32_t *V, int32_t n, const int32_t *g, int32_t M,
                                     int32_t c1, int32_t Ms, int32_t VM)
 {
     uint32_t nsat = 0;
-    int32_t j;
-    for (j = 0; j < n; j++) {
-        const int32_t v0 = sgd_mom_vv(g[j], A[j], V[j], M, c1, Ms, VM);
-        A[j] = 0;
-        V[j] = v0;
-        nsat += sgd_mom_w1(w + j, w[j], tt_qadd(v0, 1 << (TT_SGD_GUARD_BITS - 1)));
-    }
+    if (n > 0) nsat += sgd_mom_one(w, A, V, 0, g, M, c1, Ms, VM);
+    if (n > 1) nsat += sgd_mom_one(w, A, V, 1, g, M, c1, Ms, VM);
+    if (n > 2) nsat += sgd_mom_one(w, A, V, 2, g, M, c1, Ms, VM);
     return nsat;
 }
 
@@ -707,7 +724,7 @@ static inline uint32_t sgd_mom_s16_body(int16_t *w, int32_t *A, int32_t *V, int3
 {
     uint32_t nsat;
     tt_guard_clear();
-    nsat = sgd_mom_quads(&w, w + (n & ~3), &g, &A, &V, M, c1, Ms, VM);
+    nsat = sgd_mom_quads(&w, w + (n & ~3), &g, &A, &V, M, c1, Ms, VM, 0);
     return nsat + sgd_mom_tail(w, A, V, n & 3, g, M, c1, Ms, VM);
 }
 
@@ -723,7 +740,8 @@ static uint32_t sgd_mom_s16_dsp(int16_t *w, int32_t *A, int32_t *V, int32_t n, c
 /* The rows of one input chunk of sgd_dense_acc (int16 weights, momentum, DSP): row n's len
  * weights at w + n K (A, V alike) by sgd_mom_quads and sgd_mom_tail with its multiplier
  * An = m_t e[n] 2^sh (tt_sgd_row_mult) on the widened inputs X; one call for all N rows, the
- * pointers carried from row to row (VM a constant). */
+ * pointers carried from row to row (VM a constant); a row whose An is 0 (ReLU's zeroed errors)
+ * takes the quads that read no input. */
 #if defined(__GNUC__)
 __attribute__((always_inline))
 #endif
@@ -738,7 +756,9 @@ static inline uint32_t sgd_mom_rows_body(int16_t *w, int32_t *A, int32_t *V, int
     for (; e != eend; e++) {
         const int32_t M = tt_sgd_row_mult(m_t, *e, sh);
         const int32_t *gp = X;
-        nsat += sgd_mom_quads(&w, w + (len & ~3), &gp, &A, &V, M, 0, Ms, VM);
+        if (M) nsat += sgd_mom_quads(&w, w + (len & ~3), &gp, &A, &V, M, 0, Ms, VM, 0);
+        else nsat += sgd_mom_quads(&w, w + (len & ~3), &gp, &A, &V, 0, 0, Ms, VM, 1); /* no input read */
+        gp = X + (len & ~3);
         if (t) nsat += sgd_mom_tail(w, A, V, t, gp, M, 0, Ms, VM);
         w += skip;
         A += skip;
