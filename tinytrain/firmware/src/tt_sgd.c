@@ -919,18 +919,43 @@ static void sgd_dense_acc_bias(const tt_sgd_step *u, int32_t *b, int32_t *A, int
 }
 
 #if TT_HAVE_DSP
-/* A[j] = QADD(A[j], p X[j]) for j < len (|p X| < 2^31: the caller's bound), two per turn by
- * LDRD/STRD (A, X 4-byte aligned int32 arrays). */
-static inline void sgd_acc_qadd_row(int32_t *A, const int32_t *X, int32_t len, int32_t p)
+/* A[j] = sat32(A[j] + 2^J p X[j]) for j < len as 2^J QADDs of p X[j] (|p X| < 2^31: the caller's
+ * bound; the terms share one sign, so a sum that saturates stays at that rail, where the exact
+ * sum is too), two per turn by LDRD/STRD (A, X 4-byte aligned int32 arrays); J in [0, 2], a
+ * constant after inlining. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline void sgd_acc_qadd_row_j(int32_t *A, const int32_t *X, int32_t len, int32_t p, int32_t J)
 {
     int32_t *const end = A + (len & ~1);
+    int32_t r;
     while (A != end) {
-        int32_t a0, a1, x0, x1;
+        int32_t a0, a1, x0, x1, t0, t1;
         tt_ld_s32x2_next(&X, &x0, &x1);
         tt_ld_s32x2_next((const int32_t **)&A, &a0, &a1);
-        tt_st_s32x2_prev(A, tt_qadd(a0, p * x0), tt_qadd(a1, p * x1));
+        t0 = p * x0;
+        t1 = p * x1;
+        for (r = 0; r < (1 << J); r++) {
+            a0 = tt_qadd(a0, t0);
+            a1 = tt_qadd(a1, t1);
+        }
+        tt_st_s32x2_prev(A, a0, a1);
     }
-    if (len & 1) *A = tt_qadd(*A, p * *X);
+    if (len & 1) {
+        const int32_t t0 = p * *X;
+        int32_t a0 = *A;
+        for (r = 0; r < (1 << J); r++) a0 = tt_qadd(a0, t0);
+        *A = a0;
+    }
+}
+
+/* sgd_acc_qadd_row_j for J = j. */
+static void sgd_acc_qadd_row(int32_t *A, const int32_t *X, int32_t len, int32_t p, int32_t j)
+{
+    if (j == 0) sgd_acc_qadd_row_j(A, X, len, p, 0);
+    else if (j == 1) sgd_acc_qadd_row_j(A, X, len, p, 1);
+    else sgd_acc_qadd_row_j(A, X, len, p, 2);
 }
 #endif
 
@@ -952,7 +977,8 @@ void tt_sgd_dense_accumulate_s32(const tt_sgd_step *u, const tt_sgd_dense_accum_
         if (u->m_t >= 0 && u->m_t < 32768 && s <= 0 && s >= -32) {
             /* left shifts (an int32 master's accumulators; no draws): A = sat32(A + p x 2^t), t = -s,
              * p = m_t e[n] (|p x| < 2^29: exact in int64, no saturation in shift); in 32 bits by QADD
-             * when the row's |p| 2^(7 + t) < 2^31 */
+             * when the row's |p| 2^(7 + t) < 2^31 (DSP: by 2^J QADDs of p x 2^(t - J) when that
+             * takes J <= 2, the case of an int32 master's large steps) */
             const int32_t t = -s;
             for (k0 = 0; k0 < K; k0 += TT_SGD_ACC_CHUNK) { /* no draws: any order */
                 const int32_t len = K - k0 < TT_SGD_ACC_CHUNK ? K - k0 : TT_SGD_ACC_CHUNK;
@@ -965,13 +991,18 @@ void tt_sgd_dense_accumulate_s32(const tt_sgd_step *u, const tt_sgd_dense_accum_
                     const uint32_t up = (uint32_t)(pn < 0 ? -pn : pn);
                     int32_t *A = p->wa + n * K + k0;
                     if (pn == 0) continue;
+#if TT_HAVE_DSP
+                    {   /* |p x| 2^(t - J) < 2^31, 2^J QADDs of it */
+                        const int32_t J = tt_bitwidth_u64(up) + 7 + t - 30;
+                        if (J <= 2) {
+                            sgd_acc_qadd_row(A, g, len, pn * ((int32_t)1 << (J > 0 ? t - J : t)), J > 0 ? J : 0);
+                            continue;
+                        }
+                    }
+#endif
                     if (tt_bitwidth_u64(up) + 7 + t <= 30) {
                         const int32_t pt = pn * ((int32_t)1 << t);
-#if TT_HAVE_DSP
-                        sgd_acc_qadd_row(A, g, len, pt);
-#else
                         for (j = 0; j < len; j++) A[j] = tt_qadd(A[j], pt * (int32_t)xk[j]);
-#endif
                     } else if (t <= 30) { /* A + (p x) T by one SMLAL, T = 2^t an int32 */
                         const int32_t T = (int32_t)1 << t;
                         for (j = 0; j < len; j++) {
