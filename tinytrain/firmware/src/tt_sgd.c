@@ -1546,8 +1546,9 @@ static inline uint32_t tt_sgd_s32_pair_store(int32_t **pw, int16_t *cp, int32_t 
  * floor((uu + dec + R) / 2^8) as (uu >> 8) + (((uu mod 2^8) + dec + R) >> 8) (|dec| < 2^30: the
  * inner sum fits int32; uu = 2^8 (uu >> 8) + uu mod 2^8), w = QSUB(w, d) (|d| < 2^24: the int32
  * clamp of the wrapped rule), the copy's round(w / 2^16) = QADD(w, 2^15) >> 16 two at a time
- * (PKHTB). The Q flag, clear on entry, is set by QSUB and the copy's QADD when they saturate, by
- * the velocity's QADD when it does (harmless: nothing to redo), and by SSAT16 #15 of
+ * (PKHTB). The Q flag, clear on entry and cleared again after the velocity's QADDs (a saturated
+ * velocity is the rule, nothing to redo; the int32 masters of a fast-moving model hit it often),
+ * is set by QSUB and the copy's QADD when they saturate, and by SSAT16 #15 of
  * SHSUB16(copy, 1) when a copy lane is -32768; a hit redoes the pair by tt_sgd_s32_redo from its
  * old weights and steps (the count is of weight saturations only). MU, VM (SMMLAR: mu 2^(32 - mk)
  * >= 2^31), SR, COPY: constants after inlining; an odd last element by sgd_apply_s32_wd_body. */
@@ -1572,6 +1573,7 @@ static inline uint32_t sgd_apply_s32_wd_pairs(int32_t *w, int16_t *copy, int32_t
             a0 = tt_qadd(VM ? tt_smmlar(u0, Ms, u0) : tt_smmulr(u0, Ms), a0);
             a1 = tt_qadd(VM ? tt_smmlar(u1, Ms, u1) : tt_smmulr(u1, Ms), a1);
             tt_st_s32x2_next(&V, a0, a1);
+            tt_guard_clear_after2(&a0, &a1); /* a saturated velocity is the rule: nothing to redo */
         }
         if (SR) {
             x = tt_prng_next(&x);
