@@ -798,12 +798,14 @@ def dense_acc_case(draw):
     64 and the DSP loop's tails), N, inputs and errors over the whole int8 range, accumulators and
     velocities up to the int32 limits, int16 weights at the guard and int16 edges or int32 masters,
     m_t, shifts past both ends of the DSP path's range, momentum multipliers on both sides of
-    2^(mu_k - 1), frozen weights or biases."""
+    2^(mu_k - 1), frozen weights or biases, rows of zero error among the others."""
     K = draw(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 9, 63, 64, 65, 67, 130]))
     N = draw(st.integers(1, 6))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     x = draw_array(draw, (K,), np.int8, -128, 127)
     e = draw_array(draw, (N,), np.int8, -128, 127)
+    if draw(st.booleans()):  # rows of zero error (ReLU's) beside the others: the loop that reads no input
+        e = np.where(rng.random(N) < 0.5, 0, e).astype(np.int8)
     ab, vb = (draw(st.sampled_from([0, 14, 26, 31])) for _ in range(2))
     big = lambda b, shape: rng.integers(-(2**b), 2**b, shape, endpoint=True).clip(-(2**31), 2**31 - 1).astype(np.int32)  # noqa: E731
     A, V, bA, bV = big(ab, (N, K)), big(vb, (N, K)), big(ab, N), big(vb, N)
@@ -1000,6 +1002,38 @@ def test_dense_accumulate_equals_reference(clib, dsplib, case, sr):
         lib.tt_sgd_dense_accumulate_s32(u, p, c_i8(ffi, e), ee, c_i8(ffi, x), ex)
         assert np.array_equal(A2, Ar), f"first difference at {np.argwhere(A2 != Ar)[0]}"
         assert np.array_equal(bA2, bAr) and prng[0] == prng_r[0]
+
+
+@pytest.mark.parametrize("t", range(0, 33))
+@pytest.mark.parametrize("m_t", [1, 300, 9000, 32767])
+def test_dense_accumulate_left_shifts_at_every_width(clib, dsplib, t, m_t):
+    """The left-shift accumulate of tt_sgd_dense_accumulate_s32 (an int32 master's: s = -t) at every
+    t and row width, so each of the DSP build's 2^J-QADD rows (J = 0, 1, 2) and the 64-bit rows
+    beyond run: errors over the int8 range, inputs at both ends, accumulators at zero and at both
+    int32 limits (where the repeated QADD must stop at the rail as sat32 does) == accumulate_ref."""
+    from tinytrain.graph.optim import IntSGD, accumulate_ref
+
+    rng = np.random.default_rng(1000 * t + m_t)
+    N, K = 9, 67
+    e = np.array([-128, 127, 0, 1, -1, 64, -65, 17, -3], np.int8)
+    x = rng.integers(-128, 128, K).astype(np.int8)
+    x[:4] = [-128, 127, 0, -1]
+    A = rng.choice(np.array([0, 0, 1, -1, 2**31 - 1, -(2**31), 2**30, -(2**30)], np.int64), (N, K)).astype(np.int32)
+    k, ee, ex = 20, -7, -6
+    ew = -t - k + ee + ex + 8
+    opt = IntSGD(m=m_t, k=k, mu_m=0, mu_k=0, wd_m=0, wd_k=0, ib_m=16384, ib_k=16, batch_size=4, schedule=0,
+                 gamma_q15=32768, step_size=1, total_steps=1, cosine=np.zeros(65, np.int32), sr=False, master=False)
+    Ar = A.copy()
+    accumulate_ref(Ar, ew, np.outer(e.astype(np.int32), x.astype(np.int32)).astype(np.int32), ee + ex, opt, m_t, [1])
+    for ffi, lib in (dsplib, clib):
+        A2 = A.copy()
+        cos = ffi.new("int32_t[65]")
+        o = ffi.new("tt_sgd *", {"m": m_t, "k": k, "ib_m": 16384, "ib_k": 16, "batch_size": 4, "cosine": cos})
+        prng, st_c = ffi.new("uint32_t *", 1), ffi.new("tt_stats *")
+        u = ffi.new("tt_sgd_step *", {"cfg": o, "m_t": m_t, "prng": prng, "stats": st_c})
+        p = ffi.new("tt_sgd_dense_accum_params *", dict(K=K, N=N, wa=c_i32(ffi, A2), ew=ew, ba=ffi.NULL, eb=0))
+        lib.tt_sgd_dense_accumulate_s32(u, p, c_i8(ffi, e), ee, c_i8(ffi, x), ex)
+        assert np.array_equal(A2, Ar), f"first difference at {np.argwhere(A2 != Ar)[0]}"
 
 
 @st.composite

@@ -160,6 +160,7 @@ static inline uint32_t __sel(uint32_t a, uint32_t b)
 
 /* The Q flag as SSAT16 #15 sets it (tt_dsp.h's saturation guard); tt_emul_q is declared above. */
 static inline void tt_guard_clear(void) { tt_emul_q = 0; }
+static inline void tt_guard_clear_after2(int32_t *a, int32_t *b) { (void)a; (void)b; tt_emul_q = 0; }
 static inline void tt_guard_s16x2_15(uint32_t v)
 {
     const int32_t lo = tt_emul_lo((int32_t)v), hi = tt_emul_hi((int32_t)v);

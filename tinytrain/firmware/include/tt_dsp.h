@@ -269,6 +269,14 @@ static inline void tt_st_s32x2_prev(int32_t *p, int32_t a, int32_t b)
     __asm__("strd %2, %3, [%1, #-8]" : "=m"(*(int32_t(*)[2])(p - 2)) : "r"(p), "r"(a), "r"(b));
 }
 
+/* tt_guard_clear once *a and *b exist, before anything later reads them (both pass through the
+ * instruction): the Q flag a saturating step that needs no redo (a velocity's QADD) set is
+ * dropped before the guarded instructions that follow. */
+static inline void tt_guard_clear_after2(int32_t *a, int32_t *b)
+{
+    __asm__ volatile("msr APSR_nzcvq, %2" : "+r"(*a), "+r"(*b) : "r"(0) : "cc");
+}
+
 static inline int tt_guard_hit(void)
 {
     uint32_t apsr;

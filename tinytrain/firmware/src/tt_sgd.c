@@ -629,19 +629,26 @@ static uint32_t sgd_mom_redo4(int16_t *w, const int32_t *vv)
 
 /* Two elements of sgd_mom_s16_body: g by LDRD (*gp advanced), A read and cleared by LDRD/STRD,
  * V by LDRD, V = vv by STRD (*A, *V advanced); returns the pair's steps SSAT #15 of
- * sat32(vv + 2^7) >> 8, packed (the Q flag set when one is outside [-16384, 16383]). */
+ * sat32(vv + 2^7) >> 8, packed (the Q flag set when one is outside [-16384, 16383]). Z (a
+ * constant): the row's multiplier M is 0 (its error is 0), so the step SMMULR(g, 0) is 0 and
+ * vv = sat32(round(V mu / 2^mk) + A), the same bits without reading g. */
 #if defined(__GNUC__)
 __attribute__((always_inline))
 #endif
 static inline uint32_t sgd_mom_pair(const int32_t **gp, int32_t **A, int32_t **V, int32_t M, int32_t c1, int32_t Ms,
-                                    int32_t VM)
+                                    int32_t VM, int32_t Z)
 {
-    int32_t g0, g1, a0, a1, v0, v1;
-    tt_ld_s32x2_next(gp, &g0, &g1);
+    int32_t g0 = 0, g1 = 0, a0, a1, v0, v1;
+    if (!Z) tt_ld_s32x2_next(gp, &g0, &g1);
     tt_ld_clear_s32x2_next(A, &a0, &a1, 0);
     tt_ld_s32x2_next((const int32_t **)V, &v0, &v1);
-    v0 = sgd_mom_vv(g0, a0, v0, M, c1, Ms, VM);
-    v1 = sgd_mom_vv(g1, a1, v1, M, c1, Ms, VM);
+    if (Z) {
+        v0 = tt_qadd(VM ? tt_smmlar(v0, Ms, v0) : tt_smmulr(v0, Ms), a0);
+        v1 = tt_qadd(VM ? tt_smmlar(v1, Ms, v1) : tt_smmulr(v1, Ms), a1);
+    } else {
+        v0 = sgd_mom_vv(g0, a0, v0, M, c1, Ms, VM);
+        v1 = sgd_mom_vv(g1, a1, v1, M, c1, Ms, VM);
+    }
     tt_st_s32x2_prev(*V, v0, v1);
     return tt_pack_lo((uint32_t)tt_ssat15_asr8(tt_qadd(v0, 1 << (TT_SGD_GUARD_BITS - 1))),
                       (uint32_t)tt_ssat15_asr8(tt_qadd(v1, 1 << (TT_SGD_GUARD_BITS - 1))));
@@ -660,13 +667,13 @@ static inline uint32_t sgd_mom_pair(const int32_t **gp, int32_t **A, int32_t **V
 __attribute__((always_inline))
 #endif
 static inline uint32_t sgd_mom_quads(int16_t **pw, int16_t *end, const int32_t **gp, int32_t **A, int32_t **V,
-                                     int32_t M, int32_t c1, int32_t Ms, int32_t VM)
+                                     int32_t M, int32_t c1, int32_t Ms, int32_t VM, int32_t Z)
 {
     int16_t *w = *pw;
     uint32_t nsat = 0;
     while (w != end) {
-        const uint32_t D0 = sgd_mom_pair(gp, A, V, M, c1, Ms, VM);
-        const uint32_t D1 = sgd_mom_pair(gp, A, V, M, c1, Ms, VM);
+        const uint32_t D0 = sgd_mom_pair(gp, A, V, M, c1, Ms, VM, Z);
+        const uint32_t D1 = sgd_mom_pair(gp, A, V, M, c1, Ms, VM, Z);
         const uint32_t W0 = tt_ld_s16x2(w), W1 = tt_ld_s16x2(w + 2); /* any 2-byte alignment */
         tt_guard_s16x2_15(W0);
         tt_guard_s16x2_15(W1);
@@ -683,18 +690,28 @@ static inline uint32_t sgd_mom_quads(int16_t **pw, int16_t *end, const int32_t *
     return nsat;
 }
 
-/* The last n elements (n < 4) of a momentum row by the scalar rule of sgd_mom_quads. */
+/* Element j of a momentum row by the scalar rule of sgd_mom_quads. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline uint32_t sgd_mom_one(int16_t *w, int32_t *A, int32_t *V, int32_t j, const int32_t *g, int32_t M,
+                                   int32_t c1, int32_t Ms, int32_t VM)
+{
+    const int32_t v0 = sgd_mom_vv(g[j], A[j], V[j], M, c1, Ms, VM);
+    A[j] = 0;
+    V[j] = v0;
+    return sgd_mom_w1(w + j, w[j], tt_qadd(v0, 1 << (TT_SGD_GUARD_BITS - 1)));
+}
+
+/* The last n elements (n < 4) of a momentum row by the scalar rule of sgd_mom_quads (straight
+ * line: no loop to set up for the one or two a row of odd length leaves). */
 static inline uint32_t sgd_mom_tail(int16_t *w, int32_t *A, int32_t *V, int32_t n, const int32_t *g, int32_t M,
                                     int32_t c1, int32_t Ms, int32_t VM)
 {
     uint32_t nsat = 0;
-    int32_t j;
-    for (j = 0; j < n; j++) {
-        const int32_t v0 = sgd_mom_vv(g[j], A[j], V[j], M, c1, Ms, VM);
-        A[j] = 0;
-        V[j] = v0;
-        nsat += sgd_mom_w1(w + j, w[j], tt_qadd(v0, 1 << (TT_SGD_GUARD_BITS - 1)));
-    }
+    if (n > 0) nsat += sgd_mom_one(w, A, V, 0, g, M, c1, Ms, VM);
+    if (n > 1) nsat += sgd_mom_one(w, A, V, 1, g, M, c1, Ms, VM);
+    if (n > 2) nsat += sgd_mom_one(w, A, V, 2, g, M, c1, Ms, VM);
     return nsat;
 }
 
@@ -707,7 +724,7 @@ static inline uint32_t sgd_mom_s16_body(int16_t *w, int32_t *A, int32_t *V, int3
 {
     uint32_t nsat;
     tt_guard_clear();
-    nsat = sgd_mom_quads(&w, w + (n & ~3), &g, &A, &V, M, c1, Ms, VM);
+    nsat = sgd_mom_quads(&w, w + (n & ~3), &g, &A, &V, M, c1, Ms, VM, 0);
     return nsat + sgd_mom_tail(w, A, V, n & 3, g, M, c1, Ms, VM);
 }
 
@@ -723,7 +740,8 @@ static uint32_t sgd_mom_s16_dsp(int16_t *w, int32_t *A, int32_t *V, int32_t n, c
 /* The rows of one input chunk of sgd_dense_acc (int16 weights, momentum, DSP): row n's len
  * weights at w + n K (A, V alike) by sgd_mom_quads and sgd_mom_tail with its multiplier
  * An = m_t e[n] 2^sh (tt_sgd_row_mult) on the widened inputs X; one call for all N rows, the
- * pointers carried from row to row (VM a constant). */
+ * pointers carried from row to row (VM a constant); a row whose An is 0 (ReLU's zeroed errors)
+ * takes the quads that read no input. */
 #if defined(__GNUC__)
 __attribute__((always_inline))
 #endif
@@ -738,7 +756,9 @@ static inline uint32_t sgd_mom_rows_body(int16_t *w, int32_t *A, int32_t *V, int
     for (; e != eend; e++) {
         const int32_t M = tt_sgd_row_mult(m_t, *e, sh);
         const int32_t *gp = X;
-        nsat += sgd_mom_quads(&w, w + (len & ~3), &gp, &A, &V, M, 0, Ms, VM);
+        if (M) nsat += sgd_mom_quads(&w, w + (len & ~3), &gp, &A, &V, M, 0, Ms, VM, 0);
+        else nsat += sgd_mom_quads(&w, w + (len & ~3), &gp, &A, &V, 0, 0, Ms, VM, 1); /* no input read */
+        gp = X + (len & ~3);
         if (t) nsat += sgd_mom_tail(w, A, V, t, gp, M, 0, Ms, VM);
         w += skip;
         A += skip;
@@ -899,18 +919,43 @@ static void sgd_dense_acc_bias(const tt_sgd_step *u, int32_t *b, int32_t *A, int
 }
 
 #if TT_HAVE_DSP
-/* A[j] = QADD(A[j], p X[j]) for j < len (|p X| < 2^31: the caller's bound), two per turn by
- * LDRD/STRD (A, X 4-byte aligned int32 arrays). */
-static inline void sgd_acc_qadd_row(int32_t *A, const int32_t *X, int32_t len, int32_t p)
+/* A[j] = sat32(A[j] + 2^J p X[j]) for j < len as 2^J QADDs of p X[j] (|p X| < 2^31: the caller's
+ * bound; the terms share one sign, so a sum that saturates stays at that rail, where the exact
+ * sum is too), two per turn by LDRD/STRD (A, X 4-byte aligned int32 arrays); J in [0, 2], a
+ * constant after inlining. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline void sgd_acc_qadd_row_j(int32_t *A, const int32_t *X, int32_t len, int32_t p, int32_t J)
 {
     int32_t *const end = A + (len & ~1);
+    int32_t r;
     while (A != end) {
-        int32_t a0, a1, x0, x1;
+        int32_t a0, a1, x0, x1, t0, t1;
         tt_ld_s32x2_next(&X, &x0, &x1);
         tt_ld_s32x2_next((const int32_t **)&A, &a0, &a1);
-        tt_st_s32x2_prev(A, tt_qadd(a0, p * x0), tt_qadd(a1, p * x1));
+        t0 = p * x0;
+        t1 = p * x1;
+        for (r = 0; r < (1 << J); r++) {
+            a0 = tt_qadd(a0, t0);
+            a1 = tt_qadd(a1, t1);
+        }
+        tt_st_s32x2_prev(A, a0, a1);
     }
-    if (len & 1) *A = tt_qadd(*A, p * *X);
+    if (len & 1) {
+        const int32_t t0 = p * *X;
+        int32_t a0 = *A;
+        for (r = 0; r < (1 << J); r++) a0 = tt_qadd(a0, t0);
+        *A = a0;
+    }
+}
+
+/* sgd_acc_qadd_row_j for J = j. */
+static void sgd_acc_qadd_row(int32_t *A, const int32_t *X, int32_t len, int32_t p, int32_t j)
+{
+    if (j == 0) sgd_acc_qadd_row_j(A, X, len, p, 0);
+    else if (j == 1) sgd_acc_qadd_row_j(A, X, len, p, 1);
+    else sgd_acc_qadd_row_j(A, X, len, p, 2);
 }
 #endif
 
@@ -932,7 +977,8 @@ void tt_sgd_dense_accumulate_s32(const tt_sgd_step *u, const tt_sgd_dense_accum_
         if (u->m_t >= 0 && u->m_t < 32768 && s <= 0 && s >= -32) {
             /* left shifts (an int32 master's accumulators; no draws): A = sat32(A + p x 2^t), t = -s,
              * p = m_t e[n] (|p x| < 2^29: exact in int64, no saturation in shift); in 32 bits by QADD
-             * when the row's |p| 2^(7 + t) < 2^31 */
+             * when the row's |p| 2^(7 + t) < 2^31 (DSP: by 2^J QADDs of p x 2^(t - J) when that
+             * takes J <= 2, the case of an int32 master's large steps) */
             const int32_t t = -s;
             for (k0 = 0; k0 < K; k0 += TT_SGD_ACC_CHUNK) { /* no draws: any order */
                 const int32_t len = K - k0 < TT_SGD_ACC_CHUNK ? K - k0 : TT_SGD_ACC_CHUNK;
@@ -945,13 +991,18 @@ void tt_sgd_dense_accumulate_s32(const tt_sgd_step *u, const tt_sgd_dense_accum_
                     const uint32_t up = (uint32_t)(pn < 0 ? -pn : pn);
                     int32_t *A = p->wa + n * K + k0;
                     if (pn == 0) continue;
+#if TT_HAVE_DSP
+                    {   /* |p x| 2^(t - J) < 2^31, 2^J QADDs of it */
+                        const int32_t J = tt_bitwidth_u64(up) + 7 + t - 30;
+                        if (J <= 2) {
+                            sgd_acc_qadd_row(A, g, len, pn * ((int32_t)1 << (J > 0 ? t - J : t)), J > 0 ? J : 0);
+                            continue;
+                        }
+                    }
+#endif
                     if (tt_bitwidth_u64(up) + 7 + t <= 30) {
                         const int32_t pt = pn * ((int32_t)1 << t);
-#if TT_HAVE_DSP
-                        sgd_acc_qadd_row(A, g, len, pt);
-#else
                         for (j = 0; j < len; j++) A[j] = tt_qadd(A[j], pt * (int32_t)xk[j]);
-#endif
                     } else if (t <= 30) { /* A + (p x) T by one SMLAL, T = 2^t an int32 */
                         const int32_t T = (int32_t)1 << t;
                         for (j = 0; j < len; j++) {
@@ -1505,8 +1556,9 @@ static inline uint32_t tt_sgd_s32_pair_store(int32_t **pw, int16_t *cp, int32_t 
  * floor((uu + dec + R) / 2^8) as (uu >> 8) + (((uu mod 2^8) + dec + R) >> 8) (|dec| < 2^30: the
  * inner sum fits int32; uu = 2^8 (uu >> 8) + uu mod 2^8), w = QSUB(w, d) (|d| < 2^24: the int32
  * clamp of the wrapped rule), the copy's round(w / 2^16) = QADD(w, 2^15) >> 16 two at a time
- * (PKHTB). The Q flag, clear on entry, is set by QSUB and the copy's QADD when they saturate, by
- * the velocity's QADD when it does (harmless: nothing to redo), and by SSAT16 #15 of
+ * (PKHTB). The Q flag, clear on entry and cleared again after the velocity's QADDs (a saturated
+ * velocity is the rule, nothing to redo; the int32 masters of a fast-moving model hit it often),
+ * is set by QSUB and the copy's QADD when they saturate, and by SSAT16 #15 of
  * SHSUB16(copy, 1) when a copy lane is -32768; a hit redoes the pair by tt_sgd_s32_redo from its
  * old weights and steps (the count is of weight saturations only). MU, VM (SMMLAR: mu 2^(32 - mk)
  * >= 2^31), SR, COPY: constants after inlining; an odd last element by sgd_apply_s32_wd_body. */
@@ -1531,6 +1583,7 @@ static inline uint32_t sgd_apply_s32_wd_pairs(int32_t *w, int16_t *copy, int32_t
             a0 = tt_qadd(VM ? tt_smmlar(u0, Ms, u0) : tt_smmulr(u0, Ms), a0);
             a1 = tt_qadd(VM ? tt_smmlar(u1, Ms, u1) : tt_smmulr(u1, Ms), a1);
             tt_st_s32x2_next(&V, a0, a1);
+            tt_guard_clear_after2(&a0, &a1); /* a saturated velocity is the rule: nothing to redo */
         }
         if (SR) {
             x = tt_prng_next(&x);
