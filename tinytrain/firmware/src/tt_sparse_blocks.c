@@ -199,11 +199,12 @@ int32_t tt_sparse_blocks_bwd_s8(const tt_ctx *ctx, const tt_sparse_rows_params *
 #if TT_HAVE_DSP
     const uint32_t last = (K & 3) ? (uint32_t)K / 4u : 256u;
     uint32_t m = 0;
-    for (k = 0; k + 2 <= K; k += 2) {
-        int32_t *q = acc + k;
+    int32_t *q = acc;
+    for (k = 0; k + 4 <= K; k += 4) { /* two STRDs and one loop test per four sums */
+        tt_st_s32x2_next(&q, 0, 0);
         tt_st_s32x2_next(&q, 0, 0);
     }
-    if (K & 1) acc[K - 1] = 0;
+    for (; k < K; k++) acc[k] = 0;
     if ((K & 3) == 0 && ((uintptr_t)w & 3u) == 0) { /* every block full, every row aligned */
         for (n = 0; n < N; n++) {
             const uint8_t *end = s + p->code[n];
@@ -228,7 +229,15 @@ int32_t tt_sparse_blocks_bwd_s8(const tt_ctx *ctx, const tt_sparse_rows_params *
             s = end;
         }
     }
-    for (k = 0; k < K; k++) m |= (uint32_t)(acc[k] ^ (acc[k] >> 31));
+    for (k = 0; k + 4 <= K; k += 4) { /* two LDRDs and one loop test per four sums */
+        const int32_t *r = acc + k;
+        int32_t a0, a1, a2, a3;
+        tt_ld_s32x2_next(&r, &a0, &a1);
+        tt_ld_s32x2(r, &a2, &a3);
+        m |= (uint32_t)(a0 ^ (a0 >> 31)) | (uint32_t)(a1 ^ (a1 >> 31)) | (uint32_t)(a2 ^ (a2 >> 31))
+             | (uint32_t)(a3 ^ (a3 >> 31));
+    }
+    for (; k < K; k++) m |= (uint32_t)(acc[k] ^ (acc[k] >> 31));
     return ee + p->ew + tt_requant_s8_from_s32_or(acc, K, m, dx, ctx->stats);
 #else
     for (k = 0; k < K; k++) acc[k] = 0;
