@@ -5,6 +5,7 @@ differences, and writes bench/results/precision.json and precision.png.
     python bench/bench_precision.py            # all three workloads (W1 + W3 ~7 min; W2 below)
     python bench/bench_precision.py w1 w3      # some (the others' results in precision.json are kept)
     python bench/bench_precision.py w2 --recipe fp32 --recipe "bf16 + master"   # some recipes only
+    python bench/bench_precision.py w2 --jobs 2    # two training runs at once
 
 Cost of W2's full table: its float twins train 100 epochs, a run ~100 s (fp32), ~130 s (bf16),
 ~180 s (fp16 with loss scaling, fp8) of one core, so 14 recipes x 3 seeds ~ 1 h 50 min on a core
@@ -76,11 +77,11 @@ class _RunLog:
         print(f"{self.w}: run {self.done}/{self.total}, {time.time() - self.t0:.0f} s", file=sys.stderr, flush=True)
 
 
-def main(names, recipes=None):
+def main(names, recipes=None, jobs=1):
     results = []
     for w in names:
         t0 = time.time()
-        res = P.run(w, recipes=recipes, progress=_RunLog(w, P.n_runs((0, 1, 2), recipes, True)))
+        res = P.run(w, recipes=recipes, progress=_RunLog(w, P.n_runs((0, 1, 2), recipes, True)), jobs=jobs)
         res["seconds"], res["load"] = time.time() - t0, os.getloadavg()[0]
         results.append(res)
         print(P.format_table(res))
@@ -101,9 +102,10 @@ if __name__ == "__main__":
     ap.add_argument("workloads", nargs="*", default=["w1", "w2", "w3"])
     ap.add_argument("--recipe", action="append", default=None, metavar="NAME",
                     help="only these float recipes (repeatable; default all): the table shows just them")
+    ap.add_argument("--jobs", type=int, default=1, help="training runs at once (default 1; the same results)")
     ap.add_argument("--report", action="store_true", help="rebuild BENCHMARKS.md's section from precision.json")
     a = ap.parse_args()
     if a.report:
         write_section(json.loads((OUT / "precision.json").read_text()))
     else:
-        main(a.workloads, a.recipe)
+        main(a.workloads, a.recipe, max(1, a.jobs))

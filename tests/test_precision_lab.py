@@ -226,3 +226,43 @@ def test_bf16_master_stays_fp32_and_the_compute_copy_is_its_cast():
     assert np.mean(w != w.astype(ml_dtypes.bfloat16).astype(np.float32)) > 0.9
     assert not all(torch.equal(a, b) for a, b in zip(got["net"].parameters(), plain["net"].parameters()))
     assert plain["masters"] is None
+
+
+def test_validation_split_holds_out_part_of_train_and_never_the_test_set():
+    """--validation: the test split becomes a held-out part of the training set (disjoint from
+    what trains, together all of it), so a recipe can be chosen without the test set."""
+    ds = WORKLOADS["w1"].load()
+    v = P.validation_split(ds, 0.2)
+    assert len(v.x_test) == round(0.2 * len(ds.x_train)) and len(v.x_train) + len(v.x_test) == len(ds.x_train)
+    rows = {r.tobytes() for r in ds.float_x_train}
+    assert {r.tobytes() for r in v.float_x_test} <= rows and {r.tobytes() for r in v.float_x_train} <= rows
+    assert not {r.tobytes() for r in v.float_x_test} & {r.tobytes() for r in v.float_x_train}
+    assert not {r.tobytes() for r in v.float_x_test} & {r.tobytes() for r in ds.float_x_test}
+    with pytest.raises(ValueError, match="validation fraction"):
+        P.validation_split(ds, 1.0)
+    res = P.run("w1", seeds=(0,), recipes=["fp32"], epochs=1, integer=False, validation=0.2)
+    assert res["validation"] == 0.2 and "validation split" in P.format_table(res)
+
+
+def test_jobs_and_lr_give_the_serial_run_and_the_given_lr():
+    """jobs 2 runs the same computations in worker processes: the same accuracies and counts as
+    jobs 1; lr overrides the workload's float lr (a different lr trains differently)."""
+    kw = dict(seeds=(0, 1), recipes=["fp32", "bf16 + master"], epochs=1, integer=False)
+    one, two = P.run("w1", **kw, jobs=1), P.run("w1", **kw, jobs=2)
+    key = lambda res: [(r["recipe"], r["accuracies"], r.get("underflow_fraction"), r.get("update_underflows_per_step"))
+                       for r in res["rows"]]
+    assert key(one) == key(two) and len(one["rows"]) == 2
+    assert one["lr_float"] == P.float_lr(WORKLOADS["w1"], 32)
+    wl, ds = WORKLOADS["w1"], WORKLOADS["w1"].load()
+    a = P.train_float(wl, ds, 0, P.recipe("fp32"), 1, 32)
+    b = P.train_float(wl, ds, 0, P.recipe("fp32"), 1, 32, lr=P.float_lr(wl, 32))
+    c = P.train_float(wl, ds, 0, P.recipe("fp32"), 1, 32, lr=0.01)
+    assert np.array_equal(a["net"][0].weight.detach().numpy(), b["net"][0].weight.detach().numpy())
+    assert not np.array_equal(a["net"][0].weight.detach().numpy(), c["net"][0].weight.detach().numpy())
+
+
+def test_cli_lr_validation_jobs_bad_input(capsys):
+    for args in (["--lr", "0"], ["--lr", "x"], ["--validation", "1.5"], ["--jobs", "0"]):
+        assert cli.main(["precision-lab", "--workload", "w1", *args]) == 2
+        err = capsys.readouterr().err
+        assert args[0] in err and len(err.strip().splitlines()) == 1

@@ -5,6 +5,7 @@ policies (registered in tinytrain.cli's plugin list; needs the ``lab`` extra).
     tinytrain precision-lab --workload w3 --seeds 0,1,2 --json > w3-lab.json
     tinytrain precision-lab --workload w2 --recipe fp32 --recipe "bf16 + master" --plot w2-lab.png
     tinytrain precision-lab --workload w2 --schedule cosine --no-integer
+    tinytrain precision-lab --workload w2 --recipe fp32 --lr 0.17 --validation 0.2 --no-integer --jobs 2
 """
 from __future__ import annotations
 
@@ -24,6 +25,26 @@ def _seeds(s: str) -> tuple[int, ...]:
     return v
 
 
+def _positive_float(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        v = -1.0
+    if not v > 0 or v != v or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number like 0.085, got {s!r}")
+    return v
+
+
+def _fraction(s: str) -> float:
+    try:
+        v = float(s)
+    except ValueError:
+        v = -1.0
+    if not 0 < v < 1:
+        raise argparse.ArgumentTypeError(f"expected a fraction between 0 and 1 like 0.2, got {s!r}")
+    return v
+
+
 def _args(p):
     p.add_argument("--workload", required=True, metavar="NAME",
                    help="w1 digits-mlp, w2 mnist1d-cnn-pool, w2-strided mnist1d-cnn (W2 before issue 11), "
@@ -36,6 +57,12 @@ def _args(p):
     p.add_argument("--batch-size", type=cli._positive_int, default=32, help="float-twin batch (default 32)")
     p.add_argument("--schedule", choices=("constant", "cosine"), default="constant",
                    help="float-twin lr: constant (default) or tinytrain's cosine to 0 over the run")
+    p.add_argument("--lr", type=_positive_float, default=None,
+                   help="float-twin learning rate (default: the workload's lr * sqrt(batch), or its lab_lr when it has one)")
+    p.add_argument("--validation", type=_fraction, default=0.0, metavar="FRACTION",
+                   help="hold out this fraction of the training set and report accuracy on it instead of "
+                        "the test set (to choose a recipe; e.g. 0.2)")
+    p.add_argument("--jobs", type=cli._positive_int, default=1, help="training runs at once (default 1)")
     p.add_argument("--no-integer", action="store_true", help="leave out tinytrain's integer rows")
     p.add_argument("--plot", metavar="FILE", default=None, help="write a PNG of accuracy per recipe")
     p.add_argument("--json", action="store_true", help="print only a JSON object on stdout")
@@ -62,7 +89,8 @@ def _run(args) -> int:
         tio.check_writable(args.plot)
     total = P.n_runs(args.seeds, args.recipe, not args.no_integer)
     with progress_bar(total=total, desc=f"precision lab {args.workload}", unit="run", json=args.json) as bar:
-        res = P.run(args.workload, args.seeds, args.recipe, args.epochs, args.batch_size, not args.no_integer, bar, args.schedule)
+        res = P.run(args.workload, args.seeds, args.recipe, args.epochs, args.batch_size, not args.no_integer, bar, args.schedule,
+                    args.lr, args.validation, args.jobs)
     if args.plot:
         P.plot([res], args.plot)
         res["plot"] = args.plot

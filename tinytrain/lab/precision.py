@@ -205,9 +205,18 @@ def _instrument(net, q: _Quantizer):
     return [m.register_forward_hook(lambda mod, i, o, k=k: hook(mod, i, o, k)) for k, m in enumerate(net)]
 
 
-def train_float(wl, ds, seed: int, r: Recipe, epochs: int, batch_size: int, schedule: str = "constant") -> dict:
+def float_lr(wl, batch_size: int) -> float:
+    """The float twins' learning rate: the workload's ``lab_lr`` when it has one (W2: its
+    integer lr scaled by sqrt(32) is at the edge of stability at batch 32), else its lr times
+    the square root of the batch size."""
+    return wl.lab_lr if wl.lab_lr is not None else wl.lr * math.sqrt(batch_size)
+
+
+def train_float(wl, ds, seed: int, r: Recipe, epochs: int, batch_size: int, schedule: str = "constant",
+                lr: float | None = None) -> dict:
     """One float-twin run under recipe r; returns its accuracy and counts.  schedule "cosine":
-    the lr follows tinytrain's cosine table over the run's updates (as twins.train)."""
+    the lr follows tinytrain's cosine table over the run's updates (as twins.train); lr None:
+    `float_lr`."""
     import torch
     import torch.nn.functional as F
 
@@ -226,7 +235,7 @@ def train_float(wl, ds, seed: int, r: Recipe, epochs: int, batch_size: int, sche
             p.copy_(torch.from_numpy(q("weights", names[i], p.numpy())))
     xtr, xte = wl.float_inputs(ds)
     xt, yt = torch.from_numpy(np.ascontiguousarray(xtr)), torch.from_numpy(ds.y_train.astype(np.int64))
-    lr = wl.lr * math.sqrt(batch_size)
+    lr = float_lr(wl, batch_size) if lr is None else float(lr)
     ls = LossScale(r.loss_scale)
     skipped = steps = 0
     if schedule not in ("constant", "cosine"):
@@ -339,28 +348,79 @@ def train_integer(wl, ds, seed: int, opt_overrides: dict) -> dict:
             "update_underflows": int(m.stats[2])}
 
 
-def run(workload: str, seeds=(0, 1, 2), recipes=None, epochs: int | None = None, batch_size: int = 32,
-        integer: bool = True, progress=None, schedule: str = "constant") -> dict:
-    """The lab's table for one workload: accuracy mean and std over seeds, bytes per role,
-    skipped steps and underflow fractions per recipe, then tinytrain's integer policies."""
-    import torch
+def validation_split(ds, fraction: float):
+    """``ds`` with its test split replaced by a held-out part of its training set: the last
+    ``fraction`` of a fixed permutation (PRNG seed 999) of the training samples, the rest
+    training.  For choosing a recipe without looking at the test set."""
+    if not 0 < fraction < 1:
+        raise ValueError(f"validation fraction {fraction!r}: use a number between 0 and 1, e.g. 0.2")
+    order = np.random.default_rng(999).permutation(len(ds.x_train))
+    n_val = int(round(fraction * len(order)))
+    tr, va = np.sort(order[:-n_val]), np.sort(order[-n_val:])
+    return dataclasses.replace(ds, name=f"{ds.name} (validation {fraction:g} of train)",
+                               x_train=ds.x_train[tr], y_train=ds.y_train[tr], float_x_train=ds.float_x_train[tr],
+                               x_test=ds.x_train[va], y_test=ds.y_train[va], float_x_test=ds.float_x_train[va])
 
+
+def _load(workload: str, validation: float):
     from tinytrain.lab.workloads import WORKLOADS
-
-    torch.set_num_threads(1)  # small models: threads only contend (and the machine is shared)
-    if workload not in WORKLOADS:
-        raise ValueError(f"unknown workload {workload!r}: use one of {', '.join(WORKLOADS)}")
     wl = WORKLOADS[workload]
     ds = wl.load()
+    return wl, (validation_split(ds, validation) if validation else ds)
+
+
+def _one_run(task):
+    """One training run of `run`'s table (a module-level function: jobs > 1 pickles it)."""
+    import torch
+    torch.set_num_threads(1)  # small models: threads only contend (and the machine is shared)
+    kind, workload, validation, seed, what, epochs, batch_size, schedule, lr = task
+    wl, ds = _load(workload, validation)
+    if kind == "float":
+        out = train_float(wl, ds, seed, recipe(what) if isinstance(what, str) else what, epochs, batch_size, schedule, lr)
+        out.pop("net"), out.pop("masters")
+        return out
+    return train_integer(wl, ds, seed, INTEGER_POLICIES[what] if isinstance(what, str) else what)
+
+
+def run(workload: str, seeds=(0, 1, 2), recipes=None, epochs: int | None = None, batch_size: int = 32,
+        integer: bool = True, progress=None, schedule: str = "constant", lr: float | None = None,
+        validation: float = 0.0, jobs: int = 1) -> dict:
+    """The lab's table for one workload: accuracy mean and std over seeds, bytes per role,
+    skipped steps and underflow fractions per recipe, then tinytrain's integer policies.
+    lr: the float twins' (None: `float_lr`); validation > 0: accuracies on that held-out
+    fraction of the training set instead of the test set (`validation_split`); jobs: training
+    runs at once in worker processes (each run is the same computation as with jobs 1)."""
+    from tinytrain.lab.workloads import WORKLOADS
+
+    if workload not in WORKLOADS:
+        raise ValueError(f"unknown workload {workload!r}: use one of {', '.join(WORKLOADS)}")
+    wl, ds = _load(workload, validation)
     recipes = list(RECIPES) if recipes is None else [recipe(n) if isinstance(n, str) else n for n in recipes]
     epochs = (wl.lab_epochs or wl.epochs) if epochs is None else int(epochs)
-    rows = []
+    lr = float_lr(wl, batch_size) if lr is None else float(lr)
+    tasks = [("float", workload, validation, s, r, epochs, batch_size, schedule, lr) for r in recipes for s in seeds]
+    policies = list(INTEGER_POLICIES.items()) if integer else []
+    tasks += [("integer", workload, validation, s, name, None, None, None, None) for name, _ in policies for s in seeds]
+    t0, results = time.time(), []
+
+    def done(out):
+        results.append(out)
+        if progress is not None:
+            progress.update(1)
+    if jobs > 1:
+        import concurrent.futures as cf
+        import multiprocessing as mp
+        with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as ex:
+            futures = [ex.submit(_one_run, t) for t in tasks]
+            for f in futures:
+                done(f.result())
+    else:
+        for t in tasks:
+            done(_one_run(t))
+    seconds = (time.time() - t0) / max(1, len(tasks))  # per run, spread evenly (jobs > 1 overlaps them)
+    rows, k = [], 0
     for r in recipes:
-        t0, runs = time.time(), []
-        for s in seeds:
-            runs.append(train_float(wl, ds, s, r, epochs, batch_size, schedule))
-            if progress is not None:
-                progress.update(1)
+        runs, k = results[k:k + len(seeds)], k + len(seeds)
         acc = 100 * np.array([x["accuracy"] for x in runs])
         under = {role: (sum(x["counts"][role]["underflow"] for x in runs) / max(1, sum(x["counts"][role]["cast"] for x in runs)))
                  for role in ("weights", "activations", "gradients")}
@@ -369,32 +429,28 @@ def run(workload: str, seeds=(0, 1, 2), recipes=None, epochs: int | None = None,
                      "accuracies": [float(a) for a in acc], "skipped_steps": [x["skipped_steps"] for x in runs],
                      "underflow_fraction": under,
                      "overflows": {role: sum(x["counts"][role]["overflow"] for x in runs) for role in under},
-                     "bytes": _role_bytes(wl, ds, r), "seconds": time.time() - t0})
-    if integer:
-        for name, over in INTEGER_POLICIES.items():
-            t0, runs = time.time(), []
-            for s in seeds:
-                runs.append(train_integer(wl, ds, s, over))
-                if progress is not None:
-                    progress.update(1)
-            acc = 100 * np.array([x["accuracy"] for x in runs])
-            b = _role_bytes(wl, ds, None)
-            built = integer_model(wl, ds, 0, over)  # the policy's widths, masters of the tensors it gives one
-            b["weights"] = sum(p.data.nbytes for l in built.layers for p in l.params if p.trainable)
-            b["master"] = sum(v.nbytes for v in built.master.values())
-            grads = max(1, sum(x["steps"] for x in runs))
-            rows.append({"recipe": name, "kind": "integer", "optimizer": over, "accuracy_mean": float(acc.mean()),
-                         "accuracy_std": float(acc.std(ddof=1)) if len(acc) > 1 else 0.0,
-                         "accuracies": [float(a) for a in acc], "skipped_steps": [x["skipped_steps"] for x in runs],
-                         "update_underflows_per_step": sum(x["update_underflows"] for x in runs) / grads,
-                         "saturations": {"activations": sum(x["act_saturations"] for x in runs),
-                                         "weights": sum(x["weight_saturations"] for x in runs)},
-                         "bytes": b, "seconds": time.time() - t0})
+                     "bytes": _role_bytes(wl, ds, r), "seconds": seconds * len(seeds)})
+    for name, over in policies:
+        runs, k = results[k:k + len(seeds)], k + len(seeds)
+        acc = 100 * np.array([x["accuracy"] for x in runs])
+        b = _role_bytes(wl, ds, None)
+        built = integer_model(wl, ds, 0, over)  # the policy's widths, masters of the tensors it gives one
+        b["weights"] = sum(p.data.nbytes for l in built.layers for p in l.params if p.trainable)
+        b["master"] = sum(v.nbytes for v in built.master.values())
+        grads = max(1, sum(x["steps"] for x in runs))
+        rows.append({"recipe": name, "kind": "integer", "optimizer": over, "accuracy_mean": float(acc.mean()),
+                     "accuracy_std": float(acc.std(ddof=1)) if len(acc) > 1 else 0.0,
+                     "accuracies": [float(a) for a in acc], "skipped_steps": [x["skipped_steps"] for x in runs],
+                     "update_underflows_per_step": sum(x["update_underflows"] for x in runs) / grads,
+                     "saturations": {"activations": sum(x["act_saturations"] for x in runs),
+                                     "weights": sum(x["weight_saturations"] for x in runs)},
+                     "bytes": b, "seconds": seconds * len(seeds)})
     base = next((r["accuracy_mean"] for r in rows if r["recipe"] == "fp32"), None)
     for row in rows:
         row["vs_fp32_points"] = None if base is None else row["accuracy_mean"] - base
     return {"workload": workload, "title": wl.title, "seeds": list(seeds), "epochs": epochs,
-            "batch_size": batch_size, "schedule": schedule, "lr_float": wl.lr * math.sqrt(batch_size), "rows": rows}
+            "batch_size": batch_size, "schedule": schedule, "lr_float": lr, "validation": validation,
+            "rows": rows}
 
 
 def n_runs(seeds, recipes, integer) -> int:
@@ -431,7 +487,8 @@ def failures(res: dict, points: float = FAIL_POINTS) -> str:
 
 def format_table(res: dict) -> str:
     out = [f"precision lab: {res['workload']} ({res['title']}), seeds {res['seeds']}, float twins {res['epochs']} epochs "
-           f"at batch {res['batch_size']} (lr {res['lr_float']:.3g}{', cosine' if res.get('schedule') == 'cosine' else ''}); integer rows as tinytrain trains (batch 1)",
+           f"at batch {res['batch_size']} (lr {res['lr_float']:.3g}{', cosine' if res.get('schedule') == 'cosine' else ''}); integer rows as tinytrain trains (batch 1)"
+           + (f"; accuracy on a validation split ({res['validation']:g} of train), not the test set" if res.get("validation") else ""),
            f"{'recipe':<42} {'accuracy %':>14} {'vs fp32':>8} {'skipped':>8} {'underflow w/a/g %':>20} {'bytes w+m/a/e/g':>24}"]
     for r in res["rows"]:
         acc = f"{r['accuracy_mean']:.2f} ± {r['accuracy_std']:.2f}"

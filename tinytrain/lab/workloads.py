@@ -44,6 +44,7 @@ class Workload:
     goal_diff_points: float | None = None  # |integer - float twin| (mean over seeds) at most this
     goal_min_pct: float | None = None      # integer mean test accuracy at least this
     lab_epochs: int | None = None  # the precision lab's float-twin epochs (its mini-batches; None: epochs)
+    lab_lr: float | None = None    # the precision lab's float-twin lr (None: lr * sqrt(batch size))
 
     def total_steps(self, n: int, batch_size: int = 1) -> int:
         return self.epochs * n // batch_size
