@@ -79,6 +79,10 @@ def test_model_file_and_human_output(capsys, tmp_path):
 
 
 def test_registry_accepts_new_subcommands(capsys, monkeypatch):
+    # the plugin modules register into SUBCOMMANDS when first imported: import them before the
+    # registry is swapped for a copy, or they register into the copy and vanish for every later
+    # test in this worker when monkeypatch puts the original back
+    cli._load_plugins()
     monkeypatch.setattr(cli, "SUBCOMMANDS", dict(cli.SUBCOMMANDS))
     seen = {}
     cli.register("hello", "say hello", lambda p: p.add_argument("--name", default="board"),
