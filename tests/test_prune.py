@@ -114,6 +114,41 @@ def test_global_criterion_reference_numba_c_equal(clib_ubsan, parts, shifts, dat
         assert not keep[2 * j + 1][P.unpack(ref[j], v.size)].any()
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_apply_zeroes_exactly_the_masked_elements(clib_ubsan, data):
+    """tt_prune_apply (word-at-a-time AND masks for int8/int16 where word access is cheap, set
+    bits otherwise) against the rule: every masked element of w and of each slot is zero, every
+    other element and every byte outside the arrays untouched; drawn lengths (off the words),
+    sparsities (none, all, between), dtypes and starts off the word alignment."""
+    ffi, lib = clib_ubsan
+    n = data.draw(st.integers(1, 140))
+    dt = data.draw(st.sampled_from([np.int8, np.int16, np.int32]))
+    density = data.draw(st.sampled_from([0.0, 0.2, 0.5, 0.8, 0.97, 1.0]))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    pruned = rng.random(n) < density
+    mask = P.pack(pruned)
+    lo, hi = DTYPES[dt]
+    off = data.draw(st.integers(0, 3))  # elements before the array: its start off a word
+    pad = 5
+    buf = rng.integers(lo, hi + 1, size=off + n + pad, dtype=np.int64).astype(dt)
+    buf[buf == 0] = 1
+    slots = [rng.integers(-2**31, 2**31, size=n + pad, dtype=np.int64).astype(np.int32) for _ in range(2)]
+    before = [buf.copy()] + [s.copy() for s in slots]
+    w = buf[off:off + n]
+    t = ffi.new("tt_prune_tensor *", {
+        "mask": ffi.cast("uint32_t *", ffi.from_buffer(mask)), "n": n, "w": ffi.cast("void *", ffi.from_buffer(w)),
+        "w_bytes": np.dtype(dt).itemsize, "master": ffi.cast("void *", ffi.from_buffer(slots[0])), "master_bytes": 4,
+        "acc": ffi.cast("int32_t *", ffi.from_buffer(slots[1]))})
+    lib.tt_prune_apply(t)
+    want = before[0].copy()
+    want[off:off + n][pruned] = 0
+    assert np.array_equal(buf, want)
+    for s, b in zip(slots, before[1:]):
+        b[:n][pruned] = 0
+        assert np.array_equal(s, b)
+
+
 def test_mask_bitmap_layout():
     """Bit i % 32 of word i // 32, padding bits 0; numba's zeroing follows the bitmap."""
     b = np.zeros(70, bool)
@@ -345,11 +380,12 @@ def test_model_file_and_cli(tmp_path, capsys):
 
 
 @pytest.mark.qemu
-@pytest.mark.parametrize("board", ["mps2_an386", "microbit"])
-def test_pruned_w1_bit_exact_in_qemu(tmp_path, board):
+@pytest.mark.parametrize("board,precision", [("mps2_an386", None), ("microbit", None), ("mps2_an386", "int8")])
+def test_pruned_w1_bit_exact_in_qemu(tmp_path, board, precision):
     """W1 pruned on the board: 200 verified steps on QEMU through a polynomial schedule with
-    events every 20 steps, ending at 80 % within the run; the Cortex-M4 (CLZ: the set bits are
-    found with one instruction) and the Cortex-M0 of the micro:bit (no CLZ: the portable loop)."""
+    events every 20 steps, ending at 80 % within the run; the Cortex-M4 (the masks applied a word
+    at a time: two int16, or four int8 weights with `precision` int8) and the Cortex-M0 of the
+    micro:bit (no unaligned word access, no CLZ: the portable loop over the set bits)."""
     import shutil
 
     if shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None:
@@ -362,7 +398,8 @@ def test_pruned_w1_bit_exact_in_qemu(tmp_path, board):
     model = lambda: Sequential([Dense(32), ReLU(), Dense(10)], input_shape=(64,),  # noqa: E731
                                input_exp=ds.input_exp - 4, optimizer=SGD(lr=0.05), seed=0,
                                prune={"schedule": "polynomial", "final_sparsity": 0.8, "begin_step": 0,
-                                      "end_step": 150, "frequency": 20})
+                                      "end_step": 150, "frequency": 20},
+                               **({"precision": precision} if precision else {}))
     elf = build_firmware(model(), board, tmp_path)
     r = verify(model(), ds, 200, board=board, elf=elf)
     assert r["mismatches"] == 0 and r["first_mismatch"] is None and r["steps"] == 200
