@@ -114,14 +114,29 @@ def test_global_criterion_reference_numba_c_equal(clib_ubsan, parts, shifts, dat
         assert not keep[2 * j + 1][P.unpack(ref[j], v.size)].any()
 
 
+@pytest.fixture(scope="session")
+def prune_m0_lib():
+    """tt_prune built as for the Cortex-M0 (no unaligned word access: words only on arrays that
+    start on one; the software ctz), UBSan on."""
+    from tinytrain.device import cbuild
+
+    from .conftest import HERE, runtime_cdef
+
+    srcs = cbuild.runtime_sources(["tt_fixedpoint", "tt_prune", "tt_prune_group"])
+    return cbuild.compile_shared([*srcs, HERE / "c" / "tt_test_shim.c"], runtime_cdef(),
+                                 extra_flags=["-DTT_WORD_ACCESS=0", "-DTT_PRUNE_SOFT_CTZ=1"], sanitize=True,
+                                 name="ttrt_prune_m0")
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.data())
-def test_apply_zeroes_exactly_the_masked_elements(clib_ubsan, data):
-    """tt_prune_apply (word-at-a-time AND masks for int8/int16 where word access is cheap, set
-    bits otherwise) against the rule: every masked element of w and of each slot is zero, every
-    other element and every byte outside the arrays untouched; drawn lengths (off the words),
-    sparsities (none, all, between), dtypes and starts off the word alignment."""
-    ffi, lib = clib_ubsan
+def test_apply_zeroes_exactly_the_masked_elements(clib_ubsan, prune_m0_lib, data):
+    """tt_prune_apply (word-at-a-time AND masks for int8/int16 where word access is cheap or the
+    array starts on a word, set bits otherwise) against the rule: every masked element of w and of
+    each slot is zero, every other element and every byte outside the arrays untouched; drawn
+    lengths (off the words), sparsities (none, all, between), dtypes and starts off the word
+    alignment; the host build and the Cortex-M0's rules."""
+    ffi, lib = data.draw(st.sampled_from([clib_ubsan, prune_m0_lib]))
     n = data.draw(st.integers(1, 140))
     dt = data.draw(st.sampled_from([np.int8, np.int16, np.int32]))
     density = data.draw(st.sampled_from([0.0, 0.2, 0.5, 0.8, 0.97, 1.0]))
@@ -380,7 +395,8 @@ def test_model_file_and_cli(tmp_path, capsys):
 
 
 @pytest.mark.qemu
-@pytest.mark.parametrize("board,precision", [("mps2_an386", None), ("microbit", None), ("mps2_an386", "int8")])
+@pytest.mark.parametrize("board,precision", [("mps2_an386", None), ("microbit", None), ("mps2_an386", "int8"),
+                                             ("microbit", "int8")])
 def test_pruned_w1_bit_exact_in_qemu(tmp_path, board, precision):
     """W1 pruned on the board: 200 verified steps on QEMU through a polynomial schedule with
     events every 20 steps, ending at 80 % within the run; the Cortex-M4 (the masks applied a word

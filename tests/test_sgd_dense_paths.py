@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tinytrain.fixedpoint import prng_jump, prng_jump_table, prng_next
 from tinytrain.graph.optim import SGD, IntSGD, update_direct_ref
 
 from .oputil import c_i8, c_i16, c_i32, draw_array
@@ -56,8 +57,9 @@ def _exps(case, k=20):
     return s - k + ee + ex, ee + ex, sb - k + ee, ee
 
 
-def _c(lib, ffi, case):
-    """One call of the C update: (weights, biases, copy or None, saturations, PRNG state)."""
+def _c(lib, ffi, case, jump=False):
+    """One call of the C update: (weights, biases, copy or None, saturations, PRNG state); with
+    `jump` (int8) the table of K PRNG steps the code generator emits for stochastic rounding."""
     wt, x, e, w, b, sr, wd, m_t, s, sb, seed = case
     o_py = _opt(case)
     ew, _, eb, ee = _exps(case)
@@ -70,7 +72,11 @@ def _c(lib, ffi, case):
     w, b = w.copy(), b.copy()
     wc, bc, copy = {"int8": c_i8, "int16": c_i16}.get(wt, c_i32)(ffi, w), c_i32(ffi, b), None
     if wt == "int8":
-        p = ffi.new("tt_sgd_dense_s8_params *", dict(K=K, N=N, w=wc, ew=ew, b=bc, eb=eb))
+        fields = dict(K=K, N=N, w=wc, ew=ew, b=bc, eb=eb)
+        if jump:
+            tab = ffi.new("uint32_t[8][16]", prng_jump_table(K).tolist())
+            fields["jump"] = tab
+        p = ffi.new("tt_sgd_dense_s8_params *", fields)
         lib.tt_sgd_dense_direct_s8(u, p, c_i8(ffi, e), ee, c_i8(ffi, x), -6)
     elif wt == "int16":
         p = ffi.new("tt_sgd_dense_s16_params *", dict(K=K, N=N, w=wc, ew=ew, b=bc, eb=eb))
@@ -87,14 +93,17 @@ def _c(lib, ffi, case):
 @given(dense_update_case())
 def test_fused_dense_update_every_rule_portable_dsp_reference(clib, dsplib, case):  # noqa: F811
     wt, x, e, w, b, sr, wd, m_t, s, sb, seed = case
-    portable, dsp = _c(clib[1], clib[0], case), _c(dsplib[1], dsplib[0], case)
+    runs = {"portable": _c(clib[1], clib[0], case), "dsp": _c(dsplib[1], dsplib[0], case)}
+    if wt == "int8":  # zero rows' draws at once, as generated code for stochastic rounding does
+        runs["portable, PRNG jump"] = _c(clib[1], clib[0], case, jump=True)
+        runs["dsp, PRNG jump"] = _c(dsplib[1], dsplib[0], case, jump=True)
     ew, eg, eb, ee = _exps(case)
     opt, prng = _opt(case), [seed]
     wr, br = w.copy(), b.copy()
     g = np.outer(e.astype(np.int32), x.astype(np.int32)).astype(np.int32)
     nsat = update_direct_ref(wr, ew, g, eg, opt, m_t, prng)
     nsat += update_direct_ref(br, eb, e.astype(np.int32), ee, opt, m_t, prng)
-    for name, (wc, bc, copy, nc, pc) in (("portable", portable), ("dsp", dsp)):
+    for name, (wc, bc, copy, nc, pc) in runs.items():
         assert np.array_equal(wc, wr), f"{name}: first weight difference at {np.argwhere(wc != wr)[0]}"
         assert np.array_equal(bc, br), f"{name}: first bias difference at {np.argwhere(bc != br)[0]}"
         assert (nc, pc) == (nsat, prng[0]), f"{name}: saturations, PRNG {(nc, pc)} != {(nsat, prng[0])}"
@@ -119,3 +128,38 @@ def test_fused_dense_update_at_the_shift_edges(clib, dsplib, wt, s, sr, wd):  # 
     for m_t in (32767, 26214, 32768):
         case = (wt, x, e, w, rng.integers(-2**20, 2**20, N).astype(np.int32), sr, wd, m_t, s, s - 8, 0x9E3779B9)
         test_fused_dense_update_every_rule_portable_dsp_reference.hypothesis.inner_test(clib, dsplib, case)
+
+
+@settings(max_examples=200, deadline=None)
+@given(k=st.integers(0, 300), state=st.integers(1, 2**32 - 1))
+def test_prng_jump_is_k_steps(k, state):
+    """prng_jump_table(k): the k xorshift32 steps at once, from any non-zero state."""
+    want = state
+    for _ in range(k):
+        want = prng_next(want)
+    assert prng_jump(prng_jump_table(k), state) == want
+
+
+@settings(max_examples=100, deadline=None)
+@given(K=st.sampled_from(K_SIZES), N=st.integers(1, 6), seed=st.integers(1, 2**32 - 1), data=st.data())
+def test_int8_zero_rows_jump_keep_the_old_minimum_rule(clib, dsplib, K, N, seed, data):  # noqa: F811
+    """Stochastic rounding rows of zero error with the PRNG jump: the state K draws on, and every
+    old -128 (at any position of a row, off the four-byte words too) clamped to -127 and counted,
+    as the reference does."""
+    rng = np.random.default_rng(seed)
+    w = rng.integers(-127, 128, (N, K)).astype(np.int8)
+    w[rng.random((N, K)) < data.draw(st.sampled_from([0.0, 0.1, 0.5, 1.0]))] = -128
+    e = rng.integers(-127, 128, N).astype(np.int8)
+    e[rng.random(N) < 0.7] = 0
+    x = rng.integers(-128, 128, K).astype(np.int8)
+    b = np.zeros(N, np.int32)
+    case = ("int8", x, e, w, b, True, 0.0, 26214, 33, 33, seed)
+    ew, eg, eb, ee = _exps(case)
+    opt, prng = _opt(case), [seed]
+    wr, br = w.copy(), b.copy()
+    nsat = update_direct_ref(wr, ew, np.outer(e.astype(np.int32), x.astype(np.int32)).astype(np.int32), eg, opt,
+                             26214, prng)
+    nsat += update_direct_ref(br, eb, e.astype(np.int32), ee, opt, 26214, prng)
+    for lib in (clib, dsplib):
+        wc, bc, _, nc, pc = _c(lib[1], lib[0], case, jump=True)
+        assert np.array_equal(wc, wr) and np.array_equal(bc, br) and (nc, pc) == (nsat, prng[0])

@@ -262,6 +262,36 @@ def prng_next(state: int) -> int:
     return x
 
 
+def prng_jump_table(k: int) -> np.ndarray:
+    """The (8, 16) uint32 table of k xorshift32 steps at once (build time): xorshift32 is linear
+    over GF(2), so k steps from x are the XOR of k steps from each of x's bits; entry [j][v] is that
+    XOR for the bits v << 4 j. ``prng_jump(table, x) == prng_next`` applied k times (k >= 0)."""
+    col = []
+    for b in range(32):
+        x = 1 << b
+        for _ in range(k):
+            x = prng_next(x)
+        col.append(x)
+    tab = np.zeros((8, 16), np.uint32)
+    for j in range(8):
+        for v in range(16):
+            acc = 0
+            for i in range(4):
+                if v >> i & 1:
+                    acc ^= col[4 * j + i]
+            tab[j, v] = acc
+    return tab
+
+
+def prng_jump(table: np.ndarray, state: int) -> int:
+    """``state`` advanced by the steps of ``prng_jump_table``'s table: eight lookups (C:
+    tt_prng_jump)."""
+    out = 0
+    for j in range(8):
+        out ^= int(table[j, (state >> (4 * j)) & 15])
+    return out
+
+
 def prng_below(state: int, n: int) -> tuple[int, int]:
     """Draw an integer in [0, n) as (draw * n) >> 32 (multiply-shift, no division)."""
     state = prng_next(state)

@@ -172,6 +172,17 @@ class Emitter:
             raise CodegenError(f"{sym} declared twice with different fields")
         return f"&{sym}"
 
+    def prng_jump(self, k: int) -> str:
+        """The table of k PRNG steps at once (tt_prng_jump; fixedpoint.prng_jump_table), declared
+        once per k before the declarations that point at it; returns its symbol."""
+        from tinytrain.fixedpoint import prng_jump_table
+
+        sym = self.sym(f"prng_jump_{k}")
+        rows = ", ".join("{" + ", ".join(f"0x{int(v):08x}u" for v in row) + "}" for row in prng_jump_table(k))
+        self.decls.setdefault(sym, f"/** {k} xorshift32 steps at once (tt_prng_jump) */\n"
+                                   f"static const uint32_t {sym}[8][16] = {{{rows}}};")
+        return sym
+
     @property
     def n_ge(self) -> int:
         """Gradient exponent variables / shared gradient buffers: one per parameter index."""
@@ -832,6 +843,8 @@ uint32_t {P}_saturations(void);
             return out
         # a frozen tensor is NULL (frozen weights are const, in flash)
         fields = {"K": K, "N": N, "w": pw if uw else 0, "ew": ews, "b": bn, "eb": b.exp}
+        if t == "s8" and uw and m.opt.sr:  # a row of zero steps draws its K numbers at once
+            fields["jump"] = self.prng_jump(K)
         refresh = (li, 0) in m.master and uw
         if refresh and self._refresh(li, 0).startswith("tt_sgd_refresh_copy("):
             fields["copy"], refresh = self.names.param(li, 0), False  # the update narrows into the copy itself

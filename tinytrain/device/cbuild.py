@@ -151,6 +151,7 @@ def cdef_from_header(path) -> str:
     functions, no macros, no includes)."""
     text = Path(path).read_text()
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    text = re.sub(r"\\\n", " ", text)  # a directive continued over lines is one line
     text = re.sub(r"^\s*#.*$", "", text, flags=re.M)
     text = re.sub(r"typedef char tt_require_arith_shift\[.*?\];", "", text, flags=re.S)
     # drop static inline function bodies

@@ -199,6 +199,32 @@ static inline uint32_t tt_prng_next(uint32_t *state)
     return x;
 }
 
+/** 1 where a 32-bit load or store at any alignment is one instruction (ARMv7-M, ARMv8-M
+ *  mainline, the little-endian hosts the tests build for), else 0 (Cortex-M0/M0+/M23 fault on an
+ *  unaligned word): kernels that mask or scan bytes a word at a time (memcpy to a uint32_t) take
+ *  that path only where this is 1 and keep the element loop beside it. */
+#ifndef TT_WORD_ACCESS
+#if (defined(__ARM_ARCH_7M__) || defined(__ARM_ARCH_7EM__) || defined(__ARM_ARCH_8M_MAIN__) || \
+     defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)) && \
+    !(defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__)
+#define TT_WORD_ACCESS 1
+#else
+#define TT_WORD_ACCESS 0
+#endif
+#endif
+
+/** state advanced by k tt_prng_next steps at once, from the table of those k steps
+ *  (tinytrain.fixedpoint.prng_jump_table(k), emitted by the code generator): xorshift32 is linear
+ *  over GF(2), so the result is the XOR of table[j][nibble j of state] (8 lookups, ~24 M4
+ *  instructions, for k steps of ~3 each). */
+static inline uint32_t tt_prng_jump(const uint32_t (*table)[16], uint32_t state)
+{
+    uint32_t out = 0;
+    int32_t j;
+    for (j = 0; j < 8; j++, state >>= 4) out ^= table[j][state & 15u];
+    return out;
+}
+
 /** Map a seed to a non-zero xorshift32 state. */
 uint32_t tt_prng_seed(uint32_t seed);
 

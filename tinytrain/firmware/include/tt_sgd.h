@@ -188,13 +188,16 @@ void tt_sgd_apply_accumulated_s16_v8(const tt_sgd_step *u, int16_t *w, int32_t *
 void tt_sgd_apply_accumulated_s8_v8(const tt_sgd_step *u, int8_t *w, int32_t *A, int8_t *V,
                                     int32_t n);
 
-/** Where a direct-mode Dense update with int8 weights writes (NULL: frozen). */
+/** Where a direct-mode Dense update with int8 weights writes (NULL: frozen). jump: the table of
+ *  K PRNG steps (tt_prng_jump) with which a stochastic-rounding row of zero steps makes its K
+ *  draws at once, or NULL (one tt_prng_next per weight; the same state either way). */
 typedef struct tt_sgd_dense_s8_params {
     int32_t K, N;
     int8_t *w;
     int32_t ew;
     int32_t *b;
     int32_t eb;
+    const uint32_t (*jump)[16];
 } tt_sgd_dense_s8_params;
 
 /** tt_sgd_dense_direct_s16 with int8 weights. */

@@ -1,5 +1,6 @@
 /** Magnitude pruning: masks, criterion, schedule (tt_prune.h; reference graph/prune.py). */
 #include "tt_prune.h"
+#include "tt_fixedpoint.h"
 
 /* |v| << shift of element i of the tensor the criterion reads (|v| <= 2^31, shift <= 31). */
 uint64_t tt_prune_mag(const tt_prune_tensor *t, uint32_t i)
@@ -12,28 +13,38 @@ uint64_t tt_prune_mag(const tt_prune_tensor *t, uint32_t i)
     return (uint64_t)(v < 0 ? 0u - (uint32_t)v : (uint32_t)v) << t->shift;
 }
 
-/* Index of the lowest set bit of a nonzero word. */
+/* Index of the lowest set bit of a nonzero word: CLZ of the reversed word where the core has
+ * them (one instruction or two), else de Bruijn's multiply and a 32-entry table (the Cortex-M0:
+ * ~6 instructions; the shift loop it replaces took ~3 per bit below; -DTT_PRUNE_SOFT_CTZ forces
+ * it for the host tests). */
 static uint32_t tt_prune_ctz(uint32_t w)
 {
-#if defined(__GNUC__) && (defined(__ARM_FEATURE_CLZ) || !defined(__arm__))  /* one instruction or two */
+#if !defined(TT_PRUNE_SOFT_CTZ) && defined(__GNUC__) && (defined(__ARM_FEATURE_CLZ) || !defined(__arm__))
     return (uint32_t)__builtin_ctz(w);
 #else
-    uint32_t b = 0;
-    while (!(w & 1u)) { w >>= 1; b++; }
-    return b;
+    static const uint8_t pos[32] = {0, 1, 28, 2, 29, 14, 24, 3, 30, 22, 20, 15, 25, 17, 4, 8,
+                                    31, 27, 13, 23, 21, 19, 16, 7, 26, 12, 18, 6, 11, 5, 10, 9};
+    return pos[((w & (0u - w)) * 0x077CB531u) >> 27];
 #endif
 }
 
-#if (defined(__ARM_ARCH_7M__) || defined(__ARM_ARCH_7EM__) || defined(__ARM_ARCH_8M_MAIN__) || \
-     defined(__x86_64__) || defined(__i386__) || defined(__aarch64__)) && \
-    !(defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__)
-#define TT_PRUNE_WORDS 1 /* word loads and stores at any alignment are single instructions */
+/* Word-at-a-time masking: at any alignment where word access is cheap (memcpy: one LDR/STR),
+ * else (GCC, e.g. the Cortex-M0) on arrays that start on a word (a may_alias word: the arrays
+ * are int8/int16). TT_PRUNE_WORDS(a): whether array a takes it. */
+#if TT_WORD_ACCESS
 #include <string.h>
+#define TT_PRUNE_HAS_WORDS 1
+#define TT_PRUNE_WORDS(a) 1
+#elif defined(__GNUC__)
+#define TT_PRUNE_HAS_WORDS 1
+#define TT_PRUNE_WORDS(a) ((((uintptr_t)(a)) & 3u) == 0u)
+typedef uint32_t tt_prune_u32 __attribute__((may_alias));
 #else
-#define TT_PRUNE_WORDS 0 /* Cortex-M0/M0+/M23: a word access must be aligned */
+#define TT_PRUNE_HAS_WORDS 0
+#define TT_PRUNE_WORDS(a) 0
 #endif
 
-#if TT_PRUNE_WORDS
+#if TT_PRUNE_HAS_WORDS
 /* Four mask bits -> the AND masks of four elements: int8 (byte i kept, 0xff, where bit i is
  * clear) and int16 (two words: elements 0-1, 2-3). */
 static const uint32_t tt_prune_keep8[16] = {
@@ -45,15 +56,19 @@ static const uint32_t tt_prune_keep16[16][2] = {
     {0xffffffffu, 0x0000ffffu}, {0xffff0000u, 0x0000ffffu}, {0x0000ffffu, 0x0000ffffu}, {0u, 0x0000ffffu},
     {0xffffffffu, 0u}, {0xffff0000u, 0u}, {0x0000ffffu, 0u}, {0u, 0u}};
 
-/* *p &= keep for the word at p (any alignment: one LDR and one STR). The empty asm keeps GCC
+/* *p &= keep for the word at p (one LDR and one STR). The empty asm keeps GCC
  * from hoisting the loads of an unrolled run above its stores (it did, and spilled them to the
  * stack: 9 instructions a word instead of 5). */
 static inline void tt_prune_and_word(void *p, uint32_t keep)
 {
+#if TT_WORD_ACCESS
     uint32_t v;
     memcpy(&v, p, 4);
     v &= keep;
     memcpy(p, &v, 4);
+#else
+    *(tt_prune_u32 *)p &= keep;
+#endif
 #if defined(__GNUC__)
     __asm__ volatile("" ::: "memory");
 #endif
@@ -93,11 +108,11 @@ static inline uint32_t tt_prune_popcount(uint32_t w)
 #endif
 
 /* Zero the pruned elements of one array of element size bytes (the padding bits are 0). The
- * portable rule visits only the set bits (~6 instructions each on the M4); where word access at
- * any alignment is one instruction, a mask word over 32 int8 elements below n is applied four
- * elements a word by a table of AND masks (~1.5 instructions per element, whatever the bits),
- * and one over int16 elements so when it has 12 or more set bits (~2 per element). The same
- * zeros either way. */
+ * portable rule visits only the set bits (~6 instructions each on the M4); where the array takes
+ * words (TT_PRUNE_WORDS), a mask word over 32 int8 elements below n is applied four elements a
+ * word by a table of AND masks (~1.8 instructions per element on the M4, whatever the bits), and
+ * one over int16 elements so when it has 12 or more set bits (~2 per element). The same zeros
+ * either way. */
 static void tt_prune_zero(const uint32_t *mask, uint32_t n, void *a, uint32_t bytes)
 {
     const uint32_t words = (n + 31u) / 32u;
@@ -108,8 +123,8 @@ static void tt_prune_zero(const uint32_t *mask, uint32_t n, void *a, uint32_t by
         if (!word) continue;
         if (bytes == 1) {
             int8_t *p = (int8_t *)a + base;
-#if TT_PRUNE_WORDS
-            if (base + 32u <= n) {
+#if TT_PRUNE_HAS_WORDS
+            if (base + 32u <= n && TT_PRUNE_WORDS(a)) {
                 tt_prune_word_s8(p, word);
                 continue;
             }
@@ -117,8 +132,8 @@ static void tt_prune_zero(const uint32_t *mask, uint32_t n, void *a, uint32_t by
             for (; word; word &= word - 1u) p[tt_prune_ctz(word)] = 0;
         } else if (bytes == 2) {
             int16_t *p = (int16_t *)a + base;
-#if TT_PRUNE_WORDS
-            if (base + 32u <= n && tt_prune_popcount(word) >= 12u) {
+#if TT_PRUNE_HAS_WORDS
+            if (base + 32u <= n && TT_PRUNE_WORDS(a) && tt_prune_popcount(word) >= 12u) {
                 tt_prune_word_s16(p, word);
                 continue;
             }

@@ -2,6 +2,7 @@
  *  path (TT_HAVE_DSP), same bits. */
 #include "tt_sgd.h"
 #include "tt_dsp.h"
+#include <string.h>
 
 #define TT_LIM62 ((int64_t)1 << 62)
 
@@ -2214,9 +2215,40 @@ static inline int32_t tt_sgd_stoch29(int32_t p, uint32_t r, int32_t s, uint32_t 
     return (int32_t)((t >> 31) ^ (uint32_t)sg) - sg;
 }
 
-/* One class C (TT_SGD_SCLASS) of tt_sgd_dense_rows_s8_sr. */
+/* An old -128 of w[0..n) to -127, counted (the zero step's only change; the state's doors refuse
+ * -128, so this finds none in practice): where word access is cheap, the row is first scanned
+ * eight bytes a turn for a -128 (a byte of v ^ 0x80808080 is zero exactly where v holds -128;
+ * the flags ORed, ~6 instructions a word) and only a row with one goes byte by byte. */
+static uint32_t tt_sgd_clamp_min_s8(int8_t *w, int32_t n)
+{
+    uint32_t sat = 0;
+    int32_t i;
+#if TT_WORD_ACCESS
+    uint32_t any = 0;
+    for (i = 0; i + 8 <= n; i += 8) {
+        uint32_t v0, v1;
+        memcpy(&v0, w + i, 4);
+        memcpy(&v1, w + i + 4, 4);
+        v0 ^= 0x80808080u;
+        v1 ^= 0x80808080u;
+        any |= ((v0 - 0x01010101u) & ~v0) | ((v1 - 0x01010101u) & ~v1);
+    }
+    any &= 0x80808080u;
+    for (; i < n; i++) any |= w[i] == -128;
+    if (!any) return 0;
+#endif
+    for (i = 0; i < n; i++)
+        if (w[i] == -128) { w[i] = -TT_S8_MAX; sat++; }
+    return sat;
+}
+
+/* One class C (TT_SGD_SCLASS) of tt_sgd_dense_rows_s8_sr (inlined three times: C a constant). */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
 static inline uint32_t sgd_rows_s8_sr_body(int32_t m_t, const int8_t *e, const int8_t *x, int32_t K,
-                                           int32_t N, int8_t *w, int32_t s, uint32_t *px, int32_t C)
+                                           int32_t N, int8_t *w, int32_t s, uint32_t *px, int32_t C,
+                                           const uint32_t (*jump)[16])
 {
     const uint32_t M = C == 0 ? ((uint32_t)1 << s) - 1u : 0;
     uint32_t r = *px, sat = 0;
@@ -2225,6 +2257,11 @@ static inline uint32_t sgd_rows_s8_sr_body(int32_t m_t, const int8_t *e, const i
         const int32_t a = m_t * (int32_t)e[n];
         int8_t *wp = w + n * K, *const end = wp + K;
         const int8_t *xp = x;
+        if (a == 0 && jump) { /* the row's K draws at once (tt_prng_jump), then the old -128s */
+            r = tt_prng_jump(jump, r);
+            sat += tt_sgd_clamp_min_s8(wp, K);
+            continue;
+        }
         if (a == 0) { /* every step is floor((0 + (r & M)) / 2^s) = 0: only the draws, and an old -128 */
             for (; wp != end; wp++) {
                 r = tt_prng_next(&r);
@@ -2250,12 +2287,12 @@ static inline uint32_t sgd_rows_s8_sr_body(int32_t m_t, const int8_t *e, const i
  * weight in row-major order, rows with e[n] = 0 included (their steps are 0, but the draws are
  * made). */
 static void tt_sgd_dense_rows_s8_sr(const tt_sgd_step *u, const int8_t *e, const int8_t *x,
-                                    int32_t K, int32_t N, int8_t *w, int32_t s)
+                                    int32_t K, int32_t N, int8_t *w, int32_t s, const uint32_t (*jump)[16])
 {
     const int32_t c = TT_SGD_SCLASS(s);
-    u->stats->saturated += c == 0 ? sgd_rows_s8_sr_body(u->m_t, e, x, K, N, w, s, u->prng, 0)
-                         : c == 1 ? sgd_rows_s8_sr_body(u->m_t, e, x, K, N, w, s, u->prng, 1)
-                                  : sgd_rows_s8_sr_body(u->m_t, e, x, K, N, w, s, u->prng, 2);
+    u->stats->saturated += c == 0 ? sgd_rows_s8_sr_body(u->m_t, e, x, K, N, w, s, u->prng, 0, jump)
+                         : c == 1 ? sgd_rows_s8_sr_body(u->m_t, e, x, K, N, w, s, u->prng, 1, jump)
+                                  : sgd_rows_s8_sr_body(u->m_t, e, x, K, N, w, s, u->prng, 2, jump);
 }
 
 void tt_sgd_dense_direct_s8(const tt_sgd_step *u, const tt_sgd_dense_s8_params *p,
@@ -2264,7 +2301,7 @@ void tt_sgd_dense_direct_s8(const tt_sgd_step *u, const tt_sgd_dense_s8_params *
     const tt_sgd *o = u->cfg;
     const int32_t s = p->ew + o->k - (ee + ex);
     if (p->w && o->sr && !o->wd_m && u->m_t >= 0 && u->m_t < 32768 && s >= 1) {
-        tt_sgd_dense_rows_s8_sr(u, e, x, p->K, p->N, p->w, s);
+        tt_sgd_dense_rows_s8_sr(u, e, x, p->K, p->N, p->w, s, p->jump);
     } else if (p->w) {
         const int32_t K = p->K, can_skip = TT_SGD_CAN_SKIP(o);
         int32_t n, k;
