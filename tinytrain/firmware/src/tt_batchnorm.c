@@ -4,6 +4,8 @@
  * The per-element loops take int32 forms (one 32x32->64 multiply for x_hat, words of the
  * product for its shift) on channels where the bounds are checked once per channel; the int64
  * formulas remain for the others. */
+#include <string.h>
+
 #include "tt_batchnorm.h"
 #include "tt_dsp.h"
 
@@ -406,10 +408,11 @@ static int64_t bn_j(int32_t ev, int64_t xh, int64_t A, int64_t se, int64_t g, in
 }
 
 /* One channel on the fast path of bn_out32 (same contract: bn_fast32, no saturation):
- * *se = sum e, *G = sum e * x_hat (exact int64) over i = 0, C, .., n - C, and xs[i] = x_hat(x[i])
- * when store (a constant after inlining). */
+ * *se = sum e, *G = sum e * x_hat (exact int64) over i = 0, C, .., n - C, and w[2i] = x_hat(x[i])
+ * when store (a constant after inlining): an int32 in element i's int64 scratch slot (the
+ * backward's layout for channels whose x_hat fits int32; BN_W). */
 static inline int64_t bn_xhat_sums(const int8_t *e, const int8_t *x, int32_t n, int32_t C,
-                                   const bn_chan *k, int64_t *xs, int32_t *se, int32_t store)
+                                   const bn_chan *k, int32_t *w, int32_t *se, int32_t store)
 {
     const int32_t A = k->A, B = k->B, inv = k->inv, sh = k->sh;
     int32_t i, ss = 0;
@@ -418,7 +421,7 @@ static inline int64_t bn_xhat_sums(const int8_t *e, const int8_t *x, int32_t n, 
     if (bn_mulr_consts(k, &az, &bz)) {
         for (i = 0; i < n; i += C) {
             const int32_t xh = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az - bz), inv), ev = e[i];
-            if (store) xs[i] = xh;
+            if (store) w[2 * i] = xh;
             ss += ev;
             gs += (int64_t)ev * xh;
         }
@@ -427,7 +430,7 @@ static inline int64_t bn_xhat_sums(const int8_t *e, const int8_t *x, int32_t n, 
         for (i = 0; i < n; i += C) {
             const int32_t h = (int32_t)((uint64_t)((int64_t)(A * x[i] - B) * inv) >> 32);
             const int32_t xh = (h + hh) >> sr, ev = e[i];
-            if (store) xs[i] = xh;
+            if (store) w[2 * i] = xh;
             ss += ev;
             gs += (int64_t)ev * xh;
         }
@@ -438,9 +441,45 @@ static inline int64_t bn_xhat_sums(const int8_t *e, const int8_t *x, int32_t n, 
 
 /* Backward pass 1 of one channel (bn_xhat_sums, storing x_hat). */
 static BN_NOINLINE int64_t bn_bwd_xhat(const int8_t *e, const int8_t *x, int32_t n, int32_t C,
-                                       const bn_chan *k, int64_t *xs, int32_t *se)
+                                       const bn_chan *k, int32_t *w, int32_t *se)
 {
-    return bn_xhat_sums(e, x, n, C, k, xs, se, 1);
+    return bn_xhat_sums(e, x, n, C, k, w, se, 1);
+}
+
+/* c + bn_mulhr(a, b) (mod 2^32): SMMLAR on DSP cores. */
+static inline int32_t bn_mulhr_add(int32_t a, int32_t b, int32_t c)
+{
+#if TT_HAVE_DSP
+    return tt_smmlar(a, b, c);
+#else
+    return (int32_t)((uint32_t)c + (uint32_t)bn_mulhr(a, b));
+#endif
+}
+
+/* Backward pass 1 of one channel on bn_mulr_consts' path (az, nbz = -bz mod 2^32) with both sums
+ * in one multiply-accumulate: w[2i] = x_hat + 2^30 (SMMLAR from 2^30; |x_hat| < 2^30 there), and
+ * the return value T = sum e * (x_hat + 2^30) = G + 2^30 Se, exact in int64; the caller splits it
+ * (its bound |G| < 2^29). Two positions a turn. */
+static BN_NOINLINE int64_t bn_bwd_xhat_off(const int8_t *e, const int8_t *x, int32_t n, int32_t C, uint32_t az,
+                                           uint32_t nbz, int32_t inv, int32_t *w)
+{
+    const int32_t off = (int32_t)1 << 30, C2 = 2 * C;
+    int64_t T = 0;
+    int32_t i = 0;
+    for (; i + C < n; i += C2) {
+        const int32_t h0 = bn_mulhr_add((int32_t)((uint32_t)(int32_t)x[i] * az + nbz), inv, off);
+        const int32_t h1 = bn_mulhr_add((int32_t)((uint32_t)(int32_t)x[i + C] * az + nbz), inv, off);
+        w[2 * i] = h0;
+        w[2 * (i + C)] = h1;
+        T += (int64_t)e[i] * h0;
+        T += (int64_t)e[i + C] * h1;
+    }
+    if (i < n) {
+        const int32_t h0 = bn_mulhr_add((int32_t)((uint32_t)(int32_t)x[i] * az + nbz), inv, off);
+        w[2 * i] = h0;
+        T += (int64_t)e[i] * h0;
+    }
+    return T;
 }
 
 /* The gradient sums of one channel (bn_xhat_sums, nothing stored). */
@@ -461,25 +500,25 @@ static int32_t bn_chan_fast(const bn_chan *k, const int32_t *saved, int32_t C, i
     return sat == 0;
 }
 
-/* Backward pass 2 of one channel when every J fits int32 (the caller's bound): xs[i] = J =
+/* Backward pass 2 of one channel when every J fits int32 (the caller's bound): w[2i] = J =
  * (A*e - Se) * 2^F + rshift_round(-x_hat * G, F) (= rshift_round(I, F), as (A*e - Se) * 2^(2F) is
- * a multiple of 2^F), from x_hat in xs[i]; returns max |J|. The multiple -Se * 2^(2F) joins the
- * rounding constant inside the floor (exact), so J = A*e * 2^F + floor((x_hat * -G + c) / 2^F),
+ * a multiple of 2^F), from x_hat + off in w[2i]; returns max |J|. The multiple -Se * 2^(2F) joins
+ * the rounding constant inside the floor (exact), so J = A*e * 2^F + floor((x_hat * -G + c) / 2^F),
  * c = 2^(F-1) - Se * 2^(2F): one multiply-accumulate from c, the words of the sum shifted (bits
  * F..F+31: the value mod 2^32, and J fits int32, so the wrapping int32 sum is exact). */
 static BN_NOINLINE uint32_t bn_bwd_j32(const int8_t *e, int32_t n, int32_t C, int32_t A,
-                                       int32_t se, int32_t nG, int64_t *xs)
+                                       int32_t se, int32_t nG, int32_t off, int32_t *w)
 {
     const int64_t c0 = ((int64_t)1 << (BN_F - 1)) - (int64_t)se * ((int64_t)1 << (2 * BN_F));
     const uint32_t af = (uint32_t)A << BN_F; /* A <= 4096: < 2^25 */
     uint32_t mx = 0;
     int32_t i;
     for (i = 0; i < n; i += C) {
-        const uint64_t w = (uint64_t)((int64_t)(int32_t)xs[i] * nG + c0);
-        const uint32_t q = ((uint32_t)w >> BN_F) | ((uint32_t)(w >> 32) << (32 - BN_F));
+        const uint64_t w64 = (uint64_t)((int64_t)(int32_t)((uint32_t)w[2 * i] - (uint32_t)off) * nG + c0);
+        const uint32_t q = ((uint32_t)w64 >> BN_F) | ((uint32_t)(w64 >> 32) << (32 - BN_F));
         const int32_t J = (int32_t)((uint32_t)(int32_t)e[i] * af + q);
         const uint32_t sg = (uint32_t)(J >> 31), a = ((uint32_t)J ^ sg) - sg; /* |J|: EOR, SUB */
-        xs[i] = J;
+        w[2 * i] = J;
         if (a > mx) mx = a;
     }
     return mx;
@@ -489,32 +528,53 @@ static BN_NOINLINE uint32_t bn_bwd_j32(const int8_t *e, int32_t n, int32_t C, in
  * |G| * 2^(20 - k) below 2^31 (the caller picks k), SMMULR(x_hat 2^k, -G 2^(20-k)) =
  * floor((-x_hat G 2^20 + 2^31) / 2^32) = floor((-x_hat G + 2^(F-1)) / 2^F) exactly (F = 12), so
  * J = SMMLAR(x_hat 2^k, -G 2^(20-k), A e 2^F - Se 2^F) (mod 2^32, exact as J fits int32;
- * |Se| 2^F < 2^31). The same J and max |J| as bn_bwd_j32. */
+ * |Se| 2^F < 2^31). w[2i] holds x_hat + off with off * 2^k = 0 mod 2^32 (off = 0, or 2^30 and
+ * k >= 2), so its shift is x_hat 2^k. Returns the largest J ^ (J >> 31) (= |J|, or |J| - 1 for
+ * J < 0: max |J| is it or one more, which the caller settles: one instruction per element
+ * instead of three), two positions a turn. */
 static BN_NOINLINE uint32_t bn_bwd_j32_mlar(const int8_t *e, int32_t n, int32_t C, int32_t A, uint32_t base,
-                                            int32_t nGk, int32_t k, int64_t *xs)
+                                            int32_t nGk, int32_t k, int32_t *w)
 {
     const uint32_t af = (uint32_t)A << BN_F; /* base = -Se 2^F, formed by the caller: one MLA */
+    const int32_t C2 = 2 * C;
     uint32_t mx = 0;
-    int32_t i;
-    for (i = 0; i < n; i += C) {
-        const int32_t t = (int32_t)((uint32_t)(int32_t)e[i] * af + base);
-        const int32_t xk = (int32_t)((uint32_t)(int32_t)xs[i] << k);
-#if TT_HAVE_DSP
-        const int32_t J = tt_smmlar(xk, nGk, t);
-#else
-        const int32_t J = (int32_t)((uint32_t)t + (uint32_t)bn_mulhr(xk, nGk));
-#endif
-        const uint32_t sg = (uint32_t)(J >> 31), a = ((uint32_t)J ^ sg) - sg;
-        xs[i] = J;
-        if (a > mx) mx = a;
+    int32_t i = 0;
+    for (; i + C < n; i += C2) {
+        const int32_t t0 = (int32_t)((uint32_t)(int32_t)e[i] * af + base);
+        const int32_t t1 = (int32_t)((uint32_t)(int32_t)e[i + C] * af + base);
+        const int32_t J0 = bn_mulhr_add((int32_t)((uint32_t)w[2 * i] << k), nGk, t0);
+        const int32_t J1 = bn_mulhr_add((int32_t)((uint32_t)w[2 * (i + C)] << k), nGk, t1);
+        const uint32_t a0 = (uint32_t)(J0 ^ (J0 >> 31)), a1 = (uint32_t)(J1 ^ (J1 >> 31));
+        w[2 * i] = J0;
+        w[2 * (i + C)] = J1;
+        if (a0 > mx) mx = a0;
+        if (a1 > mx) mx = a1;
+    }
+    if (i < n) {
+        const int32_t t0 = (int32_t)((uint32_t)(int32_t)e[i] * af + base);
+        const int32_t J0 = bn_mulhr_add((int32_t)((uint32_t)w[2 * i] << k), nGk, t0);
+        const uint32_t a0 = (uint32_t)(J0 ^ (J0 >> 31));
+        w[2 * i] = J0;
+        if (a0 > mx) mx = a0;
     }
     return mx;
+}
+
+/* Whether some J = -(a + 1) among w[2i] (i = 0, C, .., n - C): then max |J| is a + 1, not a
+ * (bn_bwd_j32_mlar's maximum a). */
+static BN_NOINLINE int32_t bn_has_neg(const int32_t *w, int32_t n, int32_t C, uint32_t a)
+{
+    const int32_t t = (int32_t)(0u - a - 1u);
+    int32_t i;
+    for (i = 0; i < n; i += C)
+        if (w[2 * i] == t) return 1;
+    return 0;
 }
 
 /* Backward pass 3 of one channel when every J fits int32: dx[i] = sat_s8(rshift_round(km * J, s))
  * for s >= 1 and |km * J| <= m with s = bitwidth(m) - 7, so t = floor(km * J / 2^(s-1)) fits
  * int32 (|t| <= 2^8) and is taken from the words of the product; r = (t + 1) >> 1. */
-static BN_NOINLINE void bn_bwd_out32(const int64_t *js, int32_t n, int32_t C, int32_t km,
+static BN_NOINLINE void bn_bwd_out32(const int32_t *w, int32_t n, int32_t C, int32_t km,
                                      int32_t s, int8_t *dx, uint32_t *nsat)
 {
     const int32_t s1 = s - 1;
@@ -522,7 +582,7 @@ static BN_NOINLINE void bn_bwd_out32(const int64_t *js, int32_t n, int32_t C, in
     int32_t i;
 #define BN_OUT(T)                                                                            \
     for (i = 0; i < n; i += C) {                                                             \
-        const int64_t v = (int64_t)km * (int32_t)js[i];                                      \
+        const int64_t v = (int64_t)km * w[2 * i];                                            \
         const uint32_t lo = (uint32_t)v, hi = (uint32_t)((uint64_t)v >> 32);                 \
         const int32_t r = ((T) + 1) >> 1;                                                    \
         (void)lo; (void)hi;                                                                  \
@@ -558,12 +618,17 @@ static inline int32_t bn_mulhi_add(int32_t a, int32_t b, int32_t c)
  * channel's max |km * J|, every |round(km * J / 2^s)| <= round(M / 2^s) <= 127): with v = km * J
  * = hi 2^32 + lo, v + 2^(s-1) = (hi + 2^(s-33)) 2^32 + lo and lo cannot carry into floor(. / 2^s),
  * so dx = (hi + 2^(s-33)) >> (s - 32): one SMMLA and a shift (|hi| < 2^(s-25): no overflow). */
-static BN_NOINLINE void bn_bwd_out32_nosat(const int64_t *js, int32_t n, int32_t C, int32_t km, int32_t s,
+static BN_NOINLINE void bn_bwd_out32_nosat(const int32_t *w, int32_t n, int32_t C, int32_t km, int32_t s,
                                            int8_t *dx)
 {
-    const int32_t h = (int32_t)1 << (s - 33), sr = s - 32;
-    int32_t i;
-    for (i = 0; i < n; i += C) dx[i] = (int8_t)(bn_mulhi_add(km, (int32_t)js[i], h) >> sr);
+    const int32_t h = (int32_t)1 << (s - 33), sr = s - 32, C2 = 2 * C;
+    int32_t i = 0;
+    for (; i + C < n; i += C2) { /* two positions a turn */
+        const int32_t r0 = bn_mulhi_add(km, w[2 * i], h), r1 = bn_mulhi_add(km, w[2 * (i + C)], h);
+        dx[i] = (int8_t)(r0 >> sr);
+        dx[i + C] = (int8_t)(r1 >> sr);
+    }
+    if (i < n) dx[i] = (int8_t)(bn_mulhi_add(km, w[2 * i], h) >> sr);
 }
 
 /* E_k of the backward (ops/batchnorm.py): the largest bitwidth(gamma * inv) - sh over channels
@@ -590,11 +655,14 @@ static int64_t bn_km(const int16_t *gamma, const int32_t *saved, int32_t C, int3
 }
 
 /* The train backward, channel by channel, with x_hat, then J, kept per element in the scratch
- * (P*C int64: TT_BATCHNORM_BUFFER_SIZE). Pass 1: x_hat, Se, G; pass 2: J and max |J| per
+ * (P*C int64 slots: TT_BATCHNORM_BUFFER_SIZE). Pass 1: x_hat, Se, G; pass 2: J and max |J| per
  * channel, so max |km * J| = |km| * max |J| per channel; pass 3: dx. A channel takes the int32
  * paths when x_hat cannot saturate there (x_hat at x = -128 and 127 fits int32: x_hat is
- * monotone in x) and J is bounded below 2^31 (|A*e - Se| <= 128 A + |Se|, |x_hat| <= the larger
- * endpoint); else the int64 formulas of bn_bwd_eval, element by element. */
+ * monotone in x), and J's when J is bounded below 2^31 (|A*e - Se| <= 128 A + |Se|, |x_hat| <=
+ * the larger endpoint); else the int64 formulas of bn_bwd_eval, element by element. A channel
+ * whose x_hat fits int32 keeps it (plus off), then its J when J fits int32, as an int32 in the
+ * first word of each element's slot (w[2i], w the scratch as int32: one store, no sign word);
+ * an int64 J, and everything of the other channels, takes the whole slot. */
 static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, const int8_t *e,
                             int32_t ee, const int8_t *x, int8_t *dx)
 {
@@ -602,9 +670,13 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
     const int32_t *saved = bp->saved;
     const int16_t *gamma = bp->gamma;
     int64_t *xs = ctx->scratch;
+    int32_t *w = (int32_t *)ctx->scratch;
     tt_stats *st = ctx->stats;
     const int32_t A = P, e_k = bn_e_k(gamma, saved, C);
-    uint64_t m = 0, fits = 0; /* fits: bit c (c < 64) when channel c's J are int32 */
+    /* fits: bit c (c < 64) when channel c's J are int32 (in w); amb: when its max |J| is mjc[c]
+     * or mjc[c] + 1 (bn_bwd_j32_mlar). m0: max |km * J| over the other channels; m1, m2: over
+     * the amb channels, from mjc[c] and from mjc[c] + 1 */
+    uint64_t m0 = 0, m1 = 0, m2 = 0, m, fits = 0, amb = 0;
     /* km and max |J| of channel c < 64 (|km| <= 2^24; max |J| < 2^31 where J fits int32, the
      * only channels that read it): 32-bit words, as a 64-bit array would be copied through VFP
      * registers in hard-float builds, which must stay VFP-free */
@@ -615,14 +687,21 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
         const bn_chan k = bn_channel(A, saved, C, c);
         const int64_t km = bn_km(gamma, saved, C, c, e_k);
         const uint64_t akm = tt_abs_u64(km);
-        uint32_t sat = 0;
+        uint32_t sat = 0, az = 0, bz = 0;
         const int32_t lo = bn_xhat_k(&k, -128, saved, C, c, &sat), hi = bn_xhat_k(&k, 127, saved, C, c, &sat);
         const uint64_t xmax = tt_abs_u64(lo) > tt_abs_u64(hi) ? tt_abs_u64(lo) : tt_abs_u64(hi);
-        int32_t se = 0;
+        const int32_t fast = !sat && bn_fast32(&k);
+        int32_t se = 0, off = 0;
         int64_t G = 0;
         uint64_t mj = 0;
-        if (!sat && bn_fast32(&k)) {
-            G = bn_bwd_xhat(e + c, x + c, n, C, &k, xs + c, &se);
+        if (fast && bn_mulr_consts(&k, &az, &bz) && (uint64_t)P * xmax < ((uint64_t)1 << 22)) {
+            /* |G| <= 128 P max |x_hat| < 2^29: T = G + 2^30 Se splits by a rounding shift */
+            const int64_t T = bn_bwd_xhat_off(e + c, x + c, n, C, az, 0u - bz, k.inv, w + 2 * c);
+            se = (int32_t)((T + ((int64_t)1 << 29)) >> 30);
+            G = T - (int64_t)se * ((int64_t)1 << 30);
+            off = (int32_t)1 << 30;
+        } else if (fast) {
+            G = bn_bwd_xhat(e + c, x + c, n, C, &k, w + 2 * c, &se);
         } else {
             for (p = 0; p < P; p++) {
                 const int32_t i = p * C + c, xh = bn_xhat_k(&k, x[i], saved, C, c, 0);
@@ -632,17 +711,28 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
             }
         }
         /* |J| <= (128 A + |Se|) 2^F + (xmax |G| + 2^(F-1)) / 2^F + 1 */
-        if (c < 64 && tt_abs_u64(G) <= (uint64_t)INT32_MAX && xmax < ((uint64_t)1 << 32) &&
+        if (fast && c < 64 && tt_abs_u64(G) <= (uint64_t)INT32_MAX && xmax < ((uint64_t)1 << 32) &&
             ((uint64_t)(128 * (int64_t)A + (se < 0 ? -se : se)) << BN_F) +
             ((xmax * tt_abs_u64(G)) >> BN_F) + 2 <= (uint64_t)INT32_MAX) {
-            /* k: x_hat 2^k and G 2^(20-k) both below 2^31 (xmax >= |x_hat|) */
-            const int32_t bx = tt_bitwidth_u64(xmax), k = bx >= 11 ? 31 - bx : 20;
-            if (bx <= 31 && tt_bitwidth_u64(tt_abs_u64(G)) + 20 - k <= 31)
+            /* k: x_hat 2^k and G 2^(20-k) both below 2^31 (xmax >= |x_hat|), and off 2^k = 0
+             * mod 2^32 */
+            const int32_t bx = tt_bitwidth_u64(xmax), kk = bx >= 11 ? 31 - bx : 20;
+            if (bx <= 31 && tt_bitwidth_u64(tt_abs_u64(G)) + 20 - kk <= 31 && (off == 0 || kk >= 2)) {
                 mj = bn_bwd_j32_mlar(e + c, n, C, A, 0u - ((uint32_t)se << BN_F),
-                                     (int32_t)((uint32_t)(int32_t)-G << (20 - k)), k, xs + c);
-            else
-                mj = bn_bwd_j32(e + c, n, C, A, se, (int32_t)-G, xs + c);
+                                     (int32_t)((uint32_t)(int32_t)-G << (20 - kk)), kk, w + 2 * c);
+                amb |= (uint64_t)1 << c;
+            } else {
+                mj = bn_bwd_j32(e + c, n, C, A, se, (int32_t)-G, off, w + 2 * c);
+            }
             fits |= (uint64_t)1 << c;
+        } else if (fast) {
+            for (p = 0; p < P; p++) { /* x_hat (int32, read bytewise: the slot turns int64) */
+                const int32_t i = p * C + c;
+                int32_t xh;
+                memcpy(&xh, w + 2 * i, sizeof xh);
+                xs[i] = bn_j(e[i], (int32_t)((uint32_t)xh - (uint32_t)off), A, se, G, 1);
+                if (tt_abs_u64(xs[i]) > mj) mj = tt_abs_u64(xs[i]);
+            }
         } else {
             for (p = 0; p < P; p++) {
                 const int32_t i = p * C + c;
@@ -656,19 +746,43 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
          * tt_batchnorm_grad_saved_s32 */
         bp->saved[3 * C + 1 + c] = se;
         bp->saved[4 * C + 1 + c] = tt_sat_s32(G);
-        if (akm * mj > m) m = akm * mj; /* |km| <= 2^24, |J| <= 2^38 */
+        /* |km| <= 2^24, |J| <= 2^38 */
+        if ((amb >> c) & 1) {
+            if (akm * mj > m1) m1 = akm * mj;
+            if (akm * (mj + 1) > m2) m2 = akm * (mj + 1);
+        } else if (akm * mj > m0) {
+            m0 = akm * mj;
+        }
         if (c < 64) { kmc[c] = (int32_t)km; mjc[c] = (uint32_t)mj; }
+    }
+    m = m0 > m2 ? m0 : m2;
+    if (tt_bitwidth_u64(m0 > m1 ? m0 : m1) != tt_bitwidth_u64(m)) {
+        /* the shift depends on which: settle the amb channels' max |J| */
+        m = m0;
+        for (c = 0; c < C && c < 64; c++) {
+            if ((amb >> c) & 1) {
+                if (bn_has_neg(w + 2 * c, n, C, mjc[c])) mjc[c]++;
+                amb &= ~((uint64_t)1 << c);
+                if ((uint64_t)(kmc[c] < 0 ? -(int64_t)kmc[c] : kmc[c]) * mjc[c] > m)
+                    m = (uint64_t)(kmc[c] < 0 ? -(int64_t)kmc[c] : kmc[c]) * mjc[c];
+            }
+        }
     }
     s = tt_requant_shift(m, 8);
     for (c = 0; c < C; c++) {
         const int64_t km = c < 64 ? kmc[c] : bn_km(gamma, saved, C, c, e_k);
-        if (s >= 1 && c < 64 && ((fits >> c) & 1)) {
-            /* the channel's max |km * J| (fits: mj < 2^31) */
-            const int64_t mcj = (int64_t)tt_abs_u64(km) * mjc[c];
+        if (c < 64 && ((fits >> c) & 1)) {
+            /* an upper bound of the channel's max |km * J| (fits: mj < 2^31) */
+            const int64_t mcj = (int64_t)tt_abs_u64(km) * ((uint64_t)mjc[c] + ((amb >> c) & 1));
             if (s >= 33 && tt_rshift_round_s64(mcj, s) <= TT_S8_MAX)
-                bn_bwd_out32_nosat(xs + c, n, C, (int32_t)km, s, dx + c);
+                bn_bwd_out32_nosat(w + 2 * c, n, C, (int32_t)km, s, dx + c);
+            else if (s >= 1)
+                bn_bwd_out32(w + 2 * c, n, C, (int32_t)km, s, dx + c, &st->saturated);
             else
-                bn_bwd_out32(xs + c, n, C, (int32_t)km, s, dx + c, &st->saturated);
+                for (p = 0; p < P; p++) { /* s = 0: |km * J| <= m < 2^7 */
+                    const int32_t i = p * C + c;
+                    dx[i] = (int8_t)(km * w[2 * i]);
+                }
             continue;
         }
         for (p = 0; p < P; p++) {
