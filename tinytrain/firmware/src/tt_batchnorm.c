@@ -663,6 +663,9 @@ static int64_t bn_km(const int16_t *gamma, const int32_t *saved, int32_t C, int3
  * whose x_hat fits int32 keeps it (plus off), then its J when J fits int32, as an int32 in the
  * first word of each element's slot (w[2i], w the scratch as int32: one store, no sign word);
  * an int64 J, and everything of the other channels, takes the whole slot. */
+#define BN_FITS 1
+#define BN_AMB 2
+
 static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, const int8_t *e,
                             int32_t ee, const int8_t *x, int8_t *dx)
 {
@@ -673,36 +676,52 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
     int32_t *w = (int32_t *)ctx->scratch;
     tt_stats *st = ctx->stats;
     const int32_t A = P, e_k = bn_e_k(gamma, saved, C);
-    /* fits: bit c (c < 64) when channel c's J are int32 (in w); amb: when its max |J| is mjc[c]
-     * or mjc[c] + 1 (bn_bwd_j32_mlar). m0: max |km * J| over the other channels; m1, m2: over
-     * the amb channels, from mjc[c] and from mjc[c] + 1 */
-    uint64_t m0 = 0, m1 = 0, m2 = 0, m, fits = 0, amb = 0;
+    /* m0: max |km * J| over the channels whose max |J| is known; m1, m2: over the others (BN_AMB),
+     * from mjc[c] and from mjc[c] + 1 */
+    uint64_t m0 = 0, m1 = 0, m2 = 0, m, nosat_lim;
     /* km and max |J| of channel c < 64 (|km| <= 2^24; max |J| < 2^31 where J fits int32, the
      * only channels that read it): 32-bit words, as a 64-bit array would be copied through VFP
      * registers in hard-float builds, which must stay VFP-free */
     int32_t kmc[64];
     uint32_t mjc[64];
+    /* channel c < 64: BN_FITS when its J are int32 (in w), BN_AMB when its max |J| is mjc[c] or
+     * mjc[c] + 1 (bn_bwd_j32_mlar); bytes, not bits of a 64-bit mask (variable 64-bit shifts) */
+    uint8_t fl[64];
     int32_t c, p, s;
+    const uint32_t xlim = (((uint32_t)1 << 22) - 1u) / (uint32_t)P; /* P * xmax < 2^22 iff xmax <= xlim */
     for (c = 0; c < C; c++) {
         const bn_chan k = bn_channel(A, saved, C, c);
         const int64_t km = bn_km(gamma, saved, C, c, e_k);
-        const uint64_t akm = tt_abs_u64(km);
-        uint32_t sat = 0, az = 0, bz = 0;
-        const int32_t lo = bn_xhat_k(&k, -128, saved, C, c, &sat), hi = bn_xhat_k(&k, 127, saved, C, c, &sat);
-        const uint64_t xmax = tt_abs_u64(lo) > tt_abs_u64(hi) ? tt_abs_u64(lo) : tt_abs_u64(hi);
-        const int32_t fast = !sat && bn_fast32(&k);
-        int32_t se = 0, off = 0;
+        const uint32_t akm = (uint32_t)tt_abs_u64(km); /* <= 2^24 */
+        uint32_t az = 0, bz = 0;
+        uint64_t xmax;
+        int32_t se = 0, off = 0, fast, pass1 = 0;
         int64_t G = 0;
         uint64_t mj = 0;
-        if (fast && bn_mulr_consts(&k, &az, &bz) && (uint64_t)P * xmax < ((uint64_t)1 << 22)) {
-            /* |G| <= 128 P max |x_hat| < 2^29: T = G + 2^30 Se splits by a rounding shift */
-            const int64_t T = bn_bwd_xhat_off(e + c, x + c, n, C, az, 0u - bz, k.inv, w + 2 * c);
-            se = (int32_t)((T + ((int64_t)1 << 29)) >> 30);
-            G = T - (int64_t)se * ((int64_t)1 << 30);
-            off = (int32_t)1 << 30;
-        } else if (fast) {
-            G = bn_bwd_xhat(e + c, x + c, n, C, &k, w + 2 * c, &se);
+        if (bn_mulr_consts(&k, &az, &bz)) {
+            /* x_hat = bn_mulhr(x az - bz, inv), |x_hat| < 2^30: the ends in 32 bits */
+            const int32_t lo = bn_mulhr((int32_t)(0u - 128u * az - bz), k.inv);
+            const int32_t hi = bn_mulhr((int32_t)(127u * az - bz), k.inv);
+            const uint32_t alo = lo < 0 ? 0u - (uint32_t)lo : (uint32_t)lo, ahi = hi < 0 ? 0u - (uint32_t)hi : (uint32_t)hi;
+            xmax = alo > ahi ? alo : ahi;
+            fast = 1;
+            if (xmax <= xlim) {
+                /* |G| <= 128 P max |x_hat| < 2^29: T = G + 2^30 Se splits by a rounding shift */
+                const int64_t T = bn_bwd_xhat_off(e + c, x + c, n, C, az, 0u - bz, k.inv, w + 2 * c);
+                se = (int32_t)((T + ((int64_t)1 << 29)) >> 30);
+                G = (int32_t)((uint32_t)T - ((uint32_t)se << 30)); /* |G| < 2^29: its low word */
+                off = (int32_t)1 << 30;
+                pass1 = 1;
+            }
         } else {
+            uint32_t sat = 0;
+            const int32_t lo = bn_xhat_k(&k, -128, saved, C, c, &sat), hi = bn_xhat_k(&k, 127, saved, C, c, &sat);
+            xmax = tt_abs_u64(lo) > tt_abs_u64(hi) ? tt_abs_u64(lo) : tt_abs_u64(hi);
+            fast = !sat && bn_fast32(&k);
+        }
+        if (fast && !pass1) {
+            G = bn_bwd_xhat(e + c, x + c, n, C, &k, w + 2 * c, &se);
+        } else if (!fast) {
             for (p = 0; p < P; p++) {
                 const int32_t i = p * C + c, xh = bn_xhat_k(&k, x[i], saved, C, c, 0);
                 xs[i] = xh;
@@ -711,20 +730,21 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
             }
         }
         /* |J| <= (128 A + |Se|) 2^F + (xmax |G| + 2^(F-1)) / 2^F + 1 */
+        if (c < 64) fl[c] = 0;
         if (fast && c < 64 && tt_abs_u64(G) <= (uint64_t)INT32_MAX && xmax < ((uint64_t)1 << 32) &&
             ((uint64_t)(128 * (int64_t)A + (se < 0 ? -se : se)) << BN_F) +
-            ((xmax * tt_abs_u64(G)) >> BN_F) + 2 <= (uint64_t)INT32_MAX) {
+            (((uint64_t)(uint32_t)xmax * (uint32_t)tt_abs_u64(G)) >> BN_F) + 2 <= (uint64_t)INT32_MAX) {
             /* k: x_hat 2^k and G 2^(20-k) both below 2^31 (xmax >= |x_hat|), and off 2^k = 0
              * mod 2^32 */
             const int32_t bx = tt_bitwidth_u64(xmax), kk = bx >= 11 ? 31 - bx : 20;
             if (bx <= 31 && tt_bitwidth_u64(tt_abs_u64(G)) + 20 - kk <= 31 && (off == 0 || kk >= 2)) {
                 mj = bn_bwd_j32_mlar(e + c, n, C, A, 0u - ((uint32_t)se << BN_F),
                                      (int32_t)((uint32_t)(int32_t)-G << (20 - kk)), kk, w + 2 * c);
-                amb |= (uint64_t)1 << c;
+                fl[c] = BN_AMB;
             } else {
                 mj = bn_bwd_j32(e + c, n, C, A, se, (int32_t)-G, off, w + 2 * c);
             }
-            fits |= (uint64_t)1 << c;
+            fl[c] |= BN_FITS;
         } else if (fast) {
             for (p = 0; p < P; p++) { /* x_hat (int32, read bytewise: the slot turns int64) */
                 const int32_t i = p * C + c;
@@ -747,9 +767,10 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
         bp->saved[3 * C + 1 + c] = se;
         bp->saved[4 * C + 1 + c] = tt_sat_s32(G);
         /* |km| <= 2^24, |J| <= 2^38 */
-        if ((amb >> c) & 1) {
-            if (akm * mj > m1) m1 = akm * mj;
-            if (akm * (mj + 1) > m2) m2 = akm * (mj + 1);
+        if (c < 64 && (fl[c] & BN_AMB)) { /* mj < 2^31: 32x32 -> 64 products */
+            const uint64_t a1 = (uint64_t)akm * (uint32_t)mj, a2 = a1 + akm;
+            if (a1 > m1) m1 = a1;
+            if (a2 > m2) m2 = a2;
         } else if (akm * mj > m0) {
             m0 = akm * mj;
         }
@@ -760,21 +781,23 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
         /* the shift depends on which: settle the amb channels' max |J| */
         m = m0;
         for (c = 0; c < C && c < 64; c++) {
-            if ((amb >> c) & 1) {
+            if (fl[c] & BN_AMB) {
                 if (bn_has_neg(w + 2 * c, n, C, mjc[c])) mjc[c]++;
-                amb &= ~((uint64_t)1 << c);
+                fl[c] &= (uint8_t)~BN_AMB;
                 if ((uint64_t)(kmc[c] < 0 ? -(int64_t)kmc[c] : kmc[c]) * mjc[c] > m)
                     m = (uint64_t)(kmc[c] < 0 ? -(int64_t)kmc[c] : kmc[c]) * mjc[c];
             }
         }
     }
     s = tt_requant_shift(m, 8);
+    nosat_lim = s >= 33 ? (uint64_t)255 << (s - 1) : 0;
     for (c = 0; c < C; c++) {
         const int64_t km = c < 64 ? kmc[c] : bn_km(gamma, saved, C, c, e_k);
-        if (c < 64 && ((fits >> c) & 1)) {
-            /* an upper bound of the channel's max |km * J| (fits: mj < 2^31) */
-            const int64_t mcj = (int64_t)tt_abs_u64(km) * ((uint64_t)mjc[c] + ((amb >> c) & 1));
-            if (s >= 33 && tt_rshift_round_s64(mcj, s) <= TT_S8_MAX)
+        if (c < 64 && (fl[c] & BN_FITS)) {
+            /* an upper bound of the channel's max |km * J| (fits: mj < 2^31); rshift_round(mcj, s)
+             * <= 127 iff mcj < 255 * 2^(s-1) */
+            const uint64_t mcj = (uint64_t)(uint32_t)tt_abs_u64(km) * mjc[c] + ((fl[c] & BN_AMB) ? (uint32_t)tt_abs_u64(km) : 0u);
+            if (s >= 33 && mcj < nosat_lim)
                 bn_bwd_out32_nosat(w + 2 * c, n, C, (int32_t)km, s, dx + c);
             else if (s >= 1)
                 bn_bwd_out32(w + 2 * c, n, C, (int32_t)km, s, dx + c, &st->saturated);
