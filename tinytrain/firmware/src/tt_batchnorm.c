@@ -49,7 +49,36 @@ static int32_t bn_rdiv(int64_t n, int32_t a, int64_t d)
 /** Shift-EMA r + round((b - r) / 2^k); the result lies between r and b. */
 static int32_t bn_ema(int32_t r, int32_t b, int32_t k)
 {
-    return (int32_t)(r + tt_rshift_round_s64((int64_t)b - r, k));
+    const int64_t d = (int64_t)b - r;
+    /* k = mom_k <= 31: the int32 rounding shift when b - r fits int32 (no 64-bit shifts) */
+    if (d == (int32_t)d && k <= 31) return (int32_t)((uint32_t)r + (uint32_t)tt_rshift_round_s32((int32_t)d, k));
+    return (int32_t)(r + tt_rshift_round_s64(d, k));
+}
+
+/* bn_rdiv(n, a, d) for 0 <= a < 29 and |n| 2^a < 2^29 (1 <= d < 2^25): num = 2 n 2^a + d and
+ * 2 d fit int32 and no saturation is possible, so one 32-bit floor division; else bn_rdiv. */
+static inline int32_t bn_rdiv_fast(int64_t n, int32_t a, int64_t d)
+{
+    const uint32_t lim = (uint32_t)1 << ((29 - a) & 31); /* a < 29: |n| < lim iff n + lim - 1 <= 2 lim - 2 */
+    if ((uint32_t)a < 29 && n == (int32_t)n && (uint32_t)(int32_t)n + lim - 1u < 2u * lim - 1u) {
+        const int32_t num = (int32_t)((uint32_t)(int32_t)n << (a + 1)) + (int32_t)d, den = 2 * (int32_t)d;
+        const int32_t q = num / den;
+        return num % den < 0 ? q - 1 : q;
+    }
+    return bn_rdiv(n, a, d);
+}
+
+/* tt_align(v, e_from, e_to) as an int32 (within [-2^30, 2^30]), a left shift (e_to < e_from) by
+ * comparing v with 2^30 >> d first: v 2^d <= 2^30 iff v <= floor(2^30 / 2^d). */
+static int32_t bn_align32(int32_t v, int32_t e_from, int32_t e_to)
+{
+    if (e_to < e_from) {
+        const int32_t d = e_from - e_to > 31 ? 31 : e_from - e_to, lim = (int32_t)(TT_ALIGN_LIM >> d);
+        if (v > lim) return (int32_t)TT_ALIGN_LIM;
+        if (v < -lim) return -(int32_t)TT_ALIGN_LIM;
+        return (int32_t)((uint32_t)v << d);
+    }
+    return tt_align_s32(v, e_from, e_to);
 }
 
 /** 1/sqrt(v) ~ inv * 2^(n/2 - TT_BN_INV_BITS), n = e_v (mod 2), bitwidth(v 2^n) in {31, 32}. */
@@ -193,16 +222,14 @@ BN_ALWAYS_INLINE void bn_out32_loop(const int8_t *x, int32_t n, int32_t C, const
 /* bn_out32_loop with MULR and FOLD when no output of the channel saturates (the caller's check at
  * the two ends of its x range: the output is monotone in x), so the clamp and its count go; two
  * positions a turn, indexed from two bases (no pointer steps per element). */
-static BN_NOINLINE void bn_out32_nosat(const int8_t *x, int32_t n, int32_t C, const bn_chan *k, int32_t g,
-                                       int32_t b, int32_t s, int8_t *y)
+static BN_NOINLINE void bn_out32_nosat(const int8_t *x, int32_t n, int32_t C, uint32_t az, uint32_t bz,
+                                       int32_t inv, int32_t g, int32_t b, int32_t s, int8_t *y)
 {
-    uint32_t az = 0, bz = 0;
-    const int32_t inv = k->inv, bb = (int32_t)((uint32_t)b + ((uint32_t)1 << (s - 1)));
+    const int32_t bb = (int32_t)((uint32_t)b + ((uint32_t)1 << (s - 1)));
     const int8_t *x1 = x + C;
     int8_t *y1 = y + C;
     int32_t i = 0;
     const int32_t C2 = 2 * C;
-    (void)bn_mulr_consts(k, &az, &bz);
     for (; i + C < n; i += C2) {
         const int32_t h0 = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az - bz), inv);
         const int32_t h1 = bn_mulhr((int32_t)((uint32_t)(int32_t)x1[i] * az - bz), inv);
@@ -221,7 +248,7 @@ static BN_NOINLINE void bn_out32(const int8_t *x, int32_t n, int32_t C, const bn
 {
     uint32_t az, bz;
     const int32_t mulr = bn_mulr_consts(k, &az, &bz);
-    if (mulr && fold && nosat) bn_out32_nosat(x, n, C, k, g, b, s, y);
+    if (mulr && fold && nosat) bn_out32_nosat(x, n, C, az, bz, k->inv, g, b, s, y);
     else if (mulr && fold) bn_out32_loop(x, n, C, k, g, b, s, y, nsat, 1, 1);
     else if (mulr) bn_out32_loop(x, n, C, k, g, b, s, y, nsat, 1, 0);
     else if (fold) bn_out32_loop(x, n, C, k, g, b, s, y, nsat, 0, 1);
@@ -317,6 +344,8 @@ static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const i
     const int64_t eps_r = train ? 0 : bn_scale_cap(eps_m, -eps_k - e_rv);
     uint64_t m = 0;
     int32_t p, c, s, n;
+    uint8_t zc[64]; /* channel c < 64: z + 1 on bn_mulr_consts' path, else 0 */
+    int32_t fold;
     bn_stats(x, P, C, train, scratch);
     for (c = 0; c < C; c++) {
         const int32_t S = (int32_t)scratch[c], Q = (int32_t)scratch[C + c];
@@ -325,8 +354,8 @@ static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const i
             saved[c] = S;
             saved[C + c] = bn_inv_sqrt(v > 1 ? v : 1, 0, &n);
             saved[2 * C + c] = TT_BN_INV_BITS - BN_F - n / 2;
-            rmean[c] = bn_ema(rmean[c], bn_rdiv(S, ex - e_rm, P), mom_k);
-            rvar[c] = bn_ema(rvar[c], bn_rdiv(m2, 2 * ex - e_rv, (int64_t)P * (P - 1)), mom_k);
+            rmean[c] = bn_ema(rmean[c], bn_rdiv_fast(S, ex - e_rm, P), mom_k);
+            rvar[c] = bn_ema(rvar[c], bn_rdiv_fast(m2, 2 * ex - e_rv, (int64_t)P * (P - 1)), mom_k);
         } else {
             const int64_t v = (rvar[c] > 0 ? rvar[c] : 0) + eps_r;
             saved[c] = (int32_t)tt_align(rmean[c], e_rm, ex - TT_BN_EVAL_FRAC);
@@ -336,10 +365,19 @@ static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const i
     }
     for (c = 0; c < C; c++) {
         const bn_chan k = bn_channel(A, saved, C, c);
-        const int64_t b = tt_align(beta[c], e_b, ea), r = scratch[2 * C + c];
+        const int64_t b = bn_align32(beta[c], e_b, ea), r = scratch[2 * C + c];
         const int32_t g = gamma[c], lo = (int32_t)(r >> 8), hi = (int32_t)(r & 255) - 128;
-        uint32_t sat = 0;
-        const int32_t xl = bn_xhat_k(&k, lo, saved, C, c, &sat), xr = bn_xhat_k(&k, hi, saved, C, c, &sat);
+        uint32_t sat = 0, az, bz;
+        int32_t xl, xr;
+        if (bn_mulr_consts(&k, &az, &bz)) { /* x_hat = bn_mulhr(x az - bz, inv): no saturation */
+            xl = bn_mulhr((int32_t)((uint32_t)lo * az - bz), k.inv);
+            xr = bn_mulhr((int32_t)((uint32_t)hi * az - bz), k.inv);
+            if (c < 64) zc[c] = (uint8_t)(33 - k.sh); /* z + 1 */
+        } else {
+            xl = bn_xhat_k(&k, lo, saved, C, c, &sat);
+            xr = bn_xhat_k(&k, hi, saved, C, c, &sat);
+            if (c < 64) zc[c] = 0;
+        }
         scratch[c] = b;
         /* a saturating channel is marked by its count << 56 (>= 2^56; |acc| < 2^47 otherwise: a
          * computed mark, as a 64-bit constant would be stored through VFP registers in hard-float
@@ -360,11 +398,23 @@ static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const i
     }
     saved[3 * C] = ex;
     s = tt_requant_shift(m, 8);
+    fold = s >= 1 && m + ((uint64_t)1 << (s - 1)) <= (uint64_t)INT32_MAX; /* (v + 2^(s-1)) >> s in int32 */
     for (c = 0; c < C; c++) {
         const bn_chan k = bn_channel(A, saved, C, c);
         const int64_t b = scratch[c];
         const int32_t g = gamma[c];
         /* m <= INT32_MAX: s <= 24; |b| <= 2^30 (tt_align clamps) */
+        if (c < 64 && zc[c] && fold) {
+            /* bn_mulr_consts' path, no saturation of x_hat (zc: z + 1), the half folded: the
+             * ends' sums fit int32 (<= m); no output saturates iff neither end's does */
+            const int32_t rl = ((int32_t)scratch[2 * C + c] + ((int32_t)1 << (s - 1))) >> s;
+            const int32_t rr = ((int32_t)scratch[C + c] + ((int32_t)1 << (s - 1))) >> s;
+            const int32_t z = zc[c] - 1;
+            if ((uint32_t)(rl + TT_S8_MAX) <= 2u * TT_S8_MAX && (uint32_t)(rr + TT_S8_MAX) <= 2u * TT_S8_MAX) {
+                bn_out32_nosat(x + c, P * C, C, (uint32_t)k.A << z, (uint32_t)k.B << z, k.inv, g, (int32_t)b, s, y + c);
+                continue;
+            }
+        }
         if (m <= (uint64_t)INT32_MAX && s >= 1 && scratch[C + c] < ((int64_t)1 << 56) && bn_fast32(&k)) {
             /* both ends' sums fit int32 here (<= m) */
             const int32_t rl = tt_rshift_round_s32((int32_t)scratch[2 * C + c], s);
