@@ -226,18 +226,22 @@ static BN_NOINLINE void bn_out32_nosat(const int8_t *x, int32_t n, int32_t C, ui
                                        int32_t inv, int32_t g, int32_t b, int32_t s, int8_t *y)
 {
     const int32_t bb = (int32_t)((uint32_t)b + ((uint32_t)1 << (s - 1)));
+    uint32_t nbz = 0u - bz; /* x az - bz as one MLA */
+#if defined(__GNUC__)
+    __asm__("" : "+r"(nbz)); /* opaque: GCC would turn x az + (-bz) back into MUL and SUB */
+#endif
     const int8_t *x1 = x + C;
     int8_t *y1 = y + C;
     int32_t i = 0;
     const int32_t C2 = 2 * C;
     for (; i + C < n; i += C2) {
-        const int32_t h0 = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az - bz), inv);
-        const int32_t h1 = bn_mulhr((int32_t)((uint32_t)(int32_t)x1[i] * az - bz), inv);
+        const int32_t h0 = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az + nbz), inv);
+        const int32_t h1 = bn_mulhr((int32_t)((uint32_t)(int32_t)x1[i] * az + nbz), inv);
         y[i] = (int8_t)((int32_t)((uint32_t)g * (uint32_t)h0 + (uint32_t)bb) >> s);
         y1[i] = (int8_t)((int32_t)((uint32_t)g * (uint32_t)h1 + (uint32_t)bb) >> s);
     }
     if (i < n) {
-        const int32_t h0 = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az - bz), inv);
+        const int32_t h0 = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az + nbz), inv);
         y[i] = (int8_t)((int32_t)((uint32_t)g * (uint32_t)h0 + (uint32_t)bb) >> s);
     }
 }
