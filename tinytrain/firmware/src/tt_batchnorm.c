@@ -351,51 +351,62 @@ static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const i
     uint8_t zc[64]; /* channel c < 64: z + 1 on bn_mulr_consts' path, else 0 */
     int32_t fold;
     bn_stats(x, P, C, train, scratch);
+    /* One pass over the channels: the statistics and saved constants, then x_hat's ends (channel
+     * c reads its own scratch words before writing them). */
     for (c = 0; c < C; c++) {
         const int32_t S = (int32_t)scratch[c], Q = (int32_t)scratch[C + c];
+        const int64_t r = scratch[2 * C + c];
+        const int32_t g = gamma[c], lo = (int32_t)(r >> 8), hi = (int32_t)(r & 255) - 128;
+        const int32_t b = bn_align32(beta[c], e_b, ea);
+        bn_chan k;
+        uint32_t sat = 0, az, bz;
+        int32_t xl, xr;
+        int64_t el, er;
+        k.A = (int32_t)A;
         if (train) {
             const int64_t m2 = (int64_t)P * Q - (int64_t)S * S, v = m2 + eps_v;
-            saved[c] = S;
-            saved[C + c] = bn_inv_sqrt(v > 1 ? v : 1, 0, &n);
-            saved[2 * C + c] = TT_BN_INV_BITS - BN_F - n / 2;
+            k.B = S;
+            k.inv = bn_inv_sqrt(v > 1 ? v : 1, 0, &n);
+            k.sh = TT_BN_INV_BITS - BN_F - n / 2;
             rmean[c] = bn_ema(rmean[c], bn_rdiv_fast(S, ex - e_rm, P), mom_k);
             rvar[c] = bn_ema(rvar[c], bn_rdiv_fast(m2, 2 * ex - e_rv, (int64_t)P * (P - 1)), mom_k);
         } else {
             const int64_t v = (rvar[c] > 0 ? rvar[c] : 0) + eps_r;
-            saved[c] = (int32_t)tt_align(rmean[c], e_rm, ex - TT_BN_EVAL_FRAC);
-            saved[C + c] = bn_inv_sqrt(v > 1 ? v : 1, e_rv, &n);
-            saved[2 * C + c] = TT_BN_INV_BITS - BN_F + (e_rv - n) / 2 + TT_BN_EVAL_FRAC - ex;
+            k.B = (int32_t)tt_align(rmean[c], e_rm, ex - TT_BN_EVAL_FRAC);
+            k.inv = bn_inv_sqrt(v > 1 ? v : 1, e_rv, &n);
+            k.sh = TT_BN_INV_BITS - BN_F + (e_rv - n) / 2 + TT_BN_EVAL_FRAC - ex;
         }
-    }
-    for (c = 0; c < C; c++) {
-        const bn_chan k = bn_channel(A, saved, C, c);
-        const int64_t b = bn_align32(beta[c], e_b, ea), r = scratch[2 * C + c];
-        const int32_t g = gamma[c], lo = (int32_t)(r >> 8), hi = (int32_t)(r & 255) - 128;
-        uint32_t sat = 0, az, bz;
-        int32_t xl, xr;
+        k.fast = k.sh >= 1 && k.sh <= 62;
+        saved[c] = k.B;
+        saved[C + c] = k.inv;
+        saved[2 * C + c] = k.sh;
         if (bn_mulr_consts(&k, &az, &bz)) { /* x_hat = bn_mulhr(x az - bz, inv): no saturation */
             xl = bn_mulhr((int32_t)((uint32_t)lo * az - bz), k.inv);
             xr = bn_mulhr((int32_t)((uint32_t)hi * az - bz), k.inv);
             if (c < 64) zc[c] = (uint8_t)(33 - k.sh); /* z + 1 */
         } else {
-            xl = bn_xhat_k(&k, lo, saved, C, c, &sat);
-            xr = bn_xhat_k(&k, hi, saved, C, c, &sat);
+            const bn_chan k2 = k; /* its address taken here only: k stays in registers */
+            xl = bn_xhat_k(&k2, lo, saved, C, c, &sat);
+            xr = bn_xhat_k(&k2, hi, saved, C, c, &sat);
             if (c < 64) zc[c] = 0;
         }
+        el = (int64_t)g * xl + b;
+        er = (int64_t)g * xr + b;
         scratch[c] = b;
         /* a saturating channel is marked by its count << 56 (>= 2^56; |acc| < 2^47 otherwise: a
          * computed mark, as a 64-bit constant would be stored through VFP registers in hard-float
          * builds); else the sums at its two ends, for the output pass's saturation check */
-        scratch[C + c] = sat ? (int64_t)sat << 56 : (int64_t)g * xr + b;
-        scratch[2 * C + c] = (int64_t)g * xl + b;
+        scratch[C + c] = sat ? (int64_t)sat << 56 : er;
+        scratch[2 * C + c] = el;
         if (sat) {
+            const bn_chan k2 = k;
             for (p = 0; p < P; p++) {
-                const int32_t xh = bn_xhat_k(&k, x[(int64_t)p * C + c], saved, C, c, &st->saturated);
+                const int32_t xh = bn_xhat_k(&k2, x[(int64_t)p * C + c], saved, C, c, &st->saturated);
                 const uint64_t a = tt_abs_u64((int64_t)g * xh + b);
                 if (a > m) m = a;
             }
         } else {
-            const uint64_t al = tt_abs_u64((int64_t)g * xl + b), ar = tt_abs_u64((int64_t)g * xr + b);
+            const uint64_t al = tt_abs_u64(el), ar = tt_abs_u64(er);
             if (al > m) m = al;
             if (ar > m) m = ar;
         }
