@@ -415,9 +415,9 @@ static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const i
     s = tt_requant_shift(m, 8);
     fold = s >= 1 && m + ((uint64_t)1 << (s - 1)) <= (uint64_t)INT32_MAX; /* (v + 2^(s-1)) >> s in int32 */
     for (c = 0; c < C; c++) {
-        const bn_chan k = bn_channel(A, saved, C, c);
-        const int64_t b = scratch[c];
-        const int32_t g = gamma[c];
+        bn_chan k;
+        int64_t b;
+        int32_t g;
         /* m <= INT32_MAX: s <= 24; |b| <= 2^30 (tt_align clamps) */
         if (c < 64 && zc[c] && fold) {
             /* bn_mulr_consts' path, no saturation of x_hat (zc: z + 1), the half folded: the
@@ -426,17 +426,20 @@ static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const i
             const int32_t rr = ((int32_t)scratch[C + c] + ((int32_t)1 << (s - 1))) >> s;
             const int32_t z = zc[c] - 1;
             if ((uint32_t)(rl + TT_S8_MAX) <= 2u * TT_S8_MAX && (uint32_t)(rr + TT_S8_MAX) <= 2u * TT_S8_MAX) {
-                bn_out32_nosat(x + c, P * C, C, (uint32_t)k.A << z, (uint32_t)k.B << z, k.inv, g, (int32_t)b, s, y + c);
+                bn_out32_nosat(x + c, P * C, C, (uint32_t)A << z, (uint32_t)saved[c] << z, saved[C + c], gamma[c],
+                               (int32_t)scratch[c], s, y + c);
                 continue;
             }
         }
+        k = bn_channel(A, saved, C, c);
+        b = scratch[c];
+        g = gamma[c];
         if (m <= (uint64_t)INT32_MAX && s >= 1 && scratch[C + c] < ((int64_t)1 << 56) && bn_fast32(&k)) {
             /* both ends' sums fit int32 here (<= m) */
             const int32_t rl = tt_rshift_round_s32((int32_t)scratch[2 * C + c], s);
             const int32_t rr = tt_rshift_round_s32((int32_t)scratch[C + c], s);
             const int32_t nosat = (uint32_t)(rl + TT_S8_MAX) <= 2u * TT_S8_MAX && (uint32_t)(rr + TT_S8_MAX) <= 2u * TT_S8_MAX;
-            bn_out32(x + c, P * C, C, &k, g, (int32_t)b, s, m + ((uint64_t)1 << (s - 1)) <= (uint64_t)INT32_MAX,
-                     nosat, y + c, &st->saturated);
+            bn_out32(x + c, P * C, C, &k, g, (int32_t)b, s, fold, nosat, y + c, &st->saturated);
             continue;
         }
         for (p = 0; p < P; p++) {
@@ -875,16 +878,19 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
                 pass1 = 1;
             }
         } else {
+            const bn_chan k2 = k; /* addresses taken of copies only: k stays in registers */
             uint32_t sat = 0;
-            const int32_t lo = bn_xhat_k(&k, -128, saved, C, c, &sat), hi = bn_xhat_k(&k, 127, saved, C, c, &sat);
+            const int32_t lo = bn_xhat_k(&k2, -128, saved, C, c, &sat), hi = bn_xhat_k(&k2, 127, saved, C, c, &sat);
             xmax = tt_abs_u64(lo) > tt_abs_u64(hi) ? tt_abs_u64(lo) : tt_abs_u64(hi);
-            fast = !sat && bn_fast32(&k);
+            fast = !sat && bn_fast32(&k2);
         }
         if (fast && !pass1) {
-            G = bn_bwd_xhat(e + c, x + c, n, C, &k, w + 2 * c, &se);
+            const bn_chan k2 = k;
+            G = bn_bwd_xhat(e + c, x + c, n, C, &k2, w + 2 * c, &se);
         } else if (!fast) {
+            const bn_chan k2 = k;
             for (p = 0; p < P; p++) {
-                const int32_t i = p * C + c, xh = bn_xhat_k(&k, x[i], saved, C, c, 0);
+                const int32_t i = p * C + c, xh = bn_xhat_k(&k2, x[i], saved, C, c, 0);
                 xs[i] = xh;
                 se += e[i];
                 G += (int64_t)e[i] * xh;
