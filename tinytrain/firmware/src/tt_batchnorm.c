@@ -47,7 +47,7 @@ static int32_t bn_rdiv(int64_t n, int32_t a, int64_t d)
 }
 
 /** Shift-EMA r + round((b - r) / 2^k); the result lies between r and b. */
-static int32_t bn_ema(int32_t r, int32_t b, int32_t k)
+static inline int32_t bn_ema(int32_t r, int32_t b, int32_t k)
 {
     const int64_t d = (int64_t)b - r;
     /* k = mom_k <= 31: the int32 rounding shift when b - r fits int32 (no 64-bit shifts) */
@@ -859,10 +859,15 @@ static int32_t bn_e_k(const int16_t *gamma, const int32_t *saved, int32_t C)
     return have ? top - TT_BN_KM_BITS : 0;
 }
 
-static int64_t bn_km(const int16_t *gamma, const int32_t *saved, int32_t C, int32_t c, int32_t e_k)
+static inline int64_t bn_km(const int16_t *gamma, const int32_t *saved, int32_t C, int32_t c, int32_t e_k)
 {
     const int64_t k = (int64_t)gamma[c] * saved[C + c];
     const int32_t sk = saved[2 * C + c] + e_k;
+    if (sk >= 1 && sk <= 31) {
+        /* |km| <= 2^24 (E_k's definition): the low word of floor((k + 2^(sk-1)) / 2^sk), |k| < 2^46 */
+        const uint64_t v = (uint64_t)(k + ((int64_t)1 << (sk - 1)));
+        return (int32_t)(((uint32_t)v >> sk) | ((uint32_t)(v >> 32) << (32 - sk)));
+    }
     return sk >= 0 ? tt_rshift_round_s64(k, sk < 62 ? sk : 62) : k * ((int64_t)1 << -sk);
 }
 
@@ -1129,10 +1134,13 @@ int32_t tt_batchnorm_bwd_s8(const tt_ctx *ctx, const tt_batchnorm_params *p, con
 
 void tt_batchnorm_grad_saved_s32(const tt_batchnorm_params *p, int32_t *ggamma, int32_t *gbeta)
 {
+    /* C and the rows in locals: the stores could alias *p, which the loop would reload */
+    const int32_t C = p->C;
+    const int32_t *const sb = p->saved + 3 * C + 1, *const sg = sb + C;
     int32_t c;
-    for (c = 0; c < p->C; c++) {
-        gbeta[c] = p->saved[3 * p->C + 1 + c];
-        ggamma[c] = p->saved[4 * p->C + 1 + c];
+    for (c = 0; c < C; c++) {
+        gbeta[c] = sb[c];
+        ggamma[c] = sg[c];
     }
 }
 
