@@ -3,7 +3,9 @@
  * tinytrain/ops/batchnorm.py; int64 everywhere a value can pass 2^31 (bounds in that file).
  * The per-element loops take int32 forms (one 32x32->64 multiply for x_hat, words of the
  * product for its shift) on channels where the bounds are checked once per channel; the int64
- * formulas remain for the others. */
+ * formulas remain for the others. On cores with the DSP extension and GCC, the train backward's
+ * three passes are inline-asm loops (their C twins beside them serve the other cores and the
+ * host's emulated-DSP build; tests/test_bn_kernel_qemu.py runs the asm under QEMU). */
 #include <string.h>
 
 #include "tt_batchnorm.h"
@@ -227,13 +229,13 @@ static BN_NOINLINE void bn_out32_nosat(const int8_t *x, int32_t n, int32_t C, ui
 {
     const int32_t bb = (int32_t)((uint32_t)b + ((uint32_t)1 << (s - 1)));
     uint32_t nbz = 0u - bz; /* x az - bz as one MLA */
-#if defined(__GNUC__)
-    __asm__("" : "+r"(nbz)); /* opaque: GCC would turn x az + (-bz) back into MUL and SUB */
-#endif
     const int8_t *x1 = x + C;
     int8_t *y1 = y + C;
     int32_t i = 0;
     const int32_t C2 = 2 * C;
+#if defined(__GNUC__)
+    __asm__("" : "+r"(nbz)); /* opaque: GCC would turn x az + (-bz) back into MUL and SUB */
+#endif
     for (; i + C < n; i += C2) {
         const int32_t h0 = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az + nbz), inv);
         const int32_t h1 = bn_mulhr((int32_t)((uint32_t)(int32_t)x1[i] * az + nbz), inv);
@@ -925,21 +927,21 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
             if (xmax <= xlim) {
                 /* |G| <= 128 P max |x_hat| < 2^29: T = G + 2^30 Se splits by a rounding shift */
                 const int64_t T = bn_bwd_xhat_off(e + c, x + c, n, C, az, 0u - bz, k.inv, w + 2 * c);
-                se = (int32_t)((T + ((int64_t)1 << 29)) >> 30);
-                const int32_t G32 = (int32_t)((uint32_t)T - ((uint32_t)se << 30)); /* |G| < 2^29: its low word */
+                const int32_t se1 = (int32_t)((T + ((int64_t)1 << 29)) >> 30);
+                const int32_t G32 = (int32_t)((uint32_t)T - ((uint32_t)se1 << 30)); /* |G| < 2^29: its low word */
                 const uint32_t aG = G32 < 0 ? 0u - (uint32_t)G32 : (uint32_t)G32;
-                const uint32_t ase = se < 0 ? 0u - (uint32_t)se : (uint32_t)se, x32 = (uint32_t)xmax;
+                const uint32_t ase = se1 < 0 ? 0u - (uint32_t)se1 : (uint32_t)se1, x32 = (uint32_t)xmax;
                 /* the general code's tests below in 32 bits (xmax < 2^22, |G| < 2^29): J fits
                  * int32, and k = 31 - bitwidth(xmax) (or 20) leaves G 2^(20-k) below 2^31 */
                 const int32_t bx = tt_bitwidth_u64(x32), kk = bx >= 11 ? 31 - bx : 20;
                 const int32_t bG = tt_bitwidth_u64(aG);
                 if (c < 64 && ((uint64_t)((uint32_t)(128 * A) + ase) << BN_F) + (((uint64_t)x32 * aG) >> BN_F) + 2 <=
                     (uint64_t)INT32_MAX && bG + 20 - kk <= 31) {
-                    const uint32_t a = bn_bwd_j32_mlar(e + c, n, C, A, 0u - ((uint32_t)se << BN_F),
+                    const uint32_t a = bn_bwd_j32_mlar(e + c, n, C, A, 0u - ((uint32_t)se1 << BN_F),
                                                        (int32_t)((uint32_t)-G32 << (20 - kk)), kk, w + 2 * c);
                     const uint64_t a1 = (uint64_t)akm * a, a2 = a1 + akm;
                     fl[c] = BN_FITS | BN_AMB;
-                    bp->saved[3 * C + 1 + c] = se;
+                    bp->saved[3 * C + 1 + c] = se1;
                     bp->saved[4 * C + 1 + c] = G32;
                     if (a1 > m1) m1 = a1;
                     if (a2 > m2) m2 = a2;
@@ -947,6 +949,7 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
                     mjc[c] = a;
                     continue;
                 }
+                se = se1;
                 G = G32;
                 off = (int32_t)1 << 30;
                 pass1 = 1;
