@@ -732,6 +732,63 @@ def test_batchnorm_dsp_equals_portable_and_reference(clib, dsplib, k, train):
 
 
 @st.composite
+def bn_bwd_case(draw):
+    """Train batch norm cases aimed at the backward's int32 paths: P from 2 (tiny variance, eps
+    dominating) to past 64, odd P (the two-a-turn loops' tails), channel counts off the four-lane
+    words; channels constant, two-valued, narrow or full-range; errors zero (shift 0), +-1,
+    +-127 in mirrored pairs (J = a and -(a + 1): the maximum settled from J ^ (J >> 31)) or drawn;
+    gamma zero, small or extreme."""
+    from tinytrain.ops import batchnorm as rb
+
+    C = draw(st.sampled_from([1, 2, 3, 5, 8, 13, 16, 17]))
+    P = draw(st.sampled_from([2, 3, 5, 15, 16, 17, 33, 64, 65]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    xk = draw(st.sampled_from(["full", "narrow", "two", "const"]))
+    if xk == "full":
+        x = rng.integers(-128, 128, (P, C))
+    elif xk == "narrow":
+        x = np.clip(rng.normal(rng.integers(-60, 60, C), rng.integers(1, 8, C), (P, C)), -128, 127)
+    elif xk == "two":
+        x = np.where(rng.random((P, C)) < 0.5, rng.integers(-128, 0, C), rng.integers(0, 128, C))
+    else:
+        x = np.broadcast_to(rng.integers(-128, 128, C), (P, C))
+    ek = draw(st.sampled_from(["zero", "unit", "mirror", "drawn"]))
+    if ek == "zero":
+        e = np.zeros((P, C), np.int64)
+    elif ek == "unit":
+        e = rng.integers(-1, 2, (P, C))
+    elif ek == "mirror":
+        half = rng.choice([-127, -64, 64, 127], ((P + 1) // 2, C))
+        e = np.concatenate([half, -half])[:P]
+        x = np.concatenate([x[:(P + 1) // 2], -np.clip(x[:(P + 1) // 2], -127, 127)])[:P]
+    else:
+        e = rng.integers(-127, 128, (P, C))
+    gk = draw(st.sampled_from(["one", "zero", "drawn", "extreme"]))
+    gamma = {"one": np.full(C, 1 << 14), "zero": np.zeros(C), "drawn": rng.integers(-32767, 32768, C),
+             "extreme": rng.choice([-32767, 32767, 1, -1], C)}[gk]
+    return dict(
+        x=np.ascontiguousarray(x, np.int8), e=np.ascontiguousarray(e, np.int8), gamma=gamma.astype(np.int16),
+        beta=draw_array(draw, (C,), np.int32, -(2**31) + 1, 2**31 - 1),
+        rmean=draw_array(draw, (C,), np.int32, -(2**31) + 1, 2**31 - 1),
+        rvar=draw_array(draw, (C,), np.int32, -(2**31) + 1, 2**31 - 1),
+        ex=draw(st.integers(-12, 4)), ee=draw(st.integers(-24, 8)), e_g=draw(st.sampled_from([-14, -15, -6])),
+        e_b=draw(st.integers(-32, 0)), e_rm=draw(st.integers(-28, 4)), e_rv=draw(st.integers(-31, 4)),
+        cfg=rb.config(eps=draw(st.sampled_from([0.0, 1e-5, 0.1])), momentum=0.1))
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(bn_bwd_case())
+def test_batchnorm_train_backward_int32_paths(clib, dsplib, k):
+    """The train backward's int32 paths (x_hat + 2^30 with Se and G from one sum, J and its
+    maximum two positions a turn, the maximum settled when the shift depends on it) on the DSP
+    build and the portable one == the numpy reference: dx, its exponent, saturation counts,
+    dgamma and dbeta."""
+    ref = bn_ref_run(k, True)
+    bn_assert_same(ref, bn_c_run(*clib, k, True), "portable")
+    bn_assert_same(ref, bn_c_run(*dsplib, k, True), "DSP")
+
+
+@st.composite
 def momentum_case(draw):
     """The momentum step fused at a tensor's backward (batch 1, no decay, no stochastic rounding):
     drawn sizes (the DSP loop's blocks of four and their tails), gradients and accumulators of

@@ -22,7 +22,8 @@ extern "C" {
 #define TT_BN_MAX_P 4096
 
 /** Scratch (bytes) of the forward and backward kernels over x[P][C]: three int64 per channel
- *  (forward, eval backward) or one per element (train backward: x_hat, then its J). */
+ *  (forward, eval backward) or one int64 slot per element (train backward: x_hat, then its J;
+ *  an int32 in the slot's first word where they fit int32). */
 #define TT_BATCHNORM_BUFFER_SIZE(P, C) (8 * ((P) * (C) > 3 * (C) ? (P) * (C) : 3 * (C)))
 /** Size (bytes) of the saved per-channel state passed from forward to backward. */
 #define TT_BATCHNORM_SAVED_SIZE(C) (20 * (C) + 4)

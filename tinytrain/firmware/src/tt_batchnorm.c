@@ -3,7 +3,11 @@
  * tinytrain/ops/batchnorm.py; int64 everywhere a value can pass 2^31 (bounds in that file).
  * The per-element loops take int32 forms (one 32x32->64 multiply for x_hat, words of the
  * product for its shift) on channels where the bounds are checked once per channel; the int64
- * formulas remain for the others. */
+ * formulas remain for the others. On cores with the DSP extension and GCC, the train backward's
+ * three passes are inline-asm loops (their C twins beside them serve the other cores and the
+ * host's emulated-DSP build; tests/test_bn_kernel_qemu.py runs the asm under QEMU). */
+#include <string.h>
+
 #include "tt_batchnorm.h"
 #include "tt_dsp.h"
 
@@ -45,9 +49,38 @@ static int32_t bn_rdiv(int64_t n, int32_t a, int64_t d)
 }
 
 /** Shift-EMA r + round((b - r) / 2^k); the result lies between r and b. */
-static int32_t bn_ema(int32_t r, int32_t b, int32_t k)
+static inline int32_t bn_ema(int32_t r, int32_t b, int32_t k)
 {
-    return (int32_t)(r + tt_rshift_round_s64((int64_t)b - r, k));
+    const int64_t d = (int64_t)b - r;
+    /* k = mom_k <= 31: the int32 rounding shift when b - r fits int32 (no 64-bit shifts) */
+    if (d == (int32_t)d && k <= 31) return (int32_t)((uint32_t)r + (uint32_t)tt_rshift_round_s32((int32_t)d, k));
+    return (int32_t)(r + tt_rshift_round_s64(d, k));
+}
+
+/* bn_rdiv(n, a, d) for 0 <= a < 29 and |n| 2^a < 2^29 (1 <= d < 2^25): num = 2 n 2^a + d and
+ * 2 d fit int32 and no saturation is possible, so one 32-bit floor division; else bn_rdiv. */
+static inline int32_t bn_rdiv_fast(int64_t n, int32_t a, int64_t d)
+{
+    const uint32_t lim = (uint32_t)1 << ((29 - a) & 31); /* a < 29: |n| < lim iff n + lim - 1 <= 2 lim - 2 */
+    if ((uint32_t)a < 29 && n == (int32_t)n && (uint32_t)(int32_t)n + lim - 1u < 2u * lim - 1u) {
+        const int32_t num = (int32_t)((uint32_t)(int32_t)n << (a + 1)) + (int32_t)d, den = 2 * (int32_t)d;
+        const int32_t q = num / den;
+        return num % den < 0 ? q - 1 : q;
+    }
+    return bn_rdiv(n, a, d);
+}
+
+/* tt_align(v, e_from, e_to) as an int32 (within [-2^30, 2^30]), a left shift (e_to < e_from) by
+ * comparing v with 2^30 >> d first: v 2^d <= 2^30 iff v <= floor(2^30 / 2^d). */
+static int32_t bn_align32(int32_t v, int32_t e_from, int32_t e_to)
+{
+    if (e_to < e_from) {
+        const int32_t d = e_from - e_to > 31 ? 31 : e_from - e_to, lim = (int32_t)(TT_ALIGN_LIM >> d);
+        if (v > lim) return (int32_t)TT_ALIGN_LIM;
+        if (v < -lim) return -(int32_t)TT_ALIGN_LIM;
+        return (int32_t)((uint32_t)v << d);
+    }
+    return tt_align_s32(v, e_from, e_to);
 }
 
 /** 1/sqrt(v) ~ inv * 2^(n/2 - TT_BN_INV_BITS), n = e_v (mod 2), bitwidth(v 2^n) in {31, 32}. */
@@ -191,24 +224,26 @@ BN_ALWAYS_INLINE void bn_out32_loop(const int8_t *x, int32_t n, int32_t C, const
 /* bn_out32_loop with MULR and FOLD when no output of the channel saturates (the caller's check at
  * the two ends of its x range: the output is monotone in x), so the clamp and its count go; two
  * positions a turn, indexed from two bases (no pointer steps per element). */
-static BN_NOINLINE void bn_out32_nosat(const int8_t *x, int32_t n, int32_t C, const bn_chan *k, int32_t g,
-                                       int32_t b, int32_t s, int8_t *y)
+static BN_NOINLINE void bn_out32_nosat(const int8_t *x, int32_t n, int32_t C, uint32_t az, uint32_t bz,
+                                       int32_t inv, int32_t g, int32_t b, int32_t s, int8_t *y)
 {
-    uint32_t az = 0, bz = 0;
-    const int32_t inv = k->inv, bb = (int32_t)((uint32_t)b + ((uint32_t)1 << (s - 1)));
+    const int32_t bb = (int32_t)((uint32_t)b + ((uint32_t)1 << (s - 1)));
+    uint32_t nbz = 0u - bz; /* x az - bz as one MLA */
     const int8_t *x1 = x + C;
     int8_t *y1 = y + C;
     int32_t i = 0;
     const int32_t C2 = 2 * C;
-    (void)bn_mulr_consts(k, &az, &bz);
+#if defined(__GNUC__)
+    __asm__("" : "+r"(nbz)); /* opaque: GCC would turn x az + (-bz) back into MUL and SUB */
+#endif
     for (; i + C < n; i += C2) {
-        const int32_t h0 = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az - bz), inv);
-        const int32_t h1 = bn_mulhr((int32_t)((uint32_t)(int32_t)x1[i] * az - bz), inv);
+        const int32_t h0 = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az + nbz), inv);
+        const int32_t h1 = bn_mulhr((int32_t)((uint32_t)(int32_t)x1[i] * az + nbz), inv);
         y[i] = (int8_t)((int32_t)((uint32_t)g * (uint32_t)h0 + (uint32_t)bb) >> s);
         y1[i] = (int8_t)((int32_t)((uint32_t)g * (uint32_t)h1 + (uint32_t)bb) >> s);
     }
     if (i < n) {
-        const int32_t h0 = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az - bz), inv);
+        const int32_t h0 = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az + nbz), inv);
         y[i] = (int8_t)((int32_t)((uint32_t)g * (uint32_t)h0 + (uint32_t)bb) >> s);
     }
 }
@@ -219,7 +254,7 @@ static BN_NOINLINE void bn_out32(const int8_t *x, int32_t n, int32_t C, const bn
 {
     uint32_t az, bz;
     const int32_t mulr = bn_mulr_consts(k, &az, &bz);
-    if (mulr && fold && nosat) bn_out32_nosat(x, n, C, k, g, b, s, y);
+    if (mulr && fold && nosat) bn_out32_nosat(x, n, C, az, bz, k->inv, g, b, s, y);
     else if (mulr && fold) bn_out32_loop(x, n, C, k, g, b, s, y, nsat, 1, 1);
     else if (mulr) bn_out32_loop(x, n, C, k, g, b, s, y, nsat, 1, 0);
     else if (fold) bn_out32_loop(x, n, C, k, g, b, s, y, nsat, 0, 1);
@@ -315,61 +350,98 @@ static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const i
     const int64_t eps_r = train ? 0 : bn_scale_cap(eps_m, -eps_k - e_rv);
     uint64_t m = 0;
     int32_t p, c, s, n;
+    uint8_t zc[64]; /* channel c < 64: z + 1 on bn_mulr_consts' path, else 0 */
+    int32_t fold;
     bn_stats(x, P, C, train, scratch);
+    /* One pass over the channels: the statistics and saved constants, then x_hat's ends (channel
+     * c reads its own scratch words before writing them). */
     for (c = 0; c < C; c++) {
         const int32_t S = (int32_t)scratch[c], Q = (int32_t)scratch[C + c];
+        const int64_t r = scratch[2 * C + c];
+        const int32_t g = gamma[c], lo = (int32_t)(r >> 8), hi = (int32_t)(r & 255) - 128;
+        const int32_t b = bn_align32(beta[c], e_b, ea);
+        bn_chan k;
+        uint32_t sat = 0, az, bz;
+        int32_t xl, xr;
+        int64_t el, er;
+        k.A = (int32_t)A;
         if (train) {
             const int64_t m2 = (int64_t)P * Q - (int64_t)S * S, v = m2 + eps_v;
-            saved[c] = S;
-            saved[C + c] = bn_inv_sqrt(v > 1 ? v : 1, 0, &n);
-            saved[2 * C + c] = TT_BN_INV_BITS - BN_F - n / 2;
-            rmean[c] = bn_ema(rmean[c], bn_rdiv(S, ex - e_rm, P), mom_k);
-            rvar[c] = bn_ema(rvar[c], bn_rdiv(m2, 2 * ex - e_rv, (int64_t)P * (P - 1)), mom_k);
+            k.B = S;
+            k.inv = bn_inv_sqrt(v > 1 ? v : 1, 0, &n);
+            k.sh = TT_BN_INV_BITS - BN_F - n / 2;
+            rmean[c] = bn_ema(rmean[c], bn_rdiv_fast(S, ex - e_rm, P), mom_k);
+            rvar[c] = bn_ema(rvar[c], bn_rdiv_fast(m2, 2 * ex - e_rv, (int64_t)P * (P - 1)), mom_k);
         } else {
             const int64_t v = (rvar[c] > 0 ? rvar[c] : 0) + eps_r;
-            saved[c] = (int32_t)tt_align(rmean[c], e_rm, ex - TT_BN_EVAL_FRAC);
-            saved[C + c] = bn_inv_sqrt(v > 1 ? v : 1, e_rv, &n);
-            saved[2 * C + c] = TT_BN_INV_BITS - BN_F + (e_rv - n) / 2 + TT_BN_EVAL_FRAC - ex;
+            k.B = (int32_t)tt_align(rmean[c], e_rm, ex - TT_BN_EVAL_FRAC);
+            k.inv = bn_inv_sqrt(v > 1 ? v : 1, e_rv, &n);
+            k.sh = TT_BN_INV_BITS - BN_F + (e_rv - n) / 2 + TT_BN_EVAL_FRAC - ex;
         }
-    }
-    for (c = 0; c < C; c++) {
-        const bn_chan k = bn_channel(A, saved, C, c);
-        const int64_t b = tt_align(beta[c], e_b, ea), r = scratch[2 * C + c];
-        const int32_t g = gamma[c], lo = (int32_t)(r >> 8), hi = (int32_t)(r & 255) - 128;
-        uint32_t sat = 0;
-        const int32_t xl = bn_xhat_k(&k, lo, saved, C, c, &sat), xr = bn_xhat_k(&k, hi, saved, C, c, &sat);
+        k.fast = k.sh >= 1 && k.sh <= 62;
+        saved[c] = k.B;
+        saved[C + c] = k.inv;
+        saved[2 * C + c] = k.sh;
+        if (bn_mulr_consts(&k, &az, &bz)) { /* x_hat = bn_mulhr(x az - bz, inv): no saturation */
+            xl = bn_mulhr((int32_t)((uint32_t)lo * az - bz), k.inv);
+            xr = bn_mulhr((int32_t)((uint32_t)hi * az - bz), k.inv);
+            if (c < 64) zc[c] = (uint8_t)(33 - k.sh); /* z + 1 */
+        } else {
+            const bn_chan k2 = k; /* its address taken here only: k stays in registers */
+            xl = bn_xhat_k(&k2, lo, saved, C, c, &sat);
+            xr = bn_xhat_k(&k2, hi, saved, C, c, &sat);
+            if (c < 64) zc[c] = 0;
+        }
+        el = (int64_t)g * xl + b;
+        er = (int64_t)g * xr + b;
         scratch[c] = b;
         /* a saturating channel is marked by its count << 56 (>= 2^56; |acc| < 2^47 otherwise: a
          * computed mark, as a 64-bit constant would be stored through VFP registers in hard-float
          * builds); else the sums at its two ends, for the output pass's saturation check */
-        scratch[C + c] = sat ? (int64_t)sat << 56 : (int64_t)g * xr + b;
-        scratch[2 * C + c] = (int64_t)g * xl + b;
+        scratch[C + c] = sat ? (int64_t)sat << 56 : er;
+        scratch[2 * C + c] = el;
         if (sat) {
+            const bn_chan k2 = k;
             for (p = 0; p < P; p++) {
-                const int32_t xh = bn_xhat_k(&k, x[(int64_t)p * C + c], saved, C, c, &st->saturated);
+                const int32_t xh = bn_xhat_k(&k2, x[(int64_t)p * C + c], saved, C, c, &st->saturated);
                 const uint64_t a = tt_abs_u64((int64_t)g * xh + b);
                 if (a > m) m = a;
             }
         } else {
-            const uint64_t al = tt_abs_u64((int64_t)g * xl + b), ar = tt_abs_u64((int64_t)g * xr + b);
+            const uint64_t al = tt_abs_u64(el), ar = tt_abs_u64(er);
             if (al > m) m = al;
             if (ar > m) m = ar;
         }
     }
     saved[3 * C] = ex;
     s = tt_requant_shift(m, 8);
+    fold = s >= 1 && m + ((uint64_t)1 << (s - 1)) <= (uint64_t)INT32_MAX; /* (v + 2^(s-1)) >> s in int32 */
     for (c = 0; c < C; c++) {
-        const bn_chan k = bn_channel(A, saved, C, c);
-        const int64_t b = scratch[c];
-        const int32_t g = gamma[c];
+        bn_chan k;
+        int64_t b;
+        int32_t g;
         /* m <= INT32_MAX: s <= 24; |b| <= 2^30 (tt_align clamps) */
+        if (c < 64 && zc[c] && fold) {
+            /* bn_mulr_consts' path, no saturation of x_hat (zc: z + 1), the half folded: the
+             * ends' sums fit int32 (<= m); no output saturates iff neither end's does */
+            const int32_t rl = ((int32_t)scratch[2 * C + c] + ((int32_t)1 << (s - 1))) >> s;
+            const int32_t rr = ((int32_t)scratch[C + c] + ((int32_t)1 << (s - 1))) >> s;
+            const int32_t z = zc[c] - 1;
+            if ((uint32_t)(rl + TT_S8_MAX) <= 2u * TT_S8_MAX && (uint32_t)(rr + TT_S8_MAX) <= 2u * TT_S8_MAX) {
+                bn_out32_nosat(x + c, P * C, C, (uint32_t)A << z, (uint32_t)saved[c] << z, saved[C + c], gamma[c],
+                               (int32_t)scratch[c], s, y + c);
+                continue;
+            }
+        }
+        k = bn_channel(A, saved, C, c);
+        b = scratch[c];
+        g = gamma[c];
         if (m <= (uint64_t)INT32_MAX && s >= 1 && scratch[C + c] < ((int64_t)1 << 56) && bn_fast32(&k)) {
             /* both ends' sums fit int32 here (<= m) */
             const int32_t rl = tt_rshift_round_s32((int32_t)scratch[2 * C + c], s);
             const int32_t rr = tt_rshift_round_s32((int32_t)scratch[C + c], s);
             const int32_t nosat = (uint32_t)(rl + TT_S8_MAX) <= 2u * TT_S8_MAX && (uint32_t)(rr + TT_S8_MAX) <= 2u * TT_S8_MAX;
-            bn_out32(x + c, P * C, C, &k, g, (int32_t)b, s, m + ((uint64_t)1 << (s - 1)) <= (uint64_t)INT32_MAX,
-                     nosat, y + c, &st->saturated);
+            bn_out32(x + c, P * C, C, &k, g, (int32_t)b, s, fold, nosat, y + c, &st->saturated);
             continue;
         }
         for (p = 0; p < P; p++) {
@@ -406,10 +478,11 @@ static int64_t bn_j(int32_t ev, int64_t xh, int64_t A, int64_t se, int64_t g, in
 }
 
 /* One channel on the fast path of bn_out32 (same contract: bn_fast32, no saturation):
- * *se = sum e, *G = sum e * x_hat (exact int64) over i = 0, C, .., n - C, and xs[i] = x_hat(x[i])
- * when store (a constant after inlining). */
+ * *se = sum e, *G = sum e * x_hat (exact int64) over i = 0, C, .., n - C, and w[2i] = x_hat(x[i])
+ * when store (a constant after inlining): an int32 in element i's int64 scratch slot (the
+ * backward's layout for channels whose x_hat fits int32; BN_W). */
 static inline int64_t bn_xhat_sums(const int8_t *e, const int8_t *x, int32_t n, int32_t C,
-                                   const bn_chan *k, int64_t *xs, int32_t *se, int32_t store)
+                                   const bn_chan *k, int32_t *w, int32_t *se, int32_t store)
 {
     const int32_t A = k->A, B = k->B, inv = k->inv, sh = k->sh;
     int32_t i, ss = 0;
@@ -418,7 +491,7 @@ static inline int64_t bn_xhat_sums(const int8_t *e, const int8_t *x, int32_t n, 
     if (bn_mulr_consts(k, &az, &bz)) {
         for (i = 0; i < n; i += C) {
             const int32_t xh = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az - bz), inv), ev = e[i];
-            if (store) xs[i] = xh;
+            if (store) w[2 * i] = xh;
             ss += ev;
             gs += (int64_t)ev * xh;
         }
@@ -427,7 +500,7 @@ static inline int64_t bn_xhat_sums(const int8_t *e, const int8_t *x, int32_t n, 
         for (i = 0; i < n; i += C) {
             const int32_t h = (int32_t)((uint64_t)((int64_t)(A * x[i] - B) * inv) >> 32);
             const int32_t xh = (h + hh) >> sr, ev = e[i];
-            if (store) xs[i] = xh;
+            if (store) w[2 * i] = xh;
             ss += ev;
             gs += (int64_t)ev * xh;
         }
@@ -438,9 +511,93 @@ static inline int64_t bn_xhat_sums(const int8_t *e, const int8_t *x, int32_t n, 
 
 /* Backward pass 1 of one channel (bn_xhat_sums, storing x_hat). */
 static BN_NOINLINE int64_t bn_bwd_xhat(const int8_t *e, const int8_t *x, int32_t n, int32_t C,
-                                       const bn_chan *k, int64_t *xs, int32_t *se)
+                                       const bn_chan *k, int32_t *w, int32_t *se)
 {
-    return bn_xhat_sums(e, x, n, C, k, xs, se, 1);
+    return bn_xhat_sums(e, x, n, C, k, w, se, 1);
+}
+
+/* c + bn_mulhr(a, b) (mod 2^32): SMMLAR on DSP cores. */
+static inline int32_t bn_mulhr_add(int32_t a, int32_t b, int32_t c)
+{
+#if TT_HAVE_DSP
+    return tt_smmlar(a, b, c);
+#else
+    return (int32_t)((uint32_t)c + (uint32_t)bn_mulhr(a, b));
+#endif
+}
+
+/* Backward pass 1 of one channel on bn_mulr_consts' path (az, nbz = -bz mod 2^32) with both sums
+ * in one multiply-accumulate: w[2i] = x_hat + 2^30 (SMMLAR from 2^30; |x_hat| < 2^30 there), and
+ * the return value T = sum e * (x_hat + 2^30) = G + 2^30 Se, exact in int64; the caller splits it
+ * (its bound |G| < 2^29). Two positions a turn. */
+static BN_NOINLINE int64_t bn_bwd_xhat_off(const int8_t *e, const int8_t *x, int32_t n, int32_t C, uint32_t az,
+                                           uint32_t nbz, int32_t inv, int32_t *w)
+{
+    const int32_t off = (int32_t)1 << 30, C2 = 2 * C;
+    int64_t T = 0;
+    int32_t i = 0;
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__GNUC__)
+    /* The same loop, four positions a turn, with stepped pointers (GCC's index form spilled the
+     * sum and the bases): 32 instructions per four positions; the rest in C below. */
+    if (3 * C < n) {
+        const int8_t *xp = x, *ep = e, *const xl = x + (n - 3 * C);
+        int32_t *wp = w;
+        uint32_t lo = 0, hi = 0, a, b;
+        __asm__ volatile(
+            "1:\n\t"
+            "ldrsb %[a], [%[xp]]\n\t"
+            "mla %[a], %[a], %[az], %[nbz]\n\t"
+            "smmlar %[a], %[a], %[inv], %[off]\n\t"
+            "ldrsb %[b], [%[ep]]\n\t"
+            "str %[a], [%[wp]]\n\t"
+            "smlal %[lo], %[hi], %[a], %[b]\n\t"
+            "ldrsb %[a], [%[xp], %[C]]\n\t"
+            "mla %[a], %[a], %[az], %[nbz]\n\t"
+            "smmlar %[a], %[a], %[inv], %[off]\n\t"
+            "ldrsb %[b], [%[ep], %[C]]\n\t"
+            "str %[a], [%[wp], %[C], lsl #3]\n\t"
+            "smlal %[lo], %[hi], %[a], %[b]\n\t"
+            "add %[xp], %[xp], %[C], lsl #1\n\t"
+            "add %[ep], %[ep], %[C], lsl #1\n\t"
+            "add %[wp], %[wp], %[C], lsl #4\n\t"
+            "ldrsb %[a], [%[xp]]\n\t"
+            "mla %[a], %[a], %[az], %[nbz]\n\t"
+            "smmlar %[a], %[a], %[inv], %[off]\n\t"
+            "ldrsb %[b], [%[ep]]\n\t"
+            "str %[a], [%[wp]]\n\t"
+            "smlal %[lo], %[hi], %[a], %[b]\n\t"
+            "ldrsb %[a], [%[xp], %[C]]\n\t"
+            "mla %[a], %[a], %[az], %[nbz]\n\t"
+            "smmlar %[a], %[a], %[inv], %[off]\n\t"
+            "ldrsb %[b], [%[ep], %[C]]\n\t"
+            "str %[a], [%[wp], %[C], lsl #3]\n\t"
+            "smlal %[lo], %[hi], %[a], %[b]\n\t"
+            "add %[xp], %[xp], %[C], lsl #1\n\t"
+            "add %[ep], %[ep], %[C], lsl #1\n\t"
+            "add %[wp], %[wp], %[C], lsl #4\n\t"
+            "cmp %[xp], %[xl]\n\t"
+            "blo 1b"
+            : [a] "=&r"(a), [b] "=&r"(b), [xp] "+r"(xp), [ep] "+r"(ep), [wp] "+r"(wp), [lo] "+r"(lo), [hi] "+r"(hi)
+            : [C] "r"(C), [xl] "r"(xl), [az] "r"(az), [nbz] "r"(nbz), [inv] "r"(inv), [off] "r"(off)
+            : "cc", "memory");
+        T = (int64_t)(((uint64_t)hi << 32) | lo);
+        i = (int32_t)(xp - x);
+    }
+#endif
+    for (; i + C < n; i += C2) {
+        const int32_t h0 = bn_mulhr_add((int32_t)((uint32_t)(int32_t)x[i] * az + nbz), inv, off);
+        const int32_t h1 = bn_mulhr_add((int32_t)((uint32_t)(int32_t)x[i + C] * az + nbz), inv, off);
+        w[2 * i] = h0;
+        w[2 * (i + C)] = h1;
+        T += (int64_t)e[i] * h0;
+        T += (int64_t)e[i + C] * h1;
+    }
+    if (i < n) {
+        const int32_t h0 = bn_mulhr_add((int32_t)((uint32_t)(int32_t)x[i] * az + nbz), inv, off);
+        w[2 * i] = h0;
+        T += (int64_t)e[i] * h0;
+    }
+    return T;
 }
 
 /* The gradient sums of one channel (bn_xhat_sums, nothing stored). */
@@ -461,25 +618,25 @@ static int32_t bn_chan_fast(const bn_chan *k, const int32_t *saved, int32_t C, i
     return sat == 0;
 }
 
-/* Backward pass 2 of one channel when every J fits int32 (the caller's bound): xs[i] = J =
+/* Backward pass 2 of one channel when every J fits int32 (the caller's bound): w[2i] = J =
  * (A*e - Se) * 2^F + rshift_round(-x_hat * G, F) (= rshift_round(I, F), as (A*e - Se) * 2^(2F) is
- * a multiple of 2^F), from x_hat in xs[i]; returns max |J|. The multiple -Se * 2^(2F) joins the
- * rounding constant inside the floor (exact), so J = A*e * 2^F + floor((x_hat * -G + c) / 2^F),
+ * a multiple of 2^F), from x_hat + off in w[2i]; returns max |J|. The multiple -Se * 2^(2F) joins
+ * the rounding constant inside the floor (exact), so J = A*e * 2^F + floor((x_hat * -G + c) / 2^F),
  * c = 2^(F-1) - Se * 2^(2F): one multiply-accumulate from c, the words of the sum shifted (bits
  * F..F+31: the value mod 2^32, and J fits int32, so the wrapping int32 sum is exact). */
 static BN_NOINLINE uint32_t bn_bwd_j32(const int8_t *e, int32_t n, int32_t C, int32_t A,
-                                       int32_t se, int32_t nG, int64_t *xs)
+                                       int32_t se, int32_t nG, int32_t off, int32_t *w)
 {
     const int64_t c0 = ((int64_t)1 << (BN_F - 1)) - (int64_t)se * ((int64_t)1 << (2 * BN_F));
     const uint32_t af = (uint32_t)A << BN_F; /* A <= 4096: < 2^25 */
     uint32_t mx = 0;
     int32_t i;
     for (i = 0; i < n; i += C) {
-        const uint64_t w = (uint64_t)((int64_t)(int32_t)xs[i] * nG + c0);
-        const uint32_t q = ((uint32_t)w >> BN_F) | ((uint32_t)(w >> 32) << (32 - BN_F));
+        const uint64_t w64 = (uint64_t)((int64_t)(int32_t)((uint32_t)w[2 * i] - (uint32_t)off) * nG + c0);
+        const uint32_t q = ((uint32_t)w64 >> BN_F) | ((uint32_t)(w64 >> 32) << (32 - BN_F));
         const int32_t J = (int32_t)((uint32_t)(int32_t)e[i] * af + q);
         const uint32_t sg = (uint32_t)(J >> 31), a = ((uint32_t)J ^ sg) - sg; /* |J|: EOR, SUB */
-        xs[i] = J;
+        w[2 * i] = J;
         if (a > mx) mx = a;
     }
     return mx;
@@ -489,32 +646,114 @@ static BN_NOINLINE uint32_t bn_bwd_j32(const int8_t *e, int32_t n, int32_t C, in
  * |G| * 2^(20 - k) below 2^31 (the caller picks k), SMMULR(x_hat 2^k, -G 2^(20-k)) =
  * floor((-x_hat G 2^20 + 2^31) / 2^32) = floor((-x_hat G + 2^(F-1)) / 2^F) exactly (F = 12), so
  * J = SMMLAR(x_hat 2^k, -G 2^(20-k), A e 2^F - Se 2^F) (mod 2^32, exact as J fits int32;
- * |Se| 2^F < 2^31). The same J and max |J| as bn_bwd_j32. */
+ * |Se| 2^F < 2^31). w[2i] holds x_hat + off with off * 2^k = 0 mod 2^32 (off = 0, or 2^30 and
+ * k >= 2), so its shift is x_hat 2^k. Returns the largest J ^ (J >> 31) (= |J|, or |J| - 1 for
+ * J < 0: max |J| is it or one more, which the caller settles: one instruction per element
+ * instead of three), two positions a turn. */
 static BN_NOINLINE uint32_t bn_bwd_j32_mlar(const int8_t *e, int32_t n, int32_t C, int32_t A, uint32_t base,
-                                            int32_t nGk, int32_t k, int64_t *xs)
+                                            int32_t nGk, int32_t k, int32_t *w)
 {
     const uint32_t af = (uint32_t)A << BN_F; /* base = -Se 2^F, formed by the caller: one MLA */
+    const int32_t C2 = 2 * C;
     uint32_t mx = 0;
-    int32_t i;
-    for (i = 0; i < n; i += C) {
-        const int32_t t = (int32_t)((uint32_t)(int32_t)e[i] * af + base);
-        const int32_t xk = (int32_t)((uint32_t)(int32_t)xs[i] << k);
-#if TT_HAVE_DSP
-        const int32_t J = tt_smmlar(xk, nGk, t);
-#else
-        const int32_t J = (int32_t)((uint32_t)t + (uint32_t)bn_mulhr(xk, nGk));
+    int32_t i = 0;
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__GNUC__)
+    /* The same loop, four positions a turn, with stepped pointers and no spills: 46 instructions
+     * per four positions; the rest in C below. */
+    if (3 * C < n) {
+        const int8_t *ep = e, *const el = e + (n - 3 * C);
+        int32_t *wp = w;
+        uint32_t a, b;
+        __asm__ volatile(
+            "1:\n\t"
+            "ldrsb %[a], [%[ep]]\n\t"
+            "ldr %[b], [%[wp]]\n\t"
+            "mla %[a], %[a], %[af], %[base]\n\t"
+            "lsl %[b], %[b], %[k]\n\t"
+            "smmlar %[a], %[b], %[g], %[a]\n\t"
+            "str %[a], [%[wp]]\n\t"
+            "eor %[a], %[a], %[a], asr #31\n\t"
+            "cmp %[a], %[mx]\n\t"
+            "it hi\n\t"
+            "movhi %[mx], %[a]\n\t"
+            "ldrsb %[a], [%[ep], %[C]]\n\t"
+            "ldr %[b], [%[wp], %[C], lsl #3]\n\t"
+            "mla %[a], %[a], %[af], %[base]\n\t"
+            "lsl %[b], %[b], %[k]\n\t"
+            "smmlar %[a], %[b], %[g], %[a]\n\t"
+            "str %[a], [%[wp], %[C], lsl #3]\n\t"
+            "eor %[a], %[a], %[a], asr #31\n\t"
+            "cmp %[a], %[mx]\n\t"
+            "it hi\n\t"
+            "movhi %[mx], %[a]\n\t"
+            "add %[ep], %[ep], %[C], lsl #1\n\t"
+            "add %[wp], %[wp], %[C], lsl #4\n\t"
+            "ldrsb %[a], [%[ep]]\n\t"
+            "ldr %[b], [%[wp]]\n\t"
+            "mla %[a], %[a], %[af], %[base]\n\t"
+            "lsl %[b], %[b], %[k]\n\t"
+            "smmlar %[a], %[b], %[g], %[a]\n\t"
+            "str %[a], [%[wp]]\n\t"
+            "eor %[a], %[a], %[a], asr #31\n\t"
+            "cmp %[a], %[mx]\n\t"
+            "it hi\n\t"
+            "movhi %[mx], %[a]\n\t"
+            "ldrsb %[a], [%[ep], %[C]]\n\t"
+            "ldr %[b], [%[wp], %[C], lsl #3]\n\t"
+            "mla %[a], %[a], %[af], %[base]\n\t"
+            "lsl %[b], %[b], %[k]\n\t"
+            "smmlar %[a], %[b], %[g], %[a]\n\t"
+            "str %[a], [%[wp], %[C], lsl #3]\n\t"
+            "eor %[a], %[a], %[a], asr #31\n\t"
+            "cmp %[a], %[mx]\n\t"
+            "it hi\n\t"
+            "movhi %[mx], %[a]\n\t"
+            "add %[ep], %[ep], %[C], lsl #1\n\t"
+            "add %[wp], %[wp], %[C], lsl #4\n\t"
+            "cmp %[ep], %[el]\n\t"
+            "blo 1b"
+            : [a] "=&r"(a), [b] "=&r"(b), [ep] "+r"(ep), [wp] "+r"(wp), [mx] "+r"(mx)
+            : [C] "r"(C), [el] "r"(el), [af] "r"(af), [base] "r"(base), [g] "r"(nGk), [k] "r"(k)
+            : "cc", "memory");
+        i = (int32_t)(ep - e);
+    }
 #endif
-        const uint32_t sg = (uint32_t)(J >> 31), a = ((uint32_t)J ^ sg) - sg;
-        xs[i] = J;
-        if (a > mx) mx = a;
+    for (; i + C < n; i += C2) {
+        const int32_t t0 = (int32_t)((uint32_t)(int32_t)e[i] * af + base);
+        const int32_t t1 = (int32_t)((uint32_t)(int32_t)e[i + C] * af + base);
+        const int32_t J0 = bn_mulhr_add((int32_t)((uint32_t)w[2 * i] << k), nGk, t0);
+        const int32_t J1 = bn_mulhr_add((int32_t)((uint32_t)w[2 * (i + C)] << k), nGk, t1);
+        const uint32_t a0 = (uint32_t)(J0 ^ (J0 >> 31)), a1 = (uint32_t)(J1 ^ (J1 >> 31));
+        w[2 * i] = J0;
+        w[2 * (i + C)] = J1;
+        if (a0 > mx) mx = a0;
+        if (a1 > mx) mx = a1;
+    }
+    if (i < n) {
+        const int32_t t0 = (int32_t)((uint32_t)(int32_t)e[i] * af + base);
+        const int32_t J0 = bn_mulhr_add((int32_t)((uint32_t)w[2 * i] << k), nGk, t0);
+        const uint32_t a0 = (uint32_t)(J0 ^ (J0 >> 31));
+        w[2 * i] = J0;
+        if (a0 > mx) mx = a0;
     }
     return mx;
+}
+
+/* Whether some J = -(a + 1) among w[2i] (i = 0, C, .., n - C): then max |J| is a + 1, not a
+ * (bn_bwd_j32_mlar's maximum a). */
+static BN_NOINLINE int32_t bn_has_neg(const int32_t *w, int32_t n, int32_t C, uint32_t a)
+{
+    const int32_t t = (int32_t)(0u - a - 1u);
+    int32_t i;
+    for (i = 0; i < n; i += C)
+        if (w[2 * i] == t) return 1;
+    return 0;
 }
 
 /* Backward pass 3 of one channel when every J fits int32: dx[i] = sat_s8(rshift_round(km * J, s))
  * for s >= 1 and |km * J| <= m with s = bitwidth(m) - 7, so t = floor(km * J / 2^(s-1)) fits
  * int32 (|t| <= 2^8) and is taken from the words of the product; r = (t + 1) >> 1. */
-static BN_NOINLINE void bn_bwd_out32(const int64_t *js, int32_t n, int32_t C, int32_t km,
+static BN_NOINLINE void bn_bwd_out32(const int32_t *w, int32_t n, int32_t C, int32_t km,
                                      int32_t s, int8_t *dx, uint32_t *nsat)
 {
     const int32_t s1 = s - 1;
@@ -522,7 +761,7 @@ static BN_NOINLINE void bn_bwd_out32(const int64_t *js, int32_t n, int32_t C, in
     int32_t i;
 #define BN_OUT(T)                                                                            \
     for (i = 0; i < n; i += C) {                                                             \
-        const int64_t v = (int64_t)km * (int32_t)js[i];                                      \
+        const int64_t v = (int64_t)km * w[2 * i];                                            \
         const uint32_t lo = (uint32_t)v, hi = (uint32_t)((uint64_t)v >> 32);                 \
         const int32_t r = ((T) + 1) >> 1;                                                    \
         (void)lo; (void)hi;                                                                  \
@@ -558,12 +797,52 @@ static inline int32_t bn_mulhi_add(int32_t a, int32_t b, int32_t c)
  * channel's max |km * J|, every |round(km * J / 2^s)| <= round(M / 2^s) <= 127): with v = km * J
  * = hi 2^32 + lo, v + 2^(s-1) = (hi + 2^(s-33)) 2^32 + lo and lo cannot carry into floor(. / 2^s),
  * so dx = (hi + 2^(s-33)) >> (s - 32): one SMMLA and a shift (|hi| < 2^(s-25): no overflow). */
-static BN_NOINLINE void bn_bwd_out32_nosat(const int64_t *js, int32_t n, int32_t C, int32_t km, int32_t s,
+static BN_NOINLINE void bn_bwd_out32_nosat(const int32_t *w, int32_t n, int32_t C, int32_t km, int32_t s,
                                            int8_t *dx)
 {
-    const int32_t h = (int32_t)1 << (s - 33), sr = s - 32;
-    int32_t i;
-    for (i = 0; i < n; i += C) dx[i] = (int8_t)(bn_mulhi_add(km, (int32_t)js[i], h) >> sr);
+    const int32_t h = (int32_t)1 << (s - 33), sr = s - 32, C2 = 2 * C;
+    int32_t i = 0;
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__GNUC__)
+    /* four positions a turn (20 instructions), stepped pointers */
+    if (3 * C < n) {
+        const int32_t *wp = w, *const wl = w + 2 * (n - 3 * C);
+        int8_t *dp = dx;
+        const int32_t C3 = 3 * C;
+        uint32_t a, b, c, d;
+        __asm__ volatile(
+            "1:\n\t"
+            "ldr %[a], [%[wp]]\n\t"
+            "ldr %[b], [%[wp], %[C], lsl #3]\n\t"
+            "ldr %[c], [%[wp], %[C2], lsl #3]\n\t"
+            "ldr %[d], [%[wp], %[C3], lsl #3]\n\t"
+            "smmla %[a], %[km], %[a], %[h]\n\t"
+            "smmla %[b], %[km], %[b], %[h]\n\t"
+            "smmla %[c], %[km], %[c], %[h]\n\t"
+            "smmla %[d], %[km], %[d], %[h]\n\t"
+            "asr %[a], %[a], %[sr]\n\t"
+            "asr %[b], %[b], %[sr]\n\t"
+            "asr %[c], %[c], %[sr]\n\t"
+            "asr %[d], %[d], %[sr]\n\t"
+            "strb %[a], [%[dp]]\n\t"
+            "strb %[b], [%[dp], %[C]]\n\t"
+            "strb %[c], [%[dp], %[C2]]\n\t"
+            "strb %[d], [%[dp], %[C3]]\n\t"
+            "add %[wp], %[wp], %[C], lsl #5\n\t"
+            "add %[dp], %[dp], %[C], lsl #2\n\t"
+            "cmp %[wp], %[wl]\n\t"
+            "blo 1b"
+            : [a] "=&r"(a), [b] "=&r"(b), [c] "=&r"(c), [d] "=&r"(d), [wp] "+r"(wp), [dp] "+r"(dp)
+            : [C] "r"(C), [C2] "r"(C2), [C3] "r"(C3), [wl] "r"(wl), [km] "r"(km), [h] "r"(h), [sr] "r"(sr)
+            : "cc", "memory");
+        i = (int32_t)(dp - dx);
+    }
+#endif
+    for (; i + C < n; i += C2) { /* two positions a turn */
+        const int32_t r0 = bn_mulhi_add(km, w[2 * i], h), r1 = bn_mulhi_add(km, w[2 * (i + C)], h);
+        dx[i] = (int8_t)(r0 >> sr);
+        dx[i + C] = (int8_t)(r1 >> sr);
+    }
+    if (i < n) dx[i] = (int8_t)(bn_mulhi_add(km, w[2 * i], h) >> sr);
 }
 
 /* E_k of the backward (ops/batchnorm.py): the largest bitwidth(gamma * inv) - sh over channels
@@ -582,19 +861,30 @@ static int32_t bn_e_k(const int16_t *gamma, const int32_t *saved, int32_t C)
     return have ? top - TT_BN_KM_BITS : 0;
 }
 
-static int64_t bn_km(const int16_t *gamma, const int32_t *saved, int32_t C, int32_t c, int32_t e_k)
+static inline int64_t bn_km(const int16_t *gamma, const int32_t *saved, int32_t C, int32_t c, int32_t e_k)
 {
     const int64_t k = (int64_t)gamma[c] * saved[C + c];
     const int32_t sk = saved[2 * C + c] + e_k;
+    if (sk >= 1 && sk <= 31) {
+        /* |km| <= 2^24 (E_k's definition): the low word of floor((k + 2^(sk-1)) / 2^sk), |k| < 2^46 */
+        const uint64_t v = (uint64_t)(k + ((int64_t)1 << (sk - 1)));
+        return (int32_t)(((uint32_t)v >> sk) | ((uint32_t)(v >> 32) << (32 - sk)));
+    }
     return sk >= 0 ? tt_rshift_round_s64(k, sk < 62 ? sk : 62) : k * ((int64_t)1 << -sk);
 }
 
 /* The train backward, channel by channel, with x_hat, then J, kept per element in the scratch
- * (P*C int64: TT_BATCHNORM_BUFFER_SIZE). Pass 1: x_hat, Se, G; pass 2: J and max |J| per
+ * (P*C int64 slots: TT_BATCHNORM_BUFFER_SIZE). Pass 1: x_hat, Se, G; pass 2: J and max |J| per
  * channel, so max |km * J| = |km| * max |J| per channel; pass 3: dx. A channel takes the int32
  * paths when x_hat cannot saturate there (x_hat at x = -128 and 127 fits int32: x_hat is
- * monotone in x) and J is bounded below 2^31 (|A*e - Se| <= 128 A + |Se|, |x_hat| <= the larger
- * endpoint); else the int64 formulas of bn_bwd_eval, element by element. */
+ * monotone in x), and J's when J is bounded below 2^31 (|A*e - Se| <= 128 A + |Se|, |x_hat| <=
+ * the larger endpoint); else the int64 formulas of bn_bwd_eval, element by element. A channel
+ * whose x_hat fits int32 keeps it (plus off), then its J when J fits int32, as an int32 in the
+ * first word of each element's slot (w[2i], w the scratch as int32: one store, no sign word);
+ * an int64 J, and everything of the other channels, takes the whole slot. */
+#define BN_FITS 1
+#define BN_AMB 2
+
 static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, const int8_t *e,
                             int32_t ee, const int8_t *x, int8_t *dx)
 {
@@ -602,47 +892,111 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
     const int32_t *saved = bp->saved;
     const int16_t *gamma = bp->gamma;
     int64_t *xs = ctx->scratch;
+    int32_t *w = (int32_t *)ctx->scratch;
     tt_stats *st = ctx->stats;
     const int32_t A = P, e_k = bn_e_k(gamma, saved, C);
-    uint64_t m = 0, fits = 0; /* fits: bit c (c < 64) when channel c's J are int32 */
+    /* m0: max |km * J| over the channels whose max |J| is known; m1, m2: over the others (BN_AMB),
+     * from mjc[c] and from mjc[c] + 1 */
+    uint64_t m0 = 0, m1 = 0, m2 = 0, m, nosat_lim;
     /* km and max |J| of channel c < 64 (|km| <= 2^24; max |J| < 2^31 where J fits int32, the
      * only channels that read it): 32-bit words, as a 64-bit array would be copied through VFP
      * registers in hard-float builds, which must stay VFP-free */
     int32_t kmc[64];
     uint32_t mjc[64];
+    /* channel c < 64: BN_FITS when its J are int32 (in w), BN_AMB when its max |J| is mjc[c] or
+     * mjc[c] + 1 (bn_bwd_j32_mlar); bytes, not bits of a 64-bit mask (variable 64-bit shifts) */
+    uint8_t fl[64];
     int32_t c, p, s;
+    const uint32_t xlim = (((uint32_t)1 << 22) - 1u) / (uint32_t)P; /* P * xmax < 2^22 iff xmax <= xlim */
     for (c = 0; c < C; c++) {
         const bn_chan k = bn_channel(A, saved, C, c);
         const int64_t km = bn_km(gamma, saved, C, c, e_k);
-        const uint64_t akm = tt_abs_u64(km);
-        uint32_t sat = 0;
-        const int32_t lo = bn_xhat_k(&k, -128, saved, C, c, &sat), hi = bn_xhat_k(&k, 127, saved, C, c, &sat);
-        const uint64_t xmax = tt_abs_u64(lo) > tt_abs_u64(hi) ? tt_abs_u64(lo) : tt_abs_u64(hi);
-        int32_t se = 0;
+        const uint32_t akm = (uint32_t)tt_abs_u64(km); /* <= 2^24 */
+        uint32_t az = 0, bz = 0;
+        uint64_t xmax;
+        int32_t se = 0, off = 0, fast, pass1 = 0;
         int64_t G = 0;
         uint64_t mj = 0;
-        if (!sat && bn_fast32(&k)) {
-            G = bn_bwd_xhat(e + c, x + c, n, C, &k, xs + c, &se);
+        if (bn_mulr_consts(&k, &az, &bz)) {
+            /* x_hat = bn_mulhr(x az - bz, inv), |x_hat| < 2^30: the ends in 32 bits */
+            const int32_t lo = bn_mulhr((int32_t)(0u - 128u * az - bz), k.inv);
+            const int32_t hi = bn_mulhr((int32_t)(127u * az - bz), k.inv);
+            const uint32_t alo = lo < 0 ? 0u - (uint32_t)lo : (uint32_t)lo, ahi = hi < 0 ? 0u - (uint32_t)hi : (uint32_t)hi;
+            xmax = alo > ahi ? alo : ahi;
+            fast = 1;
+            if (xmax <= xlim) {
+                /* |G| <= 128 P max |x_hat| < 2^29: T = G + 2^30 Se splits by a rounding shift */
+                const int64_t T = bn_bwd_xhat_off(e + c, x + c, n, C, az, 0u - bz, k.inv, w + 2 * c);
+                const int32_t se1 = (int32_t)((T + ((int64_t)1 << 29)) >> 30);
+                const int32_t G32 = (int32_t)((uint32_t)T - ((uint32_t)se1 << 30)); /* |G| < 2^29: its low word */
+                const uint32_t aG = G32 < 0 ? 0u - (uint32_t)G32 : (uint32_t)G32;
+                const uint32_t ase = se1 < 0 ? 0u - (uint32_t)se1 : (uint32_t)se1, x32 = (uint32_t)xmax;
+                /* the general code's tests below in 32 bits (xmax < 2^22, |G| < 2^29): J fits
+                 * int32, and k = 31 - bitwidth(xmax) (or 20) leaves G 2^(20-k) below 2^31 */
+                const int32_t bx = tt_bitwidth_u64(x32), kk = bx >= 11 ? 31 - bx : 20;
+                const int32_t bG = tt_bitwidth_u64(aG);
+                if (c < 64 && ((uint64_t)((uint32_t)(128 * A) + ase) << BN_F) + (((uint64_t)x32 * aG) >> BN_F) + 2 <=
+                    (uint64_t)INT32_MAX && bG + 20 - kk <= 31) {
+                    const uint32_t a = bn_bwd_j32_mlar(e + c, n, C, A, 0u - ((uint32_t)se1 << BN_F),
+                                                       (int32_t)((uint32_t)-G32 << (20 - kk)), kk, w + 2 * c);
+                    const uint64_t a1 = (uint64_t)akm * a, a2 = a1 + akm;
+                    fl[c] = BN_FITS | BN_AMB;
+                    bp->saved[3 * C + 1 + c] = se1;
+                    bp->saved[4 * C + 1 + c] = G32;
+                    if (a1 > m1) m1 = a1;
+                    if (a2 > m2) m2 = a2;
+                    kmc[c] = (int32_t)km;
+                    mjc[c] = a;
+                    continue;
+                }
+                se = se1;
+                G = G32;
+                off = (int32_t)1 << 30;
+                pass1 = 1;
+            }
         } else {
+            const bn_chan k2 = k; /* addresses taken of copies only: k stays in registers */
+            uint32_t sat = 0;
+            const int32_t lo = bn_xhat_k(&k2, -128, saved, C, c, &sat), hi = bn_xhat_k(&k2, 127, saved, C, c, &sat);
+            xmax = tt_abs_u64(lo) > tt_abs_u64(hi) ? tt_abs_u64(lo) : tt_abs_u64(hi);
+            fast = !sat && bn_fast32(&k2);
+        }
+        if (fast && !pass1) {
+            const bn_chan k2 = k;
+            G = bn_bwd_xhat(e + c, x + c, n, C, &k2, w + 2 * c, &se);
+        } else if (!fast) {
+            const bn_chan k2 = k;
             for (p = 0; p < P; p++) {
-                const int32_t i = p * C + c, xh = bn_xhat_k(&k, x[i], saved, C, c, 0);
+                const int32_t i = p * C + c, xh = bn_xhat_k(&k2, x[i], saved, C, c, 0);
                 xs[i] = xh;
                 se += e[i];
                 G += (int64_t)e[i] * xh;
             }
         }
         /* |J| <= (128 A + |Se|) 2^F + (xmax |G| + 2^(F-1)) / 2^F + 1 */
-        if (c < 64 && tt_abs_u64(G) <= (uint64_t)INT32_MAX && xmax < ((uint64_t)1 << 32) &&
+        if (c < 64) fl[c] = 0;
+        if (fast && c < 64 && tt_abs_u64(G) <= (uint64_t)INT32_MAX && xmax < ((uint64_t)1 << 32) &&
             ((uint64_t)(128 * (int64_t)A + (se < 0 ? -se : se)) << BN_F) +
-            ((xmax * tt_abs_u64(G)) >> BN_F) + 2 <= (uint64_t)INT32_MAX) {
-            /* k: x_hat 2^k and G 2^(20-k) both below 2^31 (xmax >= |x_hat|) */
-            const int32_t bx = tt_bitwidth_u64(xmax), k = bx >= 11 ? 31 - bx : 20;
-            if (bx <= 31 && tt_bitwidth_u64(tt_abs_u64(G)) + 20 - k <= 31)
+            (((uint64_t)(uint32_t)xmax * (uint32_t)tt_abs_u64(G)) >> BN_F) + 2 <= (uint64_t)INT32_MAX) {
+            /* k: x_hat 2^k and G 2^(20-k) both below 2^31 (xmax >= |x_hat|), and off 2^k = 0
+             * mod 2^32 */
+            const int32_t bx = tt_bitwidth_u64(xmax), kk = bx >= 11 ? 31 - bx : 20;
+            if (bx <= 31 && tt_bitwidth_u64(tt_abs_u64(G)) + 20 - kk <= 31 && (off == 0 || kk >= 2)) {
                 mj = bn_bwd_j32_mlar(e + c, n, C, A, 0u - ((uint32_t)se << BN_F),
-                                     (int32_t)((uint32_t)(int32_t)-G << (20 - k)), k, xs + c);
-            else
-                mj = bn_bwd_j32(e + c, n, C, A, se, (int32_t)-G, xs + c);
-            fits |= (uint64_t)1 << c;
+                                     (int32_t)((uint32_t)(int32_t)-G << (20 - kk)), kk, w + 2 * c);
+                fl[c] = BN_AMB;
+            } else {
+                mj = bn_bwd_j32(e + c, n, C, A, se, (int32_t)-G, off, w + 2 * c);
+            }
+            fl[c] |= BN_FITS;
+        } else if (fast) {
+            for (p = 0; p < P; p++) { /* x_hat (int32, read bytewise: the slot turns int64) */
+                const int32_t i = p * C + c;
+                int32_t xh;
+                memcpy(&xh, w + 2 * i, sizeof xh);
+                xs[i] = bn_j(e[i], (int32_t)((uint32_t)xh - (uint32_t)off), A, se, G, 1);
+                if (tt_abs_u64(xs[i]) > mj) mj = tt_abs_u64(xs[i]);
+            }
         } else {
             for (p = 0; p < P; p++) {
                 const int32_t i = p * C + c;
@@ -656,19 +1010,46 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
          * tt_batchnorm_grad_saved_s32 */
         bp->saved[3 * C + 1 + c] = se;
         bp->saved[4 * C + 1 + c] = tt_sat_s32(G);
-        if (akm * mj > m) m = akm * mj; /* |km| <= 2^24, |J| <= 2^38 */
+        /* |km| <= 2^24, |J| <= 2^38 */
+        if (c < 64 && (fl[c] & BN_AMB)) { /* mj < 2^31: 32x32 -> 64 products */
+            const uint64_t a1 = (uint64_t)akm * (uint32_t)mj, a2 = a1 + akm;
+            if (a1 > m1) m1 = a1;
+            if (a2 > m2) m2 = a2;
+        } else if (akm * mj > m0) {
+            m0 = akm * mj;
+        }
         if (c < 64) { kmc[c] = (int32_t)km; mjc[c] = (uint32_t)mj; }
     }
+    m = m0 > m2 ? m0 : m2;
+    if (tt_bitwidth_u64(m0 > m1 ? m0 : m1) != tt_bitwidth_u64(m)) {
+        /* the shift depends on which: settle the amb channels' max |J| */
+        m = m0;
+        for (c = 0; c < C && c < 64; c++) {
+            if (fl[c] & BN_AMB) {
+                if (bn_has_neg(w + 2 * c, n, C, mjc[c])) mjc[c]++;
+                fl[c] &= (uint8_t)~BN_AMB;
+                if ((uint64_t)(kmc[c] < 0 ? -(int64_t)kmc[c] : kmc[c]) * mjc[c] > m)
+                    m = (uint64_t)(kmc[c] < 0 ? -(int64_t)kmc[c] : kmc[c]) * mjc[c];
+            }
+        }
+    }
     s = tt_requant_shift(m, 8);
+    nosat_lim = s >= 33 ? (uint64_t)255 << (s - 1) : 0;
     for (c = 0; c < C; c++) {
         const int64_t km = c < 64 ? kmc[c] : bn_km(gamma, saved, C, c, e_k);
-        if (s >= 1 && c < 64 && ((fits >> c) & 1)) {
-            /* the channel's max |km * J| (fits: mj < 2^31) */
-            const int64_t mcj = (int64_t)tt_abs_u64(km) * mjc[c];
-            if (s >= 33 && tt_rshift_round_s64(mcj, s) <= TT_S8_MAX)
-                bn_bwd_out32_nosat(xs + c, n, C, (int32_t)km, s, dx + c);
+        if (c < 64 && (fl[c] & BN_FITS)) {
+            /* an upper bound of the channel's max |km * J| (fits: mj < 2^31); rshift_round(mcj, s)
+             * <= 127 iff mcj < 255 * 2^(s-1) */
+            const uint64_t mcj = (uint64_t)(uint32_t)tt_abs_u64(km) * mjc[c] + ((fl[c] & BN_AMB) ? (uint32_t)tt_abs_u64(km) : 0u);
+            if (s >= 33 && mcj < nosat_lim)
+                bn_bwd_out32_nosat(w + 2 * c, n, C, (int32_t)km, s, dx + c);
+            else if (s >= 1)
+                bn_bwd_out32(w + 2 * c, n, C, (int32_t)km, s, dx + c, &st->saturated);
             else
-                bn_bwd_out32(xs + c, n, C, (int32_t)km, s, dx + c, &st->saturated);
+                for (p = 0; p < P; p++) { /* s = 0: |km * J| <= m < 2^7 */
+                    const int32_t i = p * C + c;
+                    dx[i] = (int8_t)(km * w[2 * i]);
+                }
             continue;
         }
         for (p = 0; p < P; p++) {
@@ -756,10 +1137,13 @@ int32_t tt_batchnorm_bwd_s8(const tt_ctx *ctx, const tt_batchnorm_params *p, con
 
 void tt_batchnorm_grad_saved_s32(const tt_batchnorm_params *p, int32_t *ggamma, int32_t *gbeta)
 {
+    /* C and the rows in locals: the stores could alias *p, which the loop would reload */
+    const int32_t C = p->C;
+    const int32_t *const sb = p->saved + 3 * C + 1, *const sg = sb + C;
     int32_t c;
-    for (c = 0; c < p->C; c++) {
-        gbeta[c] = p->saved[3 * p->C + 1 + c];
-        ggamma[c] = p->saved[4 * p->C + 1 + c];
+    for (c = 0; c < C; c++) {
+        gbeta[c] = sb[c];
+        ggamma[c] = sg[c];
     }
 }
 
