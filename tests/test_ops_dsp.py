@@ -63,6 +63,22 @@ def test_dsp_path_is_in_the_built_object(tmp_path, cpu, flags, dsp):
         assert (f"\t{insn}" in dis) == dsp, f"{src} on {cpu} {flags}: {insn} {'missing' if dsp else 'present'}"
 
 
+@pytest.mark.skipif(shutil.which("arm-none-eabi-gcc") is None, reason="arm-none-eabi-gcc not installed")
+@pytest.mark.parametrize("cpu", [["-mcpu=cortex-m4", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard"], ["-mcpu=cortex-m0"]],
+                         ids=["m4-hard-float", "m0"])
+@pytest.mark.parametrize("opt", ["-O0", "-Og", "-Os"])
+def test_runtime_compiles_at_every_optimization_level(tmp_path, cpu, opt):
+    """A user's firmware builds the runtime with its own flags (PlatformIO's debug build -Og,
+    Arduino -Os, -O0 by hand): every source compiles warning-free there too; the inline-asm loops
+    need registers an -O0 frame pointer takes, so they are for optimized builds only."""
+    inc = cbuild.runtime_sources()[0].parent.parent / "include"
+    for src in cbuild.runtime_sources():
+        r = subprocess.run(["arm-none-eabi-gcc", "-std=c99", opt, "-Wall", "-Wextra", "-Werror", "-c", *cpu, "-mthumb",
+                            f"-I{inc}", str(src), "-o", str(tmp_path / (src.stem + ".o"))],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, f"{src.name} {opt} {cpu[0]}: {r.stderr.strip().splitlines()[:2]}"
+
+
 @st.composite
 def dense_case(draw):
     K = draw(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 31, 32, 33, 63, 64, 65, 66, 127, 130]))
@@ -97,6 +113,41 @@ def test_dense_forward_backward_dsp_equals_portable(clib, dsplib, case):
     x, w, b, e, ex, ew, eb, ee = case
     y_ref, ey_ref, _ = rd.forward(x, ex, w, ew, b, eb)
     dx_ref, edx_ref, _, _ = rd.backward(e, ee, x, ex, w, ew)
+    assert got[0] == ey_ref and np.array_equal(got[1], y_ref)
+    assert got[2] == edx_ref and np.array_equal(got[3], dx_ref)
+
+
+def _fwd_bwd_w8(lib, ffi, case, off):
+    """tt_dense_fwd_s8_w8 / bwd with the weights `off` bytes past a word (rows at any alignment)."""
+    x, w, b, e, ex, ew, eb, ee = case
+    N, K = w.shape
+    y, dx = np.zeros(N, np.int8), np.zeros(K, np.int8)
+    buf = np.zeros(off + w.size, np.int8)
+    buf[off:] = w.reshape(-1)
+    scratch = np.zeros(max(N, K), np.int64)
+    ctx, st_c = c_ctx(ffi, scratch)
+    p = ffi.new("tt_dense_w8_params *", dict(K=K, N=N, w=ffi.cast("int8_t *", ffi.from_buffer(buf)) + off, ew=ew,
+                                             b=c_i32(ffi, b), eb=eb))
+    ey = lib.tt_dense_fwd_s8_w8(ctx, p, c_i8(ffi, x), ex, c_i8(ffi, y))
+    edx = lib.tt_dense_bwd_s8_w8(ctx, p, c_i8(ffi, e), ee, c_i8(ffi, dx))
+    return ey, y, edx, dx, st_c.saturated
+
+
+@settings(max_examples=200, deadline=None)
+@given(dense_case(), st.integers(0, 3), st.booleans())
+def test_dense_w8_forward_backward_dsp_equals_portable_and_reference(clib, dsplib, case, off, extreme):
+    """int8 weights (SXTB16 + SMLAD two rows a pass on DSP cores): drawn K (off the four-byte
+    words), N (odd: the last row alone), weights at any alignment, values at the int8 ends."""
+    x, w, b, e, ex, ew, eb, ee = case
+    rng = np.random.default_rng(int(w.size) + off)
+    w8 = (rng.choice(np.array([-127, 127], np.int8), w.shape) if extreme
+          else rng.integers(-127, 128, w.shape).astype(np.int8))
+    case = (x, w8, b, e, ex, ew, eb, ee)
+    got, want = _fwd_bwd_w8(dsplib[1], dsplib[0], case, off), _fwd_bwd_w8(clib[1], clib[0], case, off)
+    assert got[0] == want[0] and np.array_equal(got[1], want[1]) and got[4] == want[4]
+    assert got[2] == want[2] and np.array_equal(got[3], want[3])
+    y_ref, ey_ref, _ = rd.forward(x, ex, w8, ew, b, eb)
+    dx_ref, edx_ref, _, _ = rd.backward(e, ee, x, ex, w8, ew)
     assert got[0] == ey_ref and np.array_equal(got[1], y_ref)
     assert got[2] == edx_ref and np.array_equal(got[3], dx_ref)
 

@@ -536,9 +536,11 @@ static BN_NOINLINE int64_t bn_bwd_xhat_off(const int8_t *e, const int8_t *x, int
     const int32_t off = (int32_t)1 << 30, C2 = 2 * C;
     int64_t T = 0;
     int32_t i = 0;
-#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__GNUC__)
+#if TT_HAVE_DSP && defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__GNUC__) && defined(__OPTIMIZE__)
     /* The same loop, four positions a turn, with stepped pointers (GCC's index form spilled the
-     * sum and the bases): 32 instructions per four positions; the rest in C below. */
+     * sum and the bases): 32 instructions per four positions; the rest in C below. Only in
+     * optimized builds: at -O0 the frame pointer takes a register and GCC finds the asm's
+     * thirteen operands impossible (an -O0 debug build of a user's firmware takes the C). */
     if (3 * C < n) {
         const int8_t *xp = x, *ep = e, *const xl = x + (n - 3 * C);
         int32_t *wp = w;
@@ -657,7 +659,7 @@ static BN_NOINLINE uint32_t bn_bwd_j32_mlar(const int8_t *e, int32_t n, int32_t 
     const int32_t C2 = 2 * C;
     uint32_t mx = 0;
     int32_t i = 0;
-#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__GNUC__)
+#if TT_HAVE_DSP && defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__GNUC__) && defined(__OPTIMIZE__)
     /* The same loop, four positions a turn, with stepped pointers and no spills: 46 instructions
      * per four positions; the rest in C below. */
     if (3 * C < n) {
@@ -802,7 +804,7 @@ static BN_NOINLINE void bn_bwd_out32_nosat(const int32_t *w, int32_t n, int32_t 
 {
     const int32_t h = (int32_t)1 << (s - 33), sr = s - 32, C2 = 2 * C;
     int32_t i = 0;
-#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__GNUC__)
+#if TT_HAVE_DSP && defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__GNUC__) && defined(__OPTIMIZE__)
     /* four positions a turn (20 instructions), stepped pointers */
     if (3 * C < n) {
         const int32_t *wp = w, *const wl = w + 2 * (n - 3 * C);
