@@ -200,11 +200,11 @@ def test_fused_sgd_dsp_equals_portable_and_reference(clib, dsplib, case):
     wp, bp, np_, _ = _sgd(clib[1], clib[0], case)
     assert np.array_equal(wd, wp), f"first difference at {np.argwhere(wd != wp)[0]}"
     assert np.array_equal(bd, bp) and nd == np_
-    # the reference on the same update (rows with m_t * e[n] == 0 are skipped by the C path,
-    # which the reference only matches when no weight of such a row is -32768: a state that
-    # updates never produce, only a loaded blob could hold it)
+    # the reference on the same update (weights whose product m_t * e[n] * x[k] is 0 keep their
+    # values in the C paths, which the reference only matches when no such weight is -32768: a
+    # state that updates never produce, only a loaded blob could hold it)
     x, e, w, b, m_t, s, sb = case
-    if (w[m_t * e.astype(np.int64) == 0] == -32768).any():
+    if (w[np.outer(m_t * e.astype(np.int64), x) == 0] == -32768).any():
         return
     ew, eg, eb, ee, k = exps
     opt = _opt(m_t, k)
@@ -243,14 +243,14 @@ def test_fused_sgd_dsp_at_the_int16_limits(clib, dsplib, K, s, w0):
         wp, bp, np_, _ = _sgd(clib[1], clib[0], case)
         assert np.array_equal(wd, wp), f"first difference at {np.argwhere(wd != wp)[0]}"
         assert np.array_equal(bd, bp) and nd == np_
-        # the reference, on the rows the C path updates (e[n] != 0; the e[n] == 0 row keeps its
-        # weights, where the reference would clamp an old -32768)
+        # the reference, on the weights the C path updates (e[n] x[k] != 0, for s < 32; the others
+        # keep their values, where the reference would clamp an old -32768)
         ew, eg, eb, ee, k = exps
         wr, br = w.copy(), b.copy()
         g = np.outer(e.astype(np.int32), x.astype(np.int32)).astype(np.int32)
         n1 = update_direct_ref(wr, ew, g, eg, _opt(m_t, k), m_t, [1])
         n2 = update_direct_ref(br, eb, e.astype(np.int32), ee, _opt(m_t, k), m_t, [1])
-        live = e != 0
+        live = g != 0 if s < 32 else np.broadcast_to((e != 0)[:, None], g.shape)
         assert np.array_equal(wd[live], wr[live]) and np.array_equal(wd[~live], w[~live])
         assert np.array_equal(bd, br) and nd == n1 + n2 - int(np.count_nonzero(w[~live] == -32768))
 
