@@ -1135,6 +1135,20 @@ static inline void tt_sgd_s16_one(int16_t *w, int32_t p, int32_t s, tt_stats *st
     *w = (int16_t)v;
 }
 
+/* The bias of a row of the fused Dense update, p = m_t e[n] != 0 (|p| < 2^22), sb in [1, 31]:
+ * b -= (p + 2^(sb - 1)) >> sb, saturating toward d's opposite sign when b - d overflows int32
+ * (tt_sgd_dense_bias's fast rule, done in the weights' row loop: one pass over e). */
+static inline void tt_sgd_bias_one(int32_t *b, int32_t p, int32_t sb, tt_stats *st)
+{
+    const int32_t d = (p + ((int32_t)1 << (sb - 1))) >> sb;
+    int32_t r;
+    if (tt_sub_overflows(*b, d, &r)) {
+        st->saturated++;
+        r = d > 0 ? INT32_MIN : INT32_MAX;
+    }
+    *b = r;
+}
+
 #if TT_HAVE_DSP
 /* A row body specialised by a constant argument (aligned loads): always inlined under GCC. */
 #if defined(__GNUC__)
@@ -1374,14 +1388,16 @@ static TT_SGD_NOINLINE void tt_sgd_list_rows1_s16(int16_t *r0, int32_t a0, int32
  * past amax by the scalar rule. */
 TT_SGD_INLINE void tt_sgd_chunk_s16(const int8_t *e, const int8_t *x, const uint32_t *xx, const uint32_t *L,
                                     int32_t cnt, int32_t len, int32_t K, int32_t N, int16_t *row, int32_t m_t,
-                                    int32_t s, int32_t sh, int32_t amax, int32_t LIST, tt_stats *st)
+                                    int32_t s, int32_t sh, int32_t amax, int32_t LIST, int32_t *b, int32_t sb,
+                                    tt_stats *st)
 {
-    const int8_t *end = e + N;
+    const int8_t *const e0 = e, *end = e + N;
     int16_t *pr = 0;
     int32_t pa = 0, j;
     for (; e != end; e++, row += K) {
         const int32_t a = m_t * (int32_t)*e, ua = a < 0 ? -a : a;
         if (a == 0) continue;
+        if (b) tt_sgd_bias_one(b + (e - e0), a, sb, st);
         if (ua > amax) {
             for (j = 0; j < len; j++) tt_sgd_s16_one(row + j, a * (int32_t)x[j], s, st);
             continue;
@@ -1413,9 +1429,9 @@ TT_SGD_INLINE void tt_sgd_chunk_s16(const int8_t *e, const int8_t *x, const uint
  * the other pairs (tt_sgd_list_rows_s16), else over all pairs (tt_sgd_row_fast_s16); both are exact
  * where the old weights are in [-16384, 16383] (their guard), their blocks that hit the guard are
  * checked again exactly and redone by the scalar rule on a real saturation; rows failing the bound
- * take the scalar path. */
+ * take the scalar path. The biases b (when not NULL, shift sb in [1, 31]) in the same row loop. */
 static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, int32_t N,
-                                  int16_t *w16, int32_t m_t, int32_t s, tt_stats *st)
+                                  int16_t *w16, int32_t m_t, int32_t s, int32_t *b, int32_t sb, tt_stats *st)
 {
     const int32_t c = 32 - s < 8 ? 32 - s : 8, sh = 32 - s - c;
     /* largest |a| with |a| 2^sh <= INT32_MAX and (|a| * 128) >> s <= 16382 */
@@ -1429,21 +1445,23 @@ static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, i
         int32_t cnt;
         cnt = tt_sgd_widen_list_s16(x + k0, np, c, xx, L);
         if (aligned && 16 * cnt > 15 * np)
-            tt_sgd_chunk_s16(e, x + k0, xx, L, cnt, len, K, N, w16 + k0, m_t, s, sh, amax, 0, st);
+            tt_sgd_chunk_s16(e, x + k0, xx, L, cnt, len, K, N, w16 + k0, m_t, s, sh, amax, 0, k0 ? 0 : b, sb, st);
         else
-            tt_sgd_chunk_s16(e, x + k0, xx, L, cnt, len, K, N, w16 + k0, m_t, s, sh, amax, 1, st);
+            tt_sgd_chunk_s16(e, x + k0, xx, L, cnt, len, K, N, w16 + k0, m_t, s, sh, amax, 1, k0 ? 0 : b, sb, st);
     }
 }
 #else
-/* Rows n of w16[N][K] with a_n = m_t * e[n] != 0: w -= round(a_n x[k] / 2^s), one at a time. */
+/* Rows n of w16[N][K] with a_n = m_t * e[n] != 0: w -= round(a_n x[k] / 2^s), one at a time;
+ * the biases b (when not NULL, shift sb in [1, 31]) in the same row loop. */
 static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, int32_t N,
-                                  int16_t *w16, int32_t m_t, int32_t s, tt_stats *st)
+                                  int16_t *w16, int32_t m_t, int32_t s, int32_t *b, int32_t sb, tt_stats *st)
 {
     int32_t n, k;
     for (n = 0; n < N; n++) {
         const int32_t a = m_t * (int32_t)e[n];
         int16_t *row = w16 + n * K;
         if (a == 0) continue;
+        if (b) tt_sgd_bias_one(b + n, a, sb, st);
         for (k = 0; k < K; k++) tt_sgd_s16_one(row + k, a * (int32_t)x[k], s, st);
     }
 }
@@ -2152,10 +2170,13 @@ void tt_sgd_dense_direct_s16(const tt_sgd_step *u, const tt_sgd_dense_s16_params
                              const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
 {
     if (p->w) {
-        const int32_t s = p->ew + u->cfg->k - (ee + ex);
-        if (TT_SGD_FAST(u->cfg, u->m_t) && s >= 1 && s <= 31)
-            tt_sgd_dense_rows_s16(e, x, p->K, p->N, p->w, u->m_t, s, u->stats);
-        else if (TT_SGD_FAST(u->cfg, u->m_t) && s >= 32)
+        const int32_t s = p->ew + u->cfg->k - (ee + ex), sb = p->eb + u->cfg->k - ee;
+        if (TT_SGD_FAST(u->cfg, u->m_t) && s >= 1 && s <= 31) {
+            /* the biases in the weights' row loop when their shift takes the same fast rule */
+            int32_t *const b = p->b && sb >= 1 && sb <= 31 ? p->b : 0;
+            tt_sgd_dense_rows_s16(e, x, p->K, p->N, p->w, u->m_t, s, b, sb, u->stats);
+            if (b) return;
+        } else if (TT_SGD_FAST(u->cfg, u->m_t) && s >= 32)
             tt_sgd_dense_rows_zero_s16(e, p->K, p->N, p->w, u->stats);
         else if (!tt_sgd_dense_rows_opt(u, p->w, 0, 0, s, e, x, p->K, p->N))
             tt_sgd_dense_weights(u, p->w, 0, s, e, x, p->K, p->N);
