@@ -1262,35 +1262,23 @@ TT_SGD_INLINE void tt_sgd_row_fast_s16(int16_t *row, const uint32_t *xx, int32_t
     }
 }
 
-/* tt_widen_s8(x, 2 np, c, xx) and the pairs j < np whose widened inputs xx[j] are not both 0, as
- * the words (xx[j], 2 j) in L (room for 2 np words); returns their count. A pair of zero inputs
- * has zero steps: its weights keep their values (tt_sgd_s16_one's rule), so the list paths below
- * skip it. Four inputs a turn as tt_widen_s8; every pair is stored and the list advanced past the
- * nonzero ones only. */
-static int32_t tt_sgd_widen_list_s16(const int8_t *x, int32_t np, int32_t c, uint32_t *xx, uint32_t *L)
+/* The pairs j < np of x whose inputs are not both 0, as the words (X, 2 j) in L (room for 2 np
+ * words), X the pair widened as tt_widen_s8 does (x 2^c in int16 lanes); returns their count. A
+ * pair of zero inputs has zero steps: its weights keep their values (tt_sgd_s16_one's rule), so
+ * the list paths below skip it. One halfword load per pair, a zero pair skipped at once; a pair
+ * h = x0 | x1 << 8 is widened by SXTB16 of h | h << 8 (bytes 0 and 2 are x0 and x1). */
+static int32_t tt_sgd_list_s16(const int8_t *x, int32_t np, int32_t c, uint32_t *L)
 {
     const uint32_t keep = ~((((uint32_t)1 << c) - 1u) << 16);
-    const int8_t *end = x + 2 * (np & ~1);
-    uint32_t *q = L, j = 0;
-    for (; x != end; x += 4, xx += 2, j += 4) {
-        const uint32_t v = tt_ld_s8x4(x);
-        const uint32_t e = (uint32_t)__sxtb16((int32_t)v), o = (uint32_t)__sxtb16((int32_t)((v >> 8) | (v << 24)));
-        const uint32_t X0 = (tt_pack_lo(e, o) << c) & keep, X1 = (tt_pack_hi(e, o) << c) & keep;
-        xx[0] = X0;
-        xx[1] = X1;
-        q[0] = X0;
-        q[1] = j;
-        q += X0 ? 2 : 0;
-        q[0] = X1;
-        q[1] = j + 2;
-        q += X1 ? 2 : 0;
-    }
-    if (np & 1) {
-        const uint32_t X = (((uint32_t)(int32_t)x[0] << c) & 0xFFFFu) | ((uint32_t)(int32_t)x[1] << (16 + c));
-        xx[0] = X;
-        q[0] = X;
-        q[1] = j;
-        q += X ? 2 : 0;
+    const int8_t *p = x, *const end = x + 2 * np;
+    uint32_t *q = L;
+    for (; p != end; p += 2) {
+        uint16_t h;
+        memcpy(&h, p, 2);
+        if (h == 0) continue;
+        q[0] = ((uint32_t)__sxtb16((int32_t)(h | (uint32_t)h << 8)) << c) & keep;
+        q[1] = (uint32_t)(p - x);
+        q += 2;
     }
     return (int32_t)(q - L) >> 1;
 }
@@ -1443,11 +1431,13 @@ static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, i
     for (k0 = 0; k0 < K; k0 += TT_SGD_CHUNK) {
         const int32_t len = K - k0 < TT_SGD_CHUNK ? K - k0 : TT_SGD_CHUNK, np = len / 2;
         int32_t cnt;
-        cnt = tt_sgd_widen_list_s16(x + k0, np, c, xx, L);
-        if (aligned && 16 * cnt > 15 * np)
+        cnt = tt_sgd_list_s16(x + k0, np, c, L);
+        if (aligned && 16 * cnt > 15 * np) {
+            tt_widen_s8(x + k0, len & ~1, c, xx);
             tt_sgd_chunk_s16(e, x + k0, xx, L, cnt, len, K, N, w16 + k0, m_t, s, sh, amax, 0, k0 ? 0 : b, sb, st);
-        else
+        } else {
             tt_sgd_chunk_s16(e, x + k0, xx, L, cnt, len, K, N, w16 + k0, m_t, s, sh, amax, 1, k0 ? 0 : b, sb, st);
+        }
     }
 }
 #else
