@@ -1306,13 +1306,13 @@ static void tt_sgd_list_redo_s16(int16_t *row, const uint32_t *L, int32_t cnt, i
     }
 }
 
-/* One listed pair (*L: X, j; then *L += 2) of rows r[0..R) (R = 1, 2 or 3, a constant after
- * inlining): w[j..j+1] -= D lane-wise (wrapping) with the guard raised on the old pair, as
- * tt_sgd_quad_s16 (word loads and stores at any 2-byte alignment). */
-TT_SGD_INLINE void tt_sgd_list_one_s16(int16_t *r0, int16_t *r1, int16_t *r2, const uint32_t **L, int32_t A0,
-                                       int32_t A1, int32_t A2, int32_t R)
+/* One listed pair (*L: X, j; then *L += 2) of rows r0 and, when R = 2, r1: w[j..j+1] -= D lane-wise
+ * (wrapping) with the guard raised on the old pair, as tt_sgd_quad_s16 (word loads and stores at
+ * any 2-byte alignment). */
+TT_SGD_INLINE void tt_sgd_list_one_s16(int16_t *r0, int16_t *r1, const uint32_t **L, int32_t A0, int32_t A1,
+                                       int32_t R)
 {
-    uint32_t X, j, W0, W1, W2;
+    uint32_t X, j, W0, W1;
     tt_ld_u32x2_next(L, &X, &j);
     W0 = tt_ld_s16x2(r0 + j);
     tt_guard_s16x2_15(W0);
@@ -1322,78 +1322,66 @@ TT_SGD_INLINE void tt_sgd_list_one_s16(int16_t *r0, int16_t *r1, int16_t *r2, co
         tt_guard_s16x2_15(W1);
         tt_st_s16x2(r1 + j, (uint32_t)__ssub16((int32_t)W1, (int32_t)tt_step_s16x2(A1, X)));
     }
-    if (R > 2) {
-        W2 = tt_ld_s16x2(r2 + j);
-        tt_guard_s16x2_15(W2);
-        tt_st_s16x2(r2 + j, (uint32_t)__ssub16((int32_t)W2, (int32_t)tt_step_s16x2(A2, X)));
-    }
 }
 
-/* Active rows of a chunk for the list path: up to three rows and their a = m_t e[n]. */
-typedef struct tt_sgd_rows3 {
-    int16_t *r[3];
-    int32_t a[3];
-} tt_sgd_rows3;
-
-/* The cnt listed pairs of L in the R rows of q (1 to 3, a constant after inlining: the rows
- * share each entry's load), steps A = a 2^sh; the Q flag, clear on entry, read after every four
- * entries and after the last: a hit sends those entries of each row to tt_sgd_list_redo_s16. */
-TT_SGD_INLINE void tt_sgd_list_rows_s16(const tt_sgd_rows3 *q, int32_t sh, const uint32_t *L, int32_t cnt,
-                                        int32_t R, const int8_t *x, int32_t s, tt_stats *st)
+/* The cnt listed pairs of L in R rows (1 or 2, a constant after inlining: two rows share each
+ * entry's load), steps A0 = a0 2^sh and A1 = a1 2^sh; the Q flag, clear on entry, read after
+ * every four entries and after the last: a hit sends those entries of each row to
+ * tt_sgd_list_redo_s16. */
+TT_SGD_INLINE void tt_sgd_list_rows_s16(int16_t *r0, int16_t *r1, int32_t a0, int32_t a1, int32_t sh,
+                                        const uint32_t *L, int32_t cnt, int32_t R, const int8_t *x,
+                                        int32_t s, tt_stats *st)
 {
-    int16_t *const r0 = q->r[0], *const r1 = q->r[R > 1 ? 1 : 0], *const r2 = q->r[R > 2 ? 2 : 0];
-    const int32_t A0 = q->a[0] * ((int32_t)1 << sh), A1 = R > 1 ? q->a[1] * ((int32_t)1 << sh) : 0;
-    const int32_t A2 = R > 2 ? q->a[2] * ((int32_t)1 << sh) : 0;
+    const int32_t A0 = a0 * ((int32_t)1 << sh), A1 = a1 * ((int32_t)1 << sh);
     const uint32_t *end4 = L + 2 * (cnt & ~3), *end = L + 2 * cnt;
-    int32_t i;
     tt_guard_clear();
     while (L != end4) {
-        tt_sgd_list_one_s16(r0, r1, r2, &L, A0, A1, A2, R);
-        tt_sgd_list_one_s16(r0, r1, r2, &L, A0, A1, A2, R);
-        tt_sgd_list_one_s16(r0, r1, r2, &L, A0, A1, A2, R);
-        tt_sgd_list_one_s16(r0, r1, r2, &L, A0, A1, A2, R);
-        if (tt_guard_hit())
-            for (i = 0; i < R; i++)
-                tt_sgd_list_redo_s16(q->r[i], L - 8, 4, q->a[i] * ((int32_t)1 << sh), q->a[i], x, s, st);
+        tt_sgd_list_one_s16(r0, r1, &L, A0, A1, R);
+        tt_sgd_list_one_s16(r0, r1, &L, A0, A1, R);
+        tt_sgd_list_one_s16(r0, r1, &L, A0, A1, R);
+        tt_sgd_list_one_s16(r0, r1, &L, A0, A1, R);
+        if (tt_guard_hit()) {
+            tt_sgd_list_redo_s16(r0, L - 8, 4, A0, a0, x, s, st);
+            if (R > 1) tt_sgd_list_redo_s16(r1, L - 8, 4, A1, a1, x, s, st);
+        }
     }
     if (L != end) {
         const uint32_t *const b = L;
-        do tt_sgd_list_one_s16(r0, r1, r2, &L, A0, A1, A2, R);
+        do tt_sgd_list_one_s16(r0, r1, &L, A0, A1, R);
         while (L != end);
-        if (tt_guard_hit())
-            for (i = 0; i < R; i++)
-                tt_sgd_list_redo_s16(q->r[i], b, (int32_t)(end - b) >> 1, q->a[i] * ((int32_t)1 << sh), q->a[i], x, s,
-                                     st);
+        if (tt_guard_hit()) {
+            tt_sgd_list_redo_s16(r0, b, (int32_t)(end - b) >> 1, A0, a0, x, s, st);
+            if (R > 1) tt_sgd_list_redo_s16(r1, b, (int32_t)(end - b) >> 1, A1, a1, x, s, st);
+        }
     }
 }
 
-static TT_SGD_NOINLINE void tt_sgd_list_rows3_s16(const tt_sgd_rows3 *q, int32_t sh, const uint32_t *L, int32_t cnt,
-                                                  const int8_t *x, int32_t s, tt_stats *st)
+static TT_SGD_NOINLINE void tt_sgd_list_rows2_s16(int16_t *r0, int16_t *r1, int32_t a0, int32_t a1, int32_t sh,
+                                                  const uint32_t *L, int32_t cnt, const int8_t *x, int32_t s,
+                                                  tt_stats *st)
 {
-    tt_sgd_list_rows_s16(q, sh, L, cnt, 3, x, s, st);
+    tt_sgd_list_rows_s16(r0, r1, a0, a1, sh, L, cnt, 2, x, s, st);
 }
 
-/* The one or two rows left over by tt_sgd_list_rows3_s16. */
-static TT_SGD_NOINLINE void tt_sgd_list_rows12_s16(const tt_sgd_rows3 *q, int32_t R, int32_t sh, const uint32_t *L,
-                                                   int32_t cnt, const int8_t *x, int32_t s, tt_stats *st)
+static TT_SGD_NOINLINE void tt_sgd_list_rows1_s16(int16_t *r0, int32_t a0, int32_t sh, const uint32_t *L,
+                                                  int32_t cnt, const int8_t *x, int32_t s, tt_stats *st)
 {
-    if (R == 2) tt_sgd_list_rows_s16(q, sh, L, cnt, 2, x, s, st);
-    else tt_sgd_list_rows_s16(q, sh, L, cnt, 1, x, s, st);
+    tt_sgd_list_rows_s16(r0, r0, a0, 0, sh, L, cnt, 1, x, s, st);
 }
 
 /* The N rows of one chunk of tt_sgd_dense_rows_s16 (len inputs x, widened to xx, listed in L when
- * LIST: cnt nonzero pairs; row: the chunk's first weight in row 0, rows K apart). LIST, a
- * constant after inlining: the active rows three at a time over the list (the one or two left
- * together); else each row over all pairs by tt_sgd_row_fast_s16 (4-byte aligned rows). The odd
- * last input and the rows past amax by the scalar rule. */
+ * LIST: cnt nonzero pairs; row: the chunk's first weight in row 0, rows K apart). LIST, a constant
+ * after inlining: the active rows two at a time over the list (the odd last one alone); else each
+ * row over all pairs by tt_sgd_row_fast_s16 (4-byte aligned rows). The odd last input and the rows
+ * past amax by the scalar rule. */
 TT_SGD_INLINE void tt_sgd_chunk_s16(const int8_t *e, const int8_t *x, const uint32_t *xx, const uint32_t *L,
                                     int32_t cnt, int32_t len, int32_t K, int32_t N, int16_t *row, int32_t m_t,
                                     int32_t s, int32_t sh, int32_t amax, int32_t LIST, int32_t *b, int32_t sb,
                                     tt_stats *st)
 {
     const int8_t *const e0 = e, *end = e + N;
-    tt_sgd_rows3 q;
-    int32_t nq = 0, j;
+    int16_t *pr = 0;
+    int32_t pa = 0, j;
     for (; e != end; e++, row += K) {
         const int32_t a = m_t * (int32_t)*e, ua = a < 0 ? -a : a;
         if (a == 0) continue;
@@ -1407,16 +1395,15 @@ TT_SGD_INLINE void tt_sgd_chunk_s16(const int8_t *e, const int8_t *x, const uint
             tt_guard_clear();
             /* A = a 2^sh: |A| <= INT32_MAX by amax */
             tt_sgd_row_fast_s16(row, xx, len / 2, a * ((int32_t)1 << sh), a, x, s, st);
+        } else if (!pr) {
+            pr = row;
+            pa = a;
         } else {
-            q.r[nq] = row;
-            q.a[nq] = a;
-            if (++nq == 3) {
-                tt_sgd_list_rows3_s16(&q, sh, L, cnt, x, s, st);
-                nq = 0;
-            }
+            tt_sgd_list_rows2_s16(pr, row, pa, a, sh, L, cnt, x, s, st);
+            pr = 0;
         }
     }
-    if (nq) tt_sgd_list_rows12_s16(&q, nq, sh, L, cnt, x, s, st);
+    if (pr) tt_sgd_list_rows1_s16(pr, pa, sh, L, cnt, x, s, st);
 }
 
 /* Rows n of w16[N][K] with a_n = m_t * e[n] != 0: w -= round(a_n x[k] / 2^s), two weights per
