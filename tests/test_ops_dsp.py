@@ -228,20 +228,23 @@ def sgd_case(draw):
     return x, e, w, b, m_t, s, sb
 
 
-def _sgd(lib, ffi, case, k=20):
+def _sgd(lib, ffi, case, k=20, offset=0):
+    """offset: the weights start that many int16 into a buffer (1: rows not 4-byte aligned)."""
     x, e, w, b, m_t, s, sb = case
     N, K = w.shape
     ee, ex = -7, -6
     ew, eb = s - k + ee + ex, sb - k + ee
-    w, b = w.copy(), b.copy()
+    buf = np.zeros(w.size + offset, np.int16)
+    buf[offset:] = w.ravel()
+    w, b = buf[offset:].reshape(N, K), b.copy()
     cos = ffi.new("int32_t[65]")
     o = ffi.new("tt_sgd *", {"m": m_t, "k": k, "batch_size": 1, "cosine": cos})
     prng = ffi.new("uint32_t *", 1)
     st_c = ffi.new("tt_stats *")
     u = ffi.new("tt_sgd_step *", {"cfg": o, "m_t": m_t, "prng": prng, "stats": st_c})
-    p = ffi.new("tt_sgd_dense_s16_params *", dict(K=K, N=N, w=c_i16(ffi, w), ew=ew, b=c_i32(ffi, b), eb=eb))
+    p = ffi.new("tt_sgd_dense_s16_params *", dict(K=K, N=N, w=c_i16(ffi, buf) + offset, ew=ew, b=c_i32(ffi, b), eb=eb))
     lib.tt_sgd_dense_direct_s16(u, p, c_i8(ffi, e), ee, c_i8(ffi, x), ex)
-    return w, b, st_c.saturated, (ew, ee + ex, eb, ee, k)
+    return w.copy(), b, st_c.saturated, (ew, ee + ex, eb, ee, k)
 
 
 @settings(max_examples=300, deadline=None)
@@ -251,11 +254,11 @@ def test_fused_sgd_dsp_equals_portable_and_reference(clib, dsplib, case):
     wp, bp, np_, _ = _sgd(clib[1], clib[0], case)
     assert np.array_equal(wd, wp), f"first difference at {np.argwhere(wd != wp)[0]}"
     assert np.array_equal(bd, bp) and nd == np_
-    # the reference on the same update (rows with m_t * e[n] == 0 are skipped by the C path,
-    # which the reference only matches when no weight of such a row is -32768: a state that
-    # updates never produce, only a loaded blob could hold it)
+    # the reference on the same update (weights whose product m_t * e[n] * x[k] is 0 keep their
+    # values in the C paths, which the reference only matches when no such weight is -32768: a
+    # state that updates never produce, only a loaded blob could hold it)
     x, e, w, b, m_t, s, sb = case
-    if (w[m_t * e.astype(np.int64) == 0] == -32768).any():
+    if (w[np.outer(m_t * e.astype(np.int64), x) == 0] == -32768).any():
         return
     ew, eg, eb, ee, k = exps
     opt = _opt(m_t, k)
@@ -272,6 +275,57 @@ def _opt(m_t, k):
     return IntSGD(m=m_t, k=k, mu_m=0, mu_k=0, wd_m=0, wd_k=0, ib_m=0, ib_k=0, batch_size=1,
                   schedule=0, gamma_q15=32768, step_size=1, total_steps=1,
                   cosine=np.zeros(65, np.int32), sr=False, master=False)
+
+
+@st.composite
+def zero_input_case(draw):
+    """Inputs with drawn zero patterns (all zero, none zero, zero pairs, zero lanes, random), odd
+    and even K across the 64-input chunks, weights near the guard and the limits, biases."""
+    K = draw(st.sampled_from([1, 2, 3, 4, 5, 7, 8, 15, 31, 32, 33, 62, 63, 64, 65, 66, 127, 129, 130]))
+    N = draw(st.integers(1, 9))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    x = rng.integers(-128, 128, K)
+    x[x == 0] = 1
+    pattern = draw(st.sampled_from(["all", "none", "pairs", "lanes", "random"]))
+    if pattern == "all":
+        x[:] = 0
+    elif pattern == "pairs":  # whole pairs (2j, 2j + 1) zero, the others not
+        x[np.repeat(rng.random((K + 1) // 2) < draw(st.floats(0, 1)), 2)[:K]] = 0
+    elif pattern == "lanes":  # one input of a pair zero
+        x[draw(st.integers(0, 1))::2] = 0
+    elif pattern == "random":
+        x[rng.random(K) < draw(st.floats(0, 1))] = 0
+    e = rng.integers(-128, 128, N)
+    e[rng.random(N) < 0.3] = 0
+    w = rng.choice(W_EDGES[1:], (N, K))  # -32768: never stored by an update (see IntSGD)
+    w = np.where(rng.random((N, K)) < draw(st.sampled_from([0.0, 0.5, 0.9, 1.0])),
+                 rng.integers(-16384, 16384, (N, K)), w)
+    b = rng.integers(-(2**31), 2**31, N)
+    m_t = draw(st.sampled_from([1, 255, 26214, 32767]) | st.integers(0, 32767))
+    s, sb = draw(st.integers(1, 33)), draw(st.integers(-1, 33))
+    return (x.astype(np.int8), e.astype(np.int8), w.astype(np.int16), b.astype(np.int32), m_t, s, sb)
+
+
+@settings(max_examples=400, deadline=None)
+@given(zero_input_case(), st.sampled_from([0, 1]))
+def test_fused_sgd_zero_input_patterns_equal_portable_and_reference(clib, dsplib, case, offset):
+    """The fused int16 Dense update with zero inputs (the DSP path's list of nonzero input pairs,
+    rows two at a time over it, or all pairs when few are zero; offset 1: rows not 4-byte aligned)
+    == the portable path == the reference (weights, biases, saturation count): a zero input or a
+    zero row error leaves its weights as they are, which the reference does too for every weight
+    an update can store."""
+    x, e, w, b, m_t, s, sb = case
+    wd, bd, nd, exps = _sgd(dsplib[1], dsplib[0], case, offset=offset)
+    wp, bp, np_, _ = _sgd(clib[1], clib[0], case)
+    assert np.array_equal(wd, wp), f"first difference at {np.argwhere(wd != wp)[0]}"
+    assert np.array_equal(bd, bp) and nd == np_
+    ew, eg, eb, ee, k = exps
+    wr, br = w.copy(), b.copy()
+    g = np.outer(e.astype(np.int32), x.astype(np.int32)).astype(np.int32)
+    n1 = update_direct_ref(wr, ew, g, eg, _opt(m_t, k), m_t, [1])
+    n2 = update_direct_ref(br, eb, e.astype(np.int32), ee, _opt(m_t, k), m_t, [1])
+    assert np.array_equal(wd, wr), f"first difference at {np.argwhere(wd != wr)[0]}"
+    assert np.array_equal(bd, br) and nd == n1 + n2
 
 
 @pytest.mark.parametrize("K", [1, 2, 7, 64, 65])
@@ -294,14 +348,14 @@ def test_fused_sgd_dsp_at_the_int16_limits(clib, dsplib, K, s, w0):
         wp, bp, np_, _ = _sgd(clib[1], clib[0], case)
         assert np.array_equal(wd, wp), f"first difference at {np.argwhere(wd != wp)[0]}"
         assert np.array_equal(bd, bp) and nd == np_
-        # the reference, on the rows the C path updates (e[n] != 0; the e[n] == 0 row keeps its
-        # weights, where the reference would clamp an old -32768)
+        # the reference, on the weights the C path updates (e[n] x[k] != 0, for s < 32; the others
+        # keep their values, where the reference would clamp an old -32768)
         ew, eg, eb, ee, k = exps
         wr, br = w.copy(), b.copy()
         g = np.outer(e.astype(np.int32), x.astype(np.int32)).astype(np.int32)
         n1 = update_direct_ref(wr, ew, g, eg, _opt(m_t, k), m_t, [1])
         n2 = update_direct_ref(br, eb, e.astype(np.int32), ee, _opt(m_t, k), m_t, [1])
-        live = e != 0
+        live = g != 0 if s < 32 else np.broadcast_to((e != 0)[:, None], g.shape)
         assert np.array_equal(wd[live], wr[live]) and np.array_equal(wd[~live], w[~live])
         assert np.array_equal(bd, br) and nd == n1 + n2 - int(np.count_nonzero(w[~live] == -32768))
 
@@ -1072,9 +1126,11 @@ def test_dense_direct_s16_options_equal_reference(clib, dsplib, case):
         u = ffi.new("tt_sgd_step *", {"cfg": o, "m_t": m_t, "prng": prng, "stats": st_c})
         p = ffi.new("tt_sgd_dense_s16_params *", dict(K=K, N=N, w=c_i16(ffi, w2), ew=ew, b=ffi.NULL, eb=0))
         lib.tt_sgd_dense_direct_s16(u, p, c_i8(ffi, e), ee, c_i8(ffi, x), ex)
-        if not (sr or wd[0]):  # plain SGD skips rows with m_t e[n] = 0 (an old -32768 stays: see above)
-            live = m_t * e.astype(np.int64) != 0
+        if not (sr or wd[0]):  # plain SGD skips weights with m_t e[n] x[k] = 0 (an old -32768 stays: see above)
+            live = np.outer(m_t * e.astype(np.int64), x) != 0
             assert np.array_equal(w2[live], wr[live])
+            if 1 <= s <= 31:
+                assert np.array_equal(w2[~live], w[~live])
             continue
         assert np.array_equal(w2, wr), f"first difference at {np.argwhere(w2 != wr)[0]}"
         assert st_c.saturated == nr and prng[0] == prng_r[0]

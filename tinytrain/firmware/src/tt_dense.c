@@ -67,9 +67,12 @@ TT_DENSE_INLINE void tt_dense_rows(const int16_t *r, int32_t K, const uint32_t *
         if (R > 1) s1 = acc[1];
         if (R > 2) { s2 = acc[2]; s3 = acc[3]; }
     }
-    for (; xx != end; xx += 2) {
-        const int32_t X0 = (int32_t)xx[0], X1 = (int32_t)xx[1];
-        uint32_t lo, hi;
+    while (xx != end) {
+        uint32_t lo, hi, u0, u1;
+        int32_t X0, X1;
+        tt_ld_u32x2_next(&xx, &u0, &u1); /* LDRD with writeback: no pointer step in the turn */
+        X0 = (int32_t)u0;
+        X1 = (int32_t)u1;
         tt_dense_ld2(&r0, &lo, &hi, AL);
         s0 = __smlad((int32_t)lo, X0, s0);
         s0 = __smlad((int32_t)hi, X1, s0);

@@ -23,24 +23,32 @@ int32_t tt_softmax_ce_s8(const tt_ctx *ctx, const int8_t *z, int32_t ez, int32_t
     if (sh < -24) sh = -24;
     if (sh >= 1 && sh <= 31 && N <= 65536 && label >= 0 && label < N) {
         /* the usual case in 32 bits, same bits as below: the int32 rounding shift is exact
-         * (|v| < 2^24), each g[i] <= 2^15 so S <= N 2^15 < 2^32, and the maximum for the
-         * requantization is taken while dividing */
-        uint32_t S32 = 0, m = 0;
+         * (|v| < 2^24); t >= T_MIN is no test here: u = -t, n = u >> 8 and any t <= T_MIN has
+         * n >= 16, where exp2 is 0; below that the table entry T <= 2^15 rounded right by n is
+         * ((2 T >> n) + 1) >> 1. Each g[i] <= 2^15, so S <= N 2^15 < 2^32 and the quotients
+         * (int32 sums in the scratch) fit int32; the label's is taken apart so that the maximum
+         * for the requantization is taken while dividing without a test of i */
+        int32_t *g32 = (int32_t *)(void *)g;
+        const uint16_t *T = tt_exp2_neg_q15_table;
+        uint32_t S32 = 0, m = 0, vl;
         for (i = 0; i < N; i++) {
-            int32_t t = tt_rshift_round_s32((z[i] - zmax) * TT_LOG2E_Q15, sh);
-            const int32_t v = tt_exp2_neg_q15_inline(t < TT_T_MIN ? TT_T_MIN : t);
-            g[i] = v;
-            S32 += (uint32_t)v;
+            const int32_t v = (z[i] - zmax) * TT_LOG2E_Q15;
+            const uint32_t u = (uint32_t)-(((v >> (sh - 1)) + 1) >> 1), n = u >> 8;
+            const uint32_t q = n > 15 ? 0u : ((((uint32_t)T[u & 0xFFu] << 1) >> n) + 1u) >> 1;
+            g32[i] = (int32_t)q;
+            S32 += q;
         }
+        vl = (uint32_t)g32[label];
+        g32[label] = 0;
         for (i = 0; i < N; i++) {
-            const uint32_t q = ((uint32_t)g[i] << 15) / S32;
-            g[i] = q;
-            if (q > m && i != label) m = q;
+            const uint32_t q = ((uint32_t)g32[i] << 15) / S32;
+            g32[i] = (int32_t)q;
+            if (q > m) m = q;
         }
-        pc = g[label];
-        g[label] -= 32768;
+        pc = (vl << 15) / S32;
+        g32[label] = (int32_t)pc - 32768;
         if ((uint32_t)(32768 - pc) > m) m = (uint32_t)(32768 - pc);
-        out->ee = -15 + tt_requant_s8_from_s64_max(g, N, m, out->e, ctx->stats);
+        out->ee = -15 + tt_requant_s8_from_s32_max(g32, N, m, out->e, ctx->stats);
         out->loss_q16 = (15 << 16) - tt_log2_q16((uint32_t)(pc > 1 ? pc : 1));
         return pred;
     }

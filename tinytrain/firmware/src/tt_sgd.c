@@ -1123,13 +1123,31 @@ static void tt_sgd_apply1(int16_t *w16, int32_t *w32, int32_t i, int64_t g, int3
 
 /* w -= round(p / 2^s) (ties toward +inf), saturating to [-32767, 32767]; s in [1, 31] and
  * |p| < 2^30, so the int32 rounding shift equals tt_rshift_round_s64 on it and w - d cannot
- * overflow. */
+ * overflow. A weight whose product p is 0 (its input or its row's error is 0) keeps its value,
+ * as a row of zero error does: the fused Dense update skips zero inputs (the reference would only
+ * differ on an old -32768, which no update stores, see IntSGD). */
 static inline void tt_sgd_s16_one(int16_t *w, int32_t p, int32_t s, tt_stats *st)
 {
-    int32_t v = (int32_t)*w - ((p >> s) + ((p >> (s - 1)) & 1));
+    int32_t v;
+    if (p == 0) return;
+    v = (int32_t)*w - ((p >> s) + ((p >> (s - 1)) & 1));
     if (v > TT_S16_MAX) { v = TT_S16_MAX; st->saturated++; }
     else if (v < -TT_S16_MAX) { v = -TT_S16_MAX; st->saturated++; }
     *w = (int16_t)v;
+}
+
+/* The bias of a row of the fused Dense update, p = m_t e[n] != 0 (|p| < 2^22), sb in [1, 31]:
+ * b -= (p + 2^(sb - 1)) >> sb, saturating toward d's opposite sign when b - d overflows int32
+ * (tt_sgd_dense_bias's fast rule, done in the weights' row loop: one pass over e). */
+static inline void tt_sgd_bias_one(int32_t *b, int32_t p, int32_t sb, tt_stats *st)
+{
+    const int32_t d = (p + ((int32_t)1 << (sb - 1))) >> sb;
+    int32_t r;
+    if (tt_sub_overflows(*b, d, &r)) {
+        st->saturated++;
+        r = d > 0 ? INT32_MIN : INT32_MAX;
+    }
+    *b = r;
 }
 
 #if TT_HAVE_DSP
@@ -1138,6 +1156,11 @@ static inline void tt_sgd_s16_one(int16_t *w, int32_t p, int32_t s, tt_stats *st
 #define TT_SGD_INLINE static inline __attribute__((always_inline))
 #else
 #define TT_SGD_INLINE static inline
+#endif
+#if defined(__GNUC__)
+#define TT_SGD_NOINLINE __attribute__((noinline))
+#else
+#define TT_SGD_NOINLINE
 #endif
 #define TT_SGD_CHUNK 64 /* x widened to int16 pairs this many at a time (stack: 2 bytes each) */
 
@@ -1202,54 +1225,31 @@ TT_SGD_INLINE void tt_sgd_quad_s16(int16_t **row, const uint32_t **xx, int32_t A
     tt_st_s16x4_next(row, (uint32_t)__ssub16((int32_t)W0, (int32_t)X0), (uint32_t)__ssub16((int32_t)W1, (int32_t)X1));
 }
 
-/* w[2j..2j+1] -= D_j for j < np (lane-wise, wrapping), eight weights per loop turn (LDRD/STRD
- * when the row is 4-byte aligned: AL, a constant after inlining), guarded by SSAT16 #15 on the
- * old pairs: with |d| <= 16383 an old lane in [-16384, 16383] gives w - d in [-32767, 32766], no
- * saturation and no -32768, so the wrapping SSUB16 is the exact rule (one SSAT16 per pair instead
- * of tt_sgd_s16x2's three guard steps). The Q flag, clear on entry, is read after every sixteen
- * weights of an aligned row (eight otherwise, and after the last pairs): a hit sends just those
- * pairs to tt_sgd_pairs_redo_s16, so a trained row with a few large weights pays for their blocks
- * only. */
-TT_SGD_INLINE void tt_sgd_row_fast_s16(int16_t *row, const uint32_t *xx, int32_t np, int32_t A, int32_t AL,
+/* w[2j..2j+1] -= D_j for j < np (lane-wise, wrapping) of a 4-byte aligned row, eight weights per
+ * loop turn by LDRD/STRD, guarded by SSAT16 #15 on the old pairs: with |d| <= 16383 an old lane in
+ * [-16384, 16383] gives w - d in [-32767, 32766], no saturation and no -32768, so the wrapping
+ * SSUB16 is the exact rule (one SSAT16 per pair instead of tt_sgd_s16x2's three guard steps). The
+ * Q flag, clear on entry, is read after every sixteen weights (then a block of eight, and after the
+ * last pairs): a hit sends just those pairs to tt_sgd_pairs_redo_s16, so a trained row with a few
+ * large weights pays for their blocks only. */
+TT_SGD_INLINE void tt_sgd_row_fast_s16(int16_t *row, const uint32_t *xx, int32_t np, int32_t A,
                                        int32_t a, const int8_t *x, int32_t s, tt_stats *st)
 {
-    const uint32_t *xx0 = xx, *end = xx + (np & ~3);
-    if (AL) {
-        /* aligned rows: the weights and the widened inputs by LDRD and the weights back by STRD,
-         * all with writeback or an immediate offset, so a turn has no pointer arithmetic; sixteen
-         * weights a turn (the loop and the flag read once per 16), then a block of eight; the
-         * inputs of a block are found from its place (x + 2 (xx - xx0)) only when it is redone */
-        const uint32_t *end16 = xx + (np & ~7);
-        while (xx != end16) {
-            tt_sgd_quad_s16(&row, &xx, A);
-            tt_sgd_quad_s16(&row, &xx, A);
-            tt_sgd_quad_s16(&row, &xx, A);
-            tt_sgd_quad_s16(&row, &xx, A);
-            if (tt_guard_hit()) tt_sgd_pairs_redo_s16(row - 16, xx - 8, 8, A, a, x + 2 * (xx - 8 - xx0), s, st);
-        }
-        if (xx != end) {
-            tt_sgd_quad_s16(&row, &xx, A);
-            tt_sgd_quad_s16(&row, &xx, A);
-            if (tt_guard_hit()) tt_sgd_pairs_redo_s16(row - 8, xx - 4, 4, A, a, x + 2 * (xx - 4 - xx0), s, st);
-        }
-    } else {
-        for (; xx != end; xx += 4, row += 8) {
-            uint32_t W0 = tt_ld_s16x2(row), W1 = tt_ld_s16x2(row + 2);
-            uint32_t W2 = tt_ld_s16x2(row + 4), W3 = tt_ld_s16x2(row + 6);
-            const uint32_t D0 = tt_step_s16x2(A, xx[0]), D1 = tt_step_s16x2(A, xx[1]);
-            const uint32_t D2 = tt_step_s16x2(A, xx[2]), D3 = tt_step_s16x2(A, xx[3]);
-            tt_guard_s16x2_15(W0);
-            tt_guard_s16x2_15(W1);
-            tt_guard_s16x2_15(W2);
-            tt_guard_s16x2_15(W3);
-            W0 = (uint32_t)__ssub16((int32_t)W0, (int32_t)D0);
-            W1 = (uint32_t)__ssub16((int32_t)W1, (int32_t)D1);
-            W2 = (uint32_t)__ssub16((int32_t)W2, (int32_t)D2);
-            W3 = (uint32_t)__ssub16((int32_t)W3, (int32_t)D3);
-            tt_st_s16x2(row, W0); tt_st_s16x2(row + 2, W1);
-            tt_st_s16x2(row + 4, W2); tt_st_s16x2(row + 6, W3);
-            if (tt_guard_hit()) tt_sgd_pairs_redo_s16(row, xx, 4, A, a, x + 2 * (xx - xx0), s, st);
-        }
+    const uint32_t *xx0 = xx, *end = xx + (np & ~3), *end16 = xx + (np & ~7);
+    /* the weights and the widened inputs by LDRD and the weights back by STRD, all with writeback
+     * or an immediate offset, so a turn has no pointer arithmetic; the inputs of a block are found
+     * from its place (x + 2 (xx - xx0)) only when it is redone */
+    while (xx != end16) {
+        tt_sgd_quad_s16(&row, &xx, A);
+        tt_sgd_quad_s16(&row, &xx, A);
+        tt_sgd_quad_s16(&row, &xx, A);
+        tt_sgd_quad_s16(&row, &xx, A);
+        if (tt_guard_hit()) tt_sgd_pairs_redo_s16(row - 16, xx - 8, 8, A, a, x + 2 * (xx - 8 - xx0), s, st);
+    }
+    if (xx != end) {
+        tt_sgd_quad_s16(&row, &xx, A);
+        tt_sgd_quad_s16(&row, &xx, A);
+        if (tt_guard_hit()) tt_sgd_pairs_redo_s16(row - 8, xx - 4, 4, A, a, x + 2 * (xx - 4 - xx0), s, st);
     }
     if (np & 3) {
         const int32_t t = np & 3;
@@ -1263,28 +1263,148 @@ TT_SGD_INLINE void tt_sgd_row_fast_s16(int16_t *row, const uint32_t *xx, int32_t
     }
 }
 
-/* The N rows of one chunk of tt_sgd_dense_rows_s16 (len inputs x, widened to xx; row: the chunk's
- * first weight in row 0, rows K apart) with the row alignment AL a constant after inlining (no
- * per-row test of it). */
-TT_SGD_INLINE void tt_sgd_chunk_s16(const int8_t *e, const int8_t *x, const uint32_t *xx, int32_t len,
-                                    int32_t K, int32_t N, int16_t *row, int32_t m_t, int32_t s, int32_t sh,
-                                    int32_t amax, int32_t AL, tt_stats *st)
+/* The pairs j < np of x whose inputs are not both 0, as the words (X, 2 j) in L (room for 2 np
+ * words), X the pair widened as tt_widen_s8 does (x 2^c in int16 lanes); returns their count. A
+ * pair of zero inputs has zero steps: its weights keep their values (tt_sgd_s16_one's rule), so
+ * the list paths below skip it. One halfword load per pair, a zero pair skipped at once; a pair
+ * h = x0 | x1 << 8 is widened by SXTB16 of h | h << 8 (bytes 0 and 2 are x0 and x1). */
+static int32_t tt_sgd_list_s16(const int8_t *x, int32_t np, int32_t c, uint32_t *L)
 {
-    const int8_t *end = e + N;
-    const int32_t np = len / 2;
-    int32_t j;
+    const uint32_t keep = ~((((uint32_t)1 << c) - 1u) << 16);
+    const int8_t *p = x, *const end = x + 2 * np;
+    uint32_t *q = L;
+    for (; p != end; p += 2) {
+        uint16_t h;
+        memcpy(&h, p, 2);
+        if (h == 0) continue;
+        q[0] = ((uint32_t)__sxtb16((int32_t)(h | (uint32_t)h << 8)) << c) & keep;
+        q[1] = (uint32_t)(p - x);
+        q += 2;
+    }
+    return (int32_t)(q - L) >> 1;
+}
+
+/* cnt listed pairs (X, j) of L in a row whose fast step hit its guard: the exact check and redo of
+ * tt_sgd_pairs_redo_s16 on the pairs at row + j. Leaves the Q flag clear. */
+static void tt_sgd_list_redo_s16(int16_t *row, const uint32_t *L, int32_t cnt, int32_t A, int32_t a,
+                                 const int8_t *x, int32_t s, tt_stats *st)
+{
+    int32_t i;
+    tt_guard_clear();
+    for (i = 0; i < cnt; i++) {
+        const uint32_t S = tt_ld_s16x2(row + L[2 * i + 1]), D = tt_step_s16x2(A, L[2 * i]);
+        tt_sgd_guard_s16x2((uint32_t)__sadd16((int32_t)S, (int32_t)D), D, S);
+    }
+    if (tt_guard_hit()) {
+        for (i = 0; i < cnt; i++) {
+            int16_t *w = row + L[2 * i + 1];
+            const int8_t *xj = x + L[2 * i + 1];
+            tt_st_s16x2(w, (uint32_t)__sadd16((int32_t)tt_ld_s16x2(w), (int32_t)tt_step_s16x2(A, L[2 * i])));
+            tt_sgd_s16_one(w, a * (int32_t)xj[0], s, st);
+            tt_sgd_s16_one(w + 1, a * (int32_t)xj[1], s, st);
+        }
+        tt_guard_clear();
+    }
+}
+
+/* One listed pair (*L: X, j; then *L += 2) of rows r0 and, when R = 2, r1: w[j..j+1] -= D lane-wise
+ * (wrapping) with the guard raised on the old pair, as tt_sgd_quad_s16 (word loads and stores at
+ * any 2-byte alignment). */
+TT_SGD_INLINE void tt_sgd_list_one_s16(int16_t *r0, int16_t *r1, const uint32_t **L, int32_t A0, int32_t A1,
+                                       int32_t R)
+{
+    uint32_t X, j, W0, W1;
+    tt_ld_u32x2_next(L, &X, &j);
+    W0 = tt_ld_s16x2(r0 + j);
+    tt_guard_s16x2_15(W0);
+    tt_st_s16x2(r0 + j, (uint32_t)__ssub16((int32_t)W0, (int32_t)tt_step_s16x2(A0, X)));
+    if (R > 1) {
+        W1 = tt_ld_s16x2(r1 + j);
+        tt_guard_s16x2_15(W1);
+        tt_st_s16x2(r1 + j, (uint32_t)__ssub16((int32_t)W1, (int32_t)tt_step_s16x2(A1, X)));
+    }
+}
+
+/* The cnt listed pairs of L in R rows (1 or 2, a constant after inlining: two rows share each
+ * entry's load), steps A0 = a0 2^sh and A1 = a1 2^sh; the Q flag, clear on entry, read after
+ * every four entries and after the last: a hit sends those entries of each row to
+ * tt_sgd_list_redo_s16. */
+TT_SGD_INLINE void tt_sgd_list_rows_s16(int16_t *r0, int16_t *r1, int32_t a0, int32_t a1, int32_t sh,
+                                        const uint32_t *L, int32_t cnt, int32_t R, const int8_t *x,
+                                        int32_t s, tt_stats *st)
+{
+    const int32_t A0 = a0 * ((int32_t)1 << sh), A1 = a1 * ((int32_t)1 << sh);
+    const uint32_t *end4 = L + 2 * (cnt & ~3), *end = L + 2 * cnt;
+    tt_guard_clear();
+    while (L != end4) {
+        tt_sgd_list_one_s16(r0, r1, &L, A0, A1, R);
+        tt_sgd_list_one_s16(r0, r1, &L, A0, A1, R);
+        tt_sgd_list_one_s16(r0, r1, &L, A0, A1, R);
+        tt_sgd_list_one_s16(r0, r1, &L, A0, A1, R);
+        if (tt_guard_hit()) {
+            tt_sgd_list_redo_s16(r0, L - 8, 4, A0, a0, x, s, st);
+            if (R > 1) tt_sgd_list_redo_s16(r1, L - 8, 4, A1, a1, x, s, st);
+        }
+    }
+    if (L != end) {
+        const uint32_t *const b = L;
+        do tt_sgd_list_one_s16(r0, r1, &L, A0, A1, R);
+        while (L != end);
+        if (tt_guard_hit()) {
+            tt_sgd_list_redo_s16(r0, b, (int32_t)(end - b) >> 1, A0, a0, x, s, st);
+            if (R > 1) tt_sgd_list_redo_s16(r1, b, (int32_t)(end - b) >> 1, A1, a1, x, s, st);
+        }
+    }
+}
+
+static TT_SGD_NOINLINE void tt_sgd_list_rows2_s16(int16_t *r0, int16_t *r1, int32_t a0, int32_t a1, int32_t sh,
+                                                  const uint32_t *L, int32_t cnt, const int8_t *x, int32_t s,
+                                                  tt_stats *st)
+{
+    tt_sgd_list_rows_s16(r0, r1, a0, a1, sh, L, cnt, 2, x, s, st);
+}
+
+static TT_SGD_NOINLINE void tt_sgd_list_rows1_s16(int16_t *r0, int32_t a0, int32_t sh, const uint32_t *L,
+                                                  int32_t cnt, const int8_t *x, int32_t s, tt_stats *st)
+{
+    tt_sgd_list_rows_s16(r0, r0, a0, 0, sh, L, cnt, 1, x, s, st);
+}
+
+/* The N rows of one chunk of tt_sgd_dense_rows_s16 (len inputs x, widened to xx, listed in L when
+ * LIST: cnt nonzero pairs; row: the chunk's first weight in row 0, rows K apart). LIST, a constant
+ * after inlining: the active rows two at a time over the list (the odd last one alone); else each
+ * row over all pairs by tt_sgd_row_fast_s16 (4-byte aligned rows). The odd last input and the rows
+ * past amax by the scalar rule. */
+TT_SGD_INLINE void tt_sgd_chunk_s16(const int8_t *e, const int8_t *x, const uint32_t *xx, const uint32_t *L,
+                                    int32_t cnt, int32_t len, int32_t K, int32_t N, int16_t *row, int32_t m_t,
+                                    int32_t s, int32_t sh, int32_t amax, int32_t LIST, int32_t *b, int32_t sb,
+                                    tt_stats *st)
+{
+    const int8_t *const e0 = e, *end = e + N;
+    int16_t *pr = 0;
+    int32_t pa = 0, j;
     for (; e != end; e++, row += K) {
         const int32_t a = m_t * (int32_t)*e, ua = a < 0 ? -a : a;
         if (a == 0) continue;
+        if (b) tt_sgd_bias_one(b + (e - e0), a, sb, st);
         if (ua > amax) {
             for (j = 0; j < len; j++) tt_sgd_s16_one(row + j, a * (int32_t)x[j], s, st);
             continue;
         }
-        tt_guard_clear();
-        /* A = a 2^sh: |A| <= INT32_MAX by amax */
-        tt_sgd_row_fast_s16(row, xx, np, a * ((int32_t)1 << sh), AL, a, x, s, st);
         if (len & 1) tt_sgd_s16_one(row + len - 1, a * (int32_t)x[len - 1], s, st);
+        if (!LIST) {
+            tt_guard_clear();
+            /* A = a 2^sh: |A| <= INT32_MAX by amax */
+            tt_sgd_row_fast_s16(row, xx, len / 2, a * ((int32_t)1 << sh), a, x, s, st);
+        } else if (!pr) {
+            pr = row;
+            pa = a;
+        } else {
+            tt_sgd_list_rows2_s16(pr, row, pa, a, sh, L, cnt, x, s, st);
+            pr = 0;
+        }
     }
+    if (pr) tt_sgd_list_rows1_s16(pr, pa, sh, L, cnt, x, s, st);
 }
 
 /* Rows n of w16[N][K] with a_n = m_t * e[n] != 0: w -= round(a_n x[k] / 2^s), two weights per
@@ -1293,36 +1413,46 @@ TT_SGD_INLINE void tt_sgd_chunk_s16(const int8_t *e, const int8_t *x, const uint
  *   floor((a x 2^(16 - s) + 2^15) / 2^16) = floor((a x + 2^(s - 1)) / 2^s) = d exactly.
  * A row goes this way only if |A| < 2^31 and (|a| * 128) >> s <= 16382 (|a| <= amax), so
  * |d| <= floor((|a| * 128 + 2^(s-1)) / 2^s) <= ((|a| * 128) >> s) + 1 <= 16383 fits a lane.
- * A row is done by tt_sgd_row_fast_s16 (exact where the old weights are in [-16384, 16383], its
- * guard), whose blocks of eight weights that hit the guard are restored and redone exactly
- * (tt_sgd_pairs_redo_s16); rows failing the bound take the scalar path. */
+ * Pairs of zero inputs keep their weights (tt_sgd_s16_one's rule): when a chunk has enough of them
+ * (more than one pair in sixteen), or its rows are not 4-byte aligned, the rows go over the list of
+ * the other pairs (tt_sgd_list_rows_s16), else over all pairs (tt_sgd_row_fast_s16); both are exact
+ * where the old weights are in [-16384, 16383] (their guard), their blocks that hit the guard are
+ * checked again exactly and redone by the scalar rule on a real saturation; rows failing the bound
+ * take the scalar path. The biases b (when not NULL, shift sb in [1, 31]) in the same row loop. */
 static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, int32_t N,
-                                  int16_t *w16, int32_t m_t, int32_t s, tt_stats *st)
+                                  int16_t *w16, int32_t m_t, int32_t s, int32_t *b, int32_t sb, tt_stats *st)
 {
     const int32_t c = 32 - s < 8 ? 32 - s : 8, sh = 32 - s - c;
     /* largest |a| with |a| 2^sh <= INT32_MAX and (|a| * 128) >> s <= 16382 */
     const int64_t lim1 = (int64_t)INT32_MAX >> sh, lim2 = (((int64_t)16383 << s) - 1) / 128;
     const int32_t amax = (int32_t)(lim1 < lim2 ? lim1 : lim2);
     const int32_t aligned = ((uintptr_t)w16 & 3u) == 0 && (K & 1) == 0; /* every row, every chunk */
-    uint32_t xx[TT_SGD_CHUNK / 2];
+    uint32_t xx[TT_SGD_CHUNK / 2], L[TT_SGD_CHUNK];
     int32_t k0;
     for (k0 = 0; k0 < K; k0 += TT_SGD_CHUNK) {
-        const int32_t len = K - k0 < TT_SGD_CHUNK ? K - k0 : TT_SGD_CHUNK;
-        tt_widen_s8(x + k0, len & ~1, c, xx);
-        if (aligned) tt_sgd_chunk_s16(e, x + k0, xx, len, K, N, w16 + k0, m_t, s, sh, amax, 1, st);
-        else tt_sgd_chunk_s16(e, x + k0, xx, len, K, N, w16 + k0, m_t, s, sh, amax, 0, st);
+        const int32_t len = K - k0 < TT_SGD_CHUNK ? K - k0 : TT_SGD_CHUNK, np = len / 2;
+        int32_t cnt;
+        cnt = tt_sgd_list_s16(x + k0, np, c, L);
+        if (aligned && 16 * cnt > 15 * np) {
+            tt_widen_s8(x + k0, len & ~1, c, xx);
+            tt_sgd_chunk_s16(e, x + k0, xx, L, cnt, len, K, N, w16 + k0, m_t, s, sh, amax, 0, k0 ? 0 : b, sb, st);
+        } else {
+            tt_sgd_chunk_s16(e, x + k0, xx, L, cnt, len, K, N, w16 + k0, m_t, s, sh, amax, 1, k0 ? 0 : b, sb, st);
+        }
     }
 }
 #else
-/* Rows n of w16[N][K] with a_n = m_t * e[n] != 0: w -= round(a_n x[k] / 2^s), one at a time. */
+/* Rows n of w16[N][K] with a_n = m_t * e[n] != 0: w -= round(a_n x[k] / 2^s), one at a time;
+ * the biases b (when not NULL, shift sb in [1, 31]) in the same row loop. */
 static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, int32_t N,
-                                  int16_t *w16, int32_t m_t, int32_t s, tt_stats *st)
+                                  int16_t *w16, int32_t m_t, int32_t s, int32_t *b, int32_t sb, tt_stats *st)
 {
     int32_t n, k;
     for (n = 0; n < N; n++) {
         const int32_t a = m_t * (int32_t)e[n];
         int16_t *row = w16 + n * K;
         if (a == 0) continue;
+        if (b) tt_sgd_bias_one(b + n, a, sb, st);
         for (k = 0; k < K; k++) tt_sgd_s16_one(row + k, a * (int32_t)x[k], s, st);
     }
 }
@@ -2031,10 +2161,13 @@ void tt_sgd_dense_direct_s16(const tt_sgd_step *u, const tt_sgd_dense_s16_params
                              const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
 {
     if (p->w) {
-        const int32_t s = p->ew + u->cfg->k - (ee + ex);
-        if (TT_SGD_FAST(u->cfg, u->m_t) && s >= 1 && s <= 31)
-            tt_sgd_dense_rows_s16(e, x, p->K, p->N, p->w, u->m_t, s, u->stats);
-        else if (TT_SGD_FAST(u->cfg, u->m_t) && s >= 32)
+        const int32_t s = p->ew + u->cfg->k - (ee + ex), sb = p->eb + u->cfg->k - ee;
+        if (TT_SGD_FAST(u->cfg, u->m_t) && s >= 1 && s <= 31) {
+            /* the biases in the weights' row loop when their shift takes the same fast rule */
+            int32_t *const b = p->b && sb >= 1 && sb <= 31 ? p->b : 0;
+            tt_sgd_dense_rows_s16(e, x, p->K, p->N, p->w, u->m_t, s, b, sb, u->stats);
+            if (b) return;
+        } else if (TT_SGD_FAST(u->cfg, u->m_t) && s >= 32)
             tt_sgd_dense_rows_zero_s16(e, p->K, p->N, p->w, u->stats);
         else if (!tt_sgd_dense_rows_opt(u, p->w, 0, 0, s, e, x, p->K, p->N))
             tt_sgd_dense_weights(u, p->w, 0, s, e, x, p->K, p->N);
