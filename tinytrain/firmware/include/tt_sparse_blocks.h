@@ -75,9 +75,10 @@ int32_t tt_sparse_blocks_columns(const uint8_t *code, int32_t K, int32_t N, int3
 
 /** The fused direct update's fast path (no stochastic rounding, no decay, 0 <= m_t < 2^15,
  *  s = ew + k - (ee + ex) in [1, 31]) on the packed int16 weights; returns 0, nothing written,
- *  when it does not apply exactly (then the element walk runs). */
+ *  when it does not apply exactly (then the element walk runs), 2 when it also did the biases
+ *  (tt_sgd_dense_bias_s32's fast rule, in its row loop), else 1 (the biases left to the caller). */
 int32_t tt_sparse_blocks_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p, int32_t s,
-                                  const int8_t *e, const int8_t *x);
+                                  const int8_t *e, const int8_t *x, int32_t ee);
 
 #ifdef __cplusplus
 }

@@ -397,63 +397,189 @@ TT_BLOCKS_INLINE uint32_t tt_blocks_row_update_s16(int16_t *w, const uint8_t *st
 #endif
 
 #if TT_HAVE_DSP
-/* The update's constants for tt_blocks_row_update_full. */
+/* SXTB16 of v rotated right by 8 (bytes 1 and 3 sign-extended into the lanes): one instruction
+ * on the target (GCC 12 forms a separate ROR). */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+static inline uint32_t tt_blocks_sxtb16_ror8(uint32_t v)
+{
+    uint32_t r;
+    __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(v));
+    return r;
+}
+#else
+static inline uint32_t tt_blocks_sxtb16_ror8(uint32_t v)
+{
+    return (uint32_t)__sxtb16((int32_t)((v >> 8) | (v << 24)));
+}
+#endif
+
+/* The four steps of block j of a row from its inputs x[4j .. 4j + 3], read as one word v (no
+ * widened copy of x): the lanes X02 = (x0, x2), X13 = (x1, x3) times 2^c (C8: c = 8, the bytes
+ * masked in place, a byte above a zero byte being x 2^8; else c = 0, SXTB16 of v and of v
+ * rotated by 8), then D01 = (d0, d1), D23 = (d2, d3) from SMLAWB / SMLAWT as tt_step_s16x2:
+ * d = round(a x / 2^s) exactly for A = a 2^(32 - s - c) within tt_sparse_blocks_fast_s16's amax. */
+TT_BLOCKS_INLINE void tt_blocks_steps_x(uint32_t v, int32_t A, int32_t C8, uint32_t *d01, uint32_t *d23)
+{
+    const int32_t x02 = C8 ? (int32_t)((v << 8) & 0xFF00FF00u) : __sxtb16((int32_t)v);
+    const int32_t x13 = C8 ? (int32_t)(v & 0xFF00FF00u) : (int32_t)tt_blocks_sxtb16_ror8(v);
+    *d01 = tt_pack_hi((uint32_t)__smlawb(A, x02, 32768), (uint32_t)__smlawb(A, x13, 32768));
+    *d23 = tt_pack_hi((uint32_t)__smlawt(A, x02, 32768), (uint32_t)__smlawt(A, x13, 32768));
+}
+
+/* tt_blocks_row_fast_s16 with the steps from x itself (tt_blocks_steps_x; rows 4-byte aligned):
+ * per block its index byte, one LDR of x, the two step pairs, one LDRD and one STRD of the
+ * weights, SSUB16 and the exact guard. */
+TT_BLOCKS_INLINE void tt_blocks_row_fast_x(int16_t *w, const uint8_t *st, const uint8_t *end, const int8_t *x,
+                                           int32_t A, int32_t C8)
+{
+    for (; st != end; st++) {
+        uint32_t W0, W1, D0, D1, S0, S1;
+        tt_blocks_steps_x(tt_ld_s8x4(x + 4u * *st), A, C8, &D0, &D1);
+        tt_ld_s16x4(w, &W0, &W1);
+        S0 = (uint32_t)__ssub16((int32_t)W0, (int32_t)D0);
+        S1 = (uint32_t)__ssub16((int32_t)W1, (int32_t)D1);
+        tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)W0, (int32_t)D0));
+        tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)W1, (int32_t)D1));
+        tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)S0, 0x00010001));
+        tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)S1, 0x00010001));
+        tt_st_s16x4_next(&w, S0, S1);
+    }
+}
+
+/* The update's constants for tt_blocks_update_rows, the row it is at, and its saturation count. */
 typedef struct tt_blocks_upd {
     const int8_t *x;
-    const uint32_t *xx;
-    int32_t K, s, sh, amax;
+    int32_t *b;         /* the biases, updated in the row loop by their fast rule; NULL: not here */
+    int16_t *w;         /* the row's weights */
+    const uint8_t *st;  /* the row's block indices */
+    int32_t K, s, sh, m_t;
+    int32_t M;          /* m_t 2^sh: a row's A = e[n] M */
+    uint32_t emax;      /* |e[n]| <= emax <=> |m_t e[n]| <= amax: the fast pass applies */
+    int32_t sb, half_b; /* the biases' shift eb + k - ee in [1, 31], and 2^(sb - 1) */
+    uint32_t nsat;
 } tt_blocks_upd;
 
-/* A row of tt_blocks_update_full whose fast pass hit the guard: undone, then the exact rule. */
-TT_BLOCKS_NOINLINE uint32_t tt_blocks_row_redo_s16(const tt_blocks_upd *c, int16_t *w, const uint8_t *st,
-                                                   const uint8_t *end, int32_t a)
+/* A row of tt_blocks_update_rows whose fast pass hit the guard: undone exactly (SADD16 of the
+ * stored w - d mod 2^16 and the same steps), then the exact rule. */
+TT_BLOCKS_NOINLINE uint32_t tt_blocks_row_redo_x(const tt_blocks_upd *c, int16_t *w, const uint8_t *st,
+                                                 const uint8_t *end, int32_t a, int32_t C8)
 {
-    tt_blocks_row_undo_s16(w, st, end, c->xx, a * ((int32_t)1 << c->sh));
+    const int32_t A = a * ((int32_t)1 << c->sh);
+    int16_t *q = w;
+    const uint8_t *j;
+    for (j = st; j != end; j++, q += 4) {
+        uint32_t D0, D1;
+        tt_blocks_steps_x(tt_ld_s8x4(c->x + 4u * *j), A, C8, &D0, &D1);
+        tt_st_s16x2(q, (uint32_t)__sadd16((int32_t)tt_ld_s16x2(q), (int32_t)D0));
+        tt_st_s16x2(q + 2, (uint32_t)__sadd16((int32_t)tt_ld_s16x2(q + 2), (int32_t)D1));
+    }
+    tt_guard_clear();
     return tt_blocks_row_s16(w, st, end, c->K, c->x, a, c->s);
 }
 
-/* The update's rows (counts [cnt, cend), the block indices from cend on) when every block is full
- * and every row 4-byte aligned: tt_blocks_row_update_s16 with the rare paths out of line, so a
- * row with e[n] = 0 costs a few instructions and one with e[n] != 0 a few more than its blocks.
- * Returns the saturations. */
-TT_BLOCKS_NOINLINE uint32_t tt_blocks_update_full(const tt_blocks_upd *c, const uint8_t *cnt, const uint8_t *cend,
-                                                  const int8_t *e, int16_t *w, int32_t m_t)
+/* The bias b of a row with a = m_t e[n] != 0 by tt_sgd.c's fast bias rule: b -= (a + 2^(sb - 1)) >> sb
+ * (|a| < 2^22: no overflow), an int32 overflow saturating toward the step's opposite sign and
+ * counted in c->nsat. */
+TT_BLOCKS_INLINE void tt_blocks_bias(tt_blocks_upd *c, int32_t *b, int32_t a)
 {
-    const uint8_t *st = cend;
-    const uint32_t *xx = c->xx;
-    const int32_t sh = c->sh, amax = c->amax;
-    uint32_t nsat = 0;
-    for (; cnt != cend; cnt++, e++) {
-        const uint32_t k = *cnt;
-        const int32_t a = m_t * (int32_t)*e;
-        if (a != 0) {
-            if ((a < 0 ? -a : a) <= amax) {
-                tt_guard_clear();
-                tt_blocks_row_fast_s16(w, st, st + k, xx, a * ((int32_t)1 << sh), 1);
-                if (tt_guard_hit()) nsat += tt_blocks_row_redo_s16(c, w, st, st + k, a);
-            } else {
-                nsat += tt_blocks_row_s16(w, st, st + k, c->K, c->x, a, c->s);
-            }
+    const int32_t d = (a + c->half_b) >> c->sb;
+#if defined(__GNUC__)
+    int32_t r;
+    if (__builtin_sub_overflow(*b, d, &r)) {
+        r = d > 0 ? INT32_MIN : INT32_MAX;
+        c->nsat++;
+    }
+    *b = r;
+#else
+    const uint32_t v = (uint32_t)*b - (uint32_t)d;
+    if ((((uint32_t)*b ^ (uint32_t)d) & ((uint32_t)*b ^ v)) >> 31) {
+        *b = d > 0 ? INT32_MIN : INT32_MAX;
+        c->nsat++;
+    } else {
+        *b = (int32_t)v;
+    }
+#endif
+}
+
+/* Row n of tt_blocks_update_rows (its weights c->w, its k block indices from c->st), e[n] = en != 0:
+ * the fast pass when |en| <= emax (x read in place, C8: c = 8, else 0; on a guard hit undone and
+ * redone), else the exact rule; then its bias when c->b is set. */
+TT_BLOCKS_INLINE void tt_blocks_row_x(tt_blocks_upd *c, uint32_t k, int32_t en, int32_t n, int32_t C8)
+{
+    int16_t *w = c->w;
+    const uint8_t *st = c->st, *end = st + k;
+    if ((uint32_t)(en + (int32_t)c->emax) <= 2u * c->emax) {
+        tt_guard_clear();
+        tt_blocks_row_fast_x(w, st, end, c->x, en * c->M, C8);
+        if (tt_guard_hit()) c->nsat += tt_blocks_row_redo_x(c, w, st, end, c->m_t * en, C8);
+    } else {
+        c->nsat += tt_blocks_row_s16(w, st, end, c->K, c->x, c->m_t * en, c->s);
+    }
+    if (c->b) tt_blocks_bias(c, c->b + n, c->m_t * en);
+}
+
+/* tt_blocks_row_x out of line for c = 0 and c = 8, so that the block loop has the registers to
+ * itself and the row loop keeps its few values in its own. */
+TT_BLOCKS_NOINLINE void tt_blocks_row_c0(tt_blocks_upd *c, uint32_t k, int32_t en, int32_t n)
+{
+    tt_blocks_row_x(c, k, en, n, 0);
+}
+
+TT_BLOCKS_NOINLINE void tt_blocks_row_c8(tt_blocks_upd *c, uint32_t k, int32_t en, int32_t n)
+{
+    tt_blocks_row_x(c, k, en, n, 1);
+}
+
+/* The update's rows (counts cnt[0 .. N), the block indices from cnt + N on) when every block is
+ * full, every row 4-byte aligned and m_t > 0: a row with e[n] = 0 costs its two loads, the test
+ * and the pointer steps; one with e[n] != 0 tt_blocks_row_x. The saturations go to c->nsat. */
+TT_BLOCKS_INLINE void tt_blocks_update_rows(tt_blocks_upd *c, const uint8_t *cnt, int32_t N, const int8_t *e,
+                                            int16_t *w, int32_t C8)
+{
+    const uint8_t *st = cnt + N;
+    int32_t n;
+    for (n = 0; n < N; n++) {
+        const uint32_t k = cnt[n];
+        const int32_t en = e[n];
+        if (en != 0) {
+            c->w = w;
+            c->st = st;
+            if (C8) tt_blocks_row_c8(c, k, en, n);
+            else tt_blocks_row_c0(c, k, en, n);
         }
         w += 4 * k;
         st += k;
     }
-    return nsat;
+}
+
+TT_BLOCKS_NOINLINE void tt_blocks_update_c0(tt_blocks_upd *c, const uint8_t *cnt, int32_t N, const int8_t *e,
+                                            int16_t *w)
+{
+    tt_blocks_update_rows(c, cnt, N, e, w, 0);
+}
+
+TT_BLOCKS_NOINLINE void tt_blocks_update_c8(tt_blocks_upd *c, const uint8_t *cnt, int32_t N, const int8_t *e,
+                                            int16_t *w)
+{
+    tt_blocks_update_rows(c, cnt, N, e, w, 1);
 }
 #endif
 
 /* w -= round(m_t e[n] x[k] / 2^s) on the kept weights, row by row: rows whose error is 0 passed
- * whole; DSP: a row's full blocks two pairs each (tt_blocks_row_fast_s16; with c = 8 for s <= 22
- * and 0 above, x widened to x 2^c once, A = a 2^(32 - s - c), when |A| < 2^31 and |d| <= 16383
- * as in tt_sgd_dense_rows_s16), the rest by the exact rule (tt_blocks_row_s16). */
+ * whole; DSP: a row's full blocks two pairs each (with c = 8 for s <= 22 and 0 above, x times
+ * 2^c, A = a 2^(32 - s - c), when |A| < 2^31 and |d| <= 16383 as in tt_sgd_dense_rows_s16; x read
+ * in place by tt_blocks_update_rows when every block is full and every row aligned, else widened
+ * once), the rest by the exact rule (tt_blocks_row_s16). Every block full and every row aligned,
+ * DSP, the biases' fast rule applying (sb = eb + k - ee in [1, 31]): the biases too, in the row
+ * loop (returns 2; else 1, the biases left to the caller). */
 int32_t tt_sparse_blocks_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p, int32_t s,
-                                  const int8_t *e, const int8_t *x)
+                                  const int8_t *e, const int8_t *x, int32_t ee)
 {
     const int32_t N = p->N, K = p->K;
     const uint8_t *st = p->code + N;
     int16_t *w = p->w;
     uint32_t nsat = 0;
-    int32_t n;
+    int32_t n, done = 1;
 #if TT_HAVE_DSP
     /* c = 8 as tt_sgd.c for s <= 22; for s >= 23 every |a| < 2^22 <= 2^(s - 1) gives an int32
      * A = a 2^(32 - s) with x unscaled (c = 0), the plain widening */
@@ -461,12 +587,22 @@ int32_t tt_sparse_blocks_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd
     const int64_t lim1 = (int64_t)INT32_MAX >> sh, lim2 = (((int64_t)16383 << s) - 1) / 128;
     const int32_t amax = (int32_t)(lim1 < lim2 ? lim1 : lim2), m_t = u->m_t, tail = K & 3;
     const uint32_t last = tail ? (uint32_t)K / 4u : 256u;
-    uint32_t *xx = (uint32_t *)(void *)p->work; /* K / 2 words */
-    tt_blocks_widen(x, K & ~3, c, xx);
     if (tail == 0 && ((uintptr_t)w & 3u) == 0) { /* every block full, every row aligned */
-        const tt_blocks_upd cfg = {x, xx, K, s, sh, amax};
-        nsat += tt_blocks_update_full(&cfg, p->code, p->code + N, e, w, m_t);
+        const int32_t sb = p->eb + u->cfg->k - ee;
+        const int32_t bias = p->b != 0 && sb >= 1 && sb <= 31;
+        /* |e[n]| <= emax <=> |m_t e[n]| <= amax; then m_t <= amax and M = m_t 2^sh fits */
+        const uint32_t emax = m_t > 0 ? (uint32_t)amax / (uint32_t)m_t : 0u, em = emax < 128u ? emax : 128u;
+        tt_blocks_upd cfg = {x, bias ? p->b : 0, w, p->code + N, K, s, sh, m_t,
+                             em ? (int32_t)((uint32_t)m_t << sh) : 0, em, sb, bias ? (int32_t)1 << (sb - 1) : 0, 0u};
+        if (m_t > 0) { /* m_t = 0: every step and bias step is 0, nothing changes */
+            if (c) tt_blocks_update_c8(&cfg, p->code, N, e, w);
+            else tt_blocks_update_c0(&cfg, p->code, N, e, w);
+        }
+        nsat += cfg.nsat;
+        done = bias ? 2 : 1;
     } else {
+        uint32_t *xx = (uint32_t *)(void *)p->work; /* K / 2 words */
+        tt_blocks_widen(x, K & ~3, c, xx);
         for (n = 0; n < N; n++) {
             const uint8_t *end = st + p->code[n], *full = end;
             const int32_t a = m_t * (int32_t)e[n];
@@ -480,6 +616,7 @@ int32_t tt_sparse_blocks_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd
         }
     }
 #else
+    (void)ee;
     for (n = 0; n < N; n++) {
         const uint8_t *end = st + p->code[n];
         const int32_t a = u->m_t * (int32_t)e[n], m = tt_blocks_weights(st, end, K);
@@ -489,5 +626,5 @@ int32_t tt_sparse_blocks_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd
     }
 #endif
     u->stats->saturated += nsat;
-    return 1;
+    return done;
 }
