@@ -64,7 +64,9 @@ static const uint8_t *tt_blocks_full_end(const uint8_t *s, const uint8_t *end, i
 #if defined(__GNUC__)
 #define TT_BLOCKS_INLINE static inline __attribute__((always_inline))
 #define TT_BLOCKS_NOINLINE static __attribute__((noinline)) /* its own registers: the callers' loops stay lean */
+#define TT_BLOCKS_UNLIKELY(c) __builtin_expect((c), 0)
 #else
+#define TT_BLOCKS_UNLIKELY(c) (c)
 #define TT_BLOCKS_INLINE static inline
 #define TT_BLOCKS_NOINLINE static
 #endif
@@ -541,7 +543,7 @@ TT_BLOCKS_INLINE void tt_blocks_update_rows(tt_blocks_upd *c, const uint8_t *cnt
     for (n = 0; n < N; n++) {
         const uint32_t k = cnt[n];
         const int32_t en = e[n];
-        if (en != 0) {
+        if (TT_BLOCKS_UNLIKELY(en != 0)) { /* most rows of a trained layer have e[n] = 0 */
             c->w = w;
             c->st = st;
             if (C8) tt_blocks_row_c8(c, k, en, n);
@@ -565,57 +567,89 @@ TT_BLOCKS_NOINLINE void tt_blocks_update_c8(tt_blocks_upd *c, const uint8_t *cnt
 }
 #endif
 
+#if TT_HAVE_DSP
+/* The largest |a| = |m_t e[n]| the fast pass takes at the shift s (c = 8 for s <= 22, else 0;
+ * sh = 32 - s - c): A = a 2^sh fits int32 and |d| <= 16383 for any int8 x, i.e.
+ * min(INT32_MAX >> sh, floor((16383 2^s - 1) / 128)), the second in 32 bits (past s = 23 it
+ * exceeds the first). */
+static inline int32_t tt_blocks_amax(int32_t s, int32_t sh)
+{
+    const uint32_t lim1 = 0x7FFFFFFFu >> sh;
+    const uint32_t lim2 = s >= 24 ? lim1 : s <= 17 ? ((16383u << s) - 1u) >> 7 : (16383u << (s - 7)) - 1u;
+    return (int32_t)(lim1 < lim2 ? lim1 : lim2);
+}
+
+/* tt_sparse_blocks_fast_s16 when every block is full and every row 4-byte aligned: the row loop
+ * of c = 8 (s <= 22) or c = 0, the biases in it when their fast rule applies (sb = eb + k - ee in
+ * [1, 31]: returns 2, else 1). */
+TT_BLOCKS_INLINE int32_t tt_blocks_fast_full(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p,
+                                               int32_t s, const int8_t *e, const int8_t *x, int32_t ee)
+{
+    const int32_t c = s >= 23 ? 0 : 8, sh = 32 - s - c, m_t = u->m_t, N = p->N;
+    const int32_t sb = p->eb + u->cfg->k - ee, bias = p->b != 0 && sb >= 1 && sb <= 31;
+    if (m_t > 0) { /* m_t = 0: every step and bias step is 0, nothing changes */
+        /* |e[n]| <= emax <=> |m_t e[n]| <= amax; then m_t <= amax and M = m_t 2^sh fits */
+        const uint32_t emax = (uint32_t)tt_blocks_amax(s, sh) / (uint32_t)m_t, em = emax < 128u ? emax : 128u;
+        tt_blocks_upd cfg = {x, bias ? p->b : 0, p->w, p->code + N, p->K, s, sh, m_t,
+                             em ? (int32_t)((uint32_t)m_t << sh) : 0, em, sb, bias ? (int32_t)1 << (sb - 1) : 0, 0u};
+        if (c) tt_blocks_update_c8(&cfg, p->code, N, e, p->w);
+        else tt_blocks_update_c0(&cfg, p->code, N, e, p->w);
+        u->stats->saturated += cfg.nsat;
+    }
+    return bias ? 2 : 1;
+}
+#endif
+
+#if TT_HAVE_DSP
+/* tt_sparse_blocks_fast_s16 on other shapes (a short last block, rows not 4-byte aligned): x
+ * widened once (x 2^c pairs in p->work), the full blocks by tt_blocks_row_update_s16, the short
+ * ones by the exact rule. Returns the saturations. */
+static uint32_t tt_blocks_fast_general(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p, int32_t s,
+                                       const int8_t *e, const int8_t *x)
+{
+    const int32_t N = p->N, K = p->K, tail = K & 3, m_t = u->m_t;
+    const int32_t c = s >= 23 ? 0 : 8, sh = 32 - s - c, amax = tt_blocks_amax(s, sh);
+    const uint32_t last = tail ? (uint32_t)K / 4u : 256u;
+    const uint8_t *st = p->code + N;
+    int16_t *w = p->w;
+    uint32_t *xx = (uint32_t *)(void *)p->work; /* K / 2 words */
+    uint32_t nsat = 0;
+    int32_t n;
+    tt_blocks_widen(x, K & ~3, c, xx);
+    for (n = 0; n < N; n++) {
+        const uint8_t *end = st + p->code[n], *full = end;
+        const int32_t a = m_t * (int32_t)e[n];
+        if (end != st && end[-1] == last) full--;
+        if (a != 0) {
+            if (((uintptr_t)w & 3u) == 0) nsat += tt_blocks_row_update_s16(w, st, full, end, K, x, xx, a, s, sh, amax, 1);
+            else nsat += tt_blocks_row_update_s16(w, st, full, end, K, x, xx, a, s, sh, amax, 0);
+        }
+        w += 4 * (full - st) + (full != end ? tail : 0);
+        st = end;
+    }
+    return nsat;
+}
+#endif
+
 /* w -= round(m_t e[n] x[k] / 2^s) on the kept weights, row by row: rows whose error is 0 passed
  * whole; DSP: a row's full blocks two pairs each (with c = 8 for s <= 22 and 0 above, x times
  * 2^c, A = a 2^(32 - s - c), when |A| < 2^31 and |d| <= 16383 as in tt_sgd_dense_rows_s16; x read
- * in place by tt_blocks_update_rows when every block is full and every row aligned, else widened
+ * in place by tt_blocks_fast_full when every block is full and every row aligned, else widened
  * once), the rest by the exact rule (tt_blocks_row_s16). Every block full and every row aligned,
  * DSP, the biases' fast rule applying (sb = eb + k - ee in [1, 31]): the biases too, in the row
  * loop (returns 2; else 1, the biases left to the caller). */
 int32_t tt_sparse_blocks_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p, int32_t s,
                                   const int8_t *e, const int8_t *x, int32_t ee)
 {
+#if TT_HAVE_DSP
+    if ((p->K & 3) == 0 && ((uintptr_t)p->w & 3u) == 0) return tt_blocks_fast_full(u, p, s, e, x, ee);
+    u->stats->saturated += tt_blocks_fast_general(u, p, s, e, x);
+#else
     const int32_t N = p->N, K = p->K;
     const uint8_t *st = p->code + N;
     int16_t *w = p->w;
     uint32_t nsat = 0;
-    int32_t n, done = 1;
-#if TT_HAVE_DSP
-    /* c = 8 as tt_sgd.c for s <= 22; for s >= 23 every |a| < 2^22 <= 2^(s - 1) gives an int32
-     * A = a 2^(32 - s) with x unscaled (c = 0), the plain widening */
-    const int32_t c = s >= 23 ? 0 : 8, sh = 32 - s - c;
-    const int64_t lim1 = (int64_t)INT32_MAX >> sh, lim2 = (((int64_t)16383 << s) - 1) / 128;
-    const int32_t amax = (int32_t)(lim1 < lim2 ? lim1 : lim2), m_t = u->m_t, tail = K & 3;
-    const uint32_t last = tail ? (uint32_t)K / 4u : 256u;
-    if (tail == 0 && ((uintptr_t)w & 3u) == 0) { /* every block full, every row aligned */
-        const int32_t sb = p->eb + u->cfg->k - ee;
-        const int32_t bias = p->b != 0 && sb >= 1 && sb <= 31;
-        /* |e[n]| <= emax <=> |m_t e[n]| <= amax; then m_t <= amax and M = m_t 2^sh fits */
-        const uint32_t emax = m_t > 0 ? (uint32_t)amax / (uint32_t)m_t : 0u, em = emax < 128u ? emax : 128u;
-        tt_blocks_upd cfg = {x, bias ? p->b : 0, w, p->code + N, K, s, sh, m_t,
-                             em ? (int32_t)((uint32_t)m_t << sh) : 0, em, sb, bias ? (int32_t)1 << (sb - 1) : 0, 0u};
-        if (m_t > 0) { /* m_t = 0: every step and bias step is 0, nothing changes */
-            if (c) tt_blocks_update_c8(&cfg, p->code, N, e, w);
-            else tt_blocks_update_c0(&cfg, p->code, N, e, w);
-        }
-        nsat += cfg.nsat;
-        done = bias ? 2 : 1;
-    } else {
-        uint32_t *xx = (uint32_t *)(void *)p->work; /* K / 2 words */
-        tt_blocks_widen(x, K & ~3, c, xx);
-        for (n = 0; n < N; n++) {
-            const uint8_t *end = st + p->code[n], *full = end;
-            const int32_t a = m_t * (int32_t)e[n];
-            if (end != st && end[-1] == last) full--;
-            if (a != 0) {
-                if (((uintptr_t)w & 3u) == 0) nsat += tt_blocks_row_update_s16(w, st, full, end, K, x, xx, a, s, sh, amax, 1);
-                else nsat += tt_blocks_row_update_s16(w, st, full, end, K, x, xx, a, s, sh, amax, 0);
-            }
-            w += 4 * (full - st) + (full != end ? tail : 0);
-            st = end;
-        }
-    }
-#else
+    int32_t n;
     (void)ee;
     for (n = 0; n < N; n++) {
         const uint8_t *end = st + p->code[n];
@@ -624,7 +658,7 @@ int32_t tt_sparse_blocks_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd
         w += m;
         st = end;
     }
-#endif
     u->stats->saturated += nsat;
-    return done;
+#endif
+    return 1;
 }
