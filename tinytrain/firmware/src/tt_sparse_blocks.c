@@ -631,6 +631,22 @@ static uint32_t tt_blocks_fast_general(const tt_sgd_step *u, const tt_sparse_row
 }
 #endif
 
+int32_t tt_sparse_blocks_direct_full(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p,
+                                     const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
+{
+#if TT_HAVE_DSP
+    const tt_sgd *o = u->cfg;
+    const int32_t s = p->ew + o->k - (ee + ex), sb = p->eb + o->k - ee;
+    if (p->w == 0 || (p->K & 3) != 0 || ((uintptr_t)p->w & 3u) != 0 || o->sr || o->wd_m || (uint32_t)u->m_t >= 32768u
+        || (uint32_t)(s - 1) >= 31u || (p->b != 0 && (uint32_t)(sb - 1) >= 31u))
+        return 0;
+    return tt_blocks_fast_full(u, p, s, e, x, ee) == 2 || p->b == 0;
+#else
+    (void)u, (void)p, (void)e, (void)ee, (void)x, (void)ex;
+    return 0;
+#endif
+}
+
 /* w -= round(m_t e[n] x[k] / 2^s) on the kept weights, row by row: rows whose error is 0 passed
  * whole; DSP: a row's full blocks two pairs each (with c = 8 for s <= 22 and 0 above, x times
  * 2^c, A = a 2^(32 - s - c), when |A| < 2^31 and |d| <= 16383 as in tt_sgd_dense_rows_s16; x read

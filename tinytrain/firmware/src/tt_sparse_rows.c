@@ -339,6 +339,9 @@ void tt_sparse_rows_sgd_direct_s16(const tt_sgd_step *u, const tt_sparse_rows_sg
 void tt_sparse_blocks_sgd_direct_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p,
                                      const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
 {
+#if TT_HAVE_DSP
+    if (tt_sparse_blocks_direct_full(u, p, e, ee, x, ex)) return; /* the common case, its tests first */
+#endif
     TT_ROWS_DIRECT_S16(tt_sparse_blocks_fast_s16, TT_BLOCKS_COUNT, 1);
 }
 
