@@ -151,3 +151,59 @@ def test_blocks_direct_update_at_the_int16_limits(libs, s, w0):
         b = np.array([0, 2**31 - 1, -(2**31), 2**31 - 2, -(2**31) + 1, 5, -5, 0], np.int32)
         for m_t in (1, 255, 26214, 32767):
             _check(libs, (kept, w, x, e, b, m_t, s, 1, 0))
+
+
+@st.composite
+def fwd_bwd_case(draw):
+    K = draw(st.sampled_from([4, 8, 12, 32, 64, 1, 3, 5, 7, 37]))
+    N = draw(st.integers(1, 12))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    kept = np.repeat(rng.random((N, -(-K // 4))) < draw(st.sampled_from([0.2, 0.5, 1.0])), 4, axis=1)[:, :K]
+    w = np.where(kept, rng.choice(W_EDGES, (N, K)) if draw(st.booleans()) else rng.integers(-32767, 32768, (N, K)),
+                 0).astype(np.int16)
+    w[w == -32768] = -32767  # the forward's weights: the symmetric range
+    x = rng.integers(-128, 128, K).astype(np.int8)
+    e = rng.integers(-128, 128, N).astype(np.int8)
+    e[rng.random(N) < draw(st.sampled_from([0.0, 0.5, 0.9]))] = 0
+    b = np.where(rng.random(N) < 0.3, rng.choice(B_EDGES, N), rng.integers(-(2**31) + 1, 2**31, N)).astype(np.int32)
+    b[b == -(2**31)] = -(2**31) + 1
+    ex, ew, ee = (draw(st.integers(-12, 4)) for _ in range(3))
+    eb = ex + ew - draw(st.sampled_from([-2, 0, 1, 5, 31, 32, 40]) | st.integers(-3, 33))  # the bias shift d
+    return kept, w, x, e, b, ex, ew, eb, ee, draw(st.sampled_from([0, 0, 1]))
+
+
+def _fwd_bwd(lib, ffi, case, sparse):
+    """(exponent, y, exponent, dx, saturations) of the blocks kernels (sparse) or of the dense ones on
+    the masked weights."""
+    from .oputil import c_ctx
+
+    kept, w, x, e, b, ex, ew, eb, ee, odd = case
+    N, K = w.shape
+    y, dx = np.zeros(N, np.int8), np.zeros(K, np.int8)
+    scratch = np.zeros(N + 2 * K + 4, np.int64)
+    ctx, stats = c_ctx(ffi, scratch)
+    if sparse:
+        buf = np.zeros(w[kept].size + 2, np.int16)
+        wp = buf[odd:odd + w[kept].size]
+        wp[:] = w[kept]
+        cc = ffi.new("uint8_t[]", block_code(kept).tolist())
+        p = ffi.new("tt_sparse_rows_params *", dict(K=K, N=N, code=cc, w=c_i16(ffi, wp), ew=ew, b=c_i32(ffi, b), eb=eb))
+        ey = lib.tt_sparse_blocks_fwd_s8(ctx, p, c_i8(ffi, x), ex, c_i8(ffi, y))
+        edx = lib.tt_sparse_blocks_bwd_s8(ctx, p, c_i8(ffi, e), ee, c_i8(ffi, dx))
+    else:
+        p = ffi.new("tt_dense_params *", dict(K=K, N=N, w=c_i16(ffi, w), ew=ew, b=c_i32(ffi, b), eb=eb))
+        ey = lib.tt_dense_fwd_s8(ctx, p, c_i8(ffi, x), ex, c_i8(ffi, y))
+        edx = lib.tt_dense_bwd_s8(ctx, p, c_i8(ffi, e), ee, c_i8(ffi, dx))
+    return ey, y.tolist(), edx, dx.tolist(), int(stats.saturated)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(fwd_bwd_case())
+def test_blocks_forward_input_error_dsp_equals_portable_and_dense(libs, case):
+    """The blocks forward (its full-block row loop with the bias's rounding shift, or the general
+    one) and input error (the four-sum scatter, the OR of the sums) of the DSP build equal the
+    portable build's, and both the dense kernels' on the masked weights (rows of odd alignment
+    and short blocks included), every bias shift case."""
+    want = _fwd_bwd(*reversed(libs["portable"]), case, sparse=False)
+    assert _fwd_bwd(*reversed(libs["portable"]), case, sparse=True) == want
+    assert _fwd_bwd(*reversed(libs["dsp"]), case, sparse=True) == want

@@ -113,9 +113,41 @@ TT_BLOCKS_NOINLINE uint32_t tt_blocks_fwd_full(const uint8_t *cnt, int32_t N, co
     return m;
 }
 
+/* The four int32 sums q[0..3] (4-byte aligned) of a block: two LDRDs, then two STRDs at q and q + 8
+ * bytes (immediate offsets: no second pointer). */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+static inline void tt_blocks_ld_s32x4(const int32_t *q, int32_t *a0, int32_t *a1, int32_t *a2, int32_t *a3)
+{
+    __asm__("ldrd %0, %1, [%4]\n\tldrd %2, %3, [%4, #8]"
+            : "=&r"(*a0), "=&r"(*a1), "=r"(*a2), "=r"(*a3) : "r"(q), "m"(*(const int32_t(*)[4])q));
+}
+
+static inline void tt_blocks_st_s32x4(int32_t *q, int32_t a0, int32_t a1, int32_t a2, int32_t a3)
+{
+    __asm__("strd %1, %2, [%5]\n\tstrd %3, %4, [%5, #8]"
+            : "=m"(*(int32_t(*)[4])q) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(q));
+}
+#else
+static inline void tt_blocks_ld_s32x4(const int32_t *q, int32_t *a0, int32_t *a1, int32_t *a2, int32_t *a3)
+{
+    *a0 = q[0];
+    *a1 = q[1];
+    *a2 = q[2];
+    *a3 = q[3];
+}
+
+static inline void tt_blocks_st_s32x4(int32_t *q, int32_t a0, int32_t a1, int32_t a2, int32_t a3)
+{
+    q[0] = a0;
+    q[1] = a1;
+    q[2] = a2;
+    q[3] = a3;
+}
+#endif
+
 /* acc[c .. c + 3] += en w[0..3] of the full blocks [s, end) of a row (acc 4-byte aligned: two
- * LDRDs, four SMLABB / SMLABT, two STRDs a block; the weights by LDRD when AL). Returns the
- * weights past the blocks. */
+ * LDRDs, four SMLABB / SMLABT, two STRDs a block (tt_blocks_ld_s32x4, _st_s32x4); the weights
+ * by LDRD when AL). Returns the weights past the blocks. */
 TT_BLOCKS_INLINE const int16_t *tt_blocks_scatter(const uint8_t *s, const uint8_t *end, int32_t *acc,
                                                   const int16_t *w, int32_t en, int32_t AL)
 {
@@ -124,14 +156,9 @@ TT_BLOCKS_INLINE const int16_t *tt_blocks_scatter(const uint8_t *s, const uint8_
         uint32_t W0, W1;
         if (AL) tt_ld_s16x4_next(&w, &W0, &W1);
         else { W0 = tt_ld_s16x2(w); W1 = tt_ld_s16x2(w + 2); w += 4; }
-        tt_ld_s32x2(q, &a0, &a1);
-        tt_ld_s32x2(q + 2, &a2, &a3);
-        a0 = __smlabb(en, (int32_t)W0, a0);
-        a1 = __smlabt(en, (int32_t)W0, a1);
-        a2 = __smlabb(en, (int32_t)W1, a2);
-        a3 = __smlabt(en, (int32_t)W1, a3);
-        tt_st_s32x2_next(&q, a0, a1);
-        tt_st_s32x2_next(&q, a2, a3);
+        tt_blocks_ld_s32x4(q, &a0, &a1, &a2, &a3);
+        tt_blocks_st_s32x4(q, __smlabb(en, (int32_t)W0, a0), __smlabt(en, (int32_t)W0, a1),
+                           __smlabb(en, (int32_t)W1, a2), __smlabt(en, (int32_t)W1, a3));
     }
     return w;
 }
@@ -208,11 +235,11 @@ int32_t tt_sparse_blocks_bwd_s8(const tt_ctx *ctx, const tt_sparse_rows_params *
     }
     for (; k < K; k++) acc[k] = 0;
     if ((K & 3) == 0 && ((uintptr_t)w & 3u) == 0) { /* every block full, every row aligned */
-        for (n = 0; n < N; n++) {
-            const uint8_t *end = s + p->code[n];
-            const int32_t en = e[n];
-            if (en == 0) w += 4 * (end - s); /* adds nothing: pass the row */
-            else w = tt_blocks_scatter(s, end, acc, w, en, 1);
+        const uint8_t *cnt = p->code;
+        for (; cnt != p->code + N; cnt++, e++) {
+            const uint8_t *end = s + *cnt;
+            if (TT_BLOCKS_UNLIKELY(*e != 0)) tt_blocks_scatter(s, end, acc, w, *e, 1); /* else it adds nothing */
+            w += 4 * (end - s);
             s = end;
         }
     } else {
@@ -231,15 +258,17 @@ int32_t tt_sparse_blocks_bwd_s8(const tt_ctx *ctx, const tt_sparse_rows_params *
             s = end;
         }
     }
-    for (k = 0; k + 4 <= K; k += 4) { /* two LDRDs and one loop test per four sums */
-        const int32_t *r = acc + k;
-        int32_t a0, a1, a2, a3;
-        tt_ld_s32x2_next(&r, &a0, &a1);
-        tt_ld_s32x2(r, &a2, &a3);
-        m |= (uint32_t)(a0 ^ (a0 >> 31)) | (uint32_t)(a1 ^ (a1 >> 31)) | (uint32_t)(a2 ^ (a2 >> 31))
-             | (uint32_t)(a3 ^ (a3 >> 31));
+    {
+        const int32_t *r = acc, *const r4 = acc + (K & ~3);
+        for (; r != r4;) { /* two LDRDs and one loop test per four sums */
+            int32_t a0, a1, a2, a3;
+            tt_ld_s32x2_next(&r, &a0, &a1);
+            tt_ld_s32x2_next(&r, &a2, &a3);
+            m |= (uint32_t)(a0 ^ (a0 >> 31)) | (uint32_t)(a1 ^ (a1 >> 31)) | (uint32_t)(a2 ^ (a2 >> 31))
+                 | (uint32_t)(a3 ^ (a3 >> 31));
+        }
     }
-    for (; k < K; k++) m |= (uint32_t)(acc[k] ^ (acc[k] >> 31));
+    for (k = K & ~3; k < K; k++) m |= (uint32_t)(acc[k] ^ (acc[k] >> 31));
     return ee + p->ew + tt_requant_s8_from_s32_or(acc, K, m, dx, ctx->stats);
 #else
     for (k = 0; k < K; k++) acc[k] = 0;
