@@ -71,6 +71,34 @@ static const uint8_t *tt_blocks_full_end(const uint8_t *s, const uint8_t *end, i
 #define TT_BLOCKS_NOINLINE static
 #endif
 
+/* SXTB16 of v rotated right by 8 (bytes 1 and 3 sign-extended into the lanes): one instruction
+ * on the target (GCC 12 forms a separate ROR). */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+static inline uint32_t tt_blocks_sxtb16_ror8(uint32_t v)
+{
+    uint32_t r;
+    __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(v));
+    return r;
+}
+#else
+static inline uint32_t tt_blocks_sxtb16_ror8(uint32_t v)
+{
+    return (uint32_t)__sxtb16((int32_t)((v >> 8) | (v << 24)));
+}
+#endif
+
+/* tt_widen_s8(x, n, 0, xx), n a multiple of 4: per four inputs one LDR, the two SXTB16 (one
+ * instruction each here), PKHBT, PKHTB and one STRD. */
+static inline void tt_blocks_widen0(const int8_t *x, int32_t n, uint32_t *xx)
+{
+    const int8_t *const end = x + n;
+    for (; x != end; x += 4, xx += 2) {
+        const uint32_t v = tt_ld_s8x4(x), ev = (uint32_t)__sxtb16((int32_t)v), od = tt_blocks_sxtb16_ror8(v);
+        xx[0] = tt_pack_lo(ev, od);
+        xx[1] = tt_pack_hi(ev, od);
+    }
+}
+
 /* The full blocks [s, end) of a row into a: per block its index byte, the widened input pair
  * xx[2j], xx[2j + 1] (one LDRD), the weights (one LDRD when the row is 4-byte aligned: AL, a
  * constant after inlining, else two LDRs) and two SMLADs. Returns the weights past the blocks. */
@@ -177,7 +205,7 @@ int32_t tt_sparse_blocks_fwd_s8(const tt_ctx *ctx, const tt_sparse_rows_params *
     const int32_t plain = d >= 1 && d <= 31;
     uint32_t *xx = (uint32_t *)(void *)(acc + N); /* x[4j .. 4j + 3] as int16 pairs xx[2j], xx[2j + 1] */
     uint32_t m = 0;
-    tt_widen_s8(x, K & ~3, 0, xx);
+    tt_blocks_widen0(x, K & ~3, xx);
     if ((K & 3) == 0 && ((uintptr_t)w & 3u) == 0 && plain) { /* every block full, every row aligned */
         m = tt_blocks_fwd_full(p->code, N, xx, w, p->b, d, acc);
     } else {
@@ -350,7 +378,7 @@ static void tt_blocks_widen(const int8_t *x, int32_t n, int32_t c, uint32_t *xx)
 {
     const int8_t *end = x + n;
     if (c == 0) {
-        tt_widen_s8(x, n, 0, xx);
+        tt_blocks_widen0(x, n, xx);
     } else if (c == 8) {
         for (; x != end; x += 4, xx += 2) {
             const uint32_t v = tt_ld_s8x4(x), t = (v << 8) & 0xFF00FF00u, u = v & 0xFF00FF00u;
@@ -428,22 +456,6 @@ TT_BLOCKS_INLINE uint32_t tt_blocks_row_update_s16(int16_t *w, const uint8_t *st
 #endif
 
 #if TT_HAVE_DSP
-/* SXTB16 of v rotated right by 8 (bytes 1 and 3 sign-extended into the lanes): one instruction
- * on the target (GCC 12 forms a separate ROR). */
-#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
-static inline uint32_t tt_blocks_sxtb16_ror8(uint32_t v)
-{
-    uint32_t r;
-    __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(v));
-    return r;
-}
-#else
-static inline uint32_t tt_blocks_sxtb16_ror8(uint32_t v)
-{
-    return (uint32_t)__sxtb16((int32_t)((v >> 8) | (v << 24)));
-}
-#endif
-
 /* The four steps of block j of a row from its inputs x[4j .. 4j + 3], read as one word v (no
  * widened copy of x): the lanes X02 = (x0, x2), X13 = (x1, x3) times 2^c (C8: c = 8, the bytes
  * masked in place, a byte above a zero byte being x 2^8; else c = 0, SXTB16 of v and of v
