@@ -133,8 +133,14 @@ TT_BLOCKS_NOINLINE uint32_t tt_blocks_fwd_full(const uint8_t *cnt, int32_t N, co
         const uint8_t *end = s + *cnt;
         /* tt_rshift_round_s32(b, d), d >= 1: (b >> (d - 1)) + 1 cannot overflow */
         int32_t a = ((*b++ >> d1) + 1) >> 1;
-        w = tt_blocks_dot(s, end, xx, w, &a, 1);
-        s = end;
+        for (; s != end; s++) { /* tt_blocks_dot with the row's own pointer: no copy of it */
+            int32_t X0, X1;
+            uint32_t W0, W1;
+            tt_ld_s32x2((const int32_t *)(const void *)(xx + 2u * *s), &X0, &X1);
+            tt_ld_s16x4_next(&w, &W0, &W1);
+            a = __smlad(X0, (int32_t)W0, a);
+            a = __smlad(X1, (int32_t)W1, a);
+        }
         *acc++ = a;
         m |= (uint32_t)(a ^ (a >> 31));
     }
