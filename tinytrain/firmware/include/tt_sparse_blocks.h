@@ -73,11 +73,19 @@ int32_t tt_sparse_blocks_row_count(const uint8_t *code, int32_t K, int32_t N, in
 /** The columns of the kept weights of row n into cols (at most K); returns how many. */
 int32_t tt_sparse_blocks_columns(const uint8_t *code, int32_t K, int32_t N, int32_t n, int32_t *cols);
 
+/** tt_sparse_blocks_sgd_direct_s16 whole (weights and biases) when every block is full, every row
+ *  4-byte aligned, the core has the DSP instructions and the fast rules apply (no stochastic
+ *  rounding, no decay, 0 <= m_t < 2^15, the weights' and the biases' shifts in [1, 31]): returns 1;
+ *  else 0, nothing written. */
+int32_t tt_sparse_blocks_direct_full(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p,
+                                     const int8_t *e, int32_t ee, const int8_t *x, int32_t ex);
+
 /** The fused direct update's fast path (no stochastic rounding, no decay, 0 <= m_t < 2^15,
  *  s = ew + k - (ee + ex) in [1, 31]) on the packed int16 weights; returns 0, nothing written,
- *  when it does not apply exactly (then the element walk runs). */
+ *  when it does not apply exactly (then the element walk runs), 2 when it also did the biases
+ *  (tt_sgd_dense_bias_s32's fast rule, in its row loop), else 1 (the biases left to the caller). */
 int32_t tt_sparse_blocks_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p, int32_t s,
-                                  const int8_t *e, const int8_t *x);
+                                  const int8_t *e, const int8_t *x, int32_t ee);
 
 #ifdef __cplusplus
 }

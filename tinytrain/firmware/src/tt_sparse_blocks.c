@@ -64,10 +64,40 @@ static const uint8_t *tt_blocks_full_end(const uint8_t *s, const uint8_t *end, i
 #if defined(__GNUC__)
 #define TT_BLOCKS_INLINE static inline __attribute__((always_inline))
 #define TT_BLOCKS_NOINLINE static __attribute__((noinline)) /* its own registers: the callers' loops stay lean */
+#define TT_BLOCKS_UNLIKELY(c) __builtin_expect((c), 0)
 #else
+#define TT_BLOCKS_UNLIKELY(c) (c)
 #define TT_BLOCKS_INLINE static inline
 #define TT_BLOCKS_NOINLINE static
 #endif
+
+/* SXTB16 of v rotated right by 8 (bytes 1 and 3 sign-extended into the lanes): one instruction
+ * on the target (GCC 12 forms a separate ROR). */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+static inline uint32_t tt_blocks_sxtb16_ror8(uint32_t v)
+{
+    uint32_t r;
+    __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(v));
+    return r;
+}
+#else
+static inline uint32_t tt_blocks_sxtb16_ror8(uint32_t v)
+{
+    return (uint32_t)__sxtb16((int32_t)((v >> 8) | (v << 24)));
+}
+#endif
+
+/* tt_widen_s8(x, n, 0, xx), n a multiple of 4: per four inputs one LDR, the two SXTB16 (one
+ * instruction each here), PKHBT, PKHTB and one STRD. */
+static inline void tt_blocks_widen0(const int8_t *x, int32_t n, uint32_t *xx)
+{
+    const int8_t *const end = x + n;
+    for (; x != end; x += 4, xx += 2) {
+        const uint32_t v = tt_ld_s8x4(x), ev = (uint32_t)__sxtb16((int32_t)v), od = tt_blocks_sxtb16_ror8(v);
+        xx[0] = tt_pack_lo(ev, od);
+        xx[1] = tt_pack_hi(ev, od);
+    }
+}
 
 /* The full blocks [s, end) of a row into a: per block its index byte, the widened input pair
  * xx[2j], xx[2j + 1] (one LDRD), the weights (one LDRD when the row is 4-byte aligned: AL, a
@@ -103,17 +133,55 @@ TT_BLOCKS_NOINLINE uint32_t tt_blocks_fwd_full(const uint8_t *cnt, int32_t N, co
         const uint8_t *end = s + *cnt;
         /* tt_rshift_round_s32(b, d), d >= 1: (b >> (d - 1)) + 1 cannot overflow */
         int32_t a = ((*b++ >> d1) + 1) >> 1;
-        w = tt_blocks_dot(s, end, xx, w, &a, 1);
-        s = end;
+        for (; s != end; s++) { /* tt_blocks_dot with the row's own pointer: no copy of it */
+            int32_t X0, X1;
+            uint32_t W0, W1;
+            tt_ld_s32x2((const int32_t *)(const void *)(xx + 2u * *s), &X0, &X1);
+            tt_ld_s16x4_next(&w, &W0, &W1);
+            a = __smlad(X0, (int32_t)W0, a);
+            a = __smlad(X1, (int32_t)W1, a);
+        }
         *acc++ = a;
         m |= (uint32_t)(a ^ (a >> 31));
     }
     return m;
 }
 
+/* The four int32 sums q[0..3] (4-byte aligned) of a block: two LDRDs, then two STRDs at q and q + 8
+ * bytes (immediate offsets: no second pointer). */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP
+static inline void tt_blocks_ld_s32x4(const int32_t *q, int32_t *a0, int32_t *a1, int32_t *a2, int32_t *a3)
+{
+    __asm__("ldrd %0, %1, [%4]\n\tldrd %2, %3, [%4, #8]"
+            : "=&r"(*a0), "=&r"(*a1), "=r"(*a2), "=r"(*a3) : "r"(q), "m"(*(const int32_t(*)[4])q));
+}
+
+static inline void tt_blocks_st_s32x4(int32_t *q, int32_t a0, int32_t a1, int32_t a2, int32_t a3)
+{
+    __asm__("strd %1, %2, [%5]\n\tstrd %3, %4, [%5, #8]"
+            : "=m"(*(int32_t(*)[4])q) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(q));
+}
+#else
+static inline void tt_blocks_ld_s32x4(const int32_t *q, int32_t *a0, int32_t *a1, int32_t *a2, int32_t *a3)
+{
+    *a0 = q[0];
+    *a1 = q[1];
+    *a2 = q[2];
+    *a3 = q[3];
+}
+
+static inline void tt_blocks_st_s32x4(int32_t *q, int32_t a0, int32_t a1, int32_t a2, int32_t a3)
+{
+    q[0] = a0;
+    q[1] = a1;
+    q[2] = a2;
+    q[3] = a3;
+}
+#endif
+
 /* acc[c .. c + 3] += en w[0..3] of the full blocks [s, end) of a row (acc 4-byte aligned: two
- * LDRDs, four SMLABB / SMLABT, two STRDs a block; the weights by LDRD when AL). Returns the
- * weights past the blocks. */
+ * LDRDs, four SMLABB / SMLABT, two STRDs a block (tt_blocks_ld_s32x4, _st_s32x4); the weights
+ * by LDRD when AL). Returns the weights past the blocks. */
 TT_BLOCKS_INLINE const int16_t *tt_blocks_scatter(const uint8_t *s, const uint8_t *end, int32_t *acc,
                                                   const int16_t *w, int32_t en, int32_t AL)
 {
@@ -122,14 +190,9 @@ TT_BLOCKS_INLINE const int16_t *tt_blocks_scatter(const uint8_t *s, const uint8_
         uint32_t W0, W1;
         if (AL) tt_ld_s16x4_next(&w, &W0, &W1);
         else { W0 = tt_ld_s16x2(w); W1 = tt_ld_s16x2(w + 2); w += 4; }
-        tt_ld_s32x2(q, &a0, &a1);
-        tt_ld_s32x2(q + 2, &a2, &a3);
-        a0 = __smlabb(en, (int32_t)W0, a0);
-        a1 = __smlabt(en, (int32_t)W0, a1);
-        a2 = __smlabb(en, (int32_t)W1, a2);
-        a3 = __smlabt(en, (int32_t)W1, a3);
-        tt_st_s32x2_next(&q, a0, a1);
-        tt_st_s32x2_next(&q, a2, a3);
+        tt_blocks_ld_s32x4(q, &a0, &a1, &a2, &a3);
+        tt_blocks_st_s32x4(q, __smlabb(en, (int32_t)W0, a0), __smlabt(en, (int32_t)W0, a1),
+                           __smlabb(en, (int32_t)W1, a2), __smlabt(en, (int32_t)W1, a3));
     }
     return w;
 }
@@ -148,7 +211,7 @@ int32_t tt_sparse_blocks_fwd_s8(const tt_ctx *ctx, const tt_sparse_rows_params *
     const int32_t plain = d >= 1 && d <= 31;
     uint32_t *xx = (uint32_t *)(void *)(acc + N); /* x[4j .. 4j + 3] as int16 pairs xx[2j], xx[2j + 1] */
     uint32_t m = 0;
-    tt_widen_s8(x, K & ~3, 0, xx);
+    tt_blocks_widen0(x, K & ~3, xx);
     if ((K & 3) == 0 && ((uintptr_t)w & 3u) == 0 && plain) { /* every block full, every row aligned */
         m = tt_blocks_fwd_full(p->code, N, xx, w, p->b, d, acc);
     } else {
@@ -206,11 +269,11 @@ int32_t tt_sparse_blocks_bwd_s8(const tt_ctx *ctx, const tt_sparse_rows_params *
     }
     for (; k < K; k++) acc[k] = 0;
     if ((K & 3) == 0 && ((uintptr_t)w & 3u) == 0) { /* every block full, every row aligned */
-        for (n = 0; n < N; n++) {
-            const uint8_t *end = s + p->code[n];
-            const int32_t en = e[n];
-            if (en == 0) w += 4 * (end - s); /* adds nothing: pass the row */
-            else w = tt_blocks_scatter(s, end, acc, w, en, 1);
+        const uint8_t *cnt = p->code;
+        for (; cnt != p->code + N; cnt++, e++) {
+            const uint8_t *end = s + *cnt;
+            if (TT_BLOCKS_UNLIKELY(*e != 0)) tt_blocks_scatter(s, end, acc, w, *e, 1); /* else it adds nothing */
+            w += 4 * (end - s);
             s = end;
         }
     } else {
@@ -229,15 +292,17 @@ int32_t tt_sparse_blocks_bwd_s8(const tt_ctx *ctx, const tt_sparse_rows_params *
             s = end;
         }
     }
-    for (k = 0; k + 4 <= K; k += 4) { /* two LDRDs and one loop test per four sums */
-        const int32_t *r = acc + k;
-        int32_t a0, a1, a2, a3;
-        tt_ld_s32x2_next(&r, &a0, &a1);
-        tt_ld_s32x2(r, &a2, &a3);
-        m |= (uint32_t)(a0 ^ (a0 >> 31)) | (uint32_t)(a1 ^ (a1 >> 31)) | (uint32_t)(a2 ^ (a2 >> 31))
-             | (uint32_t)(a3 ^ (a3 >> 31));
+    {
+        const int32_t *r = acc, *const r4 = acc + (K & ~3);
+        for (; r != r4;) { /* two LDRDs and one loop test per four sums */
+            int32_t a0, a1, a2, a3;
+            tt_ld_s32x2_next(&r, &a0, &a1);
+            tt_ld_s32x2_next(&r, &a2, &a3);
+            m |= (uint32_t)(a0 ^ (a0 >> 31)) | (uint32_t)(a1 ^ (a1 >> 31)) | (uint32_t)(a2 ^ (a2 >> 31))
+                 | (uint32_t)(a3 ^ (a3 >> 31));
+        }
     }
-    for (; k < K; k++) m |= (uint32_t)(acc[k] ^ (acc[k] >> 31));
+    for (k = K & ~3; k < K; k++) m |= (uint32_t)(acc[k] ^ (acc[k] >> 31));
     return ee + p->ew + tt_requant_s8_from_s32_or(acc, K, m, dx, ctx->stats);
 #else
     for (k = 0; k < K; k++) acc[k] = 0;
@@ -319,7 +384,7 @@ static void tt_blocks_widen(const int8_t *x, int32_t n, int32_t c, uint32_t *xx)
 {
     const int8_t *end = x + n;
     if (c == 0) {
-        tt_widen_s8(x, n, 0, xx);
+        tt_blocks_widen0(x, n, xx);
     } else if (c == 8) {
         for (; x != end; x += 4, xx += 2) {
             const uint32_t v = tt_ld_s8x4(x), t = (v << 8) & 0xFF00FF00u, u = v & 0xFF00FF00u;
@@ -397,89 +462,258 @@ TT_BLOCKS_INLINE uint32_t tt_blocks_row_update_s16(int16_t *w, const uint8_t *st
 #endif
 
 #if TT_HAVE_DSP
-/* The update's constants for tt_blocks_row_update_full. */
+/* The four steps of block j of a row from its inputs x[4j .. 4j + 3], read as one word v (no
+ * widened copy of x): the lanes X02 = (x0, x2), X13 = (x1, x3) times 2^c (C8: c = 8, the bytes
+ * masked in place, a byte above a zero byte being x 2^8; else c = 0, SXTB16 of v and of v
+ * rotated by 8), then D01 = (d0, d1), D23 = (d2, d3) from SMLAWB / SMLAWT as tt_step_s16x2:
+ * d = round(a x / 2^s) exactly for A = a 2^(32 - s - c) within tt_sparse_blocks_fast_s16's amax. */
+TT_BLOCKS_INLINE void tt_blocks_steps_x(uint32_t v, int32_t A, int32_t C8, uint32_t *d01, uint32_t *d23)
+{
+    const int32_t x02 = C8 ? (int32_t)((v << 8) & 0xFF00FF00u) : __sxtb16((int32_t)v);
+    const int32_t x13 = C8 ? (int32_t)(v & 0xFF00FF00u) : (int32_t)tt_blocks_sxtb16_ror8(v);
+    *d01 = tt_pack_hi((uint32_t)__smlawb(A, x02, 32768), (uint32_t)__smlawb(A, x13, 32768));
+    *d23 = tt_pack_hi((uint32_t)__smlawt(A, x02, 32768), (uint32_t)__smlawt(A, x13, 32768));
+}
+
+/* tt_blocks_row_fast_s16 with the steps from x itself (tt_blocks_steps_x; rows 4-byte aligned):
+ * per block its index byte, one LDR of x, the two step pairs, one LDRD and one STRD of the
+ * weights, SSUB16 and the exact guard. */
+TT_BLOCKS_INLINE void tt_blocks_row_fast_x(int16_t *w, const uint8_t *st, const uint8_t *end, const int8_t *x,
+                                           int32_t A, int32_t C8)
+{
+    for (; st != end; st++) {
+        uint32_t W0, W1, D0, D1, S0, S1;
+        tt_blocks_steps_x(tt_ld_s8x4(x + 4u * *st), A, C8, &D0, &D1);
+        tt_ld_s16x4(w, &W0, &W1);
+        S0 = (uint32_t)__ssub16((int32_t)W0, (int32_t)D0);
+        S1 = (uint32_t)__ssub16((int32_t)W1, (int32_t)D1);
+        tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)W0, (int32_t)D0));
+        tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)W1, (int32_t)D1));
+        tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)S0, 0x00010001));
+        tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)S1, 0x00010001));
+        tt_st_s16x4_next(&w, S0, S1);
+    }
+}
+
+/* The update's constants for tt_blocks_update_rows, the row it is at, and its saturation count. */
 typedef struct tt_blocks_upd {
     const int8_t *x;
-    const uint32_t *xx;
-    int32_t K, s, sh, amax;
+    int32_t *b;         /* the biases, updated in the row loop by their fast rule; NULL: not here */
+    int16_t *w;         /* the row's weights */
+    const uint8_t *st;  /* the row's block indices */
+    int32_t K, s, sh, m_t;
+    int32_t M;          /* m_t 2^sh: a row's A = e[n] M */
+    uint32_t emax;      /* |e[n]| <= emax <=> |m_t e[n]| <= amax: the fast pass applies */
+    int32_t sb, half_b; /* the biases' shift eb + k - ee in [1, 31], and 2^(sb - 1) */
+    uint32_t nsat;
 } tt_blocks_upd;
 
-/* A row of tt_blocks_update_full whose fast pass hit the guard: undone, then the exact rule. */
-TT_BLOCKS_NOINLINE uint32_t tt_blocks_row_redo_s16(const tt_blocks_upd *c, int16_t *w, const uint8_t *st,
-                                                   const uint8_t *end, int32_t a)
+/* A row of tt_blocks_update_rows whose fast pass hit the guard: undone exactly (SADD16 of the
+ * stored w - d mod 2^16 and the same steps), then the exact rule. */
+TT_BLOCKS_NOINLINE uint32_t tt_blocks_row_redo_x(const tt_blocks_upd *c, int16_t *w, const uint8_t *st,
+                                                 const uint8_t *end, int32_t a, int32_t C8)
 {
-    tt_blocks_row_undo_s16(w, st, end, c->xx, a * ((int32_t)1 << c->sh));
+    const int32_t A = a * ((int32_t)1 << c->sh);
+    int16_t *q = w;
+    const uint8_t *j;
+    for (j = st; j != end; j++, q += 4) {
+        uint32_t D0, D1;
+        tt_blocks_steps_x(tt_ld_s8x4(c->x + 4u * *j), A, C8, &D0, &D1);
+        tt_st_s16x2(q, (uint32_t)__sadd16((int32_t)tt_ld_s16x2(q), (int32_t)D0));
+        tt_st_s16x2(q + 2, (uint32_t)__sadd16((int32_t)tt_ld_s16x2(q + 2), (int32_t)D1));
+    }
+    tt_guard_clear();
     return tt_blocks_row_s16(w, st, end, c->K, c->x, a, c->s);
 }
 
-/* The update's rows (counts [cnt, cend), the block indices from cend on) when every block is full
- * and every row 4-byte aligned: tt_blocks_row_update_s16 with the rare paths out of line, so a
- * row with e[n] = 0 costs a few instructions and one with e[n] != 0 a few more than its blocks.
- * Returns the saturations. */
-TT_BLOCKS_NOINLINE uint32_t tt_blocks_update_full(const tt_blocks_upd *c, const uint8_t *cnt, const uint8_t *cend,
-                                                  const int8_t *e, int16_t *w, int32_t m_t)
+/* The bias b of a row with a = m_t e[n] != 0 by tt_sgd.c's fast bias rule: b -= (a + 2^(sb - 1)) >> sb
+ * (|a| < 2^22: no overflow), an int32 overflow saturating toward the step's opposite sign and
+ * counted in c->nsat. */
+TT_BLOCKS_INLINE void tt_blocks_bias(tt_blocks_upd *c, int32_t *b, int32_t a)
 {
-    const uint8_t *st = cend;
-    const uint32_t *xx = c->xx;
-    const int32_t sh = c->sh, amax = c->amax;
-    uint32_t nsat = 0;
-    for (; cnt != cend; cnt++, e++) {
-        const uint32_t k = *cnt;
-        const int32_t a = m_t * (int32_t)*e;
-        if (a != 0) {
-            if ((a < 0 ? -a : a) <= amax) {
-                tt_guard_clear();
-                tt_blocks_row_fast_s16(w, st, st + k, xx, a * ((int32_t)1 << sh), 1);
-                if (tt_guard_hit()) nsat += tt_blocks_row_redo_s16(c, w, st, st + k, a);
-            } else {
-                nsat += tt_blocks_row_s16(w, st, st + k, c->K, c->x, a, c->s);
-            }
+    const int32_t d = (a + c->half_b) >> c->sb;
+#if defined(__GNUC__)
+    int32_t r;
+    if (__builtin_sub_overflow(*b, d, &r)) {
+        r = d > 0 ? INT32_MIN : INT32_MAX;
+        c->nsat++;
+    }
+    *b = r;
+#else
+    const uint32_t v = (uint32_t)*b - (uint32_t)d;
+    if ((((uint32_t)*b ^ (uint32_t)d) & ((uint32_t)*b ^ v)) >> 31) {
+        *b = d > 0 ? INT32_MIN : INT32_MAX;
+        c->nsat++;
+    } else {
+        *b = (int32_t)v;
+    }
+#endif
+}
+
+/* Row n of tt_blocks_update_rows (its weights c->w, its k block indices from c->st), e[n] = en != 0:
+ * the fast pass when |en| <= emax (x read in place, C8: c = 8, else 0; on a guard hit undone and
+ * redone), else the exact rule; then its bias when c->b is set. */
+TT_BLOCKS_INLINE void tt_blocks_row_x(tt_blocks_upd *c, uint32_t k, int32_t en, int32_t n, int32_t C8)
+{
+    int16_t *w = c->w;
+    const uint8_t *st = c->st, *end = st + k;
+    if ((uint32_t)(en + (int32_t)c->emax) <= 2u * c->emax) {
+        tt_guard_clear();
+        tt_blocks_row_fast_x(w, st, end, c->x, en * c->M, C8);
+        if (tt_guard_hit()) c->nsat += tt_blocks_row_redo_x(c, w, st, end, c->m_t * en, C8);
+    } else {
+        c->nsat += tt_blocks_row_s16(w, st, end, c->K, c->x, c->m_t * en, c->s);
+    }
+    if (c->b) tt_blocks_bias(c, c->b + n, c->m_t * en);
+}
+
+/* tt_blocks_row_x out of line for c = 0 and c = 8, so that the block loop has the registers to
+ * itself and the row loop keeps its few values in its own. */
+TT_BLOCKS_NOINLINE void tt_blocks_row_c0(tt_blocks_upd *c, uint32_t k, int32_t en, int32_t n)
+{
+    tt_blocks_row_x(c, k, en, n, 0);
+}
+
+TT_BLOCKS_NOINLINE void tt_blocks_row_c8(tt_blocks_upd *c, uint32_t k, int32_t en, int32_t n)
+{
+    tt_blocks_row_x(c, k, en, n, 1);
+}
+
+/* The update's rows (counts cnt[0 .. N), the block indices from cnt + N on) when every block is
+ * full, every row 4-byte aligned and m_t > 0: a row with e[n] = 0 costs its two loads, the test
+ * and the pointer steps; one with e[n] != 0 tt_blocks_row_x. The saturations go to c->nsat. */
+TT_BLOCKS_INLINE void tt_blocks_update_rows(tt_blocks_upd *c, const uint8_t *cnt, int32_t N, const int8_t *e,
+                                            int16_t *w, int32_t C8)
+{
+    const uint8_t *st = cnt + N;
+    int32_t n;
+    for (n = 0; n < N; n++) {
+        const uint32_t k = cnt[n];
+        const int32_t en = e[n];
+        if (TT_BLOCKS_UNLIKELY(en != 0)) { /* most rows of a trained layer have e[n] = 0 */
+            c->w = w;
+            c->st = st;
+            if (C8) tt_blocks_row_c8(c, k, en, n);
+            else tt_blocks_row_c0(c, k, en, n);
         }
         w += 4 * k;
         st += k;
+    }
+}
+
+TT_BLOCKS_NOINLINE void tt_blocks_update_c0(tt_blocks_upd *c, const uint8_t *cnt, int32_t N, const int8_t *e,
+                                            int16_t *w)
+{
+    tt_blocks_update_rows(c, cnt, N, e, w, 0);
+}
+
+TT_BLOCKS_NOINLINE void tt_blocks_update_c8(tt_blocks_upd *c, const uint8_t *cnt, int32_t N, const int8_t *e,
+                                            int16_t *w)
+{
+    tt_blocks_update_rows(c, cnt, N, e, w, 1);
+}
+#endif
+
+#if TT_HAVE_DSP
+/* The largest |a| = |m_t e[n]| the fast pass takes at the shift s (c = 8 for s <= 22, else 0;
+ * sh = 32 - s - c): A = a 2^sh fits int32 and |d| <= 16383 for any int8 x, i.e.
+ * min(INT32_MAX >> sh, floor((16383 2^s - 1) / 128)), the second in 32 bits (past s = 23 it
+ * exceeds the first). */
+static inline int32_t tt_blocks_amax(int32_t s, int32_t sh)
+{
+    const uint32_t lim1 = 0x7FFFFFFFu >> sh;
+    const uint32_t lim2 = s >= 24 ? lim1 : s <= 17 ? ((16383u << s) - 1u) >> 7 : (16383u << (s - 7)) - 1u;
+    return (int32_t)(lim1 < lim2 ? lim1 : lim2);
+}
+
+/* tt_sparse_blocks_fast_s16 when every block is full and every row 4-byte aligned: the row loop
+ * of c = 8 (s <= 22) or c = 0, the biases in it when their fast rule applies (sb = eb + k - ee in
+ * [1, 31]: returns 2, else 1). */
+TT_BLOCKS_INLINE int32_t tt_blocks_fast_full(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p,
+                                               int32_t s, const int8_t *e, const int8_t *x, int32_t ee)
+{
+    const int32_t c = s >= 23 ? 0 : 8, sh = 32 - s - c, m_t = u->m_t, N = p->N;
+    const int32_t sb = p->eb + u->cfg->k - ee, bias = p->b != 0 && sb >= 1 && sb <= 31;
+    if (m_t > 0) { /* m_t = 0: every step and bias step is 0, nothing changes */
+        /* |e[n]| <= emax <=> |m_t e[n]| <= amax; then m_t <= amax and M = m_t 2^sh fits */
+        const uint32_t emax = (uint32_t)tt_blocks_amax(s, sh) / (uint32_t)m_t, em = emax < 128u ? emax : 128u;
+        tt_blocks_upd cfg = {x, bias ? p->b : 0, p->w, p->code + N, p->K, s, sh, m_t,
+                             em ? (int32_t)((uint32_t)m_t << sh) : 0, em, sb, bias ? (int32_t)1 << (sb - 1) : 0, 0u};
+        if (c) tt_blocks_update_c8(&cfg, p->code, N, e, p->w);
+        else tt_blocks_update_c0(&cfg, p->code, N, e, p->w);
+        u->stats->saturated += cfg.nsat;
+    }
+    return bias ? 2 : 1;
+}
+#endif
+
+#if TT_HAVE_DSP
+/* tt_sparse_blocks_fast_s16 on other shapes (a short last block, rows not 4-byte aligned): x
+ * widened once (x 2^c pairs in p->work), the full blocks by tt_blocks_row_update_s16, the short
+ * ones by the exact rule. Returns the saturations. */
+static uint32_t tt_blocks_fast_general(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p, int32_t s,
+                                       const int8_t *e, const int8_t *x)
+{
+    const int32_t N = p->N, K = p->K, tail = K & 3, m_t = u->m_t;
+    const int32_t c = s >= 23 ? 0 : 8, sh = 32 - s - c, amax = tt_blocks_amax(s, sh);
+    const uint32_t last = tail ? (uint32_t)K / 4u : 256u;
+    const uint8_t *st = p->code + N;
+    int16_t *w = p->w;
+    uint32_t *xx = (uint32_t *)(void *)p->work; /* K / 2 words */
+    uint32_t nsat = 0;
+    int32_t n;
+    tt_blocks_widen(x, K & ~3, c, xx);
+    for (n = 0; n < N; n++) {
+        const uint8_t *end = st + p->code[n], *full = end;
+        const int32_t a = m_t * (int32_t)e[n];
+        if (end != st && end[-1] == last) full--;
+        if (a != 0) {
+            if (((uintptr_t)w & 3u) == 0) nsat += tt_blocks_row_update_s16(w, st, full, end, K, x, xx, a, s, sh, amax, 1);
+            else nsat += tt_blocks_row_update_s16(w, st, full, end, K, x, xx, a, s, sh, amax, 0);
+        }
+        w += 4 * (full - st) + (full != end ? tail : 0);
+        st = end;
     }
     return nsat;
 }
 #endif
 
-/* w -= round(m_t e[n] x[k] / 2^s) on the kept weights, row by row: rows whose error is 0 passed
- * whole; DSP: a row's full blocks two pairs each (tt_blocks_row_fast_s16; with c = 8 for s <= 22
- * and 0 above, x widened to x 2^c once, A = a 2^(32 - s - c), when |A| < 2^31 and |d| <= 16383
- * as in tt_sgd_dense_rows_s16), the rest by the exact rule (tt_blocks_row_s16). */
-int32_t tt_sparse_blocks_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p, int32_t s,
-                                  const int8_t *e, const int8_t *x)
+int32_t tt_sparse_blocks_direct_full(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p,
+                                     const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
 {
+#if TT_HAVE_DSP
+    const tt_sgd *o = u->cfg;
+    const int32_t s = p->ew + o->k - (ee + ex), sb = p->eb + o->k - ee;
+    if (p->w == 0 || (p->K & 3) != 0 || ((uintptr_t)p->w & 3u) != 0 || o->sr || o->wd_m || (uint32_t)u->m_t >= 32768u
+        || (uint32_t)(s - 1) >= 31u || (p->b != 0 && (uint32_t)(sb - 1) >= 31u))
+        return 0;
+    return tt_blocks_fast_full(u, p, s, e, x, ee) == 2 || p->b == 0;
+#else
+    (void)u, (void)p, (void)e, (void)ee, (void)x, (void)ex;
+    return 0;
+#endif
+}
+
+/* w -= round(m_t e[n] x[k] / 2^s) on the kept weights, row by row: rows whose error is 0 passed
+ * whole; DSP: a row's full blocks two pairs each (with c = 8 for s <= 22 and 0 above, x times
+ * 2^c, A = a 2^(32 - s - c), when |A| < 2^31 and |d| <= 16383 as in tt_sgd_dense_rows_s16; x read
+ * in place by tt_blocks_fast_full when every block is full and every row aligned, else widened
+ * once), the rest by the exact rule (tt_blocks_row_s16). Every block full and every row aligned,
+ * DSP, the biases' fast rule applying (sb = eb + k - ee in [1, 31]): the biases too, in the row
+ * loop (returns 2; else 1, the biases left to the caller). */
+int32_t tt_sparse_blocks_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p, int32_t s,
+                                  const int8_t *e, const int8_t *x, int32_t ee)
+{
+#if TT_HAVE_DSP
+    if ((p->K & 3) == 0 && ((uintptr_t)p->w & 3u) == 0) return tt_blocks_fast_full(u, p, s, e, x, ee);
+    u->stats->saturated += tt_blocks_fast_general(u, p, s, e, x);
+#else
     const int32_t N = p->N, K = p->K;
     const uint8_t *st = p->code + N;
     int16_t *w = p->w;
     uint32_t nsat = 0;
     int32_t n;
-#if TT_HAVE_DSP
-    /* c = 8 as tt_sgd.c for s <= 22; for s >= 23 every |a| < 2^22 <= 2^(s - 1) gives an int32
-     * A = a 2^(32 - s) with x unscaled (c = 0), the plain widening */
-    const int32_t c = s >= 23 ? 0 : 8, sh = 32 - s - c;
-    const int64_t lim1 = (int64_t)INT32_MAX >> sh, lim2 = (((int64_t)16383 << s) - 1) / 128;
-    const int32_t amax = (int32_t)(lim1 < lim2 ? lim1 : lim2), m_t = u->m_t, tail = K & 3;
-    const uint32_t last = tail ? (uint32_t)K / 4u : 256u;
-    uint32_t *xx = (uint32_t *)(void *)p->work; /* K / 2 words */
-    tt_blocks_widen(x, K & ~3, c, xx);
-    if (tail == 0 && ((uintptr_t)w & 3u) == 0) { /* every block full, every row aligned */
-        const tt_blocks_upd cfg = {x, xx, K, s, sh, amax};
-        nsat += tt_blocks_update_full(&cfg, p->code, p->code + N, e, w, m_t);
-    } else {
-        for (n = 0; n < N; n++) {
-            const uint8_t *end = st + p->code[n], *full = end;
-            const int32_t a = m_t * (int32_t)e[n];
-            if (end != st && end[-1] == last) full--;
-            if (a != 0) {
-                if (((uintptr_t)w & 3u) == 0) nsat += tt_blocks_row_update_s16(w, st, full, end, K, x, xx, a, s, sh, amax, 1);
-                else nsat += tt_blocks_row_update_s16(w, st, full, end, K, x, xx, a, s, sh, amax, 0);
-            }
-            w += 4 * (full - st) + (full != end ? tail : 0);
-            st = end;
-        }
-    }
-#else
+    (void)ee;
     for (n = 0; n < N; n++) {
         const uint8_t *end = st + p->code[n];
         const int32_t a = u->m_t * (int32_t)e[n], m = tt_blocks_weights(st, end, K);
@@ -487,7 +721,7 @@ int32_t tt_sparse_blocks_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd
         w += m;
         st = end;
     }
-#endif
     u->stats->saturated += nsat;
+#endif
     return 1;
 }

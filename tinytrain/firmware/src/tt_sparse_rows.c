@@ -216,7 +216,7 @@ static void tt_rows_walk_all(const tt_rows_walk *t, const int8_t *e, const int8_
  * error is 0 and a weight whose input is 0 keep their values (their steps are 0), as in
  * tt_sgd_dense_direct_s16. Returns 0 (nothing written) when an A_n does not fit an int32. */
 static int32_t tt_rows_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p, int32_t s,
-                                const int8_t *e, const int8_t *x)
+                                const int8_t *e, const int8_t *x, int32_t ee)
 {
 #if TT_HAVE_DSP
     const int32_t cs = 32 - s < 24 ? 32 - s : 24, sh = 32 - s - cs;
@@ -230,6 +230,7 @@ static int32_t tt_rows_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s
     int32_t n, M = TT_S16_MAX;
     (void)s;
     (void)cs;
+    (void)ee;
 #if defined(__GNUC__)
     __asm__("" : "+r"(M), "+r"(lim)); /* kept in registers: the clamp test is one add and one compare */
 #endif
@@ -308,23 +309,25 @@ static int32_t tt_rows_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s
 #define TT_BLOCKS_COUNT(n) (tt_sparse_blocks_row_count(p->code, p->K, p->N, (n)))
 
 /* The direct update of int16 weights: the fast path where it applies exactly, else the element
- * walk. One body per format, written once (the rows entry compiles as it did before blocks
- * shared it: its fast loop's registers are tight, and a format test there costs ~1 %). */
+ * walk; then the biases, unless the fast path did them (it returned 2). One body per format,
+ * written once (the rows entry compiles as it did before blocks shared it: its fast loop's
+ * registers are tight, and a format test there costs ~1 %). */
 #define TT_ROWS_DIRECT_S16(FAST, COUNT, BLOCKS)                                                      \
     do {                                                                                            \
+        int32_t done_ = 0;                                                                          \
         if (p->w) {                                                                                 \
             const tt_sgd *o = u->cfg;                                                               \
             const int32_t s = p->ew + o->k - (ee + ex);                                             \
             const int32_t fast = !o->sr && !o->wd_m && u->m_t >= 0 && u->m_t < 32768;               \
             if (fast && s >= 32) {                                                                  \
                 TT_ROWS_ZERO_S16(u, p, e, COUNT);                                                   \
-            } else if (!(fast && s >= 1 && s <= 31 && FAST(u, p, s, e, x))) {                       \
+            } else if (!(fast && s >= 1 && s <= 31 && (done_ = FAST(u, p, s, e, x, ee)) != 0)) {    \
                 const tt_rows_walk t = {u, p->code, p->K, p->N, 0, p->ew, o->sr && s > 0, p->w, 0, 0, p->work, \
                                         BLOCKS};                                                    \
                 tt_rows_walk_all(&t, e, x, 0, ee + ex, !o->sr && !o->wd_m);                         \
             }                                                                                       \
         }                                                                                           \
-        if (p->b) tt_sgd_dense_bias_s32(u, p->b, p->eb, e, ee, p->N);                               \
+        if (p->b && done_ < 2) tt_sgd_dense_bias_s32(u, p->b, p->eb, e, ee, p->N);                  \
     } while (0)
 
 void tt_sparse_rows_sgd_direct_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p,
@@ -336,6 +339,9 @@ void tt_sparse_rows_sgd_direct_s16(const tt_sgd_step *u, const tt_sparse_rows_sg
 void tt_sparse_blocks_sgd_direct_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd_s16_params *p,
                                      const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
 {
+#if TT_HAVE_DSP
+    if (tt_sparse_blocks_direct_full(u, p, e, ee, x, ex)) return; /* the common case, its tests first */
+#endif
     TT_ROWS_DIRECT_S16(tt_sparse_blocks_fast_s16, TT_BLOCKS_COUNT, 1);
 }
 
