@@ -69,8 +69,10 @@ def write_section(results):
             "docs/precision-lab.md has the recipes.", ""]
     for res in results:
         n_float = sum(r["kind"] == "float" for r in res["rows"])
-        subset = (f". Only {n_float} of the {len(P.RECIPES)} float recipes were run for {res['workload']} "
-                  "(`--recipe`; a fair W2 twin trains 100 epochs, ~2 min a run here)." if n_float < len(P.RECIPES) else "")
+        n_int = len(res["rows"]) - n_float
+        subset = (f". This {res['workload']} table has {n_float} of the {len(P.RECIPES)} float recipes and {n_int} of the "
+                  f"{len(P.INTEGER_POLICIES)} integer rows: the others were left out (`--recipe`) or added after its run."
+                  if n_float < len(P.RECIPES) or n_int < len(P.INTEGER_POLICIES) else "")
         body += ["```", P.format_table(res), "```", targets(res) + subset, ""]
     body.append(f"Machine: {report.machine_line(report.machine())}; other jobs were running (load above).")
     report.update_section("precision", "\n".join(body))
