@@ -266,3 +266,31 @@ def test_cli_lr_validation_jobs_bad_input(capsys):
         assert cli.main(["precision-lab", "--workload", "w1", *args]) == 2
         err = capsys.readouterr().err
         assert args[0] in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_workloads_lab_recipe_is_the_default_and_a_bad_schedule_is_refused(monkeypatch, capsys):
+    """run() and the CLI train the float twins with the workload's lab schedule, lr and epochs
+    unless told otherwise (W2: cosine, lr 0.08, 200 epochs, chosen on a validation carve); an
+    unknown schedule is one line and exit 2."""
+    import dataclasses
+
+    from tinytrain.lab import workloads
+    w2 = WORKLOADS["w2"]
+    assert (w2.lab_schedule, w2.lab_lr, w2.lab_epochs) == ("cosine", 0.08, 200)
+    assert WORKLOADS["w1"].lab_schedule == "constant"
+    kw = dict(seeds=(0,), recipes=["fp32"], epochs=1, integer=False)
+    plain = P.run("w1", **kw)
+    assert plain["schedule"] == "constant"
+    monkeypatch.setitem(workloads.WORKLOADS, "w1", dataclasses.replace(WORKLOADS["w1"], lab_schedule="cosine"))
+    by_default, told = P.run("w1", **kw), P.run("w1", **kw, schedule="cosine")
+    assert by_default["schedule"] == "cosine" and by_default["rows"][0]["accuracies"] == told["rows"][0]["accuracies"]
+    assert P.run("w1", **kw, schedule="constant")["rows"][0]["accuracies"] == plain["rows"][0]["accuracies"]
+    with pytest.raises(ValueError, match="schedule 'linear'"):
+        P.run("w1", **kw, schedule="linear")
+    assert cli.main(["precision-lab", "--workload", "w1", "--seeds", "0", "--epochs", "1", "--recipe", "fp32",
+                     "--no-integer", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["schedule"] == "cosine"
+    for args in (["--schedule", "cos"], ["--schedule", ""]):
+        assert cli.main(["precision-lab", "--workload", "w1", *args]) == 2
+        err = capsys.readouterr().err
+        assert "--schedule" in err and len(err.strip().splitlines()) == 1

@@ -53,10 +53,11 @@ def _args(p):
     p.add_argument("--recipe", action="append", default=None, metavar="NAME",
                    help="only this float recipe (repeatable; default: all, see docs/precision-lab.md)")
     p.add_argument("--epochs", type=cli._positive_int, default=None,
-                   help="float-twin epochs (default: the workload's lab epochs, w2 100, else its epochs)")
+                   help="float-twin epochs (default: the workload's lab epochs, w2 200, else its epochs)")
     p.add_argument("--batch-size", type=cli._positive_int, default=32, help="float-twin batch (default 32)")
-    p.add_argument("--schedule", choices=("constant", "cosine"), default="constant",
-                   help="float-twin lr: constant (default) or tinytrain's cosine to 0 over the run")
+    p.add_argument("--schedule", choices=("constant", "cosine"), default=None,
+                   help="float-twin lr: constant or tinytrain's cosine to 0 over the run (default: the "
+                        "workload's lab schedule, w2 cosine, else constant)")
     p.add_argument("--lr", type=_positive_float, default=None,
                    help="float-twin learning rate (default: the workload's lr * sqrt(batch), or its lab_lr when it has one)")
     p.add_argument("--validation", type=_fraction, default=0.0, metavar="FRACTION",

@@ -383,10 +383,11 @@ def _one_run(task):
 
 
 def run(workload: str, seeds=(0, 1, 2), recipes=None, epochs: int | None = None, batch_size: int = 32,
-        integer: bool = True, progress=None, schedule: str = "constant", lr: float | None = None,
+        integer: bool = True, progress=None, schedule: str | None = None, lr: float | None = None,
         validation: float = 0.0, jobs: int = 1) -> dict:
     """The lab's table for one workload: accuracy mean and std over seeds, bytes per role,
     skipped steps and underflow fractions per recipe, then tinytrain's integer policies.
+    schedule: the float twins' lr schedule (None: the workload's ``lab_schedule``);
     lr: the float twins' (None: `float_lr`); validation > 0: accuracies on that held-out
     fraction of the training set instead of the test set (`validation_split`); jobs: training
     runs at once in worker processes (each run is the same computation as with jobs 1)."""
@@ -397,6 +398,9 @@ def run(workload: str, seeds=(0, 1, 2), recipes=None, epochs: int | None = None,
     wl, ds = _load(workload, validation)
     recipes = list(RECIPES) if recipes is None else [recipe(n) if isinstance(n, str) else n for n in recipes]
     epochs = (wl.lab_epochs or wl.epochs) if epochs is None else int(epochs)
+    schedule = wl.lab_schedule if schedule is None else schedule
+    if schedule not in ("constant", "cosine"):
+        raise ValueError(f"schedule {schedule!r}: use constant or cosine")
     lr = float_lr(wl, batch_size) if lr is None else float(lr)
     tasks = [("float", workload, validation, s, r, epochs, batch_size, schedule, lr) for r in recipes for s in seeds]
     policies = list(INTEGER_POLICIES.items()) if integer else []
