@@ -100,3 +100,46 @@ def test_cli_workers_json(capsys):
     assert main(argv + ["--workers", "0"]) == 0
     many = json.loads(capsys.readouterr().out)
     assert many["state_hash"] == one["state_hash"] and many["bytes_on_wire"] == one["bytes_on_wire"]
+
+
+def test_build_in_workers_builds_after_the_fork_and_reports_a_failed_build(w1):
+    """make_devices with workers builds no device in the coordinator: each worker builds its own
+    shard (pool.SimPool.build_in_workers), in device order; a build that raises in a worker is
+    raised by the coordinator's first command, not lost as a dead pipe."""
+    import os
+
+    from tinytrain.federated import FedConfig, make_devices
+    from tinytrain.federated.devices import SimDevice
+    from tinytrain.federated.pool import SimPool
+
+    model, ds = w1
+    built = []
+    init = SimDevice.__init__
+
+    def spy(self, *a, **k):
+        built.append(os.getpid())
+        init(self, *a, **k)
+
+    SimDevice.__init__ = spy
+    try:
+        proxies = make_devices(model, ds, FedConfig(compress="int8"), simulated=5, workers=2)
+    finally:
+        SimDevice.__init__ = init
+    try:
+        assert built == [] and [p.id for p in proxies] == list(range(5))
+        assert sum(p.n_samples for p in proxies) == len(ds.y_train)
+        pids = {p.pid for p in proxies[0].group.procs}
+        assert sorted(proxies[0].group.get_states()) == list(range(5))  # each worker's residuals
+        assert len(pids) == 2 and os.getpid() not in pids
+    finally:
+        proxies[0].close()
+
+    def bad(i):
+        raise ValueError(f"no device {i}")
+
+    pool = SimPool.build_in_workers([(0, 3), (1, 3)], bad, 2)
+    try:
+        with pytest.raises(RuntimeError, match="could not build its devices.*no device"):
+            pool.ack(1, ())
+    finally:
+        pool.close()

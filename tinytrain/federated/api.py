@@ -77,12 +77,13 @@ def make_devices(model, dataset, config: FedConfig, *, simulated: int | None = N
         raise ValueError("workers > 1 is for simulated devices; boards already run in parallel")
     if simulated is not None:
         backend = SimBackend(model, X, Y)
-        devs = [SimDevice(i, schema, parts[i], backend, **kw) for i in sel]
-        if workers > 1 and len(devs) > 1:
+        if workers > 1 and len(sel) > 1:
             from tinytrain.federated.pool import SimPool
 
-            return SimPool(devs, workers).proxies
-        return devs
+            # each worker builds its own shard's devices after the fork (pool.py)
+            return SimPool.build_in_workers([(i, len(parts[i])) for i in sel],
+                                            lambda i: SimDevice(i, schema, parts[i], backend, **kw), workers).proxies
+        return [SimDevice(i, schema, parts[i], backend, **kw) for i in sel]
     if board is not None:
         from tinytrain.device.boards import get_board
         from tinytrain.device.emulator import find_qemu

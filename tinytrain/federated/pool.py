@@ -1,10 +1,14 @@
 """Simulated devices spread over worker processes, so a federation of thousands of simulated
 clients uses every core.
 
-``SimPool(devices, workers)`` forks `workers` processes; worker w takes a contiguous shard of
-the (already built) simulated devices and is from then on the only holder of their state:
-error-feedback residuals, pending residuals, the replica of the last broadcast. The parent
-keeps one ``PoolDevice`` proxy per device (id, kind, sample count) for the round engine.
+``SimPool.build_in_workers(specs, build, workers)`` forks `workers` processes; worker w takes a
+contiguous shard of the devices, builds each one itself after the fork (``build(id)``) and is
+the only holder of their state: error-feedback residuals, pending residuals, the replica of the
+last broadcast. The parent keeps one ``PoolDevice`` proxy per device (id, kind, sample count)
+for the round engine. Building in the workers is the point: built in the parent, 10,000 W1
+devices were a serial part before the fork, and each worker then replaced (ack) or dropped
+memory its parent had written, page by page copied on write. ``SimPool(devices, workers)``
+serves devices already built in the parent (e.g. wrapped in devices.FaultyDevice).
 
 Per round the engine sends each worker the global message(s), the broadcast they decode to and
 an empty aggregation once; each worker trains its devices, checks every update as the
@@ -41,13 +45,35 @@ class PoolDevice:
 
     kind = "simulated"
 
-    def __init__(self, dev, group: "SimPool"):
-        self.id = dev.id
-        self.n_samples = dev.n_samples
+    def __init__(self, device_id: int, n_samples: int, group: "SimPool"):
+        self.id = device_id
+        self.n_samples = n_samples
         self.group = group
 
     def close(self) -> None:
         self.group.close()
+
+
+class _BuildFailed:
+    """A worker's reply when building its devices raised: the coordinator raises it."""
+
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+
+def _start(conn, shard, build) -> None:
+    """Worker entry: build the shard's devices here (`build` given) or take them built."""
+    if build is not None:
+        try:
+            shard = [build(i) for i in shard]
+        except Exception as e:  # reported at the coordinator's first command
+            try:
+                conn.recv()
+                conn.send(_BuildFailed(e))
+            except (EOFError, OSError):
+                pass
+            return
+    _serve(conn, shard)
 
 
 def _serve(conn, devices) -> None:
@@ -90,24 +116,47 @@ def _serve(conn, devices) -> None:
 
 
 class SimPool:
-    """`devices` (simulated, built in this process) served by `workers` forked processes."""
+    """`devices` (simulated, built in this process) served by `workers` forked processes; see
+    build_in_workers for devices each worker builds itself."""
 
-    def __init__(self, devices, workers: int):
+    def __init__(self, devices, workers: int, *, build=None):
         devices = list(devices)
         if not can_fork():
             raise ValueError("worker processes need the 'fork' start method (Linux): use workers=1")
         workers = max(1, min(int(workers), len(devices)))
+        if build is None:
+            specs = [(d.id, d.n_samples) for d in devices]
+        else:
+            specs, devices = [(int(i), int(n)) for i, n in devices], [int(i) for i, _ in devices]
         ctx = mp.get_context("fork")
         self.conns, self.procs = [], []
-        for shard in np.array_split(np.arange(len(devices)), workers):
-            parent, child = ctx.Pipe()
-            p = ctx.Process(target=_serve, args=(child, [devices[i] for i in shard]), daemon=True)
-            p.start()
-            child.close()
-            self.conns.append(parent)
-            self.procs.append(p)
-        self.proxies = [PoolDevice(d, self) for d in devices]
         self.pid = os.getpid()
+        try:
+            for shard in np.array_split(np.arange(len(devices)), workers):
+                parent, child = ctx.Pipe()
+                p = ctx.Process(target=_start, args=(child, [devices[i] for i in shard], build), daemon=True)
+                p.start()
+                child.close()
+                self.conns.append(parent)
+                self.procs.append(p)
+        except BaseException:
+            self.close()
+            raise
+        self.proxies = [PoolDevice(i, n, self) for i, n in specs]
+
+    @classmethod
+    def build_in_workers(cls, specs, build, workers: int) -> "SimPool":
+        """specs: (device id, sample count) per device, in device order; build(id) -> the
+        device, called in the worker that serves it, after the fork (`build` is inherited,
+        not pickled: a closure over the shared simulator and partitions is fine)."""
+        return cls(specs, workers, build=build)
+
+    @staticmethod
+    def _recv(c):
+        reply = c.recv()
+        if isinstance(reply, _BuildFailed):
+            raise RuntimeError(f"a worker could not build its devices: {reply.exc!r}") from reply.exc
+        return reply
 
     def run_round(self, full: bytes, delta: bytes | None, synced, check, agg) -> list:
         """Every device's round: [(device id, bytes sent, bytes up, step or None, drop record or
@@ -117,7 +166,7 @@ class SimPool:
             c.send(("round", full, delta, frozenset(synced), check, agg))
         out = []
         for c in self.conns:  # shards are contiguous: worker order is device order
-            part, sums = c.recv()
+            part, sums = self._recv(c)
             out += part
             agg.merge(sums)
         return out
@@ -125,7 +174,7 @@ class SimPool:
     def _all(self, *cmd):
         for c in self.conns:
             c.send(cmd)
-        return [c.recv() for c in self.conns]
+        return [self._recv(c) for c in self.conns]
 
     def ack(self, rnd: int, ids) -> None:
         self._all("ack", rnd, frozenset(ids))
