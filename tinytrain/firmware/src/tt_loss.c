@@ -50,6 +50,12 @@ int32_t tt_softmax_ce_s8(const tt_ctx *ctx, const int8_t *z, int32_t ez, int32_t
         if ((uint32_t)(32768 - pc) > m) m = (uint32_t)(32768 - pc);
         out->ee = -15 + tt_requant_s8_from_s32_max(g32, N, m, out->e, ctx->stats);
         out->loss_q16 = (15 << 16) - tt_log2_q16((uint32_t)(pc > 1 ? pc : 1));
+        /* the int64 error g the global loss scale quantizes next (tt_loss_scale_s8), widened in
+         * place from the top: g[i] covers g32[2i], g32[2i + 1], read before (indices >= i) */
+        for (i = N - 1; i >= 0; i--) {
+            const int32_t v = g32[i];
+            g[i] = v;
+        }
         return pred;
     }
     for (i = 0; i < N; i++) {
