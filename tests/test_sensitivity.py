@@ -163,27 +163,36 @@ def test_run_tasks_dispatches_the_heaviest_first_and_keeps_the_task_order():
         assert run_tasks(_square, list(range(23)), jobs, weights=w)[0] == [i * i for i in range(23)]
 
 
-def _stamped(t):
-    import time
+def test_prepare_runtime_fills_the_object_cache_the_links_then_use(tmp_path, monkeypatch):
+    """Costs.prepare (memory.prepare_runtime) compiles every runtime and port object of the board
+    into link_firmware's object cache; a link after it compiles only the model's two sources and
+    gives the figures of a link from an empty cache; a second prepare compiles nothing."""
+    from tinytrain.codegen import memory
+    from tinytrain.device.boards import get_board
+    from tinytrain.lab.workloads import W1
 
-    i, pause = t
-    t0 = time.monotonic()
-    time.sleep(pause)
-    return i, t0, time.monotonic()
-
-
-def test_run_tasks_holds_the_builds_until_the_first_has_filled_the_cache():
-    """With `first`, the tasks as heavy as it start only once it has finished (they would each
-    compile the runtime otherwise); the lighter ones run beside it; results keep the task order."""
-    from tinytrain.sweep import dispatch_waves, run_tasks
-
-    assert dispatch_waves([1, 2, 0, 2, 1], first=3) == ([3, 0, 4, 2], [1])
-    assert dispatch_waves([1, 2, 0], first=None) == ([1, 0, 2], [])
-    w = [1, 1, 2, 2, 2, 0]
-    tasks = [(i, 1.0 if i == 3 else 0.05) for i in range(len(w))]
-    out, _ = run_tasks(_stamped, tasks, 2, weights=w, first=3)
-    assert [o[0] for o in out] == list(range(len(w)))
-    end_first = out[3][2]
-    assert all(out[i][1] >= end_first for i in (2, 4))  # the heavy ones waited
-    assert min(out[i][1] for i in (0, 1, 5)) < end_first  # a light one ran beside it
-    assert run_tasks(_stamped, tasks, 1, weights=w, first=3)[0][2][0] == 2
+    monkeypatch.setenv("TINYTRAIN_CACHE", str(tmp_path / "a"))
+    memory._LINK_CACHE.clear()
+    board = get_board("microbit")
+    memory.prepare_runtime("microbit")
+    objdir, srcs = memory._runtime_sources(board, tmp_path / "a")
+    objs = {s.stem: (objdir / f"{s.stem}.o").stat().st_mtime_ns for s in srcs}
+    assert len(objs) == len(srcs) > 20 and all((objdir / f"{s}.su").is_file() for s in objs)
+    memory.prepare_runtime("microbit")
+    ds = W1.load()
+    m = W1.model(ds, 0)
+    calls = []
+    real = memory.subprocess.run
+    monkeypatch.setattr(memory.subprocess, "run", lambda cmd, **kw: calls.append(cmd) or real(cmd, **kw))
+    b = memory.breakdown(m, "microbit")
+    got = (b.ram, b.flash)
+    compiled = [c for c in calls if "-c" in c]
+    assert len(compiled) == 2 and all(Path(c[c.index("-c") + 1]).parent != memory.cbuild.FIRMWARE_INCLUDE.parent / "src"
+                                      for c in compiled)
+    assert {s.stem: (objdir / f"{s.stem}.o").stat().st_mtime_ns for s in srcs} == objs
+    monkeypatch.setenv("TINYTRAIN_CACHE", str(tmp_path / "b"))
+    monkeypatch.setattr(memory.subprocess, "run", real)
+    memory._LINK_CACHE.clear()
+    b = memory.breakdown(m, "microbit")
+    assert (b.ram, b.flash) == got
+    memory._LINK_CACHE.clear()

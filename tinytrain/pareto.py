@@ -280,8 +280,8 @@ def pareto(model: str, dataset, board: str, *, budget: dict | None = None, grid:
     own = tempfile.TemporaryDirectory(prefix="tinytrain-pareto-")
     try:
         costs = Costs(board, part, steps, own.name)
-        measured, work = run_tasks(_measure, [(m, costs, budget) for m, _ in models], jobs, progress,
-                                   first=0 if models else None)
+        costs.prepare()
+        measured, work = run_tasks(_measure, [(m, costs, budget) for m, _ in models], jobs, progress)
     finally:
         own.cleanup()
     for p, c in zip(points, measured):

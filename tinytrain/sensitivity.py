@@ -211,8 +211,9 @@ def sensitivity(model, dataset, levels=DEFAULT_LEVELS, split: str = "test", *, p
         # a device measurement (build, QEMU) outweighs a sparsity row (one evaluation per level),
         # which outweighs one accuracy
         weights = [{_cost_task: 2, _sparsity_task: 1}.get(f, 0) for f, _ in tasks]
-        first = len(tasks) - len(variants) + cost_keys.index(base_key) if board is not None else None
-        results, spent = run_tasks(_dispatch, tasks, jobs, progress, weights, first)
+        if board is not None:
+            costs.prepare()
+        results, spent = run_tasks(_dispatch, tasks, jobs, progress, weights)
         if work is not None:
             work.update(spent)
     finally:

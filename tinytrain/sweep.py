@@ -46,6 +46,13 @@ class Costs:
     def __init__(self, board: str, dataset, steps: int, root):
         self.board, self.dataset, self.steps, self.root = board, dataset, int(steps), Path(root)
 
+    def prepare(self) -> None:
+        """Compile the board's runtime objects once, on every core, before the sweep's links
+        (memory.prepare_runtime)."""
+        from tinytrain.codegen.memory import prepare_runtime
+
+        prepare_runtime(self.board)
+
     def __call__(self, model, instructions: bool = True) -> dict:
         from tinytrain.cost import device_cost
 
@@ -72,25 +79,13 @@ def dispatch_order(weights) -> list[int]:
     return sorted(range(len(weights)), key=lambda i: -weights[i])
 
 
-def dispatch_waves(weights, first: int | None = None) -> tuple[list[int], list[int]]:
-    """The order of :func:`run_tasks`: (the tasks dispatched at once, those held until task
-    `first` has finished). With `first` (a firmware build that fills the object cache), the tasks
-    as heavy as it wait for it, and the lighter ones run beside it."""
-    order = dispatch_order(weights)
-    if first is None:
-        return order, []
-    w = weights[first]
-    return [first] + [i for i in order if weights[i] < w], [i for i in order if i != first and weights[i] >= w]
-
-
-def run_tasks(fn, tasks: list, jobs: int = 1, progress=None, weights=None, first: int | None = None) -> tuple[list, dict]:
+def run_tasks(fn, tasks: list, jobs: int = 1, progress=None, weights=None) -> tuple[list, dict]:
     """[fn(t) for t in tasks] (in order) and the work split: tasks, their CPU seconds (sum and
     largest), jobs, and the wall seconds of the whole map (informative only: the machine may be
     shared). ``progress`` (a tqdm bar) advances once per finished task. ``weights``: a rough
     cost per task; with jobs > 1 the heaviest are dispatched first (:func:`dispatch_order`),
-    which changes no result. ``first``: a task whose work the others as heavy reuse (a sweep's
-    first firmware link compiles the runtime into the link's object cache): they are held until
-    it is done (:func:`dispatch_waves`), so that two processes do not both compile the runtime."""
+    which changes no result. A sweep of firmware links calls :meth:`Costs.prepare` first, so that
+    its processes find the runtime's objects compiled instead of each compiling them."""
     jobs = max(1, min(int(jobs), len(tasks) or 1))
     t0 = time.monotonic()
     if jobs == 1:
@@ -105,13 +100,8 @@ def run_tasks(fn, tasks: list, jobs: int = 1, progress=None, weights=None, first
 
         with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")) as pool:
             futs = [None] * len(tasks)
-            now, held = dispatch_waves(weights if weights is not None else [0] * len(tasks), first)
-            for i in now:
+            for i in dispatch_order(weights if weights is not None else [0] * len(tasks)):
                 futs[i] = pool.submit(_timed, fn, tasks[i])
-            if held:
-                futs[first].result()  # raises here if it failed: nothing else is started
-                for i in held:
-                    futs[i] = pool.submit(_timed, fn, tasks[i])
             for f in cf.as_completed(futs):
                 if progress is not None:
                     progress.update(1)

@@ -373,6 +373,67 @@ def _keep(src: Path, dst: Path) -> None:
         pass
 
 
+def _link_flags(board) -> list[str]:
+    """The code flags of link_firmware's compiles (without the -I of the link's own folder)."""
+    return ["-std=c99", "-O2", "-ffunction-sections", "-fdata-sections", "-fstack-usage",
+            *CPU_FLAGS[board.cpu], f"-DTT_BOARD_{board.pio_board.upper()}=1",
+            f'-DTT_BOARD_NAME="{board.name}"', f"-I{cbuild.FIRMWARE_INCLUDE}"]
+
+
+def _runtime_sources(board, root: Path) -> tuple[Path, list[Path]]:
+    """(the object cache folder, the runtime's and the bare-metal port's sources) of board."""
+    from tinytrain.resources import FIRMWARE_SRC as SRC
+
+    srcs = sorted(SRC.glob("tt_*.c"))
+    if board.port != "arduino":
+        srcs += sorted(board.port_dir.glob("*.c")) + sorted((board.port_dir.parent / "common").glob("*.c"))
+    return _object_dir(root, _link_flags(board), srcs, board), srcs
+
+
+def _compile_all(srcs: list, d: Path, flags: list, runtime: Path, fresh: set) -> list[str]:
+    """The objects of srcs, in their order, compiled in d on every core (largest source first, so
+    the long compiles do not end the pool alone); a source not in ``fresh`` is taken from, or kept
+    in, the object cache ``runtime``."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def cc(s):
+        o = d / (Path(s).stem + ".o")
+        kept = runtime / o.name if s not in fresh else None
+        if kept is not None and kept.is_file() and kept.with_suffix(".su").is_file():
+            shutil.copyfile(kept.with_suffix(".su"), o.with_suffix(".su"))  # for stack_estimate
+            return str(kept)
+        r = subprocess.run([ARM_CC, *flags, "-c", str(s), "-o", str(o)], capture_output=True, text=True, cwd=d)
+        if r.returncode:
+            raise cbuild.BuildError(f"{ARM_CC} failed on {s}:\n{r.stderr}")
+        if kept is not None:
+            _keep(o.with_suffix(".su"), kept.with_suffix(".su"))
+            _keep(o, kept)  # last: an object is only used beside its .su
+        return str(o)
+
+    order = sorted(range(len(srcs)), key=lambda i: -Path(srcs[i]).stat().st_size)
+    with ThreadPoolExecutor(os.cpu_count() or 2) as pool:
+        done = dict(zip(order, pool.map(cc, [srcs[i] for i in order])))
+    return [done[i] for i in range(len(srcs))]
+
+
+def prepare_runtime(board) -> None:
+    """Compile `board`'s runtime and port objects into the object cache of link_firmware (every
+    core), so that the links that follow (a sweep's, in several processes) all find them instead
+    of each compiling them or waiting for one that does. Arduino ports: nothing to prepare."""
+    from tinytrain.device.boards import get_board
+
+    board = get_board(board) if isinstance(board, str) else board
+    root = Path(os.environ.get("TINYTRAIN_CACHE", Path.home() / ".cache" / "tinytrain"))
+    runtime, srcs = _runtime_sources(board, root)
+    if all((runtime / (s.stem + ".o")).is_file() and (runtime / (s.stem + ".su")).is_file() for s in srcs):
+        return
+    d = Path(tempfile.mkdtemp(prefix="tt-objects-"))
+    try:
+        _compile_all(srcs, d, _link_flags(board), runtime, set())
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def link_firmware(em: Emitted, glue: str, board, keep=None) -> dict:
     """Compile and link the firmware as the PlatformIO build does (same sources, compiler, code
     flags -O2 -ffunction-sections -fdata-sections, --gc-sections, newlib-nano, the port's linker
@@ -410,34 +471,12 @@ def link_firmware(em: Emitted, glue: str, board, keep=None) -> dict:
         (d / f"{em.prefix}.c").write_text(em.source)
         (d / f"{em.prefix}.h").write_text(em.header)
         (d / f"{em.prefix}_device.c").write_text(glue)
-        srcs = [d / f"{em.prefix}.c", d / f"{em.prefix}_device.c", *sorted(SRC.glob("tt_*.c"))]
-        bare = board.port != "arduino"
-        if bare:
-            srcs += sorted(board.port_dir.glob("*.c")) + sorted((board.port_dir.parent / "common").glob("*.c"))
-        flags = ["-std=c99", "-O2", "-ffunction-sections", "-fdata-sections", "-fstack-usage",
-                 *CPU_FLAGS[board.cpu], f"-DTT_BOARD_{board.pio_board.upper()}=1",
-                 f'-DTT_BOARD_NAME="{board.name}"', f"-I{cbuild.FIRMWARE_INCLUDE}", f"-I{d}"]
-        runtime = _object_dir(cache.parent.parent, flags[:-1], srcs[2:], board)  # not -I of this folder
-
-        def cc(s):
-            o = d / (Path(s).stem + ".o")
-            kept = runtime / o.name if s not in srcs[:2] else None
-            if kept is not None and kept.is_file() and kept.with_suffix(".su").is_file():
-                shutil.copyfile(kept.with_suffix(".su"), o.with_suffix(".su"))  # for stack_estimate
-                return str(kept)
-            r = subprocess.run([ARM_CC, *flags, "-c", str(s), "-o", str(o)], capture_output=True, text=True, cwd=d)
-            if r.returncode:
-                raise cbuild.BuildError(f"{ARM_CC} failed on {s}:\n{r.stderr}")
-            if kept is not None:
-                _keep(o.with_suffix(".su"), kept.with_suffix(".su"))
-                _keep(o, kept)  # last: an object is only used beside its .su
-            return str(o)
-
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(os.cpu_count() or 2) as pool:
-            objs = list(pool.map(cc, srcs))
+        srcs = [d / f"{em.prefix}.c", d / f"{em.prefix}_device.c"]
+        flags = [*_link_flags(board), f"-I{d}"]
+        runtime, rsrcs = _runtime_sources(board, cache.parent.parent)
+        objs = _compile_all([*srcs, *rsrcs], d, flags, runtime, set(srcs))
         elf = d / "firmware.elf"
+        bare = board.port != "arduino"
         link = [ARM_CC, *CPU_FLAGS[board.cpu], "-Wl,--gc-sections", "--specs=nano.specs", "--specs=nosys.specs"]
         if bare:
             link += [f"-L{board.port_dir}", f"-T{board.port_dir / board.ldscript}",
