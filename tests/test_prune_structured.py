@@ -404,3 +404,10 @@ def test_device_commands_shrink_a_finished_structured_pruning(tmp_path, capsys):
     assert cli.main(["codegen", "--model", str(running), "--out", str(tmp_path / "r")]) == 0
     assert "shrunk" not in capsys.readouterr().err
     assert "tt_prune_group_step(" in (tmp_path / "r" / "tt_model.c").read_text()
+    from tinytrain.cli_device import _load_model
+
+    for keep in (False, True):  # flash parses the same model options and loads through _load_model
+        args = cli.build_parser().parse_args(["flash", "--board", "nucleo_f446re", "--port", "/dev/null",
+                                              "--model", str(done)] + ["--keep-masks"] * keep)
+        widths = [lay.params[0].data.shape[0] for lay in _load_model(args)[0].layers if lay.kind == "conv2d"]
+        assert widths == ([8, 16] if keep else [6, 12])

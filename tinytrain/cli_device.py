@@ -43,9 +43,9 @@ def _user_errors(run):
     return wrapped
 
 
-def _model_args(p, steps=False):
-    p.add_argument("--model", required=True, help="digits-mlp (built-in), a .json/.toml model "
-                   "description or a saved .tt model")
+def _model_args(p, steps=False, required=True):
+    p.add_argument("--model", required=required, help="digits-mlp (built-in), a .json/.toml model "
+                   "description or a saved .tt model" + ("" if required else " (instead of --project)"))
     p.add_argument("--data", default=None, help="dataset (default: the one the built-in model is "
                    "made for, else digits)")
     p.add_argument("--seed", type=int, default=0, help="seed of the weights and of the sample order")
@@ -364,9 +364,7 @@ def _flash_args(p):
     p.add_argument("--port", required=True, help="upload port (e.g. /dev/ttyACM0)")
     p.add_argument("--project", default=None, help="PlatformIO project written by tinytrain build "
                    "(default: build one from --model into a temporary folder)")
-    p.add_argument("--model", default=None)
-    p.add_argument("--data", default=None)
-    p.add_argument("--seed", type=int, default=0)
+    _model_args(p, required=False)
 
 
 def _flash_run(args) -> int:
