@@ -1735,6 +1735,113 @@ static inline uint32_t sgd_apply_s32_wd_pairs(int32_t *w, int16_t *copy, int32_t
     return nsat;
 }
 
+#if TT_HAVE_DSP && defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__GNUC__) && defined(__OPTIMIZE__)
+/* sgd_apply_s32_wd_pairs with momentum and the int16 copy (MU, COPY), in asm: GCC's allocation of
+ * the C loop spilled the PRNG state, the velocity multiplier and the step (55 instructions a pair);
+ * here 44. Per pair: w, A, V by LDRD; A = 0; vv = QADD(V + SMMULR(V, Ms) (SMMLAR: VM) or
+ * SMMULR(V, Ms), A); the Q flag cleared (a saturated velocity is the rule); per element one
+ * xorshift32 draw (SR; else R = 2^7), d = (vv >> 8) + ((SMMULR(w, Wd) + (vv mod 2^8) + R) >> 8),
+ * w' = QSUB(w, d); a Q hit (a weight saturated) counts, by CMP's V flag, which of the pair's two
+ * w - d overflow (the old weights are still in memory); then STRD w', and the copy: QADD(w', 2^15)
+ * >> 16 as the two lanes (PKHTB), -32768 made -32767 by QSUB16 and QADD16 of 1 (no Q), one STR
+ * (any 2-byte alignment). w, A, V 4-byte aligned; runs (wend - w) / 2 pairs; returns the
+ * saturations; *px: the PRNG state. Only in optimized builds (at -O0 the frame pointer takes a
+ * register and the asm's thirteen operands do not fit): sgd_apply_s32_wd_pairs's C otherwise. */
+#define TT_SGD_WD_ASM(VEL0, VEL1, R0, R1) \
+    __asm__ volatile( \
+        "1:\n\t" \
+        "ldrd %[a0], %[a1], [%[pA]]\n\t" \
+        "ldrd %[t0], %[t1], [%[pV]]\n\t" \
+        VEL0 "\n\t" \
+        VEL1 "\n\t" \
+        "qadd %[a0], %[t0], %[a0]\n\t" \
+        "qadd %[a1], %[t1], %[a1]\n\t" \
+        "movs %[t0], #0\n\t" \
+        "strd %[t0], %[t0], [%[pA]], #8\n\t" \
+        "strd %[a0], %[a1], [%[pV]], #8\n\t" \
+        "msr APSR_nzcvq, %[t0]\n\t" \
+        "ldrd %[w0], %[w1], [%[pw]]\n\t" \
+        R0 \
+        "smmulr %[t0], %[w0], %[Wd]\n\t" \
+        "uxtab %[t0], %[t0], %[a0]\n\t" \
+        "uxtab %[t0], %[t0], %[x]\n\t" \
+        "asrs %[t0], %[t0], #8\n\t" \
+        "add %[t0], %[t0], %[a0], asr #8\n\t" \
+        "qsub %[a0], %[w0], %[t0]\n\t" \
+        R1 \
+        "smmulr %[t1], %[w1], %[Wd]\n\t" \
+        "uxtab %[t1], %[t1], %[a1]\n\t" \
+        "uxtab %[t1], %[t1], %[x]\n\t" \
+        "asrs %[t1], %[t1], #8\n\t" \
+        "add %[t1], %[t1], %[a1], asr #8\n\t" \
+        "qsub %[a1], %[w1], %[t1]\n\t" \
+        "mrs %[w0], APSR\n\t" \
+        "tst %[w0], #0x08000000\n\t" \
+        "bne 3f\n" \
+        "2:\n\t" \
+        "strd %[a0], %[a1], [%[pw]], #8\n\t" \
+        "mov %[w0], #0x8000\n\t" \
+        "qadd %[t0], %[a0], %[w0]\n\t" \
+        "qadd %[t1], %[a1], %[w0]\n\t" \
+        "pkhtb %[t0], %[t1], %[t0], asr #16\n\t" \
+        "mov %[w0], #0x10001\n\t" \
+        "qsub16 %[t0], %[t0], %[w0]\n\t" \
+        "qadd16 %[t0], %[t0], %[w0]\n\t" \
+        "str %[t0], [%[pc]], #4\n\t" \
+        "cmp %[pw], %[end]\n\t" \
+        "bne 1b\n\t" \
+        "b 4f\n" \
+        "3:\n\t" \
+        "ldr %[w0], [%[pw]]\n\t" \
+        "cmp %[w0], %[t0]\n\t" \
+        "ldr %[w0], %[nsatm]\n\t" \
+        "it vs\n\t" \
+        "addvs %[w0], %[w0], #1\n\t" \
+        "str %[w0], %[nsatm]\n\t" \
+        "ldr %[w0], [%[pw], #4]\n\t" \
+        "cmp %[w0], %[t1]\n\t" \
+        "ldr %[w0], %[nsatm]\n\t" \
+        "it vs\n\t" \
+        "addvs %[w0], %[w0], #1\n\t" \
+        "str %[w0], %[nsatm]\n\t" \
+        "b 2b\n" \
+        "4:\n\t" \
+        "movs %[t0], #0\n\t" \
+        "msr APSR_nzcvq, %[t0]" \
+        : [w0] "=&r"(w0), [w1] "=&r"(w1), [a0] "=&r"(a0), [a1] "=&r"(a1), [t0] "=&r"(t0), [t1] "=&r"(t1), \
+          [pw] "+r"(pw), [pA] "+r"(pA), [pV] "+r"(pV), [pc] "+r"(pc), [x] "+r"(x), [nsatm] "+m"(nsat) \
+        : [Ms] "r"(Ms), [Wd] "r"(Wd), [end] "r"(wend) \
+        : "cc", "memory")
+
+#define TT_SGD_ASM_VM0 "smmlar %[t0], %[t0], %[Ms], %[t0]"
+#define TT_SGD_ASM_VM1 "smmlar %[t1], %[t1], %[Ms], %[t1]"
+#define TT_SGD_ASM_V0 "smmulr %[t0], %[t0], %[Ms]"
+#define TT_SGD_ASM_V1 "smmulr %[t1], %[t1], %[Ms]"
+#define TT_SGD_ASM_DRAW "eor %[x], %[x], %[x], lsl #13\n\teor %[x], %[x], %[x], lsr #17\n\teor %[x], %[x], %[x], lsl #5\n\t"
+#define TT_SGD_ASM_HALF "movs %[x], #128\n\t"
+
+static uint32_t sgd_apply_s32_wd_asm(int32_t *w, int16_t *copy, int32_t *A, int32_t *V, int32_t npairs, int32_t Ms,
+                                     int32_t Wd, uint32_t *px, int32_t VM, int32_t SR)
+{
+    int32_t *pw = w, *pA = A, *pV = V, *const wend = w + 2 * npairs;
+    int16_t *pc = copy;
+    uint32_t x = *px, nsat = 0;
+    int32_t w0, w1, a0, a1, t0, t1;
+    if (npairs <= 0) return 0;
+    if (SR) {
+        if (VM) TT_SGD_WD_ASM(TT_SGD_ASM_VM0, TT_SGD_ASM_VM1, TT_SGD_ASM_DRAW, TT_SGD_ASM_DRAW);
+        else TT_SGD_WD_ASM(TT_SGD_ASM_V0, TT_SGD_ASM_V1, TT_SGD_ASM_DRAW, TT_SGD_ASM_DRAW);
+        *px = x;
+    } else {
+        if (VM) TT_SGD_WD_ASM(TT_SGD_ASM_VM0, TT_SGD_ASM_VM1, TT_SGD_ASM_HALF, "");
+        else TT_SGD_WD_ASM(TT_SGD_ASM_V0, TT_SGD_ASM_V1, TT_SGD_ASM_HALF, "");
+    }
+    (void)w0; (void)w1; (void)a0; (void)a1; (void)t0; (void)t1;
+    return nsat;
+}
+#define TT_SGD_HAVE_WD_ASM 1
+#endif
+
 /* sgd_apply_s32_wd's loops on DSP cores: one sgd_apply_s32_wd_pairs per combination. */
 #if defined(__GNUC__)
 __attribute__((noinline))
@@ -1743,6 +1850,15 @@ static uint32_t sgd_apply_s32_wd_dsp(int32_t *w, int16_t *copy, int32_t *A, int3
                                      int32_t vm, int32_t Wd, uint32_t *px, int32_t mu, int32_t sr)
 {
     uint32_t nsat;
+#if TT_SGD_HAVE_WD_ASM
+    if (mu && copy) {
+        const int32_t np = n / 2;
+        nsat = sgd_apply_s32_wd_asm(w, copy, A, V, np, Ms, Wd, px, vm != 0, sr);
+        if (n & 1)
+            nsat += sgd_apply_s32_wd_body(w + 2 * np, copy + 2 * np, A + 2 * np, V + 2 * np, 1, Ms, vm, Wd, px, 1, sr, 1);
+        return nsat;
+    }
+#endif
 #define TT_WD2(M, S, C) nsat = sgd_apply_s32_wd_pairs(w, copy, A, V, n, Ms, Wd, px, M, M, S, C)
 #define TT_WD2N(S, C) nsat = sgd_apply_s32_wd_pairs(w, copy, A, V, n, Ms, Wd, px, 1, 0, S, C)
     if (mu && !vm) {
