@@ -1738,15 +1738,16 @@ static inline uint32_t sgd_apply_s32_wd_pairs(int32_t *w, int16_t *copy, int32_t
 #if TT_HAVE_DSP && defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__GNUC__) && defined(__OPTIMIZE__)
 /* sgd_apply_s32_wd_pairs with momentum and the int16 copy (MU, COPY), in asm: GCC's allocation of
  * the C loop spilled the PRNG state, the velocity multiplier and the step (55 instructions a pair);
- * here 44. Per pair: w, A, V by LDRD; A = 0; vv = QADD(V + SMMULR(V, Ms) (SMMLAR: VM) or
- * SMMULR(V, Ms), A); the Q flag cleared (a saturated velocity is the rule); per element one
- * xorshift32 draw (SR; else R = 2^7), d = (vv >> 8) + ((SMMULR(w, Wd) + (vv mod 2^8) + R) >> 8),
- * w' = QSUB(w, d); a Q hit (a weight saturated) counts, by CMP's V flag, which of the pair's two
- * w - d overflow (the old weights are still in memory); then STRD w', and the copy: QADD(w', 2^15)
- * >> 16 as the two lanes (PKHTB), -32768 made -32767 by QSUB16 and QADD16 of 1 (no Q), one STR
- * (any 2-byte alignment). w, A, V 4-byte aligned; runs (wend - w) / 2 pairs; returns the
- * saturations; *px: the PRNG state. Only in optimized builds (at -O0 the frame pointer takes a
- * register and the asm's thirteen operands do not fit): sgd_apply_s32_wd_pairs's C otherwise. */
+ * here 41. Per pair: w, A, V by LDRD; A = 0; vv = QADD(V + SMMULR(V, Ms) (SMMLAR: VM) or
+ * SMMULR(V, Ms), A) (a saturated velocity is the rule); per element one xorshift32 draw (SR; else
+ * R = 2^7), d = (vv >> 8) + ((SMMULR(w, Wd) + (vv mod 2^8) + R) >> 8) (|d| < 2^24), w' = w - d by
+ * SUBS, whose V flag (the int32 overflow) branches out to the rail of w's sign and counts it; then
+ * STRD w', and the copy: QADD(w', 2^15) >> 16 as the two lanes (PKHTB), -32768 made -32767 by QSUB16
+ * and QADD16 of 1, one STR (any 2-byte alignment). w, A, V 4-byte aligned; runs (wend - w) / 2 pairs;
+ * returns the saturations; *px: the PRNG state (SR). The Q flag is left clear. Only in optimized
+ * builds (at -O0 the frame pointer takes a register and the asm's fourteen operands do not fit):
+ * sgd_apply_s32_wd_pairs's C otherwise, and on the host (tests/test_sgd_apply_qemu.py runs this one
+ * under QEMU against the reference). */
 #define TT_SGD_WD_ASM(VEL0, VEL1, R0, R1) \
     __asm__ volatile( \
         "1:\n\t" \
@@ -1759,7 +1760,6 @@ static inline uint32_t sgd_apply_s32_wd_pairs(int32_t *w, int16_t *copy, int32_t
         "movs %[t0], #0\n\t" \
         "strd %[t0], %[t0], [%[pA]], #8\n\t" \
         "strd %[a0], %[a1], [%[pV]], #8\n\t" \
-        "msr APSR_nzcvq, %[t0]\n\t" \
         "ldrd %[w0], %[w1], [%[pw]]\n\t" \
         R0 \
         "smmulr %[t0], %[w0], %[Wd]\n\t" \
@@ -1767,18 +1767,18 @@ static inline uint32_t sgd_apply_s32_wd_pairs(int32_t *w, int16_t *copy, int32_t
         "uxtab %[t0], %[t0], %[x]\n\t" \
         "asrs %[t0], %[t0], #8\n\t" \
         "add %[t0], %[t0], %[a0], asr #8\n\t" \
-        "qsub %[a0], %[w0], %[t0]\n\t" \
+        "subs %[a0], %[w0], %[t0]\n\t" \
+        "bvs 5f\n" \
+        "6:\n\t" \
         R1 \
         "smmulr %[t1], %[w1], %[Wd]\n\t" \
         "uxtab %[t1], %[t1], %[a1]\n\t" \
         "uxtab %[t1], %[t1], %[x]\n\t" \
         "asrs %[t1], %[t1], #8\n\t" \
         "add %[t1], %[t1], %[a1], asr #8\n\t" \
-        "qsub %[a1], %[w1], %[t1]\n\t" \
-        "mrs %[w0], APSR\n\t" \
-        "tst %[w0], #0x08000000\n\t" \
-        "bne 3f\n" \
-        "2:\n\t" \
+        "subs %[a1], %[w1], %[t1]\n\t" \
+        "bvs 7f\n" \
+        "8:\n\t" \
         "strd %[a0], %[a1], [%[pw]], #8\n\t" \
         "mov %[w0], #0x8000\n\t" \
         "qadd %[t0], %[a0], %[w0]\n\t" \
@@ -1791,20 +1791,20 @@ static inline uint32_t sgd_apply_s32_wd_pairs(int32_t *w, int16_t *copy, int32_t
         "cmp %[pw], %[end]\n\t" \
         "bne 1b\n\t" \
         "b 4f\n" \
-        "3:\n\t" \
-        "ldr %[w0], [%[pw]]\n\t" \
-        "cmp %[w0], %[t0]\n\t" \
-        "ldr %[w0], %[nsatm]\n\t" \
-        "it vs\n\t" \
-        "addvs %[w0], %[w0], #1\n\t" \
-        "str %[w0], %[nsatm]\n\t" \
-        "ldr %[w0], [%[pw], #4]\n\t" \
-        "cmp %[w0], %[t1]\n\t" \
-        "ldr %[w0], %[nsatm]\n\t" \
-        "it vs\n\t" \
-        "addvs %[w0], %[w0], #1\n\t" \
-        "str %[w0], %[nsatm]\n\t" \
-        "b 2b\n" \
+        "5:\n\t" \
+        "mvn %[a0], #0x80000000\n\t" \
+        "sub %[a0], %[a0], %[w0], asr #31\n\t" \
+        "ldr %[t0], %[nsatm]\n\t" \
+        "adds %[t0], %[t0], #1\n\t" \
+        "str %[t0], %[nsatm]\n\t" \
+        "b 6b\n" \
+        "7:\n\t" \
+        "mvn %[a1], #0x80000000\n\t" \
+        "sub %[a1], %[a1], %[w1], asr #31\n\t" \
+        "ldr %[t1], %[nsatm]\n\t" \
+        "adds %[t1], %[t1], #1\n\t" \
+        "str %[t1], %[nsatm]\n\t" \
+        "b 8b\n" \
         "4:\n\t" \
         "movs %[t0], #0\n\t" \
         "msr APSR_nzcvq, %[t0]" \
