@@ -1006,7 +1006,26 @@ void tt_sgd_dense_accumulate_s32(const tt_sgd_step *u, const tt_sgd_dense_accum_
                         for (j = 0; j < len; j++) A[j] = tt_qadd(A[j], pt * (int32_t)xk[j]);
                     } else if (t <= 30) { /* A + (p x) T by one SMLAL, T = 2^t an int32 */
                         const int32_t T = (int32_t)1 << t;
-                        for (j = 0; j < len; j++) {
+                        j = 0;
+#if TT_HAVE_DSP
+                        {   /* two a turn: A and the widened inputs by LDRD/STRD */
+                            int32_t *Aj = A;
+                            const int32_t *gj = g, *const gend = g + (len & ~1);
+                            while (gj != gend) {
+                                int32_t a0, a1, x0, x1;
+                                int64_t r0, r1;
+                                tt_ld_s32x2_next(&gj, &x0, &x1);
+                                tt_ld_s32x2(Aj, &a0, &a1);
+                                r0 = (int64_t)a0 + (int64_t)(pn * x0) * T;
+                                r1 = (int64_t)a1 + (int64_t)(pn * x1) * T;
+                                a0 = (int32_t)r0 == r0 ? (int32_t)r0 : r0 < 0 ? INT32_MIN : INT32_MAX;
+                                a1 = (int32_t)r1 == r1 ? (int32_t)r1 : r1 < 0 ? INT32_MIN : INT32_MAX;
+                                tt_st_s32x2_next(&Aj, a0, a1);
+                            }
+                            j = len & ~1;
+                        }
+#endif
+                        for (; j < len; j++) {
                             const int64_t r = (int64_t)A[j] + (int64_t)(pn * (int32_t)xk[j]) * T;
                             A[j] = (int32_t)r == r ? (int32_t)r : r < 0 ? INT32_MIN : INT32_MAX;
                         }
