@@ -4,7 +4,8 @@ stochastic rounding, and the C paths of every other configuration), on hypothesi
 (test_ops_dsp.apply_s32_copy_case: odd sizes, accumulators, velocities and masters at the int32
 limits, both sides of every fast path's bounds) built into one image per example
 (tests/c/sgd_apply_main.c) and run under QEMU mps2-an386, against apply_accumulated_ref and the copy's
-rule: masters, copy (also at an odd int16 offset: the loop's unaligned word store), accumulators,
+rule: masters, copy (also at an odd int16 offset: the loop's unaligned word store; or none, the
+apply of a bias), accumulators,
 velocities, saturation count, PRNG state. test_ops_dsp.py checks the same cases on the host, where the
 asm loop is its C twin."""
 from __future__ import annotations
@@ -72,7 +73,7 @@ def _run_m4(cases, tmp):
 def _expected(case):
     from tinytrain.graph.optim import IntSGD, apply_accumulated_ref
 
-    A, V, w, mu, wd, sr, batch, _ = case
+    A, V, w, mu, wd, sr, batch, off = case
     ib = (16384, 16) if batch > 1 else (0, 0)
     opt = IntSGD(m=983, k=20, mu_m=mu[0], mu_k=mu[1], wd_m=wd[0], wd_k=wd[1], ib_m=ib[0], ib_k=ib[1],
                  batch_size=batch, schedule=0, gamma_q15=32768, step_size=1, total_steps=1,
@@ -81,7 +82,7 @@ def _expected(case):
     nsat = apply_accumulated_ref(wr, Ar, Vr if mu[0] else None, opt, prng)
     copy = np.clip(((wr.astype(np.int64) >> 15) + 1) >> 1, -32767, 32767)
     prng_i32 = prng[0] - 2**32 if prng[0] >= 2**31 else prng[0]
-    return [nsat, prng_i32, *wr.tolist(), *copy.tolist(), *Ar.tolist(), *Vr.tolist()]
+    return [nsat, prng_i32, *wr.tolist(), *(copy.tolist() if off != 2 else []), *Ar.tolist(), *Vr.tolist()]
 
 
 @st.composite
@@ -95,7 +96,7 @@ def asm_case(draw):
         ws = draw(st.integers(1, 32))
         wm = draw(st.integers(1, max(1, min(32767, (2**31 - 1) >> (32 - ws)))))
         wd, batch = (wm, ws + 8), 1
-    return A, V, w, mu, wd, sr, batch, draw(st.integers(0, 1))
+    return A, V, w, mu, wd, sr, batch, draw(st.integers(0, 2))
 
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -116,7 +117,8 @@ def test_apply_s32_copy_bit_exact_on_m4(tmp_path_factory, cases):
 def test_apply_s32_copy_rails_on_m4(tmp_path):
     """The asm loop's saturations: masters at and next to the int32 limits under velocities and
     accumulators at the limits (weights, velocities and copies saturating, copies at -32768 made
-    -32767, pairs with one and two saturated weights), odd and even sizes, both copy offsets."""
+    -32767, pairs with one and two saturated weights), odd and even sizes, both copy offsets and
+    none."""
     lim = 2**31 - 1
     w = np.array([-lim - 1, -lim, lim, lim - 1, -lim - 1, lim, 0, 1, -lim + 40000, lim - 40000, -lim - 1], np.int32)
     A = np.array([lim, lim, -lim - 1, -lim - 1, 0, 0, lim, -lim - 1, 2**30, -(2**30), 12345], np.int32)
@@ -124,7 +126,7 @@ def test_apply_s32_copy_rails_on_m4(tmp_path):
     cases = []
     for n in (10, 11):
         for sr in (0, 1):
-            for off in (0, 1):
+            for off in (0, 1, 2):
                 for mu in ((29491, 15), (3, 3)):  # SMMLAR (mu >= 1/2) and SMMULR
                     cases.append((A[:n].copy(), V[:n].copy(), w[:n].copy(), mu, (26844, 33), sr, 1, off))
     got = _run_m4(cases, tmp_path)

@@ -1,6 +1,7 @@
 /* The end-of-batch apply of int32 masters with their int16 copy on a board, for
  * tests/test_sgd_apply_qemu.py: runs every case of the generated sgd_cases.h through
- * tt_sgd_apply_accumulated_s32_copy (the copy at an even or odd int16 offset) and prints the
+ * tt_sgd_apply_accumulated_s32_copy (the copy at an even or odd int16 offset: off 0 or 1) or, for
+ * off 2, tt_sgd_apply_accumulated_s32 (no copy), and prints the
  * saturations, the PRNG state, masters, copy, accumulators and velocities as one line of decimal
  * integers on the UART. */
 #include <stdint.h>
@@ -12,7 +13,7 @@
 #include "sgd_cases.h"
 
 static int32_t w[SGD_MAX_N], A[SGD_MAX_N], V[SGD_MAX_N];
-static int16_t cp[SGD_MAX_N + 2];
+static int16_t cp[SGD_MAX_N + 3];
 static const int32_t cosine[65];
 
 static void put_i32(int32_t v)
@@ -46,11 +47,12 @@ int main(void)
         memcpy(w, t->w, 4 * (size_t)t->n);
         memcpy(A, t->A, 4 * (size_t)t->n);
         memcpy(V, t->V, 4 * (size_t)t->n);
-        tt_sgd_apply_accumulated_s32_copy(&u, w, c, A, t->mu_m ? V : 0, t->n);
+        if (t->off == 2) tt_sgd_apply_accumulated_s32(&u, w, A, t->mu_m ? V : 0, t->n);
+        else tt_sgd_apply_accumulated_s32_copy(&u, w, c, A, t->mu_m ? V : 0, t->n);
         put_i32((int32_t)st.saturated);
         put_i32((int32_t)prng);
         for (i = 0; i < t->n; i++) put_i32(w[i]);
-        for (i = 0; i < t->n; i++) put_i32(c[i]);
+        for (i = 0; i < t->n && t->off != 2; i++) put_i32(c[i]);
         for (i = 0; i < t->n; i++) put_i32(A[i]);
         for (i = 0; i < t->n; i++) put_i32(V[i]);
         tt_port_puts("\r\n");

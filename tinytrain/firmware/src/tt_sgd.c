@@ -1755,19 +1755,19 @@ static inline uint32_t sgd_apply_s32_wd_pairs(int32_t *w, int16_t *copy, int32_t
 }
 
 #if TT_HAVE_DSP && defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__GNUC__) && defined(__OPTIMIZE__)
-/* sgd_apply_s32_wd_pairs with momentum and the int16 copy (MU, COPY), in asm: GCC's allocation of
+/* sgd_apply_s32_wd_pairs with momentum (MU), with or without the int16 copy (copy NULL), in asm: GCC's allocation of
  * the C loop spilled the PRNG state, the velocity multiplier and the step (55 instructions a pair);
  * here 41. Per pair: w, A, V by LDRD; A = 0; vv = QADD(V + SMMULR(V, Ms) (SMMLAR: VM) or
  * SMMULR(V, Ms), A) (a saturated velocity is the rule); per element one xorshift32 draw (SR; else
  * R = 2^7), d = (vv >> 8) + ((SMMULR(w, Wd) + (vv mod 2^8) + R) >> 8) (|d| < 2^24), w' = w - d by
  * SUBS, whose V flag (the int32 overflow) branches out to the rail of w's sign and counts it; then
- * STRD w', and the copy: QADD(w', 2^15) >> 16 as the two lanes (PKHTB), -32768 made -32767 by QSUB16
+ * STRD w', and (copy) the copy: QADD(w', 2^15) >> 16 as the two lanes (PKHTB), -32768 made -32767 by QSUB16
  * and QADD16 of 1, one STR (any 2-byte alignment). w, A, V 4-byte aligned; runs (wend - w) / 2 pairs;
  * returns the saturations; *px: the PRNG state (SR). The Q flag is left clear. Only in optimized
  * builds (at -O0 the frame pointer takes a register and the asm's fourteen operands do not fit):
  * sgd_apply_s32_wd_pairs's C otherwise, and on the host (tests/test_sgd_apply_qemu.py runs this one
  * under QEMU against the reference). */
-#define TT_SGD_WD_ASM(VEL0, VEL1, R0, R1) \
+#define TT_SGD_WD_ASM(VEL0, VEL1, R0, R1, COPY) \
     __asm__ volatile( \
         "1:\n\t" \
         "ldrd %[a0], %[a1], [%[pA]]\n\t" \
@@ -1799,14 +1799,7 @@ static inline uint32_t sgd_apply_s32_wd_pairs(int32_t *w, int16_t *copy, int32_t
         "bvs 7f\n" \
         "8:\n\t" \
         "strd %[a0], %[a1], [%[pw]], #8\n\t" \
-        "mov %[w0], #0x8000\n\t" \
-        "qadd %[t0], %[a0], %[w0]\n\t" \
-        "qadd %[t1], %[a1], %[w0]\n\t" \
-        "pkhtb %[t0], %[t1], %[t0], asr #16\n\t" \
-        "mov %[w0], #0x10001\n\t" \
-        "qsub16 %[t0], %[t0], %[w0]\n\t" \
-        "qadd16 %[t0], %[t0], %[w0]\n\t" \
-        "str %[t0], [%[pc]], #4\n\t" \
+        COPY \
         "cmp %[pw], %[end]\n\t" \
         "bne 1b\n\t" \
         "b 4f\n" \
@@ -1832,6 +1825,9 @@ static inline uint32_t sgd_apply_s32_wd_pairs(int32_t *w, int16_t *copy, int32_t
         : [Ms] "r"(Ms), [Wd] "r"(Wd), [end] "r"(wend) \
         : "cc", "memory")
 
+#define TT_SGD_ASM_COPY "mov %[w0], #0x8000\n\tqadd %[t0], %[a0], %[w0]\n\tqadd %[t1], %[a1], %[w0]\n\t" \
+    "pkhtb %[t0], %[t1], %[t0], asr #16\n\tmov %[w0], #0x10001\n\tqsub16 %[t0], %[t0], %[w0]\n\t" \
+    "qadd16 %[t0], %[t0], %[w0]\n\tstr %[t0], [%[pc]], #4\n\t"
 #define TT_SGD_ASM_VM0 "smmlar %[t0], %[t0], %[Ms], %[t0]"
 #define TT_SGD_ASM_VM1 "smmlar %[t1], %[t1], %[Ms], %[t1]"
 #define TT_SGD_ASM_V0 "smmulr %[t0], %[t0], %[Ms]"
@@ -1847,14 +1843,21 @@ static uint32_t sgd_apply_s32_wd_asm(int32_t *w, int16_t *copy, int32_t *A, int3
     uint32_t x = *px, nsat = 0;
     int32_t w0, w1, a0, a1, t0, t1;
     if (npairs <= 0) return 0;
-    if (SR) {
-        if (VM) TT_SGD_WD_ASM(TT_SGD_ASM_VM0, TT_SGD_ASM_VM1, TT_SGD_ASM_DRAW, TT_SGD_ASM_DRAW);
-        else TT_SGD_WD_ASM(TT_SGD_ASM_V0, TT_SGD_ASM_V1, TT_SGD_ASM_DRAW, TT_SGD_ASM_DRAW);
-        *px = x;
-    } else {
-        if (VM) TT_SGD_WD_ASM(TT_SGD_ASM_VM0, TT_SGD_ASM_VM1, TT_SGD_ASM_HALF, "");
-        else TT_SGD_WD_ASM(TT_SGD_ASM_V0, TT_SGD_ASM_V1, TT_SGD_ASM_HALF, "");
+#define TT_SGD_WD_ASM_COPY(C) \
+    if (SR) { \
+        if (VM) TT_SGD_WD_ASM(TT_SGD_ASM_VM0, TT_SGD_ASM_VM1, TT_SGD_ASM_DRAW, TT_SGD_ASM_DRAW, C); \
+        else TT_SGD_WD_ASM(TT_SGD_ASM_V0, TT_SGD_ASM_V1, TT_SGD_ASM_DRAW, TT_SGD_ASM_DRAW, C); \
+        *px = x; \
+    } else { \
+        if (VM) TT_SGD_WD_ASM(TT_SGD_ASM_VM0, TT_SGD_ASM_VM1, TT_SGD_ASM_HALF, "", C); \
+        else TT_SGD_WD_ASM(TT_SGD_ASM_V0, TT_SGD_ASM_V1, TT_SGD_ASM_HALF, "", C); \
     }
+    if (copy) {
+        TT_SGD_WD_ASM_COPY(TT_SGD_ASM_COPY)
+    } else {
+        TT_SGD_WD_ASM_COPY("")
+    }
+#undef TT_SGD_WD_ASM_COPY
     (void)w0; (void)w1; (void)a0; (void)a1; (void)t0; (void)t1;
     return nsat;
 }
@@ -1870,11 +1873,12 @@ static uint32_t sgd_apply_s32_wd_dsp(int32_t *w, int16_t *copy, int32_t *A, int3
 {
     uint32_t nsat;
 #if TT_SGD_HAVE_WD_ASM
-    if (mu && copy) {
+    if (mu) {
         const int32_t np = n / 2;
         nsat = sgd_apply_s32_wd_asm(w, copy, A, V, np, Ms, Wd, px, vm != 0, sr);
         if (n & 1)
-            nsat += sgd_apply_s32_wd_body(w + 2 * np, copy + 2 * np, A + 2 * np, V + 2 * np, 1, Ms, vm, Wd, px, 1, sr, 1);
+            nsat += sgd_apply_s32_wd_body(w + 2 * np, copy ? copy + 2 * np : 0, A + 2 * np, V + 2 * np, 1, Ms, vm, Wd, px,
+                                          1, sr, copy != 0);
         return nsat;
     }
 #endif
