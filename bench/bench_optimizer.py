@@ -82,6 +82,26 @@ def measure(option: str, board: str, steps: int) -> dict:
             "per_callee": {k: round(v) for k, v in sorted(by.items(), key=lambda kv: -kv[1])}}
 
 
+def goals(results) -> str:
+    """The two goals, met or NOT met, from the rows measured (options left out are not judged)."""
+    ok = [r for r in results if r["mismatches"] == 0 and r["option"] != "all"]
+    out = []
+    if ok:
+        worst = max(ok, key=lambda r: r["optimizer_per_param"])
+        met = worst["optimizer_per_param"] <= GOAL_PER_PARAM and len(ok) == len([r for r in results if r["option"] != "all"])
+        out.append(f"Single options <= {GOAL_PER_PARAM:.0f} instructions per parameter: {'met' if met else 'NOT met'} "
+                   f"(highest: {worst['option']}, {worst['optimizer_per_param']:.1f}).")
+    for r in results:
+        if r["option"] == "all":
+            if r["mismatches"]:
+                out.append(f"\"all\" <= {GOAL_ALL_STEP:,} instructions per step: NOT measured ({r['mismatches']} mismatches).")
+            else:
+                met = r["instructions_per_step"] <= GOAL_ALL_STEP
+                out.append(f"\"all\" <= {GOAL_ALL_STEP:,} instructions per step: {'met' if met else 'NOT met'} "
+                           f"({r['instructions_per_step']:,}, {r['instructions_per_step'] / GOAL_ALL_STEP:.2f}× the goal).")
+    return " ".join(out)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--options", nargs="+", default=list(OPTIONS), choices=list(OPTIONS))
@@ -106,6 +126,8 @@ def main(argv=None):
     t = markdown_table(["option", "optimizer (on lr=0.05)", "instructions / step", "optimizer / param",
                         f"× goal {GOAL_PER_PARAM:.0f}", "gradient + optimizer / param"], rows)
     print(t)
+    verdict = goals(results)
+    print(verdict)
     if a.no_write:
         return 0
     mach = machine()
@@ -117,7 +139,8 @@ def main(argv=None):
             f"{a.board}; \"optimizer / param\" counts the instructions in tt_sgd_* calls (schedule, accumulate, apply, "
             "master refresh, direct update; plain SGD's fused Dense update includes forming its gradient) per trained "
             f"parameter and step, goal {GOAL_PER_PARAM:.0f}; \"all\" is momentum + weight decay + stochastic rounding + "
-            f"int32 masters (goal {GOAL_ALL_STEP:,} instructions per step). Host: " + machine_line(mach) + ".\n\n" + t + "\n")
+            f"int32 masters (goal {GOAL_ALL_STEP:,} instructions per step). Host: " + machine_line(mach) + ".\n\n" + t + "\n\n" +
+            verdict + "\n")
     update_section("optimizer", body)
     print(f"wrote bench/results/optimizer.json and BENCHMARKS.md (optimizer) in {time.monotonic() - t0:.0f} s")
     return 0

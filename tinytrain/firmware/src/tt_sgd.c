@@ -1006,7 +1006,26 @@ void tt_sgd_dense_accumulate_s32(const tt_sgd_step *u, const tt_sgd_dense_accum_
                         for (j = 0; j < len; j++) A[j] = tt_qadd(A[j], pt * (int32_t)xk[j]);
                     } else if (t <= 30) { /* A + (p x) T by one SMLAL, T = 2^t an int32 */
                         const int32_t T = (int32_t)1 << t;
-                        for (j = 0; j < len; j++) {
+                        j = 0;
+#if TT_HAVE_DSP
+                        {   /* two a turn: A and the widened inputs by LDRD/STRD */
+                            int32_t *Aj = A;
+                            const int32_t *gj = g, *const gend = g + (len & ~1);
+                            while (gj != gend) {
+                                int32_t a0, a1, x0, x1;
+                                int64_t r0, r1;
+                                tt_ld_s32x2_next(&gj, &x0, &x1);
+                                tt_ld_s32x2(Aj, &a0, &a1);
+                                r0 = (int64_t)a0 + (int64_t)(pn * x0) * T;
+                                r1 = (int64_t)a1 + (int64_t)(pn * x1) * T;
+                                a0 = (int32_t)r0 == r0 ? (int32_t)r0 : r0 < 0 ? INT32_MIN : INT32_MAX;
+                                a1 = (int32_t)r1 == r1 ? (int32_t)r1 : r1 < 0 ? INT32_MIN : INT32_MAX;
+                                tt_st_s32x2_next(&Aj, a0, a1);
+                            }
+                            j = len & ~1;
+                        }
+#endif
+                        for (; j < len; j++) {
                             const int64_t r = (int64_t)A[j] + (int64_t)(pn * (int32_t)xk[j]) * T;
                             A[j] = (int32_t)r == r ? (int32_t)r : r < 0 ? INT32_MIN : INT32_MAX;
                         }
@@ -1735,6 +1754,116 @@ static inline uint32_t sgd_apply_s32_wd_pairs(int32_t *w, int16_t *copy, int32_t
     return nsat;
 }
 
+#if TT_HAVE_DSP && defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__GNUC__) && defined(__OPTIMIZE__)
+/* sgd_apply_s32_wd_pairs with momentum (MU), with or without the int16 copy (copy NULL), in asm: GCC's allocation of
+ * the C loop spilled the PRNG state, the velocity multiplier and the step (55 instructions a pair);
+ * here 41. Per pair: w, A, V by LDRD; A = 0; vv = QADD(V + SMMULR(V, Ms) (SMMLAR: VM) or
+ * SMMULR(V, Ms), A) (a saturated velocity is the rule); per element one xorshift32 draw (SR; else
+ * R = 2^7), d = (vv >> 8) + ((SMMULR(w, Wd) + (vv mod 2^8) + R) >> 8) (|d| < 2^24), w' = w - d by
+ * SUBS, whose V flag (the int32 overflow) branches out to the rail of w's sign and counts it; then
+ * STRD w', and (copy) the copy: QADD(w', 2^15) >> 16 as the two lanes (PKHTB), -32768 made -32767 by QSUB16
+ * and QADD16 of 1, one STR (any 2-byte alignment). w, A, V 4-byte aligned; runs (wend - w) / 2 pairs;
+ * returns the saturations; *px: the PRNG state (SR). The Q flag is left clear. Only in optimized
+ * builds (at -O0 the frame pointer takes a register and the asm's fourteen operands do not fit):
+ * sgd_apply_s32_wd_pairs's C otherwise, and on the host (tests/test_sgd_apply_qemu.py runs this one
+ * under QEMU against the reference). */
+#define TT_SGD_WD_ASM(VEL0, VEL1, R0, R1, COPY) \
+    __asm__ volatile( \
+        "1:\n\t" \
+        "ldrd %[a0], %[a1], [%[pA]]\n\t" \
+        "ldrd %[t0], %[t1], [%[pV]]\n\t" \
+        VEL0 "\n\t" \
+        VEL1 "\n\t" \
+        "qadd %[a0], %[t0], %[a0]\n\t" \
+        "qadd %[a1], %[t1], %[a1]\n\t" \
+        "movs %[t0], #0\n\t" \
+        "strd %[t0], %[t0], [%[pA]], #8\n\t" \
+        "strd %[a0], %[a1], [%[pV]], #8\n\t" \
+        "ldrd %[w0], %[w1], [%[pw]]\n\t" \
+        R0 \
+        "smmulr %[t0], %[w0], %[Wd]\n\t" \
+        "uxtab %[t0], %[t0], %[a0]\n\t" \
+        "uxtab %[t0], %[t0], %[x]\n\t" \
+        "asrs %[t0], %[t0], #8\n\t" \
+        "add %[t0], %[t0], %[a0], asr #8\n\t" \
+        "subs %[a0], %[w0], %[t0]\n\t" \
+        "bvs 5f\n" \
+        "6:\n\t" \
+        R1 \
+        "smmulr %[t1], %[w1], %[Wd]\n\t" \
+        "uxtab %[t1], %[t1], %[a1]\n\t" \
+        "uxtab %[t1], %[t1], %[x]\n\t" \
+        "asrs %[t1], %[t1], #8\n\t" \
+        "add %[t1], %[t1], %[a1], asr #8\n\t" \
+        "subs %[a1], %[w1], %[t1]\n\t" \
+        "bvs 7f\n" \
+        "8:\n\t" \
+        "strd %[a0], %[a1], [%[pw]], #8\n\t" \
+        COPY \
+        "cmp %[pw], %[end]\n\t" \
+        "bne 1b\n\t" \
+        "b 4f\n" \
+        "5:\n\t" \
+        "mvn %[a0], #0x80000000\n\t" \
+        "sub %[a0], %[a0], %[w0], asr #31\n\t" \
+        "ldr %[t0], %[nsatm]\n\t" \
+        "adds %[t0], %[t0], #1\n\t" \
+        "str %[t0], %[nsatm]\n\t" \
+        "b 6b\n" \
+        "7:\n\t" \
+        "mvn %[a1], #0x80000000\n\t" \
+        "sub %[a1], %[a1], %[w1], asr #31\n\t" \
+        "ldr %[t1], %[nsatm]\n\t" \
+        "adds %[t1], %[t1], #1\n\t" \
+        "str %[t1], %[nsatm]\n\t" \
+        "b 8b\n" \
+        "4:\n\t" \
+        "movs %[t0], #0\n\t" \
+        "msr APSR_nzcvq, %[t0]" \
+        : [w0] "=&r"(w0), [w1] "=&r"(w1), [a0] "=&r"(a0), [a1] "=&r"(a1), [t0] "=&r"(t0), [t1] "=&r"(t1), \
+          [pw] "+r"(pw), [pA] "+r"(pA), [pV] "+r"(pV), [pc] "+r"(pc), [x] "+r"(x), [nsatm] "+m"(nsat) \
+        : [Ms] "r"(Ms), [Wd] "r"(Wd), [end] "r"(wend) \
+        : "cc", "memory")
+
+#define TT_SGD_ASM_COPY "mov %[w0], #0x8000\n\tqadd %[t0], %[a0], %[w0]\n\tqadd %[t1], %[a1], %[w0]\n\t" \
+    "pkhtb %[t0], %[t1], %[t0], asr #16\n\tmov %[w0], #0x10001\n\tqsub16 %[t0], %[t0], %[w0]\n\t" \
+    "qadd16 %[t0], %[t0], %[w0]\n\tstr %[t0], [%[pc]], #4\n\t"
+#define TT_SGD_ASM_VM0 "smmlar %[t0], %[t0], %[Ms], %[t0]"
+#define TT_SGD_ASM_VM1 "smmlar %[t1], %[t1], %[Ms], %[t1]"
+#define TT_SGD_ASM_V0 "smmulr %[t0], %[t0], %[Ms]"
+#define TT_SGD_ASM_V1 "smmulr %[t1], %[t1], %[Ms]"
+#define TT_SGD_ASM_DRAW "eor %[x], %[x], %[x], lsl #13\n\teor %[x], %[x], %[x], lsr #17\n\teor %[x], %[x], %[x], lsl #5\n\t"
+#define TT_SGD_ASM_HALF "movs %[x], #128\n\t"
+
+static uint32_t sgd_apply_s32_wd_asm(int32_t *w, int16_t *copy, int32_t *A, int32_t *V, int32_t npairs, int32_t Ms,
+                                     int32_t Wd, uint32_t *px, int32_t VM, int32_t SR)
+{
+    int32_t *pw = w, *pA = A, *pV = V, *const wend = w + 2 * npairs;
+    int16_t *pc = copy;
+    uint32_t x = *px, nsat = 0;
+    int32_t w0, w1, a0, a1, t0, t1;
+    if (npairs <= 0) return 0;
+#define TT_SGD_WD_ASM_COPY(C) \
+    if (SR) { \
+        if (VM) TT_SGD_WD_ASM(TT_SGD_ASM_VM0, TT_SGD_ASM_VM1, TT_SGD_ASM_DRAW, TT_SGD_ASM_DRAW, C); \
+        else TT_SGD_WD_ASM(TT_SGD_ASM_V0, TT_SGD_ASM_V1, TT_SGD_ASM_DRAW, TT_SGD_ASM_DRAW, C); \
+        *px = x; \
+    } else { \
+        if (VM) TT_SGD_WD_ASM(TT_SGD_ASM_VM0, TT_SGD_ASM_VM1, TT_SGD_ASM_HALF, "", C); \
+        else TT_SGD_WD_ASM(TT_SGD_ASM_V0, TT_SGD_ASM_V1, TT_SGD_ASM_HALF, "", C); \
+    }
+    if (copy) {
+        TT_SGD_WD_ASM_COPY(TT_SGD_ASM_COPY)
+    } else {
+        TT_SGD_WD_ASM_COPY("")
+    }
+#undef TT_SGD_WD_ASM_COPY
+    (void)w0; (void)w1; (void)a0; (void)a1; (void)t0; (void)t1;
+    return nsat;
+}
+#define TT_SGD_HAVE_WD_ASM 1
+#endif
+
 /* sgd_apply_s32_wd's loops on DSP cores: one sgd_apply_s32_wd_pairs per combination. */
 #if defined(__GNUC__)
 __attribute__((noinline))
@@ -1743,6 +1872,16 @@ static uint32_t sgd_apply_s32_wd_dsp(int32_t *w, int16_t *copy, int32_t *A, int3
                                      int32_t vm, int32_t Wd, uint32_t *px, int32_t mu, int32_t sr)
 {
     uint32_t nsat;
+#if TT_SGD_HAVE_WD_ASM
+    if (mu) {
+        const int32_t np = n / 2;
+        nsat = sgd_apply_s32_wd_asm(w, copy, A, V, np, Ms, Wd, px, vm != 0, sr);
+        if (n & 1)
+            nsat += sgd_apply_s32_wd_body(w + 2 * np, copy ? copy + 2 * np : 0, A + 2 * np, V + 2 * np, 1, Ms, vm, Wd, px,
+                                          1, sr, copy != 0);
+        return nsat;
+    }
+#endif
 #define TT_WD2(M, S, C) nsat = sgd_apply_s32_wd_pairs(w, copy, A, V, n, Ms, Wd, px, M, M, S, C)
 #define TT_WD2N(S, C) nsat = sgd_apply_s32_wd_pairs(w, copy, A, V, n, Ms, Wd, px, 1, 0, S, C)
     if (mu && !vm) {
