@@ -9,7 +9,7 @@ loss equal after each of `steps` training samples; the figures are only reported
 mismatches). Reported per training sample: instructions (mean of the per-step counter readings
 of the TRAIN replies over all steps, i.e. the whole <prefix>_train_step: forward, loss, backward
 and update), the multiply-accumulate lower bound (forward MACs + weight-gradient MACs + input-
-gradient MACs of every parametrised layer but the first: bench/workloads.train_macs) and their
+gradient MACs of every parametrised layer but the first: tinytrain.lab.workloads.train_macs) and their
 ratio; RAM (static .data + .bss of the ELF plus the measured stack high-water mark; the load
 shadow -- a state-sized buffer used only to make LOAD_PARAMS atomic -- is part of the static
 figure and is also given apart) and flash (.isr_vector + .text + .rodata + .ARM.exidx + .data).
@@ -314,7 +314,7 @@ def main(argv=None):
 and verified against the simulator after every one of {a.steps} training samples (batch 1; zero
 mismatches required for a figure). Instructions are the mean per-sample count of the whole
 `train_step` (forward, loss, backward, update). MAC bound: forward + weight-gradient + input-gradient
-MACs (bench/workloads.train_macs). RAM: static `.data`+`.bss` of the firmware ELF (model state,
+MACs (tinytrain.lab.workloads.train_macs). RAM: static `.data`+`.bss` of the firmware ELF (model state,
 activations, scratch, serial protocol buffers, and the load shadow that makes LOAD_PARAMS atomic)
 plus the measured stack high-water mark; the shadow is also shown apart. float32 C: the same
 training written in float on the same CPU, soft-float on M3, FPU on M4/M7, batch 1, gradient applied
