@@ -227,9 +227,10 @@ TT_DENSE_PAIR_FN(tt_dense_bwd_pair_last, 0, 1)
 TT_DENSE_PAIR_FN(tt_dense_bwd_pair_only, 1, 1)
 
 /* acc[k] = sum_n e[n] w[n][k] in int32: when every row starts 4-byte aligned, the columns below
- * K4 = K & ~3 by tt_dense_bwd_pair over the rows two at a time (the odd last one alone), the other
- * columns (and every column of unaligned rows) one at a time; returns the OR of every
- * acc[k] ^ (acc[k] >> 31). */
+ * K4 = K & ~3 by tt_dense_bwd_pair over the rows two at a time (the odd last one alone; a pair
+ * whose errors are both 0 adds nothing and is skipped, as is every row after the last nonzero
+ * error: a trained classifier's error is mostly zeros), the other columns (and every column of
+ * unaligned rows) one at a time; returns the OR of every acc[k] ^ (acc[k] >> 31). */
 static uint32_t tt_dense_bwd_cols_s32(const int8_t *e, const int16_t *w, int32_t K, int32_t N,
                                       int32_t *acc)
 {
@@ -242,18 +243,24 @@ static uint32_t tt_dense_bwd_cols_s32(const int8_t *e, const int16_t *w, int32_t
         return 0;
     }
     if (K4) {
-        for (n = 0; n < N; n += 2) {
+        int32_t first = 1, last = N - 1;
+        while (last >= 0 && e[last] == 0) last--;
+        if (last < 0) /* every error 0: the sums are 0 (m stays 0) */
+            memset(acc, 0, (size_t)K4 * sizeof *acc);
+        for (n = 0; n <= last; n += 2) {
             const int16_t *w0 = w + n * K, *w1 = n + 1 < N ? w0 + K : w0;
             const int32_t E = (int32_t)(((uint32_t)(int32_t)e[n] & 0xFFFFu) |
                                         (n + 1 < N ? (uint32_t)(int32_t)e[n + 1] << 16 : 0u));
-            if (n + 2 >= N) {
-                if (n == 0) tt_dense_bwd_pair_only(w0, w1, E, acc, K4, &m);
+            if (E == 0) continue; /* both errors 0: nothing to add */
+            if (n + 2 > last) {
+                if (first) tt_dense_bwd_pair_only(w0, w1, E, acc, K4, &m);
                 else tt_dense_bwd_pair_last(w0, w1, E, acc, K4, &m);
-            } else if (n == 0) {
+            } else if (first) {
                 tt_dense_bwd_pair_first(w0, w1, E, acc, K4, &m);
             } else {
                 tt_dense_bwd_pair_mid(w0, w1, E, acc, K4, &m);
             }
+            first = 0;
         }
     }
     for (k = K4; k < K; k++) {
