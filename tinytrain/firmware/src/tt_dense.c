@@ -113,7 +113,9 @@ TT_DENSE_INLINE void tt_dense_rows(const int16_t *r, int32_t K, const uint32_t *
 }
 
 /* One pass of tt_dense_rows per (R, AL) as a function of its own (not inlined: in one body with
- * the chunk loop, GCC kept the loop's row pointers on the stack and reloaded them every pass). */
+ * the chunk loop, GCC kept the loop's row pointers on the stack and reloaded them every pass);
+ * the aligned four-row passes loop in a function of their own (tt_dense_rows4_all_al), where the
+ * inner loop keeps its registers. */
 #define TT_DENSE_ROWS_FN(name, R, AL)                                                               \
     static TT_DENSE_NOINLINE void name(const int16_t *r, int32_t K, const uint32_t *xx, int32_t np,   \
                                        int32_t xo_on, int32_t xo, const int32_t *b, int32_t d,        \
@@ -121,7 +123,18 @@ TT_DENSE_INLINE void tt_dense_rows(const int16_t *r, int32_t K, const uint32_t *
     {                                                                                                 \
         tt_dense_rows(r, K, xx, np, xo_on, xo, R, AL, b, d, acc, m);                                  \
     }
-TT_DENSE_ROWS_FN(tt_dense_rows4_al, 4, 1)
+/* Every four-row pass of aligned rows (n < N4, a multiple of 4) in one function: no call and
+ * argument passing per pass. */
+static TT_DENSE_NOINLINE void tt_dense_rows4_all_al(const int16_t *r, int32_t K, int32_t N4, const uint32_t *xx,
+                                                    int32_t np, int32_t xo_on, int32_t xo, const int32_t *b,
+                                                    int32_t d, int32_t *acc, uint32_t *m)
+{
+    int32_t *const end = acc + N4;
+    for (; acc != end; acc += 4, r += 4 * K) {
+        tt_dense_rows(r, K, xx, np, xo_on, xo, 4, 1, b, d, acc, m);
+        if (b) b += 4;
+    }
+}
 TT_DENSE_ROWS_FN(tt_dense_rows2_al, 2, 1)
 TT_DENSE_ROWS_FN(tt_dense_rows1_al, 1, 1)
 TT_DENSE_ROWS_FN(tt_dense_rows4_un, 4, 0)
@@ -136,10 +149,16 @@ static void tt_dense_chunk(const int16_t *r, int32_t K, int32_t N, const uint32_
 {
     const int32_t *bn = b;
     int32_t n;
-    for (n = 0; n + 4 <= N; n += 4, r += 4 * K) {
-        if (AL) tt_dense_rows4_al(r, K, xx, np, xo_on, xo, bn, d, acc + n, m);
-        else tt_dense_rows4_un(r, K, xx, np, xo_on, xo, bn, d, acc + n, m);
-        if (bn) bn += 4;
+    if (AL) {
+        n = N & ~3;
+        tt_dense_rows4_all_al(r, K, n, xx, np, xo_on, xo, bn, d, acc, m);
+        r += n * K;
+        if (bn) bn += n;
+    } else {
+        for (n = 0; n + 4 <= N; n += 4, r += 4 * K) {
+            tt_dense_rows4_un(r, K, xx, np, xo_on, xo, bn, d, acc + n, m);
+            if (bn) bn += 4;
+        }
     }
     if (N - n >= 2) {
         if (AL) tt_dense_rows2_al(r, K, xx, np, xo_on, xo, bn, d, acc + n, m);
