@@ -28,20 +28,36 @@ int32_t tt_softmax_ce_s8(const tt_ctx *ctx, const int8_t *z, int32_t ez, int32_t
          * ((2 T >> n) + 1) >> 1. Each g[i] <= 2^15, so S <= N 2^15 < 2^32 and the quotients
          * (int32 sums in the scratch) fit int32; the label's is taken apart so that the maximum
          * for the requantization is taken while dividing without a test of i */
-        int32_t *g32 = (int32_t *)(void *)g, *gp = g32, *const gend = g32 + N;
+        int32_t *g32 = (int32_t *)(void *)g;
         const uint16_t *T = tt_exp2_neg_q15_table;
-        const int8_t *zp = z;
-        const int32_t s1 = sh - 1, c = -zmax * TT_LOG2E_Q15;
         uint32_t S32 = 0, m = 0, vl;
-        for (; gp != gend; gp++) { /* pointer steps: no index arithmetic per turn */
-            /* v = (z - zmax) LOG2E by one MLA; u = -(((v >> s1) + 1) >> 1) = (-(v >> s1)) >> 1
-             * (for a = v >> s1 <= 0: -floor((a + 1) / 2) = floor(-a / 2)) */
-            const int32_t v = *zp++ * TT_LOG2E_Q15 + c;
-            const uint32_t u = (uint32_t)-(v >> s1) >> 1, n = u >> 8;
+#if defined(__ARM_ARCH_6M__)
+        /* Armv6-M (Cortex-M0/M0+: eight low registers, no MLA): the indexed loop, which keeps
+         * its values in registers there */
+        for (i = 0; i < N; i++) {
+            const int32_t v = (z[i] - zmax) * TT_LOG2E_Q15;
+            const uint32_t u = (uint32_t)-(((v >> (sh - 1)) + 1) >> 1), n = u >> 8;
             const uint32_t q = n > 15 ? 0u : ((((uint32_t)T[u & 0xFFu] << 1) >> n) + 1u) >> 1;
-            *gp = (int32_t)q;
+            g32[i] = (int32_t)q;
             S32 += q;
         }
+#else
+        {
+            /* the same values: v = (z - zmax) LOG2E by one MLA, and u = -(((v >> s1) + 1) >> 1)
+             * = (-(v >> s1)) >> 1 (for a = v >> s1 <= 0: -floor((a + 1) / 2) = floor(-a / 2));
+             * pointer steps, no index arithmetic per turn */
+            const int8_t *zp = z;
+            const int32_t s1 = sh - 1, c = -zmax * TT_LOG2E_Q15;
+            int32_t *gp = g32, *const gend = g32 + N;
+            for (; gp != gend; gp++) {
+                const int32_t v = *zp++ * TT_LOG2E_Q15 + c;
+                const uint32_t u = (uint32_t)-(v >> s1) >> 1, n = u >> 8;
+                const uint32_t q = n > 15 ? 0u : ((((uint32_t)T[u & 0xFFu] << 1) >> n) + 1u) >> 1;
+                *gp = (int32_t)q;
+                S32 += q;
+            }
+        }
+#endif
         vl = (uint32_t)g32[label];
         g32[label] = 0;
         /* the quotients straight into the int64 error g (what the global loss scale quantizes
