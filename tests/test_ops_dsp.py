@@ -172,6 +172,27 @@ def test_dense_dsp_row_groups_chunks_and_bias_shifts(clib, dsplib, K):
             assert got[0] == ey_ref and np.array_equal(got[1], y_ref)
 
 
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from([4, 8, 12, 30, 32, 33, 64, 66, 130]), st.integers(1, 13), st.integers(0, 2**32 - 1),
+       st.sampled_from([0.0, 0.3, 0.7, 0.9, 1.0]), st.booleans())
+def test_dense_backward_zero_error_rows_dsp_equals_portable_and_reference(clib, dsplib, K, N, seed, p0, extreme):
+    """The DSP errors skip row pairs whose errors are both 0 and every row after the last nonzero
+    error (all zero, leading/trailing/interior zeros, odd N: the lone last row): DSP == portable ==
+    reference, weights at +-32767 and errors at -128/127 when extreme."""
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-128, 128, K).astype(np.int8)
+    w = (rng.choice(np.array([-32767, 32767], np.int16), (N, K)) if extreme
+         else rng.integers(-32767, 32768, (N, K)).astype(np.int16))
+    e = (rng.choice(np.array([-128, 127], np.int8), N) if extreme else rng.integers(-127, 128, N).astype(np.int8))
+    e = np.where(rng.random(N) < p0, 0, e).astype(np.int8)
+    b = rng.integers(-(2**20), 2**20, N).astype(np.int32)
+    case = (x, w, b, e, -7, -9, -16, -3)
+    got, want = _fwd_bwd(dsplib[1], dsplib[0], case), _fwd_bwd(clib[1], clib[0], case)
+    assert got[2] == want[2] and np.array_equal(got[3], want[3]) and got[4] == want[4]
+    dx_ref, edx_ref, _, _ = rd.backward(e, -3, x, -7, w, -9)
+    assert got[2] == edx_ref and np.array_equal(got[3], dx_ref)
+
+
 @settings(max_examples=examples(60), deadline=None)
 @given(st.integers(1, 41), st.integers(0, 2**32 - 1))
 def test_relu_dsp_equals_portable_and_reference(clib, dsplib, n, seed):

@@ -32,8 +32,9 @@ static inline int64_t __smlald(int32_t a, int32_t b, int64_t c)
 /** SMLABB: c + lo(a) lo(b); SMLABT: c + lo(a) hi(b), modulo 2^32. */
 static inline int32_t __smlabb(int32_t a, int32_t b, int32_t c) { return tt_emul_wrap((int64_t)c + (int64_t)tt_emul_lo(a) * tt_emul_lo(b)); }
 static inline int32_t __smlabt(int32_t a, int32_t b, int32_t c) { return tt_emul_wrap((int64_t)c + (int64_t)tt_emul_lo(a) * tt_emul_hi(b)); }
-/** SMLATT: c + hi(a) hi(b), modulo 2^32. */
+/** SMLATT: c + hi(a) hi(b), modulo 2^32; SMLATB: c + hi(a) lo(b). */
 static inline int32_t __smlatt(int32_t a, int32_t b, int32_t c) { return tt_emul_wrap((int64_t)c + (int64_t)tt_emul_hi(a) * tt_emul_hi(b)); }
+static inline int32_t __smlatb(int32_t a, int32_t b, int32_t c) { return tt_emul_wrap((int64_t)c + (int64_t)tt_emul_hi(a) * tt_emul_lo(b)); }
 
 /** SMLAWB: c + bits [47:16] of a * lo(b) (floor division by 2^16); SMLAWT with hi(b). */
 static inline int32_t tt_emul_smlaw(int32_t a, int32_t h, int32_t c)

@@ -6,7 +6,7 @@
  * and give the same bits; tests/test_ops_dsp.py checks that by building the DSP paths for the
  * host with -DTT_HAVE_DSP=1 and the plain C intrinsics of tests/c/tt_dsp_emul.h.
  *
- * Intrinsics used (ACLE, <arm_acle.h>): __smlad, __smlabb, __smlabt, __smlatt, __smlawb, __smlawt, __ssub16,
+ * Intrinsics used (ACLE, <arm_acle.h>): __smlad, __smlabb, __smlabt, __smlatb, __smlatt, __smlawb, __smlawt, __ssub16,
  * __sadd16, __shsub16, __sxtb16, __qadd16, __qsub16, __qadd, __qsub, __ssub8 with __sel (SEL reads the GE flags
  * SSUB8 sets); PKHBT/PKHTB, SMMULR,
  * SMMLAR, LDRD/STRD of int32 pairs and the Q-flag guard (SSAT16, SSAT, MRS/MSR APSR) by inline asm.
@@ -205,6 +205,22 @@ static inline int32_t tt_smmulr(int32_t a, int32_t b)
     return r;
 }
 
+/** lo(a) lo(b) (SMULBB; GCC 12's arm_acle.h has no __smulbb). */
+static inline int32_t tt_smulbb(int32_t a, int32_t b)
+{
+    int32_t r;
+    __asm__("smulbb %0, %1, %2" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+
+/** hi(a) lo(b) (SMULTB). */
+static inline int32_t tt_smultb(int32_t a, int32_t b)
+{
+    int32_t r;
+    __asm__("smultb %0, %1, %2" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+
 /** (c 2^32 + a * b + 2^31) >> 32 mod 2^32: c + SMMULR(a, b) in one instruction (SMMLAR). */
 static inline int32_t tt_smmlar(int32_t a, int32_t b, int32_t c)
 {
@@ -341,6 +357,18 @@ static inline void tt_st_s32x2_prev(int32_t *p, int32_t a, int32_t b)
 static inline int32_t tt_smmulr(int32_t a, int32_t b)
 {
     return (int32_t)(((int64_t)a * b + ((int64_t)1 << 31)) >> 32);
+}
+
+/** lo(a) lo(b) (SMULBB). */
+static inline int32_t tt_smulbb(int32_t a, int32_t b)
+{
+    return (int32_t)(int16_t)(uint16_t)((uint32_t)a & 0xFFFFu) * (int32_t)(int16_t)(uint16_t)((uint32_t)b & 0xFFFFu);
+}
+
+/** hi(a) lo(b) (SMULTB). */
+static inline int32_t tt_smultb(int32_t a, int32_t b)
+{
+    return (int32_t)(int16_t)(uint16_t)((uint32_t)a >> 16) * (int32_t)(int16_t)(uint16_t)((uint32_t)b & 0xFFFFu);
 }
 
 /** (low half of lo, low half of hi << 16): PKHBT. */

@@ -113,7 +113,9 @@ TT_DENSE_INLINE void tt_dense_rows(const int16_t *r, int32_t K, const uint32_t *
 }
 
 /* One pass of tt_dense_rows per (R, AL) as a function of its own (not inlined: in one body with
- * the chunk loop, GCC kept the loop's row pointers on the stack and reloaded them every pass). */
+ * the chunk loop, GCC kept the loop's row pointers on the stack and reloaded them every pass);
+ * the aligned four-row passes loop in a function of their own (tt_dense_rows4_all_al), where the
+ * inner loop keeps its registers. */
 #define TT_DENSE_ROWS_FN(name, R, AL)                                                               \
     static TT_DENSE_NOINLINE void name(const int16_t *r, int32_t K, const uint32_t *xx, int32_t np,   \
                                        int32_t xo_on, int32_t xo, const int32_t *b, int32_t d,        \
@@ -121,7 +123,18 @@ TT_DENSE_INLINE void tt_dense_rows(const int16_t *r, int32_t K, const uint32_t *
     {                                                                                                 \
         tt_dense_rows(r, K, xx, np, xo_on, xo, R, AL, b, d, acc, m);                                  \
     }
-TT_DENSE_ROWS_FN(tt_dense_rows4_al, 4, 1)
+/* Every four-row pass of aligned rows (n < N4, a multiple of 4) in one function: no call and
+ * argument passing per pass. */
+static TT_DENSE_NOINLINE void tt_dense_rows4_all_al(const int16_t *r, int32_t K, int32_t N4, const uint32_t *xx,
+                                                    int32_t np, int32_t xo_on, int32_t xo, const int32_t *b,
+                                                    int32_t d, int32_t *acc, uint32_t *m)
+{
+    int32_t *const end = acc + N4;
+    for (; acc != end; acc += 4, r += 4 * K) {
+        tt_dense_rows(r, K, xx, np, xo_on, xo, 4, 1, b, d, acc, m);
+        if (b) b += 4;
+    }
+}
 TT_DENSE_ROWS_FN(tt_dense_rows2_al, 2, 1)
 TT_DENSE_ROWS_FN(tt_dense_rows1_al, 1, 1)
 TT_DENSE_ROWS_FN(tt_dense_rows4_un, 4, 0)
@@ -136,10 +149,16 @@ static void tt_dense_chunk(const int16_t *r, int32_t K, int32_t N, const uint32_
 {
     const int32_t *bn = b;
     int32_t n;
-    for (n = 0; n + 4 <= N; n += 4, r += 4 * K) {
-        if (AL) tt_dense_rows4_al(r, K, xx, np, xo_on, xo, bn, d, acc + n, m);
-        else tt_dense_rows4_un(r, K, xx, np, xo_on, xo, bn, d, acc + n, m);
-        if (bn) bn += 4;
+    if (AL) {
+        n = N & ~3;
+        tt_dense_rows4_all_al(r, K, n, xx, np, xo_on, xo, bn, d, acc, m);
+        r += n * K;
+        if (bn) bn += n;
+    } else {
+        for (n = 0; n + 4 <= N; n += 4, r += 4 * K) {
+            tt_dense_rows4_un(r, K, xx, np, xo_on, xo, bn, d, acc + n, m);
+            if (bn) bn += 4;
+        }
     }
     if (N - n >= 2) {
         if (AL) tt_dense_rows2_al(r, K, xx, np, xo_on, xo, bn, d, acc + n, m);
@@ -226,10 +245,83 @@ TT_DENSE_PAIR_FN(tt_dense_bwd_pair_mid, 0, 0)
 TT_DENSE_PAIR_FN(tt_dense_bwd_pair_last, 0, 1)
 TT_DENSE_PAIR_FN(tt_dense_bwd_pair_only, 1, 1)
 
+/* acc[k] (+)= e0 w0[k] + e1 w1[k] + e2 w2[k] + e3 w3[k] for k < K4 (a multiple of 4) and four
+ * aligned rows, E01 = (e0, e1) and E23 = (e2, e3) as int16 lanes: four columns a turn, each
+ * weight (a lane of an LDRD'd pair) times its row's error lane by one SMLAxy, no repacking (one
+ * instruction per product, the sums in registers across the four rows). FIRST, LAST as in
+ * tt_dense_bwd_pair. */
+TT_DENSE_INLINE void tt_dense_bwd_quad(const int16_t *w0, const int16_t *w1, const int16_t *w2,
+                                       const int16_t *w3, int32_t E01, int32_t E23, int32_t *acc,
+                                       int32_t K4, int32_t FIRST, int32_t LAST, uint32_t *m)
+{
+    int32_t *const end = acc + K4;
+    uint32_t o = LAST ? *m : 0;
+    while (acc != end) {
+        uint32_t a0, a1;
+        int32_t s0, s1, s2, s3;
+        tt_ld_s16x4_next(&w0, &a0, &a1);
+        if (FIRST) {
+            s0 = tt_smulbb((int32_t)a0, E01);
+            s1 = tt_smultb((int32_t)a0, E01);
+            s2 = tt_smulbb((int32_t)a1, E01);
+            s3 = tt_smultb((int32_t)a1, E01);
+        } else {
+            tt_ld_s32x2(acc, &s0, &s1);
+            tt_ld_s32x2(acc + 2, &s2, &s3);
+            s0 = __smlabb((int32_t)a0, E01, s0);
+            s1 = __smlatb((int32_t)a0, E01, s1);
+            s2 = __smlabb((int32_t)a1, E01, s2);
+            s3 = __smlatb((int32_t)a1, E01, s3);
+        }
+        tt_ld_s16x4_next(&w1, &a0, &a1);
+        s0 = __smlabt((int32_t)a0, E01, s0);
+        s1 = __smlatt((int32_t)a0, E01, s1);
+        s2 = __smlabt((int32_t)a1, E01, s2);
+        s3 = __smlatt((int32_t)a1, E01, s3);
+        tt_ld_s16x4_next(&w2, &a0, &a1);
+        s0 = __smlabb((int32_t)a0, E23, s0);
+        s1 = __smlatb((int32_t)a0, E23, s1);
+        s2 = __smlabb((int32_t)a1, E23, s2);
+        s3 = __smlatb((int32_t)a1, E23, s3);
+        tt_ld_s16x4_next(&w3, &a0, &a1);
+        s0 = __smlabt((int32_t)a0, E23, s0);
+        s1 = __smlatt((int32_t)a0, E23, s1);
+        s2 = __smlabt((int32_t)a1, E23, s2);
+        s3 = __smlatt((int32_t)a1, E23, s3);
+        if (LAST) {
+            o |= (uint32_t)(s0 ^ (s0 >> 31)) | (uint32_t)(s1 ^ (s1 >> 31));
+            o |= (uint32_t)(s2 ^ (s2 >> 31)) | (uint32_t)(s3 ^ (s3 >> 31));
+        }
+        tt_st_s32x2_next(&acc, s0, s1);
+        tt_st_s32x2_next(&acc, s2, s3);
+    }
+    if (LAST) *m = o;
+}
+
+/* tt_dense_bwd_quad per (FIRST, LAST), each a function of its own. */
+#define TT_DENSE_QUAD_FN(name, FIRST, LAST)                                                          \
+    static TT_DENSE_NOINLINE void name(const int16_t *w0, int32_t K, int32_t E01, int32_t E23,      \
+                                       int32_t *acc, int32_t K4, uint32_t *m)                        \
+    {                                                                                                \
+        tt_dense_bwd_quad(w0, w0 + K, w0 + 2 * K, w0 + 3 * K, E01, E23, acc, K4, FIRST, LAST, m);    \
+    }
+TT_DENSE_QUAD_FN(tt_dense_bwd_quad_first, 1, 0)
+TT_DENSE_QUAD_FN(tt_dense_bwd_quad_mid, 0, 0)
+TT_DENSE_QUAD_FN(tt_dense_bwd_quad_last, 0, 1)
+TT_DENSE_QUAD_FN(tt_dense_bwd_quad_only, 1, 1)
+
+/* (e[n], e[n + 1]) as int16 lanes (e[n + 1] = 0 past the last row). */
+static inline int32_t tt_dense_e_pair(const int8_t *e, int32_t n, int32_t N)
+{
+    return (int32_t)(((uint32_t)(int32_t)e[n] & 0xFFFFu) | (n + 1 < N ? (uint32_t)(int32_t)e[n + 1] << 16 : 0u));
+}
+
 /* acc[k] = sum_n e[n] w[n][k] in int32: when every row starts 4-byte aligned, the columns below
- * K4 = K & ~3 by tt_dense_bwd_pair over the rows two at a time (the odd last one alone), the other
- * columns (and every column of unaligned rows) one at a time; returns the OR of every
- * acc[k] ^ (acc[k] >> 31). */
+ * K4 = K & ~3 by tt_dense_bwd_quad over the rows four at a time where all four exist and
+ * neither pair's errors are both 0, else by tt_dense_bwd_pair two at a time (the odd last one
+ * alone; a pair whose errors are both 0 adds nothing and is skipped, as is every row after the
+ * last nonzero error: a trained classifier's error is mostly zeros), the other columns (and every column of
+ * unaligned rows) one at a time; returns the OR of every acc[k] ^ (acc[k] >> 31). */
 static uint32_t tt_dense_bwd_cols_s32(const int8_t *e, const int16_t *w, int32_t K, int32_t N,
                                       int32_t *acc)
 {
@@ -242,18 +334,39 @@ static uint32_t tt_dense_bwd_cols_s32(const int8_t *e, const int16_t *w, int32_t
         return 0;
     }
     if (K4) {
-        for (n = 0; n < N; n += 2) {
+        int32_t first = 1, last = N - 1;
+        while (last >= 0 && e[last] == 0) last--;
+        if (last < 0) /* every error 0: the sums are 0 (m stays 0) */
+            memset(acc, 0, (size_t)K4 * sizeof *acc);
+        for (n = 0; n <= last; n += 2) {
             const int16_t *w0 = w + n * K, *w1 = n + 1 < N ? w0 + K : w0;
-            const int32_t E = (int32_t)(((uint32_t)(int32_t)e[n] & 0xFFFFu) |
-                                        (n + 1 < N ? (uint32_t)(int32_t)e[n + 1] << 16 : 0u));
-            if (n + 2 >= N) {
-                if (n == 0) tt_dense_bwd_pair_only(w0, w1, E, acc, K4, &m);
+            int32_t E = tt_dense_e_pair(e, n, N);
+            if (E == 0) continue; /* both errors 0: nothing to add */
+            if (n + 3 <= last) { /* four rows, unless one pair's errors are both 0 */
+                const int32_t E23 = tt_dense_e_pair(e, n + 2, N);
+                if (E23 != 0) {
+                    if (n + 4 > last) {
+                        if (first) tt_dense_bwd_quad_only(w0, K, E, E23, acc, K4, &m);
+                        else tt_dense_bwd_quad_last(w0, K, E, E23, acc, K4, &m);
+                    } else if (first) {
+                        tt_dense_bwd_quad_first(w0, K, E, E23, acc, K4, &m);
+                    } else {
+                        tt_dense_bwd_quad_mid(w0, K, E, E23, acc, K4, &m);
+                    }
+                    first = 0;
+                    n += 2;
+                    continue;
+                }
+            }
+            if (n + 2 > last) {
+                if (first) tt_dense_bwd_pair_only(w0, w1, E, acc, K4, &m);
                 else tt_dense_bwd_pair_last(w0, w1, E, acc, K4, &m);
-            } else if (n == 0) {
+            } else if (first) {
                 tt_dense_bwd_pair_first(w0, w1, E, acc, K4, &m);
             } else {
                 tt_dense_bwd_pair_mid(w0, w1, E, acc, K4, &m);
             }
+            first = 0;
         }
     }
     for (k = K4; k < K; k++) {

@@ -31,6 +31,9 @@ int32_t tt_softmax_ce_s8(const tt_ctx *ctx, const int8_t *z, int32_t ez, int32_t
         int32_t *g32 = (int32_t *)(void *)g;
         const uint16_t *T = tt_exp2_neg_q15_table;
         uint32_t S32 = 0, m = 0, vl;
+#if defined(__ARM_ARCH_6M__)
+        /* Armv6-M (Cortex-M0/M0+: eight low registers, no MLA): the indexed loop, which keeps
+         * its values in registers there */
         for (i = 0; i < N; i++) {
             const int32_t v = (z[i] - zmax) * TT_LOG2E_Q15;
             const uint32_t u = (uint32_t)-(((v >> (sh - 1)) + 1) >> 1), n = u >> 8;
@@ -38,24 +41,38 @@ int32_t tt_softmax_ce_s8(const tt_ctx *ctx, const int8_t *z, int32_t ez, int32_t
             g32[i] = (int32_t)q;
             S32 += q;
         }
+#else
+        {
+            /* the same values: v = (z - zmax) LOG2E by one MLA, and u = -(((v >> s1) + 1) >> 1)
+             * = (-(v >> s1)) >> 1 (for a = v >> s1 <= 0: -floor((a + 1) / 2) = floor(-a / 2));
+             * pointer steps, no index arithmetic per turn */
+            const int8_t *zp = z;
+            const int32_t s1 = sh - 1, c = -zmax * TT_LOG2E_Q15;
+            int32_t *gp = g32, *const gend = g32 + N;
+            for (; gp != gend; gp++) {
+                const int32_t v = *zp++ * TT_LOG2E_Q15 + c;
+                const uint32_t u = (uint32_t)-(v >> s1) >> 1, n = u >> 8;
+                const uint32_t q = n > 15 ? 0u : ((((uint32_t)T[u & 0xFFu] << 1) >> n) + 1u) >> 1;
+                *gp = (int32_t)q;
+                S32 += q;
+            }
+        }
+#endif
         vl = (uint32_t)g32[label];
         g32[label] = 0;
-        for (i = 0; i < N; i++) {
+        /* the quotients straight into the int64 error g (what the global loss scale quantizes
+         * next, tt_loss_scale_s8), in place from the top: g[i] covers g32[2i], g32[2i + 1],
+         * already read (indices >= i) */
+        for (i = N - 1; i >= 0; i--) {
             const uint32_t q = ((uint32_t)g32[i] << 15) / S32;
-            g32[i] = (int32_t)q;
+            g[i] = (int64_t)q;
             if (q > m) m = q;
         }
         pc = (vl << 15) / S32;
-        g32[label] = (int32_t)pc - 32768;
+        g[label] = pc - 32768;
         if ((uint32_t)(32768 - pc) > m) m = (uint32_t)(32768 - pc);
-        out->ee = -15 + tt_requant_s8_from_s32_max(g32, N, m, out->e, ctx->stats);
+        out->ee = -15 + tt_requant_s8_from_s64_max(g, N, m, out->e, ctx->stats);
         out->loss_q16 = (15 << 16) - tt_log2_q16((uint32_t)(pc > 1 ? pc : 1));
-        /* the int64 error g the global loss scale quantizes next (tt_loss_scale_s8), widened in
-         * place from the top: g[i] covers g32[2i], g32[2i + 1], read before (indices >= i) */
-        for (i = N - 1; i >= 0; i--) {
-            const int32_t v = g32[i];
-            g[i] = v;
-        }
         return pred;
     }
     for (i = 0; i < N; i++) {
