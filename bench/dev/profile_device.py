@@ -38,6 +38,7 @@ def main(argv=None):
     ap.add_argument("--board", default="mps2_an386")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--precision", default=None, help="a precision preset or JSON object (docs/precision.md)")
     ap.add_argument("--annotate", metavar="FUNC", help="also print FUNC's disassembly with counts per instruction")
     a = ap.parse_args(argv)
     from tinytrain import data
@@ -47,7 +48,7 @@ def main(argv=None):
     from tinytrain.verify import build_cached, verify
 
     ds = data.load(a.data or {"digits-cnn": "digits-image"}.get(a.model, "digits"))
-    model = models.build_model(a.model, ds)
+    model = models.build_model(a.model, ds, precision=a.precision)
     elf = build_cached(model, a.board)
     syms = symbols(elf)
     starts = [s[0] for s in syms]
