@@ -6,33 +6,14 @@ statistics and gradients. test_ops_dsp.py checks the same cases on the host (por
 builds with emulated intrinsics, where the asm loops are their C twins)."""
 from __future__ import annotations
 
-import shutil
-import subprocess
-from pathlib import Path
-
-import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import tinytrain
-
+from .qemu_image import MARKS, c_array, run_m4
 from .test_ops_batchnorm import ref_run
 from .test_ops_dsp import bn_bwd_case, bn_dsp_case
 
-pytestmark = [pytest.mark.qemu,
-              pytest.mark.skipif(any(shutil.which(t) is None for t in ("qemu-system-arm", "arm-none-eabi-gcc")),
-                                 reason="QEMU or arm-none-eabi-gcc missing")]
-
-FW = Path(tinytrain.__file__).parent / "firmware"
-MAIN = Path(__file__).parent / "c" / "bn_kernel_main.c"
-FLAGS = ["-mcpu=cortex-m4", "-mthumb", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard", "-O2", "-std=c99",
-         "-ffunction-sections", "-fdata-sections", "-DTT_BOARD_MPS2_AN386=1"]
-
-
-def _arr(name, a, ct):
-    a = np.asarray(a).reshape(-1)
-    return f"static const {ct} {name}[{max(len(a), 1)}] = {{{', '.join(str(int(v)) for v in a) or '0'}}};\n"
+pytestmark = MARKS
 
 
 def _header(cases):
@@ -42,9 +23,9 @@ def _header(cases):
     for i, k in enumerate(cases):
         C = k["x"].shape[-1]
         P = k["x"].size // C
-        out += [_arr(f"x{i}", k["x"], "int8_t"), _arr(f"e{i}", k["e"], "int8_t"), _arr(f"g{i}", k["gamma"], "int16_t"),
-                _arr(f"b{i}", k["beta"], "int32_t"), _arr(f"rm{i}", k["rmean"], "int32_t"),
-                _arr(f"rv{i}", k["rvar"], "int32_t")]
+        out += [c_array(f"x{i}", k["x"], "int8_t"), c_array(f"e{i}", k["e"], "int8_t"), c_array(f"g{i}", k["gamma"], "int16_t"),
+                c_array(f"b{i}", k["beta"], "int32_t"), c_array(f"rm{i}", k["rmean"], "int32_t"),
+                c_array(f"rv{i}", k["rvar"], "int32_t")]
         c = k["cfg"]
         rows.append(f"{{x{i}, e{i}, g{i}, b{i}, rm{i}, rv{i}, {P}, {C}, {k['ex']}, {k['ee']}, {k['e_g']}, {k['e_b']}, "
                     f"{k['e_rm']}, {k['e_rv']}, {c['eps_m']}, {c['eps_k']}, {c['mom_k']}}}")
@@ -57,20 +38,7 @@ def _header(cases):
 
 
 def _run_m4(cases, tmp):
-    (tmp / "bn_cases.h").write_text(_header(cases))
-    port = FW / "ports"
-    elf = tmp / "bn.elf"
-    subprocess.run(["arm-none-eabi-gcc", *FLAGS, f"-I{FW / 'include'}", f"-I{tmp}", str(MAIN),
-                    str(FW / "src" / "tt_batchnorm.c"), str(FW / "src" / "tt_fixedpoint.c"),
-                    str(port / "mps2" / "startup_mps2.c"), str(port / "mps2" / "tt_port_mps2.c"),
-                    str(port / "common" / "tt_port_common.c"), "-T", str(port / "mps2" / "mps2.ld"),
-                    "-Wl,--gc-sections", "--specs=nano.specs", "--specs=nosys.specs", "-o", str(elf)],
-                   check=True, capture_output=True)
-    r = subprocess.run(["qemu-system-arm", "-M", "mps2-an386", "-nographic", "-semihosting", "-monitor", "none",
-                        "-serial", "stdio", "-kernel", str(elf)], capture_output=True, text=True, timeout=120)
-    lines = [ln.split() for ln in r.stdout.splitlines() if ln.strip()]
-    assert lines and lines[-1] == ["END"], r.stdout[-500:]
-    return [[int(v) for v in ln] for ln in lines[:-1]]
+    return run_m4("bn_kernel_main.c", ["tt_batchnorm.c", "tt_fixedpoint.c"], "bn_cases.h", _header(cases), tmp)
 
 
 def _expected(k):

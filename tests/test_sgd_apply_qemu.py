@@ -10,33 +10,16 @@ velocities, saturation count, PRNG state. test_ops_dsp.py checks the same cases 
 asm loop is its C twin."""
 from __future__ import annotations
 
-import shutil
-import subprocess
-from pathlib import Path
-
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import tinytrain
-
+from .qemu_image import MARKS, c_array, run_m4
 from .test_ops_dsp import apply_s32_copy_case
 
-pytestmark = [pytest.mark.qemu,
-              pytest.mark.skipif(any(shutil.which(t) is None for t in ("qemu-system-arm", "arm-none-eabi-gcc")),
-                                 reason="QEMU or arm-none-eabi-gcc missing")]
+pytestmark = MARKS
 
-FW = Path(tinytrain.__file__).parent / "firmware"
-MAIN = Path(__file__).parent / "c" / "sgd_apply_main.c"
-FLAGS = ["-mcpu=cortex-m4", "-mthumb", "-mfpu=fpv4-sp-d16", "-mfloat-abi=hard", "-O2", "-std=c99",
-         "-ffunction-sections", "-fdata-sections", "-DTT_BOARD_MPS2_AN386=1"]
 PRNG0 = 987654321
-
-
-def _arr(name, a, ct):
-    a = np.asarray(a).reshape(-1)
-    return f"static const {ct} {name}[{max(len(a), 1)}] = {{{', '.join(str(int(v)) for v in a) or '0'}}};\n"
 
 
 def _header(cases):
@@ -45,7 +28,7 @@ def _header(cases):
     rows = []
     for i, (A, V, w, mu, wd, sr, batch, off) in enumerate(cases):
         ib = (16384, 16) if batch > 1 else (0, 0)
-        out += [_arr(f"w{i}", w, "int32_t"), _arr(f"A{i}", A, "int32_t"), _arr(f"V{i}", V, "int32_t")]
+        out += [c_array(f"w{i}", w, "int32_t"), c_array(f"A{i}", A, "int32_t"), c_array(f"V{i}", V, "int32_t")]
         rows.append(f"{{w{i}, A{i}, V{i}, {w.size}, {off}, {mu[0]}, {mu[1]}, {wd[0]}, {wd[1]}, {ib[0]}, {ib[1]}, "
                     f"{batch}, {sr}}}")
     out.append(f"#define SGD_NCASES {len(cases)}\n#define SGD_MAX_N {max(c[2].size for c in cases)}\n")
@@ -54,20 +37,7 @@ def _header(cases):
 
 
 def _run_m4(cases, tmp):
-    (tmp / "sgd_cases.h").write_text(_header(cases))
-    port = FW / "ports"
-    elf = tmp / "sgd.elf"
-    subprocess.run(["arm-none-eabi-gcc", *FLAGS, f"-I{FW / 'include'}", f"-I{tmp}", str(MAIN),
-                    str(FW / "src" / "tt_sgd.c"), str(FW / "src" / "tt_fixedpoint.c"),
-                    str(port / "mps2" / "startup_mps2.c"), str(port / "mps2" / "tt_port_mps2.c"),
-                    str(port / "common" / "tt_port_common.c"), "-T", str(port / "mps2" / "mps2.ld"),
-                    "-Wl,--gc-sections", "--specs=nano.specs", "--specs=nosys.specs", "-o", str(elf)],
-                   check=True, capture_output=True)
-    r = subprocess.run(["qemu-system-arm", "-M", "mps2-an386", "-nographic", "-semihosting", "-monitor", "none",
-                        "-serial", "stdio", "-kernel", str(elf)], capture_output=True, text=True, timeout=120)
-    lines = [ln.split() for ln in r.stdout.splitlines() if ln.strip()]
-    assert lines and lines[-1] == ["END"], r.stdout[-500:]
-    return [[int(v) for v in ln] for ln in lines[:-1]]
+    return run_m4("sgd_apply_main.c", ["tt_sgd.c", "tt_fixedpoint.c"], "sgd_cases.h", _header(cases), tmp)
 
 
 def _expected(case):

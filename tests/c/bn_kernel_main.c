@@ -8,21 +8,11 @@
 #include "tt_port.h"
 
 #include "bn_cases.h"
+#include "tt_test_uart.h"
 
 static int64_t scratch[BN_MAX_SCRATCH];
 static int32_t saved[5 * BN_MAX_C + 1], rm[BN_MAX_C], rv[BN_MAX_C], gg[BN_MAX_C], gb[BN_MAX_C];
 static int8_t y[BN_MAX_N], dx[BN_MAX_N];
-
-static void put_i32(int32_t v)
-{
-    if (v < 0) {
-        tt_port_puts("-");
-        tt_port_putu32(0u - (uint32_t)v);
-    } else {
-        tt_port_putu32((uint32_t)v);
-    }
-    tt_port_puts(" ");
-}
 
 int main(void)
 {

@@ -11,21 +11,11 @@
 #include "tt_port.h"
 
 #include "sgd_cases.h"
+#include "tt_test_uart.h"
 
 static int32_t w[SGD_MAX_N], A[SGD_MAX_N], V[SGD_MAX_N];
 static int16_t cp[SGD_MAX_N + 3];
 static const int32_t cosine[65];
-
-static void put_i32(int32_t v)
-{
-    if (v < 0) {
-        tt_port_puts("-");
-        tt_port_putu32(0u - (uint32_t)v);
-    } else {
-        tt_port_putu32((uint32_t)v);
-    }
-    tt_port_puts(" ");
-}
 
 int main(void)
 {
