@@ -188,7 +188,7 @@ static uint32_t tt_dense_fwd_rows_s32(const int8_t *x, const int16_t *w, const i
         const int32_t len = K - k0 < TT_DENSE_CHUNK ? K - k0 : TT_DENSE_CHUNK, np = len / 2;
         const int32_t xo_on = len & 1, xo = xo_on ? (int32_t)x[k0 + len - 1] : 0;
         const int32_t *bb = k0 == 0 && plain ? b : 0;
-        tt_widen_s8(x + k0, 2 * np, 0, xx);
+        tt_widen0_s8(x + k0, 2 * np, xx);
         m = 0; /* the last chunk rewrites every acc[n]: its OR is the one returned */
         tt_dense_chunk(w + k0, K, N, xx, np, xo_on, xo, aligned, bb, d, acc, &m);
     }
