@@ -239,7 +239,9 @@ static uint32_t tt_dense_fwd_rows_s32(const int8_t *x, const int16_t *w, const i
         const int32_t N4 = N & ~3;
         tt_widen0_s8(x, K, xx);
         m = tt_dense_rows4_1c(w, K, N4, xx, K / 2, b, d, acc);
-        if (N4 < N) tt_dense_chunk(w + N4 * K, K, N - N4, xx, K / 2, 0, 0, 1, b + N4, d, acc + N4, &m);
+        if (N - N4 >= 2) /* the last rows straight to their passes (tt_dense_chunk's tail) */
+            tt_dense_rows2_al(w + N4 * K, K, xx, K / 2, 0, 0, b + N4, d, acc + N4, &m);
+        if (N & 1) tt_dense_rows1_al(w + (N - 1) * K, K, xx, K / 2, 0, 0, b + N - 1, d, acc + N - 1, &m);
         return m;
     }
     if (!plain)
