@@ -152,10 +152,10 @@ def test_dense_w8_forward_backward_dsp_equals_portable_and_reference(clib, dspli
     assert got[2] == edx_ref and np.array_equal(got[3], dx_ref)
 
 
-@pytest.mark.parametrize("K", [1, 2, 3, 4, 5, 63, 64, 65, 66, 67, 128, 129, 130, 258])
+@pytest.mark.parametrize("K", [1, 2, 3, 4, 5, 8, 12, 32, 60, 63, 64, 65, 66, 67, 128, 129, 130, 258])
 def test_dense_dsp_row_groups_chunks_and_bias_shifts(clib, dsplib, K):
     """Every row-group split (N = 1..13: fours, then a two, then a one), chunk boundaries, odd K,
-    and bias alignments on both sides of the rounding-shift fast case (ea - eb in -3..40), with
+    one-chunk K a multiple of 4 (the four-row passes of tt_dense_rows4_1c, N >= 4), and bias alignments on both sides of the rounding-shift fast case (ea - eb in -3..40), with
     extreme values: DSP == portable == reference."""
     rng = np.random.default_rng(K)
     for N in range(1, 14):

@@ -197,6 +197,15 @@ static inline void tt_guard_s32_15(int32_t v)
     (void)t;
 }
 
+/** SXTB16 of v rotated right by 8 (bytes 1 and 3 sign-extended into the lanes): one instruction
+ *  (GCC 12 does not fold the rotation into __sxtb16's operand). */
+static inline uint32_t tt_sxtb16_ror8(uint32_t v)
+{
+    uint32_t r;
+    __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(v));
+    return r;
+}
+
 /** (a * b + 2^31) >> 32 of the exact 64-bit product (SMMULR: most significant word, rounded). */
 static inline int32_t tt_smmulr(int32_t a, int32_t b)
 {
@@ -359,6 +368,12 @@ static inline int32_t tt_smmulr(int32_t a, int32_t b)
     return (int32_t)(((int64_t)a * b + ((int64_t)1 << 31)) >> 32);
 }
 
+/** SXTB16 of v rotated right by 8. */
+static inline uint32_t tt_sxtb16_ror8(uint32_t v)
+{
+    return (uint32_t)__sxtb16((int32_t)((v >> 8) | (v << 24)));
+}
+
 /** lo(a) lo(b) (SMULBB). */
 static inline int32_t tt_smulbb(int32_t a, int32_t b)
 {
@@ -409,6 +424,20 @@ static inline void tt_widen_s8(const int8_t *x, int32_t n, int32_t c, uint32_t *
     }
     if (n & 2)
         xx[0] = (((uint32_t)(int32_t)x[0] << c) & 0xFFFFu) | ((uint32_t)(int32_t)x[1] << (16 + c));
+}
+
+/** tt_widen_s8(x, n, 0, xx): per four inputs one LDR, the two SXTB16 (the second with its
+ *  rotation), PKHBT, PKHTB and one STRD with writeback. */
+static inline void tt_widen0_s8(const int8_t *x, int32_t n, uint32_t *xx)
+{
+    const int8_t *end = x + (n & ~3);
+    int32_t *q = (int32_t *)(void *)xx;
+    for (; x != end; x += 4) {
+        const uint32_t v = tt_ld_s8x4(x);
+        const uint32_t e = (uint32_t)__sxtb16((int32_t)v), o = tt_sxtb16_ror8(v);
+        tt_st_s32x2_next(&q, (int32_t)tt_pack_lo(e, o), (int32_t)tt_pack_hi(e, o));
+    }
+    if (n & 2) *q = (int32_t)(((uint32_t)(int32_t)x[0] & 0xFFFFu) | ((uint32_t)(int32_t)x[1] << 16));
 }
 
 #ifdef __cplusplus

@@ -141,6 +141,58 @@ TT_DENSE_ROWS_FN(tt_dense_rows4_un, 4, 0)
 TT_DENSE_ROWS_FN(tt_dense_rows2_un, 2, 0)
 TT_DENSE_ROWS_FN(tt_dense_rows1_un, 1, 0)
 
+/* The usual forward's four-row passes: every row 4-byte aligned, K = 2 np a multiple of 4 within
+ * one chunk (so a pass's last row pointer ends on the next pass's first row), the biases by a
+ * plain rounding shift d in [1, 31] (t = b >> (d - 1), (t >> 1) + (t & 1): tt_rshift_round_s32's
+ * bits, no overflow at d = 1): acc[n] = round(b[n] / 2^d) + row_n . x for n < N4 (a multiple of
+ * 4); returns the OR of every acc[n] ^ (acc[n] >> 31), kept in a register across the passes and
+ * the sums stored by STRD (tt_dense_rows4_all_al's general passes reload and store them each). */
+static TT_DENSE_NOINLINE uint32_t tt_dense_rows4_1c(const int16_t *r, int32_t K, int32_t N4, const uint32_t *xx,
+                                                   int32_t np, const int32_t *b, int32_t d, int32_t *acc)
+{
+    int32_t *const end = acc + N4;
+    const uint32_t *const xend = xx + np;
+    const int32_t d1 = d - 1;
+    uint32_t m = 0;
+    while (acc != end) {
+        const int16_t *r1 = r + K, *r2 = r1 + K, *r3 = r2 + K;
+        const uint32_t *x = xx;
+        int32_t s0, s1, s2, s3, t0, t1, t2, t3;
+        tt_ld_s32x2_next(&b, &t0, &t1);
+        tt_ld_s32x2_next(&b, &t2, &t3);
+        t0 >>= d1; t1 >>= d1; t2 >>= d1; t3 >>= d1;
+        s0 = (t0 >> 1) + (t0 & 1);
+        s1 = (t1 >> 1) + (t1 & 1);
+        s2 = (t2 >> 1) + (t2 & 1);
+        s3 = (t3 >> 1) + (t3 & 1);
+        do {
+            uint32_t lo, hi, u0, u1;
+            int32_t X0, X1;
+            tt_ld_u32x2_next(&x, &u0, &u1);
+            X0 = (int32_t)u0;
+            X1 = (int32_t)u1;
+            tt_ld_s16x4_next(&r, &lo, &hi);
+            s0 = __smlad((int32_t)lo, X0, s0);
+            s0 = __smlad((int32_t)hi, X1, s0);
+            tt_ld_s16x4_next(&r1, &lo, &hi);
+            s1 = __smlad((int32_t)lo, X0, s1);
+            s1 = __smlad((int32_t)hi, X1, s1);
+            tt_ld_s16x4_next(&r2, &lo, &hi);
+            s2 = __smlad((int32_t)lo, X0, s2);
+            s2 = __smlad((int32_t)hi, X1, s2);
+            tt_ld_s16x4_next(&r3, &lo, &hi);
+            s3 = __smlad((int32_t)lo, X0, s3);
+            s3 = __smlad((int32_t)hi, X1, s3);
+        } while (x != xend);
+        r = r3; /* the next pass's first row */
+        tt_st_s32x2_next(&acc, s0, s1);
+        tt_st_s32x2_next(&acc, s2, s3);
+        m |= (uint32_t)(s0 ^ (s0 >> 31)) | (uint32_t)(s1 ^ (s1 >> 31));
+        m |= (uint32_t)(s2 ^ (s2 >> 31)) | (uint32_t)(s3 ^ (s3 >> 31));
+    }
+    return m;
+}
+
 /* One chunk of inputs (xx, np pairs, the odd last input xo when xo_on) over all N rows at r,
  * four rows per pass sharing the widened inputs, then two, then one; biases folded in when b. */
 static void tt_dense_chunk(const int16_t *r, int32_t K, int32_t N, const uint32_t *xx, int32_t np,
@@ -182,13 +234,23 @@ static uint32_t tt_dense_fwd_rows_s32(const int8_t *x, const int16_t *w, const i
     const int32_t aligned = ((uintptr_t)w & 3u) == 0 && (K & 1) == 0, d = ea - eb, plain = d >= 1 && d <= 31;
     uint32_t xx[TT_DENSE_CHUNK / 2], m = 0;
     int32_t k0, n;
+    if (aligned && plain && K <= TT_DENSE_CHUNK && (K & 3) == 0 && K > 0 && N >= 4) {
+        /* the usual case: one chunk, four-row passes by tt_dense_rows4_1c, the other rows after */
+        const int32_t N4 = N & ~3;
+        tt_widen0_s8(x, K, xx);
+        m = tt_dense_rows4_1c(w, K, N4, xx, K / 2, b, d, acc);
+        if (N - N4 >= 2) /* the last rows straight to their passes (tt_dense_chunk's tail) */
+            tt_dense_rows2_al(w + N4 * K, K, xx, K / 2, 0, 0, b + N4, d, acc + N4, &m);
+        if (N & 1) tt_dense_rows1_al(w + (N - 1) * K, K, xx, K / 2, 0, 0, b + N - 1, d, acc + N - 1, &m);
+        return m;
+    }
     if (!plain)
         for (n = 0; n < N; n++) acc[n] = tt_align_s32(b[n], eb, ea);
     for (k0 = 0; k0 < K; k0 += TT_DENSE_CHUNK) {
         const int32_t len = K - k0 < TT_DENSE_CHUNK ? K - k0 : TT_DENSE_CHUNK, np = len / 2;
         const int32_t xo_on = len & 1, xo = xo_on ? (int32_t)x[k0 + len - 1] : 0;
         const int32_t *bb = k0 == 0 && plain ? b : 0;
-        tt_widen_s8(x + k0, 2 * np, 0, xx);
+        tt_widen0_s8(x + k0, 2 * np, xx);
         m = 0; /* the last chunk rewrites every acc[n]: its OR is the one returned */
         tt_dense_chunk(w + k0, K, N, xx, np, xo_on, xo, aligned, bb, d, acc, &m);
     }
