@@ -144,7 +144,8 @@ def kept_case(draw):
     inputs with zeros and -128, m_t at its limits, the accumulate's shift s = ew + k - (ee + ex) - G
     from -34 to 2 (waits for s in [-32, 0]: the one pass's D = 1..3 rows and the rows beyond it, t = 0),
     masters at the int32 limits, velocities up to them, momentum and decay in and out of the one pass's
-    bounds, stochastic rounding on or off."""
+    bounds, stochastic rounding on or off; one case in six with accumulators that hold sums (keep state
+    0: nothing waits)."""
     K, N = draw(st.sampled_from([2, 3, 13, 17, 64, 65])), draw(st.sampled_from([1, 2, 5]))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     i8 = lambda n, p0: np.where(rng.random(n) < p0, 0, rng.choice(  # noqa: E731
@@ -165,18 +166,19 @@ def kept_case(draw):
     mk = draw(st.integers(1, 31))
     mu = draw(st.sampled_from([29491 * 2**mk // 2**15 or 1, 2 ** (mk - 1), 2 ** (mk - 1) - 1, 0]) | st.integers(1, 2**mk - 1))
     wm, wk = draw(st.sampled_from([(26844, 29), (32767, 9), (1, 40), (0, 29)]) | st.tuples(st.integers(0, 32767), st.integers(0, 45)))
+    A = rng.integers(-(2**30), 2**30, n).astype(np.int32) if draw(st.integers(0, 5)) == 0 else None
     return dict(K=K, N=N, e=e, x=x, m_t=m_t, k=k, ew=ew, ee=ee, ex=ex, w=w, V=V, mu=(mu, mk), wd=(wm, wk),
-                sr=draw(st.sampled_from([1, 1, 0])))
+                sr=draw(st.sampled_from([1, 1, 0])), A=A)
 
 
 def _run_kept_m4(cases, tmp):
-    out = ["typedef struct { const int8_t *e, *x; const int32_t *w, *V; int32_t K, N, m_t, k, ew, ee, ex, mu_m, mu_k, "
+    out = ["typedef struct { const int8_t *e, *x; const int32_t *w, *V, *A; int32_t K, N, m_t, k, ew, ee, ex, mu_m, mu_k, "
            "wd_m, wd_k, sr; } kept_case;\n"]
     rows = []
     for i, c in enumerate(cases):
         out += [_arr(f"e{i}", c["e"], "int8_t"), _arr(f"x{i}", c["x"], "int8_t"), _arr(f"w{i}", c["w"], "int32_t"),
-                _arr(f"V{i}", c["V"], "int32_t")]
-        rows.append(f"{{e{i}, x{i}, w{i}, V{i}, {c['K']}, {c['N']}, {c['m_t']}, {c['k']}, {c['ew']}, {c['ee']}, {c['ex']}, "
+                _arr(f"V{i}", c["V"], "int32_t")] + ([_arr(f"A{i}", c["A"], "int32_t")] if c["A"] is not None else [])
+        rows.append(f"{{e{i}, x{i}, w{i}, V{i}, {f'A{i}' if c['A'] is not None else 0}, {c['K']}, {c['N']}, {c['m_t']}, {c['k']}, {c['ew']}, {c['ee']}, {c['ex']}, "
                     f"{c['mu'][0]}, {c['mu'][1]}, {c['wd'][0]}, {c['wd'][1]}, {c['sr']}}}")
     out.append(f"#define KEPT_NCASES {len(cases)}\n#define KEPT_MAX_N {max(c['K'] * c['N'] for c in cases)}\n"
                f"#define KEPT_MAX_NN {max(c['N'] for c in cases)}\n")
@@ -204,13 +206,14 @@ def _kept_expected(c):
                  ib_k=0, batch_size=1, schedule=0, gamma_q15=32768, step_size=1, total_steps=1,
                  cosine=np.zeros(65, np.int32), sr=bool(c["sr"]), master=True)
     K, N = c["K"], c["N"]
-    A, V, w, prng = np.zeros(K * N, np.int32), c["V"].copy(), c["w"].copy(), [PRNG0]
+    A = np.zeros(K * N, np.int32) if c["A"] is None else c["A"].copy()
+    V, w, prng = c["V"].copy(), c["w"].copy(), [PRNG0]
     g = (c["e"].astype(np.int32)[:, None] * c["x"].astype(np.int32)[None, :]).reshape(-1)
     accumulate_ref(A, c["ew"], g, c["ee"] + c["ex"], opt, c["m_t"], prng)
     nsat = apply_accumulated_ref(w, A, V if c["mu"][0] else None, opt, prng)
     copy = np.clip(((w.astype(np.int64) >> 15) + 1) >> 1, -32767, 32767)
     s = c["ew"] + c["k"] - (c["ee"] + c["ex"]) - GUARD_BITS
-    waits = 2 if -32 <= s <= 0 else 1
+    waits = 2 if -32 <= s <= 0 and c["A"] is None else 0 if c["A"] is not None else 1
     prng_i32 = prng[0] - 2**32 if prng[0] >= 2**31 else prng[0]
     return [waits, nsat, prng_i32, *w.tolist(), *copy.tolist(), *A.tolist(), *V.tolist(), 1]
 

@@ -1,6 +1,7 @@
 /* A Dense layer's waiting weight accumulate and its end-of-step apply on a board, for
  * tests/test_sgd_apply_qemu.py: every case of the generated kept_cases.h runs
- * tt_sgd_dense_accumulate_s32 (keep in state 1: the accumulate waits) then
+ * tt_sgd_dense_accumulate_s32 (keep in state 1: the accumulate waits; state 0 when the case's
+ * accumulators hold sums) then
  * tt_sgd_dense_apply_kept_s32, and prints the keep state after the accumulate, the saturations,
  * the PRNG state, masters, copy, accumulators and velocities as one line of decimal integers. */
 #include <stdint.h>
@@ -39,6 +40,7 @@ int main(void)
         uint32_t prng = 987654321u;
         tt_sgd_step u;
         tt_sgd_dense_keep keep = {ek, 0, 0, 0, 1};
+        keep.state = t->A ? 0 : 1; /* accumulators that hold sums: not known 0 */
         tt_sgd_dense_accum_params p;
         memset(&o, 0, sizeof o);
         memset(&st, 0, sizeof st);
@@ -47,7 +49,8 @@ int main(void)
         u.cfg = &o; u.m_t = t->m_t; u.prng = &prng; u.stats = &st;
         p.K = t->K; p.N = t->N; p.wa = A; p.ew = t->ew; p.ba = 0; p.eb = 0; p.keep = &keep;
         memcpy(w, t->w, 4 * (size_t)n);
-        memset(A, 0, 4 * (size_t)n);
+        if (t->A) memcpy(A, t->A, 4 * (size_t)n);
+        else memset(A, 0, 4 * (size_t)n);
         memcpy(V, t->V, 4 * (size_t)n);
         tt_sgd_dense_accumulate_s32(&u, &p, t->e, t->ee, t->x, t->ex);
         put_i32(keep.state);
