@@ -108,3 +108,37 @@ def test_trained_model_stochastic_rounding_bit_exact_on_qemu(board, policy):
     assert r["steps"] == 12 and r["mismatches"] == 0, r["first_mismatch"]
     if (board, policy) == ("microbit", "int8"):  # QEMU's count is exact: 570k per step on the int64 rule
         assert r["instructions_per_step"] < 150_000, r["instructions_per_step"]
+
+
+def test_waiting_accumulate_after_a_state_write():
+    """A Dense layer's weight accumulate waits for the end-of-step apply only while its accumulators
+    are known to be 0 (tt_sgd_dense_apply_kept_s32, emit.keeps): a written state whose accumulators
+    hold sums (a LOAD_PARAMS or a pull of a state saved elsewhere) is applied with them, as the
+    reference does, and the steps after it wait again: write_state marks every keep unknown (state 0;
+    the host's portable path forms the waiting accumulate into the accumulators at the end, so it is
+    the M4's one pass, tests/test_sgd_apply_qemu.py, that needs the mark); the C equals the reference
+    at every step."""
+    import numpy as np
+
+    from tinytrain.codegen.emit import generate
+    from tinytrain.codegen.host import HostModel
+
+    opt = SGD(lr=0.05, momentum=0.9, weight_decay=1e-3, stochastic_rounding=True, master_weights=True)
+    ref = Sequential([Dense(17), ReLU(), Dense(13), ReLU(), Dense(10)], input_shape=(64,), input_exp=-6,
+                     optimizer=opt, seed=3)
+    src = generate(ref).source
+    assert "tt_sgd_dense_apply_kept_s32(" in src
+    write = src[src.index("_write_state(uint32_t off"):]
+    assert all(f"tt_model_l{li}_keep.state = 0;" in write[:write.index("\n}\n")] for li in (0, 2, 4))
+    x, y = _data(12, (64,), 10, 5)
+    hm = HostModel(ref.copy(), sanitize=True)
+    rng = np.random.default_rng(0)
+    for i in range(12):
+        if i in (4, 9):  # accumulators that are not 0, written into both
+            for key, A in ref.accum.items():
+                A[...] = rng.integers(-(2**20), 2**20, A.shape)
+            assert hm.write_state(b"".join(t.astype(t.dtype.newbyteorder("<")).tobytes() for t in ref.state_tensors())) == 0
+            assert ref.state_hash() == hm.state_hash()
+        a = tuple(int(v) for v in ref.ref_train_step(x[i], y[i]))
+        assert a == tuple(int(v) for v in hm.train_step(x[i], y[i])), i
+        assert ref.state_hash() == hm.state_hash(), i

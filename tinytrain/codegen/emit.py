@@ -240,6 +240,33 @@ class Emitter:
         return (m.layer_learns(li) and not m.masks and not m.blocked(li, 0)
                 and all(k in m.accum and not self._fuses_apply(k) for k in keys))
 
+    def keeps(self, li) -> bool:
+        """A Dense layer on the per-sample accumulate route (_fuses_dense_accum) at batch size 1 whose
+        weights' apply is tt_sgd_apply_accumulated_s32_copy (an int32 master, its int16 copy, an
+        int32 velocity or none): its weight accumulate, when it draws nothing, waits for the
+        end-of-step apply, which forms it in the same pass (tt_sgd_dense_apply_kept_s32; its error
+        copied into l<li>_ekeep, its input, the step's x or a<li-1>, alive until then). The
+        draws and bits are those of the two calls."""
+        m, key = self.model, (li, 0)
+        if not (m.layers[li].kind == "dense" and m.opt.accumulate and m.opt.batch_size == 1 and not self.a16
+                and m.learns(li, 0) and self._fuses_dense_accum(li)):
+            return False
+        w, t = self._update_target(li, 0)
+        return (t == "s32" and m.velocity.get(key, np.zeros(0, np.int32)).dtype == np.int32
+                and self._refresh(li, 0) == f"tt_sgd_refresh_copy({w}, {self.names.param(li, 0)}, {m.layers[li].params[0].data.size});")
+
+    def _accum_fields(self, li) -> dict:
+        """tt_sgd_dense_accum_params of Dense layer li (the per-sample accumulate and a kept apply)."""
+        m, (w, b) = self.model, self.model.layers[li].params[:2]
+        K, N = self.model.layers[li].in_shape[0], self.model.layers[li].units
+        fields = {"K": K, "N": N, "wa": f"{self.names.param(li, 0)}_acc" if (li, 0) in m.accum else 0,
+                  "ew": m.master_exp((li, 0)) if (li, 0) in m.master else w.exp,
+                  "ba": f"{self.names.param(li, 1)}_acc" if (li, 1) in m.accum else 0,
+                  "eb": m.master_exp((li, 1)) if (li, 1) in m.master else b.exp}
+        if self.keeps(li):
+            fields["keep"] = f"&{self.sym(f'l{li}_keep')}"
+        return fields
+
     def _fuses_dense_acc(self, li) -> bool:
         m = self.model
         if not m.layer_learns(li) or m.blocked(li, 0) or m.layers[li].params[0].data.dtype != np.int16:
@@ -313,6 +340,9 @@ class Emitter:
             backward = li >= self.first_backward
             for name, shape, dtype, role in optable.buffers(l, backward, target="c"):
                 T.append(Tensor(self.names.buf(li, name), CTYPE[np.dtype(dtype)], int(np.prod(shape)), role, li))
+        for li, l in enumerate(m.layers):
+            if self.keeps(li):  # the error a waiting weight accumulate reads at the end of the step
+                T.append(Tensor(self.sym(f"l{li}_ekeep"), "int8_t", l.units, "error", li))
         emax = max(l.out_size for l in m.layers)
         T.append(Tensor(self.sym("err0"), self.act_ctype, emax, "error"))
         T.append(Tensor(self.sym("err1"), self.act_ctype, emax, "error"))
@@ -426,6 +456,9 @@ uint32_t {P}_saturations(void);
         for t in T:
             if t.role in ("activation", "error", "grad", "scratch") and t.init is None:
                 src.append(f"static {t.ctype} {t.name}[{t.count}];  /* {t.role} */")
+        for li in range(len(m.layers)):
+            if self.keeps(li):  # state 0 until the first apply: the accumulators are only known 0 after one
+                src.append(f"static tt_sgd_dense_keep {self.sym(f'l{li}_keep')} = {{.e = {self.sym(f'l{li}_ekeep')}}};")
         cos = ", ".join(str(int(v)) for v in opt.cosine)
         src.append("")
         src.append(f"static const tt_ctx CTX = {{.scratch = SCRATCH, .stats = &STATS}};")
@@ -536,7 +569,10 @@ uint32_t {P}_saturations(void);
                     vel = f"{pn}_vel" if key in m.velocity else "0"
                     vw = _VEL_SUFFIX[m.velocity[key].dtype] if key in m.velocity else ""  # int16/int8 momentum
                     refresh = self._refresh(li, pi) if key in m.master else ""
-                    if t == "s32" and not vw and refresh == f"tt_sgd_refresh_copy({pn}_master, {pn}, {p.data.size});":
+                    if pi == 0 and self.keeps(li):  # the waiting accumulate and the apply in one pass
+                        sp = self.names.decl(li, "sgd_acc", "tt_sgd_dense_accum_params", self._accum_fields(li))
+                        out.append(f"        tt_sgd_dense_apply_kept_s32(&sgd, {sp}, {w}, {pn}, {vel});")
+                    elif t == "s32" and not vw and refresh == f"tt_sgd_refresh_copy({pn}_master, {pn}, {p.data.size});":
                         # the apply and the copy's refresh in one pass (same bits as the two calls)
                         out.append(f"        tt_sgd_apply_accumulated_s32_copy(&sgd, {w}, {pn}, {pn}_acc, {vel}, {p.data.size});")
                     else:
@@ -684,11 +720,13 @@ uint32_t {P}_saturations(void);
         loaded with LOAD_PARAMS or a FedProx pull then computes with the weights it was given."""
         P, m = self.prefix, self.model
         refresh = ["        " + self._refresh(li, pi) for li, pi in sorted(m.master)]
-        if not refresh:
+        # a written state may hold accumulators that are not 0: no weight accumulate waits until an apply
+        unknown = [f"    {self.sym(f'l{li}_keep')}.state = 0;" for li in range(len(m.layers)) if self.keeps(li)]
+        if not refresh and not unknown:
             return [f"int {P}_write_state(uint32_t off, const uint8_t *src, uint32_t n) {{ return tt_state_write(&{st}, off, src, n); }}"]
         return [f"int {P}_write_state(uint32_t off, const uint8_t *src, uint32_t n)", "{",
-                f"    const int r = tt_state_write(&{st}, off, src, n);",
-                "    if (r == 0) {  /* the compute copies follow their masters */", *refresh, "    }",
+                f"    const int r = tt_state_write(&{st}, off, src, n);", *unknown,
+                *(["    if (r == 0) {  /* the compute copies follow their masters */", *refresh, "    }"] if refresh else []),
                 "    return r;", "}"]
 
     def _fuses_apply(self, key) -> bool:
@@ -813,10 +851,7 @@ uint32_t {P}_saturations(void);
         pw, t = self._update_target(li, 0)
         ews = m.master_exp((li, 0)) if (li, 0) in m.master else w.exp
         if m.opt.accumulate and not self._fuses_dense_acc(li):  # per sample: the accumulate only
-            ebs = m.master_exp((li, 1)) if (li, 1) in m.master else b.exp
-            fields = {"K": K, "N": N, "wa": f"{self.names.param(li, 0)}_acc" if (li, 0) in m.accum else 0,
-                      "ew": ews, "ba": f"{self.names.param(li, 1)}_acc" if (li, 1) in m.accum else 0, "eb": ebs}
-            sp = self.names.decl(li, "sgd_acc", "tt_sgd_dense_accum_params", fields)
+            sp = self.names.decl(li, "sgd_acc", "tt_sgd_dense_accum_params", self._accum_fields(li))
             return out + [f"    tt_sgd_dense_accumulate_s32(&sgd, {sp}, {e}, de, {x}, {ex});"]
         # an int16 bias (policy "bias": "int16"): the fused kernels hold an int32 one, so it is NULL
         # there and updated after the weights (the reference's order) as an int16 store: direct,

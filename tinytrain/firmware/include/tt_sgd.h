@@ -109,14 +109,27 @@ void tt_sgd_dense_accumulate_apply_s16(const tt_sgd_step *u, const tt_sgd_dense_
 void tt_sgd_dense_accumulate_apply_s32(const tt_sgd_step *u, const tt_sgd_dense_acc_s32_params *p,
                                        const int8_t *e, int32_t ee, const int8_t *x, int32_t ex);
 
+/** What a Dense layer's weight accumulate leaves for the end-of-step apply when it waits
+ *  (tt_sgd_dense_accumulate_s32 with keep, tt_sgd_dense_apply_kept_s32): a copy of the error e[N]
+ *  and its exponent, the input x (the caller keeps it alive until the apply) and its exponent.
+ *  state 0: the weights' accumulators may hold a sum (boot, a state write), 1: they are all 0,
+ *  2: the weights' accumulate of this step waits here (their accumulators are still 0). */
+typedef struct tt_sgd_dense_keep {
+    int8_t *e;
+    const int8_t *x;
+    int32_t ee, ex, state;
+} tt_sgd_dense_keep;
+
 /** The accumulators of a Dense layer's per-sample accumulate: wa[N][K] for the weights (stored at
- *  exponent ew), ba[N] for the biases (at eb); NULL: frozen. */
+ *  exponent ew), ba[N] for the biases (at eb); NULL: frozen. keep (or NULL): where the weights'
+ *  accumulate may wait for the end-of-step apply. */
 typedef struct tt_sgd_dense_accum_params {
     int32_t K, N;
     int32_t *wa;
     int32_t ew;
     int32_t *ba;
     int32_t eb;
+    tt_sgd_dense_keep *keep;
 } tt_sgd_dense_accum_params;
 
 /** tt_sgd_accumulate_s32 of a Dense layer's weight gradient e[n] * x[k] (at ee + ex, row-major)
@@ -124,6 +137,14 @@ typedef struct tt_sgd_dense_accum_params {
  *  order. */
 void tt_sgd_dense_accumulate_s32(const tt_sgd_step *u, const tt_sgd_dense_accum_params *p, const int8_t *e,
                                  int32_t ee, const int8_t *x, int32_t ex);
+
+/** With p->keep in state 1 at batch size 1 and a weight accumulate that draws nothing (a left
+ *  shift: ew + k - (ee + ex) - G in [-32, 0], 0 <= m_t < 2^15), tt_sgd_dense_accumulate_s32 only
+ *  keeps e, ee, x, ex (state 2) and accumulates the biases; this end-of-batch apply of the weights
+ *  (tt_sgd_apply_accumulated_s32_copy of w, copy, wa, V) then forms that accumulate first, in the
+ *  same pass on Cortex-M4 (DSP), same bits and draws as the two calls; state 1 after. */
+void tt_sgd_dense_apply_kept_s32(const tt_sgd_step *u, const tt_sgd_dense_accum_params *p, int32_t *w,
+                                 int16_t *copy, int32_t *V);
 
 /** Where a direct-mode Dense update writes: weights w[N][K] (int16) at exponent ew, biases
  *  b[N] at eb. A NULL tensor is frozen: it is neither read nor written. */

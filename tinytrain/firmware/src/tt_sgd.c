@@ -968,12 +968,12 @@ static void sgd_acc_qadd_row(int32_t *A, const int32_t *X, int32_t len, int32_t 
  * carry on Cortex-M3), and under stochastic rounding (one draw per weight) the high word of
  * X A_n + (r << (32 - s)), as tt_sgd_accumulate_fast's (floor((m_t g + (r mod 2^s)) / 2^s),
  * tt_rshift_stoch_s64). */
-void tt_sgd_dense_accumulate_s32(const tt_sgd_step *u, const tt_sgd_dense_accum_params *p, const int8_t *e,
-                                 int32_t ee, const int8_t *x, int32_t ex)
+static void sgd_dense_acc_w(const tt_sgd_step *u, const tt_sgd_dense_accum_params *p, const int8_t *e,
+                            int32_t ee, const int8_t *x, int32_t ex)
 {
     const int32_t K = p->K, N = p->N;
     int32_t g[TT_SGD_ACC_CHUNK], k0, n, j;
-    if (p->wa) {
+    {
         const int32_t s = p->ew + u->cfg->k - (ee + ex) - TT_SGD_GUARD_BITS;
         if (u->m_t >= 0 && u->m_t < 32768 && s <= 0 && s >= -32) {
             /* left shifts (an int32 master's accumulators; no draws): A = sat32(A + p x 2^t), t = -s,
@@ -1071,6 +1071,34 @@ void tt_sgd_dense_accumulate_s32(const tt_sgd_step *u, const tt_sgd_dense_accum_
                     tt_sgd_accumulate_s32(u, p->wa + n * K + k0, len, p->ew, g, ee + ex);
                 }
             }
+        }
+    }
+}
+
+/* The weight accumulate may wait for tt_sgd_dense_apply_kept_s32: batch size 1, accumulators 0,
+ * no draws (a left shift by t = -s in [0, 32] of m_t e x, 0 <= m_t < 2^15). */
+static int32_t sgd_dense_keeps(const tt_sgd_step *u, const tt_sgd_dense_accum_params *p, int32_t ee, int32_t ex)
+{
+    const int32_t s = p->ew + u->cfg->k - (ee + ex) - TT_SGD_GUARD_BITS;
+    return p->keep && p->keep->state == 1 && u->cfg->batch_size == 1 && u->m_t >= 0 && u->m_t < 32768 &&
+           s <= 0 && s >= -32;
+}
+
+void tt_sgd_dense_accumulate_s32(const tt_sgd_step *u, const tt_sgd_dense_accum_params *p, const int8_t *e,
+                                 int32_t ee, const int8_t *x, int32_t ex)
+{
+    const int32_t N = p->N;
+    int32_t g[TT_SGD_ACC_CHUNK], k0, j;
+    if (p->wa) {
+        if (sgd_dense_keeps(u, p, ee, ex)) {
+            tt_sgd_dense_keep *k = p->keep;
+            memcpy(k->e, e, (size_t)N);
+            k->x = x;
+            k->ee = ee;
+            k->ex = ex;
+            k->state = 2;
+        } else {
+            sgd_dense_acc_w(u, p, e, ee, x, ex);
         }
     }
     if (p->ba) {
@@ -1757,12 +1785,13 @@ static inline uint32_t sgd_apply_s32_wd_pairs(int32_t *w, int16_t *copy, int32_t
 #if TT_HAVE_DSP && defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__GNUC__) && defined(__OPTIMIZE__)
 /* sgd_apply_s32_wd_pairs with momentum (MU), with or without the int16 copy (copy NULL), in asm: GCC's allocation of
  * the C loop spilled the PRNG state, the velocity multiplier and the step (55 instructions a pair);
- * here 41. Per pair: w, A, V by LDRD; A = 0; vv = QADD(V + SMMULR(V, Ms) (SMMLAR: VM) or
+ * here 40 (with the copy). Per pair: w, A, V by LDRD; A = 0; vv = QADD(V + SMMULR(V, Ms) (SMMLAR: VM) or
  * SMMULR(V, Ms), A) (a saturated velocity is the rule); per element one xorshift32 draw (SR; else
  * R = 2^7), d = (vv >> 8) + ((SMMULR(w, Wd) + (vv mod 2^8) + R) >> 8) (|d| < 2^24), w' = w - d by
  * SUBS, whose V flag (the int32 overflow) branches out to the rail of w's sign and counts it; then
- * STRD w', and (copy) the copy: QADD(w', 2^15) >> 16 as the two lanes (PKHTB), -32768 made -32767 by QSUB16
- * and QADD16 of 1, one STR (any 2-byte alignment). w, A, V 4-byte aligned; runs (wend - w) / 2 pairs;
+ * STRD w', and (copy) the copy: round(w' / 2^16) clamped to +-32767 as the two lanes hi + b of hi = w' >> 16
+ * (PKHTB) and b = bit 15 of w' (PKHBT, BIC of 0x10001: 1 - b): QSUB16 of 1 - b (floor -32768), QADD16 of 1
+ * (ceiling 32767), one STR (any 2-byte alignment). w, A, V 4-byte aligned; runs (wend - w) / 2 pairs;
  * returns the saturations; *px: the PRNG state (SR). The Q flag is left clear. Only in optimized
  * builds (at -O0 the frame pointer takes a register and the asm's fourteen operands do not fit):
  * sgd_apply_s32_wd_pairs's C otherwise, and on the host (tests/test_sgd_apply_qemu.py runs this one
@@ -1825,9 +1854,9 @@ static inline uint32_t sgd_apply_s32_wd_pairs(int32_t *w, int16_t *copy, int32_t
         : [Ms] "r"(Ms), [Wd] "r"(Wd), [end] "r"(wend) \
         : "cc", "memory")
 
-#define TT_SGD_ASM_COPY "mov %[w0], #0x8000\n\tqadd %[t0], %[a0], %[w0]\n\tqadd %[t1], %[a1], %[w0]\n\t" \
-    "pkhtb %[t0], %[t1], %[t0], asr #16\n\tmov %[w0], #0x10001\n\tqsub16 %[t0], %[t0], %[w0]\n\t" \
-    "qadd16 %[t0], %[t0], %[w0]\n\tstr %[t0], [%[pc]], #4\n\t"
+#define TT_SGD_ASM_COPY "mov %[w0], #0x10001\n\tpkhtb %[t0], %[a1], %[a0], asr #16\n\t" \
+    "pkhbt %[t1], %[a0], %[a1], lsl #16\n\tbic %[t1], %[w0], %[t1], lsr #15\n\t" \
+    "qsub16 %[t0], %[t0], %[t1]\n\tqadd16 %[t0], %[t0], %[w0]\n\tstr %[t0], [%[pc]], #4\n\t"
 #define TT_SGD_ASM_VM0 "smmlar %[t0], %[t0], %[Ms], %[t0]"
 #define TT_SGD_ASM_VM1 "smmlar %[t1], %[t1], %[Ms], %[t1]"
 #define TT_SGD_ASM_V0 "smmulr %[t0], %[t0], %[Ms]"
@@ -1862,7 +1891,170 @@ static uint32_t sgd_apply_s32_wd_asm(int32_t *w, int16_t *copy, int32_t *A, int3
     return nsat;
 }
 #define TT_SGD_HAVE_WD_ASM 1
+
+/* The sentinel after the widened inputs of sgd_kept_rows_asm (an int8 input is never 256). */
+#define TT_SGD_KEPT_END 256
+
+/* sgd_apply_s32_wd_asm (SR, copy) of one weight row of tt_sgd_dense_apply_kept_s32 whose
+ * accumulators are 0 and whose waiting accumulate is A = sat32(p x 2^t): the pair loop reads the
+ * inputs X (int32, x as is, then TT_SGD_KEPT_END at the row's last even index) instead of A and
+ * leaves A alone (0 before and after). Per pair: y = X P with P = p 2^(t - D) (|y| < 2^31: the
+ * caller's D), D = 2: y = QADD(y, y), D = 3: twice; vv = QDADD(V's momentum term, y) = sat32(term + sat32(2^D
+ * P X)) = the apply's QADD(term, A); the rest as sgd_apply_s32_wd_asm, the copy as its two
+ * lanes clamp(hi + b, -32767, 32767) of hi = w >> 16 and the rounding bit b = bit 15 of w
+ * (PKHTB, PKHBT, BIC of 0x10001, QSUB16 of 1 - b, QADD16 of 1). 40 instructions a pair (D = 1). */
+#define TT_SGD_KEPT_ASM(VEL0, VEL1, DBL) \
+    __asm__ volatile( \
+        "ldrd %[X0], %[X1], [%[pX]], #8\n" \
+        "1:\n\t" \
+        "mul %[X0], %[X0], %[P]\n\t" \
+        "mul %[X1], %[X1], %[P]\n\t" \
+        DBL \
+        "ldrd %[v0], %[v1], [%[pV]]\n\t" \
+        VEL0 "\n\t" \
+        VEL1 "\n\t" \
+        "qdadd %[v0], %[v0], %[X0]\n\t" \
+        "qdadd %[v1], %[v1], %[X1]\n\t" \
+        "strd %[v0], %[v1], [%[pV]], #8\n\t" \
+        "ldrd %[w0], %[w1], [%[pw]]\n\t" \
+        TT_SGD_ASM_DRAW \
+        "smmulr %[X0], %[w0], %[Wd]\n\t" \
+        "uxtab %[X0], %[X0], %[v0]\n\t" \
+        "uxtab %[X0], %[X0], %[x]\n\t" \
+        "asrs %[X0], %[X0], #8\n\t" \
+        "add %[X0], %[X0], %[v0], asr #8\n\t" \
+        "subs %[v0], %[w0], %[X0]\n\t" \
+        "bvs 5f\n" \
+        "6:\n\t" \
+        TT_SGD_ASM_DRAW \
+        "smmulr %[X1], %[w1], %[Wd]\n\t" \
+        "uxtab %[X1], %[X1], %[v1]\n\t" \
+        "uxtab %[X1], %[X1], %[x]\n\t" \
+        "asrs %[X1], %[X1], #8\n\t" \
+        "add %[X1], %[X1], %[v1], asr #8\n\t" \
+        "subs %[v1], %[w1], %[X1]\n\t" \
+        "bvs 7f\n" \
+        "8:\n\t" \
+        "strd %[v0], %[v1], [%[pw]], #8\n\t" \
+        "mov %[w0], #0x10001\n\t" \
+        "pkhtb %[X0], %[v1], %[v0], asr #16\n\t" \
+        "pkhbt %[X1], %[v0], %[v1], lsl #16\n\t" \
+        "bic %[X1], %[w0], %[X1], lsr #15\n\t" \
+        "qsub16 %[X0], %[X0], %[X1]\n\t" \
+        "qadd16 %[X0], %[X0], %[w0]\n\t" \
+        "str %[X0], [%[pc]], #4\n\t" \
+        "ldrd %[X0], %[X1], [%[pX]], #8\n\t" \
+        "cmp %[X0], #256\n\t" \
+        "bne 1b\n\t" \
+        "b 4f\n" \
+        "5:\n\t" \
+        "mvn %[v0], #0x80000000\n\t" \
+        "sub %[v0], %[v0], %[w0], asr #31\n\t" \
+        "ldr %[X0], %[nsatm]\n\t" \
+        "adds %[X0], %[X0], #1\n\t" \
+        "str %[X0], %[nsatm]\n\t" \
+        "b 6b\n" \
+        "7:\n\t" \
+        "mvn %[v1], #0x80000000\n\t" \
+        "sub %[v1], %[v1], %[w1], asr #31\n\t" \
+        "ldr %[X1], %[nsatm]\n\t" \
+        "adds %[X1], %[X1], #1\n\t" \
+        "str %[X1], %[nsatm]\n\t" \
+        "b 8b\n" \
+        "4:\n\t" \
+        "movs %[X0], #0\n\t" \
+        "msr APSR_nzcvq, %[X0]" \
+        : [w0] "=&r"(w0), [w1] "=&r"(w1), [X0] "=&r"(X0), [X1] "=&r"(X1), [v0] "=&r"(v0), [v1] "=&r"(v1), \
+          [pw] "+r"(pw), [pV] "+r"(pV), [pX] "+r"(pX), [pc] "+r"(pc), [x] "+r"(x), [nsatm] "+m"(nsat) \
+        : [Ms] "r"(Ms), [Wd] "r"(Wd), [P] "r"(P) \
+        : "cc", "memory")
+
+#define TT_SGD_KEPT_VM0 "smmlar %[v0], %[v0], %[Ms], %[v0]"
+#define TT_SGD_KEPT_VM1 "smmlar %[v1], %[v1], %[Ms], %[v1]"
+#define TT_SGD_KEPT_V0 "smmulr %[v0], %[v0], %[Ms]"
+#define TT_SGD_KEPT_V1 "smmulr %[v1], %[v1], %[Ms]"
+#define TT_SGD_KEPT_DBL "qadd %[X0], %[X0], %[X0]\n\tqadd %[X1], %[X1], %[X1]\n\t"
+
+/* One row's pairs (X holds at least one pair before its TT_SGD_KEPT_END); returns the saturations. */
+static uint32_t sgd_kept_row_asm(int32_t *w, int16_t *copy, int32_t *V, const int32_t *X, int32_t P, int32_t Ms,
+                                 int32_t Wd, uint32_t *px, int32_t VM, int32_t D)
+{
+    int32_t *pw = w, *pV = V;
+    const int32_t *pX = X;
+    int16_t *pc = copy;
+    uint32_t x = *px, nsat = 0;
+    int32_t w0, w1, X0, X1, v0, v1;
+#define TT_SGD_KEPT_D(V0, V1) \
+    switch (D) { \
+    case 1: TT_SGD_KEPT_ASM(V0, V1, ""); break; \
+    case 2: TT_SGD_KEPT_ASM(V0, V1, TT_SGD_KEPT_DBL); break; \
+    default: TT_SGD_KEPT_ASM(V0, V1, TT_SGD_KEPT_DBL TT_SGD_KEPT_DBL); break; \
+    }
+    if (VM) TT_SGD_KEPT_D(TT_SGD_KEPT_VM0, TT_SGD_KEPT_VM1)
+    else TT_SGD_KEPT_D(TT_SGD_KEPT_V0, TT_SGD_KEPT_V1)
+#undef TT_SGD_KEPT_D
+    (void)w0; (void)w1; (void)X0; (void)X1; (void)v0; (void)v1;
+    *px = x;
+    return nsat;
+}
+
+/* tt_sgd_dense_apply_kept_s32 in one pass on DSP cores: stochastic rounding, momentum and decay in
+ * sgd_apply_s32_wd's bounds, the copy, K <= TT_SGD_ACC_CHUNK; returns 0 for any other
+ * configuration. Row n's accumulate is A = sat32(p x 2^t), p = m_t e[n] (|p x| < 2^29, t in
+ * [0, 32]); with |x| < 2^bx over the row and J = bitwidth(|p|) + bx + t - 31 (|p x 2^t| < 2^(31 +
+ * J)), a row with p = 0, or t >= 1 and J <= 1, takes sgd_kept_row_asm with D = 1, J = 2 with D = 2
+ * (t >= 3: bitwidth(|p|) <= 22, bx <= 8), J = 3 with D = 3; any other row
+ * writes its A (the left shift, saturated) and takes sgd_apply_s32_wd_asm. An odd row's last
+ * element: sgd_apply_s32_wd_body from its A value. Draws row-major, one per weight. */
+static int32_t sgd_apply_kept_fast(const tt_sgd_step *u, const tt_sgd_dense_accum_params *p, int32_t *w,
+                                   int16_t *copy, int32_t *V)
+{
+    const tt_sgd *o = u->cfg;
+    const tt_sgd_dense_keep *k = p->keep;
+    const int32_t K = p->K, N = p->N, np = K / 2, t = -(p->ew + o->k - (k->ee + k->ex) - TT_SGD_GUARD_BITS);
+    const int32_t mu = o->mu_m, mk = o->mu_k, wm = o->wd_m, ws = o->wd_k - TT_SGD_GUARD_BITS;
+    int32_t X[TT_SGD_ACC_CHUNK + 2], Ms, Wd, VM, n, j, bx;
+    uint32_t Mu, x = *u->prng, nsat = 0, mx = 0;
+    if (!o->sr || !copy || !V || K < 2 || K > TT_SGD_ACC_CHUNK || o->batch_size != 1 || wm <= 0 || ws < 1 ||
+        ws > 32 || ((int64_t)wm << (32 - ws)) > INT32_MAX || mu <= 0 || mk < 1 || mk > 31 ||
+        (int64_t)mu >= ((int64_t)1 << mk))
+        return 0;
+    Wd = (int32_t)((int64_t)wm << (32 - ws));
+    Mu = (uint32_t)mu << (32 - mk);
+    Ms = Mu >> 31 ? (int32_t)(Mu & 0x7fffffffu) + INT32_MIN : (int32_t)Mu;
+    VM = (int32_t)(Mu >> 31);
+    for (j = 0; j < K; j++) {
+        X[j] = k->x[j];
+        mx |= (uint32_t)(X[j] < 0 ? -X[j] : X[j]);
+    }
+    bx = tt_bitwidth_u64(mx); /* |x| < 2^bx */
+    X[2 * np] = TT_SGD_KEPT_END;
+    X[2 * np + 1] = 0;
+    for (n = 0; n < N; n++) {
+        const int32_t pn = u->m_t * (int32_t)k->e[n], off = n * K;
+        const int32_t J = pn ? tt_bitwidth_u64((uint64_t)(pn < 0 ? -pn : pn)) + bx + t - 31 : 0;
+        int32_t *wr = w + off, *Ar = p->wa + off, *Vr = V + off;
+        int16_t *cr = copy + off;
+        if (pn == 0 || (t >= 1 && J <= 1)) {
+            nsat += sgd_kept_row_asm(wr, cr, Vr, X, pn * ((int32_t)1 << (pn ? t - 1 : 0)), Ms, Wd, &x, VM, 1);
+        } else if (J >= 2 && J <= 3) {
+            nsat += sgd_kept_row_asm(wr, cr, Vr, X, pn * ((int32_t)1 << (t - J)), Ms, Wd, &x, VM, J);
+        } else {
+            for (j = 0; j < 2 * np; j++) Ar[j] = tt_sat_s32((int64_t)(pn * (int32_t)k->x[j]) * ((int64_t)1 << t));
+            nsat += sgd_apply_s32_wd_asm(wr, cr, Ar, Vr, np, Ms, Wd, &x, VM, 1);
+        }
+        if (K & 1) {
+            int32_t a = tt_sat_s32((int64_t)(pn * (int32_t)k->x[K - 1]) * ((int64_t)1 << t));
+            nsat += sgd_apply_s32_wd_body(wr + K - 1, cr + K - 1, &a, Vr + K - 1, 1, Ms, -VM, Wd, &x, 1, 1, 1);
+        }
+    }
+    *u->prng = x;
+    u->stats->saturated += nsat;
+    return 1;
+}
+#define TT_SGD_HAVE_KEPT_ASM 1
 #endif
+
 
 /* sgd_apply_s32_wd's loops on DSP cores: one sgd_apply_s32_wd_pairs per combination. */
 #if defined(__GNUC__)
@@ -2639,4 +2831,19 @@ void tt_sgd_dense_bias_s16(const tt_sgd_step *u, int16_t *b, int32_t eb, const i
         return;
     }
     tt_sgd_dense_direct_s16(u, &q, e, ee, &one, 0);
+}
+
+void tt_sgd_dense_apply_kept_s32(const tt_sgd_step *u, const tt_sgd_dense_accum_params *p, int32_t *w,
+                                 int16_t *copy, int32_t *V)
+{
+    tt_sgd_dense_keep *k = p->keep;
+    int32_t done = 0;
+    if (k && k->state == 2) {
+#if TT_SGD_HAVE_KEPT_ASM
+        done = sgd_apply_kept_fast(u, p, w, copy, V);
+#endif
+        if (!done) sgd_dense_acc_w(u, p, k->e, k->ee, k->x, k->ex); /* no draws: the same bits now */
+    }
+    if (!done) sgd_apply_accumulated(u, 0, w, copy, p->wa, V, p->K * p->N);
+    if (k) k->state = 1;
 }
