@@ -191,7 +191,7 @@ def _kept_rows(workload: str, seeds, steps: int, new: list) -> list:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workload", default="w1", choices=["w1", "w3"])
+    ap.add_argument("--workload", default="w1", choices=["w1", "w2", "w3"])
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--steps", type=int, default=200, help="verified QEMU steps per policy and board")
     ap.add_argument("--boards", default=",".join(BOARDS))

@@ -552,6 +552,35 @@ def test_int16_activations_train_bit_exact_on_qemu_boards(data):
     assert r["steps"] == 30 and r["mismatches"] == 0, (board, m.summary(), r["first_mismatch"])
 
 
+@pytest.mark.qemu
+@pytest.mark.skipif(bool(_qemu_missing()), reason="QEMU, arm-none-eabi-gcc or PlatformIO missing")
+@settings(max_examples=examples(2), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_int16_activation_cnns_train_bit_exact_on_qemu_boards(data):
+    """Small CNNs with int16 activations and errors: a 2-D one on digits images (conv2d same /
+    strided, ReLU, max pooling, Flatten, Dense) or a 1-D one on MNIST-1D (conv1d, ReLU,
+    maxpool1d), with momentum and SR drawn, on QEMU mps2_an386 (Cortex-M4) and microbit
+    (Cortex-M0): every step's state hash verified against the simulator."""
+    from tinytrain import data as tdata
+    from tinytrain.verify import verify
+
+    if data.draw(st.booleans()):
+        ds = tdata.load_digits("image")
+        layers = [Conv2d(data.draw(st.integers(2, 6)), 3, padding="same"), ReLU(), MaxPool2d(2),
+                  Conv2d(data.draw(st.integers(2, 6)), 3, stride=data.draw(st.integers(1, 2)), padding="same"), ReLU(),
+                  Flatten(), Dense(10)]
+    else:
+        ds = tdata.load_mnist1d("signal")
+        layers = [Conv1d(data.draw(st.integers(2, 6)), 5, padding="same"), ReLU(), MaxPool1d(2),
+                  Conv1d(4, 3, stride=2), ReLU(), Flatten(), Dense(10)]
+    opt = SGD(lr=0.02, momentum=data.draw(st.sampled_from([0.0, 0.9])), stochastic_rounding=data.draw(st.booleans()))
+    m = Sequential(layers, dataset=ds, seed=data.draw(st.integers(0, 100)), optimizer=opt, precision=A16)
+    for board in ("mps2_an386", "microbit"):
+        r = verify(m.copy(), ds, 20, board=board, json=True)
+        assert r["steps"] == 20 and r["mismatches"] == 0, (board, m.summary(), r["first_mismatch"])
+
+
 def test_the_fixed_point_report_shows_int16_tensors_and_int64_sums():
     from tinytrain import data as tdata
     from tinytrain.fixedpoint_report import fixed_point_report
