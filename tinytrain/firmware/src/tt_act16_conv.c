@@ -40,11 +40,11 @@ static int32_t conv_fwd(const tt_ctx *ctx, const tt_conv_params *p, const int16_
                 for (int32_t kh = h0; kh < h1; kh++) {
                     const int32_t ih = oh * p->stride_h - p->pad_h + kh;
                     for (int32_t kw = w0; kw < w1; kw++) {
-                        const int16_t *xv = x + ((int64_t)ih * p->W + ow * p->stride_w - p->pad_w + kw) * Cin;
+                        const int16_t *xv = x + (ih * p->W + ow * p->stride_w - p->pad_w + kw) * Cin;
                         if (depthwise) {
-                            a += (int32_t)xv[co] * p->w[((int64_t)kh * p->kw + kw) * Cin + co];
+                            a += (int32_t)xv[co] * p->w[(kh * p->kw + kw) * Cin + co];
                         } else {
-                            const int16_t *wv = p->w + (((int64_t)co * p->kh + kh) * p->kw + kw) * Cin;
+                            const int16_t *wv = p->w + ((co * p->kh + kh) * p->kw + kw) * Cin;
                             for (int32_t ci = 0; ci < Cin; ci++) a += (int32_t)xv[ci] * wv[ci];
                         }
                     }
@@ -75,11 +75,11 @@ static int32_t conv_bwd(const tt_ctx *ctx, const tt_conv_params *p, const int16_
                 for (int32_t kh = h0; kh < h1; kh++) {
                     const int32_t ih = oh * p->stride_h - p->pad_h + kh;
                     for (int32_t kw = w0; kw < w1; kw++) {
-                        int64_t *av = acc + ((int64_t)ih * p->W + ow * p->stride_w - p->pad_w + kw) * Cin;
+                        int64_t *av = acc + (ih * p->W + ow * p->stride_w - p->pad_w + kw) * Cin;
                         if (depthwise) {
-                            av[co] += ev * p->w[((int64_t)kh * p->kw + kw) * Cin + co];
+                            av[co] += ev * p->w[(kh * p->kw + kw) * Cin + co];
                         } else {
-                            const int16_t *wv = p->w + (((int64_t)co * p->kh + kh) * p->kw + kw) * Cin;
+                            const int16_t *wv = p->w + ((co * p->kh + kh) * p->kw + kw) * Cin;
                             for (int32_t ci = 0; ci < Cin; ci++) av[ci] += ev * wv[ci];
                         }
                     }
@@ -90,19 +90,32 @@ static int32_t conv_bwd(const tt_ctx *ctx, const tt_conv_params *p, const int16_
     return ee + p->ew + tt_requant_s16_from_s64(acc, n, dx, ctx->stats);
 }
 
-/* sum over the output positions of e[., ., c] x[tap (kh, kw), ci]: |.| <= Ho Wo 2^30, int64 */
+/* the output indices o in [*o0, *o1) (of n_out) whose input index o stride - pad + t is in [0, n) */
+static inline void tt_outs(int32_t t, int32_t stride, int32_t pad, int32_t n, int32_t n_out, int32_t *o0,
+                           int32_t *o1)
+{
+    const int32_t lo = pad - t, hi = n + pad - t; /* o stride in [lo, hi) */
+    *o0 = lo <= 0 ? 0 : (lo + stride - 1) / stride;
+    *o1 = hi <= 0 ? 0 : (hi + stride - 1) / stride;
+    if (*o1 > n_out) *o1 = n_out;
+}
+
+/* sum over the output positions of e[., ., c] x[tap (kh, kw), ci]: |.| <= Ho Wo 2^30, int64.
+ * Indices in int32: every tensor holds fewer than 2^31 values. */
 static int64_t conv_wsum(const tt_conv_params *p, const int16_t *e, int32_t Ce, int32_t c,
                          const int16_t *x, int32_t ci, int32_t kh, int32_t kw)
 {
+    const int32_t Cin = p->Cin, xstep = p->stride_w * Cin;
+    int32_t oh0, oh1, ow0, ow1;
     int64_t a = 0;
-    for (int32_t oh = 0; oh < p->Ho; oh++) {
+    tt_outs(kh, p->stride_h, p->pad_h, p->H, p->Ho, &oh0, &oh1);
+    tt_outs(kw, p->stride_w, p->pad_w, p->W, p->Wo, &ow0, &ow1);
+    if (ow0 >= ow1) return 0; /* no output column reads this tap (the pointers below stay in range) */
+    for (int32_t oh = oh0; oh < oh1; oh++) {
         const int32_t ih = oh * p->stride_h - p->pad_h + kh;
-        if (ih < 0 || ih >= p->H) continue;
-        for (int32_t ow = 0; ow < p->Wo; ow++) {
-            const int32_t iw = ow * p->stride_w - p->pad_w + kw;
-            if (iw < 0 || iw >= p->W) continue;
-            a += (int32_t)e[((int64_t)oh * p->Wo + ow) * Ce + c] * x[((int64_t)ih * p->W + iw) * p->Cin + ci];
-        }
+        const int16_t *ev = e + (oh * p->Wo + ow0) * Ce + c;
+        const int16_t *xv = x + (ih * p->W + ow0 * p->stride_w - p->pad_w + kw) * Cin + ci;
+        for (int32_t ow = ow0; ow < ow1; ow++, ev += Ce, xv += xstep) a += (int32_t)*ev * *xv;
     }
     return a;
 }
