@@ -3,6 +3,7 @@
     .venv/bin/python bench/bench_policies.py                 # W1, every policy, seeds 0/1/2
     .venv/bin/python bench/bench_policies.py --steps 100 --seeds 0
     .venv/bin/python bench/bench_policies.py --workload w3 --policies int16,int8   # W3 on the micro:bit
+    .venv/bin/python bench/bench_policies.py --workload w2 --policies int16,int16-act16   # W2, int16 activations
 
 For each policy (graph/precision.py): the workload's integer model under it is trained by the
 numba simulator with the workload's recipe (tinytrain.lab.workloads: W1 20 epochs, lr 0.05,
@@ -191,7 +192,7 @@ def _kept_rows(workload: str, seeds, steps: int, new: list) -> list:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workload", default="w1", choices=["w1", "w3"])
+    ap.add_argument("--workload", default="w1", choices=["w1", "w2", "w3"])
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--steps", type=int, default=200, help="verified QEMU steps per policy and board")
     ap.add_argument("--boards", default=",".join(BOARDS))

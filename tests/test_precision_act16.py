@@ -9,22 +9,25 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
 from tinytrain.graph import io as tio
-from tinytrain.graph.conv import Conv2d
+from tinytrain.graph.conv import AvgPool2d, Conv1d, Conv2d, DepthwiseConv2d, MaxPool1d, MaxPool2d
 from tinytrain.graph.layers import Dense, Flatten, LeakyReLU, ModelError, ReLU
 from tinytrain.graph.model import Sequential
 from tinytrain.graph.optim import SGD
 from tinytrain.graph.precision import PRESETS, Precision, PrecisionError
+from tinytrain.ops import conv1d as r_c1
+from tinytrain.ops import conv2d as r_c2
 from tinytrain.ops import dense as rdense
+from tinytrain.ops import depthwise as r_dw
 from tinytrain.ops import leaky_relu as rleaky
 from tinytrain.ops import softmax_ce as rsm
 
 from .conftest import examples
 from .oputil import c_ctx, c_i16, c_i32, draw_array
-from .test_exactness import _data, any_optimizer, three_way
+from .test_exactness import _data, _out, any_optimizer, three_way
 from .test_precision import _qemu_missing
 
 A16 = {"activations": "int16", "errors": "int16"}
@@ -48,9 +51,13 @@ def test_bad_int16_policies_name_the_field(spec, match):
 
 
 def test_layers_without_int16_kernels_are_refused_with_the_fix():
-    with pytest.raises(ModelError, match=r'layer 0 \(conv2d\): precision activations = "int16" is implemented for '
-                                         r'dense, flatten, leaky_relu, relu layers only: use "activations": "int8"'):
-        Sequential([Conv2d(2, 3), Flatten(), Dense(3)], input_shape=(4, 4, 1), precision=A16)
+    with pytest.raises(ModelError, match=r'layer 1 \(avgpool2d\): precision activations = "int16" is implemented for '
+                                         r'conv1d, conv2d, dense, depthwise_conv2d, flatten, leaky_relu, maxpool1d, '
+                                         r'maxpool2d, relu layers only: use "activations": "int8"'):
+        Sequential([Conv2d(2, 3), AvgPool2d(2), Flatten(), Dense(3)], input_shape=(4, 4, 1), precision=A16)
+    with pytest.raises(ModelError, match=r"layer 0 \(conv1d\): 70000 output positions; with int16 errors the bias "
+                                         r"gradient .* fits int32 up to 65538: use a larger stride"):
+        Sequential([Conv1d(1, 1), Flatten(), Dense(3)], input_shape=(70000, 1), n_classes=3, precision=A16)
     with pytest.raises(ModelError, match="implemented with the softmax_ce head only"):
         Sequential([Dense(3)], input_shape=(4,), loss="mse", precision=A16)
     with pytest.raises(ModelError, match="pruning is not implemented with int16 activations"):
@@ -220,6 +227,185 @@ def test_fused_update_equals_the_rule_on_both_multiplies(clib, altlib, data):
             assert st_.saturated == sum(moved)
 
 
+# ------------------------------------------------------- convolutions and pooling (tt_act16_conv.c)
+@st.composite
+def conv16_case(draw, kind):
+    """An int16 case of conv2d / depthwise / conv1d: shapes, strides, paddings, channels, values
+    over the whole int16 range (edge draws put every |e x| at 32767^2)."""
+    one_d, dw = kind == "conv1d", kind == "depthwise"
+    H = 1 if one_d else draw(st.integers(1, 7))
+    W = draw(st.integers(1, 12 if one_d else 7))
+    KH = 1 if one_d else draw(st.integers(1, 3))
+    KW = draw(st.integers(1, 4))
+    stride = (1 if one_d else draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    if draw(st.booleans()):
+        padding = draw(st.sampled_from(["valid", "same"]))
+    else:
+        padding = (0, 0) if one_d else (draw(st.integers(0, KH)), draw(st.integers(0, KH)))
+        padding = (*padding, draw(st.integers(0, KW)), draw(st.integers(0, KW)))
+    try:
+        OH, OW, _, pads = r_c2.geometry(H, W, KH, KW, stride, padding)
+    except ValueError:
+        assume(False)
+    Cin = draw(st.integers(1, 5))
+    Cout = Cin if dw else draw(st.integers(1, 5))
+    wshape = (KH, KW, Cin) if dw else (Cout, KH, KW, Cin)
+    x = draw_array(draw, (H, W, Cin), np.int16, -32767, 32767)
+    w = draw_array(draw, wshape, np.int16, -32767, 32767)
+    b = draw_array(draw, (Cout,), np.int32, -(2**31) + 1, 2**31 - 1)
+    e = draw_array(draw, (OH, OW, Cout), np.int16, -32767, 32767)
+    ex, ew, eb, ee = (draw(st.integers(-30, 10)) for _ in range(4))
+    c = dict(x=x, w=w, b=b, e=e, ex=ex, ew=ew, eb=eb, ee=ee, stride=stride, padding=padding, pads=pads)
+    if one_d:  # the Conv1d view (H = KH = 1)
+        c.update(x=np.ascontiguousarray(x[0]), w=np.ascontiguousarray(w[:, 0]), e=np.ascontiguousarray(e[0]),
+                 stride=stride[1], padding=padding if isinstance(padding, str) else padding[2:], pads=pads[2:])
+    return c
+
+
+def _conv16_ref(kind, c):
+    mod = {"conv2d": r_c2, "depthwise": r_dw, "conv1d": r_c1}[kind]
+    cfg = dict(stride=c["stride"], padding=c["padding"])
+    y, ey, ns = mod.forward(c["x"], c["ex"], c["w"], c["ew"], c["b"], c["eb"], **cfg)
+    dx, edx, nsd, grads = mod.backward(c["e"], c["ee"], c["x"], c["ex"], c["w"], c["ew"], **cfg)
+    assert y.dtype == dx.dtype == np.int16 and [g.dtype for g, _ in grads] == [np.int32, np.int32]
+    npos = int(np.prod(c["e"].shape[:-1]))
+    gs = r_c2.grad_shift(npos)
+    assert grads[0][1] == c["ee"] + c["ex"] + gs and grads[1][1] == c["ee"]
+    assert np.abs(grads[0][0].astype(np.int64)).max() <= 2**30
+    return y, ey, ns, dx, edx, nsd, grads[0][0], grads[1][0], gs
+
+
+@pytest.mark.parametrize("kind", ["conv2d", "depthwise", "conv1d"])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(data=st.data())
+def test_conv_s16_c_and_numba_equal_the_reference(clib, clib_ubsan, kind, data):
+    """Reference = numba = C (and under UBSan), the weight gradient also a few output channels at
+    a time (the generated step's by-channel update) and against Python ints."""
+    from tinytrain.fixedpoint import rshift_round
+    from tinytrain.kernels import conv as kc
+
+    c = data.draw(conv16_case(kind))
+    x, w, e = c["x"], c["w"], c["e"]
+    y_r, ey_r, ns_r, dx_r, edx_r, nsd_r, gw_r, gb_r, gs = _conv16_ref(kind, c)
+    # the rounded gradient against Python ints, one weight
+    if kind == "conv2d" and w.size:
+        import itertools
+
+        xp = np.pad(x.astype(object), ((c["pads"][0], c["pads"][1]), (c["pads"][2], c["pads"][3]), (0, 0)))
+        sh, sw = c["stride"]
+        OH, OW, _ = e.shape
+        co, kh, kw, ci = (data.draw(st.integers(0, n - 1)) for n in w.shape)
+        exact = sum(int(e[oh, ow, co]) * int(xp[oh * sh + kh, ow * sw + kw, ci]) for oh, ow in itertools.product(range(OH), range(OW)))
+        assert gw_r[co, kh, kw, ci] == rshift_round(exact, gs)
+    if kind == "conv1d":
+        nb_cfg, s, pl = (c["stride"], c["pads"][0]), c["stride"], c["pads"][0]
+    else:
+        (sh, sw), (pt, _, pl, _) = c["stride"], c["pads"]
+        nb_cfg = (sh, sw, pt, pl)
+    name = kind
+    fwd, bwd, grad = (getattr(kc, f"{name}_{k}") for k in ("fwd", "bwd", "grad_a16"))
+    stats = np.zeros(4, np.int64)
+    scratch = np.full(max(e.size, x.size), 2**62, np.int64)
+    y, dx = np.zeros(e.shape, np.int16), np.zeros(x.shape, np.int16)
+    assert fwd(x, c["ex"], w, c["ew"], c["b"], c["eb"], *nb_cfg, scratch, y, stats) == ey_r and np.array_equal(y, y_r)
+    assert bwd(e, c["ee"], w, c["ew"], *nb_cfg, scratch, dx, stats) == edx_r and np.array_equal(dx, dx_r)
+    gw, gb = np.zeros(w.shape, np.int32), np.zeros(e.shape[-1], np.int32)
+    grad(e, x, *nb_cfg, gs, gw, gb)
+    assert np.array_equal(gw, gw_r) and np.array_equal(gb, gb_r) and stats[0] == ns_r + nsd_r
+    for ffi, lib in (clib, clib_ubsan):
+        if kind == "conv1d":
+            L, Cin = x.shape
+            Cout, K, _ = w.shape
+            ctype, dims = "tt_conv1d_params", dict(L=L, Cin=Cin, Cout=Cout, k=K, stride=s, pad=pl, Lo=e.shape[0])
+        else:
+            H, W, Cin = x.shape
+            KH, KW = w.shape[-3:-1]
+            ctype = "tt_conv_params"
+            dims = dict(H=H, W=W, Cin=Cin, Cout=e.shape[-1], kh=KH, kw=KW, stride_h=sh, stride_w=sw, pad_h=pt,
+                        pad_w=pl, Ho=e.shape[0], Wo=e.shape[1])
+        p = ffi.new(f"{ctype} *", dict(dims, w=c_i16(ffi, w), ew=c["ew"], b=c_i32(ffi, c["b"]), eb=c["eb"]))
+        scr = np.full(max(e.size, x.size) + 2, -(2**62), np.int64)
+        ctx, stc = c_ctx(ffi, scr)
+        yc, dxc = np.full(e.size + 2, 77, np.int16), np.full(x.size + 2, 77, np.int16)
+        assert getattr(lib, f"tt_{name}_fwd_s16")(ctx, p, c_i16(ffi, x), c["ex"], c_i16(ffi, yc)) == ey_r
+        assert getattr(lib, f"tt_{name}_bwd_s16")(ctx, p, c_i16(ffi, e), c["ee"], c_i16(ffi, dxc)) == edx_r
+        assert np.array_equal(yc[:-2].reshape(e.shape), y_r) and np.array_equal(dxc[:-2].reshape(x.shape), dx_r)
+        assert list(yc[-2:]) == list(dxc[-2:]) == [77, 77] and stc.saturated == ns_r + nsd_r
+        gwc, gbc = np.full(w.size + 1, 5, np.int32), np.full(gb.size + 1, 5, np.int32)
+        getattr(lib, f"tt_{name}_grad_s32_s16")(p, c_i16(ffi, e), c_i16(ffi, x), gs, c_i32(ffi, gwc), c_i32(ffi, gbc))
+        assert np.array_equal(gwc[:-1].reshape(w.shape), gw_r) and np.array_equal(gbc[:-1], gb_r)
+        assert gwc[-1] == gbc[-1] == 5
+        if kind != "depthwise":  # by channel: nco output channels from co
+            Cout = w.shape[0]
+            co = data.draw(st.integers(0, Cout - 1))
+            nco = data.draw(st.integers(1, Cout - co))
+            chan = w.size // Cout
+            gch = np.full(nco * chan + 1, 5, np.int32)
+            getattr(lib, f"tt_{name}_grad_w_chan_s32_s16")(p, c_i16(ffi, e), c_i16(ffi, x), gs, co, nco, c_i32(ffi, gch))
+            assert np.array_equal(gch[:-1], gw_r.reshape(Cout, -1)[co:co + nco].reshape(-1)) and gch[-1] == 5
+            gbc[:] = 5
+            getattr(lib, f"tt_{name}_grad_b_s32_s16")(p, c_i16(ffi, e), c_i32(ffi, gbc))
+            assert np.array_equal(gbc[:-1], gb_r)
+
+
+def test_conv_s16_gradient_at_its_bound():
+    """Every |e x| = 32767^2 over OH*OW positions: the int64 sum rounded by grad_shift stays
+    within 2^30 (an int32 sum would wrap from three positions on)."""
+    for npos in (1, 2, 3, 64, 65, 4096):
+        g = r_c2.grad_shift(npos)
+        top = npos * 32767 * 32767
+        assert top >= 2**31 or npos <= 2
+        from tinytrain.fixedpoint import rshift_round
+
+        assert rshift_round(top, g) <= 2**30 and rshift_round(-top, g) >= -(2**30)
+    x = np.full((8, 8, 1), 32767, np.int16)
+    e = np.full((8, 8, 1), -32767, np.int16)
+    w = np.zeros((1, 1, 1, 1), np.int16)
+    (gw, egw), (gb, egb) = r_c2.backward(e, 0, x, 0, w, 0, need_dx=False)[3]
+    assert egw == 6 and gw.ravel()[0] == -(64 * 32767 * 32767 >> 6) and gb[0] == -64 * 32767
+
+
+@settings(max_examples=examples(80), deadline=None)
+@given(st.data())
+def test_maxpool_s16_c_and_numba_equal_the_reference(clib, clib_ubsan, data):
+    """2-D and 1-D, strides below the kernel (overlap: the routed sums requantized at 16 bits)
+    and at or above it, ties (edge draws)."""
+    from tinytrain.kernels import pool as kp
+    from tinytrain.ops import maxpool as rmp
+
+    one_d = data.draw(st.booleans())
+    H = 1 if one_d else data.draw(st.integers(1, 6))
+    W, C = data.draw(st.integers(1, 9)), data.draw(st.integers(1, 4))
+    kh = 1 if one_d else data.draw(st.integers(1, H))
+    kw = data.draw(st.integers(1, W))
+    sh = 1 if one_d else data.draw(st.integers(1, 3))
+    sw = data.draw(st.integers(1, 3))
+    x = draw_array(data.draw, (H, W, C), np.int16, -32767, 32767)
+    OH, OW = (H - kh) // sh + 1, (W - kw) // sw + 1
+    e = draw_array(data.draw, (OH, OW, C), np.int16, -32767, 32767)
+    y_r, ey_r, _ = rmp.forward(x, 3, (kh, kw), (sh, sw))
+    dx_r, edx_r, ns_r, _ = rmp.backward(e, -4, x, (kh, kw), (sh, sw))
+    assert y_r.dtype == dx_r.dtype == np.int16 and ey_r == 3
+    stats = np.zeros(4, np.int64)
+    y, dx = np.zeros(e.shape, np.int16), np.zeros(x.shape, np.int16)
+    assert kp.maxpool2d_fwd(x, 3, kh, kw, sh, sw, y, stats) == 3 and np.array_equal(y, y_r)
+    assert kp.maxpool2d_bwd(e, -4, x, kh, kw, sh, sw, np.zeros(x.size, np.int32), dx, stats) == edx_r
+    assert np.array_equal(dx, dx_r) and stats[0] == ns_r
+    for ffi, lib in (clib, clib_ubsan):
+        scr = np.zeros(x.size, np.int64)
+        ctx, stc = c_ctx(ffi, scr)
+        yc, dxc = np.zeros(e.shape, np.int16), np.zeros(x.shape, np.int16)
+        if one_d:
+            p = ffi.new("tt_pool1d_params *", dict(L=W, C=C, k=kw, stride=sw))
+            fwd, bwd = lib.tt_maxpool1d_fwd_s16, lib.tt_maxpool1d_bwd_s16
+        else:
+            p = ffi.new("tt_pool_params *", dict(H=H, W=W, C=C, kh=kh, kw=kw, stride_h=sh, stride_w=sw))
+            fwd, bwd = lib.tt_maxpool2d_fwd_s16, lib.tt_maxpool2d_bwd_s16
+        assert fwd(ctx, p, c_i16(ffi, x), 3, c_i16(ffi, yc)) == 3 and np.array_equal(yc, y_r)
+        assert bwd(ctx, p, c_i16(ffi, e), -4, c_i16(ffi, x), c_i16(ffi, dxc)) == edx_r
+        assert np.array_equal(dxc, dx_r) and stc.saturated == ns_r
+
+
 # ------------------------------------------------- reference = numba = C, drawn models and options
 @st.composite
 def a16_model(draw):
@@ -235,6 +421,53 @@ def a16_model(draw):
     policy = {**A16, **draw(st.sampled_from([{}, {"master": "int32"}, {"bias": "int16"}, {"momentum": "int16"},
                                              {"momentum": "int8"}]))}
     return shape, layers, n_cls, policy
+
+
+@st.composite
+def a16_cnn(draw):
+    """A small CNN with int16 activations: 1-3 spatial layers (conv2d / depthwise / conv1d with
+    drawn kernel, stride, padding and filters, ReLU, max pooling), Flatten, optional hidden Dense,
+    the Dense head; the policy's other keys drawn."""
+    one_d = draw(st.booleans())
+    shape = (draw(st.integers(4, 14)), draw(st.integers(1, 3))) if one_d else \
+        (draw(st.integers(3, 7)), draw(st.integers(3, 7)), draw(st.integers(1, 3)))
+    layers, cur = [], shape
+    for _ in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(["conv", "conv", "relu", "pool"] + ([] if one_d else ["depthwise"])))
+        k, stride, pad = draw(st.sampled_from([1, 2, 3])), draw(st.integers(1, 2)), draw(st.sampled_from(["valid", "same"]))
+        n = draw(st.integers(1, 4))
+        l = {"conv": lambda: Conv1d(n, k, stride=stride, padding=pad) if one_d else Conv2d(n, k, stride=stride, padding=pad),
+             "depthwise": lambda: DepthwiseConv2d(k, stride=stride, padding=pad), "relu": ReLU,
+             "pool": lambda: MaxPool1d(2) if one_d else MaxPool2d(draw(st.sampled_from([2, (1, 2), (2, 1)])))}[kind]()
+        nxt = _out(l, cur)
+        if nxt is not None:
+            layers.append(l)
+            cur = nxt
+    layers.append(Flatten())
+    if draw(st.booleans()):
+        layers += [Dense(draw(st.integers(2, 8))), ReLU()]
+    n_cls = draw(st.integers(2, 4))
+    layers.append(Dense(n_cls))
+    policy = {**A16, **draw(st.sampled_from([{}, {"master": "int32"}, {"bias": "int16"}, {"momentum": "int16"},
+                                             {"momentum": "int8"}]))}
+    return shape, layers, n_cls, policy
+
+
+@settings(max_examples=examples(8), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_any_int16_cnn_any_optimizer_reference_sim_c_equal(data):
+    """Drawn CNNs (shapes, strides, paddings, channels) x policies x optimizer options: the
+    reference, numba and C (UBSan) train side by side, every step's state hash equal."""
+    shape, layers, n_cls, policy = data.draw(a16_cnn())
+    probe = Sequential(copy.deepcopy(layers), input_shape=shape, input_exp=-7, n_classes=n_cls, precision=policy)
+    opt = data.draw(any_optimizer(probe.layers))
+    if policy.get("momentum") == "int8":
+        opt = replace(opt, master_weights=False)
+    ref = Sequential(layers, input_shape=shape, input_exp=data.draw(st.integers(-9, 0)), n_classes=n_cls,
+                     optimizer=opt, seed=data.draw(st.integers(0, 1000)), precision=policy)
+    x, y = _data(data.draw(st.integers(4, 8)), shape, n_cls, data.draw(st.integers(0, 2**16)))
+    three_way(ref, x, y)
 
 
 @settings(max_examples=examples(8), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
@@ -317,6 +550,35 @@ def test_int16_activations_train_bit_exact_on_qemu_boards(data):
             board = "mps2_an386"
     r = verify(m, ds, 30, board=board, json=True)
     assert r["steps"] == 30 and r["mismatches"] == 0, (board, m.summary(), r["first_mismatch"])
+
+
+@pytest.mark.qemu
+@pytest.mark.skipif(bool(_qemu_missing()), reason="QEMU, arm-none-eabi-gcc or PlatformIO missing")
+@settings(max_examples=examples(2), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_int16_activation_cnns_train_bit_exact_on_qemu_boards(data):
+    """Small CNNs with int16 activations and errors: a 2-D one on digits images (conv2d same /
+    strided, ReLU, max pooling, Flatten, Dense) or a 1-D one on MNIST-1D (conv1d, ReLU,
+    maxpool1d), with momentum and SR drawn, on QEMU mps2_an386 (Cortex-M4) and microbit
+    (Cortex-M0): every step's state hash verified against the simulator."""
+    from tinytrain import data as tdata
+    from tinytrain.verify import verify
+
+    if data.draw(st.booleans()):
+        ds = tdata.load_digits("image")
+        layers = [Conv2d(data.draw(st.integers(2, 6)), 3, padding="same"), ReLU(), MaxPool2d(2),
+                  Conv2d(data.draw(st.integers(2, 6)), 3, stride=data.draw(st.integers(1, 2)), padding="same"), ReLU(),
+                  Flatten(), Dense(10)]
+    else:
+        ds = tdata.load_mnist1d("signal")
+        layers = [Conv1d(data.draw(st.integers(2, 6)), 5, padding="same"), ReLU(), MaxPool1d(2),
+                  Conv1d(4, 3, stride=2), ReLU(), Flatten(), Dense(10)]
+    opt = SGD(lr=0.02, momentum=data.draw(st.sampled_from([0.0, 0.9])), stochastic_rounding=data.draw(st.booleans()))
+    m = Sequential(layers, dataset=ds, seed=data.draw(st.integers(0, 100)), optimizer=opt, precision=A16)
+    for board in ("mps2_an386", "microbit"):
+        r = verify(m.copy(), ds, 20, board=board, json=True)
+        assert r["steps"] == 20 and r["mismatches"] == 0, (board, m.summary(), r["first_mismatch"])
 
 
 def test_the_fixed_point_report_shows_int16_tensors_and_int64_sums():

@@ -614,8 +614,13 @@ uint32_t {P}_saturations(void);
                                               "dx": dx or "", "edx": "", "_bufprefix": ""})
         kind, params, wv, g = l.kind, fm["params"], fm["wv"], self.grad_name(li, 0)
         chan, G = self.chan_size(li), self.chan_group(li)
-        for pi, (ge, grad) in enumerate([(f"de + {ex}", f"tt_{kind}_grad_w_chan_s32{wv}({params}, {e}, {x}, co, nco, {g})"),
-                                         ("de", f"tt_{kind}_grad_b_s32{wv}({params}, {e}, {g})")]):
+        rows = [(f"de + {ex}", f"tt_{kind}_grad_w_chan_s32{wv}({params}, {e}, {x}, co, nco, {g})"),
+                ("de", f"tt_{kind}_grad_b_s32{wv}({params}, {e}, {g})")]
+        if self.a16:  # int16 activations: the int64 sums rounded by the static gshift (tt_act16_conv.h)
+            gs = fm["gshift"]
+            rows = [(f"de + {ex} + {gs}", f"tt_{kind}_grad_w_chan_s32_s16({params}, {e}, {x}, {gs}, co, nco, {g})"),
+                    ("de", f"tt_{kind}_grad_b_s32_s16({params}, {e}, {g})")]
+        for pi, (ge, grad) in enumerate(rows):
             if not m.learns(li, pi):
                 continue
             key, p = (li, pi), l.params[pi]

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from numba import njit
 
-from tinytrain.kernels._common import align, requant_s8
+from tinytrain.kernels._common import align, requant_s8, rshift_round
 
 
 @njit(cache=True)
@@ -200,3 +200,74 @@ def conv1d_grad(e, x, s, pad_left, gw, gb):
     _, K, _ = gw.shape
     conv2d_grad(e.reshape(1, OL, Cout), x.reshape(1, L, Cin), 1, s, 0, pad_left,
                 gw.reshape(Cout, 1, K, Cin), gb)
+
+
+# ---------------------------------------------- int16 activations and errors (graph/act16.py)
+# fwd and bwd above take int16 x, e, y, dx as they are (the products in int64, requant_s8 at the
+# width of y / dx); the weight gradients sum up to OH*OW terms of 32767^2 and are rounded by the
+# static shift g = ops.conv2d.grad_shift(OH*OW) (ops/conv2d.py), summed here in int64 per weight.
+
+
+@njit(cache=True)
+def conv2d_grad_a16(e, x, sh, sw, pt, pl, g, gw, gb):
+    """gw (Cout, KH, KW, Cin) int32 = rshift_round(sum_{oh, ow} e * x-window, g), gb = sum e."""
+    OH, OW, Cout = e.shape
+    H, W, Cin = x.shape
+    _, KH, KW, _ = gw.shape
+    for co in range(Cout):
+        t = 0
+        for oh in range(OH):
+            for ow in range(OW):
+                t += e[oh, ow, co]
+        gb[co] = t
+        for kh in range(KH):
+            for kw in range(KW):
+                for ci in range(Cin):
+                    a = 0
+                    for oh in range(OH):
+                        ih = oh * sh - pt + kh
+                        if ih < 0 or ih >= H:
+                            continue
+                        for ow in range(OW):
+                            iw = ow * sw - pl + kw
+                            if iw < 0 or iw >= W:
+                                continue
+                            a += e[oh, ow, co] * x[ih, iw, ci]
+                    gw[co, kh, kw, ci] = rshift_round(a, g)
+
+
+@njit(cache=True)
+def depthwise_grad_a16(e, x, sh, sw, pt, pl, g, gw, gb):
+    """gw (KH, KW, C) int32 = rshift_round(sum of e * x over positions, g), gb (C,) = sum e."""
+    OH, OW, C = e.shape
+    H, W, _ = x.shape
+    KH, KW, _ = gw.shape
+    for c in range(C):
+        t = 0
+        for oh in range(OH):
+            for ow in range(OW):
+                t += e[oh, ow, c]
+        gb[c] = t
+        for kh in range(KH):
+            for kw in range(KW):
+                a = 0
+                for oh in range(OH):
+                    ih = oh * sh - pt + kh
+                    if ih < 0 or ih >= H:
+                        continue
+                    for ow in range(OW):
+                        iw = ow * sw - pl + kw
+                        if iw < 0 or iw >= W:
+                            continue
+                        a += e[oh, ow, c] * x[ih, iw, c]
+                gw[kh, kw, c] = rshift_round(a, g)
+
+
+@njit(cache=True)
+def conv1d_grad_a16(e, x, s, pad_left, g, gw, gb):
+    """gw (Cout, K, Cin) int32, gb (Cout,) int32 (Conv2d with H = KH = 1)."""
+    OL, Cout = e.shape
+    L, Cin = x.shape
+    _, K, _ = gw.shape
+    conv2d_grad_a16(e.reshape(1, OL, Cout), x.reshape(1, L, Cin), 1, s, 0, pad_left, g,
+                    gw.reshape(Cout, 1, K, Cin), gb)

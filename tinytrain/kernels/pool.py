@@ -22,6 +22,18 @@ def _round_s8(acc, s, stats):
 
 
 @njit(cache=True, inline="always")
+def _round_q(acc, s, qmax, stats):
+    r = rshift_round(acc, s)
+    if r > qmax:
+        stats[0] += 1
+        return qmax
+    if r < -qmax:
+        stats[0] += 1
+        return -qmax
+    return r
+
+
+@njit(cache=True, inline="always")
 def _argmax(x, h0, w0, c, kh, kw):
     """(h, w) of the first maximum of the window at (h0, w0), strict > row-major scan."""
     bh, bw, best = h0, w0, x[h0, w0, c]
@@ -47,7 +59,7 @@ def maxpool2d_fwd(x, ex, kh, kw, sh, sw, y, stats):
 
 @njit(cache=True)
 def maxpool2d_bwd(e, ee, x, kh, kw, sh, sw, scratch, dx, stats):
-    """dx (H, W, C) = requant_s8(errors routed to the argmaxes recomputed from x); returns
+    """dx (H, W, C) = requant_s8 (at dx's width) of the errors routed to the argmaxes recomputed from x; returns
     edx. scratch: int32 (H*W*C,) when the windows overlap, unused (may be empty) otherwise."""
     OH, OW, C = e.shape
     H, W, _ = x.shape
@@ -69,11 +81,12 @@ def maxpool2d_bwd(e, ee, x, kh, kw, sh, sw, scratch, dx, stats):
     m = 0
     for v in scratch[: H * W * C]:
         m = max(m, abs(v))
-    s = requant_shift(m, 8)
+    bits = dx.itemsize * 8  # int8, or int16 (int16 activations and errors: the same rule)
+    s = requant_shift(m, bits)
     for h in range(H):
         for w in range(W):
             for c in range(C):
-                dx[h, w, c] = _round_s8(acc[h, w, c], s, stats)
+                dx[h, w, c] = _round_q(acc[h, w, c], s, (1 << (bits - 1)) - 1, stats)
     return ee + s
 
 

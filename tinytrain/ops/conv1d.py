@@ -11,7 +11,7 @@ Backward (pre-update weights, dx first):
           -> requant_s8(., ee + ew)
           gw[co, k, ci] = sum_o e[o, co] * xp[o*s + k, ci]   at ee + ex  (int32)
           gb[co]        = sum_o e[o, co]                     at ee       (int32)
-Bounds: as Conv2d. |acc| <= K*Cin * 127*32767 + 2^30 in int64; gw sums OL terms of
+Bounds: as Conv2d (int16 activations too: ops/conv2d.py, the shift over OL positions). |acc| <= K*Cin * 127*32767 + 2^30 in int64; gw sums OL terms of
 |e*x| <= 127*127 and fits int32 iff OL <= 133144 (``geometry`` raises ValueError otherwise).
 """
 from __future__ import annotations

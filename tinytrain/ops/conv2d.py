@@ -20,16 +20,38 @@ and activations are symmetric int8) and gw sums OH*OW terms, so |gw| <= 16129 * 
 fits int32 iff OH*OW <= GRAD_MAX_POSITIONS = 133144 (|gb| <= 127 * OH*OW is then smaller).
 ``geometry`` raises ValueError for larger outputs, so an unsafe layer is rejected when the
 graph is built, never wrapped at run time; the C kernel accumulates gw in int32 on that proof.
+
+int16 activations and errors (precision ``"activations": "int16"``): x, e, y, dx are int16
+(+-32767), y and dx requantized with 16 bits instead of 8; the sums stay exact in int64
+(fan-in * 32767^2 + 2^30). A gradient term |e*x| <= 32767^2 < 2^30, so gw sums up to
+OH*OW * 2^30: it is summed in int64 and rounded, gw = rshift_round(sum, g) with the static
+g = grad_shift(OH*OW) = bitwidth(OH*OW - 1) (|gw| <= 2^30, the bound of a Dense gradient
+under the same policy), at exponent ee + ex + g; gb = sum e (|gb| <= 32767 * OH*OW, int32
+while OH*OW <= A16_MAX_POSITIONS) at ee.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from tinytrain.fixedpoint import INT32_MAX, INT8_MAX
-from tinytrain.ops._common import align, requant_s8
+from tinytrain.fixedpoint import INT32_MAX, INT8_MAX, rshift_round
+from tinytrain.ops._common import act_bits, align, requant
 
 #: Largest number of output positions whose gradient sum of int8 x int8 terms fits int32.
 GRAD_MAX_POSITIONS = INT32_MAX // (INT8_MAX * INT8_MAX)  # 133144
+#: int16 activations: most output positions whose bias gradient sum of int16 errors fits int32
+A16_MAX_POSITIONS = INT32_MAX // 32767  # 65538
+
+
+def grad_shift(npos: int, bits: int = 16) -> int:
+    """The static right shift of a weight gradient summing ``npos`` products of ``bits``-bit
+    errors and activations: 0 for int8, bitwidth(npos - 1) for int16 (|gw| <= 2^30)."""
+    return 0 if bits == 8 else (int(npos) - 1).bit_length()
+
+
+def round_grad(gw, npos: int, bits: int):
+    """(gw int32, g): the int64 weight gradient sums rounded by grad_shift (see the docstring)."""
+    g = grad_shift(npos, bits)
+    return rshift_round(gw, g).astype(np.int32), g
 
 
 def _pads_1d(n: int, k: int, s: int, mode: str) -> tuple[int, int]:
@@ -110,9 +132,9 @@ def backward_acc(e, w, x_shape, stride=(1, 1), padding=(0, 0, 0, 0)):
 
 
 def forward(x, ex, w, ew, b, eb, stride=(1, 1), padding=(0, 0, 0, 0)):
-    """Returns (y (OH, OW, Cout) int8, ey, nsat)."""
+    """Returns (y (OH, OW, Cout) int8 (int16 for an int16 x), ey, nsat)."""
     acc = forward_acc(x, w, stride, padding) + align(b, eb, ex + ew)
-    return requant_s8(acc, ex + ew)
+    return requant(acc, ex + ew, act_bits(x))
 
 
 def backward(e, ee, x, ex, w, ew, stride=(1, 1), padding=(0, 0, 0, 0), need_dx=True):
@@ -125,8 +147,9 @@ def backward(e, ee, x, ex, w, ew, stride=(1, 1), padding=(0, 0, 0, 0), need_dx=T
     gw = np.zeros(w.shape, np.int64)
     for kh, kw, xs in windows(xp, KH, KW, sh, sw, OH, OW):
         gw[:, kh, kw, :] = e2.T @ xs.reshape(OH * OW, -1)
-    grads = [(gw.astype(np.int32), ee + ex), (e2.sum(axis=0).astype(np.int32), ee)]
+    gw, g = round_grad(gw, OH * OW, act_bits(e))
+    grads = [(gw, ee + ex + g), (e2.sum(axis=0).astype(np.int32), ee)]
     if not need_dx:
         return None, 0, 0, grads
-    dx, edx, nsat = requant_s8(backward_acc(e, w, x.shape, stride, padding), ee + ew)
+    dx, edx, nsat = requant(backward_acc(e, w, x.shape, stride, padding), ee + ew, act_bits(e))
     return dx, edx, nsat, grads

@@ -14,13 +14,15 @@ Backward (pre-update weights, dx first):
 Bounds: |acc| <= KH*KW * 127*32767 + 2^30 (forward), KH*KW * 127*32767 (dx), int64 everywhere.
 gw sums OH*OW terms of |e*x| <= 127*127, so it fits int32 iff OH*OW <= 133144
 (conv2d.GRAD_MAX_POSITIONS); ``conv2d.geometry`` rejects larger outputs with ValueError.
+int16 activations and errors: as ops/conv2d.py (requant to 16 bits, gw rounded by
+conv2d.grad_shift(OH*OW) at ee + ex + that shift).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from tinytrain.ops._common import align, requant_s8
-from tinytrain.ops.conv2d import geometry, windows
+from tinytrain.ops._common import act_bits, align, requant
+from tinytrain.ops.conv2d import geometry, round_grad, windows
 
 
 def forward_acc(x, w, stride=(1, 1), padding=(0, 0, 0, 0)):
@@ -51,7 +53,7 @@ def backward_acc(e, w, x_shape, stride=(1, 1), padding=(0, 0, 0, 0)):
 def forward(x, ex, w, ew, b, eb, stride=(1, 1), padding=(0, 0, 0, 0)):
     """Returns (y (OH, OW, C) int8, ey, nsat)."""
     acc = forward_acc(x, w, stride, padding) + align(b, eb, ex + ew)
-    return requant_s8(acc, ex + ew)
+    return requant(acc, ex + ew, act_bits(x))
 
 
 def backward(e, ee, x, ex, w, ew, stride=(1, 1), padding=(0, 0, 0, 0), need_dx=True):
@@ -64,8 +66,9 @@ def backward(e, ee, x, ex, w, ew, stride=(1, 1), padding=(0, 0, 0, 0), need_dx=T
     gw = np.zeros(w.shape, np.int64)
     for kh, kw, xs in windows(xp, KH, KW, sh, sw, OH, OW):
         gw[kh, kw] = (e64 * xs).sum(axis=(0, 1))
-    grads = [(gw.astype(np.int32), ee + ex), (e64.sum(axis=(0, 1)).astype(np.int32), ee)]
+    gw, g = round_grad(gw, OH * OW, act_bits(e))
+    grads = [(gw, ee + ex + g), (e64.sum(axis=(0, 1)).astype(np.int32), ee)]
     if not need_dx:
         return None, 0, 0, grads
-    dx, edx, nsat = requant_s8(backward_acc(e, w, x.shape, stride, padding), ee + ew)
+    dx, edx, nsat = requant(backward_acc(e, w, x.shape, stride, padding), ee + ew, act_bits(e))
     return dx, edx, nsat, grads

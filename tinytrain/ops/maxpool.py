@@ -16,17 +16,18 @@ Backward: dx_acc[h, w, c] = sum of e[oh, ow, c] over the windows whose argmax is
           0 and dx is e routed to the argmaxes at exponent ee: kernels write it directly and
           need no scratch. With overlap the shift is 0 unless routed errors pile up past 127.
 No parameters: grads = [].
+int16 activations and errors: the same rule on int16 (+-32767, requant with 16 bits).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from tinytrain.ops._common import requant_s8
+from tinytrain.ops._common import act_bits, requant
 from tinytrain.ops._pool import geometry, window
 
 
 def argmax(x, kernel, stride=None):
-    """(max, idx): the window maxima (OH, OW, C) int8 and the flat input index h*W + w of
+    """(max, idx): the window maxima (OH, OW, C) (x's dtype) and the flat input index h*W + w of
     each window's first maximum (OH, OW, C) int64."""
     H, W, C = x.shape
     kh, kw, sh, sw, OH, OW = geometry(x.shape, kernel, stride)
@@ -43,7 +44,7 @@ def argmax(x, kernel, stride=None):
                 upd = v > best
                 best = np.where(upd, v, best)
                 idx = np.where(upd, pos, idx)
-    return best.astype(np.int8), idx
+    return best.astype(x.dtype), idx
 
 
 def forward(x, ex, kernel, stride=None):
@@ -64,7 +65,7 @@ def backward(e, ee, x, kernel, stride=None, need_dx=True):
     """Returns (dx, edx, nsat, grads) with dx (H, W, C) int8 and grads = []."""
     if not need_dx:
         return None, 0, 0, []
-    dx, edx, nsat = requant_s8(backward_acc(e, x, kernel, stride), ee)
+    dx, edx, nsat = requant(backward_acc(e, x, kernel, stride), ee, act_bits(e))
     return dx, edx, nsat, []
 
 
