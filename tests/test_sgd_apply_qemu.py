@@ -104,9 +104,6 @@ def test_apply_s32_copy_rails_on_m4(tmp_path):
         assert g == _expected(k), f"case {i}"
 
 
-KEPT_MAIN = Path(__file__).parent / "c" / "sgd_kept_main.c"
-
-
 @st.composite
 def kept_case(draw):
     """A Dense layer's weight accumulate and apply at batch 1 (tt_sgd_dense_accumulate_s32 with a keep,
@@ -146,27 +143,14 @@ def _run_kept_m4(cases, tmp):
            "wd_m, wd_k, sr; } kept_case;\n"]
     rows = []
     for i, c in enumerate(cases):
-        out += [_arr(f"e{i}", c["e"], "int8_t"), _arr(f"x{i}", c["x"], "int8_t"), _arr(f"w{i}", c["w"], "int32_t"),
-                _arr(f"V{i}", c["V"], "int32_t")] + ([_arr(f"A{i}", c["A"], "int32_t")] if c["A"] is not None else [])
+        out += [c_array(f"e{i}", c["e"], "int8_t"), c_array(f"x{i}", c["x"], "int8_t"), c_array(f"w{i}", c["w"], "int32_t"),
+                c_array(f"V{i}", c["V"], "int32_t")] + ([c_array(f"A{i}", c["A"], "int32_t")] if c["A"] is not None else [])
         rows.append(f"{{e{i}, x{i}, w{i}, V{i}, {f'A{i}' if c['A'] is not None else 0}, {c['K']}, {c['N']}, {c['m_t']}, {c['k']}, {c['ew']}, {c['ee']}, {c['ex']}, "
                     f"{c['mu'][0]}, {c['mu'][1]}, {c['wd'][0]}, {c['wd'][1]}, {c['sr']}}}")
     out.append(f"#define KEPT_NCASES {len(cases)}\n#define KEPT_MAX_N {max(c['K'] * c['N'] for c in cases)}\n"
                f"#define KEPT_MAX_NN {max(c['N'] for c in cases)}\n")
     out.append("static const kept_case kept_cases[KEPT_NCASES] = {\n  " + ",\n  ".join(rows) + "\n};\n")
-    (tmp / "kept_cases.h").write_text("".join(out))
-    port = FW / "ports"
-    elf = tmp / "kept.elf"
-    subprocess.run(["arm-none-eabi-gcc", *FLAGS, f"-I{FW / 'include'}", f"-I{tmp}", str(KEPT_MAIN),
-                    str(FW / "src" / "tt_sgd.c"), str(FW / "src" / "tt_fixedpoint.c"),
-                    str(port / "mps2" / "startup_mps2.c"), str(port / "mps2" / "tt_port_mps2.c"),
-                    str(port / "common" / "tt_port_common.c"), "-T", str(port / "mps2" / "mps2.ld"),
-                    "-Wl,--gc-sections", "--specs=nano.specs", "--specs=nosys.specs", "-o", str(elf)],
-                   check=True, capture_output=True)
-    r = subprocess.run(["qemu-system-arm", "-M", "mps2-an386", "-nographic", "-semihosting", "-monitor", "none",
-                        "-serial", "stdio", "-kernel", str(elf)], capture_output=True, text=True, timeout=120)
-    lines = [ln.split() for ln in r.stdout.splitlines() if ln.strip()]
-    assert lines and lines[-1] == ["END"], r.stdout[-500:]
-    return [[int(v) for v in ln] for ln in lines[:-1]]
+    return run_m4("sgd_kept_main.c", ["tt_sgd.c", "tt_fixedpoint.c"], "kept_cases.h", "".join(out), tmp)
 
 
 def _kept_expected(c):

@@ -11,22 +11,12 @@
 #include "tt_port.h"
 
 #include "kept_cases.h"
+#include "tt_test_uart.h"
 
 static int32_t w[KEPT_MAX_N], A[KEPT_MAX_N], V[KEPT_MAX_N];
 static int16_t cp[KEPT_MAX_N];
 static int8_t ek[KEPT_MAX_NN];
 static const int32_t cosine[65];
-
-static void put_i32(int32_t v)
-{
-    if (v < 0) {
-        tt_port_puts("-");
-        tt_port_putu32(0u - (uint32_t)v);
-    } else {
-        tt_port_putu32((uint32_t)v);
-    }
-    tt_port_puts(" ");
-}
 
 int main(void)
 {
