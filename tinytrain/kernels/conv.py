@@ -209,58 +209,56 @@ def conv1d_grad(e, x, s, pad_left, gw, gb):
 
 
 @njit(cache=True)
+def _sum_e(e, c):
+    """sum over positions of e[:, :, c] (a bias gradient)."""
+    OH, OW, _ = e.shape
+    t = 0
+    for oh in range(OH):
+        for ow in range(OW):
+            t += e[oh, ow, c]
+    return t
+
+
+@njit(cache=True)
+def _window_dot(e, co, x, ci, kh, kw, sh, sw, pt, pl):
+    """sum over output positions of e[oh, ow, co] * x[oh*sh - pt + kh, ow*sw - pl + kw, ci], the
+    padding (out-of-range input positions) skipped: one weight's gradient before its rounding."""
+    OH, OW, _ = e.shape
+    H, W, _ = x.shape
+    a = 0
+    for oh in range(OH):
+        ih = oh * sh - pt + kh
+        if ih < 0 or ih >= H:
+            continue
+        for ow in range(OW):
+            iw = ow * sw - pl + kw
+            if iw < 0 or iw >= W:
+                continue
+            a += e[oh, ow, co] * x[ih, iw, ci]
+    return a
+
+
+@njit(cache=True)
 def conv2d_grad_a16(e, x, sh, sw, pt, pl, g, gw, gb):
     """gw (Cout, KH, KW, Cin) int32 = rshift_round(sum_{oh, ow} e * x-window, g), gb = sum e."""
-    OH, OW, Cout = e.shape
-    H, W, Cin = x.shape
-    _, KH, KW, _ = gw.shape
+    Cout, KH, KW, Cin = gw.shape
     for co in range(Cout):
-        t = 0
-        for oh in range(OH):
-            for ow in range(OW):
-                t += e[oh, ow, co]
-        gb[co] = t
+        gb[co] = _sum_e(e, co)
         for kh in range(KH):
             for kw in range(KW):
                 for ci in range(Cin):
-                    a = 0
-                    for oh in range(OH):
-                        ih = oh * sh - pt + kh
-                        if ih < 0 or ih >= H:
-                            continue
-                        for ow in range(OW):
-                            iw = ow * sw - pl + kw
-                            if iw < 0 or iw >= W:
-                                continue
-                            a += e[oh, ow, co] * x[ih, iw, ci]
-                    gw[co, kh, kw, ci] = rshift_round(a, g)
+                    gw[co, kh, kw, ci] = rshift_round(_window_dot(e, co, x, ci, kh, kw, sh, sw, pt, pl), g)
 
 
 @njit(cache=True)
 def depthwise_grad_a16(e, x, sh, sw, pt, pl, g, gw, gb):
     """gw (KH, KW, C) int32 = rshift_round(sum of e * x over positions, g), gb (C,) = sum e."""
-    OH, OW, C = e.shape
-    H, W, _ = x.shape
-    KH, KW, _ = gw.shape
+    KH, KW, C = gw.shape
     for c in range(C):
-        t = 0
-        for oh in range(OH):
-            for ow in range(OW):
-                t += e[oh, ow, c]
-        gb[c] = t
+        gb[c] = _sum_e(e, c)
         for kh in range(KH):
             for kw in range(KW):
-                a = 0
-                for oh in range(OH):
-                    ih = oh * sh - pt + kh
-                    if ih < 0 or ih >= H:
-                        continue
-                    for ow in range(OW):
-                        iw = ow * sw - pl + kw
-                        if iw < 0 or iw >= W:
-                            continue
-                        a += e[oh, ow, c] * x[ih, iw, c]
-                gw[kh, kw, c] = rshift_round(a, g)
+                gw[kh, kw, c] = rshift_round(_window_dot(e, c, x, c, kh, kw, sh, sw, pt, pl), g)
 
 
 @njit(cache=True)
