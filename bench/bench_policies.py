@@ -239,8 +239,8 @@ def _section(res: dict, boards) -> list:
     if mom:
         body[-1] += (f" Rows {', '.join(mom)}: momentum 0.9 at a tenth of the recipe's learning rate (every other row "
                      "trains without momentum), the velocity of int8/int16 stores int32, int16 or int8 "
-                     "(docs/precision.md); momentum needs the int32 accumulators and the gradient buffer, hence "
-                     "their RAM.")
+                     "(docs/precision.md); momentum needs the int32 accumulators (and an int32 velocity for the biases), "
+                     "hence their RAM.")
     rerun = [r["policy"] for r in res["rows"] if r.get("rerun")]
     if rerun and len(rerun) < len(names):
         body[-1] += (f" The last run (`--keep`) measured {', '.join(rerun)}; the other rows are from earlier runs "

@@ -56,6 +56,7 @@ CASES = [  # (options, velocity policy): the bench's combinations and drawn-look
     (dict(weight_decay=1e-3), {}),  # the four-per-turn decay rows (M4)
     (dict(weight_decay=3e-2, stochastic_rounding=True, lr=0.2), {}),
     (dict(stochastic_rounding=True), {"weights": "int8"}),  # int8 SR rows by shift class
+    (dict(momentum=0.9), {"momentum": "int8"}),  # gradient-free weight accumulate, bias applied after
 ]
 
 

@@ -219,16 +219,22 @@ def test_int8_momentum_is_integer_only_on_cortex_m():
 
 
 def test_int8_momentum_weights_beside_an_int32_velocity_bias_on_the_host():
-    """W1 at batch 1 with int8 momentum: the weights (int8 slots) accumulate per sample and apply
-    at the end of the step while the biases (int32 velocity) accumulate and apply at their
-    backward; a Dense layer must not take the per-sample gradient-free accumulate then, or the
-    biases' apply is skipped (found by the drawn-graph test: codegen/emit.py _fuses_dense_accum)."""
+    """W1 at batch 1 with int8 momentum: the weights (int8 slots) accumulate per sample, gradient
+    free (tt_sgd_dense_accumulate_s32 with no bias accumulator), and apply at the end of the
+    step, while the biases (int32 velocity) accumulate and apply at their backward from the error
+    widened into the scratch (codegen/emit.py _bias_apply_after). Before, such a layer formed its
+    whole gradient in an int32 buffer (8 KB on W1); an accumulate that also skipped the biases'
+    apply was found by the drawn-graph test. Verified on the host, with no gradient buffer."""
     from tinytrain import data
+    from tinytrain.codegen.emit import generate
     from tinytrain.graph.models import build_model
     from tinytrain.verify import verify
 
     ds = data.load("digits")
-    m = build_model("digits-mlp", ds, precision={"momentum": "int8"}, momentum=0.9, lr=0.005)
-    assert m.velocity[(0, 0)].dtype == np.int8 and m.velocity[(0, 1)].dtype == np.int32
-    r = verify(m, ds, 10, board="host", json=True)
-    assert r["steps"] == 10 and r["mismatches"] == 0, r["first_mismatch"]
+    for mom in ("int8", "int16"):
+        m = build_model("digits-mlp", ds, precision={"momentum": mom}, momentum=0.9, lr=0.005)
+        assert m.velocity[(0, 0)].dtype == np.dtype(mom) and m.velocity[(0, 1)].dtype == np.int32
+        src = generate(m).source
+        assert "/* grad */" not in src and src.count("tt_sgd_dense_accumulate_s32(") == 2, mom
+        r = verify(m, ds, 10, board="host", json=True)
+        assert r["steps"] == 10 and r["mismatches"] == 0, (mom, r["first_mismatch"])

@@ -234,11 +234,20 @@ class Emitter:
         where it is."""
         m = self.model
         keys = [(li, pi) for pi in (0, 1) if m.learns(li, pi)]
-        # not beside a tensor that applies at its backward (_fuses_apply: its apply is skipped at the
-        # end of the batch, so an accumulate alone would never be applied; int8 momentum weights
-        # with an int32-velocity bias at batch 1 are such a layer)
+        # a bias that applies at its backward (_fuses_apply: int8/int16 momentum weights beside an
+        # int32-velocity bias at batch 1) is left out of the accumulate (ba NULL) and takes its own
+        # accumulate-apply right after it, from e widened into the scratch (_bias_apply_after)
         return (m.layer_learns(li) and not m.masks and not m.blocked(li, 0)
-                and all(k in m.accum and not self._fuses_apply(k) for k in keys))
+                and all(k in m.accum and (not self._fuses_apply(k) or k == (li, 1) and self._bias_apply_after(li))
+                        for k in keys))
+
+    def _bias_apply_after(self, li) -> bool:
+        """Dense layer li's weights accumulate per sample (no _fuses_apply) while its bias applies at
+        its backward: no stochastic rounding (_fuses_apply), so no draw moves, and the bias's
+        gradient e[n] needs N int32 of the scratch, not the gradient buffer."""
+        m, key = self.model, (li, 1)
+        return (m.layers[li].kind == "dense" and m.learns(li, 0) and m.learns(li, 1) and not self._fuses_apply((li, 0))
+                and self._fuses_apply(key) and m.layers[li].params[1].data.dtype == np.int32)
 
     def keeps(self, li) -> bool:
         """A Dense layer on the per-sample accumulate route (_fuses_dense_accum) at batch size 1 whose
@@ -261,7 +270,7 @@ class Emitter:
         K, N = self.model.layers[li].in_shape[0], self.model.layers[li].units
         fields = {"K": K, "N": N, "wa": f"{self.names.param(li, 0)}_acc" if (li, 0) in m.accum else 0,
                   "ew": m.master_exp((li, 0)) if (li, 0) in m.master else w.exp,
-                  "ba": f"{self.names.param(li, 1)}_acc" if (li, 1) in m.accum else 0,
+                  "ba": f"{self.names.param(li, 1)}_acc" if (li, 1) in m.accum and not self._bias_apply_after(li) else 0,
                   "eb": m.master_exp((li, 1)) if (li, 1) in m.master else b.exp}
         if self.keeps(li):
             fields["keep"] = f"&{self.sym(f'l{li}_keep')}"
@@ -744,17 +753,17 @@ uint32_t {P}_saturations(void);
                 and m.velocity.get(key, np.zeros(0, np.int32)).dtype == np.int32 and not self.by_channel(key[0])
                 and self._update_target(*key)[1] in ("s16", "s32"))
 
-    def _accumulate_apply(self, li, pi, ews) -> list[str]:
+    def _accumulate_apply(self, li, pi, ews, g=None, ge=None) -> list[str]:
         m, key = self.model, (li, pi)
         pn, (w, t) = self.sym(f"l{li}_{m.layers[li].params[pi].name}"), self._update_target(li, pi)
         vel = f"{pn}_vel" if key in m.velocity else "0"
-        n, g = m.layers[li].params[pi].data.size, self.grad_name(li, pi)
+        n, g, ge = m.layers[li].params[pi].data.size, g or self.grad_name(li, pi), ge or f"ge{pi}"
         refresh = self._refresh(li, pi) if key in m.master else ""
         copy = "0"
         if t == "s32" and refresh.startswith("tt_sgd_refresh_copy("):
             copy, refresh = self.names.param(li, pi), ""
         args = f"{w}, {copy}, " if t == "s32" else f"{w}, "
-        out = [f"    tt_sgd_accumulate_apply_{t}(&sgd, {args}{pn}_acc, {vel}, {n}, {ews}, {g}, ge{pi});"]
+        out = [f"    tt_sgd_accumulate_apply_{t}(&sgd, {args}{pn}_acc, {vel}, {n}, {ews}, {g}, {ge});"]
         return out + (["    " + refresh] if refresh else [])
 
     def _update_target(self, li, pi):
@@ -857,7 +866,12 @@ uint32_t {P}_saturations(void);
         ews = m.master_exp((li, 0)) if (li, 0) in m.master else w.exp
         if m.opt.accumulate and not self._fuses_dense_acc(li):  # per sample: the accumulate only
             sp = self.names.decl(li, "sgd_acc", "tt_sgd_dense_accum_params", self._accum_fields(li))
-            return out + [f"    tt_sgd_dense_accumulate_s32(&sgd, {sp}, {e}, de, {x}, {ex});"]
+            out.append(f"    tt_sgd_dense_accumulate_s32(&sgd, {sp}, {e}, de, {x}, {ex});")
+            if self._bias_apply_after(li):  # the bias's gradient e (exponent de) in the scratch
+                out.append(f"    tt_widen_s8_s32({e}, {N}, (int32_t *)SCRATCH);")
+                out += self._accumulate_apply(li, 1, m.master_exp((li, 1)) if (li, 1) in m.master else b.exp,
+                                              g="(int32_t *)SCRATCH", ge="de")
+            return out
         # an int16 bias (policy "bias": "int16"): the fused kernels hold an int32 one, so it is NULL
         # there and updated after the weights (the reference's order) as an int16 store: direct,
         # tt_sgd_dense_bias_s16; with momentum, from its gradient e widened into the scratch (free
