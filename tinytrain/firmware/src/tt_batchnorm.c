@@ -101,6 +101,67 @@ static int32_t bn_inv_sqrt(int64_t v, int32_t e_v, int32_t *n_out)
     }
 }
 
+/** bn_inv_sqrt(v, 0, n_out) for 1 <= v < 2^32: n >= 0, a left shift in 32 bits. */
+static inline int32_t bn_inv_sqrt32(uint32_t v, int32_t *n_out)
+{
+    const int32_t n = (32 - tt_bitwidth_u64(v)) & ~1; /* e_v = 0: n even */
+    const uint32_t s = tt_isqrt_u32(v << n);
+    const uint32_t q1 = ((uint32_t)1 << (TT_BN_INV_BITS - 16)) / s;
+    const uint32_t r1 = ((uint32_t)1 << (TT_BN_INV_BITS - 16)) - q1 * s;
+    *n_out = n;
+    return (int32_t)((q1 << 16) + ((r1 << 16) + (s >> 1)) / s);
+}
+
+/* The train forward's running statistics of every channel from scratch[c] = S, scratch[C + c]
+ * = Q: mean by bn_rdiv(S, ex - e_rm, P), variance by bn_rdiv(M2, 2 ex - e_rv, P (P - 1)), each
+ * folded in by the shift-EMA. Out of line: a loop of its own keeps its constants in registers. */
+static BN_NOINLINE void bn_running_stats(const int64_t *scratch, int32_t P, int32_t C, int32_t ex,
+                                         int32_t *rmean, int32_t e_rm, int32_t *rvar, int32_t e_rv,
+                                         int32_t mom_k)
+{
+    const int32_t am = ex - e_rm, av = 2 * ex - e_rv;
+    const int64_t dv = (int64_t)P * (P - 1);
+    int32_t c = 0;
+    /* Where the whole layer allows (P <= 362: m2 < 2^31; |S| <= 128 P, so 128 P 2^am < 2^29 makes
+     * every mean bn_rdiv_fast's 32-bit division; 0 <= av <= 28; 1 <= mom_k <= 31), the channels
+     * in 32 bits: the variance's division when m2 2^av < 2^29 (m2 >= 0: num > 0, a truncating
+     * division is the floor), the EMA's difference by a subtraction that reports its overflow
+     * and its rounding shift as ((d >> (k - 1)) + 1) >> 1 (= floor((d + 2^(k-1)) / 2^k), no
+     * overflow). A channel outside those bounds takes bn_rdiv / bn_ema. */
+    if (P <= 362 && (uint32_t)am <= 28u && (uint32_t)(128 * P) < ((uint32_t)1 << (29 - am)) &&
+        (uint32_t)av <= 28u && mom_k >= 1 && mom_k <= 31) {
+        const int32_t dm = 2 * P, hm = P, k1 = mom_k - 1, dd = (int32_t)(2 * dv), hd = (int32_t)dv;
+        const uint32_t vlim = (uint32_t)1 << (29 - av);
+        for (; c < C; c++) {
+            const int32_t S = (int32_t)scratch[c], Q = (int32_t)scratch[C + c];
+            const uint32_t m2 = (uint32_t)P * (uint32_t)Q - (uint32_t)(S * S);
+            const int32_t num = (int32_t)((uint32_t)S << (am + 1)) + hm;
+            int32_t bm = num / dm, bv, r, d;
+            if (num % dm < 0) bm--;
+            bv = m2 < vlim ? (int32_t)(((m2 << (av + 1)) + (uint32_t)hd) / (uint32_t)dd)
+                           : bn_rdiv((int64_t)m2, av, dv);
+            r = rmean[c];
+#if defined(__GNUC__)
+            if (!__builtin_sub_overflow(bm, r, &d)) rmean[c] = r + (((d >> k1) + 1) >> 1);
+            else
+#endif
+                rmean[c] = bn_ema(r, bm, mom_k);
+            r = rvar[c];
+#if defined(__GNUC__)
+            if (!__builtin_sub_overflow(bv, r, &d)) rvar[c] = r + (((d >> k1) + 1) >> 1);
+            else
+#endif
+                rvar[c] = bn_ema(r, bv, mom_k);
+        }
+    }
+    for (; c < C; c++) {
+        const int32_t S = (int32_t)scratch[c], Q = (int32_t)scratch[C + c];
+        const int64_t m2 = (int64_t)P * Q - (int64_t)S * S;
+        rmean[c] = bn_ema(rmean[c], bn_rdiv_fast(S, am, P), mom_k);
+        rvar[c] = bn_ema(rvar[c], bn_rdiv_fast(m2, av, dv), mom_k);
+    }
+}
+
 /** round(v * 2^-sh) before int32 saturation; +-2^32 stands for a too large left shift. */
 static int64_t bn_shift_unsat(int64_t v, int32_t sh)
 {
@@ -346,42 +407,54 @@ static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const i
 {
     const int32_t ea = e_g - BN_F;
     const int64_t A = train ? P : 1 << TT_BN_EVAL_FRAC;
-    const int64_t eps_v = train ? bn_scale_cap((int64_t)eps_m * P * P, -eps_k - 2 * ex) : 0;
-    const int64_t eps_r = train ? 0 : bn_scale_cap(eps_m, -eps_k - e_rv);
     uint64_t m = 0;
     int32_t p, c, s, n;
     uint8_t zc[64]; /* channel c < 64: z + 1 on bn_mulr_consts' path, else 0 */
     int32_t fold;
     bn_stats(x, P, C, train, scratch);
-    /* One pass over the channels: the statistics and saved constants, then x_hat's ends (channel
-     * c reads its own scratch words before writing them). */
+    /* The channels in phases, each a short loop with few live values (one loop doing all of it
+     * spilled most of them): the saved constants; the running statistics (train); then x_hat's
+     * ends, the sums at them and the maximum. Channel c reads its scratch words (S, Q, range)
+     * in the phases before the last, which reads its range before writing b and the ends. */
+    if (train) {
+        const int64_t eps_v = bn_scale_cap((int64_t)eps_m * P * P, -eps_k - 2 * ex);
+        if (P <= 362 && eps_v < ((int64_t)1 << 31)) {
+            /* m2 = P Q - S^2 <= P Q <= P^2 2^14 < 2^31 and eps_v < 2^31: V fits uint32 */
+            const uint32_t ev = (uint32_t)eps_v;
+            for (c = 0; c < C; c++) {
+                const int32_t S = (int32_t)scratch[c], Q = (int32_t)scratch[C + c];
+                const uint32_t v = (uint32_t)P * (uint32_t)Q - (uint32_t)(S * S) + ev;
+                saved[c] = S;
+                saved[C + c] = bn_inv_sqrt32(v > 1u ? v : 1u, &n);
+                saved[2 * C + c] = TT_BN_INV_BITS - BN_F - n / 2;
+            }
+        } else {
+            for (c = 0; c < C; c++) {
+                const int32_t S = (int32_t)scratch[c], Q = (int32_t)scratch[C + c];
+                const int64_t v = (int64_t)P * Q - (int64_t)S * S + eps_v;
+                saved[c] = S;
+                saved[C + c] = bn_inv_sqrt(v > 1 ? v : 1, 0, &n);
+                saved[2 * C + c] = TT_BN_INV_BITS - BN_F - n / 2;
+            }
+        }
+        bn_running_stats(scratch, P, C, ex, rmean, e_rm, rvar, e_rv, mom_k);
+    } else {
+        const int64_t eps_r = bn_scale_cap(eps_m, -eps_k - e_rv);
+        for (c = 0; c < C; c++) {
+            const int64_t v = (rvar[c] > 0 ? rvar[c] : 0) + eps_r;
+            saved[c] = (int32_t)tt_align(rmean[c], e_rm, ex - TT_BN_EVAL_FRAC);
+            saved[C + c] = bn_inv_sqrt(v > 1 ? v : 1, e_rv, &n);
+            saved[2 * C + c] = TT_BN_INV_BITS - BN_F + (e_rv - n) / 2 + TT_BN_EVAL_FRAC - ex;
+        }
+    }
     for (c = 0; c < C; c++) {
-        const int32_t S = (int32_t)scratch[c], Q = (int32_t)scratch[C + c];
         const int64_t r = scratch[2 * C + c];
         const int32_t g = gamma[c], lo = (int32_t)(r >> 8), hi = (int32_t)(r & 255) - 128;
         const int32_t b = bn_align32(beta[c], e_b, ea);
-        bn_chan k;
+        bn_chan k = bn_channel(A, saved, C, c);
         uint32_t sat = 0, az, bz;
         int32_t xl, xr;
         int64_t el, er;
-        k.A = (int32_t)A;
-        if (train) {
-            const int64_t m2 = (int64_t)P * Q - (int64_t)S * S, v = m2 + eps_v;
-            k.B = S;
-            k.inv = bn_inv_sqrt(v > 1 ? v : 1, 0, &n);
-            k.sh = TT_BN_INV_BITS - BN_F - n / 2;
-            rmean[c] = bn_ema(rmean[c], bn_rdiv_fast(S, ex - e_rm, P), mom_k);
-            rvar[c] = bn_ema(rvar[c], bn_rdiv_fast(m2, 2 * ex - e_rv, (int64_t)P * (P - 1)), mom_k);
-        } else {
-            const int64_t v = (rvar[c] > 0 ? rvar[c] : 0) + eps_r;
-            k.B = (int32_t)tt_align(rmean[c], e_rm, ex - TT_BN_EVAL_FRAC);
-            k.inv = bn_inv_sqrt(v > 1 ? v : 1, e_rv, &n);
-            k.sh = TT_BN_INV_BITS - BN_F + (e_rv - n) / 2 + TT_BN_EVAL_FRAC - ex;
-        }
-        k.fast = k.sh >= 1 && k.sh <= 62;
-        saved[c] = k.B;
-        saved[C + c] = k.inv;
-        saved[2 * C + c] = k.sh;
         if (bn_mulr_consts(&k, &az, &bz)) { /* x_hat = bn_mulhr(x az - bz, inv): no saturation */
             xl = bn_mulhr((int32_t)((uint32_t)lo * az - bz), k.inv);
             xr = bn_mulhr((int32_t)((uint32_t)hi * az - bz), k.inv);
