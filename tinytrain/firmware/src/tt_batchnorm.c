@@ -101,11 +101,39 @@ static int32_t bn_inv_sqrt(int64_t v, int32_t e_v, int32_t *n_out)
     }
 }
 
+#if defined(__ARM_FEATURE_IDIV) || !defined(__arm__)
+/* round(sqrt((i + 16.5) 2^26)) for i = 0..47: Newton seeds of bn_isqrt_hi, one per 2^26-wide
+ * slice of [2^30, 2^32) (python: round(math.sqrt((i + 16.5) * 2**26))). */
+static const uint16_t bn_isqrt_seed[48] = {
+    33276, 34270, 35235, 36175, 37091, 37985, 38858, 39712, 40548, 41368, 42171, 42959,
+    43733, 44494, 45242, 45977, 46702, 47415, 48117, 48809, 49492, 50166, 50830, 51486,
+    52134, 52773, 53405, 54030, 54647, 55258, 55862, 56459, 57051, 57636, 58215, 58789,
+    59357, 59919, 60477, 61029, 61576, 62119, 62657, 63190, 63719, 64243, 64763, 65279};
+
+/* floor(sqrt(x)) for 2^30 <= x < 2^32 (tt_isqrt_u32's value). s0 = floor((floor(x / t) + t) / 2)
+ * + 1 >= sqrt(x) for any t > 0 (AM-GM; the + 1 covers the floors), and a Newton step
+ * floor((s + floor(x / s)) / 2) from any s >= floor(sqrt(x)) stays >= floor(sqrt(x)); with t
+ * the slice's seed (within 1/32 of sqrt(x)) two steps leave s at most one above, which the loop
+ * removes (s > floor(x / s) iff s^2 > x). Checked for every x in range. */
+static inline uint32_t bn_isqrt_hi(uint32_t x)
+{
+    const uint32_t t = bn_isqrt_seed[(x >> 26) - 16];
+    uint32_t s = ((x / t + t) >> 1) + 1;
+    s = (s + x / s) >> 1;
+    while (s > x / s) s--;
+    return s;
+}
+#endif
+
 /** bn_inv_sqrt(v, 0, n_out) for 1 <= v < 2^32: n >= 0, a left shift in 32 bits. */
 static inline int32_t bn_inv_sqrt32(uint32_t v, int32_t *n_out)
 {
     const int32_t n = (32 - tt_bitwidth_u64(v)) & ~1; /* e_v = 0: n even */
-    const uint32_t s = tt_isqrt_u32(v << n);
+#if defined(__ARM_FEATURE_IDIV) || !defined(__arm__)
+    const uint32_t s = bn_isqrt_hi(v << n); /* v << n in [2^30, 2^32) */
+#else
+    const uint32_t s = tt_isqrt_u32(v << n); /* no hardware divide: the bit-by-bit loop */
+#endif
     const uint32_t q1 = ((uint32_t)1 << (TT_BN_INV_BITS - 16)) / s;
     const uint32_t r1 = ((uint32_t)1 << (TT_BN_INV_BITS - 16)) - q1 * s;
     *n_out = n;
