@@ -72,7 +72,7 @@ static inline int32_t bn_rdiv_fast(int64_t n, int32_t a, int64_t d)
 
 /* tt_align(v, e_from, e_to) as an int32 (within [-2^30, 2^30]), a left shift (e_to < e_from) by
  * comparing v with 2^30 >> d first: v 2^d <= 2^30 iff v <= floor(2^30 / 2^d). */
-static int32_t bn_align32(int32_t v, int32_t e_from, int32_t e_to)
+static inline int32_t bn_align32(int32_t v, int32_t e_from, int32_t e_to)
 {
     if (e_to < e_from) {
         const int32_t d = e_from - e_to > 31 ? 31 : e_from - e_to, lim = (int32_t)(TT_ALIGN_LIM >> d);
@@ -313,8 +313,8 @@ BN_ALWAYS_INLINE void bn_out32_loop(const int8_t *x, int32_t n, int32_t C, const
 /* bn_out32_loop with MULR and FOLD when no output of the channel saturates (the caller's check at
  * the two ends of its x range: the output is monotone in x), so the clamp and its count go; two
  * positions a turn, indexed from two bases (no pointer steps per element). */
-static BN_NOINLINE void bn_out32_nosat(const int8_t *x, int32_t n, int32_t C, uint32_t az, uint32_t bz,
-                                       int32_t inv, int32_t g, int32_t b, int32_t s, int8_t *y)
+BN_ALWAYS_INLINE void bn_out32_nosat_body(const int8_t *x, int32_t n, int32_t C, uint32_t az, uint32_t bz,
+                                           int32_t inv, int32_t g, int32_t b, int32_t s, int8_t *y)
 {
     const int32_t bb = (int32_t)((uint32_t)b + ((uint32_t)1 << (s - 1)));
     uint32_t nbz = 0u - bz; /* x az - bz as one MLA */
@@ -335,6 +335,77 @@ static BN_NOINLINE void bn_out32_nosat(const int8_t *x, int32_t n, int32_t C, ui
         const int32_t h0 = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az + nbz), inv);
         y[i] = (int8_t)((int32_t)((uint32_t)g * (uint32_t)h0 + (uint32_t)bb) >> s);
     }
+}
+
+static BN_NOINLINE void bn_out32_nosat(const int8_t *x, int32_t n, int32_t C, uint32_t az, uint32_t bz,
+                                       int32_t inv, int32_t g, int32_t b, int32_t s, int8_t *y)
+{
+    bn_out32_nosat_body(x, n, C, az, bz, inv, g, b, s, y);
+}
+
+/* The forward's ends when every channel (C <= 64) is on bn_mulr_consts' path (x_hat =
+ * bn_mulhr(x az - bz, inv), no saturation), as bn_fwd's general loop forms them, in a loop of
+ * its own (few live values): b = bn_align32(beta) (a loop of its own: the per-layer shift's
+ * branch out of the main one), the sums el, er at the channel's smallest and largest x (its range
+ * from scratch[2C + c]) into scratch {b[C], er[C], el[C]}, zc[c] = z + 1 and *m = the largest
+ * |el|, |er|. Returns 0, writing nothing, when some channel is not. */
+static BN_NOINLINE int32_t bn_fwd_ends(int32_t A, int32_t C, const int32_t *saved, const int16_t *gamma,
+                                       const int32_t *beta, int32_t e_b, int32_t ea, int64_t *scratch,
+                                       uint8_t *zc, uint64_t *m_out)
+{
+    const uint32_t a128 = (uint32_t)A * 128u;
+    uint64_t m = 0;
+    int32_t c;
+    if (C > 64) return 0;
+    for (c = 0; c < C; c++) {
+        const int32_t B = saved[c], sh = saved[2 * C + c];
+        const uint32_t tmax = a128 + (B < 0 ? 0u - (uint32_t)B : (uint32_t)B);
+        if ((uint32_t)(sh - 1) > 31u || tmax > ((uint32_t)INT32_MAX >> (32 - sh))) return 0;
+    }
+    for (c = 0; c < C; c++) scratch[c] = bn_align32(beta[c], e_b, ea); /* S is no longer read */
+    for (c = 0; c < C; c++) {
+        const int32_t B = saved[c], inv = saved[C + c], z = 32 - saved[2 * C + c];
+        const int32_t r = (int32_t)scratch[2 * C + c], lo = r >> 8, hi = (r & 255) - 128; /* lo 256 + hi + 128 */
+        const uint32_t az = (uint32_t)A << z, bz = (uint32_t)B << z;
+        const int32_t xl = bn_mulhr((int32_t)((uint32_t)lo * az - bz), inv);
+        const int32_t xr = bn_mulhr((int32_t)((uint32_t)hi * az - bz), inv);
+        const int32_t g = gamma[c], b = (int32_t)scratch[c];
+        const int64_t el = (int64_t)g * xl + b, er = (int64_t)g * xr + b;
+        const uint64_t al = tt_abs_u64(el), ar = tt_abs_u64(er);
+        scratch[C + c] = er;
+        scratch[2 * C + c] = el;
+        zc[c] = (uint8_t)(z + 1);
+        if (al > m) m = al;
+        if (ar > m) m = ar;
+    }
+    *m_out = m;
+    return 1;
+}
+
+/* The forward's output pass of every channel c < 64 with zc[c] = z + 1 != 0 (bn_mulr_consts'
+ * path, x_hat unsaturated) whose two ends' outputs do not saturate, when the half folds (the
+ * caller's fold: every end sum fits int32): bn_out32_nosat's loop for all of them in one call.
+ * sums: scratch {b[C], er[C], el[C]}. Marks the channels it wrote by zc[c] = 0xFF and returns
+ * their count. */
+static BN_NOINLINE int32_t bn_out_fold_all(const int8_t *x, int32_t P, int32_t C, int32_t A, const int32_t *saved,
+                                           const int16_t *gamma, const int64_t *sums, int32_t s, uint8_t *zc,
+                                           int8_t *y)
+{
+    const int32_t h = (int32_t)1 << (s - 1), n = P * C, cn = C < 64 ? C : 64;
+    int32_t c, done = 0;
+    for (c = 0; c < cn; c++) {
+        const int32_t z = zc[c] - 1;
+        if (z >= 0) {
+            const int32_t rl = ((int32_t)sums[2 * C + c] + h) >> s, rr = ((int32_t)sums[C + c] + h) >> s;
+            if ((uint32_t)(rl + TT_S8_MAX) <= 2u * TT_S8_MAX && (uint32_t)(rr + TT_S8_MAX) <= 2u * TT_S8_MAX) {
+                bn_out32_nosat_body(x + c, n, C, (uint32_t)A << z, (uint32_t)saved[c] << z, saved[C + c], gamma[c],
+                                    (int32_t)sums[c], s, y + c);
+                zc[c] = 0xFF;
+                done++;
+            }
+        }
+    }
+    return done;
 }
 
 /* Out of line: its loop keeps its constants in registers. */
@@ -475,6 +546,7 @@ static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const i
             saved[2 * C + c] = TT_BN_INV_BITS - BN_F + (e_rv - n) / 2 + TT_BN_EVAL_FRAC - ex;
         }
     }
+    if (!bn_fwd_ends((int32_t)A, C, saved, gamma, beta, e_b, ea, scratch, zc, &m))
     for (c = 0; c < C; c++) {
         const int64_t r = scratch[2 * C + c];
         const int32_t g = gamma[c], lo = (int32_t)(r >> 8), hi = (int32_t)(r & 255) - 128;
@@ -517,23 +589,13 @@ static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const i
     saved[3 * C] = ex;
     s = tt_requant_shift(m, 8);
     fold = s >= 1 && m + ((uint64_t)1 << (s - 1)) <= (uint64_t)INT32_MAX; /* (v + 2^(s-1)) >> s in int32 */
+    if (fold && bn_out_fold_all(x, P, C, (int32_t)A, saved, gamma, scratch, s, zc, y) == C) return ea + s;
     for (c = 0; c < C; c++) {
         bn_chan k;
         int64_t b;
         int32_t g;
         /* m <= INT32_MAX: s <= 24; |b| <= 2^30 (tt_align clamps) */
-        if (c < 64 && zc[c] && fold) {
-            /* bn_mulr_consts' path, no saturation of x_hat (zc: z + 1), the half folded: the
-             * ends' sums fit int32 (<= m); no output saturates iff neither end's does */
-            const int32_t rl = ((int32_t)scratch[2 * C + c] + ((int32_t)1 << (s - 1))) >> s;
-            const int32_t rr = ((int32_t)scratch[C + c] + ((int32_t)1 << (s - 1))) >> s;
-            const int32_t z = zc[c] - 1;
-            if ((uint32_t)(rl + TT_S8_MAX) <= 2u * TT_S8_MAX && (uint32_t)(rr + TT_S8_MAX) <= 2u * TT_S8_MAX) {
-                bn_out32_nosat(x + c, P * C, C, (uint32_t)A << z, (uint32_t)saved[c] << z, saved[C + c], gamma[c],
-                               (int32_t)scratch[c], s, y + c);
-                continue;
-            }
-        }
+        if (c < 64 && zc[c] == 0xFF) continue; /* written by bn_out_fold_all */
         k = bn_channel(A, saved, C, c);
         b = scratch[c];
         g = gamma[c];
