@@ -348,7 +348,11 @@ static BN_NOINLINE void bn_out32_nosat(const int8_t *x, int32_t n, int32_t C, ui
  * its own (few live values): b = bn_align32(beta) (a loop of its own: the per-layer shift's
  * branch out of the main one), the sums el, er at the channel's smallest and largest x (its range
  * from scratch[2C + c]) into scratch {b[C], er[C], el[C]}, zc[c] = z + 1 and *m = the largest
- * |el|, |er|. Returns 0, writing nothing, when some channel is not. */
+ * |el|, |er|, or the OR of them all when its bitwidth is not 31: the caller reads m only through
+ * its bitwidth (the shift), m <= INT32_MAX (bitwidth <= 31) and m + 2^(s-1) <= INT32_MAX (s =
+ * bitwidth - 7: true for bitwidth <= 30, false from 32 on), so the OR, whose bitwidth is the
+ * maximum's, decides the same except at bitwidth 31, where the maximum is taken. Returns 0,
+ * writing nothing, when some channel is not on that path. */
 static BN_NOINLINE int32_t bn_fwd_ends(int32_t A, int32_t C, const int32_t *saved, const int16_t *gamma,
                                        const int32_t *beta, int32_t e_b, int32_t ea, int64_t *scratch,
                                        uint8_t *zc, uint64_t *m_out)
@@ -375,8 +379,15 @@ static BN_NOINLINE int32_t bn_fwd_ends(int32_t A, int32_t C, const int32_t *save
         scratch[C + c] = er;
         scratch[2 * C + c] = el;
         zc[c] = (uint8_t)(z + 1);
-        if (al > m) m = al;
-        if (ar > m) m = ar;
+        m |= al | ar;
+    }
+    if (tt_bitwidth_u64(m) == 31) { /* the OR has the maximum's bitwidth; only here is that not enough */
+        m = 0;
+        for (c = 0; c < C; c++) {
+            const uint64_t al = tt_abs_u64(scratch[2 * C + c]), ar = tt_abs_u64(scratch[C + c]);
+            if (al > m) m = al;
+            if (ar > m) m = ar;
+        }
     }
     *m_out = m;
     return 1;
@@ -421,6 +432,18 @@ static BN_NOINLINE void bn_out32(const int8_t *x, int32_t n, int32_t C, const bn
     else bn_out32_loop(x, n, C, k, g, b, s, y, nsat, 0, 0);
 }
 
+#if TT_HAVE_DSP
+/* bn_stats' words of channel c: S, Q, and its range lo * 256 + (hi + 128) from the low bytes of
+ * lo and hi. */
+BN_ALWAYS_INLINE void bn_stats_put(int64_t *scratch, int32_t C, int32_t c, int32_t S, int32_t Q, uint32_t lo,
+                                   uint32_t hi)
+{
+    scratch[c] = S;
+    scratch[C + c] = Q;
+    scratch[2 * C + c] = (int32_t)(int8_t)lo * 256 + ((int32_t)(int8_t)hi + 128);
+}
+#endif
+
 /* Per channel c of x (P positions, C channels): scratch[c] = S = sum x, scratch[C + c] = Q =
  * sum x^2 (train only; |S| < 2^19, Q < 2^26 for P <= 4096) and scratch[2C + c] = lo * 256 +
  * (hi + 128) for the range [lo, hi] of x; P >= 1. */
@@ -437,7 +460,7 @@ static BN_NOINLINE void bn_stats(const int8_t *x, int32_t P, int32_t C, int32_t 
         for (; c + 4 <= C; c += 4) {
             const int8_t *xc = x + c;
             uint32_t lo = tt_ld_s8x4(xc), hi = lo, s02 = 0, s13 = 0;
-            int32_t q0 = 0, q1 = 0, q2 = 0, q3 = 0, k;
+            int32_t q0 = 0, q1 = 0, q2 = 0, q3 = 0;
             for (p = 0; p < P; p++, xc += C) {
                 const uint32_t v = tt_ld_s8x4(xc);
                 const int32_t ev = __sxtb16((int32_t)v), od = __sxtb16((int32_t)((v >> 8) | (v << 24)));
@@ -452,16 +475,12 @@ static BN_NOINLINE void bn_stats(const int8_t *x, int32_t P, int32_t C, int32_t 
                 (void)__ssub8((int32_t)v, (int32_t)hi);
                 hi = __sel(v, hi);
             }
-            scratch[c] = (int16_t)(s02 & 0xFFFFu);
-            scratch[c + 1] = (int16_t)(s13 & 0xFFFFu);
-            scratch[c + 2] = (int16_t)(s02 >> 16);
-            scratch[c + 3] = (int16_t)(s13 >> 16);
-            scratch[C + c] = q0;
-            scratch[C + c + 1] = q1;
-            scratch[C + c + 2] = q2;
-            scratch[C + c + 3] = q3;
-            for (k = 0; k < 4; k++)
-                scratch[2 * C + c + k] = (int64_t)(int8_t)(lo >> (8 * k)) * 256 + ((int8_t)(hi >> (8 * k)) + 128);
+            /* channel by channel, each value formed in 32 bits and stored at once (no 64-bit
+             * arithmetic, nothing held across the stores) */
+            bn_stats_put(scratch, C, c, (int16_t)(s02 & 0xFFFFu), q0, lo, hi);
+            bn_stats_put(scratch, C, c + 1, (int16_t)(s13 & 0xFFFFu), q1, lo >> 8, hi >> 8);
+            bn_stats_put(scratch, C, c + 2, (int32_t)s02 >> 16, q2, lo >> 16, hi >> 16);
+            bn_stats_put(scratch, C, c + 3, (int32_t)s13 >> 16, q3, lo >> 24, hi >> 24);
         }
     }
 #endif
