@@ -311,48 +311,100 @@ BN_ALWAYS_INLINE void bn_out32_loop(const int8_t *x, int32_t n, int32_t C, const
 }
 
 /* bn_out32_loop with MULR and FOLD when no output of the channel saturates (the caller's check at
- * the two ends of its x range: the output is monotone in x), so the clamp and its count go; two
- * positions a turn, indexed from two bases (no pointer steps per element). */
-BN_ALWAYS_INLINE void bn_out32_nosat_body(const int8_t *x, int32_t n, int32_t C, uint32_t az, uint32_t bz,
-                                           int32_t inv, int32_t g, int32_t b, int32_t s, int8_t *y)
-{
-    const int32_t bb = (int32_t)((uint32_t)b + ((uint32_t)1 << (s - 1)));
-    uint32_t nbz = 0u - bz; /* x az - bz as one MLA */
-    const int8_t *x1 = x + C;
-    int8_t *y1 = y + C;
-    int32_t i = 0;
-    const int32_t C2 = 2 * C;
-#if defined(__GNUC__)
-    __asm__("" : "+r"(nbz)); /* opaque: GCC would turn x az + (-bz) back into MUL and SUB */
-#endif
-    for (; i + C < n; i += C2) {
-        const int32_t h0 = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az + nbz), inv);
-        const int32_t h1 = bn_mulhr((int32_t)((uint32_t)(int32_t)x1[i] * az + nbz), inv);
-        y[i] = (int8_t)((int32_t)((uint32_t)g * (uint32_t)h0 + (uint32_t)bb) >> s);
-        y1[i] = (int8_t)((int32_t)((uint32_t)g * (uint32_t)h1 + (uint32_t)bb) >> s);
-    }
-    if (i < n) {
-        const int32_t h0 = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az + nbz), inv);
-        y[i] = (int8_t)((int32_t)((uint32_t)g * (uint32_t)h0 + (uint32_t)bb) >> s);
-    }
-}
-
+ * the two ends of its x range: the output is monotone in x), so the clamp and its count go. On
+ * DSP cores an inline-asm loop of four positions a turn (30 instructions), its C twin beside it
+ * for the other cores and the host's emulated-DSP build: two positions a turn, indexed from two
+ * bases (no pointer steps per element). */
 static BN_NOINLINE void bn_out32_nosat(const int8_t *x, int32_t n, int32_t C, uint32_t az, uint32_t bz,
                                        int32_t inv, int32_t g, int32_t b, int32_t s, int8_t *y)
 {
-    bn_out32_nosat_body(x, n, C, az, bz, inv, g, b, s, y);
+    const int32_t bb = (int32_t)((uint32_t)b + ((uint32_t)1 << (s - 1)));
+    uint32_t nbz = 0u - bz; /* x az - bz as one MLA */
+#if defined(__GNUC__)
+    __asm__("" : "+r"(nbz)); /* opaque: GCC would turn x az + (-bz) back into MUL and SUB */
+#endif
+#if TT_HAVE_DSP && defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__GNUC__) && defined(__OPTIMIZE__)
+    /* stepped pointers (no index registers: the loop's twelve operands fit), the last (fewer
+     * than four) positions one at a time */
+    {
+        const int8_t *xp = x, *const xe = x + n;
+        int8_t *yp = y;
+        if (3 * C < n) {
+            const int8_t *const xl = xe - 3 * C;
+            uint32_t ta, tb;
+            __asm__ volatile(
+                "1:\n\t"
+                "ldrsb %[a], [%[xp]]\n\t"
+                "ldrsb %[b], [%[xp], %[C]]\n\t"
+                "mla %[a], %[a], %[az], %[nbz]\n\t"
+                "mla %[b], %[b], %[az], %[nbz]\n\t"
+                "smmulr %[a], %[a], %[inv]\n\t"
+                "smmulr %[b], %[b], %[inv]\n\t"
+                "mla %[a], %[a], %[g], %[bb]\n\t"
+                "mla %[b], %[b], %[g], %[bb]\n\t"
+                "asr %[a], %[a], %[s]\n\t"
+                "asr %[b], %[b], %[s]\n\t"
+                "strb %[a], [%[yp]]\n\t"
+                "strb %[b], [%[yp], %[C]]\n\t"
+                "add %[xp], %[xp], %[C], lsl #1\n\t"
+                "add %[yp], %[yp], %[C], lsl #1\n\t"
+                "ldrsb %[a], [%[xp]]\n\t"
+                "ldrsb %[b], [%[xp], %[C]]\n\t"
+                "mla %[a], %[a], %[az], %[nbz]\n\t"
+                "mla %[b], %[b], %[az], %[nbz]\n\t"
+                "smmulr %[a], %[a], %[inv]\n\t"
+                "smmulr %[b], %[b], %[inv]\n\t"
+                "mla %[a], %[a], %[g], %[bb]\n\t"
+                "mla %[b], %[b], %[g], %[bb]\n\t"
+                "asr %[a], %[a], %[s]\n\t"
+                "asr %[b], %[b], %[s]\n\t"
+                "strb %[a], [%[yp]]\n\t"
+                "strb %[b], [%[yp], %[C]]\n\t"
+                "add %[xp], %[xp], %[C], lsl #1\n\t"
+                "add %[yp], %[yp], %[C], lsl #1\n\t"
+                "cmp %[xp], %[xl]\n\t"
+                "blo 1b"
+                : [a] "=&r"(ta), [b] "=&r"(tb), [xp] "+r"(xp), [yp] "+r"(yp)
+                : [C] "r"(C), [xl] "r"(xl), [az] "r"(az), [nbz] "r"(nbz), [inv] "r"(inv), [g] "r"(g),
+                  [bb] "r"(bb), [s] "r"(s)
+                : "cc", "memory");
+        }
+        for (; xp < xe; xp += C, yp += C) {
+            const int32_t h0 = bn_mulhr((int32_t)((uint32_t)(int32_t)*xp * az + nbz), inv);
+            *yp = (int8_t)((int32_t)((uint32_t)g * (uint32_t)h0 + (uint32_t)bb) >> s);
+        }
+    }
+#else
+    {
+        const int8_t *x1 = x + C;
+        int8_t *y1 = y + C;
+        const int32_t C2 = 2 * C;
+        int32_t i = 0;
+        for (; i + C < n; i += C2) {
+            const int32_t h0 = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az + nbz), inv);
+            const int32_t h1 = bn_mulhr((int32_t)((uint32_t)(int32_t)x1[i] * az + nbz), inv);
+            y[i] = (int8_t)((int32_t)((uint32_t)g * (uint32_t)h0 + (uint32_t)bb) >> s);
+            y1[i] = (int8_t)((int32_t)((uint32_t)g * (uint32_t)h1 + (uint32_t)bb) >> s);
+        }
+        if (i < n) {
+            const int32_t h0 = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az + nbz), inv);
+            y[i] = (int8_t)((int32_t)((uint32_t)g * (uint32_t)h0 + (uint32_t)bb) >> s);
+        }
+    }
+#endif
 }
 
 /* The forward's ends when every channel (C <= 64) is on bn_mulr_consts' path (x_hat =
  * bn_mulhr(x az - bz, inv), no saturation), as bn_fwd's general loop forms them, in a loop of
- * its own (few live values): b = bn_align32(beta) (a loop of its own: the per-layer shift's
- * branch out of the main one), the sums el, er at the channel's smallest and largest x (its range
+ * its own (few live values): b = bn_align32(beta) (in the loop of the tests, out of the main
+ * one), the sums el, er at the channel's smallest and largest x (its range
  * from scratch[2C + c]) into scratch {b[C], er[C], el[C]}, zc[c] = z + 1 and *m = the largest
  * |el|, |er|, or the OR of them all when its bitwidth is not 31: the caller reads m only through
  * its bitwidth (the shift), m <= INT32_MAX (bitwidth <= 31) and m + 2^(s-1) <= INT32_MAX (s =
  * bitwidth - 7: true for bitwidth <= 30, false from 32 on), so the OR, whose bitwidth is the
- * maximum's, decides the same except at bitwidth 31, where the maximum is taken. Returns 0,
- * writing nothing, when some channel is not on that path. */
+ * maximum's, decides the same except at bitwidth 31, where the maximum is taken. Returns 0
+ * when some channel is not on that path, having written only b of the channels before it (the
+ * caller's general loop forms its own). */
 static BN_NOINLINE int32_t bn_fwd_ends(int32_t A, int32_t C, const int32_t *saved, const int16_t *gamma,
                                        const int32_t *beta, int32_t e_b, int32_t ea, int64_t *scratch,
                                        uint8_t *zc, uint64_t *m_out)
@@ -365,8 +417,8 @@ static BN_NOINLINE int32_t bn_fwd_ends(int32_t A, int32_t C, const int32_t *save
         const int32_t B = saved[c], sh = saved[2 * C + c];
         const uint32_t tmax = a128 + (B < 0 ? 0u - (uint32_t)B : (uint32_t)B);
         if ((uint32_t)(sh - 1) > 31u || tmax > ((uint32_t)INT32_MAX >> (32 - sh))) return 0;
+        scratch[c] = bn_align32(beta[c], e_b, ea); /* S is no longer read (nor b by the general path) */
     }
-    for (c = 0; c < C; c++) scratch[c] = bn_align32(beta[c], e_b, ea); /* S is no longer read */
     for (c = 0; c < C; c++) {
         const int32_t B = saved[c], inv = saved[C + c], z = 32 - saved[2 * C + c];
         const int32_t r = (int32_t)scratch[2 * C + c], lo = r >> 8, hi = (r & 255) - 128; /* lo 256 + hi + 128 */
@@ -395,7 +447,8 @@ static BN_NOINLINE int32_t bn_fwd_ends(int32_t A, int32_t C, const int32_t *save
 
 /* The forward's output pass of every channel c < 64 with zc[c] = z + 1 != 0 (bn_mulr_consts'
  * path, x_hat unsaturated) whose two ends' outputs do not saturate, when the half folds (the
- * caller's fold: every end sum fits int32): bn_out32_nosat's loop for all of them in one call.
+ * caller's fold: every end sum fits int32): bn_out32_nosat for each, from a loop of its own
+ * (the per-channel tests and arguments without bn_fwd's loop state).
  * sums: scratch {b[C], er[C], el[C]}. Marks the channels it wrote by zc[c] = 0xFF and returns
  * their count. */
 static BN_NOINLINE int32_t bn_out_fold_all(const int8_t *x, int32_t P, int32_t C, int32_t A, const int32_t *saved,
@@ -409,8 +462,8 @@ static BN_NOINLINE int32_t bn_out_fold_all(const int8_t *x, int32_t P, int32_t C
         if (z >= 0) {
             const int32_t rl = ((int32_t)sums[2 * C + c] + h) >> s, rr = ((int32_t)sums[C + c] + h) >> s;
             if ((uint32_t)(rl + TT_S8_MAX) <= 2u * TT_S8_MAX && (uint32_t)(rr + TT_S8_MAX) <= 2u * TT_S8_MAX) {
-                bn_out32_nosat_body(x + c, n, C, (uint32_t)A << z, (uint32_t)saved[c] << z, saved[C + c], gamma[c],
-                                    (int32_t)sums[c], s, y + c);
+                bn_out32_nosat(x + c, n, C, (uint32_t)A << z, (uint32_t)saved[c] << z, saved[C + c], gamma[c],
+                               (int32_t)sums[c], s, y + c);
                 zc[c] = 0xFF;
                 done++;
             }
