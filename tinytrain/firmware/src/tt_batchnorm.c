@@ -765,7 +765,7 @@ static inline int32_t bn_mulhr_add(int32_t a, int32_t b, int32_t c)
  * in one multiply-accumulate: w[2i] = x_hat + 2^30 (SMMLAR from 2^30; |x_hat| < 2^30 there), and
  * the return value T = sum e * (x_hat + 2^30) = G + 2^30 Se, exact in int64; the caller splits it
  * (its bound |G| < 2^29). Two positions a turn. */
-static BN_NOINLINE int64_t bn_bwd_xhat_off(const int8_t *e, const int8_t *x, int32_t n, int32_t C, uint32_t az,
+BN_ALWAYS_INLINE int64_t bn_bwd_xhat_off(const int8_t *e, const int8_t *x, int32_t n, int32_t C, uint32_t az,
                                            uint32_t nbz, int32_t inv, int32_t *w)
 {
     const int32_t off = (int32_t)1 << 30, C2 = 2 * C;
@@ -887,7 +887,7 @@ static BN_NOINLINE uint32_t bn_bwd_j32(const int8_t *e, int32_t n, int32_t C, in
  * k >= 2), so its shift is x_hat 2^k. Returns the largest J ^ (J >> 31) (= |J|, or |J| - 1 for
  * J < 0: max |J| is it or one more, which the caller settles: one instruction per element
  * instead of three), two positions a turn. */
-static BN_NOINLINE uint32_t bn_bwd_j32_mlar(const int8_t *e, int32_t n, int32_t C, int32_t A, uint32_t base,
+BN_ALWAYS_INLINE uint32_t bn_bwd_j32_mlar_body(const int8_t *e, int32_t n, int32_t C, int32_t A, uint32_t base,
                                             int32_t nGk, int32_t k, int32_t *w)
 {
     const uint32_t af = (uint32_t)A << BN_F; /* base = -Se 2^F, formed by the caller: one MLA */
@@ -974,6 +974,36 @@ static BN_NOINLINE uint32_t bn_bwd_j32_mlar(const int8_t *e, int32_t n, int32_t 
         if (a0 > mx) mx = a0;
     }
     return mx;
+}
+
+static BN_NOINLINE uint32_t bn_bwd_j32_mlar(const int8_t *e, int32_t n, int32_t C, int32_t A, uint32_t base,
+                                            int32_t nGk, int32_t k, int32_t *w)
+{
+    return bn_bwd_j32_mlar_body(e, n, C, A, base, nGk, k, w);
+}
+
+/* Backward passes 1 and 2 of one channel on bn_mulr_consts' path with max |x_hat| = x32 <= xlim
+ * (P x32 < 2^22) in one call: bn_bwd_xhat_off's T = G + 2^30 Se split (|G| < 2^29) into sv[0] =
+ * Se and sv[C] = G (the saved rows of tt_batchnorm_grad_saved_s32), then, when J fits int32 and
+ * k = 31 - bitwidth(x32) (or 20) leaves |G| 2^(20-k) below 2^31, bn_bwd_j32_mlar's J and its
+ * maximum a (returned; a < 2^31). Returns UINT32_MAX after pass 1 when those bounds fail or two is
+ * 0 (w then holds x_hat + 2^30). */
+static BN_NOINLINE uint32_t bn_bwd_p12(const int8_t *e, const int8_t *x, int32_t n, int32_t C, int32_t A,
+                                       uint32_t az, uint32_t nbz, int32_t inv, uint32_t x32, int32_t *w,
+                                       int32_t *sv, int32_t two)
+{
+    const int64_t T = bn_bwd_xhat_off(e, x, n, C, az, nbz, inv, w);
+    const int32_t se = (int32_t)((T + ((int64_t)1 << 29)) >> 30);
+    const int32_t G = (int32_t)((uint32_t)T - ((uint32_t)se << 30)); /* |G| < 2^29: its low word */
+    const uint32_t aG = G < 0 ? 0u - (uint32_t)G : (uint32_t)G, ase = se < 0 ? 0u - (uint32_t)se : (uint32_t)se;
+    const int32_t bx = tt_bitwidth_u64(x32), kk = bx >= 11 ? 31 - bx : 20;
+    sv[0] = se;
+    sv[C] = G;
+    /* bn_bwd_train's general tests in 32 bits (x32 < 2^22, |G| < 2^29) */
+    if (!two || ((uint64_t)((uint32_t)(128 * A) + ase) << BN_F) + (((uint64_t)x32 * aG) >> BN_F) + 2 > (uint64_t)INT32_MAX ||
+        tt_bitwidth_u64(aG) + 20 - kk > 31)
+        return UINT32_MAX;
+    return bn_bwd_j32_mlar_body(e, n, C, A, 0u - ((uint32_t)se << BN_F), (int32_t)((uint32_t)-G << (20 - kk)), kk, w);
 }
 
 /* Whether some J = -(a + 1) among w[2i] (i = 0, C, .., n - C): then max |J| is a + 1, not a
@@ -1121,6 +1151,33 @@ static inline int64_t bn_km(const int16_t *gamma, const int32_t *saved, int32_t 
  * an int64 J, and everything of the other channels, takes the whole slot. */
 #define BN_FITS 1
 #define BN_AMB 2
+#define BN_DONE 4
+
+/* Pass 3 of every channel c < 64 whose J fit int32 (fl[c] & BN_FITS) and whose bound of max
+ * |km * J| (|km| mjc[c], plus |km| where that maximum may be one more: BN_AMB) is below
+ * nosat_lim = 255 2^(s-1), s >= 33: bn_bwd_out32_nosat for each, from a loop of its own (no
+ * per-channel state of bn_bwd_train's loop). Marks them fl[c] = BN_DONE; returns their count. */
+static BN_NOINLINE int32_t bn_bwd_out_nosat_all(const int32_t *w, int32_t n, int32_t C, const int32_t *kmc,
+                                                const uint32_t *mjc, uint8_t *fl, int32_t s, uint64_t nosat_lim,
+                                                int8_t *dx)
+{
+    const int32_t cn = C < 64 ? C : 64;
+    int32_t c, done = 0;
+    for (c = 0; c < cn; c++) {
+        const uint32_t f = fl[c];
+        if (f & BN_FITS) {
+            const int32_t km = kmc[c];
+            const uint32_t akm = km < 0 ? 0u - (uint32_t)km : (uint32_t)km;
+            const uint64_t mcj = (uint64_t)akm * mjc[c] + ((f & BN_AMB) ? akm : 0u);
+            if (mcj < nosat_lim) {
+                bn_bwd_out32_nosat(w + 2 * c, n, C, km, s, dx + c);
+                fl[c] = BN_DONE;
+                done++;
+            }
+        }
+    }
+    return done;
+}
 
 static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, const int8_t *e,
                             int32_t ee, const int8_t *x, int8_t *dx)
@@ -1162,32 +1219,21 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
             xmax = alo > ahi ? alo : ahi;
             fast = 1;
             if (xmax <= xlim) {
-                /* |G| <= 128 P max |x_hat| < 2^29: T = G + 2^30 Se splits by a rounding shift */
-                const int64_t T = bn_bwd_xhat_off(e + c, x + c, n, C, az, 0u - bz, k.inv, w + 2 * c);
-                const int32_t se1 = (int32_t)((T + ((int64_t)1 << 29)) >> 30);
-                const int32_t G32 = (int32_t)((uint32_t)T - ((uint32_t)se1 << 30)); /* |G| < 2^29: its low word */
-                const uint32_t aG = G32 < 0 ? 0u - (uint32_t)G32 : (uint32_t)G32;
-                const uint32_t ase = se1 < 0 ? 0u - (uint32_t)se1 : (uint32_t)se1, x32 = (uint32_t)xmax;
-                /* the general code's tests below in 32 bits (xmax < 2^22, |G| < 2^29): J fits
-                 * int32, and k = 31 - bitwidth(xmax) (or 20) leaves G 2^(20-k) below 2^31 */
-                const int32_t bx = tt_bitwidth_u64(x32), kk = bx >= 11 ? 31 - bx : 20;
-                const int32_t bG = tt_bitwidth_u64(aG);
-                if (c < 64 && ((uint64_t)((uint32_t)(128 * A) + ase) << BN_F) + (((uint64_t)x32 * aG) >> BN_F) + 2 <=
-                    (uint64_t)INT32_MAX && bG + 20 - kk <= 31) {
-                    const uint32_t a = bn_bwd_j32_mlar(e + c, n, C, A, 0u - ((uint32_t)se1 << BN_F),
-                                                       (int32_t)((uint32_t)-G32 << (20 - kk)), kk, w + 2 * c);
+                /* |G| <= 128 P max |x_hat| < 2^29: passes 1 and 2 in one call where J fits int32 */
+                int32_t *const sv = bp->saved + 3 * C + 1 + c;
+                const uint32_t a = bn_bwd_p12(e + c, x + c, n, C, A, az, 0u - bz, k.inv, (uint32_t)xmax, w + 2 * c, sv,
+                                              c < 64);
+                if (a != UINT32_MAX) {
                     const uint64_t a1 = (uint64_t)akm * a, a2 = a1 + akm;
                     fl[c] = BN_FITS | BN_AMB;
-                    bp->saved[3 * C + 1 + c] = se1;
-                    bp->saved[4 * C + 1 + c] = G32;
                     if (a1 > m1) m1 = a1;
                     if (a2 > m2) m2 = a2;
                     kmc[c] = (int32_t)km;
                     mjc[c] = a;
                     continue;
                 }
-                se = se1;
-                G = G32;
+                se = sv[0];
+                G = sv[C];
                 off = (int32_t)1 << 30;
                 pass1 = 1;
             }
@@ -1272,8 +1318,11 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
     }
     s = tt_requant_shift(m, 8);
     nosat_lim = s >= 33 ? (uint64_t)255 << (s - 1) : 0;
+    if (s >= 33 && bn_bwd_out_nosat_all(w, n, C, kmc, mjc, fl, s, nosat_lim, dx) == C)
+        return e_k + e_g + ee - ex - 2 * BN_F + s;
     for (c = 0; c < C; c++) {
         const int64_t km = c < 64 ? kmc[c] : bn_km(gamma, saved, C, c, e_k);
+        if (c < 64 && fl[c] == BN_DONE) continue; /* written by bn_bwd_out_nosat_all */
         if (c < 64 && (fl[c] & BN_FITS)) {
             /* an upper bound of the channel's max |km * J| (fits: mj < 2^31); rshift_round(mcj, s)
              * <= 127 iff mcj < 255 * 2^(s-1) */
