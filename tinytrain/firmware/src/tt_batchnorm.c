@@ -4,8 +4,10 @@
  * The per-element loops take int32 forms (one 32x32->64 multiply for x_hat, words of the
  * product for its shift) on channels where the bounds are checked once per channel; the int64
  * formulas remain for the others. On cores with the DSP extension and GCC, the train backward's
- * three passes are inline-asm loops (their C twins beside them serve the other cores and the
- * host's emulated-DSP build; tests/test_bn_kernel_qemu.py runs the asm under QEMU). */
+ * three passes and the forward's non-saturating output pass are inline-asm loops (their C twins
+ * beside them serve the other cores and the host's emulated-DSP build;
+ * tests/test_bn_kernel_qemu.py runs the asm under QEMU). The per-channel work runs in phases
+ * across the channels, each a short loop or call of its own. */
 #include <string.h>
 
 #include "tt_batchnorm.h"
