@@ -4,8 +4,10 @@
  * The per-element loops take int32 forms (one 32x32->64 multiply for x_hat, words of the
  * product for its shift) on channels where the bounds are checked once per channel; the int64
  * formulas remain for the others. On cores with the DSP extension and GCC, the train backward's
- * three passes are inline-asm loops (their C twins beside them serve the other cores and the
- * host's emulated-DSP build; tests/test_bn_kernel_qemu.py runs the asm under QEMU). */
+ * three passes and the forward's non-saturating output pass are inline-asm loops (their C twins
+ * beside them serve the other cores and the host's emulated-DSP build;
+ * tests/test_bn_kernel_qemu.py runs the asm under QEMU). The per-channel work runs in phases
+ * across the channels, each a short loop or call of its own. */
 #include <string.h>
 
 #include "tt_batchnorm.h"
@@ -72,7 +74,7 @@ static inline int32_t bn_rdiv_fast(int64_t n, int32_t a, int64_t d)
 
 /* tt_align(v, e_from, e_to) as an int32 (within [-2^30, 2^30]), a left shift (e_to < e_from) by
  * comparing v with 2^30 >> d first: v 2^d <= 2^30 iff v <= floor(2^30 / 2^d). */
-static int32_t bn_align32(int32_t v, int32_t e_from, int32_t e_to)
+static inline int32_t bn_align32(int32_t v, int32_t e_from, int32_t e_to)
 {
     if (e_to < e_from) {
         const int32_t d = e_from - e_to > 31 ? 31 : e_from - e_to, lim = (int32_t)(TT_ALIGN_LIM >> d);
@@ -98,6 +100,95 @@ static int32_t bn_inv_sqrt(int64_t v, int32_t e_v, int32_t *n_out)
         const uint32_t q1 = ((uint32_t)1 << (TT_BN_INV_BITS - 16)) / s;
         const uint32_t r1 = ((uint32_t)1 << (TT_BN_INV_BITS - 16)) - q1 * s;
         return (int32_t)((q1 << 16) + ((r1 << 16) + (s >> 1)) / s);
+    }
+}
+
+#if defined(__ARM_FEATURE_IDIV) || !defined(__arm__)
+/* round(sqrt((i + 16.5) 2^26)) for i = 0..47: Newton seeds of bn_isqrt_hi, one per 2^26-wide
+ * slice of [2^30, 2^32) (python: round(math.sqrt((i + 16.5) * 2**26))). */
+static const uint16_t bn_isqrt_seed[48] = {
+    33276, 34270, 35235, 36175, 37091, 37985, 38858, 39712, 40548, 41368, 42171, 42959,
+    43733, 44494, 45242, 45977, 46702, 47415, 48117, 48809, 49492, 50166, 50830, 51486,
+    52134, 52773, 53405, 54030, 54647, 55258, 55862, 56459, 57051, 57636, 58215, 58789,
+    59357, 59919, 60477, 61029, 61576, 62119, 62657, 63190, 63719, 64243, 64763, 65279};
+
+/* floor(sqrt(x)) for 2^30 <= x < 2^32 (tt_isqrt_u32's value). s0 = floor((floor(x / t) + t) / 2)
+ * + 1 >= sqrt(x) for any t > 0 (AM-GM; the + 1 covers the floors), and a Newton step
+ * floor((s + floor(x / s)) / 2) from any s >= floor(sqrt(x)) stays >= floor(sqrt(x)); with t
+ * the slice's seed (within 1/32 of sqrt(x)) two steps leave s at most one above, which the loop
+ * removes (s > floor(x / s) iff s^2 > x). Checked for every x in range. */
+static inline uint32_t bn_isqrt_hi(uint32_t x)
+{
+    const uint32_t t = bn_isqrt_seed[(x >> 26) - 16];
+    uint32_t s = ((x / t + t) >> 1) + 1;
+    s = (s + x / s) >> 1;
+    while (s > x / s) s--;
+    return s;
+}
+#endif
+
+/** bn_inv_sqrt(v, 0, n_out) for 1 <= v < 2^32: n >= 0, a left shift in 32 bits. */
+static inline int32_t bn_inv_sqrt32(uint32_t v, int32_t *n_out)
+{
+    const int32_t n = (32 - tt_bitwidth_u64(v)) & ~1; /* e_v = 0: n even */
+#if defined(__ARM_FEATURE_IDIV) || !defined(__arm__)
+    const uint32_t s = bn_isqrt_hi(v << n); /* v << n in [2^30, 2^32) */
+#else
+    const uint32_t s = tt_isqrt_u32(v << n); /* no hardware divide: the bit-by-bit loop */
+#endif
+    const uint32_t q1 = ((uint32_t)1 << (TT_BN_INV_BITS - 16)) / s;
+    const uint32_t r1 = ((uint32_t)1 << (TT_BN_INV_BITS - 16)) - q1 * s;
+    *n_out = n;
+    return (int32_t)((q1 << 16) + ((r1 << 16) + (s >> 1)) / s);
+}
+
+/* The train forward's running statistics of every channel from scratch[c] = S, scratch[C + c]
+ * = Q: mean by bn_rdiv(S, ex - e_rm, P), variance by bn_rdiv(M2, 2 ex - e_rv, P (P - 1)), each
+ * folded in by the shift-EMA. Out of line: a loop of its own keeps its constants in registers. */
+static BN_NOINLINE void bn_running_stats(const int64_t *scratch, int32_t P, int32_t C, int32_t ex,
+                                         int32_t *rmean, int32_t e_rm, int32_t *rvar, int32_t e_rv,
+                                         int32_t mom_k)
+{
+    const int32_t am = ex - e_rm, av = 2 * ex - e_rv;
+    const int64_t dv = (int64_t)P * (P - 1);
+    int32_t c = 0;
+    /* Where the whole layer allows (P <= 362: m2 < 2^31; |S| <= 128 P, so 128 P 2^am < 2^29 makes
+     * every mean bn_rdiv_fast's 32-bit division; 0 <= av <= 28; 1 <= mom_k <= 31), the channels
+     * in 32 bits: the variance's division when m2 2^av < 2^29 (m2 >= 0: num > 0, a truncating
+     * division is the floor), the EMA's difference by a subtraction that reports its overflow
+     * and its rounding shift as ((d >> (k - 1)) + 1) >> 1 (= floor((d + 2^(k-1)) / 2^k), no
+     * overflow). A channel outside those bounds takes bn_rdiv / bn_ema. */
+    if (P <= 362 && (uint32_t)am <= 28u && (uint32_t)(128 * P) < ((uint32_t)1 << (29 - am)) &&
+        (uint32_t)av <= 28u && mom_k >= 1 && mom_k <= 31) {
+        const int32_t dm = 2 * P, hm = P, k1 = mom_k - 1, dd = (int32_t)(2 * dv), hd = (int32_t)dv;
+        const uint32_t vlim = (uint32_t)1 << (29 - av);
+        for (; c < C; c++) {
+            const int32_t S = (int32_t)scratch[c], Q = (int32_t)scratch[C + c];
+            const uint32_t m2 = (uint32_t)P * (uint32_t)Q - (uint32_t)(S * S);
+            const int32_t num = (int32_t)((uint32_t)S << (am + 1)) + hm;
+            int32_t bm = num / dm, bv, r, d;
+            if (num % dm < 0) bm--;
+            bv = m2 < vlim ? (int32_t)(((m2 << (av + 1)) + (uint32_t)hd) / (uint32_t)dd)
+                           : bn_rdiv((int64_t)m2, av, dv);
+            r = rmean[c];
+#if defined(__GNUC__)
+            if (!__builtin_sub_overflow(bm, r, &d)) rmean[c] = r + (((d >> k1) + 1) >> 1);
+            else
+#endif
+                rmean[c] = bn_ema(r, bm, mom_k);
+            r = rvar[c];
+#if defined(__GNUC__)
+            if (!__builtin_sub_overflow(bv, r, &d)) rvar[c] = r + (((d >> k1) + 1) >> 1);
+            else
+#endif
+                rvar[c] = bn_ema(r, bv, mom_k);
+        }
+    }
+    for (; c < C; c++) {
+        const int32_t S = (int32_t)scratch[c], Q = (int32_t)scratch[C + c];
+        const int64_t m2 = (int64_t)P * Q - (int64_t)S * S;
+        rmean[c] = bn_ema(rmean[c], bn_rdiv_fast(S, am, P), mom_k);
+        rvar[c] = bn_ema(rvar[c], bn_rdiv_fast(m2, av, dv), mom_k);
     }
 }
 
@@ -222,30 +313,165 @@ BN_ALWAYS_INLINE void bn_out32_loop(const int8_t *x, int32_t n, int32_t C, const
 }
 
 /* bn_out32_loop with MULR and FOLD when no output of the channel saturates (the caller's check at
- * the two ends of its x range: the output is monotone in x), so the clamp and its count go; two
- * positions a turn, indexed from two bases (no pointer steps per element). */
+ * the two ends of its x range: the output is monotone in x), so the clamp and its count go. On
+ * DSP cores an inline-asm loop of four positions a turn (30 instructions), its C twin beside it
+ * for the other cores and the host's emulated-DSP build: two positions a turn, indexed from two
+ * bases (no pointer steps per element). */
 static BN_NOINLINE void bn_out32_nosat(const int8_t *x, int32_t n, int32_t C, uint32_t az, uint32_t bz,
                                        int32_t inv, int32_t g, int32_t b, int32_t s, int8_t *y)
 {
     const int32_t bb = (int32_t)((uint32_t)b + ((uint32_t)1 << (s - 1)));
     uint32_t nbz = 0u - bz; /* x az - bz as one MLA */
-    const int8_t *x1 = x + C;
-    int8_t *y1 = y + C;
-    int32_t i = 0;
-    const int32_t C2 = 2 * C;
 #if defined(__GNUC__)
     __asm__("" : "+r"(nbz)); /* opaque: GCC would turn x az + (-bz) back into MUL and SUB */
 #endif
-    for (; i + C < n; i += C2) {
-        const int32_t h0 = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az + nbz), inv);
-        const int32_t h1 = bn_mulhr((int32_t)((uint32_t)(int32_t)x1[i] * az + nbz), inv);
-        y[i] = (int8_t)((int32_t)((uint32_t)g * (uint32_t)h0 + (uint32_t)bb) >> s);
-        y1[i] = (int8_t)((int32_t)((uint32_t)g * (uint32_t)h1 + (uint32_t)bb) >> s);
+#if TT_HAVE_DSP && defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__GNUC__) && defined(__OPTIMIZE__)
+    /* stepped pointers (no index registers: the loop's twelve operands fit), the last (fewer
+     * than four) positions one at a time */
+    {
+        const int8_t *xp = x, *const xe = x + n;
+        int8_t *yp = y;
+        if (3 * C < n) {
+            const int8_t *const xl = xe - 3 * C;
+            uint32_t ta, tb;
+            __asm__ volatile(
+                "1:\n\t"
+                "ldrsb %[a], [%[xp]]\n\t"
+                "ldrsb %[b], [%[xp], %[C]]\n\t"
+                "mla %[a], %[a], %[az], %[nbz]\n\t"
+                "mla %[b], %[b], %[az], %[nbz]\n\t"
+                "smmulr %[a], %[a], %[inv]\n\t"
+                "smmulr %[b], %[b], %[inv]\n\t"
+                "mla %[a], %[a], %[g], %[bb]\n\t"
+                "mla %[b], %[b], %[g], %[bb]\n\t"
+                "asr %[a], %[a], %[s]\n\t"
+                "asr %[b], %[b], %[s]\n\t"
+                "strb %[a], [%[yp]]\n\t"
+                "strb %[b], [%[yp], %[C]]\n\t"
+                "add %[xp], %[xp], %[C], lsl #1\n\t"
+                "add %[yp], %[yp], %[C], lsl #1\n\t"
+                "ldrsb %[a], [%[xp]]\n\t"
+                "ldrsb %[b], [%[xp], %[C]]\n\t"
+                "mla %[a], %[a], %[az], %[nbz]\n\t"
+                "mla %[b], %[b], %[az], %[nbz]\n\t"
+                "smmulr %[a], %[a], %[inv]\n\t"
+                "smmulr %[b], %[b], %[inv]\n\t"
+                "mla %[a], %[a], %[g], %[bb]\n\t"
+                "mla %[b], %[b], %[g], %[bb]\n\t"
+                "asr %[a], %[a], %[s]\n\t"
+                "asr %[b], %[b], %[s]\n\t"
+                "strb %[a], [%[yp]]\n\t"
+                "strb %[b], [%[yp], %[C]]\n\t"
+                "add %[xp], %[xp], %[C], lsl #1\n\t"
+                "add %[yp], %[yp], %[C], lsl #1\n\t"
+                "cmp %[xp], %[xl]\n\t"
+                "blo 1b"
+                : [a] "=&r"(ta), [b] "=&r"(tb), [xp] "+r"(xp), [yp] "+r"(yp)
+                : [C] "r"(C), [xl] "r"(xl), [az] "r"(az), [nbz] "r"(nbz), [inv] "r"(inv), [g] "r"(g),
+                  [bb] "r"(bb), [s] "r"(s)
+                : "cc", "memory");
+        }
+        for (; xp < xe; xp += C, yp += C) {
+            const int32_t h0 = bn_mulhr((int32_t)((uint32_t)(int32_t)*xp * az + nbz), inv);
+            *yp = (int8_t)((int32_t)((uint32_t)g * (uint32_t)h0 + (uint32_t)bb) >> s);
+        }
     }
-    if (i < n) {
-        const int32_t h0 = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az + nbz), inv);
-        y[i] = (int8_t)((int32_t)((uint32_t)g * (uint32_t)h0 + (uint32_t)bb) >> s);
+#else
+    {
+        const int8_t *x1 = x + C;
+        int8_t *y1 = y + C;
+        const int32_t C2 = 2 * C;
+        int32_t i = 0;
+        for (; i + C < n; i += C2) {
+            const int32_t h0 = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az + nbz), inv);
+            const int32_t h1 = bn_mulhr((int32_t)((uint32_t)(int32_t)x1[i] * az + nbz), inv);
+            y[i] = (int8_t)((int32_t)((uint32_t)g * (uint32_t)h0 + (uint32_t)bb) >> s);
+            y1[i] = (int8_t)((int32_t)((uint32_t)g * (uint32_t)h1 + (uint32_t)bb) >> s);
+        }
+        if (i < n) {
+            const int32_t h0 = bn_mulhr((int32_t)((uint32_t)(int32_t)x[i] * az + nbz), inv);
+            y[i] = (int8_t)((int32_t)((uint32_t)g * (uint32_t)h0 + (uint32_t)bb) >> s);
+        }
     }
+#endif
+}
+
+/* The forward's ends when every channel (C <= 64) is on bn_mulr_consts' path (x_hat =
+ * bn_mulhr(x az - bz, inv), no saturation), as bn_fwd's general loop forms them, in a loop of
+ * its own (few live values): b = bn_align32(beta) (in the loop of the tests, out of the main
+ * one), the sums el, er at the channel's smallest and largest x (its range
+ * from scratch[2C + c]) into scratch {b[C], er[C], el[C]}, zc[c] = z + 1 and *m = the largest
+ * |el|, |er|, or the OR of them all when its bitwidth is not 31: the caller reads m only through
+ * its bitwidth (the shift), m <= INT32_MAX (bitwidth <= 31) and m + 2^(s-1) <= INT32_MAX (s =
+ * bitwidth - 7: true for bitwidth <= 30, false from 32 on), so the OR, whose bitwidth is the
+ * maximum's, decides the same except at bitwidth 31, where the maximum is taken. Returns 0
+ * when some channel is not on that path, having written only b of the channels before it (the
+ * caller's general loop forms its own). */
+static BN_NOINLINE int32_t bn_fwd_ends(int32_t A, int32_t C, const int32_t *saved, const int16_t *gamma,
+                                       const int32_t *beta, int32_t e_b, int32_t ea, int64_t *scratch,
+                                       uint8_t *zc, uint64_t *m_out)
+{
+    const uint32_t a128 = (uint32_t)A * 128u;
+    uint64_t m = 0;
+    int32_t c;
+    if (C > 64) return 0;
+    for (c = 0; c < C; c++) {
+        const int32_t B = saved[c], sh = saved[2 * C + c];
+        const uint32_t tmax = a128 + (B < 0 ? 0u - (uint32_t)B : (uint32_t)B);
+        if ((uint32_t)(sh - 1) > 31u || tmax > ((uint32_t)INT32_MAX >> (32 - sh))) return 0;
+        scratch[c] = bn_align32(beta[c], e_b, ea); /* S is no longer read (nor b by the general path) */
+    }
+    for (c = 0; c < C; c++) {
+        const int32_t B = saved[c], inv = saved[C + c], z = 32 - saved[2 * C + c];
+        const int32_t r = (int32_t)scratch[2 * C + c], lo = r >> 8, hi = (r & 255) - 128; /* lo 256 + hi + 128 */
+        const uint32_t az = (uint32_t)A << z, bz = (uint32_t)B << z;
+        const int32_t xl = bn_mulhr((int32_t)((uint32_t)lo * az - bz), inv);
+        const int32_t xr = bn_mulhr((int32_t)((uint32_t)hi * az - bz), inv);
+        const int32_t g = gamma[c], b = (int32_t)scratch[c];
+        const int64_t el = (int64_t)g * xl + b, er = (int64_t)g * xr + b;
+        const uint64_t al = tt_abs_u64(el), ar = tt_abs_u64(er);
+        scratch[C + c] = er;
+        scratch[2 * C + c] = el;
+        zc[c] = (uint8_t)(z + 1);
+        m |= al | ar;
+    }
+    if (tt_bitwidth_u64(m) == 31) { /* the OR has the maximum's bitwidth; only here is that not enough */
+        m = 0;
+        for (c = 0; c < C; c++) {
+            const uint64_t al = tt_abs_u64(scratch[2 * C + c]), ar = tt_abs_u64(scratch[C + c]);
+            if (al > m) m = al;
+            if (ar > m) m = ar;
+        }
+    }
+    *m_out = m;
+    return 1;
+}
+
+/* The forward's output pass of every channel c < 64 with zc[c] = z + 1 != 0 (bn_mulr_consts'
+ * path, x_hat unsaturated) whose two ends' outputs do not saturate, when the half folds (the
+ * caller's fold: every end sum fits int32): bn_out32_nosat for each, from a loop of its own
+ * (the per-channel tests and arguments without bn_fwd's loop state).
+ * sums: scratch {b[C], er[C], el[C]}. Marks the channels it wrote by zc[c] = 0xFF and returns
+ * their count. */
+static BN_NOINLINE int32_t bn_out_fold_all(const int8_t *x, int32_t P, int32_t C, int32_t A, const int32_t *saved,
+                                           const int16_t *gamma, const int64_t *sums, int32_t s, uint8_t *zc,
+                                           int8_t *y)
+{
+    const int32_t h = (int32_t)1 << (s - 1), n = P * C, cn = C < 64 ? C : 64;
+    int32_t c, done = 0;
+    for (c = 0; c < cn; c++) {
+        const int32_t z = zc[c] - 1;
+        if (z >= 0) {
+            const int32_t rl = ((int32_t)sums[2 * C + c] + h) >> s, rr = ((int32_t)sums[C + c] + h) >> s;
+            if ((uint32_t)(rl + TT_S8_MAX) <= 2u * TT_S8_MAX && (uint32_t)(rr + TT_S8_MAX) <= 2u * TT_S8_MAX) {
+                bn_out32_nosat(x + c, n, C, (uint32_t)A << z, (uint32_t)saved[c] << z, saved[C + c], gamma[c],
+                               (int32_t)sums[c], s, y + c);
+                zc[c] = 0xFF;
+                done++;
+            }
+        }
+    }
+    return done;
 }
 
 /* Out of line: its loop keeps its constants in registers. */
@@ -260,6 +486,18 @@ static BN_NOINLINE void bn_out32(const int8_t *x, int32_t n, int32_t C, const bn
     else if (fold) bn_out32_loop(x, n, C, k, g, b, s, y, nsat, 0, 1);
     else bn_out32_loop(x, n, C, k, g, b, s, y, nsat, 0, 0);
 }
+
+#if TT_HAVE_DSP
+/* bn_stats' words of channel c: S, Q, and its range lo * 256 + (hi + 128) from the low bytes of
+ * lo and hi. */
+BN_ALWAYS_INLINE void bn_stats_put(int64_t *scratch, int32_t C, int32_t c, int32_t S, int32_t Q, uint32_t lo,
+                                   uint32_t hi)
+{
+    scratch[c] = S;
+    scratch[C + c] = Q;
+    scratch[2 * C + c] = (int32_t)(int8_t)lo * 256 + ((int32_t)(int8_t)hi + 128);
+}
+#endif
 
 /* Per channel c of x (P positions, C channels): scratch[c] = S = sum x, scratch[C + c] = Q =
  * sum x^2 (train only; |S| < 2^19, Q < 2^26 for P <= 4096) and scratch[2C + c] = lo * 256 +
@@ -277,7 +515,7 @@ static BN_NOINLINE void bn_stats(const int8_t *x, int32_t P, int32_t C, int32_t 
         for (; c + 4 <= C; c += 4) {
             const int8_t *xc = x + c;
             uint32_t lo = tt_ld_s8x4(xc), hi = lo, s02 = 0, s13 = 0;
-            int32_t q0 = 0, q1 = 0, q2 = 0, q3 = 0, k;
+            int32_t q0 = 0, q1 = 0, q2 = 0, q3 = 0;
             for (p = 0; p < P; p++, xc += C) {
                 const uint32_t v = tt_ld_s8x4(xc);
                 const int32_t ev = __sxtb16((int32_t)v), od = __sxtb16((int32_t)((v >> 8) | (v << 24)));
@@ -292,16 +530,12 @@ static BN_NOINLINE void bn_stats(const int8_t *x, int32_t P, int32_t C, int32_t 
                 (void)__ssub8((int32_t)v, (int32_t)hi);
                 hi = __sel(v, hi);
             }
-            scratch[c] = (int16_t)(s02 & 0xFFFFu);
-            scratch[c + 1] = (int16_t)(s13 & 0xFFFFu);
-            scratch[c + 2] = (int16_t)(s02 >> 16);
-            scratch[c + 3] = (int16_t)(s13 >> 16);
-            scratch[C + c] = q0;
-            scratch[C + c + 1] = q1;
-            scratch[C + c + 2] = q2;
-            scratch[C + c + 3] = q3;
-            for (k = 0; k < 4; k++)
-                scratch[2 * C + c + k] = (int64_t)(int8_t)(lo >> (8 * k)) * 256 + ((int8_t)(hi >> (8 * k)) + 128);
+            /* channel by channel, each value formed in 32 bits and stored at once (no 64-bit
+             * arithmetic, nothing held across the stores) */
+            bn_stats_put(scratch, C, c, (int16_t)(s02 & 0xFFFFu), q0, lo, hi);
+            bn_stats_put(scratch, C, c + 1, (int16_t)(s13 & 0xFFFFu), q1, lo >> 8, hi >> 8);
+            bn_stats_put(scratch, C, c + 2, (int32_t)s02 >> 16, q2, lo >> 16, hi >> 16);
+            bn_stats_put(scratch, C, c + 3, (int32_t)s13 >> 16, q3, lo >> 24, hi >> 24);
         }
     }
 #endif
@@ -346,42 +580,55 @@ static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const i
 {
     const int32_t ea = e_g - BN_F;
     const int64_t A = train ? P : 1 << TT_BN_EVAL_FRAC;
-    const int64_t eps_v = train ? bn_scale_cap((int64_t)eps_m * P * P, -eps_k - 2 * ex) : 0;
-    const int64_t eps_r = train ? 0 : bn_scale_cap(eps_m, -eps_k - e_rv);
     uint64_t m = 0;
     int32_t p, c, s, n;
     uint8_t zc[64]; /* channel c < 64: z + 1 on bn_mulr_consts' path, else 0 */
     int32_t fold;
     bn_stats(x, P, C, train, scratch);
-    /* One pass over the channels: the statistics and saved constants, then x_hat's ends (channel
-     * c reads its own scratch words before writing them). */
+    /* The channels in phases, each a short loop with few live values (one loop doing all of it
+     * spilled most of them): the saved constants; the running statistics (train); then x_hat's
+     * ends, the sums at them and the maximum. Channel c reads its scratch words (S, Q, range)
+     * in the phases before the last, which reads its range before writing b and the ends. */
+    if (train) {
+        const int64_t eps_v = bn_scale_cap((int64_t)eps_m * P * P, -eps_k - 2 * ex);
+        if (P <= 362 && eps_v < ((int64_t)1 << 31)) {
+            /* m2 = P Q - S^2 <= P Q <= P^2 2^14 < 2^31 and eps_v < 2^31: V fits uint32 */
+            const uint32_t ev = (uint32_t)eps_v;
+            for (c = 0; c < C; c++) {
+                const int32_t S = (int32_t)scratch[c], Q = (int32_t)scratch[C + c];
+                const uint32_t v = (uint32_t)P * (uint32_t)Q - (uint32_t)(S * S) + ev;
+                saved[c] = S;
+                saved[C + c] = bn_inv_sqrt32(v > 1u ? v : 1u, &n);
+                saved[2 * C + c] = TT_BN_INV_BITS - BN_F - n / 2;
+            }
+        } else {
+            for (c = 0; c < C; c++) {
+                const int32_t S = (int32_t)scratch[c], Q = (int32_t)scratch[C + c];
+                const int64_t v = (int64_t)P * Q - (int64_t)S * S + eps_v;
+                saved[c] = S;
+                saved[C + c] = bn_inv_sqrt(v > 1 ? v : 1, 0, &n);
+                saved[2 * C + c] = TT_BN_INV_BITS - BN_F - n / 2;
+            }
+        }
+        bn_running_stats(scratch, P, C, ex, rmean, e_rm, rvar, e_rv, mom_k);
+    } else {
+        const int64_t eps_r = bn_scale_cap(eps_m, -eps_k - e_rv);
+        for (c = 0; c < C; c++) {
+            const int64_t v = (rvar[c] > 0 ? rvar[c] : 0) + eps_r;
+            saved[c] = (int32_t)tt_align(rmean[c], e_rm, ex - TT_BN_EVAL_FRAC);
+            saved[C + c] = bn_inv_sqrt(v > 1 ? v : 1, e_rv, &n);
+            saved[2 * C + c] = TT_BN_INV_BITS - BN_F + (e_rv - n) / 2 + TT_BN_EVAL_FRAC - ex;
+        }
+    }
+    if (!bn_fwd_ends((int32_t)A, C, saved, gamma, beta, e_b, ea, scratch, zc, &m))
     for (c = 0; c < C; c++) {
-        const int32_t S = (int32_t)scratch[c], Q = (int32_t)scratch[C + c];
         const int64_t r = scratch[2 * C + c];
         const int32_t g = gamma[c], lo = (int32_t)(r >> 8), hi = (int32_t)(r & 255) - 128;
         const int32_t b = bn_align32(beta[c], e_b, ea);
-        bn_chan k;
+        bn_chan k = bn_channel(A, saved, C, c);
         uint32_t sat = 0, az, bz;
         int32_t xl, xr;
         int64_t el, er;
-        k.A = (int32_t)A;
-        if (train) {
-            const int64_t m2 = (int64_t)P * Q - (int64_t)S * S, v = m2 + eps_v;
-            k.B = S;
-            k.inv = bn_inv_sqrt(v > 1 ? v : 1, 0, &n);
-            k.sh = TT_BN_INV_BITS - BN_F - n / 2;
-            rmean[c] = bn_ema(rmean[c], bn_rdiv_fast(S, ex - e_rm, P), mom_k);
-            rvar[c] = bn_ema(rvar[c], bn_rdiv_fast(m2, 2 * ex - e_rv, (int64_t)P * (P - 1)), mom_k);
-        } else {
-            const int64_t v = (rvar[c] > 0 ? rvar[c] : 0) + eps_r;
-            k.B = (int32_t)tt_align(rmean[c], e_rm, ex - TT_BN_EVAL_FRAC);
-            k.inv = bn_inv_sqrt(v > 1 ? v : 1, e_rv, &n);
-            k.sh = TT_BN_INV_BITS - BN_F + (e_rv - n) / 2 + TT_BN_EVAL_FRAC - ex;
-        }
-        k.fast = k.sh >= 1 && k.sh <= 62;
-        saved[c] = k.B;
-        saved[C + c] = k.inv;
-        saved[2 * C + c] = k.sh;
         if (bn_mulr_consts(&k, &az, &bz)) { /* x_hat = bn_mulhr(x az - bz, inv): no saturation */
             xl = bn_mulhr((int32_t)((uint32_t)lo * az - bz), k.inv);
             xr = bn_mulhr((int32_t)((uint32_t)hi * az - bz), k.inv);
@@ -416,23 +663,13 @@ static int32_t bn_fwd(const int8_t *x, int32_t ex, int32_t P, int32_t C, const i
     saved[3 * C] = ex;
     s = tt_requant_shift(m, 8);
     fold = s >= 1 && m + ((uint64_t)1 << (s - 1)) <= (uint64_t)INT32_MAX; /* (v + 2^(s-1)) >> s in int32 */
+    if (fold && bn_out_fold_all(x, P, C, (int32_t)A, saved, gamma, scratch, s, zc, y) == C) return ea + s;
     for (c = 0; c < C; c++) {
         bn_chan k;
         int64_t b;
         int32_t g;
         /* m <= INT32_MAX: s <= 24; |b| <= 2^30 (tt_align clamps) */
-        if (c < 64 && zc[c] && fold) {
-            /* bn_mulr_consts' path, no saturation of x_hat (zc: z + 1), the half folded: the
-             * ends' sums fit int32 (<= m); no output saturates iff neither end's does */
-            const int32_t rl = ((int32_t)scratch[2 * C + c] + ((int32_t)1 << (s - 1))) >> s;
-            const int32_t rr = ((int32_t)scratch[C + c] + ((int32_t)1 << (s - 1))) >> s;
-            const int32_t z = zc[c] - 1;
-            if ((uint32_t)(rl + TT_S8_MAX) <= 2u * TT_S8_MAX && (uint32_t)(rr + TT_S8_MAX) <= 2u * TT_S8_MAX) {
-                bn_out32_nosat(x + c, P * C, C, (uint32_t)A << z, (uint32_t)saved[c] << z, saved[C + c], gamma[c],
-                               (int32_t)scratch[c], s, y + c);
-                continue;
-            }
-        }
+        if (c < 64 && zc[c] == 0xFF) continue; /* written by bn_out_fold_all */
         k = bn_channel(A, saved, C, c);
         b = scratch[c];
         g = gamma[c];
@@ -530,7 +767,7 @@ static inline int32_t bn_mulhr_add(int32_t a, int32_t b, int32_t c)
  * in one multiply-accumulate: w[2i] = x_hat + 2^30 (SMMLAR from 2^30; |x_hat| < 2^30 there), and
  * the return value T = sum e * (x_hat + 2^30) = G + 2^30 Se, exact in int64; the caller splits it
  * (its bound |G| < 2^29). Two positions a turn. */
-static BN_NOINLINE int64_t bn_bwd_xhat_off(const int8_t *e, const int8_t *x, int32_t n, int32_t C, uint32_t az,
+BN_ALWAYS_INLINE int64_t bn_bwd_xhat_off(const int8_t *e, const int8_t *x, int32_t n, int32_t C, uint32_t az,
                                            uint32_t nbz, int32_t inv, int32_t *w)
 {
     const int32_t off = (int32_t)1 << 30, C2 = 2 * C;
@@ -652,7 +889,7 @@ static BN_NOINLINE uint32_t bn_bwd_j32(const int8_t *e, int32_t n, int32_t C, in
  * k >= 2), so its shift is x_hat 2^k. Returns the largest J ^ (J >> 31) (= |J|, or |J| - 1 for
  * J < 0: max |J| is it or one more, which the caller settles: one instruction per element
  * instead of three), two positions a turn. */
-static BN_NOINLINE uint32_t bn_bwd_j32_mlar(const int8_t *e, int32_t n, int32_t C, int32_t A, uint32_t base,
+BN_ALWAYS_INLINE uint32_t bn_bwd_j32_mlar_body(const int8_t *e, int32_t n, int32_t C, int32_t A, uint32_t base,
                                             int32_t nGk, int32_t k, int32_t *w)
 {
     const uint32_t af = (uint32_t)A << BN_F; /* base = -Se 2^F, formed by the caller: one MLA */
@@ -739,6 +976,36 @@ static BN_NOINLINE uint32_t bn_bwd_j32_mlar(const int8_t *e, int32_t n, int32_t 
         if (a0 > mx) mx = a0;
     }
     return mx;
+}
+
+static BN_NOINLINE uint32_t bn_bwd_j32_mlar(const int8_t *e, int32_t n, int32_t C, int32_t A, uint32_t base,
+                                            int32_t nGk, int32_t k, int32_t *w)
+{
+    return bn_bwd_j32_mlar_body(e, n, C, A, base, nGk, k, w);
+}
+
+/* Backward passes 1 and 2 of one channel on bn_mulr_consts' path with max |x_hat| = x32 <= xlim
+ * (P x32 < 2^22) in one call: bn_bwd_xhat_off's T = G + 2^30 Se split (|G| < 2^29) into sv[0] =
+ * Se and sv[C] = G (the saved rows of tt_batchnorm_grad_saved_s32), then, when J fits int32 and
+ * k = 31 - bitwidth(x32) (or 20) leaves |G| 2^(20-k) below 2^31, bn_bwd_j32_mlar's J and its
+ * maximum a (returned; a < 2^31). Returns UINT32_MAX after pass 1 when those bounds fail or two is
+ * 0 (w then holds x_hat + 2^30). */
+static BN_NOINLINE uint32_t bn_bwd_p12(const int8_t *e, const int8_t *x, int32_t n, int32_t C, int32_t A,
+                                       uint32_t az, uint32_t nbz, int32_t inv, uint32_t x32, int32_t *w,
+                                       int32_t *sv, int32_t two)
+{
+    const int64_t T = bn_bwd_xhat_off(e, x, n, C, az, nbz, inv, w);
+    const int32_t se = (int32_t)((T + ((int64_t)1 << 29)) >> 30);
+    const int32_t G = (int32_t)((uint32_t)T - ((uint32_t)se << 30)); /* |G| < 2^29: its low word */
+    const uint32_t aG = G < 0 ? 0u - (uint32_t)G : (uint32_t)G, ase = se < 0 ? 0u - (uint32_t)se : (uint32_t)se;
+    const int32_t bx = tt_bitwidth_u64(x32), kk = bx >= 11 ? 31 - bx : 20;
+    sv[0] = se;
+    sv[C] = G;
+    /* bn_bwd_train's general tests in 32 bits (x32 < 2^22, |G| < 2^29) */
+    if (!two || ((uint64_t)((uint32_t)(128 * A) + ase) << BN_F) + (((uint64_t)x32 * aG) >> BN_F) + 2 > (uint64_t)INT32_MAX ||
+        tt_bitwidth_u64(aG) + 20 - kk > 31)
+        return UINT32_MAX;
+    return bn_bwd_j32_mlar_body(e, n, C, A, 0u - ((uint32_t)se << BN_F), (int32_t)((uint32_t)-G << (20 - kk)), kk, w);
 }
 
 /* Whether some J = -(a + 1) among w[2i] (i = 0, C, .., n - C): then max |J| is a + 1, not a
@@ -886,6 +1153,33 @@ static inline int64_t bn_km(const int16_t *gamma, const int32_t *saved, int32_t 
  * an int64 J, and everything of the other channels, takes the whole slot. */
 #define BN_FITS 1
 #define BN_AMB 2
+#define BN_DONE 4
+
+/* Pass 3 of every channel c < 64 whose J fit int32 (fl[c] & BN_FITS) and whose bound of max
+ * |km * J| (|km| mjc[c], plus |km| where that maximum may be one more: BN_AMB) is below
+ * nosat_lim = 255 2^(s-1), s >= 33: bn_bwd_out32_nosat for each, from a loop of its own (no
+ * per-channel state of bn_bwd_train's loop). Marks them fl[c] = BN_DONE; returns their count. */
+static BN_NOINLINE int32_t bn_bwd_out_nosat_all(const int32_t *w, int32_t n, int32_t C, const int32_t *kmc,
+                                                const uint32_t *mjc, uint8_t *fl, int32_t s, uint64_t nosat_lim,
+                                                int8_t *dx)
+{
+    const int32_t cn = C < 64 ? C : 64;
+    int32_t c, done = 0;
+    for (c = 0; c < cn; c++) {
+        const uint32_t f = fl[c];
+        if (f & BN_FITS) {
+            const int32_t km = kmc[c];
+            const uint32_t akm = km < 0 ? 0u - (uint32_t)km : (uint32_t)km;
+            const uint64_t mcj = (uint64_t)akm * mjc[c] + ((f & BN_AMB) ? akm : 0u);
+            if (mcj < nosat_lim) {
+                bn_bwd_out32_nosat(w + 2 * c, n, C, km, s, dx + c);
+                fl[c] = BN_DONE;
+                done++;
+            }
+        }
+    }
+    return done;
+}
 
 static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, const int8_t *e,
                             int32_t ee, const int8_t *x, int8_t *dx)
@@ -927,32 +1221,21 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
             xmax = alo > ahi ? alo : ahi;
             fast = 1;
             if (xmax <= xlim) {
-                /* |G| <= 128 P max |x_hat| < 2^29: T = G + 2^30 Se splits by a rounding shift */
-                const int64_t T = bn_bwd_xhat_off(e + c, x + c, n, C, az, 0u - bz, k.inv, w + 2 * c);
-                const int32_t se1 = (int32_t)((T + ((int64_t)1 << 29)) >> 30);
-                const int32_t G32 = (int32_t)((uint32_t)T - ((uint32_t)se1 << 30)); /* |G| < 2^29: its low word */
-                const uint32_t aG = G32 < 0 ? 0u - (uint32_t)G32 : (uint32_t)G32;
-                const uint32_t ase = se1 < 0 ? 0u - (uint32_t)se1 : (uint32_t)se1, x32 = (uint32_t)xmax;
-                /* the general code's tests below in 32 bits (xmax < 2^22, |G| < 2^29): J fits
-                 * int32, and k = 31 - bitwidth(xmax) (or 20) leaves G 2^(20-k) below 2^31 */
-                const int32_t bx = tt_bitwidth_u64(x32), kk = bx >= 11 ? 31 - bx : 20;
-                const int32_t bG = tt_bitwidth_u64(aG);
-                if (c < 64 && ((uint64_t)((uint32_t)(128 * A) + ase) << BN_F) + (((uint64_t)x32 * aG) >> BN_F) + 2 <=
-                    (uint64_t)INT32_MAX && bG + 20 - kk <= 31) {
-                    const uint32_t a = bn_bwd_j32_mlar(e + c, n, C, A, 0u - ((uint32_t)se1 << BN_F),
-                                                       (int32_t)((uint32_t)-G32 << (20 - kk)), kk, w + 2 * c);
+                /* |G| <= 128 P max |x_hat| < 2^29: passes 1 and 2 in one call where J fits int32 */
+                int32_t *const sv = bp->saved + 3 * C + 1 + c;
+                const uint32_t a = bn_bwd_p12(e + c, x + c, n, C, A, az, 0u - bz, k.inv, (uint32_t)xmax, w + 2 * c, sv,
+                                              c < 64);
+                if (a != UINT32_MAX) {
                     const uint64_t a1 = (uint64_t)akm * a, a2 = a1 + akm;
                     fl[c] = BN_FITS | BN_AMB;
-                    bp->saved[3 * C + 1 + c] = se1;
-                    bp->saved[4 * C + 1 + c] = G32;
                     if (a1 > m1) m1 = a1;
                     if (a2 > m2) m2 = a2;
                     kmc[c] = (int32_t)km;
                     mjc[c] = a;
                     continue;
                 }
-                se = se1;
-                G = G32;
+                se = sv[0];
+                G = sv[C];
                 off = (int32_t)1 << 30;
                 pass1 = 1;
             }
@@ -1037,8 +1320,11 @@ static int32_t bn_bwd_train(const tt_ctx *ctx, const tt_batchnorm_params *bp, co
     }
     s = tt_requant_shift(m, 8);
     nosat_lim = s >= 33 ? (uint64_t)255 << (s - 1) : 0;
+    if (s >= 33 && bn_bwd_out_nosat_all(w, n, C, kmc, mjc, fl, s, nosat_lim, dx) == C)
+        return e_k + e_g + ee - ex - 2 * BN_F + s;
     for (c = 0; c < C; c++) {
         const int64_t km = c < 64 ? kmc[c] : bn_km(gamma, saved, C, c, e_k);
+        if (c < 64 && fl[c] == BN_DONE) continue; /* written by bn_bwd_out_nosat_all */
         if (c < 64 && (fl[c] & BN_FITS)) {
             /* an upper bound of the channel's max |km * J| (fits: mj < 2^31); rshift_round(mcj, s)
              * <= 127 iff mcj < 255 * 2^(s-1) */
