@@ -312,6 +312,24 @@ BN_ALWAYS_INLINE void bn_out32_loop(const int8_t *x, int32_t n, int32_t C, const
     *nsat += cnt;
 }
 
+/* Two positions (x[0], x[C]) of bn_out32_nosat's asm loop: y = (g smmulr(x az - bz, inv) + bb) >> s,
+ * then both pointers two positions on. */
+#define BN_OUT_TWO \
+    "ldrsb %[a], [%[xp]]\n\t" \
+    "ldrsb %[b], [%[xp], %[C]]\n\t" \
+    "mla %[a], %[a], %[az], %[nbz]\n\t" \
+    "mla %[b], %[b], %[az], %[nbz]\n\t" \
+    "smmulr %[a], %[a], %[inv]\n\t" \
+    "smmulr %[b], %[b], %[inv]\n\t" \
+    "mla %[a], %[a], %[g], %[bb]\n\t" \
+    "mla %[b], %[b], %[g], %[bb]\n\t" \
+    "asr %[a], %[a], %[s]\n\t" \
+    "asr %[b], %[b], %[s]\n\t" \
+    "strb %[a], [%[yp]]\n\t" \
+    "strb %[b], [%[yp], %[C]]\n\t" \
+    "add %[xp], %[xp], %[C], lsl #1\n\t" \
+    "add %[yp], %[yp], %[C], lsl #1\n\t"
+
 /* bn_out32_loop with MULR and FOLD when no output of the channel saturates (the caller's check at
  * the two ends of its x range: the output is monotone in x), so the clamp and its count go. On
  * DSP cores an inline-asm loop of four positions a turn (30 instructions), its C twin beside it
@@ -336,34 +354,7 @@ static BN_NOINLINE void bn_out32_nosat(const int8_t *x, int32_t n, int32_t C, ui
             uint32_t ta, tb;
             __asm__ volatile(
                 "1:\n\t"
-                "ldrsb %[a], [%[xp]]\n\t"
-                "ldrsb %[b], [%[xp], %[C]]\n\t"
-                "mla %[a], %[a], %[az], %[nbz]\n\t"
-                "mla %[b], %[b], %[az], %[nbz]\n\t"
-                "smmulr %[a], %[a], %[inv]\n\t"
-                "smmulr %[b], %[b], %[inv]\n\t"
-                "mla %[a], %[a], %[g], %[bb]\n\t"
-                "mla %[b], %[b], %[g], %[bb]\n\t"
-                "asr %[a], %[a], %[s]\n\t"
-                "asr %[b], %[b], %[s]\n\t"
-                "strb %[a], [%[yp]]\n\t"
-                "strb %[b], [%[yp], %[C]]\n\t"
-                "add %[xp], %[xp], %[C], lsl #1\n\t"
-                "add %[yp], %[yp], %[C], lsl #1\n\t"
-                "ldrsb %[a], [%[xp]]\n\t"
-                "ldrsb %[b], [%[xp], %[C]]\n\t"
-                "mla %[a], %[a], %[az], %[nbz]\n\t"
-                "mla %[b], %[b], %[az], %[nbz]\n\t"
-                "smmulr %[a], %[a], %[inv]\n\t"
-                "smmulr %[b], %[b], %[inv]\n\t"
-                "mla %[a], %[a], %[g], %[bb]\n\t"
-                "mla %[b], %[b], %[g], %[bb]\n\t"
-                "asr %[a], %[a], %[s]\n\t"
-                "asr %[b], %[b], %[s]\n\t"
-                "strb %[a], [%[yp]]\n\t"
-                "strb %[b], [%[yp], %[C]]\n\t"
-                "add %[xp], %[xp], %[C], lsl #1\n\t"
-                "add %[yp], %[yp], %[C], lsl #1\n\t"
+                BN_OUT_TWO BN_OUT_TWO
                 "cmp %[xp], %[xl]\n\t"
                 "blo 1b"
                 : [a] "=&r"(ta), [b] "=&r"(tb), [xp] "+r"(xp), [yp] "+r"(yp)
