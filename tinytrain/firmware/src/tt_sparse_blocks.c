@@ -131,10 +131,10 @@ TT_BLOCKS_NOINLINE uint32_t tt_blocks_fwd_full(const uint8_t *cnt, int32_t N, co
     const int32_t d1 = d - 1;
     for (; cnt != cend; cnt++) {
         const uint8_t *end = s + *cnt;
-        /* tt_rshift_round_s32(b, d), d >= 1, as (b >> d) + bit d - 1 of b: ((b >> (d - 1)) + 1) >> 1
-         * overflows for d = 1 and b = INT32_MAX */
-        const int32_t bn = *b++;
-        int32_t a = (bn >> d) + ((bn >> d1) & 1);
+        /* tt_rshift_round_s32(b, d), d >= 1, as (t >> 1) + (t & 1), t = b >> (d - 1): b >> d plus
+         * bit d - 1 of b (((b >> (d - 1)) + 1) >> 1 overflows for d = 1 and b = INT32_MAX) */
+        const int32_t t = *b++ >> d1;
+        int32_t a = (t >> 1) + (t & 1);
         for (; s != end; s++) { /* tt_blocks_dot with the row's own pointer: no copy of it */
             int32_t X0, X1;
             uint32_t W0, W1;
