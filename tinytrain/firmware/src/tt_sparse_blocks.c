@@ -555,45 +555,43 @@ TT_BLOCKS_NOINLINE uint32_t tt_blocks_row_slow(const tt_blocks_upd *c, int16_t *
 }
 
 /* The update's rows (counts cnt[0 .. N), the block indices from cnt + N on) when every block is
- * full, every row 4-byte aligned and m_t > 0, in one loop whose constants stay in registers: a row
- * with e[n] = 0 costs its two byte loads, the test and the index step (its weights' place is found
- * from the index pointer: four int16 a block index); one with e[n] != 0 the fast pass
- * (tt_blocks_row_fast_x, x read in place, C8: c = 8, else 0; on a guard hit undone and redone out
- * of line) when |e[n]| <= emax, else the exact rule, then its bias when BIAS (a constant after
- * inlining) by the fast rule. Returns the saturations. */
+ * full, every row 4-byte aligned and m_t > 0, in one loop: a row with e[n] = 0 costs its two byte
+ * loads, the test and the pointer steps; one with e[n] != 0 only the check for an old -32768
+ * (tt_blocks_row_min_s16, the exact rule on a hit) when |e[n]| <= ez (every step rounds to 0), else
+ * the fast pass (tt_blocks_row_fast_x, x read in place, C8: c = 8, else 0; on a guard hit undone
+ * and redone out of line) when |e[n]| <= emax, else the exact rule; then its bias when BIAS (a
+ * constant after inlining) by the fast rule. Returns the saturations. */
 TT_BLOCKS_INLINE uint32_t tt_blocks_update_rows(const tt_blocks_upd *c, const uint8_t *cnt, int32_t N,
                                                 const int8_t *e, int16_t *w, int32_t C8, int32_t BIAS)
 {
-    const uint8_t *st = cnt + N, *const st0 = st;
-    const int8_t *const e0 = e, *const eend = e + N;
+    const uint8_t *st = cnt + N;
+    const int8_t *const eend = e + N;
     const int8_t *const x = c->x;
     const int32_t M = c->M, m_t = c->m_t, sb = c->sb, half_b = c->half_b;
     const uint32_t emax = c->emax, ez = c->ez;
-    int32_t *const b = c->b;
+    int32_t *q = c->b; /* the row's bias (BIAS) */
     uint32_t nsat = 0;
     for (; e != eend; e++) {
         const uint32_t k = *cnt++;
         const int32_t en = *e;
         if (TT_BLOCKS_UNLIKELY(en != 0)) { /* most rows of a trained layer have e[n] = 0 */
-            int16_t *const row = w + 4 * (st - st0);
             const uint8_t *const end = st + k;
             const int32_t a = m_t * en;
             if ((uint32_t)(en + (int32_t)ez) <= 2u * ez) { /* every step 0: only an old -32768 changes */
                 tt_guard_clear();
-                tt_blocks_row_min_s16(row, row + 4 * k);
+                tt_blocks_row_min_s16(w, w + 4 * k);
                 if (TT_BLOCKS_UNLIKELY(tt_guard_hit())) {
-                    nsat += tt_blocks_row_slow(c, row, st, end, a);
+                    nsat += tt_blocks_row_slow(c, w, st, end, a);
                     tt_guard_clear();
                 }
             } else if ((uint32_t)(en + (int32_t)emax) <= 2u * emax) {
                 tt_guard_clear();
-                tt_blocks_row_fast_x(row, st, end, x, en * M, C8);
-                if (TT_BLOCKS_UNLIKELY(tt_guard_hit())) nsat += tt_blocks_row_redo_x(c, row, st, end, a, C8);
+                tt_blocks_row_fast_x(w, st, end, x, en * M, C8);
+                if (TT_BLOCKS_UNLIKELY(tt_guard_hit())) nsat += tt_blocks_row_redo_x(c, w, st, end, a, C8);
             } else {
-                nsat += tt_blocks_row_slow(c, row, st, end, a);
+                nsat += tt_blocks_row_slow(c, w, st, end, a);
             }
-            if (BIAS) { /* tt_blocks_bias inline: b -= (a + 2^(sb - 1)) >> sb, saturating on overflow */
-                int32_t *const q = b + (e - e0);
+            if (BIAS) { /* tt_sgd.c's fast bias rule: b -= (a + 2^(sb - 1)) >> sb, saturating on overflow */
                 const int32_t d = (a + half_b) >> sb;
 #if defined(__GNUC__)
                 int32_t r;
@@ -614,6 +612,8 @@ TT_BLOCKS_INLINE uint32_t tt_blocks_update_rows(const tt_blocks_upd *c, const ui
             }
         }
         st += k;
+        w += 4 * k;
+        if (BIAS) q++;
     }
     return nsat;
 }
