@@ -153,6 +153,29 @@ def test_blocks_direct_update_at_the_int16_limits(libs, s, w0):
             _check(libs, (kept, w, x, e, b, m_t, s, 1, 0))
 
 
+@pytest.mark.parametrize("s", [9, 16, 22, 23, 31])
+@pytest.mark.parametrize("m_t", [1, 3, 255])
+def test_blocks_direct_update_rows_whose_steps_round_to_zero(libs, s, m_t):
+    """Rows with m_t |e| 128 < 2^(s-1) (every step rounds to 0) beside rows with larger errors: the
+    DSP update only checks them for an old -32768, which the exact rule then clamps where its input
+    is not 0 and keeps where it is 0; weights and biases as the portable build (and the reference
+    when no -32768 is left in)."""
+    for K in (8, 64):
+        rng = np.random.default_rng(K * 100 + s + 7 * m_t)
+        ez = ((2 ** (s - 1) - 1) >> 7) // m_t
+        N = 8
+        kept = np.repeat(rng.random((N, K // 4)) < 0.6, 4, axis=1)
+        kept[:, :4] = True
+        w = rng.integers(-32767, 32768, (N, K))
+        w[::2, 0:2] = -32768  # an old -32768 over an input 0 (kept) and over an input not 0 (clamped)
+        x = rng.integers(-128, 128, K).astype(np.int8)
+        x[0], x[1] = 0, -128
+        e = np.array([min(ez, 127), -min(ez, 128), 1, -1, 0, min(ez + 1, 127), 2, -min(ez, 128)], np.int8)
+        for case_w in (np.where(kept, w, 0), np.where(kept & (w != -32768), w, 0)):
+            b = rng.integers(-(2**31), 2**31, N).astype(np.int32)
+            _check(libs, (kept, case_w.astype(np.int16), x, e, b, m_t, s, 12, 0))
+
+
 @st.composite
 def fwd_bwd_case(draw):
     K = draw(st.sampled_from([4, 8, 12, 32, 64, 1, 3, 5, 7, 37]))

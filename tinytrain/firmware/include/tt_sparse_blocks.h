@@ -17,7 +17,8 @@
  * weights, two LDRD / STRD of the sums and four SMLABB / SMLABT (14); the fused update the
  * SMLAWB / SMLAWT steps of two pairs, SSUB16 and the exact saturation guard (23). Rows of a K
  * that 4 divides, 4-byte aligned (W1), take loops with no tail or alignment test. The input
- * error and the update pass a row whose error is 0 whole, like the rows format.
+ * error and the update pass a row whose error is 0 whole, like the rows format; the update checks
+ * a row whose steps all round to 0 (m_t |e| 128 < 2^(s - 1)) only for an old -32768 (7 a block).
  *
  * The parameters and layouts are tt_sparse_rows.h's structs, their code being the block code.
  * The element-by-element paths (stochastic rounding, decay, masters, accumulate, end of batch)

@@ -131,10 +131,10 @@ TT_BLOCKS_NOINLINE uint32_t tt_blocks_fwd_full(const uint8_t *cnt, int32_t N, co
     const int32_t d1 = d - 1;
     for (; cnt != cend; cnt++) {
         const uint8_t *end = s + *cnt;
-        /* tt_rshift_round_s32(b, d), d >= 1, as (b >> d) + bit d - 1 of b: ((b >> (d - 1)) + 1) >> 1
-         * overflows for d = 1 and b = INT32_MAX */
-        const int32_t bn = *b++;
-        int32_t a = (bn >> d) + ((bn >> d1) & 1);
+        /* tt_rshift_round_s32(b, d), d >= 1, as (t >> 1) + (t & 1), t = b >> (d - 1): b >> d plus
+         * bit d - 1 of b (((b >> (d - 1)) + 1) >> 1 overflows for d = 1 and b = INT32_MAX) */
+        const int32_t t = *b++ >> d1;
+        int32_t a = (t >> 1) + (t & 1);
         for (; s != end; s++) { /* tt_blocks_dot with the row's own pointer: no copy of it */
             int32_t X0, X1;
             uint32_t W0, W1;
@@ -497,17 +497,15 @@ TT_BLOCKS_INLINE void tt_blocks_row_fast_x(int16_t *w, const uint8_t *st, const 
     }
 }
 
-/* The update's constants for tt_blocks_update_rows, the row it is at, and its saturation count. */
+/* The update's constants for tt_blocks_update_rows. */
 typedef struct tt_blocks_upd {
     const int8_t *x;
     int32_t *b;         /* the biases, updated in the row loop by their fast rule; NULL: not here */
-    int16_t *w;         /* the row's weights */
-    const uint8_t *st;  /* the row's block indices */
     int32_t K, s, sh, m_t;
     int32_t M;          /* m_t 2^sh: a row's A = e[n] M */
     uint32_t emax;      /* |e[n]| <= emax <=> |m_t e[n]| <= amax: the fast pass applies */
     int32_t sb, half_b; /* the biases' shift eb + k - ee in [1, 31], and 2^(sb - 1) */
-    uint32_t nsat;
+    uint32_t ez;        /* |e[n]| <= ez => every step of the row rounds to 0 (tt_blocks_ezero) */
 } tt_blocks_upd;
 
 /* A row of tt_blocks_update_rows whose fast pass hit the guard: undone exactly (SADD16 of the
@@ -528,91 +526,120 @@ TT_BLOCKS_NOINLINE uint32_t tt_blocks_row_redo_x(const tt_blocks_upd *c, int16_t
     return tt_blocks_row_s16(w, st, end, c->K, c->x, a, c->s);
 }
 
-/* The bias b of a row with a = m_t e[n] != 0 by tt_sgd.c's fast bias rule: b -= (a + 2^(sb - 1)) >> sb
- * (|a| < 2^22: no overflow), an int32 overflow saturating toward the step's opposite sign and
- * counted in c->nsat. */
-TT_BLOCKS_INLINE void tt_blocks_bias(tt_blocks_upd *c, int32_t *b, int32_t a)
+/* The Q flag raised when a weight of [w, end) (4-byte aligned, a multiple of 4 weights) is -32768
+ * (SSAT16 #15 of SHSUB16(w, 1)): the one weight a step of 0 changes (clamped to -32767, counted,
+ * when its input is not 0): one LDRD and four guard steps a block. */
+TT_BLOCKS_INLINE void tt_blocks_row_min_s16(const int16_t *w, const int16_t *end)
 {
-    const int32_t d = (a + c->half_b) >> c->sb;
-#if defined(__GNUC__)
-    int32_t r;
-    if (__builtin_sub_overflow(*b, d, &r)) {
-        r = d > 0 ? INT32_MIN : INT32_MAX;
-        c->nsat++;
+    while (w != end) {
+        uint32_t W0, W1;
+        tt_ld_s16x4_next(&w, &W0, &W1);
+        tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)W0, 0x00010001));
+        tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)W1, 0x00010001));
     }
-    *b = r;
-#else
-    const uint32_t v = (uint32_t)*b - (uint32_t)d;
-    if ((((uint32_t)*b ^ (uint32_t)d) & ((uint32_t)*b ^ v)) >> 31) {
-        *b = d > 0 ? INT32_MIN : INT32_MAX;
-        c->nsat++;
-    } else {
-        *b = (int32_t)v;
-    }
-#endif
 }
 
-/* Row n of tt_blocks_update_rows (its weights c->w, its k block indices from c->st), e[n] = en != 0:
- * the fast pass when |en| <= emax (x read in place, C8: c = 8, else 0; on a guard hit undone and
- * redone), else the exact rule; then its bias when c->b is set. */
-TT_BLOCKS_INLINE void tt_blocks_row_x(tt_blocks_upd *c, uint32_t k, int32_t en, int32_t n, int32_t C8)
+/* The largest |e| whose steps all round to 0 for any int8 x: m_t |e| 128 < 2^(s - 1) gives
+ * -2^(s - 1) <= a x < 2^(s - 1) (a = m_t e), so round(a x / 2^s) = floor((a x + 2^(s - 1)) / 2^s)
+ * = 0; s in [1, 31], m_t > 0. */
+static inline uint32_t tt_blocks_ezero(int32_t s, int32_t m_t)
 {
-    int16_t *w = c->w;
-    const uint8_t *st = c->st, *end = st + k;
-    if ((uint32_t)(en + (int32_t)c->emax) <= 2u * c->emax) {
-        tt_guard_clear();
-        tt_blocks_row_fast_x(w, st, end, c->x, en * c->M, C8);
-        if (tt_guard_hit()) c->nsat += tt_blocks_row_redo_x(c, w, st, end, c->m_t * en, C8);
-    } else {
-        c->nsat += tt_blocks_row_s16(w, st, end, c->K, c->x, c->m_t * en, c->s);
-    }
-    if (c->b) tt_blocks_bias(c, c->b + n, c->m_t * en);
+    return ((((uint32_t)1 << (s - 1)) - 1u) >> 7) / (uint32_t)m_t;
 }
 
-/* tt_blocks_row_x out of line for c = 0 and c = 8, so that the block loop has the registers to
- * itself and the row loop keeps its few values in its own. */
-TT_BLOCKS_NOINLINE void tt_blocks_row_c0(tt_blocks_upd *c, uint32_t k, int32_t en, int32_t n)
+/* A row whose |e[n]| is past emax, by the exact rule (out of line: rare). */
+TT_BLOCKS_NOINLINE uint32_t tt_blocks_row_slow(const tt_blocks_upd *c, int16_t *w, const uint8_t *st,
+                                               const uint8_t *end, int32_t a)
 {
-    tt_blocks_row_x(c, k, en, n, 0);
-}
-
-TT_BLOCKS_NOINLINE void tt_blocks_row_c8(tt_blocks_upd *c, uint32_t k, int32_t en, int32_t n)
-{
-    tt_blocks_row_x(c, k, en, n, 1);
+    return tt_blocks_row_s16(w, st, end, c->K, c->x, a, c->s);
 }
 
 /* The update's rows (counts cnt[0 .. N), the block indices from cnt + N on) when every block is
- * full, every row 4-byte aligned and m_t > 0: a row with e[n] = 0 costs its two loads, the test
- * and the pointer steps; one with e[n] != 0 tt_blocks_row_x. The saturations go to c->nsat. */
-TT_BLOCKS_INLINE void tt_blocks_update_rows(tt_blocks_upd *c, const uint8_t *cnt, int32_t N, const int8_t *e,
-                                            int16_t *w, int32_t C8)
+ * full, every row 4-byte aligned and m_t > 0, in one loop: a row with e[n] = 0 costs its two byte
+ * loads, the test and the pointer steps; one with e[n] != 0 only the check for an old -32768
+ * (tt_blocks_row_min_s16, the exact rule on a hit) when |e[n]| <= ez (every step rounds to 0), else
+ * the fast pass (tt_blocks_row_fast_x, x read in place, C8: c = 8, else 0; on a guard hit undone
+ * and redone out of line) when |e[n]| <= emax, else the exact rule; then its bias when BIAS (a
+ * constant after inlining) by the fast rule. Returns the saturations. */
+TT_BLOCKS_INLINE uint32_t tt_blocks_update_rows(const tt_blocks_upd *c, const uint8_t *cnt, int32_t N,
+                                                const int8_t *e, int16_t *w, int32_t C8, int32_t BIAS)
 {
     const uint8_t *st = cnt + N;
-    int32_t n;
-    for (n = 0; n < N; n++) {
-        const uint32_t k = cnt[n];
-        const int32_t en = e[n];
+    const int8_t *const eend = e + N;
+    const int8_t *const x = c->x;
+    const int32_t M = c->M, m_t = c->m_t, sb = c->sb, half_b = c->half_b;
+    const uint32_t emax = c->emax, ez = c->ez;
+    int32_t *q = c->b; /* the row's bias (BIAS) */
+    uint32_t nsat = 0;
+    for (; e != eend; e++) {
+        const uint32_t k = *cnt++;
+        const int32_t en = *e;
         if (TT_BLOCKS_UNLIKELY(en != 0)) { /* most rows of a trained layer have e[n] = 0 */
-            c->w = w;
-            c->st = st;
-            if (C8) tt_blocks_row_c8(c, k, en, n);
-            else tt_blocks_row_c0(c, k, en, n);
+            const uint8_t *const end = st + k;
+            const int32_t a = m_t * en;
+            if ((uint32_t)(en + (int32_t)ez) <= 2u * ez) { /* every step 0: only an old -32768 changes */
+                tt_guard_clear();
+                tt_blocks_row_min_s16(w, w + 4 * k);
+                if (TT_BLOCKS_UNLIKELY(tt_guard_hit())) {
+                    nsat += tt_blocks_row_slow(c, w, st, end, a);
+                    tt_guard_clear();
+                }
+            } else if ((uint32_t)(en + (int32_t)emax) <= 2u * emax) {
+                tt_guard_clear();
+                tt_blocks_row_fast_x(w, st, end, x, en * M, C8);
+                if (TT_BLOCKS_UNLIKELY(tt_guard_hit())) nsat += tt_blocks_row_redo_x(c, w, st, end, a, C8);
+            } else {
+                nsat += tt_blocks_row_slow(c, w, st, end, a);
+            }
+            if (BIAS) { /* tt_sgd.c's fast bias rule: b -= (a + 2^(sb - 1)) >> sb, saturating on overflow */
+                const int32_t d = (a + half_b) >> sb;
+#if defined(__GNUC__)
+                int32_t r;
+                if (TT_BLOCKS_UNLIKELY(__builtin_sub_overflow(*q, d, &r))) {
+                    r = d > 0 ? INT32_MIN : INT32_MAX;
+                    nsat++;
+                }
+                *q = r;
+#else
+                const uint32_t v = (uint32_t)*q - (uint32_t)d;
+                if ((((uint32_t)*q ^ (uint32_t)d) & ((uint32_t)*q ^ v)) >> 31) {
+                    *q = d > 0 ? INT32_MIN : INT32_MAX;
+                    nsat++;
+                } else {
+                    *q = (int32_t)v;
+                }
+#endif
+            }
         }
-        w += 4 * k;
         st += k;
+        w += 4 * k;
+        if (BIAS) q++;
     }
+    return nsat;
 }
 
-TT_BLOCKS_NOINLINE void tt_blocks_update_c0(tt_blocks_upd *c, const uint8_t *cnt, int32_t N, const int8_t *e,
-                                            int16_t *w)
+TT_BLOCKS_NOINLINE uint32_t tt_blocks_update_c0b(const tt_blocks_upd *c, const uint8_t *cnt, int32_t N,
+                                                 const int8_t *e, int16_t *w)
 {
-    tt_blocks_update_rows(c, cnt, N, e, w, 0);
+    return tt_blocks_update_rows(c, cnt, N, e, w, 0, 1);
 }
 
-TT_BLOCKS_NOINLINE void tt_blocks_update_c8(tt_blocks_upd *c, const uint8_t *cnt, int32_t N, const int8_t *e,
-                                            int16_t *w)
+TT_BLOCKS_NOINLINE uint32_t tt_blocks_update_c8b(const tt_blocks_upd *c, const uint8_t *cnt, int32_t N,
+                                                 const int8_t *e, int16_t *w)
 {
-    tt_blocks_update_rows(c, cnt, N, e, w, 1);
+    return tt_blocks_update_rows(c, cnt, N, e, w, 1, 1);
+}
+
+TT_BLOCKS_NOINLINE uint32_t tt_blocks_update_c0(const tt_blocks_upd *c, const uint8_t *cnt, int32_t N,
+                                                const int8_t *e, int16_t *w)
+{
+    return tt_blocks_update_rows(c, cnt, N, e, w, 0, 0);
+}
+
+TT_BLOCKS_NOINLINE uint32_t tt_blocks_update_c8(const tt_blocks_upd *c, const uint8_t *cnt, int32_t N,
+                                                const int8_t *e, int16_t *w)
+{
+    return tt_blocks_update_rows(c, cnt, N, e, w, 1, 0);
 }
 #endif
 
@@ -639,11 +666,12 @@ TT_BLOCKS_INLINE int32_t tt_blocks_fast_full(const tt_sgd_step *u, const tt_spar
     if (m_t > 0) { /* m_t = 0: every step and bias step is 0, nothing changes */
         /* |e[n]| <= emax <=> |m_t e[n]| <= amax; then m_t <= amax and M = m_t 2^sh fits */
         const uint32_t emax = (uint32_t)tt_blocks_amax(s, sh) / (uint32_t)m_t, em = emax < 128u ? emax : 128u;
-        tt_blocks_upd cfg = {x, bias ? p->b : 0, p->w, p->code + N, p->K, s, sh, m_t,
-                             em ? (int32_t)((uint32_t)m_t << sh) : 0, em, sb, bias ? (int32_t)1 << (sb - 1) : 0, 0u};
-        if (c) tt_blocks_update_c8(&cfg, p->code, N, e, p->w);
-        else tt_blocks_update_c0(&cfg, p->code, N, e, p->w);
-        u->stats->saturated += cfg.nsat;
+        tt_blocks_upd cfg = {x, bias ? p->b : 0, p->K, s, sh, m_t,
+                             em ? (int32_t)((uint32_t)m_t << sh) : 0, em, sb, bias ? (int32_t)1 << (sb - 1) : 0, tt_blocks_ezero(s, m_t)};
+        uint32_t nsat;
+        if (bias) nsat = c ? tt_blocks_update_c8b(&cfg, p->code, N, e, p->w) : tt_blocks_update_c0b(&cfg, p->code, N, e, p->w);
+        else nsat = c ? tt_blocks_update_c8(&cfg, p->code, N, e, p->w) : tt_blocks_update_c0(&cfg, p->code, N, e, p->w);
+        u->stats->saturated += nsat;
     }
     return bias ? 2 : 1;
 }
