@@ -2550,43 +2550,179 @@ static inline int32_t sgd_stoch8(int32_t v, uint32_t *x)
     return (v >> 8) + (int32_t)((((uint32_t)v & 255u) + (r & 255u)) >> 8);
 }
 
-/* One specialisation of sgd_apply_v8_fast (W8: int8 store, else int16; SR: stochastic update). */
+#if TT_HAVE_DSP
+/* SSAT #8 of t >> 8 (arithmetic): t >> 8 clamped to [-128, 127] (one instruction on the board). */
+static inline int32_t sgd_ssat8_asr8(int32_t t)
+{
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__GNUC__)
+    int32_t r;
+    __asm__("ssat %0, #8, %1, asr #8" : "=r"(r) : "r"(t));
+    return r;
+#else
+    t >>= 8;
+    return t > 127 ? 127 : t < -128 ? -128 : t;
+#endif
+}
+
+/* SSAT #16 of t: t clamped to [-32768, 32767]. */
+static inline int32_t sgd_ssat16(int32_t t)
+{
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__GNUC__)
+    int32_t r;
+    __asm__("ssat %0, #16, %1" : "=r"(r) : "r"(t));
+    return r;
+#else
+    return t > 32767 ? 32767 : t < -32768 ? -32768 : t;
+#endif
+}
+#endif
+
+/* The shifts of a slot's rounded product rshift_round(V 2^e mu_m, mu_k) as one SMMULR (DSP):
+ * (V 2^xs) (mu_m 2^ys) with xs + ys = 32 + e - mu_k, ys = min(16, 32 + e - mu_k) (mu_m 2^ys < 2^31
+ * for mu_m < 2^15) and xs = the rest, <= 16 + e - 1 (|V 2^xs| <= 2^31 for |V| <= 2^(15 - e)): then
+ * SMMULR = floor((V 2^e mu_m 2^(32 - mu_k) + 2^31) / 2^32) = rshift_round(V 2^e mu_m, mu_k). */
+static inline void sgd_slot_mul(int32_t e, int32_t mk, int32_t mu_m, int32_t *xs, int32_t *M)
+{
+    const int32_t t = 32 + e - mk, ys = t < 16 ? t : 16;
+    *xs = t - ys;
+    *M = mu_m * (1 << ys);
+}
+
+/* The weight step w - d of an int8 (W8) or int16 store, saturating to +-lim and counted in *nsat. */
+static inline int32_t sgd_slot_store(int32_t w, int32_t d, int32_t lim, uint32_t *nsat)
+{
+    int32_t v = w - d; /* |d| <= 2^23 */
+    if ((uint32_t)(v + lim) > 2u * (uint32_t)lim) {
+        (*nsat)++;
+        v = v > 0 ? lim : -lim;
+    }
+    return v;
+}
+
+/* One specialisation of sgd_apply_v8_fast (W8: int8 store, else int16; SR: stochastic update).
+ * DSP: the slot's product by SMMULR (sgd_slot_mul, e = 8); the slot's draw floor((vv + (r mod
+ * 2^8)) / 2^8) as QADD then SSAT #8 of >> 8 and the floor -127 (QADD saturates only at vv >
+ * 2^31 - 2^8, where the slot clamps to 127 either way); the update's step round(vv / 2^8) as
+ * QADD(vv, 2^7) >> 8 (or QADD of the draw under SR): it differs from the exact step only for
+ * vv > 2^31 - 2^8, where both saturate the weight (|d| >= 2^23 - 1 > 2 lim) and count it. */
 static inline uint32_t sgd_apply_v8_body(int8_t *w8, int16_t *w16, int32_t *A, int8_t *V, int32_t n,
-                                         int32_t mu8, int32_t mk, uint32_t *px, int32_t W8, int32_t SR)
+                                         int32_t mu_m, int32_t mk, uint32_t *px, int32_t W8, int32_t SR)
 {
     const int32_t lim = W8 ? TT_S8_MAX : TT_S16_MAX;
     uint32_t x = *px, nsat = 0;
     int32_t i;
+#if TT_HAVE_DSP
+    int32_t xs, M;
+    sgd_slot_mul(TT_SGD_V8_SHIFT, mk, mu_m, &xs, &M);
     for (i = 0; i < n; i++) {
-        const int32_t p = V[i] * mu8; /* |V| <= 127, mu8 = mu_m 2^8 < 2^23: |p| < 2^30 */
+        const int32_t vv = tt_qadd(tt_smmulr(V[i] * (1 << xs), M), A[i]);
+        int32_t q, d;
+        A[i] = 0;
+        x = tt_prng_next(&x);
+        q = sgd_ssat8_asr8(tt_qadd(vv, (int32_t)(x & 255u)));
+        V[i] = (int8_t)(q < -TT_S8_MAX ? -TT_S8_MAX : q);
+        if (SR) x = tt_prng_next(&x);
+        d = tt_qadd(vv, SR ? (int32_t)(x & 255u) : 128) >> 8;
+        if (W8) w8[i] = (int8_t)sgd_slot_store(w8[i], d, lim, &nsat);
+        else w16[i] = (int16_t)sgd_slot_store(w16[i], d, lim, &nsat);
+    }
+#else
+    const int32_t mu8 = mu_m * (1 << TT_SGD_V8_SHIFT);
+    for (i = 0; i < n; i++) {
+        const int32_t p = V[i] * mu8; /* |V| <= 128, mu8 = mu_m 2^8 < 2^23: |p| <= 2^30 */
         const int32_t vv = tt_qadd((p >> mk) + ((p >> (mk - 1)) & 1), A[i]);
-        int32_t q, d, v;
+        int32_t q, d;
         A[i] = 0;
         q = sgd_stoch8(vv, &x);
         V[i] = (int8_t)(q > TT_S8_MAX ? TT_S8_MAX : q < -TT_S8_MAX ? -TT_S8_MAX : q);
         d = SR ? sgd_stoch8(vv, &x) : (vv >> TT_SGD_GUARD_BITS) + ((vv >> (TT_SGD_GUARD_BITS - 1)) & 1);
-        v = (W8 ? w8[i] : w16[i]) - d; /* |d| <= 2^23 */
-        if (v > lim || v < -lim) { nsat++; v = v > 0 ? lim : -lim; }
-        if (W8) w8[i] = (int8_t)v; else w16[i] = (int16_t)v;
+        if (W8) w8[i] = (int8_t)sgd_slot_store(w8[i], d, lim, &nsat);
+        else w16[i] = (int16_t)sgd_slot_store(w16[i], d, lim, &nsat);
     }
+#endif
     *px = x;
     return nsat;
 }
 
-/* The int8-slot rule of sgd_apply_accumulated_narrow in 32 bits, for batch size 1, no weight
- * decay and 0 <= mu_m < 2^15 with mu_k in [1, 31]: the same steps and draws (the slot's, then
- * the update's). Returns 0 for any other configuration. */
+/* The configurations of the 32-bit slot paths: batch size 1, no weight decay, 0 <= mu_m < 2^15
+ * and mu_k in [1, 31]. */
+static inline int32_t sgd_slot_fast_ok(const tt_sgd *o)
+{
+    return o->batch_size == 1 && !o->wd_m && o->mu_m >= 0 && o->mu_m < 32768 && o->mu_k >= 1 && o->mu_k <= 31;
+}
+
+/* The int8-slot rule of sgd_apply_accumulated_narrow in 32 bits (sgd_slot_fast_ok): the same
+ * steps and draws (the slot's, then the update's). Returns 0 for any other configuration. */
 static int32_t sgd_apply_v8_fast(const tt_sgd_step *u, int8_t *w8, int16_t *w16, int32_t *A, int8_t *V,
                                  int32_t n)
 {
     const tt_sgd *o = u->cfg;
-    const int32_t mu8 = o->mu_m * (1 << TT_SGD_V8_SHIFT), mk = o->mu_k;
+    const int32_t mu = o->mu_m, mk = o->mu_k;
     uint32_t nsat;
-    if (o->batch_size != 1 || o->wd_m || o->mu_m < 0 || o->mu_m >= 32768 || mk < 1 || mk > 31) return 0;
-    if (w8) nsat = o->sr ? sgd_apply_v8_body(w8, 0, A, V, n, mu8, mk, u->prng, 1, 1)
-                         : sgd_apply_v8_body(w8, 0, A, V, n, mu8, mk, u->prng, 1, 0);
-    else nsat = o->sr ? sgd_apply_v8_body(0, w16, A, V, n, mu8, mk, u->prng, 0, 1)
-                      : sgd_apply_v8_body(0, w16, A, V, n, mu8, mk, u->prng, 0, 0);
+    if (!sgd_slot_fast_ok(o)) return 0;
+    if (w8) nsat = o->sr ? sgd_apply_v8_body(w8, 0, A, V, n, mu, mk, u->prng, 1, 1)
+                         : sgd_apply_v8_body(w8, 0, A, V, n, mu, mk, u->prng, 1, 0);
+    else nsat = o->sr ? sgd_apply_v8_body(0, w16, A, V, n, mu, mk, u->prng, 0, 1)
+                      : sgd_apply_v8_body(0, w16, A, V, n, mu, mk, u->prng, 0, 0);
+    u->stats->saturated += nsat;
+    return 1;
+}
+
+/* One specialisation of sgd_apply_v16_fast (W8: int8 store, else int16; SR: stochastic update):
+ * vv = rshift_round(V mu_m, mu_k) + a (|V mu_m| <= 2^30, so the rounded product r has |r| <=
+ * 2^29), V = vv clamped to +-32767, d = shift(V, 8) (|d| <= 128). vv's int32 saturation (QADD;
+ * portable: a clamped to [-2^30, 2^30 - 1] first, so that r + a fits) leaves V's clamp unchanged:
+ * it acts only where |a| >= 2^30 > |r| + 32767. DSP: r by SMMULR (sgd_slot_mul, e = 0) and the
+ * clamp by SSAT #16 and the floor -32767. */
+static inline uint32_t sgd_apply_v16_body(int8_t *w8, int16_t *w16, int32_t *A, int16_t *V, int32_t n,
+                                          int32_t mu_m, int32_t mk, uint32_t *px, int32_t W8, int32_t SR)
+{
+    const int32_t lim = W8 ? TT_S8_MAX : TT_S16_MAX;
+    uint32_t x = *px, nsat = 0;
+    int32_t i;
+#if TT_HAVE_DSP
+    int32_t xs, M;
+    sgd_slot_mul(0, mk, mu_m, &xs, &M);
+    for (i = 0; i < n; i++) {
+        int32_t v = sgd_ssat16(tt_qadd(tt_smmulr(V[i] * (1 << xs), M), A[i])), d;
+        if (v < -TT_S16_MAX) v = -TT_S16_MAX;
+        A[i] = 0;
+        V[i] = (int16_t)v;
+        if (SR) x = tt_prng_next(&x);
+        d = (v + (SR ? (int32_t)(x & 255u) : 128)) >> 8;
+        if (W8) w8[i] = (int8_t)sgd_slot_store(w8[i], d, lim, &nsat);
+        else w16[i] = (int16_t)sgd_slot_store(w16[i], d, lim, &nsat);
+    }
+#else
+    for (i = 0; i < n; i++) {
+        const int32_t p = V[i] * mu_m, a = A[i];
+        int32_t v = (p >> mk) + ((p >> (mk - 1)) & 1) + (a < -(1 << 30) ? -(1 << 30) : a > (1 << 30) - 1 ? (1 << 30) - 1 : a), d;
+        v = v > TT_S16_MAX ? TT_S16_MAX : v < -TT_S16_MAX ? -TT_S16_MAX : v;
+        A[i] = 0;
+        V[i] = (int16_t)v;
+        if (SR) x = tt_prng_next(&x);
+        d = (v + (SR ? (int32_t)(x & 255u) : 128)) >> 8;
+        if (W8) w8[i] = (int8_t)sgd_slot_store(w8[i], d, lim, &nsat);
+        else w16[i] = (int16_t)sgd_slot_store(w16[i], d, lim, &nsat);
+    }
+#endif
+    *px = x;
+    return nsat;
+}
+
+/* The int16-slot rule of sgd_apply_accumulated_narrow in 32 bits (sgd_slot_fast_ok): the same
+ * steps and the update's draws. Returns 0 for any other configuration. */
+static int32_t sgd_apply_v16_fast(const tt_sgd_step *u, int8_t *w8, int16_t *w16, int32_t *A, int16_t *V,
+                                  int32_t n)
+{
+    const tt_sgd *o = u->cfg;
+    const int32_t mu = o->mu_m, mk = o->mu_k;
+    uint32_t nsat;
+    if (!sgd_slot_fast_ok(o)) return 0;
+    if (w8) nsat = o->sr ? sgd_apply_v16_body(w8, 0, A, V, n, mu, mk, u->prng, 1, 1)
+                         : sgd_apply_v16_body(w8, 0, A, V, n, mu, mk, u->prng, 1, 0);
+    else nsat = o->sr ? sgd_apply_v16_body(0, w16, A, V, n, mu, mk, u->prng, 0, 1)
+                      : sgd_apply_v16_body(0, w16, A, V, n, mu, mk, u->prng, 0, 0);
     u->stats->saturated += nsat;
     return 1;
 }
@@ -2603,6 +2739,7 @@ static void sgd_apply_accumulated_narrow(const tt_sgd_step *u, int8_t *w8, int16
     const int64_t lim = w8 ? TT_S8_MAX : TT_S16_MAX;
     int32_t i;
     if (V8 && o->mu_m && sgd_apply_v8_fast(u, w8, w16, A, V8, n)) return;
+    if (V16 && o->mu_m && sgd_apply_v16_fast(u, w8, w16, A, V16, n)) return;
     for (i = 0; i < n; i++) {
         int64_t a = A[i], wi, v, nv;
         if (o->batch_size > 1) a = tt_rshift_round_s64(a * o->ib_m, o->ib_k);
