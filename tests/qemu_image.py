@@ -30,14 +30,15 @@ def c_array(name: str, a, ctype: str) -> str:
     return f"static const {ctype} {name}[{max(len(a), 1)}] = {{{', '.join(str(int(v)) for v in a) or '0'}}};\n"
 
 
-def run_m4(main: str, sources: list[str], header: str, text: str, tmp: Path) -> list[list[int]]:
+def run_m4(main: str, sources: list[str], header: str, text: str, tmp: Path, flags=()) -> list[list[int]]:
     """Link tests/c/``main`` with firmware/src/``sources`` and the port, ``text`` written to
     ``tmp``/``header`` (the main includes it), run it on QEMU mps2-an386: each UART line before
-    the closing END as its integers."""
+    the closing END as its integers. ``flags``: more compiler flags (-DTT_HAVE_DSP=0: the
+    portable paths on the same board)."""
     (tmp / header).write_text(text)
     port = FW / "ports"
     elf = tmp / "image.elf"
-    subprocess.run(["arm-none-eabi-gcc", *FLAGS, f"-I{FW / 'include'}", f"-I{C_DIR}", f"-I{tmp}", str(C_DIR / main),
+    subprocess.run(["arm-none-eabi-gcc", *FLAGS, *flags, f"-I{FW / 'include'}", f"-I{C_DIR}", f"-I{tmp}", str(C_DIR / main),
                     *(str(FW / "src" / s) for s in sources),
                     str(port / "mps2" / "startup_mps2.c"), str(port / "mps2" / "tt_port_mps2.c"),
                     str(port / "common" / "tt_port_common.c"), "-T", str(port / "mps2" / "mps2.ld"),

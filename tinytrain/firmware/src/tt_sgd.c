@@ -2550,43 +2550,390 @@ static inline int32_t sgd_stoch8(int32_t v, uint32_t *x)
     return (v >> 8) + (int32_t)((((uint32_t)v & 255u) + (r & 255u)) >> 8);
 }
 
-/* One specialisation of sgd_apply_v8_fast (W8: int8 store, else int16; SR: stochastic update). */
-static inline uint32_t sgd_apply_v8_body(int8_t *w8, int16_t *w16, int32_t *A, int8_t *V, int32_t n,
-                                         int32_t mu8, int32_t mk, uint32_t *px, int32_t W8, int32_t SR)
+#if TT_HAVE_DSP
+/* SSAT #8 of t >> 8 (arithmetic): t >> 8 clamped to [-128, 127] (one instruction on the board). */
+static inline int32_t sgd_ssat8_asr8(int32_t t)
+{
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__GNUC__)
+    int32_t r;
+    __asm__("ssat %0, #8, %1, asr #8" : "=r"(r) : "r"(t));
+    return r;
+#else
+    t >>= 8;
+    return t > 127 ? 127 : t < -128 ? -128 : t;
+#endif
+}
+
+/* The lanes (t0 >> 8, t1 >> 8) of one word, each taken modulo 2^16 (ASR, PKHBT with LSL #8). */
+static inline uint32_t sgd_pack_asr8(int32_t t0, int32_t t1)
+{
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__GNUC__)
+    uint32_t r;
+    __asm__("asr %0, %1, #8\n\tpkhbt %0, %0, %2, lsl #8" : "=&r"(r) : "r"(t0), "r"(t1));
+    return r;
+#else
+    return ((uint32_t)(t0 >> 8) & 0xFFFFu) | (((uint32_t)t1 << 8) & 0xFFFF0000u);
+#endif
+}
+
+/* The low bytes of q0..q3 as one word, q0 in the low byte (BFI). */
+static inline uint32_t sgd_pack_s8x4(uint32_t q0, uint32_t q1, uint32_t q2, uint32_t q3)
+{
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__GNUC__)
+    __asm__("bfi %0, %1, #8, #8\n\tbfi %0, %2, #16, #8\n\tbfi %0, %3, #24, #8" : "+r"(q0) : "r"(q1), "r"(q2), "r"(q3));
+    return q0;
+#else
+    return (q0 & 0xFFu) | ((q1 & 0xFFu) << 8) | ((q2 & 0xFFu) << 16) | (q3 << 24);
+#endif
+}
+
+/* Four int8 lanes with -128 made -127 (QSUB8 then QADD8 of 1 in each lane; the others unchanged). */
+static inline uint32_t sgd_floor127_x4(uint32_t q)
+{
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__GNUC__)
+    uint32_t r;
+    __asm__("qsub8 %0, %1, %2\n\tqadd8 %0, %0, %2" : "=&r"(r) : "r"(q), "r"(0x01010101u));
+    return r;
+#else
+    uint32_t i;
+    for (i = 0; i < 32; i += 8)
+        if (((q >> i) & 0xFFu) == 0x80u) q += (uint32_t)1 << i;
+    return q;
+#endif
+}
+
+/* SSAT #16 of t: t clamped to [-32768, 32767]. */
+static inline int32_t sgd_ssat16(int32_t t)
+{
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__GNUC__)
+    int32_t r;
+    __asm__("ssat %0, #16, %1" : "=r"(r) : "r"(t));
+    return r;
+#else
+    return t > 32767 ? 32767 : t < -32768 ? -32768 : t;
+#endif
+}
+#endif
+
+/* The slot paths' bodies, specialised by constant arguments: always inlined under GCC. */
+#if defined(__GNUC__)
+#define TT_SGD_SLOT_INLINE static inline __attribute__((always_inline))
+#else
+#define TT_SGD_SLOT_INLINE static inline
+#endif
+
+/* The shifts of a slot's rounded product rshift_round(V 2^e mu_m, mu_k) as one SMMULR (DSP):
+ * (V 2^xs) (mu_m 2^ys) with xs + ys = 32 + e - mu_k, ys = min(16, 32 + e - mu_k) (mu_m 2^ys < 2^31
+ * for mu_m < 2^15) and xs = the rest, <= 16 + e - 1 (|V 2^xs| <= 2^31 for |V| <= 2^(15 - e)): then
+ * SMMULR = floor((V 2^e mu_m 2^(32 - mu_k) + 2^31) / 2^32) = rshift_round(V 2^e mu_m, mu_k). */
+static inline void sgd_slot_mul(int32_t e, int32_t mk, int32_t mu_m, int32_t *xs, int32_t *M)
+{
+    const int32_t t = 32 + e - mk, ys = t < 16 ? t : 16;
+    *xs = t - ys;
+    *M = mu_m * (1 << ys);
+}
+
+/* The weight step w - d of an int8 (W8) or int16 store, saturating to +-lim and counted in *nsat. */
+static inline int32_t sgd_slot_store(int32_t w, int32_t d, int32_t lim, uint32_t *nsat)
+{
+    int32_t v = w - d; /* |d| <= 2^23 */
+    if ((uint32_t)(v + lim) > 2u * (uint32_t)lim) {
+        (*nsat)++;
+        v = v > 0 ? lim : -lim;
+    }
+    return v;
+}
+
+/* The int8-slot rule on elements [i, n) (W8: int8 store, else int16; SR: stochastic update).
+ * DSP: the slot's product by SMMULR (sgd_slot_mul, e = 8: xs, M); the slot's draw floor((vv + (r
+ * mod 2^8)) / 2^8) as QADD then SSAT #8 of >> 8 and the floor -127 (QADD saturates only at vv >
+ * 2^31 - 2^8, where the slot clamps to 127 either way); the update's step round(vv / 2^8) as
+ * QADD(vv, 2^7) >> 8 (or QADD of the draw under SR): it differs from the exact step only for
+ * vv > 2^31 - 2^8, where both saturate the weight (|d| >= 2^23 - 1 > 2 lim) and count it. */
+TT_SGD_SLOT_INLINE uint32_t sgd_v8_scalar(int8_t *w8, int16_t *w16, int32_t *A, int8_t *V, int32_t i, int32_t n,
+                                     int32_t mu_m, int32_t mk, int32_t xs, int32_t M, uint32_t *px, int32_t W8,
+                                     int32_t SR)
 {
     const int32_t lim = W8 ? TT_S8_MAX : TT_S16_MAX;
     uint32_t x = *px, nsat = 0;
-    int32_t i;
-    for (i = 0; i < n; i++) {
-        const int32_t p = V[i] * mu8; /* |V| <= 127, mu8 = mu_m 2^8 < 2^23: |p| < 2^30 */
+#if TT_HAVE_DSP
+    (void)mu_m;
+    (void)mk;
+    for (; i < n; i++) {
+        const int32_t vv = tt_qadd(tt_smmulr(V[i] * (1 << xs), M), A[i]);
+        int32_t q, d;
+        A[i] = 0;
+        x = tt_prng_next(&x);
+        q = sgd_ssat8_asr8(tt_qadd(vv, (int32_t)(x & 255u)));
+        V[i] = (int8_t)(q < -TT_S8_MAX ? -TT_S8_MAX : q);
+        if (SR) x = tt_prng_next(&x);
+        d = tt_qadd(vv, SR ? (int32_t)(x & 255u) : 128) >> 8;
+        if (W8) w8[i] = (int8_t)sgd_slot_store(w8[i], d, lim, &nsat);
+        else w16[i] = (int16_t)sgd_slot_store(w16[i], d, lim, &nsat);
+    }
+#else
+    const int32_t mu8 = mu_m * (1 << TT_SGD_V8_SHIFT);
+    (void)xs;
+    (void)M;
+    for (; i < n; i++) {
+        const int32_t p = V[i] * mu8; /* |V| <= 128, mu8 = mu_m 2^8 < 2^23: |p| <= 2^30 */
         const int32_t vv = tt_qadd((p >> mk) + ((p >> (mk - 1)) & 1), A[i]);
-        int32_t q, d, v;
+        int32_t q, d;
         A[i] = 0;
         q = sgd_stoch8(vv, &x);
         V[i] = (int8_t)(q > TT_S8_MAX ? TT_S8_MAX : q < -TT_S8_MAX ? -TT_S8_MAX : q);
         d = SR ? sgd_stoch8(vv, &x) : (vv >> TT_SGD_GUARD_BITS) + ((vv >> (TT_SGD_GUARD_BITS - 1)) & 1);
-        v = (W8 ? w8[i] : w16[i]) - d; /* |d| <= 2^23 */
-        if (v > lim || v < -lim) { nsat++; v = v > 0 ? lim : -lim; }
-        if (W8) w8[i] = (int8_t)v; else w16[i] = (int16_t)v;
+        if (W8) w8[i] = (int8_t)sgd_slot_store(w8[i], d, lim, &nsat);
+        else w16[i] = (int16_t)sgd_slot_store(w16[i], d, lim, &nsat);
+    }
+#endif
+    *px = x;
+    return nsat;
+}
+
+#if TT_HAVE_DSP
+/* SSAT #8 of t >> 8 kept in order after the guard's read (volatile): it may set the Q flag. */
+static inline int32_t sgd_ssat8_asr8_v(int32_t t)
+{
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__GNUC__)
+    int32_t r;
+    __asm__ volatile("ssat %0, #8, %1, asr #8" : "=r"(r) : "r"(t));
+    return r;
+#else
+    return sgd_ssat8_asr8(t);
+#endif
+}
+
+/* The int8 slot on int16 weights four at a time: vv by SMMULR and QADD, the draws in the rule's
+ * order (each element's slot draw, then its update's under SR), the steps d = SSAT #15 of (vv + R)
+ * >> 8 (R = 2^7 or the update's draw mod 2^8, in wrapping 32 bits) and the Q-flag guard, raised by
+ * a d or an old weight lane outside [-16384, 16383] (SSAT #15, SSAT16 #15; a vv near the int32 limits
+ * and a wrapped vv + R both give such a d). Without a hit |vv| < 2^22, so every sum here is exact,
+ * and every w - d lies in [-32767, 32767]: the wrapping SSUB16 of the packed steps is the rule. Then
+ * (the guard read) the slots: SSAT #8 of (vv + (r mod 2^8)) >> 8, packed, the floor -127 by QSUB8/QADD8,
+ * and the Q flag cleared. A hit sends the four to sgd_v8_scalar from the PRNG state before them. Returns the number
+ * of elements done (a multiple of 4). */
+TT_SGD_SLOT_INLINE int32_t sgd_v8_quads(int16_t *w, int32_t *A, int8_t *V, int32_t n, int32_t xs, int32_t M,
+                                        uint32_t *px, uint32_t *nsat, int32_t SR)
+{
+    uint32_t x = *px;
+    int16_t *wp = w;
+    int8_t *vp = V, *const vend = V + (n & ~3);
+    int32_t *ap = A;
+    tt_guard_clear();
+    while (vp != vend) {
+        const uint32_t W0 = tt_ld_s16x2(wp), W1 = tt_ld_s16x2(wp + 2);
+        int32_t a0, a1, a2, a3, v0, v1, v2, v3, d0, d1, d2, d3;
+        uint32_t y = x, r0, r1, r2, r3, R0, R1;
+        tt_ld_s32x2_next((const int32_t **)&ap, &a0, &a1);
+        tt_ld_s32x2_next((const int32_t **)&ap, &a2, &a3);
+        v0 = tt_qadd(tt_smmulr(vp[0] * (1 << xs), M), a0);
+        v1 = tt_qadd(tt_smmulr(vp[1] * (1 << xs), M), a1);
+        v2 = tt_qadd(tt_smmulr(vp[2] * (1 << xs), M), a2);
+        v3 = tt_qadd(tt_smmulr(vp[3] * (1 << xs), M), a3);
+        y = tt_prng_next(&y); r0 = y;
+        if (SR) y = tt_prng_next(&y);
+        d0 = tt_ssat15_asr8((int32_t)((uint32_t)v0 + (SR ? (y & 255u) : 128u)));
+        y = tt_prng_next(&y); r1 = y;
+        if (SR) y = tt_prng_next(&y);
+        d1 = tt_ssat15_asr8((int32_t)((uint32_t)v1 + (SR ? (y & 255u) : 128u)));
+        y = tt_prng_next(&y); r2 = y;
+        if (SR) y = tt_prng_next(&y);
+        d2 = tt_ssat15_asr8((int32_t)((uint32_t)v2 + (SR ? (y & 255u) : 128u)));
+        y = tt_prng_next(&y); r3 = y;
+        if (SR) y = tt_prng_next(&y);
+        d3 = tt_ssat15_asr8((int32_t)((uint32_t)v3 + (SR ? (y & 255u) : 128u)));
+        tt_guard_s16x2_15(W0);
+        tt_guard_s16x2_15(W1);
+        R0 = (uint32_t)__ssub16((int32_t)W0, (int32_t)tt_pack_lo((uint32_t)d0, (uint32_t)d1));
+        R1 = (uint32_t)__ssub16((int32_t)W1, (int32_t)tt_pack_lo((uint32_t)d2, (uint32_t)d3));
+        if (tt_guard_hit_after((int32_t)R0, (int32_t)R1, v0, v2)) {
+            const int32_t i = (int32_t)(vp - V);
+            *nsat += sgd_v8_scalar(0, w, A, V, i, i + 4, 0, 0, xs, M, &x, 0, SR);
+        } else {
+            const uint32_t q0 = (uint32_t)sgd_ssat8_asr8_v((int32_t)((uint32_t)v0 + (r0 & 255u)));
+            const uint32_t q1 = (uint32_t)sgd_ssat8_asr8_v((int32_t)((uint32_t)v1 + (r1 & 255u)));
+            const uint32_t q2 = (uint32_t)sgd_ssat8_asr8_v((int32_t)((uint32_t)v2 + (r2 & 255u)));
+            const uint32_t q3 = (uint32_t)sgd_ssat8_asr8_v((int32_t)((uint32_t)v3 + (r3 & 255u)));
+            tt_st_s8x4(vp, sgd_floor127_x4(sgd_pack_s8x4(q0, q1, q2, q3)));
+            tt_st_s32x2_prev(ap - 2, 0, 0);
+            tt_st_s32x2_prev(ap, 0, 0);
+            tt_st_s16x2(wp, R0);
+            tt_st_s16x2(wp + 2, R1);
+            x = y;
+        }
+        tt_guard_clear();
+        vp += 4; wp += 4;
+    }
+    *px = x;
+    return n & ~3;
+}
+#endif
+
+/* One specialisation of sgd_apply_v8_fast: sgd_v8_quads where it applies (DSP, int16 weights),
+ * sgd_v8_scalar for the rest. */
+TT_SGD_SLOT_INLINE uint32_t sgd_apply_v8_body(int8_t *w8, int16_t *w16, int32_t *A, int8_t *V, int32_t n,
+                                         int32_t mu_m, int32_t mk, uint32_t *px, int32_t W8, int32_t SR)
+{
+    uint32_t nsat = 0;
+    int32_t xs, M, i = 0;
+    sgd_slot_mul(TT_SGD_V8_SHIFT, mk, mu_m, &xs, &M);
+#if TT_HAVE_DSP
+    if (!W8) i = sgd_v8_quads(w16, A, V, n, xs, M, px, &nsat, SR);
+#endif
+    return nsat + sgd_v8_scalar(w8, w16, A, V, i, n, mu_m, mk, xs, M, px, W8, SR);
+}
+
+/* The configurations of the 32-bit slot paths: batch size 1, no weight decay, 0 <= mu_m < 2^15
+ * and mu_k in [1, 31]. */
+static inline int32_t sgd_slot_fast_ok(const tt_sgd *o)
+{
+    return o->batch_size == 1 && !o->wd_m && o->mu_m >= 0 && o->mu_m < 32768 && o->mu_k >= 1 && o->mu_k <= 31;
+}
+
+/* The int8-slot rule of sgd_apply_accumulated_narrow in 32 bits (sgd_slot_fast_ok): the same
+ * steps and draws (the slot's, then the update's). Returns 0 for any other configuration. */
+static int32_t sgd_apply_v8_fast(const tt_sgd_step *u, int8_t *w8, int16_t *w16, int32_t *A, int8_t *V,
+                                 int32_t n)
+{
+    const tt_sgd *o = u->cfg;
+    const int32_t mu = o->mu_m, mk = o->mu_k;
+    uint32_t nsat;
+    if (!sgd_slot_fast_ok(o)) return 0;
+    if (w8) nsat = o->sr ? sgd_apply_v8_body(w8, 0, A, V, n, mu, mk, u->prng, 1, 1)
+                         : sgd_apply_v8_body(w8, 0, A, V, n, mu, mk, u->prng, 1, 0);
+    else nsat = o->sr ? sgd_apply_v8_body(0, w16, A, V, n, mu, mk, u->prng, 0, 1)
+                      : sgd_apply_v8_body(0, w16, A, V, n, mu, mk, u->prng, 0, 0);
+    u->stats->saturated += nsat;
+    return 1;
+}
+
+/* The int16-slot rule on elements [i, n) (W8: int8 store, else int16; SR: stochastic update):
+ * vv = rshift_round(V mu_m, mu_k) + a (|V mu_m| <= 2^30, so the rounded product r has |r| <=
+ * 2^29), V = vv clamped to +-32767, d = shift(V, 8) (|d| <= 128). vv's int32 saturation (QADD;
+ * portable: a clamped to [-2^30, 2^30 - 1] first, so that r + a fits) leaves V's clamp unchanged:
+ * it acts only where |a| >= 2^30 > |r| + 32767. DSP: r by SMMULR (sgd_slot_mul, e = 0: xs, M) and
+ * the clamp by SSAT #16 and the floor -32767. */
+TT_SGD_SLOT_INLINE uint32_t sgd_v16_scalar(int8_t *w8, int16_t *w16, int32_t *A, int16_t *V, int32_t i, int32_t n,
+                                      int32_t mu_m, int32_t mk, int32_t xs, int32_t M, uint32_t *px, int32_t W8,
+                                      int32_t SR)
+{
+    const int32_t lim = W8 ? TT_S8_MAX : TT_S16_MAX;
+    uint32_t x = *px, nsat = 0;
+    for (; i < n; i++) {
+#if TT_HAVE_DSP
+        int32_t v = sgd_ssat16(tt_qadd(tt_smmulr(V[i] * (1 << xs), M), A[i])), d;
+        if (v < -TT_S16_MAX) v = -TT_S16_MAX;
+        (void)mu_m;
+        (void)mk;
+#else
+        const int32_t p = V[i] * mu_m, a = A[i];
+        int32_t v = (p >> mk) + ((p >> (mk - 1)) & 1) + (a < -(1 << 30) ? -(1 << 30) : a > (1 << 30) - 1 ? (1 << 30) - 1 : a), d;
+        v = v > TT_S16_MAX ? TT_S16_MAX : v < -TT_S16_MAX ? -TT_S16_MAX : v;
+        (void)xs;
+        (void)M;
+#endif
+        A[i] = 0;
+        V[i] = (int16_t)v;
+        if (SR) x = tt_prng_next(&x);
+        d = (v + (SR ? (int32_t)(x & 255u) : 128)) >> 8;
+        if (W8) w8[i] = (int8_t)sgd_slot_store(w8[i], d, lim, &nsat);
+        else w16[i] = (int16_t)sgd_slot_store(w16[i], d, lim, &nsat);
     }
     *px = x;
     return nsat;
 }
 
-/* The int8-slot rule of sgd_apply_accumulated_narrow in 32 bits, for batch size 1, no weight
- * decay and 0 <= mu_m < 2^15 with mu_k in [1, 31]: the same steps and draws (the slot's, then
- * the update's). Returns 0 for any other configuration. */
-static int32_t sgd_apply_v8_fast(const tt_sgd_step *u, int8_t *w8, int16_t *w16, int32_t *A, int8_t *V,
-                                 int32_t n)
+#if TT_HAVE_DSP
+/* The int16 slot on int16 weights four at a time, for mu_k <= 16 (M = mu_m 2^(16 - mu_k), xs = 16:
+ * V 2^16 is a pair's high lane with the low one cleared (PKHTB of 0), or the low one shifted): vv by SMMULR and QADD; the Q-flag
+ * guard raised by a QADD saturation, a vv outside [-16384, 16383] (SSAT #15) or an old weight lane
+ * outside [-16384, 16383] (SSAT16 #15). Without a hit no velocity needs the clamp (no -32768
+ * either), |d| <= 64 and every w - d lies in [-16448, 16447]: PKHBT of the vv and the wrapping
+ * SSUB16 of the steps are the rule. A hit sends the four to sgd_v16_scalar from the PRNG state
+ * before them (the same draws). Returns the number of elements done (a multiple of 4). */
+TT_SGD_SLOT_INLINE int32_t sgd_v16_quads(int16_t *w, int32_t *A, int16_t *V, int32_t n, int32_t M, uint32_t *px,
+                                         uint32_t *nsat, int32_t SR)
+{
+    uint32_t x = *px;
+    int16_t *wp = w, *vp = V, *const vend = V + (n & ~3);
+    int32_t *ap = A;
+    tt_guard_clear();
+    while (vp != vend) {
+        const uint32_t P0 = tt_ld_s16x2(vp), P1 = tt_ld_s16x2(vp + 2);
+        const uint32_t W0 = tt_ld_s16x2(wp), W1 = tt_ld_s16x2(wp + 2);
+        int32_t a0, a1, a2, a3, v0, v1, v2, v3;
+        uint32_t y = x, t0, t1, t2, t3, R0, R1;
+        tt_ld_s32x2_next((const int32_t **)&ap, &a0, &a1);
+        tt_ld_s32x2_next((const int32_t **)&ap, &a2, &a3);
+        v0 = tt_qadd(tt_smmulr((int32_t)(P0 << 16), M), a0);
+        v1 = tt_qadd(tt_smmulr((int32_t)tt_pack_hi(0, P0), M), a1);
+        v2 = tt_qadd(tt_smmulr((int32_t)(P1 << 16), M), a2);
+        v3 = tt_qadd(tt_smmulr((int32_t)tt_pack_hi(0, P1), M), a3);
+        tt_guard_s32_15(v0);
+        tt_guard_s32_15(v1);
+        tt_guard_s32_15(v2);
+        tt_guard_s32_15(v3);
+        tt_guard_s16x2_15(W0);
+        tt_guard_s16x2_15(W1);
+        if (SR) {
+            y = tt_prng_next(&y); t0 = (uint32_t)v0 + (y & 255u);
+            y = tt_prng_next(&y); t1 = (uint32_t)v1 + (y & 255u);
+            y = tt_prng_next(&y); t2 = (uint32_t)v2 + (y & 255u);
+            y = tt_prng_next(&y); t3 = (uint32_t)v3 + (y & 255u);
+        } else {
+            t0 = (uint32_t)v0 + 128u; t1 = (uint32_t)v1 + 128u;
+            t2 = (uint32_t)v2 + 128u; t3 = (uint32_t)v3 + 128u;
+        }
+        R0 = (uint32_t)__ssub16((int32_t)W0, (int32_t)sgd_pack_asr8((int32_t)t0, (int32_t)t1));
+        R1 = (uint32_t)__ssub16((int32_t)W1, (int32_t)sgd_pack_asr8((int32_t)t2, (int32_t)t3));
+        if (tt_guard_hit_after((int32_t)R0, (int32_t)R1, v0, v2)) {
+            const int32_t i = (int32_t)(vp - V);
+            *nsat += sgd_v16_scalar(0, w, A, V, i, i + 4, 0, 0, 16, M, &x, 0, SR);
+            tt_guard_clear();
+        } else {
+            tt_st_s16x2(vp, tt_pack_lo((uint32_t)v0, (uint32_t)v1));
+            tt_st_s16x2(vp + 2, tt_pack_lo((uint32_t)v2, (uint32_t)v3));
+            tt_st_s32x2_prev(ap - 2, 0, 0);
+            tt_st_s32x2_prev(ap, 0, 0);
+            tt_st_s16x2(wp, R0);
+            tt_st_s16x2(wp + 2, R1);
+            x = y;
+        }
+        vp += 4; wp += 4;
+    }
+    *px = x;
+    return n & ~3;
+}
+#endif
+
+/* One specialisation of sgd_apply_v16_fast: sgd_v16_quads where it applies (DSP, int16 weights,
+ * mu_k <= 16), sgd_v16_scalar for the rest. */
+TT_SGD_SLOT_INLINE uint32_t sgd_apply_v16_body(int8_t *w8, int16_t *w16, int32_t *A, int16_t *V, int32_t n,
+                                          int32_t mu_m, int32_t mk, uint32_t *px, int32_t W8, int32_t SR)
+{
+    uint32_t nsat = 0;
+    int32_t xs, M, i = 0;
+    sgd_slot_mul(0, mk, mu_m, &xs, &M);
+#if TT_HAVE_DSP
+    if (!W8 && mk <= 16) i = sgd_v16_quads(w16, A, V, n, mu_m * (1 << (16 - mk)), px, &nsat, SR);
+#endif
+    return nsat + sgd_v16_scalar(w8, w16, A, V, i, n, mu_m, mk, xs, M, px, W8, SR);
+}
+
+/* The int16-slot rule of sgd_apply_accumulated_narrow in 32 bits (sgd_slot_fast_ok): the same
+ * steps and the update's draws. Returns 0 for any other configuration. */
+static int32_t sgd_apply_v16_fast(const tt_sgd_step *u, int8_t *w8, int16_t *w16, int32_t *A, int16_t *V,
+                                  int32_t n)
 {
     const tt_sgd *o = u->cfg;
-    const int32_t mu8 = o->mu_m * (1 << TT_SGD_V8_SHIFT), mk = o->mu_k;
+    const int32_t mu = o->mu_m, mk = o->mu_k;
     uint32_t nsat;
-    if (o->batch_size != 1 || o->wd_m || o->mu_m < 0 || o->mu_m >= 32768 || mk < 1 || mk > 31) return 0;
-    if (w8) nsat = o->sr ? sgd_apply_v8_body(w8, 0, A, V, n, mu8, mk, u->prng, 1, 1)
-                         : sgd_apply_v8_body(w8, 0, A, V, n, mu8, mk, u->prng, 1, 0);
-    else nsat = o->sr ? sgd_apply_v8_body(0, w16, A, V, n, mu8, mk, u->prng, 0, 1)
-                      : sgd_apply_v8_body(0, w16, A, V, n, mu8, mk, u->prng, 0, 0);
+    if (!sgd_slot_fast_ok(o)) return 0;
+    if (w8) nsat = o->sr ? sgd_apply_v16_body(w8, 0, A, V, n, mu, mk, u->prng, 1, 1)
+                         : sgd_apply_v16_body(w8, 0, A, V, n, mu, mk, u->prng, 1, 0);
+    else nsat = o->sr ? sgd_apply_v16_body(0, w16, A, V, n, mu, mk, u->prng, 0, 1)
+                      : sgd_apply_v16_body(0, w16, A, V, n, mu, mk, u->prng, 0, 0);
     u->stats->saturated += nsat;
     return 1;
 }
@@ -2603,6 +2950,7 @@ static void sgd_apply_accumulated_narrow(const tt_sgd_step *u, int8_t *w8, int16
     const int64_t lim = w8 ? TT_S8_MAX : TT_S16_MAX;
     int32_t i;
     if (V8 && o->mu_m && sgd_apply_v8_fast(u, w8, w16, A, V8, n)) return;
+    if (V16 && o->mu_m && sgd_apply_v16_fast(u, w8, w16, A, V16, n)) return;
     for (i = 0; i < n; i++) {
         int64_t a = A[i], wi, v, nv;
         if (o->batch_size > 1) a = tt_rshift_round_s64(a * o->ib_m, o->ib_k);
