@@ -11,11 +11,11 @@
 #include "tt_port.h"
 
 #include "sgd_cases.h"
+#include "tt_test_sgd.h"
 #include "tt_test_uart.h"
 
 static int32_t w[SGD_MAX_N], A[SGD_MAX_N], V[SGD_MAX_N];
 static int16_t cp[SGD_MAX_N + 3];
-static const int32_t cosine[65];
 
 int main(void)
 {
@@ -25,15 +25,11 @@ int main(void)
         const sgd_case *t = &sgd_cases[k];
         tt_sgd o;
         tt_stats st;
-        uint32_t prng = 987654321u;
+        uint32_t prng;
         tt_sgd_step u;
         int16_t *c = cp + t->off;
-        memset(&o, 0, sizeof o);
-        memset(&st, 0, sizeof st);
-        o.m = 983; o.k = 20; o.mu_m = t->mu_m; o.mu_k = t->mu_k; o.wd_m = t->wd_m; o.wd_k = t->wd_k;
-        o.ib_m = t->ib_m; o.ib_k = t->ib_k; o.batch_size = t->batch; o.sr = t->sr; o.cosine = cosine;
-        o.gamma_q15 = 32768; o.step_size = 1; o.total_steps = 1;
-        u.cfg = &o; u.m_t = 983; u.prng = &prng; u.stats = &st;
+        tt_test_sgd_setup(&o, &u, &st, &prng, 983, 20, t->mu_m, t->mu_k, t->wd_m, t->wd_k, t->ib_m, t->ib_k,
+                          t->batch, t->sr);
         memcpy(w, t->w, 4 * (size_t)t->n);
         memcpy(A, t->A, 4 * (size_t)t->n);
         memcpy(V, t->V, 4 * (size_t)t->n);

@@ -11,12 +11,12 @@
 #include "tt_port.h"
 
 #include "kept_cases.h"
+#include "tt_test_sgd.h"
 #include "tt_test_uart.h"
 
 static int32_t w[KEPT_MAX_N], A[KEPT_MAX_N], V[KEPT_MAX_N];
 static int16_t cp[KEPT_MAX_N];
 static int8_t ek[KEPT_MAX_NN];
-static const int32_t cosine[65];
 
 int main(void)
 {
@@ -27,16 +27,12 @@ int main(void)
         const int32_t n = t->K * t->N;
         tt_sgd o;
         tt_stats st;
-        uint32_t prng = 987654321u;
+        uint32_t prng;
         tt_sgd_step u;
         tt_sgd_dense_keep keep = {ek, 0, 0, 0, 1};
         keep.state = t->A ? 0 : 1; /* accumulators that hold sums: not known 0 */
         tt_sgd_dense_accum_params p;
-        memset(&o, 0, sizeof o);
-        memset(&st, 0, sizeof st);
-        o.m = t->m_t; o.k = t->k; o.mu_m = t->mu_m; o.mu_k = t->mu_k; o.wd_m = t->wd_m; o.wd_k = t->wd_k;
-        o.batch_size = 1; o.sr = t->sr; o.cosine = cosine; o.gamma_q15 = 32768; o.step_size = 1; o.total_steps = 1;
-        u.cfg = &o; u.m_t = t->m_t; u.prng = &prng; u.stats = &st;
+        tt_test_sgd_setup(&o, &u, &st, &prng, t->m_t, t->k, t->mu_m, t->mu_k, t->wd_m, t->wd_k, 0, 0, 1, t->sr);
         p.K = t->K; p.N = t->N; p.wa = A; p.ew = t->ew; p.ba = 0; p.eb = 0; p.keep = &keep;
         memcpy(w, t->w, 4 * (size_t)n);
         if (t->A) memcpy(A, t->A, 4 * (size_t)n);

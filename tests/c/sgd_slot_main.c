@@ -10,12 +10,12 @@
 #include "tt_port.h"
 
 #include "slot_cases.h"
+#include "tt_test_sgd.h"
 #include "tt_test_uart.h"
 
 static int32_t A[SLOT_MAX_N];
 static int16_t w16[SLOT_MAX_N], V16[SLOT_MAX_N];
 static int8_t w8[SLOT_MAX_N], V8[SLOT_MAX_N];
-static const int32_t cosine[65];
 
 int main(void)
 {
@@ -25,14 +25,10 @@ int main(void)
         const slot_case *t = &slot_cases[k];
         tt_sgd o;
         tt_stats st;
-        uint32_t prng = 987654321u;
+        uint32_t prng;
         tt_sgd_step u;
-        memset(&o, 0, sizeof o);
-        memset(&st, 0, sizeof st);
-        o.m = 983; o.k = 20; o.mu_m = t->mu_m; o.mu_k = t->mu_k; o.wd_m = t->wd_m; o.wd_k = t->wd_k;
-        o.ib_m = t->ib_m; o.ib_k = t->ib_k; o.batch_size = t->batch; o.sr = t->sr; o.cosine = cosine;
-        o.gamma_q15 = 32768; o.step_size = 1; o.total_steps = 1;
-        u.cfg = &o; u.m_t = 983; u.prng = &prng; u.stats = &st;
+        tt_test_sgd_setup(&o, &u, &st, &prng, 983, 20, t->mu_m, t->mu_k, t->wd_m, t->wd_k, t->ib_m, t->ib_k,
+                          t->batch, t->sr);
         for (i = 0; i < t->n; i++) {
             A[i] = t->A[i];
             w8[i] = (int8_t)t->w[i]; w16[i] = (int16_t)t->w[i];
