@@ -174,6 +174,31 @@ def test_batchnorm_worst_case_p4096(clib, clib_ubsan, train):
     assert_same(ref, numba_run(k, train), "numba")
 
 
+@pytest.mark.parametrize("momentum", [1.0, 0.5, 0.25, 0.1, 2**-20])
+@pytest.mark.parametrize("P", [2, 5, 16])
+def test_running_stats_ema_at_the_int32_ends(clib, clib_ubsan, momentum, P):
+    """The shift-EMA r + round((b - r) / 2^k) with r and the batch statistic b at opposite ends
+    of int32 (|b - r| up to 2^31 - 1, the rounding's + 1 at its edge: momentum 0.5 once wrapped
+    in the C's 32-bit path), every momentum; reference == numba == C == C under UBSan."""
+    C = 6
+    x = np.zeros((P, C), np.int8)
+    x[:, 3] = 127
+    x[:, 4] = -127
+    x[0, 5], x[1:, 5] = 127, -127
+    big = 2**31 - 1
+    k = dict(x=x, e=np.ones((P, C), np.int8), gamma=np.full(C, 1 << 14, np.int16),
+             beta=np.zeros(C, np.int32),
+             rmean=np.array([-big, big, -big + 1, -big, big, 0], np.int32),
+             rvar=np.array([-big, big, 1, -big, 0, big], np.int32),
+             ex=0, ee=0, e_g=-14, e_b=0, e_rm=0, e_rv=0, cfg=rb.config(eps=0.0, momentum=momentum))
+    ref = ref_run(k, True)
+    for lib in (clib, clib_ubsan):
+        assert_same(ref, c_run(*lib, k, True), "C")
+    assert_same(ref, numba_run(k, True), "numba")
+    if momentum == 0.5:  # the case that wrapped: 0 - (-(2^31 - 1)) rounded half up
+        assert int(ref["rm"][0]) == -big + (big + 1) // 2
+
+
 def test_running_stats_over_steps(clib):
     """Several train steps update the running statistics identically, then eval uses them."""
     ffi, lib = clib

@@ -153,13 +153,15 @@ static BN_NOINLINE void bn_running_stats(const int64_t *scratch, int32_t P, int3
     const int64_t dv = (int64_t)P * (P - 1);
     int32_t c = 0;
     /* Where the whole layer allows (P <= 362: m2 < 2^31; |S| <= 128 P, so 128 P 2^am < 2^29 makes
-     * every mean bn_rdiv_fast's 32-bit division; 0 <= av <= 28; 1 <= mom_k <= 31), the channels
+     * every mean bn_rdiv_fast's 32-bit division; 0 <= av <= 28; 2 <= mom_k <= 31), the channels
      * in 32 bits: the variance's division when m2 2^av < 2^29 (m2 >= 0: num > 0, a truncating
      * division is the floor), the EMA's difference by a subtraction that reports its overflow
-     * and its rounding shift as ((d >> (k - 1)) + 1) >> 1 (= floor((d + 2^(k-1)) / 2^k), no
-     * overflow). A channel outside those bounds takes bn_rdiv / bn_ema. */
+     * and its rounding shift as ((d >> (k - 1)) + 1) >> 1 (= floor((d + 2^(k-1)) / 2^k); no
+     * overflow for k >= 2, where d >> (k - 1) < 2^30: at k = 1 and d = INT32_MAX the + 1 would
+     * wrap, so momentum 0.5 takes the loop below). A channel outside those bounds takes bn_rdiv /
+     * bn_ema. */
     if (P <= 362 && (uint32_t)am <= 28u && (uint32_t)(128 * P) < ((uint32_t)1 << (29 - am)) &&
-        (uint32_t)av <= 28u && mom_k >= 1 && mom_k <= 31) {
+        (uint32_t)av <= 28u && mom_k >= 2 && mom_k <= 31) {
         const int32_t dm = 2 * P, hm = P, k1 = mom_k - 1, dd = (int32_t)(2 * dv), hd = (int32_t)dv;
         const uint32_t vlim = (uint32_t)1 << (29 - av);
         for (; c < C; c++) {
