@@ -178,22 +178,51 @@ def test_int8_momentum_any_layer_any_optimizer_reference_sim_c_equal(data):
     three_way(ref, x, y)
 
 
+@settings(max_examples=examples(3), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_slot_momentum_rows_without_accumulators_reference_sim_c_equal(data):
+    """Momentum slots at batch 1 without stochastic rounding: the generated step keeps no weight
+    accumulators (tt_sgd_dense_rows_apply forms each row's accumulate in the scratch at the end
+    of the step): MLPs whose Dense inputs are multiples of 4, int8 or int16 slots, drawn learning
+    rates (the accumulate's shift on both sides of its 32-bit path), weight decay (the slot's
+    int64 loop), schedules and partial updates; reference = numba = C every step."""
+    from tinytrain.codegen.emit import generate
+    from tinytrain.graph.optim import SGD
+
+    k0, k1 = 4 * data.draw(st.integers(1, 5)), 4 * data.draw(st.integers(1, 4))
+    layers = [Dense(k1), ReLU(), Dense(data.draw(st.integers(2, 5)))]
+    mom = data.draw(st.sampled_from(["int8", "int16"]))
+    opt = SGD(lr=data.draw(st.sampled_from([0.0005, 0.01, 0.2, 0.9])), momentum=data.draw(st.sampled_from([0.5, 0.9])),
+              weight_decay=data.draw(st.sampled_from([0.0, 1e-3])), batch_size=1,
+              schedule=data.draw(st.sampled_from(["constant", "cosine"])), total_steps=8,
+              stochastic_rounding=False, train=data.draw(st.sampled_from(["all", "last:1"])))
+    ref = Sequential(layers, input_shape=(k0,), input_exp=data.draw(st.integers(-9, -3)), optimizer=opt,
+                     seed=data.draw(st.integers(0, 1000)), precision={"momentum": mom})
+    src = generate(ref).source
+    assert src.count("tt_sgd_dense_rows_apply(") == (2 if opt.train == "all" else 1) and "_w_acc[" not in src
+    x, y = _data(data.draw(st.integers(3, 6)), (k0,), ref.layers[-1].units, data.draw(st.integers(0, 2**16)))
+    three_way(ref, x, y)
+
+
 @pytest.mark.qemu
 @needs_qemu
-@pytest.mark.parametrize("policy, board", [({"momentum": "int8"}, "mps2_an386"),
-                                           ({"weights": "int8", "momentum": "int8"}, "microbit")])
-def test_int8_momentum_trains_bit_exact_on_qemu_boards(policy, board):
+@pytest.mark.parametrize("policy, board, w1", [({"momentum": "int8"}, "mps2_an386", True),
+                                               ({"momentum": "int8"}, "microbit", True),
+                                               ({"weights": "int8", "momentum": "int8"}, "microbit", False)])
+def test_int8_momentum_trains_bit_exact_on_qemu_boards(policy, board, w1):
     """int8 momentum: W1 with int16 weights at batch 1 on the Cortex-M4 (DSP build, the 32-bit
-    fast path); a 64-16-10 MLP with int8 weights without a master (stochastic rounding of the
-    update too) at batch 2 on the Cortex-M0 (the generic loop; W1's int32 accumulators do not
-    fit its 16 KB); every step's state hash verified against the simulator."""
+    fast path) and on the Cortex-M0 (16 KB: it fits since the slots keep no accumulators at
+    batch 1); a 64-16-10 MLP with int8 weights without a master (stochastic rounding of the
+    update too) at batch 2 on the Cortex-M0 (the generic loop); every step's state hash
+    verified against the simulator."""
     from tinytrain import data
     from tinytrain.graph.models import build_model
     from tinytrain.graph.optim import SGD
     from tinytrain.verify import verify
 
     ds = data.load("digits")
-    if board == "microbit":
+    if not w1:
         m = Sequential([Dense(16), ReLU(), Dense(10)], dataset=ds, seed=1, precision=policy,
                        optimizer=SGD(lr=0.005, momentum=0.9, batch_size=2))
     else:
@@ -219,12 +248,14 @@ def test_int8_momentum_is_integer_only_on_cortex_m():
 
 
 def test_int8_momentum_weights_beside_an_int32_velocity_bias_on_the_host():
-    """W1 at batch 1 with int8 momentum: the weights (int8 slots) accumulate per sample, gradient
-    free (tt_sgd_dense_accumulate_s32 with no bias accumulator), and apply at the end of the
-    step, while the biases (int32 velocity) accumulate and apply at their backward from the error
-    widened into the scratch (codegen/emit.py _bias_apply_after). Before, such a layer formed its
-    whole gradient in an int32 buffer (8 KB on W1); an accumulate that also skipped the biases'
-    apply was found by the drawn-graph test. Verified on the host, with no gradient buffer."""
+    """W1 at batch 1 with int8 / int16 momentum: the weights (slots) keep no accumulators: the
+    backward keeps the error, and the end of the step forms each row's accumulate in the scratch
+    and applies it (tt_sgd_dense_rows_apply; the accumulators are a zero span of the state
+    blob), while the biases (int32 velocity) accumulate and apply at their backward from the
+    error widened into the scratch (codegen/emit.py _bias_apply_after). Before, such a layer
+    formed its whole gradient in an int32 buffer (8 KB on W1), then kept 4 bytes of accumulator
+    per weight (another 9.5 KB); an accumulate that also skipped the biases' apply was found by
+    the drawn-graph test. Verified on the host, with no gradient buffer and no accumulators."""
     from tinytrain import data
     from tinytrain.codegen.emit import generate
     from tinytrain.graph.models import build_model
@@ -235,6 +266,7 @@ def test_int8_momentum_weights_beside_an_int32_velocity_bias_on_the_host():
         m = build_model("digits-mlp", ds, precision={"momentum": mom}, momentum=0.9, lr=0.005)
         assert m.velocity[(0, 0)].dtype == np.dtype(mom) and m.velocity[(0, 1)].dtype == np.int32
         src = generate(m).source
-        assert "/* grad */" not in src and src.count("tt_sgd_dense_accumulate_s32(") == 2, mom
+        assert "/* grad */" not in src and "tt_sgd_dense_accumulate_s32(" not in src, mom
+        assert src.count("tt_sgd_dense_rows_apply(") == 2 and "tt_model_l0_w_acc[" not in src, mom
         r = verify(m, ds, 10, board="host", json=True)
         assert r["steps"] == 10 and r["mismatches"] == 0, (mom, r["first_mismatch"])

@@ -1,6 +1,8 @@
 """The runtime's state blob (tinytrain/firmware/src/tt_state.c) against a Python model of it:
 spans crossing boundaries, an empty span, out-of-range and overflowing ranges, writes over a
-read-only (flash) span with equal and with different bytes (all or nothing), -32768 into a
+read-only (flash) span with equal and with different bytes (all or nothing), a zero span (no
+storage: the accumulators of momentum slots at batch 1; it behaves as a read-only span of zeros),
+-32768 into a
 symmetric int16 span (refused, whole or split over writes), tensors by id, reset. Built twice:
 with cffi and UBSan (random ranges), and as a standalone binary under ASan + UBSan that walks
 every range of the fixture (tests/c/tt_state_fixture.c, tt_state_harness.c)."""
@@ -20,9 +22,10 @@ from .conftest import HERE
 
 C = HERE / "c"
 SRCS = [cbuild.FIRMWARE_SRC / "tt_state.c", cbuild.FIRMWARE_SRC / "tt_crc32.c", C / "tt_state_fixture.c"]
-# the fixture's spans: (initial bytes, read-only)
+# the fixture's spans: (initial bytes, read-only); the zero span last reads and writes as a
+# read-only span of zeros
 SPANS = [(struct.pack("<3h", 1, -2, 3), False), (b"", False), (bytes([5, 6, 7, 8, 9]), True),
-         (struct.pack("<2i", 0x01020304, -1), False), (struct.pack("<I", 42), False)]
+         (struct.pack("<2i", 0x01020304, -1), False), (struct.pack("<I", 42), False), (bytes(6), True)]
 BLOB = b"".join(b for b, _ in SPANS)
 
 
@@ -72,7 +75,7 @@ def _blob(ffi, lib, t):
 
 def test_size_hash_and_tensors(state_lib):
     ffi, lib, t = state_lib
-    assert lib.tt_state_size(t) == len(BLOB) == 23
+    assert lib.tt_state_size(t) == len(BLOB) == 29
     assert lib.tt_state_hash(t) == zlib.crc32(BLOB)
     total, buf = ffi.new("uint32_t *"), ffi.new("uint8_t[8]")
     for i, (data, _) in enumerate(SPANS):

@@ -62,7 +62,7 @@ class Tensor:
     name: str
     ctype: str
     count: int
-    role: str  # param | master | accum | velocity | activation | error | grad | scratch | meta
+    role: str  # param | master | accum | zero | velocity | activation | error | grad | scratch | meta
     layer: int = -1
     init: np.ndarray | None = None
     dense: int = 0   # stored sparse (tinytrain.codegen.sparse): the element count of its dense view
@@ -72,6 +72,8 @@ class Tensor:
 
     @property
     def bytes(self) -> int:
+        if self.role == "zero":  # a state tensor that is always 0 and has no storage (keeps_rows)
+            return 0
         return self.count * {"int8_t": 1, "uint8_t": 1, "int16_t": 2, "int32_t": 4, "uint32_t": 4, "int64_t": 8}[self.ctype]
 
 
@@ -264,17 +266,42 @@ class Emitter:
         return (t == "s32" and m.velocity.get(key, np.zeros(0, np.int32)).dtype == np.int32
                 and self._refresh(li, 0) == f"tt_sgd_refresh_copy({w}, {self.names.param(li, 0)}, {m.layers[li].params[0].data.size});")
 
+    def keeps_rows(self, li) -> bool:
+        """A Dense layer on the per-sample accumulate route at batch size 1 whose weights have an
+        int8 or int16 velocity slot (precision "momentum") and no master, without stochastic
+        rounding: its weights need no accumulators. The backward keeps the error (l<li>_ekeep)
+        and the step's input; the end-of-step apply forms and applies the accumulate row by row
+        in the scratch (tt_sgd_dense_rows_apply: same bits, counts and draws). The accumulators
+        stay in the state blob as a zero span (tt_state.h): always 0 between steps. K a multiple
+        of 4 keeps every row of the weights and slots as aligned as the tensor (the DSP applies)."""
+        m, opt, key = self.model, self.model.opt, (li, 0)
+        if not (m.layers[li].kind == "dense" and opt.accumulate and opt.batch_size == 1 and not opt.sr and not self.a16
+                and m.learns(li, 0) and key in m.accum and key not in m.master and self._fuses_dense_accum(li)
+                and not self._fuses_dense_acc(li) and not self.keeps(li)):
+            return False
+        v = m.velocity.get(key)
+        return (v is not None and v.dtype in (np.int8, np.int16) and m.layers[li].in_shape[0] % 4 == 0
+                and self._update_target(li, 0)[1] in ("s16", "s8"))
+
     def _accum_fields(self, li) -> dict:
         """tt_sgd_dense_accum_params of Dense layer li (the per-sample accumulate and a kept apply)."""
         m, (w, b) = self.model, self.model.layers[li].params[:2]
         K, N = self.model.layers[li].in_shape[0], self.model.layers[li].units
-        fields = {"K": K, "N": N, "wa": f"{self.names.param(li, 0)}_acc" if (li, 0) in m.accum else 0,
+        fields = {"K": K, "N": N, "wa": f"{self.names.param(li, 0)}_acc" if (li, 0) in m.accum and not self.keeps_rows(li) else 0,
                   "ew": m.master_exp((li, 0)) if (li, 0) in m.master else w.exp,
                   "ba": f"{self.names.param(li, 1)}_acc" if (li, 1) in m.accum and not self._bias_apply_after(li) else 0,
                   "eb": m.master_exp((li, 1)) if (li, 1) in m.master else b.exp}
         if self.keeps(li):
             fields["keep"] = f"&{self.sym(f'l{li}_keep')}"
         return fields
+
+    def _rows_fields(self, li) -> str:
+        """The initialiser of layer li's tt_sgd_dense_rows (keeps_rows)."""
+        m, key = self.model, (li, 0)
+        l, (w, t) = m.layers[li], self._update_target(li, 0)
+        v = f"{self.names.param(li, 0)}_vel"
+        return (f".K = {l.in_shape[0]}, .N = {l.units}, .ew = {l.params[0].exp}, .{'w16' if t == 's16' else 'w8'} = {w}, "
+                f".{'v16' if m.velocity[key].dtype == np.int16 else 'v8'} = {v}, .e = {self.sym(f'l{li}_ekeep')}")
 
     def _fuses_dense_acc(self, li) -> bool:
         m = self.model
@@ -329,7 +356,8 @@ class Emitter:
                 else:
                     order.append(nm)
                 if key in m.accum:
-                    T.append(Tensor(self.sym(f"l{li}_{p.name}_acc"), "int32_t", p.data.size, "accum", li, m.accum[key]))
+                    role = "zero" if pi == 0 and self.keeps_rows(li) else "accum"
+                    T.append(Tensor(self.sym(f"l{li}_{p.name}_acc"), "int32_t", p.data.size, role, li, m.accum[key]))
                     order.append(T[-1].name)
                 if key in m.velocity:
                     T.append(Tensor(self.sym(f"l{li}_{p.name}_vel"), CTYPE[m.velocity[key].dtype], p.data.size, "velocity", li, m.velocity[key]))
@@ -350,7 +378,7 @@ class Emitter:
             for name, shape, dtype, role in optable.buffers(l, backward, target="c"):
                 T.append(Tensor(self.names.buf(li, name), CTYPE[np.dtype(dtype)], int(np.prod(shape)), role, li))
         for li, l in enumerate(m.layers):
-            if self.keeps(li):  # the error a waiting weight accumulate reads at the end of the step
+            if self.keeps(li) or self.keeps_rows(li):  # the error a waiting weight accumulate reads at the end of the step
                 T.append(Tensor(self.sym(f"l{li}_ekeep"), "int8_t", l.units, "error", li))
         emax = max(l.out_size for l in m.layers)
         T.append(Tensor(self.sym("err0"), self.act_ctype, emax, "error"))
@@ -370,7 +398,8 @@ class Emitter:
         for pi, n in enumerate(gmax):
             if n:
                 T.append(Tensor(self.grad_name(0, pi), "int32_t", n, "grad"))
-        sw = max([int(np.prod(m.input_shape))] + [optable.scratch_words(l) for l in m.layers])
+        sw = max([int(np.prod(m.input_shape))] + [optable.scratch_words(l) for l in m.layers]
+                 + [l.in_shape[0] for li, l in enumerate(m.layers) if self.keeps_rows(li)])  # 2 K int32
         T.append(Tensor(self.sym("scratch"), "int64_t", sw, "scratch"))
         S.plan(self.sparse.sparse, T, self.sym)
         self.tensors, self.state_order = T, order
@@ -468,6 +497,8 @@ uint32_t {P}_saturations(void);
         for li in range(len(m.layers)):
             if self.keeps(li):  # state 0 until the first apply: the accumulators are only known 0 after one
                 src.append(f"static tt_sgd_dense_keep {self.sym(f'l{li}_keep')} = {{.e = {self.sym(f'l{li}_ekeep')}}};")
+            if self.keeps_rows(li):  # the layer's weights, slots and kept error for tt_sgd_dense_rows_apply
+                src.append(f"static tt_sgd_dense_rows {self.sym(f'l{li}_rows')} = {{{self._rows_fields(li)}}};")
         cos = ", ".join(str(int(v)) for v in opt.cosine)
         src.append("")
         src.append(f"static const tt_ctx CTX = {{.scratch = SCRATCH, .stats = &STATS}};")
@@ -578,7 +609,9 @@ uint32_t {P}_saturations(void);
                     vel = f"{pn}_vel" if key in m.velocity else "0"
                     vw = _VEL_SUFFIX[m.velocity[key].dtype] if key in m.velocity else ""  # int16/int8 momentum
                     refresh = self._refresh(li, pi) if key in m.master else ""
-                    if pi == 0 and self.keeps(li):  # the waiting accumulate and the apply in one pass
+                    if pi == 0 and self.keeps_rows(li):  # the waiting accumulate and the apply, row by row
+                        out.append(f"        tt_sgd_dense_rows_apply(&sgd, &{self.sym(f'l{li}_rows')}, (int32_t *)SCRATCH);")
+                    elif pi == 0 and self.keeps(li):  # the waiting accumulate and the apply in one pass
                         sp = self.names.decl(li, "sgd_acc", "tt_sgd_dense_accum_params", self._accum_fields(li))
                         out.append(f"        tt_sgd_dense_apply_kept_s32(&sgd, {sp}, {w}, {pn}, {vel});")
                     elif t == "s32" and not vw and refresh == f"tt_sgd_refresh_copy({pn}_master, {pn}, {p.data.size});":
@@ -865,8 +898,12 @@ uint32_t {P}_saturations(void);
         pw, t = self._update_target(li, 0)
         ews = m.master_exp((li, 0)) if (li, 0) in m.master else w.exp
         if m.opt.accumulate and not self._fuses_dense_acc(li):  # per sample: the accumulate only
-            sp = self.names.decl(li, "sgd_acc", "tt_sgd_dense_accum_params", self._accum_fields(li))
-            out.append(f"    tt_sgd_dense_accumulate_s32(&sgd, {sp}, {e}, de, {x}, {ex});")
+            fields = self._accum_fields(li)
+            if self.keeps_rows(li):  # the weights' accumulate waits for the end of the step
+                out.append(f"    tt_sgd_dense_rows_keep(&{self.sym(f'l{li}_rows')}, {e}, de, {x}, {ex});")
+            if fields["wa"] or fields["ba"]:
+                sp = self.names.decl(li, "sgd_acc", "tt_sgd_dense_accum_params", fields)
+                out.append(f"    tt_sgd_dense_accumulate_s32(&sgd, {sp}, {e}, de, {x}, {ex});")
             if self._bias_apply_after(li):  # the bias's gradient e (exponent de) in the scratch
                 out.append(f"    tt_widen_s8_s32({e}, {N}, (int32_t *)SCRATCH);")
                 out += self._accumulate_apply(li, 1, m.master_exp((li, 1)) if (li, 1) in m.master else b.exp,
@@ -940,6 +977,8 @@ uint32_t {P}_saturations(void);
             ro = int(t.role == "frozen")  # in flash: a write must leave it unchanged
             if t.mask:  # stored sparse: its dense view (tt_state.h)
                 return S.span(t)
+            if t.role == "zero":  # no storage: reads as zeros, a write must give zeros (tt_state.h)
+                return f"    {{0, {t.count * 4}u, 0, 0, 0u, 0u, 0u, 0, 0u, 0u}},"
             sym = 0 if ro else S.SYM_BYTES.get(t.ctype, 0)  # int8/int16: a write must not give -128/-32768
             return f"    {{{'(void *)' if ro else ''}{t.name}, sizeof({t.name}), {ro}, 0, 0u, 0u, 0u, 0, 0u, {sym}u}},"
 

@@ -69,7 +69,7 @@ class MemoryReport:
         return "\n".join(lines)
 
 
-ROLE_NAMES = {"frozen": "frozen params (flash)", "param": "parameters", "master": "master weights", "accum": "grad accumulators",
+ROLE_NAMES = {"frozen": "frozen params (flash)", "param": "parameters", "master": "master weights", "accum": "grad accumulators", "zero": "grad accumulators",
               "velocity": "momentum", "mask": "pruning masks", "meta": "prng/step", "activation": "saved activations",
               "error": "error buffers", "grad": "gradient scratch", "scratch": "kernel scratch"}
 
@@ -194,7 +194,7 @@ RAM_ROLES = ("parameters", "optimizer state", "activations", "scratch", "protoco
 #: code = machine code, tables and constants of model, runtime, protocol and board port
 FLASH_ROLES = ("parameters", "code")
 #: emitted tensor role -> breakdown role
-TENSOR_ROLE = {"param": "parameters", "master": "parameters", "accum": "optimizer state",
+TENSOR_ROLE = {"param": "parameters", "master": "parameters", "accum": "optimizer state", "zero": "optimizer state",
                "velocity": "optimizer state", "mask": "optimizer state", "meta": "optimizer state", "activation": "activations",
                "error": "activations", "grad": "scratch", "scratch": "scratch"}
 #: the generated model's saturation counters (tt_stats), counted as scratch

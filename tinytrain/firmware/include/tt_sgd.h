@@ -239,6 +239,29 @@ void tt_sgd_dense_bias_s32(const tt_sgd_step *u, int32_t *b, int32_t eb, const i
  *  gradient e[n] * 1 at ee), so the same element rule, fast paths and PRNG order. */
 void tt_sgd_dense_bias_s16(const tt_sgd_step *u, int16_t *b, int32_t eb, const int8_t *e, int32_t ee, int32_t N);
 
+/** Momentum slots at batch size 1 without the weights' accumulators (4 bytes per weight less RAM):
+ *  a Dense layer's weights w[N][K] (int16 w16 or int8 w8, the other NULL) at exponent ew with an
+ *  int16 (v16) or int8 (v8) velocity slot. At the backward, tt_sgd_dense_rows_keep copies the
+ *  error e[N] into p->e and keeps x (alive until the apply), ee and ex; at the end of the step,
+ *  tt_sgd_dense_rows_apply forms each row's accumulate (tt_sgd_dense_accumulate_s32 of e[n] x[k]
+ *  into zeroed accumulators) in buf and applies it (tt_sgd_apply_accumulated_<w><v>) row by
+ *  row: the same bits, counts and draws as the two whole-tensor calls when the accumulate draws
+ *  nothing (no stochastic rounding) and the apply's draws run in element order (they do). buf:
+ *  2 K int32, 8-byte aligned; K a multiple of 4 (every row as aligned as the tensor). */
+typedef struct tt_sgd_dense_rows {
+    int32_t K, N, ew;
+    int16_t *w16;
+    int8_t *w8;
+    int16_t *v16;
+    int8_t *v8;
+    int8_t *e;
+    const int8_t *x;
+    int32_t ee, ex;
+} tt_sgd_dense_rows;
+
+void tt_sgd_dense_rows_keep(tt_sgd_dense_rows *p, const int8_t *e, int32_t ee, const int8_t *x, int32_t ex);
+void tt_sgd_dense_rows_apply(const tt_sgd_step *u, const tt_sgd_dense_rows *p, int32_t *buf);
+
 #ifdef __cplusplus
 }
 #endif

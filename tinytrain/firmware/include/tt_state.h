@@ -26,7 +26,10 @@ extern "C" {
  *  blocks != 0: code is a block code (tt_sparse_blocks.h), the kept elements packed the same way.
  *  sym = 1 or 2: the span holds int8 / int16 values (sym bytes each) kept in the symmetric range
  *  [-127, 127] / [-32767, 32767]: a write that would leave -128 / -32768 in it is refused (the
- *  kernels skip updates that round to zero, where the reference clamps the minimum). 0: no check. */
+ *  kernels skip updates that round to zero, where the reference clamps the minimum). 0: no check.
+ *  p == NULL (mask and code NULL): a zero span, bytes bytes that are always 0 and take no RAM (the
+ *  weights' accumulators of momentum slots at batch size 1, formed row by row in the scratch:
+ *  tt_sgd.h tt_sgd_dense_rows): it reads as zeros, and a write must give zeros. */
 typedef struct tt_span {
     void *p;
     uint32_t bytes;

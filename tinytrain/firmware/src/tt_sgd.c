@@ -3195,3 +3195,44 @@ void tt_sgd_dense_apply_kept_s32(const tt_sgd_step *u, const tt_sgd_dense_accum_
     if (!done) sgd_apply_accumulated(u, 0, w, copy, p->wa, V, p->K * p->N);
     if (k) k->state = 1;
 }
+
+void tt_sgd_dense_rows_keep(tt_sgd_dense_rows *p, const int8_t *e, int32_t ee, const int8_t *x, int32_t ex)
+{
+    memcpy(p->e, e, (size_t)p->N);
+    p->x = x;
+    p->ee = ee;
+    p->ex = ex;
+}
+
+/* Row n's accumulate from zero is row[k] = sat32(shift(m_t e[n] x[k], s)), s = ew + k - (ee + ex) - G
+ * (no draws): for 0 <= m_t < 2^15 and s in [1, 31] SMMULR(X[k], An) with the inputs widened once
+ * (X, tt_sgd_widen_x) and An = tt_sgd_row_mult, exactly as sgd_dense_acc_w's rows (QADD of 0 and
+ * a value is the value); any other s by sgd_dense_acc_w on the one row. */
+void tt_sgd_dense_rows_apply(const tt_sgd_step *u, const tt_sgd_dense_rows *p, int32_t *buf)
+{
+    const int32_t K = p->K, N = p->N, s = p->ew + u->cfg->k - (p->ee + p->ex) - TT_SGD_GUARD_BITS;
+    const int32_t fast = u->m_t >= 0 && u->m_t < 32768 && s >= 1 && s <= 31;
+    int32_t *row = buf, *X = buf + K, n, j, sh = 0;
+    tt_sgd_dense_accum_params one;
+    one.K = K;
+    one.N = 1;
+    one.wa = row;
+    one.ew = p->ew;
+    one.ba = 0;
+    one.eb = 0;
+    one.keep = 0;
+    memset(row, 0, (size_t)K * sizeof(int32_t));
+    if (fast) sh = tt_sgd_widen_x(p->x, K, s, X);
+    for (n = 0; n < N; n++) {
+        const int32_t o = n * K;
+        if (fast) {
+            const int32_t An = tt_sgd_row_mult(u->m_t, p->e[n], sh);
+            if (An) for (j = 0; j < K; j++) row[j] = tt_smmulr(X[j], An);
+        } else {
+            sgd_dense_acc_w(u, &one, p->e + n, p->ee, p->x, p->ex);
+        }
+        /* the apply zeroes row again */
+        if (p->v8) sgd_apply_accumulated_narrow(u, p->w8 ? p->w8 + o : 0, p->w16 ? p->w16 + o : 0, row, 0, 0, p->v8 + o, K);
+        else sgd_apply_accumulated_narrow(u, p->w8 ? p->w8 + o : 0, p->w16 ? p->w16 + o : 0, row, 0, p->v16 + o, 0, K);
+    }
+}

@@ -149,14 +149,15 @@ uint32_t tt_state_hash(const tt_spans *t)
     for (i = 0; i < t->n; i++) {
         const tt_span *s = &t->span[i];
         uint32_t off;
-        if (!s->mask && !s->code) {
+        if (!s->mask && !s->code && s->p) {
             crc = tt_crc32_update(crc, (const uint8_t *)s->p, s->bytes);
             continue;
         }
-        for (off = 0; off < s->bytes; off += 32u) { /* the view, 32 bytes at a time */
+        for (off = 0; off < s->bytes; off += 32u) { /* the view (a zero span: zeros), 32 bytes at a time */
             uint8_t buf[32];
             const uint32_t k = s->bytes - off < 32u ? s->bytes - off : 32u;
-            (void)tt_state_sparse_io(s, off, buf, 0, k, TT_STATE_READ);
+            if (s->p) (void)tt_state_sparse_io(s, off, buf, 0, k, TT_STATE_READ);
+            else memset(buf, 0, k);
             crc = tt_crc32_update(crc, buf, k);
         }
     }
@@ -200,6 +201,16 @@ static int tt_state_io(const tt_spans *t, uint32_t off, uint8_t *dst, const uint
             if (s->mask || s->code) {
                 if (tt_state_sparse_io(s, off, dst, src, k, mode) != 0) return -1;
                 if (mode == TT_STATE_READ) dst += k; else src += k;
+            } else if (!s->p) { /* a zero span: reads zeros, a write must give zeros */
+                uint32_t j;
+                if (mode == TT_STATE_READ) {
+                    memset(dst, 0, k);
+                    dst += k;
+                } else {
+                    for (j = 0; j < k; j++)
+                        if (src[j]) return -1;
+                    src += k;
+                }
             } else if (mode == TT_STATE_READ) {
                 memcpy(dst, (const uint8_t *)s->p + off, k);
                 dst += k;
@@ -238,7 +249,8 @@ int tt_state_get_tensor(const tt_spans *t, uint32_t id, uint32_t off, uint8_t *d
     *total = t->span[id].bytes;
     if (off > *total || n > *total - off) return -1;
     if (t->span[id].mask || t->span[id].code) return tt_state_sparse_io(&t->span[id], off, dst, 0, n, TT_STATE_READ);
-    if (n) memcpy(dst, (const uint8_t *)t->span[id].p + off, n);
+    if (!t->span[id].p) memset(dst, 0, n); /* a zero span */
+    else if (n) memcpy(dst, (const uint8_t *)t->span[id].p + off, n);
     return 0;
 }
 
