@@ -85,6 +85,28 @@ def test_flatten_image_input():
     _run_both(m, x, y, epochs=2)
 
 
+@pytest.mark.parametrize("opt", [SGD(lr=0.05), SGD(lr=0.05, stochastic_rounding=True), SGD(lr=0.05, weight_decay=1e-3),
+                                 SGD(lr=0.05, master_weights=True), SGD(lr=0.05, batch_size=2, momentum=0.9)],
+                         ids=["plain", "sr", "wd", "master", "momentum"])
+def test_steps_whose_loss_error_is_zero_equal_the_simulator(opt):
+    """A step whose loss error is all 0 (a logit far above the others: softmax exactly one-hot)
+    skips its backward in the generated C when that changes nothing (plain SGD, Dense and ReLU);
+    with stochastic rounding, decay, a master or momentum the backward runs (draws, decay, copy,
+    velocity): C == simulator after every step either way, on runs mixing such steps with
+    ordinary ones."""
+    x, y = _data(40, (12,), 5, 4)
+    y[::3] = 4
+    m = Sequential([Dense(16), ReLU(), Dense(5)], input_shape=(12,), input_exp=-7, optimizer=opt, seed=2)
+    m.layers[2].params[1].data[4] = 2**29  # class 4's logit saturates the output: error 0 there
+    src = generate(m).source
+    plain = opt.batch_size == 1 and not opt.stochastic_rounding and not opt.weight_decay and not opt.master_weights
+    assert ("if (!tt_all_zero_s8(tt_model_err0, 5))" in src) == plain
+    sim = Simulator(m.copy())
+    zero = sum(int(sim.train(x, y, [i])[0][0] == 0) for i in range(len(x)))
+    assert zero >= 10  # the zero-error steps are there (loss 0)
+    _run_both(m, x, y, epochs=2)
+
+
 def test_reset_seed_and_state_roundtrip():
     x, y = _data(20, (8,), 3, 2)
     m = Sequential([Dense(6), ReLU(), Dense(3)], input_shape=(8,), input_exp=-7, seed=1)

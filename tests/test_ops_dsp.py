@@ -279,7 +279,7 @@ def test_fused_sgd_dsp_equals_portable_and_reference(clib, dsplib, case):
     # values in the C paths, which the reference only matches when no such weight is -32768: a
     # state that updates never produce, only a loaded blob could hold it)
     x, e, w, b, m_t, s, sb = case
-    if (w[np.outer(m_t * e.astype(np.int64), x) == 0] == -32768).any():
+    if (w[np.outer(m_t * e.astype(np.int64), x) == 0] == -32768).any() or (w[_rows_to_0(e, m_t, s)] == -32768).any():
         return
     ew, eg, eb, ee, k = exps
     opt = _opt(m_t, k)
@@ -288,6 +288,18 @@ def test_fused_sgd_dsp_equals_portable_and_reference(clib, dsplib, case):
     n1 = update_direct_ref(wr, ew, g, eg, opt, m_t, [1])
     n2 = update_direct_ref(br, eb, e.astype(np.int32), ee, opt, m_t, [1])
     assert np.array_equal(wd, wr) and np.array_equal(bd, br) and nd == n1 + n2
+
+
+def _rows_to_0(e, m_t, s):
+    """The rows the fused int16 update skips as a whole besides zero-error rows (C's
+    tt_sgd_row_rounds_to_0, shift s in [8, 31]): -2^(s-8) < m_t e <= 2^(s-8), where every step
+    round(m_t e x / 2^s) of an int8 x is 0, so the row keeps its weights (the reference clamps an
+    old -32768 there, a weight no update stores)."""
+    a = m_t * e.astype(np.int64)
+    if not 8 <= s <= 31:
+        return np.zeros(a.shape, bool)
+    lim = 1 << (s - 8)
+    return (a != 0) & (a > -lim) & (a <= lim)
 
 
 def _opt(m_t, k):
@@ -345,6 +357,70 @@ def test_fused_sgd_zero_input_patterns_equal_portable_and_reference(clib, dsplib
     assert np.array_equal(bd, br) and nd == nr
 
 
+@st.composite
+def rounds_to_0_case(draw):
+    """Rows whose error puts a = m_t e at or next to the bound 2^(s-8) of the whole-row skip
+    (lim - 1, lim, lim + 1 and their negatives), inputs holding the int8 ends -128 and 127 (where
+    a step first becomes +-1) or drawn, weights drawn or at the edges (no -32768: no update stores
+    it), both alignments of the rows."""
+    s = draw(st.integers(1, 33))
+    lim = 1 << max(s - 8, 0)
+    K = draw(st.sampled_from([1, 2, 3, 5, 8, 31, 64, 65, 130]))
+    N = draw(st.integers(1, 9))
+    x = draw_array(draw, (K,), np.int8, -128, 127)
+    if draw(st.booleans()):
+        x[draw(st.integers(0, K - 1))] = -128
+        x[draw(st.integers(0, K - 1))] = 127
+    # a = m_t e near +-lim: e a power of two (or +-1, +-3) and m_t = target / e rounded
+    targets = [lim - 1, lim, lim + 1, -(lim - 1), -lim, -(lim + 1), 0, 1, -1]
+    e = np.zeros(N, np.int8)
+    m_t = draw(st.sampled_from([1, 2, 3, 255, 4096, 32767]))
+    for n in range(N):
+        t = draw(st.sampled_from(targets))
+        e[n] = np.int8(max(-128, min(127, t // m_t if t >= 0 else -((-t) // m_t))))
+    if draw(st.booleans()):  # m_t = 1: every a of the list exactly (|a| <= 128)
+        m_t = 1
+        e = np.array([draw(st.sampled_from([t for t in targets if -128 <= t <= 127] or [0])) for _ in range(N)], np.int8)
+    w = (draw_array(draw, (N, K), np.int16, -32767, 32767) if draw(st.booleans())
+         else np.random.default_rng(draw(st.integers(0, 2**32 - 1))).choice(W_EDGES[1:], (N, K)).astype(np.int16))
+    b = draw_array(draw, (N,), np.int32, -(2**31), 2**31 - 1)
+    return x, e, w, b, m_t, s, draw(st.integers(-1, 33))
+
+
+@settings(max_examples=examples(400), deadline=None)
+@given(rounds_to_0_case(), st.sampled_from([0, 1]))
+def test_fused_sgd_skips_rows_whose_steps_all_round_to_0(clib, dsplib, case, offset):
+    """A row whose every step rounds to 0 for any int8 input (-2^(s-8) < m_t e <= 2^(s-8)) is
+    skipped as a whole: DSP == portable == reference (weights, biases, saturations) at the bound
+    (a = lim: the step of x = -128 is floor((-2^(s-1) + 2^(s-1)) / 2^s) = 0, kept; a = -lim: that
+    of x = -128 is floor(2^s / 2^s) = 1, updated) and next to it, with inputs at -128 and 127."""
+    x, e, w, b, m_t, s, sb = case
+    wd, bd, nd, exps = _sgd(dsplib[1], dsplib[0], case, offset=offset)
+    wp, bp, np_, _ = _sgd(clib[1], clib[0], case)
+    assert np.array_equal(wd, wp), f"first difference at {np.argwhere(wd != wp)[0]}"
+    assert np.array_equal(bd, bp) and nd == np_
+    wr, br, nr, _ = _sgd_ref(x, e, w, b, m_t, exps)
+    assert np.array_equal(wd, wr), f"first difference at {np.argwhere(wd != wr)[0]}"
+    assert np.array_equal(bd, br) and nd == nr
+    # the skipped rows are exactly those the reference leaves unchanged for every int8 input
+    skip = _rows_to_0(e, m_t, s)
+    if 1 <= s <= 31:
+        a = m_t * e.astype(np.int64)
+        every = np.arange(-128, 128, dtype=np.int64)
+        d = (np.outer(a, every) + (1 << (s - 1))) >> s
+        assert np.array_equal(skip, (a != 0) & (d == 0).all(axis=1))
+
+
+def test_fused_sgd_row_skip_at_the_bound():
+    """The bound itself on one case each side, for s = 8 (lim = 1) and s = 20 (lim = 4096)."""
+    for s in (8, 20):
+        lim = 1 << (s - 8)
+        e = np.array([1, -1], np.int8)
+        assert _rows_to_0(e, lim, s).tolist() == [True, False]
+        assert _rows_to_0(e, lim - 1, s).tolist() == ([True, True] if lim > 1 else [False, False])
+        assert _rows_to_0(e, lim + 1, s).tolist() == [False, False]
+
+
 def _sgd_ref(x, e, w, b, m_t, exps):
     """The reference update of _sgd's weights and biases: (w, b, saturations, gradient)."""
     ew, eg, eb, ee, k = exps
@@ -378,7 +454,7 @@ def test_fused_sgd_dsp_at_the_int16_limits(clib, dsplib, K, s, w0):
         # the reference, on the weights the C path updates (e[n] x[k] != 0, for s < 32; the others
         # keep their values, where the reference would clamp an old -32768)
         wr, br, nr, g = _sgd_ref(x, e, w, b, m_t, exps)
-        live = g != 0 if s < 32 else np.broadcast_to((e != 0)[:, None], g.shape)
+        live = (g != 0) & ~_rows_to_0(e, m_t, s)[:, None] if s < 32 else np.broadcast_to((e != 0)[:, None], g.shape)
         assert np.array_equal(wd[live], wr[live]) and np.array_equal(wd[~live], w[~live])
         assert np.array_equal(bd, br) and nd == nr - int(np.count_nonzero(w[~live] == -32768))
 
@@ -1149,8 +1225,9 @@ def test_dense_direct_s16_options_equal_reference(clib, dsplib, case):
         u = ffi.new("tt_sgd_step *", {"cfg": o, "m_t": m_t, "prng": prng, "stats": st_c})
         p = ffi.new("tt_sgd_dense_s16_params *", dict(K=K, N=N, w=c_i16(ffi, w2), ew=ew, b=ffi.NULL, eb=0))
         lib.tt_sgd_dense_direct_s16(u, p, c_i8(ffi, e), ee, c_i8(ffi, x), ex)
-        if not (sr or wd[0]):  # plain SGD skips weights with m_t e[n] x[k] = 0 (an old -32768 stays: see above)
-            live = np.outer(m_t * e.astype(np.int64), x) != 0
+        if not (sr or wd[0]):  # plain SGD skips weights with m_t e[n] x[k] = 0 and rows whose steps all
+            # round to 0 (an old -32768 stays: see above)
+            live = (np.outer(m_t * e.astype(np.int64), x) != 0) & ~_rows_to_0(e, m_t, s)[:, None]
             assert np.array_equal(w2[live], wr[live])
             if 1 <= s <= 31:
                 assert np.array_equal(w2[~live], w[~live])

@@ -546,6 +546,7 @@ uint32_t {P}_saturations(void);
         out += self._loss_scale_lines()
         out.append("    de = ee = loss.ee;")
         first = self.first_backward
+        head = len(out)
         for li in range(L - 1, first - 1, -1):
             l = m.layers[li]
             e = errs[li % 2]
@@ -589,6 +590,9 @@ uint32_t {P}_saturations(void);
                 out += self._prune_apply(key, "    ")
             if dx:
                 out.append("    de = ee;")
+        if self._zero_error_skips_backward():
+            out[head:] = ([f"    if (!tt_all_zero_s8({errs[(L - 1) % 2]}, {m.output_shape[0]})) {{ /* else nothing changes */"]
+                          + ["    " + s for s in out[head:]] + ["    }"])
         meta = self.sym("meta")
         out.append(f"    {meta}[2] += 1;")
         if not opt.accumulate:
@@ -629,6 +633,27 @@ uint32_t {P}_saturations(void);
         out += ["    " + " ".join(f"(void)ge{i};" for i in range(self.n_ge)) + f" (void)de; (void)sgd; (void){errs[0]}; (void){errs[1]};",
                 "    return pred;", "}"]
         return out
+
+    def _zero_error_skips_backward(self) -> bool:
+        """Whether a step whose loss error is all 0 may skip its backward: every backward layer is
+        a ReLU or a Dense on the fused direct update of int16 weights and int32 biases with plain
+        SGD (no stochastic rounding, decay, momentum, batching, master, mask, loss scale), where a
+        zero error makes zero input errors and rows whose steps are all 0, which keep their
+        parameters (tt_sgd_dense_direct_s16 skips them, drawing nothing): the backward would
+        change no state. Late in training a confident classifier's error often is all 0."""
+        m, opt = self.model, self.model.opt
+        if (self.a16 or opt.accumulate or opt.sr or opt.wd_m or m.master or m.masks or m.loss_scale.enabled
+                or self.sparse.layers or m.loss != "softmax_ce"):
+            return False
+        for li in range(self.first_backward, len(m.layers)):
+            l = m.layers[li]
+            if l.kind == "relu":
+                continue
+            if l.kind != "dense" or not self.fused(li) or m.blocked(li, 0) or self._update_target(li, 0)[1] != "s16":
+                return False
+            if len(l.params) > 1 and m.learns(li, 1) and l.params[1].data.dtype != np.int32:
+                return False
+        return True
 
     def _loss_scale_lines(self):
         """A global or static loss scale: the head's error (still in scratch) again at the

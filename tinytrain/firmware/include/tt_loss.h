@@ -3,6 +3,7 @@
 #define TT_LOSS_H
 
 #include <stdint.h>
+#include <string.h>
 #include "tt_fixedpoint.h"
 
 #ifdef __cplusplus
@@ -41,6 +42,21 @@ typedef struct tt_loss_scaler {
  *  element saturated), else 0. */
 int32_t tt_loss_scale_s8(const tt_loss_scaler *cfg, int32_t *state, const int64_t *g, int32_t eg,
                          int32_t N, int8_t *e, int32_t *ee, tt_stats *st);
+
+/** 1 if every e[i] (i < n) is 0, else 0: a loss error all 0 leaves a plain SGD step's
+ *  backward nothing to change (the generated step then skips it). A word at a time (any
+ *  alignment: memcpy), inline: n is a constant there. */
+static inline int32_t tt_all_zero_s8(const int8_t *e, int32_t n)
+{
+    uint32_t o = 0, v;
+    int32_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        memcpy(&v, e + i, 4);
+        o |= v;
+    }
+    for (; i < n; i++) o |= (uint8_t)e[i];
+    return o == 0;
+}
 
 /** argmax with the first index on ties. */
 int32_t tt_argmax_s8(const int8_t *z, int32_t N);

@@ -1197,6 +1197,26 @@ static inline void tt_sgd_bias_one(int32_t *b, int32_t p, int32_t sb, tt_stats *
     *b = r;
 }
 
+/* The row bound of tt_sgd_row_rounds_to_0 for the shift s in [1, 31]: 2^(s - 8), 0 for s < 8. */
+static inline int32_t tt_sgd_zero_row_lim(int32_t s)
+{
+    return s >= 8 ? (int32_t)1 << (s - 8) : 0;
+}
+
+/* Whether every step round(a x / 2^s) of a row (a = m_t e[n] != 0, any int8 input x) is 0, so
+ * that the row keeps its weights (tt_sgd_s16_one's rule for a zero step; the reference differs
+ * only on an old -32768, which no update stores, see IntSGD), lim = tt_sgd_zero_row_lim(s):
+ * d = floor((a x + 2^(s-1)) / 2^s) is 0 iff -2^(s-1) <= a x < 2^(s-1). For x in [-128, 127]
+ * that holds for every x iff -128 a >= -2^(s-1) and 127 a < 2^(s-1) when a > 0, i.e. a <= lim,
+ * and iff 128 |a| < 2^(s-1) when a < 0, i.e. a > -lim: one unsigned compare of a + lim - 1
+ * against 2 lim (|a| < 2^22, lim <= 2^23: no overflow; lim = 0 never holds). Late in training,
+ * when the errors' exponent makes every step of a small error round to 0, this skips most of
+ * the update. */
+static inline int tt_sgd_row_rounds_to_0(int32_t a, int32_t lim)
+{
+    return (uint32_t)(a + lim - 1) < 2u * (uint32_t)lim;
+}
+
 #if TT_HAVE_DSP
 /* A row body specialised by a constant argument (aligned loads): always inlined under GCC. */
 #if defined(__GNUC__)
@@ -1421,11 +1441,12 @@ static TT_SGD_NOINLINE void tt_sgd_list_rows1_s16(int16_t *r0, int32_t a0, int32
  * LIST: cnt nonzero pairs; row: the chunk's first weight in row 0, rows K apart). LIST, a constant
  * after inlining: the active rows two at a time over the list (the odd last one alone); else each
  * row over all pairs by tt_sgd_row_fast_s16 (4-byte aligned rows). The odd last input and the rows
- * past amax by the scalar rule. */
+ * past amax by the scalar rule. SKIP (a constant too): rows whose steps all round to 0
+ * (tt_sgd_row_rounds_to_0 with lim) are passed over after their bias. */
 TT_SGD_INLINE void tt_sgd_chunk_s16(const int8_t *e, const int8_t *x, const uint32_t *xx, const uint32_t *L,
                                     int32_t cnt, int32_t len, int32_t K, int32_t N, int16_t *row, int32_t m_t,
-                                    int32_t s, int32_t sh, int32_t amax, int32_t LIST, int32_t *b, int32_t sb,
-                                    tt_stats *st)
+                                    int32_t s, int32_t sh, int32_t amax, int32_t lim, int32_t LIST, int32_t SKIP,
+                                    int32_t *b, int32_t sb, tt_stats *st)
 {
     const int8_t *const e0 = e, *end = e + N;
     int16_t *pr = 0;
@@ -1434,6 +1455,7 @@ TT_SGD_INLINE void tt_sgd_chunk_s16(const int8_t *e, const int8_t *x, const uint
         const int32_t a = m_t * (int32_t)*e, ua = a < 0 ? -a : a;
         if (a == 0) continue;
         if (b) tt_sgd_bias_one(b + (e - e0), a, sb, st);
+        if (SKIP && tt_sgd_row_rounds_to_0(a, lim)) continue;
         if (ua > amax) {
             for (j = 0; j < len; j++) tt_sgd_s16_one(row + j, a * (int32_t)x[j], s, st);
             continue;
@@ -1465,15 +1487,18 @@ TT_SGD_INLINE void tt_sgd_chunk_s16(const int8_t *e, const int8_t *x, const uint
  * the other pairs (tt_sgd_list_rows_s16), else over all pairs (tt_sgd_row_fast_s16); both are exact
  * where the old weights are in [-16384, 16383] (their guard), their blocks that hit the guard are
  * checked again exactly and redone by the scalar rule on a real saturation; rows failing the bound
- * take the scalar path. The biases b (when not NULL, shift sb in [1, 31]) in the same row loop. */
-static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, int32_t N,
-                                  int16_t *w16, int32_t m_t, int32_t s, int32_t *b, int32_t sb, tt_stats *st)
+ * take the scalar path. Rows whose every step rounds to 0 (tt_sgd_row_rounds_to_0) keep their
+ * weights. The biases b (when not NULL, shift sb in [1, 31]) in the same row loop. */
+TT_SGD_INLINE void tt_sgd_dense_rows_body_s16(const int8_t *e, const int8_t *x, int32_t K, int32_t N,
+                                              int16_t *w16, int32_t m_t, int32_t s, int32_t *b, int32_t sb,
+                                              tt_stats *st, int32_t SKIP)
 {
     const int32_t c = 32 - s < 8 ? 32 - s : 8, sh = 32 - s - c;
     /* largest |a| with |a| 2^sh <= INT32_MAX and (|a| * 128) >> s <= 16382 */
     const int64_t lim1 = (int64_t)INT32_MAX >> sh, lim2 = (((int64_t)16383 << s) - 1) / 128;
     const int32_t amax = (int32_t)(lim1 < lim2 ? lim1 : lim2);
     const int32_t aligned = ((uintptr_t)w16 & 3u) == 0 && (K & 1) == 0; /* every row, every chunk */
+    const int32_t lim = SKIP ? tt_sgd_zero_row_lim(s) : 0;
     uint32_t xx[TT_SGD_CHUNK / 2], L[TT_SGD_CHUNK];
     int32_t k0;
     for (k0 = 0; k0 < K; k0 += TT_SGD_CHUNK) {
@@ -1482,24 +1507,53 @@ static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, i
         cnt = tt_sgd_list_s16(x + k0, np, c, L);
         if (aligned && 16 * cnt > 15 * np) {
             tt_widen_s8(x + k0, len & ~1, c, xx);
-            tt_sgd_chunk_s16(e, x + k0, xx, L, cnt, len, K, N, w16 + k0, m_t, s, sh, amax, 0, k0 ? 0 : b, sb, st);
+            tt_sgd_chunk_s16(e, x + k0, xx, L, cnt, len, K, N, w16 + k0, m_t, s, sh, amax, lim, 0, SKIP, k0 ? 0 : b,
+                             sb, st);
         } else {
-            tt_sgd_chunk_s16(e, x + k0, xx, L, cnt, len, K, N, w16 + k0, m_t, s, sh, amax, 1, k0 ? 0 : b, sb, st);
+            tt_sgd_chunk_s16(e, x + k0, xx, L, cnt, len, K, N, w16 + k0, m_t, s, sh, amax, lim, 1, SKIP, k0 ? 0 : b,
+                             sb, st);
         }
     }
 }
+
+static TT_SGD_NOINLINE void tt_sgd_dense_rows_all_s16(const int8_t *e, const int8_t *x, int32_t K, int32_t N,
+                                                      int16_t *w16, int32_t m_t, int32_t s, int32_t *b, int32_t sb,
+                                                      tt_stats *st)
+{
+    tt_sgd_dense_rows_body_s16(e, x, K, N, w16, m_t, s, b, sb, st, 0);
+}
+
+static TT_SGD_NOINLINE void tt_sgd_dense_rows_skip_s16(const int8_t *e, const int8_t *x, int32_t K, int32_t N,
+                                                       int16_t *w16, int32_t m_t, int32_t s, int32_t *b, int32_t sb,
+                                                       tt_stats *st)
+{
+    tt_sgd_dense_rows_body_s16(e, x, K, N, w16, m_t, s, b, sb, st, 1);
+}
+
+/* A row can round to 0 only if |a| <= lim, so not at all while m_t > lim (early in training,
+ * when the errors' exponent is small): then the rows go by the body without the test, a function
+ * of its own (in one body with the test's variant, GCC spilled the row loop's registers). */
+static inline void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, int32_t N,
+                                         int16_t *w16, int32_t m_t, int32_t s, int32_t *b, int32_t sb, tt_stats *st)
+{
+    if (m_t <= tt_sgd_zero_row_lim(s)) tt_sgd_dense_rows_skip_s16(e, x, K, N, w16, m_t, s, b, sb, st);
+    else tt_sgd_dense_rows_all_s16(e, x, K, N, w16, m_t, s, b, sb, st);
+}
 #else
-/* Rows n of w16[N][K] with a_n = m_t * e[n] != 0: w -= round(a_n x[k] / 2^s), one at a time;
- * the biases b (when not NULL, shift sb in [1, 31]) in the same row loop. */
+/* Rows n of w16[N][K] with a_n = m_t * e[n] != 0: w -= round(a_n x[k] / 2^s), one at a time,
+ * but for rows whose every step rounds to 0 (tt_sgd_row_rounds_to_0); the biases b (when not
+ * NULL, shift sb in [1, 31]) in the same row loop. */
 static void tt_sgd_dense_rows_s16(const int8_t *e, const int8_t *x, int32_t K, int32_t N,
                                   int16_t *w16, int32_t m_t, int32_t s, int32_t *b, int32_t sb, tt_stats *st)
 {
+    const int32_t lim = tt_sgd_zero_row_lim(s);
     int32_t n, k;
     for (n = 0; n < N; n++) {
         const int32_t a = m_t * (int32_t)e[n];
         int16_t *row = w16 + n * K;
         if (a == 0) continue;
         if (b) tt_sgd_bias_one(b + n, a, sb, st);
+        if (tt_sgd_row_rounds_to_0(a, lim)) continue;
         for (k = 0; k < K; k++) tt_sgd_s16_one(row + k, a * (int32_t)x[k], s, st);
     }
 }
