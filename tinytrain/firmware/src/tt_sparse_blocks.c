@@ -253,6 +253,22 @@ int32_t tt_sparse_blocks_fwd_s8(const tt_ctx *ctx, const tt_sparse_rows_params *
 #endif
 }
 
+int32_t tt_sparse_blocks_fwd_rows_s8(const tt_ctx *ctx, const tt_sparse_rows_params *p, const int8_t *x,
+                                     int32_t ex, int8_t *y, tt_sparse_blocks_rows_fn rows)
+{
+#if TT_SPARSE_BLOCKS_UNROLL
+    const int32_t N = p->N, K = p->K, ea = ex + p->ew, d = ea - p->eb;
+    if ((K & 3) == 0 && ((uintptr_t)p->w & 3u) == 0 && d >= 1 && d <= 31) {
+        int32_t *acc = (int32_t *)(void *)ctx->scratch; /* K <= TT_DENSE_S32_MAX_K: every sum fits int32 */
+        uint32_t *xx = (uint32_t *)(void *)(acc + N);
+        tt_blocks_widen0(x, K, xx);
+        return ea + tt_requant_s8_from_s32_or(acc, N, rows(xx, p->w, p->b, d - 1, acc), y, ctx->stats);
+    }
+#endif
+    (void)rows;
+    return tt_sparse_blocks_fwd_s8(ctx, p, x, ex, y);
+}
+
 int32_t tt_sparse_blocks_bwd_s8(const tt_ctx *ctx, const tt_sparse_rows_params *p, const int8_t *e,
                                 int32_t ee, int8_t *dx)
 {
