@@ -14,7 +14,7 @@ import copy
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from tinytrain.codegen import sparse as S
@@ -348,3 +348,76 @@ def test_shrink_of_a_four_input_layer_whose_rows_are_single_blocks():
     rows = P.unpack(m.masks[(0, 0)], 24).reshape(6, 4)
     assert rows.all(axis=1).sum() == 3  # three rows whose only block is pruned
     _shrink_changes_nothing(m, x)
+
+
+def test_emitted_unrolled_blocks_forward():
+    """A blocks-stored layer whose K 4 divides gets its forward rows unrolled from its code (block
+    j of a row: the widened inputs at byte 8 j, the packed weights at the next 8 bytes, w stepped
+    past LDRD's 1020-byte range), called under TT_SPARSE_BLOCKS_UNROLL with the generic kernel
+    beside it; a K 4 does not divide keeps the generic kernel only."""
+    m = Sequential([Dense(40), ReLU(), Dense(4)], input_shape=(64,), input_exp=-7, optimizer=SGD(lr=0.05),
+                   seed=1, prune={"schedule": "one_shot", "final_sparsity": 0.1, "begin_step": 0, "structure": "blocks",
+                                  "storage": "blocks"})
+    x, y = _data(4, (64,), 4, 2)
+    _past_schedule(m, x, y)
+    packed = S.choose(m)
+    code = [int(v) for v in packed[(0, 0)].code]
+    src = generate(m).source
+    fn = src[src.index("uint32_t tt_model_l0_fwd_rows("):]
+    fn = fn[:fn.index("\n}\n")]
+    N, first = 40, code[40:40 + code[0]]
+    assert f"a = tt_sparse_blocks_bias(b[0], d1); /* row 0: blocks {', '.join(map(str, first))} */" in fn
+    assert f"    TT_SPARSE_BLOCKS_MAC(a, xx, {8 * first[0]}, w, 0);" in fn
+    assert fn.count("TT_SPARSE_BLOCKS_MAC(") == len(code) - N and fn.count("acc[") == N
+    steps = [int(v.split()[-1][:-1]) for v in fn.splitlines() if v.strip().startswith("w += ")]
+    assert steps and sum(steps) + 4 * (len(code) - N - sum(s // 4 for s in steps)) == 4 * (len(code) - N)
+    assert all(int(v.split(", ")[-1][:-2]) <= 1020 for v in fn.splitlines() if "TT_SPARSE_BLOCKS_MAC(" in v)
+    step = src[src.index("_train_step("):src.index("_predict(")]
+    assert ("    #if TT_SPARSE_BLOCKS_UNROLL\n    e1 = tt_sparse_blocks_fwd_rows_s8(&CTX, &tt_model_l0_sparse, x, e0, "
+            "tt_model_a0, tt_model_l0_fwd_rows);\n    #else\n    e1 = tt_sparse_blocks_fwd_s8(") in step
+    if (2, 0) in packed:
+        assert "tt_model_l2_fwd_rows" in src  # K = 40
+    m10 = Sequential([Dense(6)], input_shape=(10,), input_exp=-7, optimizer=SGD(lr=0.05), seed=1,
+                     prune={"schedule": "one_shot", "final_sparsity": 0.5, "begin_step": 0, "structure": "blocks",
+                            "storage": "blocks"})
+    _past_schedule(m10, *_data(4, (10,), 6, 2))
+    assert "fwd_rows" not in generate(m10).source
+
+
+@pytest.mark.qemu
+@settings(max_examples=examples(3), deadline=None, phases=[Phase.explicit, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@example(K=64, N=32, sparsity=0.8, edges=False, exp=-7, seed=1)  # W1's first layer
+@example(K=128, N=20, sparsity=0.0, edges=True, exp=-7, seed=2)  # every block kept, w stepped 4 times
+@given(K=st.sampled_from([4, 8, 32, 64, 128]), N=st.integers(1, 48),
+       sparsity=st.sampled_from([0.0, 0.5, 0.8, 0.95]), edges=st.booleans(), exp=st.integers(-9, 0),
+       seed=st.integers(0, 2**16))
+def test_unrolled_blocks_forward_bit_exact_on_the_m4(K, N, sparsity, edges, exp, seed):
+    """The unrolled forward (TT_SPARSE_BLOCKS_UNROLL: the generated rows, LDRD at immediate offsets,
+    w stepped past 1020 bytes) on the QEMU Cortex-M4 equals the reference for 6 verified steps:
+    K 4 divides, drawn N, every block kept (0 %) up to rows with none (95 %), kept weights at
+    +-32767 and inputs at -127 / 127 when `edges`, biases near the int32 limits."""
+    import shutil
+
+    if shutil.which("qemu-system-arm") is None or shutil.which("arm-none-eabi-gcc") is None:
+        pytest.skip("qemu-system-arm / arm-none-eabi-gcc missing")
+    from tinytrain.data import Dataset
+    from tinytrain.verify import verify
+
+    m = Sequential([Dense(N), ReLU(), Dense(3)], input_shape=(K,), input_exp=exp, optimizer=SGD(lr=0.05),
+                   seed=seed % 1000, prune={"schedule": "one_shot", "final_sparsity": sparsity, "begin_step": 0,
+                                            "structure": "blocks", "storage": "blocks"})
+    x, y = _data(8, (K,), 3, seed)
+    _past_schedule(m, x, y)
+    assert S.choose(m)[(0, 0)].fmt == "blocks"
+    if edges:
+        rng = np.random.default_rng(seed)
+        w = m.layers[0].params[0].data
+        w[w != 0] = rng.choice(np.array([-32767, 32767], np.int16), int((w != 0).sum()))
+        b = m.layers[0].params[1].data
+        b[:] = rng.choice(np.array([-(2**31) + 2**20, 2**31 - 2**20, -1, 0, 1], np.int64), b.size).astype(b.dtype)
+        x[:, ::2] = np.where(rng.random((len(x), (K + 1) // 2)) < 0.5, -127, 127).astype(np.int8)
+    fx = x.astype(np.float32) / 128
+    ds = Dataset("drawn", x, y, x, y, (K,), 3, m.input_exp, (-1.0, 1.0), fx, fx)
+    r = verify(m, ds, 6, board="mps2_an386", json=True)
+    assert r["mismatches"] == 0 and r["first_mismatch"] is None and r["steps"] == 6

@@ -428,7 +428,49 @@ class Renderer:
                             {**self._where(li), "K": l.in_shape[0], "N": l.units, "work": "(int32_t *)SCRATCH"})
 
     def forward(self, li, x, ex, y, ey) -> list[str]:
-        return [f"{ey} = {self._fn(li, 'fwd')}(&CTX, {self.params(li)}, {x}, {ex}, {y});"]
+        call = f"{ey} = {self._fn(li, 'fwd')}(&CTX, {self.params(li)}, {x}, {ex}, {y});"
+        rows = self._rows_fn(li)
+        if rows is None:
+            return [call]
+        fast = f"{ey} = tt_sparse_blocks_fwd_rows_s8(&CTX, {self.params(li)}, {x}, {ex}, {y}, {rows});"
+        return ["#if TT_SPARSE_BLOCKS_UNROLL", fast, "#else", call, "#endif"]
+
+    #: most kept blocks a forward is unrolled for (4 instructions, ~12 bytes of flash each)
+    UNROLL_MAX_BLOCKS = 1024
+
+    def _rows_fn(self, li) -> str | None:
+        """The name of layer li's forward rows unrolled from its block code (a
+        tt_sparse_blocks_rows_fn, declared once among the decls under TT_SPARSE_BLOCKS_UNROLL), or
+        None: not the blocks format, 4 not dividing K, an input offset past LDRD's 1020 bytes, or
+        more than UNROLL_MAX_BLOCKS kept blocks."""
+        pk = self.sparse[(li, 0)]
+        N, K = pk.shape
+        code = [int(v) for v in pk.code] if pk.fmt == "blocks" else []
+        if pk.fmt != "blocks" or K % 4 or 8 * (K // 4 - 1) > 1020 or len(code) - N > self.UNROLL_MAX_BLOCKS:
+            return None
+        name = self.em.sym(f"l{li}_fwd_rows")
+        body, at, base = [], N, 0  # base: int16 elements w was stepped by (LDRD offsets <= 1020 bytes)
+        for n in range(N):
+            js = code[at:at + code[n]]
+            at += code[n]
+            body.append(f"    a = tt_sparse_blocks_bias(b[{n}], d1); /* row {n}: blocks {', '.join(map(str, js)) or 'none'} */")
+            for j in js:
+                if 2 * base > 1020:  # past LDRD's immediate range: step w
+                    body.append(f"    w += {base};")
+                    base = 0
+                body.append(f"    TT_SPARSE_BLOCKS_MAC(a, xx, {8 * j}, w, {2 * base});")
+                base += 4
+            body += [f"    acc[{n}] = a;", "    m |= (uint32_t)(a ^ (a >> 31));"]
+        text = "\n".join([
+            "#if TT_SPARSE_BLOCKS_UNROLL",
+            f"/** Layer {li}'s forward rows over its kept 1 x 4 blocks, unrolled from its block code "
+            "(tt_sparse_blocks_rows_fn). */",
+            f"static TT_SPARSE_BLOCKS_NOINLINE uint32_t {name}(const uint32_t *xx, const int16_t *w, "
+            "const int32_t *b, int32_t d1, int32_t *acc)",
+            "{", "    uint32_t m = 0;", "    int32_t a;", *body, "    return m;", "}", "#endif"])
+        if self.em.decls.setdefault(name, text) != text:
+            raise ValueError(f"{name} emitted twice with different bodies")
+        return name
 
     def backward(self, li, x, ex, e, dx) -> list[str]:
         """Input error (pre-update weights), then the direct update or the per-sample accumulation."""

@@ -17,8 +17,10 @@
  * weights, two LDRD / STRD of the sums and four SMLABB / SMLABT (14); the fused update the
  * SMLAWB / SMLAWT steps of two pairs, SSUB16 and the exact saturation guard (23). Rows of a K
  * that 4 divides, 4-byte aligned (W1), take loops with no tail or alignment test. The input
- * error and the update pass a row whose error is 0 whole, like the rows format; the update checks
- * a row whose steps all round to 0 (m_t |e| 128 < 2^(s - 1)) only for an old -32768 (7 a block).
+ * error and the update pass a row whose error is 0 whole, like the rows format, and the update a
+ * row whose steps all round to 0 (m_t |e| 128 < 2^(s - 1)) too (its bias still updated). Since the
+ * code is a constant, codegen unrolls the forward's rows from it on DSP cores
+ * (tt_sparse_blocks_fwd_rows_s8, TT_SPARSE_BLOCKS_UNROLL): 4 instructions a kept block, no index.
  *
  * The parameters and layouts are tt_sparse_rows.h's structs, their code being the block code.
  * The element-by-element paths (stochastic rounding, decay, masters, accumulate, end of batch)
@@ -73,6 +75,59 @@ int32_t tt_sparse_blocks_row_count(const uint8_t *code, int32_t K, int32_t N, in
 
 /** The columns of the kept weights of row n into cols (at most K); returns how many. */
 int32_t tt_sparse_blocks_columns(const uint8_t *code, int32_t K, int32_t N, int32_t n, int32_t *cols);
+
+/** The forward's rows unrolled by codegen from a layer's code (the code is a constant in flash, so
+ *  its block offsets can be immediates): acc[n] = tt_sparse_blocks_bias(b[n], d1) + the row's
+ *  kept blocks (tt_sparse_blocks_mac), xx the input widened to int16 pairs (two words per block
+ *  of four inputs), w the packed weights (4-byte aligned); returns the OR of every
+ *  acc[n] ^ (acc[n] >> 31) (tt_requant_s8_from_s32_or's m). */
+typedef uint32_t (*tt_sparse_blocks_rows_fn)(const uint32_t *xx, const int16_t *w, const int32_t *b, int32_t d1,
+                                             int32_t *acc);
+
+/** tt_sparse_blocks_fwd_s8 with the rows by `rows` (a generated tt_sparse_blocks_rows_fn for this
+ *  layer's code) when every block is full, every row 4-byte aligned and the biases take a plain
+ *  rounding shift d = ex + ew - eb in [1, 31]; else (and without TT_SPARSE_BLOCKS_UNROLL) the
+ *  generic kernel. Scratch: N + K / 2 int32, as tt_sparse_blocks_fwd_s8. */
+int32_t tt_sparse_blocks_fwd_rows_s8(const tt_ctx *ctx, const tt_sparse_rows_params *p, const int8_t *x,
+                                     int32_t ex, int8_t *y, tt_sparse_blocks_rows_fn rows);
+
+/** 1 where generated code may define a tt_sparse_blocks_rows_fn (Cortex-M with the DSP
+ *  instructions, GCC-style inline asm): one row's block is then two LDRDs at immediate offsets
+ *  and two SMLADs (4 instructions against the generic loop's 8, and no per-block index). */
+#if defined(__ARM_FEATURE_DSP) && __ARM_FEATURE_DSP && defined(__GNUC__)
+#include "tt_dsp.h"
+#if TT_HAVE_DSP
+#define TT_SPARSE_BLOCKS_UNROLL 1
+#endif
+#endif
+#ifndef TT_SPARSE_BLOCKS_UNROLL
+#define TT_SPARSE_BLOCKS_UNROLL 0
+#endif
+
+#if TT_SPARSE_BLOCKS_UNROLL
+#define TT_SPARSE_BLOCKS_NOINLINE __attribute__((noinline))
+
+/** round(b / 2^(d1 + 1)), d1 in [0, 30], as (t >> 1) + (t & 1), t = b >> d1 (tt_rshift_round_s32
+ *  without the overflow of ((b >> d1) + 1) >> 1 at b = INT32_MAX). */
+static inline int32_t tt_sparse_blocks_bias(int32_t b, int32_t d1)
+{
+    const int32_t t = b >> d1;
+    return (t >> 1) + (t & 1);
+}
+
+/** a += the four products of a kept block: its widened inputs at byte offset XO of xx and its
+ *  weights at byte offset WO of w (literal constants, multiples of 4 in [0, 1020]). */
+#define TT_SPARSE_BLOCKS_MAC(a, xx, XO, w, WO)                                                     \
+    do {                                                                                          \
+        int32_t x0_, x1_, w0_, w1_;                                                               \
+        __asm__("ldrd %0, %1, [%4, #" #XO "]\n\tldrd %2, %3, [%5, #" #WO "]"                      \
+                : "=&r"(x0_), "=&r"(x1_), "=r"(w0_), "=r"(w1_)                                    \
+                : "r"(xx), "r"(w), "m"(*(const uint32_t(*)[(XO) / 4 + 2])(xx)),                   \
+                  "m"(*(const int16_t(*)[(WO) / 2 + 4])(w)));                                     \
+        (a) = __smlad(x0_, w0_, (a));                                                             \
+        (a) = __smlad(x1_, w1_, (a));                                                             \
+    } while (0)
+#endif
 
 /** tt_sparse_blocks_sgd_direct_s16 whole (weights and biases) when every block is full, every row
  *  4-byte aligned, the core has the DSP instructions and the fast rules apply (no stochastic

@@ -253,6 +253,22 @@ int32_t tt_sparse_blocks_fwd_s8(const tt_ctx *ctx, const tt_sparse_rows_params *
 #endif
 }
 
+int32_t tt_sparse_blocks_fwd_rows_s8(const tt_ctx *ctx, const tt_sparse_rows_params *p, const int8_t *x,
+                                     int32_t ex, int8_t *y, tt_sparse_blocks_rows_fn rows)
+{
+#if TT_SPARSE_BLOCKS_UNROLL
+    const int32_t N = p->N, K = p->K, ea = ex + p->ew, d = ea - p->eb;
+    if ((K & 3) == 0 && ((uintptr_t)p->w & 3u) == 0 && d >= 1 && d <= 31) {
+        int32_t *acc = (int32_t *)(void *)ctx->scratch; /* K <= TT_DENSE_S32_MAX_K: every sum fits int32 */
+        uint32_t *xx = (uint32_t *)(void *)(acc + N);
+        tt_blocks_widen0(x, K, xx);
+        return ea + tt_requant_s8_from_s32_or(acc, N, rows(xx, p->w, p->b, d - 1, acc), y, ctx->stats);
+    }
+#endif
+    (void)rows;
+    return tt_sparse_blocks_fwd_s8(ctx, p, x, ex, y);
+}
+
 int32_t tt_sparse_blocks_bwd_s8(const tt_ctx *ctx, const tt_sparse_rows_params *p, const int8_t *e,
                                 int32_t ee, int8_t *dx)
 {
@@ -349,6 +365,16 @@ void tt_sparse_blocks_grad_s32(const tt_sparse_rows_params *p, const int8_t *e, 
         }
     }
     for (n = 0; n < N; n++) gb[n] = e[n];
+}
+
+/* The largest |e| whose steps all round to 0 for any int8 x: m_t |e| 128 < 2^(s - 1) gives
+ * -2^(s - 1) <= a x < 2^(s - 1) (a = m_t e), so round(a x / 2^s) = floor((a x + 2^(s - 1)) / 2^s)
+ * = 0; s in [1, 31], m_t > 0. Such a row changes no weight but an old -32768 over an input not 0,
+ * which the contract keeps out of every state (graph/state.py outside_symmetric: refused wherever
+ * a state enters), so both builds pass it as they pass a row of error 0. */
+static inline uint32_t tt_blocks_ezero(int32_t s, int32_t m_t)
+{
+    return ((((uint32_t)1 << (s - 1)) - 1u) >> 7) / (uint32_t)m_t;
 }
 
 /* w -= round(a x[k] / 2^s), a = m_t e[n], on the blocks [st, end) of a row (s in [1, 31],
@@ -526,27 +552,6 @@ TT_BLOCKS_NOINLINE uint32_t tt_blocks_row_redo_x(const tt_blocks_upd *c, int16_t
     return tt_blocks_row_s16(w, st, end, c->K, c->x, a, c->s);
 }
 
-/* The Q flag raised when a weight of [w, end) (4-byte aligned, a multiple of 4 weights) is -32768
- * (SSAT16 #15 of SHSUB16(w, 1)): the one weight a step of 0 changes (clamped to -32767, counted,
- * when its input is not 0): one LDRD and four guard steps a block. */
-TT_BLOCKS_INLINE void tt_blocks_row_min_s16(const int16_t *w, const int16_t *end)
-{
-    while (w != end) {
-        uint32_t W0, W1;
-        tt_ld_s16x4_next(&w, &W0, &W1);
-        tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)W0, 0x00010001));
-        tt_guard_s16x2_15((uint32_t)__shsub16((int32_t)W1, 0x00010001));
-    }
-}
-
-/* The largest |e| whose steps all round to 0 for any int8 x: m_t |e| 128 < 2^(s - 1) gives
- * -2^(s - 1) <= a x < 2^(s - 1) (a = m_t e), so round(a x / 2^s) = floor((a x + 2^(s - 1)) / 2^s)
- * = 0; s in [1, 31], m_t > 0. */
-static inline uint32_t tt_blocks_ezero(int32_t s, int32_t m_t)
-{
-    return ((((uint32_t)1 << (s - 1)) - 1u) >> 7) / (uint32_t)m_t;
-}
-
 /* A row whose |e[n]| is past emax, by the exact rule (out of line: rare). */
 TT_BLOCKS_NOINLINE uint32_t tt_blocks_row_slow(const tt_blocks_upd *c, int16_t *w, const uint8_t *st,
                                                const uint8_t *end, int32_t a)
@@ -556,9 +561,8 @@ TT_BLOCKS_NOINLINE uint32_t tt_blocks_row_slow(const tt_blocks_upd *c, int16_t *
 
 /* The update's rows (counts cnt[0 .. N), the block indices from cnt + N on) when every block is
  * full, every row 4-byte aligned and m_t > 0, in one loop: a row with e[n] = 0 costs its two byte
- * loads, the test and the pointer steps; one with e[n] != 0 only the check for an old -32768
- * (tt_blocks_row_min_s16, the exact rule on a hit) when |e[n]| <= ez (every step rounds to 0), else
- * the fast pass (tt_blocks_row_fast_x, x read in place, C8: c = 8, else 0; on a guard hit undone
+ * loads, the test and the pointer steps; one with e[n] != 0 only its bias when |e[n]| <= ez (every
+ * step rounds to 0: tt_blocks_ezero), else the fast pass (tt_blocks_row_fast_x, x read in place, C8: c = 8, else 0; on a guard hit undone
  * and redone out of line) when |e[n]| <= emax, else the exact rule; then its bias when BIAS (a
  * constant after inlining) by the fast rule. Returns the saturations. */
 TT_BLOCKS_INLINE uint32_t tt_blocks_update_rows(const tt_blocks_upd *c, const uint8_t *cnt, int32_t N,
@@ -577,19 +581,14 @@ TT_BLOCKS_INLINE uint32_t tt_blocks_update_rows(const tt_blocks_upd *c, const ui
         if (TT_BLOCKS_UNLIKELY(en != 0)) { /* most rows of a trained layer have e[n] = 0 */
             const uint8_t *const end = st + k;
             const int32_t a = m_t * en;
-            if ((uint32_t)(en + (int32_t)ez) <= 2u * ez) { /* every step 0: only an old -32768 changes */
-                tt_guard_clear();
-                tt_blocks_row_min_s16(w, w + 4 * k);
-                if (TT_BLOCKS_UNLIKELY(tt_guard_hit())) {
-                    nsat += tt_blocks_row_slow(c, w, st, end, a);
+            if ((uint32_t)(en + (int32_t)ez) > 2u * ez) { /* else every step is 0: no weight changes */
+                if ((uint32_t)(en + (int32_t)emax) <= 2u * emax) {
                     tt_guard_clear();
+                    tt_blocks_row_fast_x(w, st, end, x, en * M, C8);
+                    if (TT_BLOCKS_UNLIKELY(tt_guard_hit())) nsat += tt_blocks_row_redo_x(c, w, st, end, a, C8);
+                } else {
+                    nsat += tt_blocks_row_slow(c, w, st, end, a);
                 }
-            } else if ((uint32_t)(en + (int32_t)emax) <= 2u * emax) {
-                tt_guard_clear();
-                tt_blocks_row_fast_x(w, st, end, x, en * M, C8);
-                if (TT_BLOCKS_UNLIKELY(tt_guard_hit())) nsat += tt_blocks_row_redo_x(c, w, st, end, a, C8);
-            } else {
-                nsat += tt_blocks_row_slow(c, w, st, end, a);
             }
             if (BIAS) { /* tt_sgd.c's fast bias rule: b -= (a + 2^(sb - 1)) >> sb, saturating on overflow */
                 const int32_t d = (a + half_b) >> sb;
@@ -686,7 +685,7 @@ static uint32_t tt_blocks_fast_general(const tt_sgd_step *u, const tt_sparse_row
 {
     const int32_t N = p->N, K = p->K, tail = K & 3, m_t = u->m_t;
     const int32_t c = s >= 23 ? 0 : 8, sh = 32 - s - c, amax = tt_blocks_amax(s, sh);
-    const uint32_t last = tail ? (uint32_t)K / 4u : 256u;
+    const uint32_t last = tail ? (uint32_t)K / 4u : 256u, ez = m_t > 0 ? tt_blocks_ezero(s, m_t) : 0;
     const uint8_t *st = p->code + N;
     int16_t *w = p->w;
     uint32_t *xx = (uint32_t *)(void *)p->work; /* K / 2 words */
@@ -697,7 +696,7 @@ static uint32_t tt_blocks_fast_general(const tt_sgd_step *u, const tt_sparse_row
         const uint8_t *end = st + p->code[n], *full = end;
         const int32_t a = m_t * (int32_t)e[n];
         if (end != st && end[-1] == last) full--;
-        if (a != 0) {
+        if (a != 0 && (uint32_t)(e[n] + (int32_t)ez) > 2u * ez) { /* else no weight changes (tt_blocks_ezero) */
             if (((uintptr_t)w & 3u) == 0) nsat += tt_blocks_row_update_s16(w, st, full, end, K, x, xx, a, s, sh, amax, 1);
             else nsat += tt_blocks_row_update_s16(w, st, full, end, K, x, xx, a, s, sh, amax, 0);
         }
@@ -724,8 +723,8 @@ int32_t tt_sparse_blocks_direct_full(const tt_sgd_step *u, const tt_sparse_rows_
 #endif
 }
 
-/* w -= round(m_t e[n] x[k] / 2^s) on the kept weights, row by row: rows whose error is 0 passed
- * whole; DSP: a row's full blocks two pairs each (with c = 8 for s <= 22 and 0 above, x times
+/* w -= round(m_t e[n] x[k] / 2^s) on the kept weights, row by row: rows whose error is 0 or whose
+ * steps all round to 0 (tt_blocks_ezero) passed whole; DSP: a row's full blocks two pairs each (with c = 8 for s <= 22 and 0 above, x times
  * 2^c, A = a 2^(32 - s - c), when |A| < 2^31 and |d| <= 16383 as in tt_sgd_dense_rows_s16; x read
  * in place by tt_blocks_fast_full when every block is full and every row aligned, else widened
  * once), the rest by the exact rule (tt_blocks_row_s16). Every block full and every row aligned,
@@ -739,6 +738,7 @@ int32_t tt_sparse_blocks_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd
     u->stats->saturated += tt_blocks_fast_general(u, p, s, e, x);
 #else
     const int32_t N = p->N, K = p->K;
+    const uint32_t ez = u->m_t > 0 ? tt_blocks_ezero(s, u->m_t) : 0;
     const uint8_t *st = p->code + N;
     int16_t *w = p->w;
     uint32_t nsat = 0;
@@ -747,7 +747,7 @@ int32_t tt_sparse_blocks_fast_s16(const tt_sgd_step *u, const tt_sparse_rows_sgd
     for (n = 0; n < N; n++) {
         const uint8_t *end = st + p->code[n];
         const int32_t a = u->m_t * (int32_t)e[n], m = tt_blocks_weights(st, end, K);
-        if (a != 0) nsat += tt_blocks_row_s16(w, st, end, K, x, a, s);
+        if (a != 0 && (uint32_t)(e[n] + (int32_t)ez) > 2u * ez) nsat += tt_blocks_row_s16(w, st, end, K, x, a, s);
         w += m;
         st = end;
     }
