@@ -43,13 +43,17 @@ static int32_t bn16_inv_sqrt(int64_t v, int32_t e_v, int32_t *n_out)
     return (int32_t)((((int64_t)1 << TT_BN_INV_BITS) + (s >> 1)) / s);
 }
 
-/* x_hat_q of one value of channel c (xhat / shift_sat32), counted in *nsat when it saturates */
-static int32_t bn16_xhat(int32_t xv, int64_t A, const int32_t *saved, int32_t C, int32_t c, uint32_t *nsat)
+/* x_hat_q of one value of channel c (xhat / shift_sat32), counted in *nsat when it saturates.
+ * A x - B fits int32 (|A x| < 2^27 and |B| < 2^27 in train; |A x| < 2^23 and |B| <= 2^30 in eval),
+ * so v is one 32x32->64 product; for 1 <= sh <= 62 the rounded shift is (v + 2^(sh-1)) >> sh
+ * (|v| < 2^61: no overflow). */
+static inline int32_t bn16_xhat(int32_t xv, int32_t A, const int32_t *saved, int32_t C, int32_t c, uint32_t *nsat)
 {
-    const int64_t v = (A * xv - saved[c]) * saved[C + c];
+    const int64_t v = (int64_t)(A * xv - saved[c]) * saved[C + c];
     const int32_t sh = saved[2 * C + c];
     int64_t r;
-    if (sh >= 0) r = tt_rshift_round_s64(v, sh < 62 ? sh : 62);
+    if (sh >= 1 && sh <= 62) r = (v + ((int64_t)1 << (sh - 1))) >> sh;
+    else if (sh >= 0) r = tt_rshift_round_s64(v, sh < 62 ? sh : 62);
     else if (v != 0 && tt_bitwidth_u64(tt_abs_u64(v)) > 32 + sh) r = v > 0 ? (int64_t)1 << 32 : -((int64_t)1 << 32);
     else r = v * ((int64_t)1 << -sh);
     if (nsat && r != tt_sat_s32(r)) (*nsat)++;
@@ -60,7 +64,7 @@ static int32_t bn16_fwd(const tt_ctx *ctx, const tt_batchnorm_params *bp, const 
                         int32_t train, int16_t *y)
 {
     const int32_t P = bp->P, C = bp->C, ea = bp->e_g - BN16_F;
-    const int64_t A = train ? P : 1 << TT_BN_EVAL_FRAC;
+    const int32_t A = train ? P : 1 << TT_BN_EVAL_FRAC;
     int32_t *saved = bp->saved;
     int64_t *acc = ctx->scratch;
     const int64_t eps = train ? bn16_scale_cap((int64_t)bp->eps_m * P * P, -bp->eps_k - 2 * ex)
