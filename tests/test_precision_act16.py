@@ -13,10 +13,11 @@ from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
 from tinytrain.graph import io as tio
-from tinytrain.graph.conv import AvgPool2d, Conv1d, Conv2d, DepthwiseConv2d, MaxPool1d, MaxPool2d
+from tinytrain.graph.conv import AvgPool2d, Conv1d, Conv2d, DepthwiseConv2d, GlobalAvgPool, MaxPool1d, MaxPool2d
 from tinytrain.graph.layers import Dense, Flatten, LeakyReLU, ModelError, ReLU
 from tinytrain.graph.model import Sequential
 from tinytrain.graph.norm import BatchNorm
+from tinytrain.graph.residual import Residual
 from tinytrain.graph.optim import SGD
 from tinytrain.graph.precision import PRESETS, Precision, PrecisionError
 from tinytrain.ops import conv1d as r_c1
@@ -54,10 +55,12 @@ def test_bad_int16_policies_name_the_field(spec, match):
 
 
 def test_layers_without_int16_kernels_are_refused_with_the_fix():
-    with pytest.raises(ModelError, match=r'layer 1 \(avgpool2d\): precision activations = "int16" is implemented for '
-                                         r'batchnorm, conv1d, conv2d, dense, depthwise_conv2d, flatten, leaky_relu, maxpool1d, '
-                                         r'maxpool2d, relu layers only: use "activations": "int8"'):
-        Sequential([Conv2d(2, 3), AvgPool2d(2), Flatten(), Dense(3)], input_shape=(4, 4, 1), precision=A16)
+    with pytest.raises(ModelError, match=r'layer 1 \(residual\): precision activations = "int16" is implemented for '
+                                         r'avgpool2d, batchnorm, conv1d, conv2d, dense, depthwise_conv2d, flatten, '
+                                         r'global_avgpool, leaky_relu, maxpool1d, maxpool2d, relu layers only: use '
+                                         r'"activations": "int8"'):
+        Sequential([Conv2d(2, 3, padding="same"), Residual([Conv2d(2, 3, padding="same")]), Flatten(), Dense(3)],
+                   input_shape=(4, 4, 1), precision=A16)
     with pytest.raises(ModelError, match=r"layer 0 \(conv1d\): 70000 output positions; with int16 errors the bias "
                                          r"gradient .* fits int32 up to 65538: use a larger stride"):
         Sequential([Conv1d(1, 1), Flatten(), Dense(3)], input_shape=(70000, 1), n_classes=3, precision=A16)
@@ -409,6 +412,52 @@ def test_maxpool_s16_c_and_numba_equal_the_reference(clib, clib_ubsan, data):
         assert np.array_equal(dxc, dx_r) and stc.saturated == ns_r
 
 
+@settings(max_examples=examples(80), deadline=None)
+@given(st.data())
+def test_avgpool_s16_c_and_numba_equal_the_reference(clib, clib_ubsan, data):
+    """AvgPool2d (windows overlapping or not, power-of-two and other sizes) and GlobalAvgPool on
+    int16 extremes: reference == numba == C == C under UBSan."""
+    from tinytrain.kernels import pool as kp
+    from tinytrain.ops import avgpool as ravg
+
+    glob = data.draw(st.booleans())
+    H, W, C = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 9)), data.draw(st.integers(1, 4))
+    kh, kw = (H, W) if glob else (data.draw(st.integers(1, H)), data.draw(st.integers(1, W)))
+    sh, sw = (1, 1) if glob else (data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3)))
+    m, k = ravg.reciprocal(kh * kw)
+    x = draw_array(data.draw, (H, W, C), np.int16, -32767, 32767)
+    OH, OW = (H - kh) // sh + 1, (W - kw) // sw + 1
+    e = draw_array(data.draw, (OH, OW, C), np.int16, -32767, 32767)
+    if glob:
+        y_r, ey_r, ns_r = ravg.global_forward(x, 3)
+        dx_r, edx_r, nb_r, _ = ravg.global_backward(e.reshape(C), -4, x.shape)
+    else:
+        y_r, ey_r, ns_r = ravg.forward(x, 3, (kh, kw), (sh, sw))
+        dx_r, edx_r, nb_r, _ = ravg.backward(e, -4, x.shape, (kh, kw), (sh, sw))
+    assert y_r.dtype == dx_r.dtype == np.int16
+    stats = np.zeros(4, np.int64)
+    y, dx = np.zeros(y_r.shape, np.int16), np.zeros(x.shape, np.int16)
+    if glob:
+        assert kp.global_avgpool_fwd(x.reshape(-1, C), 3, m, k, y, stats) == ey_r
+        assert kp.global_avgpool_bwd(e.reshape(C), -4, m, k, dx.reshape(-1, C), stats) == edx_r
+    else:
+        assert kp.avgpool2d_fwd(x, 3, kh, kw, sh, sw, m, k, y, stats) == ey_r
+        assert kp.avgpool2d_bwd(e, -4, kh, kw, sh, sw, m, k, dx, stats) == edx_r
+    assert np.array_equal(y, y_r) and np.array_equal(dx, dx_r) and stats[0] == ns_r + nb_r
+    for ffi, lib in (clib, clib_ubsan):
+        ctx, stc = c_ctx(ffi, np.zeros(x.size, np.int64))
+        yc, dxc = np.zeros(y_r.shape, np.int16), np.zeros(x.shape, np.int16)
+        if glob:
+            p = ffi.new("tt_global_pool_params *", dict(P=H * W, C=C, mult=m, shift=k))
+            fwd, bwd = lib.tt_global_avgpool_fwd_s16, lib.tt_global_avgpool_bwd_s16
+        else:
+            p = ffi.new("tt_pool_params *", dict(H=H, W=W, C=C, kh=kh, kw=kw, stride_h=sh, stride_w=sw, mult=m, shift=k))
+            fwd, bwd = lib.tt_avgpool2d_fwd_s16, lib.tt_avgpool2d_bwd_s16
+        assert fwd(ctx, p, c_i16(ffi, x), 3, c_i16(ffi, yc)) == ey_r and np.array_equal(yc, y_r)
+        assert bwd(ctx, p, c_i16(ffi, np.ascontiguousarray(e)), -4, c_i16(ffi, dxc)) == edx_r
+        assert np.array_equal(dxc, dx_r) and stc.saturated == ns_r + nb_r
+
+
 def _bn16_ref(k, train):
     from tinytrain.ops import batchnorm as rb
 
@@ -566,24 +615,26 @@ def a16_model(draw):
 @st.composite
 def a16_cnn(draw):
     """A small CNN with int16 activations: 1-3 spatial layers (conv2d / depthwise / conv1d with
-    drawn kernel, stride, padding and filters, batch norm, ReLU, max pooling), Flatten, optional hidden Dense,
+    drawn kernel, stride, padding and filters, batch norm, ReLU, max and average pooling), Flatten or
+    global average pooling, optional hidden Dense,
     the Dense head; the policy's other keys drawn."""
     one_d = draw(st.booleans())
     shape = (draw(st.integers(4, 14)), draw(st.integers(1, 3))) if one_d else \
         (draw(st.integers(3, 7)), draw(st.integers(3, 7)), draw(st.integers(1, 3)))
     layers, cur = [], shape
     for _ in range(draw(st.integers(1, 3))):
-        kind = draw(st.sampled_from(["conv", "conv", "relu", "pool", "bn"] + ([] if one_d else ["depthwise"])))
+        kind = draw(st.sampled_from(["conv", "conv", "relu", "pool", "bn"] + ([] if one_d else ["depthwise", "avg"])))
         k, stride, pad = draw(st.sampled_from([1, 2, 3])), draw(st.integers(1, 2)), draw(st.sampled_from(["valid", "same"]))
         n = draw(st.integers(1, 4))
         l = {"conv": lambda: Conv1d(n, k, stride=stride, padding=pad) if one_d else Conv2d(n, k, stride=stride, padding=pad),
              "depthwise": lambda: DepthwiseConv2d(k, stride=stride, padding=pad), "relu": ReLU, "bn": BatchNorm,
+             "avg": lambda: AvgPool2d(draw(st.sampled_from([2, (1, 2), (2, 1), 3]))),
              "pool": lambda: MaxPool1d(2) if one_d else MaxPool2d(draw(st.sampled_from([2, (1, 2), (2, 1)])))}[kind]()
         nxt = _out(l, cur)
         if nxt is not None:
             layers.append(l)
             cur = nxt
-    layers.append(Flatten())
+    layers.append(draw(st.sampled_from([Flatten, Flatten, GlobalAvgPool]))())
     if draw(st.booleans()):
         layers += [Dense(draw(st.integers(2, 8))), ReLU()]
     n_cls = draw(st.integers(2, 4))

@@ -7,8 +7,8 @@ output's itemsize). So each row here is its int8 row with the C spellings of the
 (firmware/include/tt_act16.h) and the accumulator bounds of int16 operands. The model widens its
 int8 input to int16 at the same exponent (exact) before the first layer.
 
-Convolutions (conv2d, depthwise_conv2d, conv1d) and max pooling (maxpool2d, maxpool1d) have
-their C in firmware/include/tt_act16_conv.h; a convolution's weight gradient, a sum over its
+Convolutions (conv2d, depthwise_conv2d, conv1d), max and average pooling (maxpool2d, maxpool1d,
+avgpool2d, global_avgpool) have their C in firmware/include/tt_act16_conv.h; a convolution's weight gradient, a sum over its
 output positions of int16 x int16 products, is rounded by a static shift to the int32 range of a
 Dense gradient (ops/conv2d.py, grad_shift).
 
@@ -16,7 +16,7 @@ Batch norm has its C in firmware/include/tt_act16_norm.h; its gamma gradient is 
 static shift grad_shift(P) (ops/batchnorm.py).
 
 A layer type without a row here is refused when the model is built (A16_KINDS): today
-avgpool2d, global_avgpool and residual blocks (their int16 arithmetic is not written).
+residual blocks (the skip path's add and the composite's buffers are not written at 16 bits).
 """
 from __future__ import annotations
 
@@ -90,6 +90,12 @@ for _k in ("maxpool2d", "maxpool1d"):  # the int8 rows' numba calls (dtype-gener
     register_op(replace(OPS[_k], kind=f"{_k}:a16", c_header=C_HEADER_CONV, fwd=Call(
         OPS[_k].fwd.nb, f"tt_{_k}_fwd_s16(&CTX, {{params}}, {{x}}, {{ex}}, {{y}})"), bwd=Call(
         OPS[_k].bwd.nb, f"tt_{_k}_bwd_s16(&CTX, {{params}}, {{e}}, {{ee}}, {{x}}, {{dx}})")))
+
+for _k in ("avgpool2d", "global_avgpool"):  # the int8 rows' numba calls (the width read from y, dx), the s16 C
+    register_op(replace(OPS[_k], kind=f"{_k}:a16", c_header=C_HEADER_CONV, fwd=Call(
+        OPS[_k].fwd.nb, f"tt_{_k}_fwd_s16(&CTX, {{params}}, {{x}}, {{ex}}, {{y}})"), bwd=Call(
+        OPS[_k].bwd.nb, f"tt_{_k}_bwd_s16(&CTX, {{params}}, {{e}}, {{ee}}, {{dx}})")))
+# (their C sums go through the scratch the int8 rows already have: max(in_size, out_size) int64)
 
 #: the C header of the int16-activation batch norm
 C_HEADER_NORM = "tt_act16_norm.h"
