@@ -772,6 +772,29 @@ def test_int16_activation_cnns_train_bit_exact_on_qemu_boards(data):
         assert r["steps"] == 20 and r["mismatches"] == 0, (board, m.summary(), r["first_mismatch"])
 
 
+@pytest.mark.qemu
+@pytest.mark.skipif(bool(_qemu_missing()), reason="QEMU, arm-none-eabi-gcc or PlatformIO missing")
+@settings(max_examples=examples(2), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_int16_activation_cnns_with_batch_norm_train_bit_exact_on_qemu(data):
+    """W3's shape with int16 activations and errors (conv, batch norm, ReLU, max or average
+    pooling, twice; Flatten or global average pooling; Dense) with drawn widths, momentum and SR
+    on QEMU mps2_an386 (Cortex-M4): every step's state hash verified against the simulator."""
+    from tinytrain import data as tdata
+    from tinytrain.verify import verify
+
+    ds = tdata.load_digits("image")
+    pool = data.draw(st.sampled_from([MaxPool2d, AvgPool2d]))
+    layers = [Conv2d(data.draw(st.integers(2, 6)), 3, padding="same"), BatchNorm(), ReLU(), pool(2),
+              Conv2d(data.draw(st.integers(2, 8)), 3, padding="same"), BatchNorm(), ReLU(),
+              data.draw(st.sampled_from([Flatten, GlobalAvgPool]))(), Dense(10)]
+    opt = SGD(lr=0.02, momentum=data.draw(st.sampled_from([0.0, 0.9])), stochastic_rounding=data.draw(st.booleans()))
+    m = Sequential(layers, dataset=ds, seed=data.draw(st.integers(0, 100)), optimizer=opt, precision=A16)
+    r = verify(m, ds, 20, board="mps2_an386", json=True)
+    assert r["steps"] == 20 and r["mismatches"] == 0, (m.summary(), r["first_mismatch"])
+
+
 def test_the_fixed_point_report_shows_int16_tensors_and_int64_sums():
     from tinytrain import data as tdata
     from tinytrain.fixedpoint_report import fixed_point_report
