@@ -13,9 +13,11 @@ from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
 from tinytrain.graph import io as tio
-from tinytrain.graph.conv import AvgPool2d, Conv1d, Conv2d, DepthwiseConv2d, MaxPool1d, MaxPool2d
+from tinytrain.graph.conv import AvgPool2d, Conv1d, Conv2d, DepthwiseConv2d, GlobalAvgPool, MaxPool1d, MaxPool2d
 from tinytrain.graph.layers import Dense, Flatten, LeakyReLU, ModelError, ReLU
 from tinytrain.graph.model import Sequential
+from tinytrain.graph.norm import BatchNorm
+from tinytrain.graph.residual import Residual
 from tinytrain.graph.optim import SGD
 from tinytrain.graph.precision import PRESETS, Precision, PrecisionError
 from tinytrain.ops import conv1d as r_c1
@@ -24,6 +26,8 @@ from tinytrain.ops import dense as rdense
 from tinytrain.ops import depthwise as r_dw
 from tinytrain.ops import leaky_relu as rleaky
 from tinytrain.ops import softmax_ce as rsm
+
+from tinytrain import fixedpoint as fp
 
 from .conftest import examples
 from .oputil import c_ctx, c_i16, c_i32, draw_array
@@ -51,10 +55,12 @@ def test_bad_int16_policies_name_the_field(spec, match):
 
 
 def test_layers_without_int16_kernels_are_refused_with_the_fix():
-    with pytest.raises(ModelError, match=r'layer 1 \(avgpool2d\): precision activations = "int16" is implemented for '
-                                         r'conv1d, conv2d, dense, depthwise_conv2d, flatten, leaky_relu, maxpool1d, '
-                                         r'maxpool2d, relu layers only: use "activations": "int8"'):
-        Sequential([Conv2d(2, 3), AvgPool2d(2), Flatten(), Dense(3)], input_shape=(4, 4, 1), precision=A16)
+    with pytest.raises(ModelError, match=r'layer 1 \(residual\): precision activations = "int16" is implemented for '
+                                         r'avgpool2d, batchnorm, conv1d, conv2d, dense, depthwise_conv2d, flatten, '
+                                         r'global_avgpool, leaky_relu, maxpool1d, maxpool2d, relu layers only: use '
+                                         r'"activations": "int8"'):
+        Sequential([Conv2d(2, 3, padding="same"), Residual([Conv2d(2, 3, padding="same")]), Flatten(), Dense(3)],
+                   input_shape=(4, 4, 1), precision=A16)
     with pytest.raises(ModelError, match=r"layer 0 \(conv1d\): 70000 output positions; with int16 errors the bias "
                                          r"gradient .* fits int32 up to 65538: use a larger stride"):
         Sequential([Conv1d(1, 1), Flatten(), Dense(3)], input_shape=(70000, 1), n_classes=3, precision=A16)
@@ -406,6 +412,189 @@ def test_maxpool_s16_c_and_numba_equal_the_reference(clib, clib_ubsan, data):
         assert np.array_equal(dxc, dx_r) and stc.saturated == ns_r
 
 
+@settings(max_examples=examples(80), deadline=None)
+@given(st.data())
+def test_avgpool_s16_c_and_numba_equal_the_reference(clib, clib_ubsan, data):
+    """AvgPool2d (windows overlapping or not, power-of-two and other sizes) and GlobalAvgPool on
+    int16 extremes: reference == numba == C == C under UBSan."""
+    from tinytrain.kernels import pool as kp
+    from tinytrain.ops import avgpool as ravg
+
+    glob = data.draw(st.booleans())
+    H, W, C = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 9)), data.draw(st.integers(1, 4))
+    kh, kw = (H, W) if glob else (data.draw(st.integers(1, H)), data.draw(st.integers(1, W)))
+    sh, sw = (1, 1) if glob else (data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3)))
+    m, k = ravg.reciprocal(kh * kw)
+    x = draw_array(data.draw, (H, W, C), np.int16, -32767, 32767)
+    OH, OW = (H - kh) // sh + 1, (W - kw) // sw + 1
+    e = draw_array(data.draw, (OH, OW, C), np.int16, -32767, 32767)
+    if glob:
+        y_r, ey_r, ns_r = ravg.global_forward(x, 3)
+        dx_r, edx_r, nb_r, _ = ravg.global_backward(e.reshape(C), -4, x.shape)
+    else:
+        y_r, ey_r, ns_r = ravg.forward(x, 3, (kh, kw), (sh, sw))
+        dx_r, edx_r, nb_r, _ = ravg.backward(e, -4, x.shape, (kh, kw), (sh, sw))
+    assert y_r.dtype == dx_r.dtype == np.int16
+    stats = np.zeros(4, np.int64)
+    y, dx = np.zeros(y_r.shape, np.int16), np.zeros(x.shape, np.int16)
+    if glob:
+        assert kp.global_avgpool_fwd(x.reshape(-1, C), 3, m, k, y, stats) == ey_r
+        assert kp.global_avgpool_bwd(e.reshape(C), -4, m, k, dx.reshape(-1, C), stats) == edx_r
+    else:
+        assert kp.avgpool2d_fwd(x, 3, kh, kw, sh, sw, m, k, y, stats) == ey_r
+        assert kp.avgpool2d_bwd(e, -4, kh, kw, sh, sw, m, k, dx, stats) == edx_r
+    assert np.array_equal(y, y_r) and np.array_equal(dx, dx_r) and stats[0] == ns_r + nb_r
+    for ffi, lib in (clib, clib_ubsan):
+        ctx, stc = c_ctx(ffi, np.zeros(x.size, np.int64))
+        yc, dxc = np.zeros(y_r.shape, np.int16), np.zeros(x.shape, np.int16)
+        if glob:
+            p = ffi.new("tt_global_pool_params *", dict(P=H * W, C=C, mult=m, shift=k))
+            fwd, bwd = lib.tt_global_avgpool_fwd_s16, lib.tt_global_avgpool_bwd_s16
+        else:
+            p = ffi.new("tt_pool_params *", dict(H=H, W=W, C=C, kh=kh, kw=kw, stride_h=sh, stride_w=sw, mult=m, shift=k))
+            fwd, bwd = lib.tt_avgpool2d_fwd_s16, lib.tt_avgpool2d_bwd_s16
+        assert fwd(ctx, p, c_i16(ffi, x), 3, c_i16(ffi, yc)) == ey_r and np.array_equal(yc, y_r)
+        assert bwd(ctx, p, c_i16(ffi, np.ascontiguousarray(e)), -4, c_i16(ffi, dxc)) == edx_r
+        assert np.array_equal(dxc, dx_r) and stc.saturated == ns_r + nb_r
+
+
+def _bn16_ref(k, train):
+    from tinytrain.ops import batchnorm as rb
+
+    y, ey, nsat, saved, rm, rv = rb.forward(k["x"], k["ex"], k["gamma"], k["e_g"], k["beta"], k["e_b"], k["rmean"],
+                                            k["e_rm"], k["rvar"], k["e_rv"], train=train, **k["cfg"])
+    out = dict(y=y, ey=ey, nsat=nsat, saved=saved, rm=rm, rv=rv)
+    if train:
+        dx, edx, nsat_b, grads = rb.backward(k["e"], k["ee"], k["x"], k["ex"], saved, k["gamma"], k["e_g"], train=True)
+        out.update(dx=dx, edx=edx, nsat_b=nsat_b, gg=grads[0][0], egg=grads[0][1], gb=grads[1][0])
+    return out
+
+
+def _bn16_numba(k, train):
+    from tinytrain.kernels import batchnorm as kb
+    from tinytrain.ops import conv2d as rc
+
+    x2 = k["x"].reshape(-1, k["x"].shape[-1])
+    P, C = x2.shape
+    rm, rv, c = k["rmean"].copy(), k["rvar"].copy(), k["cfg"]
+    saved, scratch, stats = np.zeros((3, C), np.int32), np.zeros(3 * C, np.int64), np.zeros(4, np.int64)
+    y = np.zeros((P, C), np.int16)
+    ey = kb.batchnorm_fwd(x2, k["ex"], k["gamma"], k["e_g"], k["beta"], k["e_b"], rm, k["e_rm"], rv, k["e_rv"],
+                          c["eps_m"], c["eps_k"], c["mom_k"], train, saved, scratch, y, stats)
+    out = dict(y=y.reshape(k["x"].shape), ey=ey, nsat=int(stats[0]), saved=saved, rm=rm, rv=rv)
+    if train:
+        dx, e2 = np.zeros((P, C), np.int16), k["e"].reshape(P, C)
+        edx = kb.batchnorm_bwd(e2, k["ee"], x2, k["ex"], saved, k["gamma"], k["e_g"], True, scratch, dx, stats)
+        gg, gb = np.zeros(C, np.int32), np.zeros(C, np.int32)
+        kb.batchnorm_grad(e2, x2, saved, True, gg, gb, rc.grad_shift(P))
+        out.update(dx=dx.reshape(k["x"].shape), edx=edx, nsat_b=int(stats[0]) - out["nsat"], gg=gg, gb=gb)
+    return out
+
+
+def _bn16_c(ffi, lib, k, train):
+    x = np.ascontiguousarray(k["x"])
+    C = x.shape[-1]
+    P = x.size // C
+    rm, rv, c = k["rmean"].copy(), k["rvar"].copy(), k["cfg"]
+    buf, scratch = np.zeros(5 * C + 1, np.int32), np.zeros(max(3 * C, P * C), np.int64)
+    ctx, stc = c_ctx(ffi, scratch)
+    p = ffi.new("tt_batchnorm_params *", dict(
+        P=P, C=C, gamma=c_i16(ffi, k["gamma"]), e_g=k["e_g"], beta=c_i32(ffi, k["beta"]), e_b=k["e_b"],
+        rmean=c_i32(ffi, rm), e_rm=k["e_rm"], rvar=c_i32(ffi, rv), e_rv=k["e_rv"], eps_m=c["eps_m"],
+        eps_k=c["eps_k"], mom_k=c["mom_k"], saved=c_i32(ffi, buf)))
+    y = np.zeros(x.shape, np.int16)
+    fwd = lib.tt_batchnorm_fwd_s16 if train else lib.tt_batchnorm_fwd_eval_s16
+    ey = fwd(ctx, p, c_i16(ffi, x), k["ex"], c_i16(ffi, y))
+    out = dict(y=y, ey=ey, nsat=stc.saturated, saved=buf[:3 * C].reshape(3, C).copy(), rm=rm, rv=rv)
+    if train:
+        e, dx = np.ascontiguousarray(k["e"]), np.zeros(x.shape, np.int16)
+        edx = lib.tt_batchnorm_bwd_s16(ctx, p, c_i16(ffi, e), k["ee"], c_i16(ffi, x), c_i16(ffi, dx))
+        gg2, gb2 = np.full(C, 7, np.int32), np.full(C, 7, np.int32)
+        lib.tt_batchnorm_grad_saved_s32(p, c_i32(ffi, gg2), c_i32(ffi, gb2))  # the backward's sums
+        gg, gb = np.zeros(C, np.int32), np.zeros(C, np.int32)
+        lib.tt_batchnorm_grad_s32_s16(p, c_i16(ffi, e), c_i16(ffi, x), c_i32(ffi, gg), c_i32(ffi, gb))
+        assert np.array_equal(gg2, gg) and np.array_equal(gb2, gb)
+        out.update(dx=dx, edx=edx, nsat_b=stc.saturated - out["nsat"], gg=gg, gb=gb)
+    return out
+
+
+@st.composite
+def bn16_case(draw):
+    """int16 x and e (edges included), any gamma / beta / running statistics, exponents over the
+    ranges int16 activations take (ex down to -40), eps and momentum drawn; P up to 64 (the
+    bound test below takes P = 4096)."""
+    from tinytrain.ops import batchnorm as rb
+
+    C = draw(st.integers(1, 6))
+    shape = (draw(st.integers(1, 6)), draw(st.integers(1, 6)), C) if draw(st.booleans()) else (draw(st.integers(1, 64)), C)
+    i32 = (-(2**31) + 1, 2**31 - 1)
+    return dict(x=draw_array(draw, shape, np.int16, -32767, 32767), e=draw_array(draw, shape, np.int16, -32767, 32767),
+                gamma=draw_array(draw, (C,), np.int16, -32767, 32767), beta=draw_array(draw, (C,), np.int32, *i32),
+                rmean=draw_array(draw, (C,), np.int32, *i32), rvar=draw_array(draw, (C,), np.int32, *i32),
+                ex=draw(st.integers(-40, 16)), ee=draw(st.integers(-40, 8)), e_g=draw(st.integers(-15, -6)),
+                e_b=draw(st.integers(-32, 0)), e_rm=draw(st.integers(-28, 4)), e_rv=draw(st.integers(-31, 4)),
+                cfg=rb.config(eps=draw(st.sampled_from([0.0, 1e-5, 1e-3, 0.1, 7.0])),
+                              momentum=draw(st.sampled_from([1.0, 0.5, 0.1, 0.01, 2**-20]))))
+
+
+def _bn16_same(ref, other, who):
+    for name, a in ref.items():
+        if name == "egg":  # the gradient's exponent: the graph's grad_exp
+            continue
+        b = other[name]
+        if isinstance(a, np.ndarray):
+            assert a.dtype == b.dtype and a.shape == b.shape, (who, name, a.dtype, b.dtype)
+            if not np.array_equal(a, b):
+                i = tuple(np.argwhere(a != b)[0])
+                raise AssertionError(f"{who} {name} differs first at {i}: {a[i]} vs {b[i]}")
+        else:
+            assert a == b, (who, name, a, b)
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(bn16_case(), st.booleans())
+def test_batchnorm_s16_c_and_numba_equal_the_reference(clib, clib_ubsan, k, train):
+    """Batch norm on int16 (train: forward, running statistics, backward, both gradient calls;
+    eval: forward): reference == numba == C == C under UBSan; y and dx use the int16 range."""
+    from tinytrain.ops import batchnorm as rb
+
+    P = k["x"].size // k["x"].shape[-1]
+    if train and P < 2:
+        return
+    ref = _bn16_ref(k, train)
+    assert ref["y"].dtype == np.int16 and (not train or ref["dx"].dtype == np.int16)
+    if train:
+        assert ref["egg"] == k["ee"] - rb.XHAT_FRAC + (P - 1).bit_length()
+    _bn16_same(ref, _bn16_numba(k, train), "numba")
+    for ffi, lib in (clib, clib_ubsan):
+        _bn16_same(ref, _bn16_c(ffi, lib, k, train), "C")
+
+
+def test_batchnorm_s16_at_its_bounds(clib_ubsan):
+    """P = 4096 positions of int16 extremes (one channel +-32767 alternating, one all but one at
+    -32767), errors at +-32767, eps 0: the int64 sums at their largest stay exact (UBSan), the
+    gamma gradient rounded by g = 12 fits int32, and C == reference."""
+    from tinytrain.ops import batchnorm as rb
+
+    P = rb.MAX_P
+    x = np.zeros((P, 2), np.int16)
+    x[:, 0] = np.where(np.arange(P) % 2, 32767, -32767)
+    x[:, 1] = -32767
+    x[0, 1] = 32767
+    e = np.where(x > 0, 32767, -32767).astype(np.int16)
+    k = dict(x=x, e=e, gamma=np.array([32767, -32767], np.int16), beta=np.array([2**31 - 1, -(2**31) + 1], np.int32),
+             rmean=np.zeros(2, np.int32), rvar=np.full(2, 2**31 - 1, np.int32), ex=-40, ee=-40, e_g=-15, e_b=0,
+             e_rm=4, e_rv=4, cfg=rb.config(eps=0.0, momentum=0.5))
+    ref = _bn16_ref(k, True)
+    assert ref["egg"] == -40 - 12 + 12 and np.abs(ref["gg"].astype(np.int64)).max() < 2**28
+    G = [sum(int(a) * int(b) for a, b in zip(e[:, c], rb.xhat(x.astype(np.int64), P, ref["saved"])[0][:, c]))
+         for c in range(2)]
+    assert max(abs(g) for g in G) > 2**36  # beyond int32 before the rounding shift
+    assert list(ref["gg"]) == [int(fp.rshift_round(g, 12)) for g in G]
+    _bn16_same(ref, _bn16_c(*clib_ubsan, k, True), "C")
+    _bn16_same(ref, _bn16_numba(k, True), "numba")
+
+
 # ------------------------------------------------- reference = numba = C, drawn models and options
 @st.composite
 def a16_model(draw):
@@ -426,24 +615,26 @@ def a16_model(draw):
 @st.composite
 def a16_cnn(draw):
     """A small CNN with int16 activations: 1-3 spatial layers (conv2d / depthwise / conv1d with
-    drawn kernel, stride, padding and filters, ReLU, max pooling), Flatten, optional hidden Dense,
+    drawn kernel, stride, padding and filters, batch norm, ReLU, max and average pooling), Flatten or
+    global average pooling, optional hidden Dense,
     the Dense head; the policy's other keys drawn."""
     one_d = draw(st.booleans())
     shape = (draw(st.integers(4, 14)), draw(st.integers(1, 3))) if one_d else \
         (draw(st.integers(3, 7)), draw(st.integers(3, 7)), draw(st.integers(1, 3)))
     layers, cur = [], shape
     for _ in range(draw(st.integers(1, 3))):
-        kind = draw(st.sampled_from(["conv", "conv", "relu", "pool"] + ([] if one_d else ["depthwise"])))
+        kind = draw(st.sampled_from(["conv", "conv", "relu", "pool", "bn"] + ([] if one_d else ["depthwise", "avg"])))
         k, stride, pad = draw(st.sampled_from([1, 2, 3])), draw(st.integers(1, 2)), draw(st.sampled_from(["valid", "same"]))
         n = draw(st.integers(1, 4))
         l = {"conv": lambda: Conv1d(n, k, stride=stride, padding=pad) if one_d else Conv2d(n, k, stride=stride, padding=pad),
-             "depthwise": lambda: DepthwiseConv2d(k, stride=stride, padding=pad), "relu": ReLU,
+             "depthwise": lambda: DepthwiseConv2d(k, stride=stride, padding=pad), "relu": ReLU, "bn": BatchNorm,
+             "avg": lambda: AvgPool2d(draw(st.sampled_from([2, (1, 2), (2, 1), 3]))),
              "pool": lambda: MaxPool1d(2) if one_d else MaxPool2d(draw(st.sampled_from([2, (1, 2), (2, 1)])))}[kind]()
         nxt = _out(l, cur)
         if nxt is not None:
             layers.append(l)
             cur = nxt
-    layers.append(Flatten())
+    layers.append(draw(st.sampled_from([Flatten, Flatten, GlobalAvgPool]))())
     if draw(st.booleans()):
         layers += [Dense(draw(st.integers(2, 8))), ReLU()]
     n_cls = draw(st.integers(2, 4))
@@ -579,6 +770,29 @@ def test_int16_activation_cnns_train_bit_exact_on_qemu_boards(data):
     for board in ("mps2_an386", "microbit"):
         r = verify(m.copy(), ds, 20, board=board, json=True)
         assert r["steps"] == 20 and r["mismatches"] == 0, (board, m.summary(), r["first_mismatch"])
+
+
+@pytest.mark.qemu
+@pytest.mark.skipif(bool(_qemu_missing()), reason="QEMU, arm-none-eabi-gcc or PlatformIO missing")
+@settings(max_examples=examples(2), deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate],
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.data())
+def test_int16_activation_cnns_with_batch_norm_train_bit_exact_on_qemu(data):
+    """W3's shape with int16 activations and errors (conv, batch norm, ReLU, max or average
+    pooling, twice; Flatten or global average pooling; Dense) with drawn widths, momentum and SR
+    on QEMU mps2_an386 (Cortex-M4): every step's state hash verified against the simulator."""
+    from tinytrain import data as tdata
+    from tinytrain.verify import verify
+
+    ds = tdata.load_digits("image")
+    pool = data.draw(st.sampled_from([MaxPool2d, AvgPool2d]))
+    layers = [Conv2d(data.draw(st.integers(2, 6)), 3, padding="same"), BatchNorm(), ReLU(), pool(2),
+              Conv2d(data.draw(st.integers(2, 8)), 3, padding="same"), BatchNorm(), ReLU(),
+              data.draw(st.sampled_from([Flatten, GlobalAvgPool]))(), Dense(10)]
+    opt = SGD(lr=0.02, momentum=data.draw(st.sampled_from([0.0, 0.9])), stochastic_rounding=data.draw(st.booleans()))
+    m = Sequential(layers, dataset=ds, seed=data.draw(st.integers(0, 100)), optimizer=opt, precision=A16)
+    r = verify(m, ds, 20, board="mps2_an386", json=True)
+    assert r["steps"] == 20 and r["mismatches"] == 0, (m.summary(), r["first_mismatch"])
 
 
 def test_the_fixed_point_report_shows_int16_tensors_and_int64_sums():

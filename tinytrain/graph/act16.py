@@ -7,22 +7,25 @@ output's itemsize). So each row here is its int8 row with the C spellings of the
 (firmware/include/tt_act16.h) and the accumulator bounds of int16 operands. The model widens its
 int8 input to int16 at the same exponent (exact) before the first layer.
 
-Convolutions (conv2d, depthwise_conv2d, conv1d) and max pooling (maxpool2d, maxpool1d) have
-their C in firmware/include/tt_act16_conv.h; a convolution's weight gradient, a sum over its
+Convolutions (conv2d, depthwise_conv2d, conv1d), max and average pooling (maxpool2d, maxpool1d,
+avgpool2d, global_avgpool) have their C in firmware/include/tt_act16_conv.h; a convolution's weight gradient, a sum over its
 output positions of int16 x int16 products, is rounded by a static shift to the int32 range of a
 Dense gradient (ops/conv2d.py, grad_shift).
 
+Batch norm has its C in firmware/include/tt_act16_norm.h; its gamma gradient is rounded by the
+static shift grad_shift(P) (ops/batchnorm.py).
+
 A layer type without a row here is refused when the model is built (A16_KINDS): today
-batchnorm, avgpool2d, global_avgpool and residual blocks (their int16 arithmetic is not written).
+residual blocks (the skip path's add and the composite's buffers are not written at 16 bits).
 """
 from __future__ import annotations
 
 from dataclasses import replace
 
 from tinytrain.graph.layers import max_product
-from tinytrain.graph import conv  # noqa: F401  (the int8 rows this module widens)
+from tinytrain.graph import conv, norm  # noqa: F401  (the int8 rows this module widens)
 from tinytrain.graph.optable import OPS, Call, register_op
-from tinytrain.ops import conv2d as r_c2
+from tinytrain.ops import batchnorm as r_bn, conv2d as r_c2
 
 #: the C header of the int16-activation kernels
 C_HEADER = "tt_act16.h"
@@ -87,6 +90,30 @@ for _k in ("maxpool2d", "maxpool1d"):  # the int8 rows' numba calls (dtype-gener
     register_op(replace(OPS[_k], kind=f"{_k}:a16", c_header=C_HEADER_CONV, fwd=Call(
         OPS[_k].fwd.nb, f"tt_{_k}_fwd_s16(&CTX, {{params}}, {{x}}, {{ex}}, {{y}})"), bwd=Call(
         OPS[_k].bwd.nb, f"tt_{_k}_bwd_s16(&CTX, {{params}}, {{e}}, {{ee}}, {{x}}, {{dx}})")))
+
+for _k in ("avgpool2d", "global_avgpool"):  # the int8 rows' numba calls (the width read from y, dx), the s16 C
+    register_op(replace(OPS[_k], kind=f"{_k}:a16", c_header=C_HEADER_CONV, fwd=Call(
+        OPS[_k].fwd.nb, f"tt_{_k}_fwd_s16(&CTX, {{params}}, {{x}}, {{ex}}, {{y}})"), bwd=Call(
+        OPS[_k].bwd.nb, f"tt_{_k}_bwd_s16(&CTX, {{params}}, {{e}}, {{ee}}, {{dx}})")))
+# (their C sums go through the scratch the int8 rows already have: max(in_size, out_size) int64)
+
+#: the C header of the int16-activation batch norm
+C_HEADER_NORM = "tt_act16_norm.h"
+_bn = OPS["batchnorm"]
+# the int8 row's numba calls (the width read from the arrays; the gamma gradient rounded by gshift)
+register_op(replace(
+    _bn, kind="batchnorm:a16", c_header=C_HEADER_NORM,
+    args=lambda l: {**_bn.args(l), "gshift": r_c2.grad_shift(l.P)},
+    fwd=Call(_bn.fwd.nb, "tt_batchnorm_fwd_s16(&CTX, {params}, {x}, {ex}, {y})"),
+    fwd_eval=Call("", "tt_batchnorm_fwd_eval_s16(&CTX, {params}, {x}, {ex}, {y})"),
+    bwd=Call(_bn.bwd.nb, "tt_batchnorm_bwd_s16(&CTX, {params}, {e}, {ee}, {x}, {dx})"),
+    grad=Call("batchnorm_grad({e:pc}, {x:pc}, {saved}, True, {g_gamma}, {g_beta}, {gshift})",
+              "tt_batchnorm_grad_s32_s16({params}, {e}, {x}, {g_gamma}, {g_beta})"),
+    grad_exp={"gamma": f"{{ee}} - {r_bn.XHAT_FRAC} + {{gshift}}", "beta": "{ee}"},
+    bounds=lambda l: [("statistics sum P x^2 - S^2", l.P * l.P * 32767**2, 64),
+                      ("gamma gradient", 32767 * (l.P * 4096 + l.P), 64),
+                      ("gamma gradient (rounded)", ((32767 * (l.P * 4096 + l.P)) >> r_c2.grad_shift(l.P)) + 1, 32),
+                      ("backward I", 2**57 + 2**52, 64)]))
 
 #: layer types that take int16 activations and errors
 A16_KINDS = frozenset(k[:-4] for k in OPS if k.endswith(":a16"))

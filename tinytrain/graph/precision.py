@@ -40,8 +40,8 @@ stored with stochastic rounding, graph/optim.py).
              (requantized from a wide accumulator to the symmetric range +-127 or +-32767).
              Model-wide, and int16 for both together (``A16``): the input is widened to int16
              at its exponent, every layer has an int16 twin (dense, relu, leaky_relu, flatten,
-             conv2d, depthwise_conv2d, conv1d, maxpool2d, maxpool1d: graph/act16.py; others
-             are refused naming the fix), the softmax head reads int16 logits in 64-bit
+             conv2d, depthwise_conv2d, conv1d, maxpool2d, maxpool1d, batchnorm, avgpool2d,
+             global_avgpool: graph/act16.py; residual blocks are refused naming the fix), the softmax head reads int16 logits in 64-bit
              integers. Needs int16 weights and the ``dynamic`` loss scale.
 
 ``bias``     the biases of dense and conv layers: ``int32`` (the default, 8 bits below the

@@ -5,12 +5,14 @@ Arrays are (P, C) views of the (H, W, C) / (L, C) tensors. saved is int32 (3, C)
 int64 (3 * C,). Preconditions (checked by the Python layer, not here): 1 <= P <= 4096, and
 P >= 2 when train. Saturations (x_hat in eval, int8 outputs) are added to stats[0]. Like the
 C kernels, outputs are recomputed in a second pass instead of buffering int64 accumulators.
+int16 activations and errors: the same kernels on int16 arrays (the width read from y, dx and
+e: requantization with 16 bits, J rounded by A16_J_SHIFT, dgamma by gshift).
 """
 from __future__ import annotations
 
 from numba import njit
 
-from tinytrain.ops.batchnorm import EPS_CAP, EVAL_FRAC, INV_BITS, KM_BITS, XHAT_FRAC
+from tinytrain.ops.batchnorm import A16_J_SHIFT, EPS_CAP, EVAL_FRAC, INV_BITS, KM_BITS, XHAT_FRAC
 from tinytrain.kernels._common import align, bitwidth, requant_shift, rshift_round, sat
 
 I32_MAX = 2**31 - 1
@@ -146,30 +148,35 @@ def batchnorm_fwd(x, ex, gamma, e_g, beta, e_b, rmean, e_rm, rvar, e_rv,
             a = _abs(gamma[c] * xh + scratch[c])
             if a > m:
                 m = a
-    s = requant_shift(m, 8)
+    bits = y.itemsize * 8
+    q = (1 << (bits - 1)) - 1
+    s = requant_shift(m, bits)
     for p in range(P):
         for c in range(C):
             xh = sat(_xhat_unsat(x[p, c], A, saved, c), I32_MIN, I32_MAX)
             r = rshift_round(gamma[c] * xh + scratch[c], s)
-            if r > 127 or r < -127:
+            if r > q or r < -q:
                 stats[0] += 1
-            y[p, c] = sat(r, -127, 127)
+            y[p, c] = sat(r, -q, q)
     return ea + s
 
 
 @njit(cache=True, inline="always")
-def _j(ev, xh, A, se, g, train):
+def _j(ev, xh, A, se, g, train, js):
     if train:
         i = ((A * ev - se) << (2 * XHAT_FRAC)) - xh * g
     else:
         i = (A * ev) << (2 * XHAT_FRAC)
-    return rshift_round(i, XHAT_FRAC)
+    return rshift_round(i, js)
 
 
 @njit(cache=True)
 def batchnorm_bwd(e, ee, x, ex, saved, gamma, e_g, train, scratch, dx, stats):
-    """e, x, dx (P, C) int8; scratch int64 (3C,) = [sum e, sum e*x_hat, km]. Returns edx."""
+    """e, x, dx (P, C) int8 (or int16); scratch int64 (3C,) = [sum e, sum e*x_hat, km]. Returns edx."""
     P, C = x.shape
+    bits = dx.itemsize * 8
+    q = (1 << (bits - 1)) - 1
+    js = XHAT_FRAC if bits == 8 else A16_J_SHIFT
     A = P if train else 1 << EVAL_FRAC
     for c in range(C):
         scratch[c] = 0
@@ -198,24 +205,25 @@ def batchnorm_bwd(e, ee, x, ex, saved, gamma, e_g, train, scratch, dx, stats):
     for p in range(P):
         for c in range(C):
             xh = sat(_xhat_unsat(x[p, c], A, saved, c), I32_MIN, I32_MAX) if train else 0
-            a = _abs(scratch[2 * C + c] * _j(e[p, c], xh, A, scratch[c], scratch[C + c], train))
+            a = _abs(scratch[2 * C + c] * _j(e[p, c], xh, A, scratch[c], scratch[C + c], train, js))
             if a > m:
                 m = a
-    s = requant_shift(m, 8)
+    s = requant_shift(m, bits)
     for p in range(P):
         for c in range(C):
             xh = sat(_xhat_unsat(x[p, c], A, saved, c), I32_MIN, I32_MAX) if train else 0
-            j = _j(e[p, c], xh, A, scratch[c], scratch[C + c], train)
+            j = _j(e[p, c], xh, A, scratch[c], scratch[C + c], train, js)
             r = rshift_round(scratch[2 * C + c] * j, s)
-            if r > 127 or r < -127:
+            if r > q or r < -q:
                 stats[0] += 1
-            dx[p, c] = sat(r, -127, 127)
-    return e_k + e_g + ee - ex - 2 * XHAT_FRAC + s
+            dx[p, c] = sat(r, -q, q)
+    return e_k + e_g + ee - ex - 3 * XHAT_FRAC + js + s
 
 
 @njit(cache=True)
-def batchnorm_grad(e, x, saved, train, ggamma, gbeta):
-    """ggamma = sat_s32(sum e*x_hat) (exponent ee - XHAT_FRAC), gbeta = sum e (exponent ee)."""
+def batchnorm_grad(e, x, saved, train, ggamma, gbeta, gshift=0):
+    """ggamma = sat_s32(rshift_round(sum e*x_hat, gshift)) (exponent ee - XHAT_FRAC + gshift;
+    gshift 0 for int8 errors), gbeta = sum e (exponent ee)."""
     P, C = x.shape
     A = P if train else 1 << EVAL_FRAC
     for c in range(C):
@@ -225,5 +233,5 @@ def batchnorm_grad(e, x, saved, train, ggamma, gbeta):
             xh = sat(_xhat_unsat(x[p, c], A, saved, c), I32_MIN, I32_MAX)
             se += e[p, c]
             g += e[p, c] * xh
-        ggamma[c] = sat(g, I32_MIN, I32_MAX)
+        ggamma[c] = sat(rshift_round(g, gshift), I32_MIN, I32_MAX)
         gbeta[c] = se

@@ -10,18 +10,6 @@ from tinytrain.kernels._common import requant_shift, rshift_round
 
 
 @njit(cache=True, inline="always")
-def _round_s8(acc, s, stats):
-    r = rshift_round(acc, s)
-    if r > 127:
-        stats[0] += 1
-        return 127
-    if r < -127:
-        stats[0] += 1
-        return -127
-    return r
-
-
-@njit(cache=True, inline="always")
 def _round_q(acc, s, qmax, stats):
     r = rshift_round(acc, s)
     if r > qmax:
@@ -109,11 +97,12 @@ def avgpool2d_fwd(x, ex, kh, kw, sh, sw, mult, shift, y, stats):
         for ow in range(OW):
             for c in range(C):
                 m = max(m, abs(mult * _window_sum(x, oh * sh, ow * sw, c, kh, kw)))
-    s = requant_shift(m, 8)
+    bits = y.itemsize * 8  # int8, or int16 (int16 activations and errors: the same rule)
+    s = requant_shift(m, bits)
     for oh in range(OH):
         for ow in range(OW):
             for c in range(C):
-                y[oh, ow, c] = _round_s8(mult * _window_sum(x, oh * sh, ow * sw, c, kh, kw), s, stats)
+                y[oh, ow, c] = _round_q(mult * _window_sum(x, oh * sh, ow * sw, c, kh, kw), s, (1 << (bits - 1)) - 1, stats)
     return ex - shift + s
 
 
@@ -147,11 +136,12 @@ def avgpool2d_bwd(e, ee, kh, kw, sh, sw, mult, shift, dx, stats):
         for w in range(W):
             for c in range(C):
                 m = max(m, abs(mult * _spread_sum(e, h, w, c, kh, kw, sh, sw)))
-    s = requant_shift(m, 8)
+    bits = dx.itemsize * 8
+    s = requant_shift(m, bits)
     for h in range(H):
         for w in range(W):
             for c in range(C):
-                dx[h, w, c] = _round_s8(mult * _spread_sum(e, h, w, c, kh, kw, sh, sw), s, stats)
+                dx[h, w, c] = _round_q(mult * _spread_sum(e, h, w, c, kh, kw, sh, sw), s, (1 << (bits - 1)) - 1, stats)
     return ee - shift + s
 
 

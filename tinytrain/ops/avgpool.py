@@ -19,6 +19,8 @@ Bounds:   |m * s| < 127 * P * 2^15: int32 only while P <= 516, so the C kernels 
           max over all outputs first, so they make two passes (max, then round) and recompute
           the window sums instead of storing them.
 No parameters: grads = [].
+int16 activations and errors: the same rule on int16 (+-32767, requant with 16 bits); |s| <=
+32767 P < 2^39 and |m * s| < 2^54 (int64 sums in the C).
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from functools import lru_cache
 import numpy as np
 
 from tinytrain.fixedpoint import to_mult_shift
-from tinytrain.ops._common import requant_s8
+from tinytrain.ops._common import act_bits, requant
 from tinytrain.ops._pool import geometry, window
 
 
@@ -55,7 +57,7 @@ def forward_acc(x, kernel, stride=None):
 
 def forward(x, ex, kernel, stride=None):
     acc, dk = forward_acc(x, kernel, stride)
-    return requant_s8(acc, ex + dk)
+    return requant(acc, ex + dk, act_bits(x))
 
 
 def backward_acc(e, shape, kernel, stride=None):
@@ -75,7 +77,7 @@ def backward(e, ee, shape, kernel, stride=None, need_dx=True):
     if not need_dx:
         return None, 0, 0, []
     acc, dk = backward_acc(e, shape, kernel, stride)
-    dx, edx, nsat = requant_s8(acc, ee + dk)
+    dx, edx, nsat = requant(acc, ee + dk, act_bits(e))
     return dx, edx, nsat, []
 
 

@@ -46,6 +46,15 @@ V < 2^62; |x_hat| <= sqrt(P-1) so |x_hat_q| < 2^18 in train and |G| <= 127 * sum
 127 * (2^24 + 3*2^10) < 2^31 (dgamma fits int32; the saturation only acts in eval);
 |I| < 2^44 + 2^49, |J| <= 2^38, |km * J| <= 2^62; |acc| <= 2^15 * 2^31 + 2^30.
 
+int16 activations and errors (precision ``"activations": "int16"``): x, e, y, dx int16 (+-32767),
+y and dx requantized with 16 bits; everything else as above, with these bounds (P <= 4096):
+|S| < 2^27, M2 < 2^54, V < 2^62 (eps_v <= 2^61), |A*x - B| < 2^28 (train) / < 2^31 (eval),
+x_hat_q as for int8. G = sum e*x_hat_q: |G| <= 32767 * (P 2^12 + 3P/4) < P 2^27 in train, so
+dgamma = sat_s32(rshift_round(G, g)) with the static g = bitwidth(P - 1) (ops/conv2d.py's
+grad_shift; |dgamma| <= 2^27 + 1 in train), at ee - XHAT_FRAC + g; dbeta = Se (|Se| < 2^27).
+|I| < 2^57 + 2^52, so J = rshift_round(I, A16_J_SHIFT) with A16_J_SHIFT = XHAT_FRAC + 8:
+|J| <= 2^38 and |km * J| <= 2^62 as for int8; dx at E_k + e_g + ee - ex - 2*XHAT_FRAC + 8.
+
 Accuracy (tests/test_ops_batchnorm.py checks it against float64 batch norm): y is within half
 an output LSB (one where 127 saturates) plus |gamma| * (2^-13 + 2^-14 |x_hat|) from x_hat's
 rounding (in eval also |gamma/sigma| * 2^(ex-9) from rounding the running mean to B). dx is
@@ -60,13 +69,16 @@ import numpy as np
 
 from tinytrain.fixedpoint import (INT32_MAX, INT32_MIN, div_floor, isqrt, rshift_round, sat_s32,
                           to_mult_shift)
-from tinytrain.ops._common import align, requant_s8
+from tinytrain.ops._common import act_bits, align, requant
+from tinytrain.ops.conv2d import grad_shift
 
 XHAT_FRAC = 12
 INV_BITS = 45
 EVAL_FRAC = 8
 KM_BITS = 24
 MAX_P = 4096
+#: int16 errors: J = I rounded by this shift (8 more than XHAT_FRAC; bounds in the docstring)
+A16_J_SHIFT = XHAT_FRAC + 8
 EPS_CAP = 1 << 61
 
 
@@ -119,7 +131,7 @@ def scale_cap(n: int, t: int) -> int:
 
 
 def rdiv(n: int, a: int, d: int) -> int:
-    """sat_s32(round(n * 2^a / d)), ties toward +inf, exact; |n| < 2^40, 1 <= d < 2^25."""
+    """sat_s32(round(n * 2^a / d)), ties toward +inf, exact; |n| < 2^55, 1 <= d < 2^25."""
     if a < 0:
         return sat_s32(int(rshift_round(div_floor(n, d), min(-a, 62))))
     if n == 0:
@@ -197,19 +209,22 @@ def forward(x, ex, gamma, e_g, beta, e_b, running_mean, e_rm, running_var, e_rv,
             saved[1:, c] = inv, INV_BITS - XHAT_FRAC + (e_rv - n) // 2 + EVAL_FRAC - ex
     xh, nsat_x = xhat(x2, A, saved)
     acc = gamma.astype(np.int64) * xh + align(beta, e_b, e_g - XHAT_FRAC)
-    y, ey, nsat = requant_s8(acc, e_g - XHAT_FRAC)
+    y, ey, nsat = requant(acc, e_g - XHAT_FRAC, act_bits(x))
     return y.reshape(x.shape), ey, nsat + nsat_x, saved, rm, rv
 
 
 def backward(e, ee, x, ex, saved, gamma, e_g, *, train: bool, need_dx=True):
-    """Returns (dx, edx, nsat, grads), grads = [(dgamma, ee - XHAT_FRAC), (dbeta, ee)]."""
+    """Returns (dx, edx, nsat, grads), grads = [(dgamma, ee - XHAT_FRAC + g), (dbeta, ee)], g = 0 for
+    int8 errors (grad_shift(P) for int16)."""
     x2 = positions(x, train)
     e2 = e.reshape(x2.shape).astype(np.int64)
     P, C = x2.shape
     A = P if train else 1 << EVAL_FRAC
     xh, _ = xhat(x2, A, saved)
     Se, G = e2.sum(axis=0), (e2 * xh).sum(axis=0)
-    grads = [(sat_s32(G).astype(np.int32), ee - XHAT_FRAC), (Se.astype(np.int32), ee)]
+    bits = act_bits(e)
+    g = grad_shift(P, bits)
+    grads = [(sat_s32(rshift_round(G, g)).astype(np.int32), ee - XHAT_FRAC + g), (Se.astype(np.int32), ee)]
     if not need_dx:
         return None, 0, 0, grads
     k = [int(gamma[c]) * int(saved[1, c]) for c in range(C)]
@@ -222,6 +237,7 @@ def backward(e, ee, x, ex, saved, gamma, e_g, *, train: bool, need_dx=True):
         i_acc = ((A * e2 - Se) << 2 * XHAT_FRAC) - xh * G
     else:
         i_acc = (A * e2) << 2 * XHAT_FRAC
-    acc = rshift_round(i_acc, XHAT_FRAC) * km
-    dx, edx, nsat = requant_s8(acc, e_k + e_g + ee - ex - 2 * XHAT_FRAC)
+    js = XHAT_FRAC if bits == 8 else A16_J_SHIFT
+    acc = rshift_round(i_acc, js) * km
+    dx, edx, nsat = requant(acc, e_k + e_g + ee - ex - 3 * XHAT_FRAC + js, bits)
     return dx.reshape(e.shape), edx, nsat, grads

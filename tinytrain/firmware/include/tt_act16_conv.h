@@ -1,5 +1,5 @@
 /** int16 activations and errors (precision "activations": "int16", "errors": "int16"): the
- *  convolution and max-pooling kernels (see tinytrain/graph/act16.py; the arithmetic is
+ *  convolution and pooling kernels (see tinytrain/graph/act16.py; the arithmetic is
  *  tinytrain/ops/conv2d.py, depthwise.py, conv1d.py and maxpool.py at 16 bits). Portable scalar
  *  C; the params structs are those of tt_conv.h and tt_pool.h.
  *
@@ -68,6 +68,20 @@ int32_t tt_maxpool1d_fwd_s16(const tt_ctx *ctx, const tt_pool1d_params *p, const
                              int32_t ex, int16_t *y);
 int32_t tt_maxpool1d_bwd_s16(const tt_ctx *ctx, const tt_pool1d_params *p, const int16_t *e,
                              int32_t ee, const int16_t *x, int16_t *dx);
+
+/** AvgPool on int16 (tinytrain/ops/avgpool.py at 16 bits): y = requant_s16(mult * window sums)
+ *  at ex - shift; the sums in int64 (|sum| <= 32767 P < 2^39, |mult sum| < 2^54). Two passes,
+ *  no scratch. */
+int32_t tt_avgpool2d_fwd_s16(const tt_ctx *ctx, const tt_pool_params *p, const int16_t *x,
+                             int32_t ex, int16_t *y);
+/** dx = requant_s16(mult * the errors of the windows covering each input) at ee - shift. */
+int32_t tt_avgpool2d_bwd_s16(const tt_ctx *ctx, const tt_pool_params *p, const int16_t *e,
+                             int32_t ee, int16_t *dx);
+/** GlobalAvgPool on int16: AvgPool of one window of all P positions. */
+int32_t tt_global_avgpool_fwd_s16(const tt_ctx *ctx, const tt_global_pool_params *p,
+                                  const int16_t *x, int32_t ex, int16_t *y);
+int32_t tt_global_avgpool_bwd_s16(const tt_ctx *ctx, const tt_global_pool_params *p,
+                                  const int16_t *e, int32_t ee, int16_t *dx);
 
 #ifdef __cplusplus
 }

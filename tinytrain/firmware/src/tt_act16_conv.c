@@ -297,3 +297,59 @@ int32_t tt_maxpool1d_bwd_s16(const tt_ctx *ctx, const tt_pool1d_params *p, const
     const tt_pool_params q = tt_pool1d_as_2d_s16(p);
     return tt_maxpool2d_bwd_s16(ctx, &q, e, ee, x, dx);
 }
+
+/* AvgPool: the window sums (or the spread errors) in int64 in the scratch, times mult, then one
+ * requantization (the reference's order: the sums are exact, so scatter and gather agree). */
+int32_t tt_avgpool2d_fwd_s16(const tt_ctx *ctx, const tt_pool_params *p, const int16_t *x,
+                             int32_t ex, int16_t *y)
+{
+    TT_POOL_OUT_HW(p);
+    int64_t *acc = ctx->scratch;
+    int32_t i = 0;
+    for (int32_t oh = 0; oh < OH; oh++)
+        for (int32_t ow = 0; ow < OW; ow++)
+            for (int32_t c = 0; c < p->C; c++) {
+                int64_t t = 0;
+                for (int32_t kh = 0; kh < p->kh; kh++)
+                    for (int32_t kw = 0; kw < p->kw; kw++)
+                        t += x[((oh * p->stride_h + kh) * p->W + ow * p->stride_w + kw) * p->C + c];
+                acc[i++] = t * p->mult;
+            }
+    return ex - p->shift + tt_requant_s16_from_s64(acc, i, y, ctx->stats);
+}
+
+int32_t tt_avgpool2d_bwd_s16(const tt_ctx *ctx, const tt_pool_params *p, const int16_t *e,
+                             int32_t ee, int16_t *dx)
+{
+    TT_POOL_OUT_HW(p);
+    const int32_t n = p->H * p->W * p->C;
+    int64_t *acc = ctx->scratch;
+    int32_t i;
+    for (i = 0; i < n; i++) acc[i] = 0;
+    for (int32_t oh = 0; oh < OH; oh++)
+        for (int32_t ow = 0; ow < OW; ow++)
+            for (int32_t c = 0; c < p->C; c++, e++)
+                for (int32_t kh = 0; kh < p->kh; kh++)
+                    for (int32_t kw = 0; kw < p->kw; kw++)
+                        acc[((oh * p->stride_h + kh) * p->W + ow * p->stride_w + kw) * p->C + c] += *e;
+    for (i = 0; i < n; i++) acc[i] *= p->mult;
+    return ee - p->shift + tt_requant_s16_from_s64(acc, n, dx, ctx->stats);
+}
+
+int32_t tt_global_avgpool_fwd_s16(const tt_ctx *ctx, const tt_global_pool_params *p,
+                                  const int16_t *x, int32_t ex, int16_t *y)
+{
+    tt_pool_params q;
+    q.H = 1; q.W = p->P; q.C = p->C; q.kh = 1; q.kw = p->P; q.stride_h = 1; q.stride_w = 1;
+    q.mult = p->mult; q.shift = p->shift;
+    return tt_avgpool2d_fwd_s16(ctx, &q, x, ex, y);
+}
+
+int32_t tt_global_avgpool_bwd_s16(const tt_ctx *ctx, const tt_global_pool_params *p,
+                                  const int16_t *e, int32_t ee, int16_t *dx)
+{
+    tt_pool_params q;
+    q.H = 1; q.W = p->P; q.C = p->C; q.kh = 1; q.kw = p->P; q.stride_h = 1; q.stride_w = 1;
+    q.mult = p->mult; q.shift = p->shift;
+    return tt_avgpool2d_bwd_s16(ctx, &q, e, ee, dx);
+}
