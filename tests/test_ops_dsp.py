@@ -885,7 +885,8 @@ def test_maxpool_2x2_dsp_equals_portable_and_reference(clib, dsplib, case):
     dx_ref, edx_ref, nsat_ref, _ = rmax.backward(e, ee, x, (2, 2), (2, 2))
     for who, (ffi, lib) in (("portable", clib), ("DSP", dsplib)):
         y, dx = np.full(e.shape, 77, np.int8), np.full(x.shape, 77, np.int8)
-        ctx, st_c = c_ctx(ffi, np.zeros(1, np.int64))
+        scratch = np.zeros(1, np.int64)  # alive while the ctx is used (c_ctx does not own it)
+        ctx, st_c = c_ctx(ffi, scratch)
         p = ffi.new("tt_pool_params *", dict(H=H, W=W, C=C, kh=2, kw=2, stride_h=2, stride_w=2))
         assert lib.tt_maxpool2d_fwd_s8(ctx, p, c_i8(ffi, x), ex, c_i8(ffi, y)) == ey_ref, who
         assert lib.tt_maxpool2d_bwd_s8(ctx, p, c_i8(ffi, e), ee, c_i8(ffi, x), c_i8(ffi, dx)) == edx_ref, who

@@ -445,7 +445,8 @@ def test_avgpool_s16_c_and_numba_equal_the_reference(clib, clib_ubsan, data):
         assert kp.avgpool2d_bwd(e, -4, kh, kw, sh, sw, m, k, dx, stats) == edx_r
     assert np.array_equal(y, y_r) and np.array_equal(dx, dx_r) and stats[0] == ns_r + nb_r
     for ffi, lib in (clib, clib_ubsan):
-        ctx, stc = c_ctx(ffi, np.zeros(x.size, np.int64))
+        scratch = np.zeros(x.size, np.int64)  # alive while the ctx is used (c_ctx does not own it)
+        ctx, stc = c_ctx(ffi, scratch)
         yc, dxc = np.zeros(y_r.shape, np.int16), np.zeros(x.shape, np.int16)
         if glob:
             p = ffi.new("tt_global_pool_params *", dict(P=H * W, C=C, mult=m, shift=k))
